@@ -1,0 +1,43 @@
+"""The msopt exception hierarchy.
+
+Every error a user can cause derives from :class:`MsoptError`; the CLI catches it and prints
+one line. Anything else reaching the CLI is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class MsoptError(Exception):
+    """Root of every error msopt raises on purpose."""
+
+
+class ConfigError(MsoptError, ValueError):
+    """The configuration is invalid: the message names the file, the key and the fix."""
+
+
+class RegistryError(ConfigError, KeyError):
+    """A registry lookup or registration failed (unknown or duplicate name)."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else ""
+
+
+class DecodeError(MsoptError, ValueError):
+    """A position cannot be decoded into a consistent configuration.
+
+    Raised when an int ``ternary_factories`` product cannot be made divisible by any candidate
+    pair of its source fields. ``values`` holds the particle's own decoded values so that the
+    evaluation can journal them with fitness = inf.
+    """
+
+    def __init__(self, message: str, values: dict | None = None) -> None:
+        super().__init__(message)
+        self.values = dict(values or {})
+
+
+class EvaluationError(MsoptError):
+    """One evaluation failed (server did not start, benchmark failed, ...)."""
+
+
+class SimulationError(EvaluationError):
+    """The simulator cannot run the given configuration (bad knobs, unknown catalog entry)."""

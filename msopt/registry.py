@@ -1,0 +1,99 @@
+"""Explicit name registries for dtypes, engines, benchmarks and objectives.
+
+Modelled on Nevergrad's ``Registry``: registering a name twice raises, a failed lookup lists the
+valid names (and the closest match). Plugins arrive through an entry-point group, loaded once
+per registry instance on the first lookup.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from typing import Generic, TypeVar
+
+from msopt.errors import RegistryError
+
+T = TypeVar("T")
+
+
+def close_matches(name: str, candidates: list[str] | tuple[str, ...]) -> list[str]:
+    """Return the candidates close to ``name``, case-insensitive matches first."""
+    lowered = {c.lower(): c for c in candidates}
+    exact_case = [lowered[name.lower()]] if name.lower() in lowered else []
+    fuzzy = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    return list(dict.fromkeys(exact_case + fuzzy))
+
+
+class Registry(Generic[T]):
+    """A mapping from names to objects of one kind.
+
+    Args:
+        kind: what the registry holds, for messages ("dtype", "engine", ...).
+        entry_point_group: the entry-point group plugins use to add entries, if any.
+    """
+
+    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._items: dict[str, T] = {}
+        self._plugins_loaded = entry_point_group is None
+
+    def register(self, name: str, obj: T | None = None) -> T | Callable[[T], T]:
+        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
+        if obj is None:
+            def decorator(item: T) -> T:
+                self._add(name, item)
+                return item
+
+            return decorator
+        self._add(name, obj)
+        return obj
+
+    def _add(self, name: str, obj: T) -> None:
+        if name in self._items:
+            raise RegistryError(f"{self.kind} {name!r} is already registered; choose another name")
+        self._items[name] = obj
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        try:
+            eps = metadata.entry_points(group=self.entry_point_group)
+        except TypeError:  # Python < 3.10
+            eps = metadata.entry_points().get(self.entry_point_group, [])  # type: ignore[attr-defined]
+        for ep in eps:
+            if ep.name in self._items:
+                raise RegistryError(
+                    f"plugin {ep.value!r} registers {self.kind} {ep.name!r}, which already exists"
+                )
+            self._items[ep.name] = ep.load()
+
+    def get(self, name: str) -> T:
+        """Return the entry registered as ``name``, or raise listing the valid names."""
+        self._load_plugins()
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            valid = sorted(self._items)
+            hint = close_matches(str(name), valid)
+            did = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}{did} (valid: {', '.join(valid)})"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        self._load_plugins()
+        return name in self._items
+
+    def names(self) -> list[str]:
+        """Return the registered names, sorted."""
+        self._load_plugins()
+        return sorted(self._items)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
