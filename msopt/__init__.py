@@ -14,3 +14,8 @@ __all__ = [
     "SimulationError",
     "__version__",
 ]
+
+from msopt.config import Settings, load_settings  # noqa: E402
+from msopt.space import Decoded, DecodeContext, SearchSpace  # noqa: E402
+
+__all__ += ["Decoded", "DecodeContext", "SearchSpace", "Settings", "load_settings"]

@@ -1,0 +1,204 @@
+"""The ``msopt`` command line: argument parsing and wiring (the composition root).
+
+Every subcommand reports an :class:`MsoptError` as one line on stderr with exit code 2;
+anything else is a bug and keeps its traceback. Heavy imports (Ray, the simulator) happen
+inside the subcommands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from msopt.errors import DecodeError, MsoptError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as for MsoptError
+        self.exit(2, f"msopt: error: {message} (see 'msopt {self.prog.split()[-1]} --help')\n"
+                  if " " in self.prog else f"msopt: error: {message} (see 'msopt --help')\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalar
+        return value.item()
+    return value
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", metavar="FILE",
+                   help="configuration file (highest layer; absolute, relative or a bare name in the "
+                        "current directory)")
+    p.add_argument("-e", "--engine", metavar="ENGINE",
+                   help="section whose target_field list is searched (vllm, mindie, sglang, ...); "
+                        "default: the config's 'engine' key, else vllm")
+
+
+def _load(args: argparse.Namespace):  # noqa: ANN202
+    from msopt.config import load_settings
+
+    return load_settings(args.config, args.engine)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Load and check the configuration, print the dimensions and derived fields."""
+    from msopt.space import SearchSpace
+
+    settings = _load(args)
+    space = SearchSpace.from_settings(settings)
+    if args.json:
+        out = {
+            "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high}
+                           for d in space.dimensions],
+            "derived": list(space.derived),
+            "settings": settings.scalars(),
+        }
+        print(json.dumps(_jsonable(out)))
+        return 0
+    print(f"configuration OK: {' < '.join(settings.sources)}")
+    print(f"engine: {settings.engine}; {len(space.dimensions)} dimension(s), "
+          f"{len(space.derived)} derived field(s)")
+    for d in space.dimensions:
+        cands = ""
+        if d.dtype == "int":
+            cands = f" integers {math.ceil(d.low)}..{math.floor(d.high)}"
+        elif d.candidates is not None:
+            shown = list(d.candidates)
+            cands = f" candidates {shown[:12]}{' ...' if len(shown) > 12 else ''}"
+        print(f"  {d.name:<32} {d.dtype:<8} [{d.low:g}, {d.high:g}]{cands}")
+    for name in space.derived:
+        t = space.field_type(name)
+        print(f"  {name:<32} {t.decl.dtype} (derived from {', '.join(t.deps)})")
+    const = [f.name for f in settings.fields
+             if f.name not in space.names and f.name not in space.derived]
+    if const:
+        print(f"  constant: {', '.join(const)}")
+    return 0
+
+
+def _parse_position(text: str) -> list[float]:
+    from msopt.errors import ConfigError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        raise ConfigError(f"--position {text!r} is not a comma-separated list of numbers; "
+                          "write e.g. --position 0.5,0.2,128") from None
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    """Decode one position with an optional DecodeContext."""
+    from msopt.errors import ConfigError
+    from msopt.space import DecodeContext, SearchSpace
+
+    settings = _load(args)
+    space = SearchSpace.from_settings(settings)
+    position = _parse_position(args.position)
+    ctx = None
+    if args.particle is not None or args.particles is not None or args.iteration is not None:
+        if args.particle is None or args.particles is None:
+            raise ConfigError("--particle and --particles go together; give both (and --iteration)")
+        if not 0 <= args.particle < args.particles:
+            raise ConfigError(f"--particle {args.particle} is not in [0, --particles {args.particles})")
+        ctx = DecodeContext(args.particle, args.particles, args.iteration or 0)
+    try:
+        decoded = space.decode(position, ctx)
+    except DecodeError as exc:
+        out = {"values": exc.values, "position": position, "repaired": False,
+               "error": str(exc), "warnings": []}
+        code = 1
+    else:
+        out = {"values": decoded.values, "position": decoded.position.tolist(),
+               "repaired": decoded.repaired, "error": None, "warnings": list(decoded.warnings)}
+        code = 0
+    if args.json:
+        print(json.dumps(_jsonable(out)))
+    else:
+        for k, v in out["values"].items():
+            print(f"{k} = {v!r}")
+        print(f"position = {out['position']}")
+        print(f"repaired = {out['repaired']}")
+        for w in out["warnings"]:
+            print(f"warning: {w}")
+        if out["error"]:
+            print(f"error: {out['error']}", file=sys.stderr)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = _Parser(prog="msopt", description="Ray-parallel PSO tuning of LLM serving parameters.")
+    from msopt import __version__
+
+    parser.add_argument("--version", action="version", version=f"msopt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("validate", help="check a configuration and print its search space")
+    _add_config_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("decode", help="decode one position into concrete values")
+    _add_config_args(p)
+    p.add_argument("--position", required=True, metavar="X1,X2,...",
+                   help="coordinates in dimension order (see 'msopt validate')")
+    p.add_argument("--particle", type=int, metavar="I", help="particle index of the DecodeContext")
+    p.add_argument("--particles", type=int, metavar="N", help="swarm size of the DecodeContext")
+    p.add_argument("--iteration", type=int, metavar="K", help="iteration of the DecodeContext")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_decode)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+def _extra_commands() -> list:  # noqa: ANN202
+    """Subcommands defined beside their features (simulate, optimize, ...)."""
+    regs = []
+    for modname in ("msopt.cli_simulate", "msopt.cli_optimize"):
+        try:
+            mod = __import__(modname, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != modname:
+                raise
+            continue
+        regs.append(mod.register)
+    return regs
+
+
+_EXTRA_COMMANDS = _extra_commands()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``msopt`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MsoptError as exc:
+        print(f"msopt: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("msopt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and closed early
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""TOML configuration layering and validation into one immutable :class:`Settings`.
+
+Layers, lowest first: the packaged ``defaults.toml`` < the file named by
+``$MODEL_EVAL_STATE_CONFIG_PATH`` (kept for users of the original tool) < the ``-c/--config``
+file. Tables merge key by key; any array (``[[vllm.target_field]]`` included) is replaced whole
+by the higher layer. Settings are passed to whoever needs them: there is no global instance.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from msopt.errors import ConfigError
+from msopt.registry import close_matches
+from msopt.space.fields import FieldDecl, parse_field
+
+ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
+DEFAULTS_PATH = Path(__file__).with_name("defaults.toml")
+
+#: Top-level keys of the original tool's config.toml, accepted unchanged.
+ORIGINAL_KEYS = (
+    "n_particles", "iters", "ttft_penalty", "tpot_penalty", "success_rate_penalty", "ttft_slo",
+    "tpot_slo", "success_rate_slo", "generate_speed_target", "sample_size", "service",
+    "pso_options", "pso_strategy", "data_storage", "health_check", "mindie", "vllm",
+    "vllm_benchmark", "ais_bench", "kubectl",
+)
+#: Top-level keys msopt adds.
+MSOPT_KEYS = (
+    "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
+    "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
+)
+TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
+
+#: Top-level scalars: (type check, rule for messages, default fix example).
+_SCALARS: dict[str, tuple[Any, str]] = {
+    "n_particles": (lambda v: _is_int(v) and 1 <= v <= 100_000, "an integer from 1 to 100000"),
+    "iters": (lambda v: _is_int(v) and 0 <= v <= 1_000_000, "an integer from 0 to 1000000"),
+    "ttft_penalty": (lambda v: _is_num(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
+    "tpot_penalty": (lambda v: _is_num(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
+    "success_rate_penalty": (lambda v: _is_num(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
+    "ttft_slo": (lambda v: _is_num(v) and 0 < v <= 1e6, "a positive number of seconds"),
+    "tpot_slo": (lambda v: _is_num(v) and 0 < v <= 1e6, "a positive number of seconds"),
+    "success_rate_slo": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "generate_speed_target": (lambda v: _is_num(v) and 0 < v <= 1e12, "a positive number of tokens/s"),
+    "sample_size": (lambda v: _is_int(v) and 1 <= v <= 100_000_000, "a positive integer"),
+    "service": (lambda v: isinstance(v, str), "a string"),
+    "engine": (lambda v: isinstance(v, str) and v != "", "an engine name such as \"vllm\""),
+    "benchmark": (lambda v: isinstance(v, str) and v != "", "a benchmark name such as \"vllm_benchmark\""),
+    "simulate": (lambda v: isinstance(v, bool), "true or false"),
+    "mode": (lambda v: v in ("sync", "async"), "\"sync\" or \"async\""),
+    "duplicate_policy": (lambda v: v in ("reuse", "rerun"), "\"reuse\" or \"rerun\""),
+    "objective": (lambda v: isinstance(v, str) and v != "", "an objective name such as \"default\""),
+    "seed": (lambda v: _is_int(v) and 0 <= v < 2**63, "a non-negative integer"),
+    "particles_time_out": (lambda v: _is_num(v) and 0 < v <= 1e7, "a positive number of seconds"),
+    "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Deep-copy frozen settings data into plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration: merged, validated, immutable.
+
+    Attributes:
+        data: the merged configuration, read-only mappings and tuples.
+        engine: the section whose ``target_field`` list is the search space.
+        fields: that section's field declarations.
+        sources: the files merged, lowest layer first.
+        config_path: the ``-c`` file, if any.
+        origin: dotted key -> the file that set it (top-level keys and sections).
+    """
+
+    data: Mapping[str, Any]
+    engine: str
+    fields: tuple[FieldDecl, ...]
+    sources: tuple[str, ...]
+    config_path: str | None = None
+    origin: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A top-level value."""
+        return self.data.get(key, default)
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """A top-level table, empty when absent."""
+        value = self.data.get(name)
+        return value if isinstance(value, Mapping) else MappingProxyType({})
+
+    def where(self, key: str) -> str:
+        """The file that set a dotted key (or its nearest enclosing table)."""
+        parts = key.split(".")
+        for i in range(len(parts), 0, -1):
+            src = self.origin.get(".".join(parts[:i]))
+            if src:
+                return src
+        return self.sources[-1] if self.sources else "<defaults>"
+
+    def replace(self, **top_level: Any) -> Settings:
+        """A copy with top-level keys overridden (CLI flags such as --particles)."""
+        data = thaw(self.data)
+        data.update(top_level)
+        origin = dict(self.origin)
+        origin.update({k: "<command line>" for k in top_level})
+        return Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
+                        MappingProxyType(origin))
+
+    def to_toml(self) -> str:
+        """The effective configuration as TOML text (saved in every run directory)."""
+        return dump_toml(thaw(self.data))
+
+    @property
+    def n_particles(self) -> int:
+        return int(self.data["n_particles"])
+
+    @property
+    def iters(self) -> int:
+        return int(self.data["iters"])
+
+    @property
+    def ttft_slo(self) -> float:
+        return float(self.data["ttft_slo"])
+
+    @property
+    def tpot_slo(self) -> float:
+        return float(self.data["tpot_slo"])
+
+    @property
+    def success_rate_slo(self) -> float:
+        return float(self.data["success_rate_slo"])
+
+    @property
+    def ttft_penalty(self) -> float:
+        return float(self.data["ttft_penalty"])
+
+    @property
+    def tpot_penalty(self) -> float:
+        return float(self.data["tpot_penalty"])
+
+    @property
+    def success_rate_penalty(self) -> float:
+        return float(self.data["success_rate_penalty"])
+
+    @property
+    def generate_speed_target(self) -> float:
+        return float(self.data["generate_speed_target"])
+
+    @property
+    def sample_size(self) -> int:
+        return int(self.data["sample_size"])
+
+    def scalars(self) -> dict[str, Any]:
+        """The effective top-level scalars (n_particles, iters, SLOs, ...)."""
+        return {k: v for k, v in self.data.items() if not isinstance(v, (Mapping, tuple))}
+
+
+def resolve_config_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Path:
+    """Resolve ``-c``: absolute, relative to ``cwd``, or a bare name looked up in ``cwd``."""
+    p = Path(os.path.expanduser(os.fspath(path)))
+    if not p.is_absolute():
+        p = Path(cwd) if cwd is not None else Path.cwd()
+        p = p / os.path.expanduser(os.fspath(path))
+    return p
+
+
+def read_toml(path: Path, label: str = "config file") -> dict[str, Any]:
+    """Read and parse one TOML file, every failure a one-line ConfigError naming the file."""
+    denied = (f"{path}: cannot read the {label}: Permission denied; "
+              "fix its permissions (chmod u+r) or run as its owner")
+    try:
+        is_dir = path.is_dir()
+    except PermissionError:
+        raise ConfigError(denied) from None
+    except OSError:
+        is_dir = False
+    if not is_dir and not os.path.lexists(path):
+        raise ConfigError(f"{path}: {label} not found; check the path (Custom config file not found)")
+    if is_dir:
+        raise ConfigError(f"{path}: is a directory, not a {label}; give the path of a .toml file")
+    try:
+        raw = path.read_bytes()
+    except PermissionError:
+        raise ConfigError(denied) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {label}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "save the file as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}; fix the syntax there") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any], source: str, origin: dict[str, str],
+           prefix: str = "") -> None:
+    for key, value in top.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            origin.setdefault(dotted, source)
+            _merge(base[key], value, source, origin, dotted + ".")
+        else:
+            base[key] = thaw(value) if isinstance(value, (Mapping, list)) else value
+            origin[dotted] = source
+            _mark(value, source, origin, dotted + ".")
+
+
+def _mark(value: Any, source: str, origin: dict[str, str], prefix: str) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            origin[f"{prefix}{k}"] = source
+            _mark(v, source, origin, f"{prefix}{k}.")
+
+
+def _check_keys(layer: Mapping[str, Any], source: str) -> None:
+    for key in layer:
+        if key not in TOP_LEVEL_KEYS:
+            hint = close_matches(key, TOP_LEVEL_KEYS)
+            did = f"did you mean {', '.join(repr(h) for h in hint)}?" if hint else \
+                "see docs/configuration.md for the valid keys"
+            raise ConfigError(f"{source}: unknown top-level key '{key}'; {did}")
+
+
+def _check_scalars(data: Mapping[str, Any], origin: Mapping[str, str]) -> None:
+    for key, (ok, rule) in _SCALARS.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if not ok(value):
+            raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be {rule}, got {value!r}; "
+                              f"fix '{key}'")
+    for key in ORIGINAL_KEYS + MSOPT_KEYS:
+        if key in data and key not in _SCALARS and not isinstance(data[key], Mapping):
+            raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be a table, got {data[key]!r}; "
+                              f"write [{key}]")
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None = None,
+    engine: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Settings:
+    """Load, merge and validate the configuration layers.
+
+    Args:
+        config_path: the ``-c`` file (highest layer); absolute, relative or a bare name.
+        engine: the section whose target_field list is searched; default: the ``engine`` key,
+            else ``vllm``.
+        environ: the environment to read ``$MODEL_EVAL_STATE_CONFIG_PATH`` from (default
+            ``os.environ``).
+        cwd: the directory relative paths are resolved against (default: the current one).
+
+    Raises:
+        ConfigError: one line naming the file, the key and the fix.
+    """
+    env = os.environ if environ is None else environ
+    layers: list[tuple[str, dict[str, Any]]] = [(str(DEFAULTS_PATH), read_toml(DEFAULTS_PATH, "packaged defaults"))]
+    env_path = env.get(ENV_CONFIG)
+    if env_path:
+        p = resolve_config_path(env_path, cwd)
+        layers.append((str(p), read_toml(p, f"config file (from ${ENV_CONFIG})")))
+    cpath: Path | None = None
+    if config_path is not None:
+        cpath = resolve_config_path(config_path, cwd)
+        layers.append((str(cpath), read_toml(cpath)))
+
+    data: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, layer in layers:
+        _check_keys(layer, source)
+        _merge(data, layer, source, origin)
+    _check_scalars(data, origin)
+
+    eng = engine or data.get("engine") or "vllm"
+    section = data.get(eng)
+    if not isinstance(section, Mapping):
+        have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]
+        raise ConfigError(f"{layers[-1][0]}: engine '{eng}' has no [{eng}] section; "
+                          f"use -e with one of: {', '.join(have) or 'vllm'}, or add [[{eng}.target_field]]")
+    raw_fields = section.get("target_field", [])
+    fsource = origin.get(f"{eng}.target_field", origin.get(eng, layers[-1][0]))
+    if not isinstance(raw_fields, list):
+        raise ConfigError(f"{fsource}: '{eng}.target_field' must be an array of tables; "
+                          f"write [[{eng}.target_field]]")
+    fields = tuple(parse_field(r, source=fsource, section=eng, index=i) for i, r in enumerate(raw_fields))
+    data["engine"] = eng
+    settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
+                        str(cpath) if cpath else None, MappingProxyType(origin))
+    from msopt.space.space import SearchSpace  # validate the fields now, not during the search
+
+    SearchSpace.from_settings(settings)
+    return settings
+
+
+# -- a small TOML writer for the effective configuration --------------------------------------
+def _toml_key(key: str) -> str:
+    if key and all(c.isalnum() or c in "-_" for c in key):
+        return key
+    return _toml_str(key)
+
+
+def _toml_str(s: str) -> str:
+    out = s.replace("\\", "\\\\").replace('"', '\\"')
+    out = out.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    out = "".join(c if c >= " " or c in "\\" else f"\\u{ord(c):04x}" for c in out)
+    return f'"{out}"'
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return _toml_str(v)
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _is_table_array(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, Mapping) for x in v)
+
+
+def dump_toml(data: Mapping[str, Any], prefix: str = "") -> str:
+    """Serialize nested dicts to TOML text (tables and arrays of tables as sections)."""
+    lines: list[str] = []
+    nested: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping) or _is_table_array(value):
+            nested.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for key, value in nested:
+        name = f"{prefix}{_toml_key(key)}"
+        if isinstance(value, Mapping):
+            out += f"\n[{name}]\n" + dump_toml(value, name + ".")
+        else:
+            for item in value:
+                out += f"\n[[{name}]]\n" + dump_toml(item, name + ".")
+    return out
