@@ -240,7 +240,9 @@ class SwarmOptions:
         object.__setattr__(self, "n_particles", int(self.n_particles))
         object.__setattr__(self, "iters", int(self.iters))
         for key in ("c1", "c2", "w"):
-            value = _check_number(getattr(self, key), f"[pso_options] {key}", ">= 0", lambda v: v >= 0)
+            value = _check_number(
+                getattr(self, key), f"[pso_options] {key}", ">= 0", lambda v: v >= 0
+            )
             object.__setattr__(self, key, value)
         clamp = _check_number(
             self.velocity_clamp, "[pso_options] velocity_clamp", "> 0", lambda v: v > 0
@@ -355,7 +357,8 @@ class SwarmOptions:
         """
         t = min(max(float(t), 0.0), float(self.iters))
         schedule = SCHEDULES.get(self.strategy[name])
-        return float(schedule.value(float(getattr(self, name)), self.end(name), t, float(self.iters), rng))
+        start = float(getattr(self, name))
+        return float(schedule.value(start, self.end(name), t, float(self.iters), rng))
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict that :meth:`from_dict` reads back."""
@@ -436,7 +439,8 @@ class Swarm:
             raise ValueError(f"high < low in dimension(s) {np.flatnonzero(high < low).tolist()}")
         self._low, self._high = low, high
         self._width = high - low
-        self._vmax = options.velocity_clamp * self._width
+        with np.errstate(over="ignore"):  # an enormous clamp means "unclamped": inf is fine
+            self._vmax = options.velocity_clamp * self._width
         self._options = options
 
     # ---- read-only state -------------------------------------------------------------------
@@ -707,11 +711,14 @@ class Swarm:
         low, width = self._low, self._width
         inside = (x >= low) & (x <= self._high)
         span = np.where(width > 0, width, 1.0)
-        scaled = (x - low) / span
-        bounces = np.floor(scaled)
-        frac = scaled - bounces
-        odd = np.mod(bounces, 2.0) == 1.0
-        folded = low + np.where(odd, 1.0 - frac, frac) * width
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = (x - low) / span
+            bounces = np.floor(scaled)
+            frac = scaled - bounces
+            odd = np.mod(bounces, 2.0) == 1.0
+            folded = low + np.where(odd, 1.0 - frac, frac) * width
+        # x + v can overflow to ±inf with an enormous velocity_clamp; such a point sits on a bound
+        folded = np.where(np.isfinite(folded), folded, np.clip(x, low, self._high))
         x = np.where(inside, x, folded)
         v = np.where(inside | ~odd, v, -v)
         return np.clip(x, low, self._high), v
