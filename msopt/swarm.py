@@ -302,6 +302,13 @@ class SwarmOptions:
                     + (f" ({schedule.hint})" if schedule.hint else "")
                 )
 
+    def __hash__(self) -> int:
+        return hash(
+            (self.n_particles, self.iters, self.c1, self.c2, self.w,
+             tuple(sorted(self.strategy.items())), tuple(sorted(self.end_values.items())),
+             self.velocity_clamp, self.seed)
+        )
+
     @classmethod
     def from_settings(
         cls,

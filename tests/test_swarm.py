@@ -316,7 +316,8 @@ def test_from_settings_reads_options_strategy_and_end_values():
     assert (opts.c1, opts.c2, opts.w, opts.seed) == (2.0, 2.0, 1.8, 3)
     assert dict(opts.strategy) == {"w": "lin_variation", "c1": "nonlin_mod", "c2": "constant"}
     assert opts.end("w") == 0.5
-    assert SwarmOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+    restored = SwarmOptions.from_dict(json.loads(json.dumps(opts.to_dict())))
+    assert restored == opts and hash(restored) == hash(opts)
 
 
 @pytest.mark.parametrize(
