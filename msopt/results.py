@@ -1,0 +1,100 @@
+"""What one evaluation asks and what it returns, as plain data shared by every layer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from msopt.space.context import DecodeContext
+
+#: The metrics every benchmark reports, in the original tool's column order.
+METRICS = ("generate_speed", "time_to_first_token", "time_per_output_token", "success_rate", "throughput")
+
+#: Stages of a run; every evaluation is journaled with one of these.
+PHASES = ("baseline", "search", "refine", "capacity")
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """One evaluation to run.
+
+    Attributes:
+        eval_id: unique within the run, increasing in dispatch order.
+        phase: one of :data:`PHASES`.
+        particle: the swarm particle, or None (baseline, refine, capacity).
+        iteration: the swarm iteration (async: the particle's own evaluation count).
+        position: the position as asked, in dimension order.
+        context: the DecodeContext the actor decodes with.
+        num_prompts: prompts to send (``sample_size`` caps it during the search); None: configured.
+        load: benchmark load overrides for this evaluation, e.g. {"request_rate": 4.0}.
+    """
+
+    eval_id: int
+    phase: str
+    particle: int | None
+    iteration: int
+    position: tuple[float, ...]
+    context: DecodeContext | None = None
+    num_prompts: int | None = None
+    load: Mapping[str, float] = field(default_factory=dict)
+
+
+def _finite_or_none(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+@dataclass
+class EvaluationResult:
+    """The outcome of one evaluation, as journaled.
+
+    ``fitness`` is ``math.inf`` for a failed evaluation (journaled as null); ``position`` is the
+    repaired position that the driver writes back into the swarm.
+    """
+
+    eval_id: int
+    phase: str
+    particle: int | None
+    iteration: int
+    position_in: list[float]
+    position: list[float]
+    values: dict[str, Any]
+    metrics: dict[str, float | None]
+    fitness: float
+    error: str | None = None
+    attempts: int = 1
+    reused: bool = False
+    devices: list[str] = field(default_factory=list)
+    actor: str | None = None
+    started: float = 0.0
+    finished: float = 0.0
+    num_prompts: int | None = None
+    real_evaluation: bool = True
+    warnings: list[str] = field(default_factory=list)
+    load: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """True when the evaluation produced no finite fitness."""
+        return not math.isfinite(self.fitness)
+
+    def to_json(self, run_id: str) -> dict[str, Any]:
+        """A JSON-safe dict (non-finite numbers become null) with the run id first."""
+        d = {"run_id": run_id, **asdict(self)}
+        d["fitness"] = _finite_or_none(self.fitness)
+        d["metrics"] = {k: _finite_or_none(v) for k, v in self.metrics.items()}
+        d["position_in"] = [_finite_or_none(float(x)) for x in self.position_in]
+        d["position"] = [_finite_or_none(float(x)) for x in self.position]
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> EvaluationResult:
+        """Rebuild a result from a journal line."""
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        kw["fitness"] = math.inf if d.get("fitness") is None else float(d["fitness"])
+        kw["position_in"] = [math.nan if x is None else float(x) for x in d.get("position_in", [])]
+        kw["position"] = [math.nan if x is None else float(x) for x in d.get("position", [])]
+        return cls(**kw)
