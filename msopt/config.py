@@ -112,6 +112,10 @@ class Settings:
     config_path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # mapping proxies do not pickle; Ray ships Settings
+        return (_rebuild_settings, (thaw(self.data), self.engine, self.fields, self.sources,
+                                    self.config_path, dict(self.origin)))
+
     def get(self, key: str, default: Any = None) -> Any:
         """A top-level value."""
         return self.data.get(key, default)
@@ -186,6 +190,11 @@ class Settings:
     def scalars(self) -> dict[str, Any]:
         """The effective top-level scalars (n_particles, iters, SLOs, ...)."""
         return {k: v for k, v in self.data.items() if not isinstance(v, (Mapping, tuple))}
+
+
+def _rebuild_settings(data: dict[str, Any], engine: str, fields: tuple[FieldDecl, ...],
+                      sources: tuple[str, ...], config_path: str | None, origin: dict[str, str]) -> Settings:
+    return Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin))
 
 
 def resolve_config_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Path:

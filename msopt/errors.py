@@ -41,3 +41,7 @@ class EvaluationError(MsoptError):
 
 class SimulationError(EvaluationError):
     """The simulator cannot run the given configuration (bad knobs, unknown catalog entry)."""
+
+
+class RetryableError(EvaluationError):
+    """An evaluation failure worth another attempt (a retryable health-check pattern, a port clash)."""

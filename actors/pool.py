@@ -1,0 +1,301 @@
+"""RayPool: sizes the pool from the cluster, pins devices with placement groups, dispatches
+evaluations, replaces dead actors and fails evaluations that run past their time limit.
+
+Bookkeeping lives on the instance (as Ray's ``ActorPool``); a dead actor is never reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from actors.evaluator import EvaluatorActor, accelerator_key
+from msopt.config import Settings
+from msopt.errors import MsoptError
+from msopt.evaluation import MAX_ATTEMPTS
+from msopt.results import METRICS, EvalRequest, EvaluationResult
+
+log = logging.getLogger("msopt.pool")
+
+
+class ClusterError(MsoptError):
+    """The Ray cluster cannot host the pool (missing resources, unreachable address)."""
+
+
+def devices_per_trial(settings: Settings) -> int:
+    """``[cluster] devices_per_trial``; default: the ternary_factories product, else 1."""
+    value = settings.section("cluster").get("devices_per_trial")
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ClusterError(f"{settings.where('cluster.devices_per_trial')}: [cluster] devices_per_trial "
+                               f"must be a non-negative integer, got {value!r}")
+        return value
+    from msopt.space import SearchSpace
+
+    products = SearchSpace.from_settings(settings).ternary_products()
+    return int(products[0]) if products else 1
+
+
+def quiet_ray_logs() -> None:
+    """Keep Ray's harmless "Failed to detect NPU type" traceback away from users."""
+    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
+    logging.getLogger("ray._private.accelerators").setLevel(logging.CRITICAL)
+
+
+def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: int) -> bool:
+    """Connect to Ray; return True when this call started a local instance (stop it at the end).
+
+    Without an address (and no RAY_ADDRESS) a local instance sized to this machine starts; for a
+    simulated run it declares ``slots × devices_per_trial`` virtual accelerators, so the same
+    configuration that pins NPUs on a cluster runs here.
+    """
+    quiet_ray_logs()
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    kw: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if address:
+        try:
+            ray.init(address=address, **kw)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
+                               "'ray start --head' or drop --address") from None
+        return False
+    key = accelerator_key(settings)
+    k = devices_per_trial(settings)
+    resources: dict[str, float] = {}
+    num_gpus = None
+    if simulate and key and k:
+        if key == "GPU":
+            num_gpus = slots * k
+        else:
+            resources[key] = float(slots * k)
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=num_gpus, resources=resources or None,
+             include_dashboard=False, **kw)
+    return True
+
+
+@dataclass
+class _Slot:
+    index: int
+    pg: PlacementGroup | None
+    actor: Any = None
+    info: dict[str, Any] | None = None
+    generation: int = 0
+
+
+class RayPool:
+    """An evaluator pool of Ray actors, one per concurrent evaluation.
+
+    Args:
+        settings: the effective settings.
+        simulate: actors simulate instead of launching engines.
+        run_dir: the run directory (actors write logs there).
+        max_concurrent: cap on concurrent evaluations (``--max-concurrent``), 0 for none.
+        pg_timeout: seconds to wait for the placement groups before saying what is missing.
+    """
+
+    def __init__(self, settings: Settings, *, simulate: bool, run_dir: str | None = None,
+                 max_concurrent: int = 0, pg_timeout: float = 60.0) -> None:
+        self.settings = settings
+        self.simulate = simulate
+        self.run_dir = run_dir
+        self.key = accelerator_key(settings)
+        self.k = devices_per_trial(settings) if self.key else 0
+        self.time_limit = float(settings.get("particles_time_out", 3600))
+        self._queue: deque[EvalRequest] = deque()
+        self._inflight: dict[Any, tuple[_Slot, EvalRequest, float]] = {}
+        self._free: deque[_Slot] = deque()
+        self._attempts: dict[int, int] = {}
+        self._started: list[tuple[int, list[str]]] = []
+        self._done: list[EvaluationResult] = []
+        self.replaced = 0
+        t0 = time.monotonic()
+        size = self.plan_size(settings, max_concurrent)
+        self.slots = [_Slot(i, None) for i in range(size)]
+        self._reserve(pg_timeout)
+        for slot in self.slots:
+            self._spawn(slot)
+        infos = ray.get([s.actor.info.remote() for s in self.slots])
+        for slot, info in zip(self.slots, infos):
+            slot.info = info
+            self._free.append(slot)
+        self.startup_seconds = time.monotonic() - t0
+
+    # -- sizing ---------------------------------------------------------------------------
+    def plan_size(self, settings: Settings, max_concurrent: int = 0) -> int:
+        """Concurrent slots: whole trials that fit on each node, capped by n_particles and
+        ``[cluster] max_concurrent_trials`` / ``--max-concurrent``."""
+        cap = settings.n_particles
+        for c in (max_concurrent, int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)):
+            if c and c > 0:
+                cap = min(cap, c)
+        if not self.key or self.k == 0:
+            return max(1, cap)
+        per_node = [int(n.get("Resources", {}).get(self.key, 0) // self.k) for n in ray.nodes() if n.get("Alive")]
+        fit = sum(per_node)
+        if fit == 0:
+            have = {n.get("NodeManagerAddress"): n.get("Resources", {}).get(self.key, 0)
+                    for n in ray.nodes() if n.get("Alive")}
+            raise ClusterError(f"no node of the Ray cluster has {self.k} {self.key} for one trial "
+                               f"(per node: {have}); lower [cluster] devices_per_trial, set [cluster] "
+                               f"accelerator, or use --simulate")
+        return max(1, min(cap, fit))
+
+    @property
+    def size(self) -> int:
+        return len(self.slots)
+
+    def _bundle(self) -> dict[str, float]:
+        if self.key == "GPU":
+            return {"GPU": float(self.k)}
+        return {self.key: float(self.k)} if self.key else {}
+
+    def _reserve(self, timeout: float) -> None:
+        if not self.key or self.k == 0:
+            return
+        for slot in self.slots:
+            slot.pg = placement_group([self._bundle()], strategy="STRICT_PACK")
+        ready, _ = ray.wait([s.pg.ready() for s in self.slots], num_returns=len(self.slots), timeout=timeout)
+        if len(ready) < len(self.slots):
+            avail = ray.available_resources().get(self.key, 0)
+            for s in self.slots:
+                remove_placement_group(s.pg)
+            raise ClusterError(f"only {len(ready)} of {len(self.slots)} trials of {self.k} {self.key} could be "
+                               f"placed within {timeout:.0f}s ({avail:g} {self.key} available); free devices "
+                               f"or lower --max-concurrent")
+
+    def _spawn(self, slot: _Slot) -> None:
+        opts: dict[str, Any] = {"num_cpus": 0}
+        if self.key == "GPU":
+            opts["num_gpus"] = self.k
+        elif self.key and self.k:
+            opts["resources"] = {self.key: self.k}
+        if slot.pg is not None:
+            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=slot.pg, placement_group_bundle_index=0)
+        slot.generation += 1
+        name = f"actor-{slot.index}" + (f".{slot.generation - 1}" if slot.generation > 1 else "")
+        slot.actor = EvaluatorActor.options(**opts).remote(self.settings, self.simulate, self.run_dir, name)
+        slot.info = None
+
+    def _replace(self, slot: _Slot) -> None:
+        try:
+            ray.kill(slot.actor, no_restart=True)
+        except RayError:
+            pass
+        self.replaced += 1
+        self._spawn(slot)
+
+    # -- protocol -------------------------------------------------------------------------
+    def submit(self, req: EvalRequest) -> None:
+        self._queue.append(req)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while self._queue and self._free:
+            slot = self._free.popleft()
+            req = self._queue.popleft()
+            ref = slot.actor.evaluate.remote(req)
+            self._inflight[ref] = (slot, req, time.monotonic())
+            devices = (slot.info or {}).get("devices", [])
+            self._started.append((req.eval_id, list(devices)))
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        out, self._started = self._started, []
+        return out
+
+    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        self._dispatch()
+        if self._inflight:
+            refs = list(self._inflight)
+            wait_for = timeout if timeout is not None else None
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_for)
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                self._take(ref)
+        elif timeout:
+            time.sleep(min(timeout, 0.05))
+        self._expire()
+        self._dispatch()
+        out, self._done = self._done, []
+        return out
+
+    def _take(self, ref: Any) -> None:
+        slot, req, t0 = self._inflight.pop(ref)
+        try:
+            result: EvaluationResult = ray.get(ref, timeout=30)
+        except (RayActorError, GetTimeoutError) as exc:
+            self._actor_died(slot, req, f"actor {self._name(slot)} died: {type(exc).__name__}")
+            return
+        except RayError as exc:  # the evaluation raised: a bug, reported on the result
+            result = self._failed(req, f"evaluation raised: {exc}", slot)
+        result.attempts += self._attempts.pop(req.eval_id, 0)
+        self._done.append(result)
+        self._free.append(slot)
+
+    def _actor_died(self, slot: _Slot, req: EvalRequest, why: str) -> None:
+        self._replace(slot)
+        n = self._attempts.get(req.eval_id, 0) + 1
+        self._attempts[req.eval_id] = n
+        log.warning("%s; %s", why, "resubmitting" if n < MAX_ATTEMPTS else "giving up")
+        if n < MAX_ATTEMPTS:
+            self._queue.appendleft(req)
+        else:
+            r = self._failed(req, f"{why} ({n} attempts)", slot)
+            r.attempts = n
+            self._attempts.pop(req.eval_id, None)
+            self._done.append(r)
+        self._free.append(slot)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for ref, (slot, req, t0) in list(self._inflight.items()):
+            if now - t0 > self.time_limit:
+                del self._inflight[ref]
+                self._replace(slot)  # killing the actor stops the processes it started
+                r = self._failed(req, f"timed out after {self.time_limit:g}s (particles_time_out)", slot)
+                r.attempts += self._attempts.pop(req.eval_id, 0)
+                self._done.append(r)
+                self._free.append(slot)
+
+    def _name(self, slot: _Slot) -> str:
+        return f"actor-{slot.index}"
+
+    def _failed(self, req: EvalRequest, error: str, slot: _Slot) -> EvaluationResult:
+        now = time.time()
+        return EvaluationResult(
+            eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+            position_in=list(req.position), position=list(req.position), values={},
+            metrics={m: None for m in METRICS}, fitness=math.inf, error=error, attempts=1,
+            devices=list((slot.info or {}).get("devices", [])), actor=self._name(slot), started=now,
+            finished=now, num_prompts=req.num_prompts, real_evaluation=not self.simulate, load=dict(req.load))
+
+    def actor_infos(self) -> list[dict[str, Any]]:
+        """Info of every live actor (pid, devices, node)."""
+        return ray.get([s.actor.info.remote() for s in self.slots])
+
+    def close(self) -> None:
+        for slot in self.slots:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except RayError:
+                pass
+            if slot.pg is not None:
+                try:
+                    remove_placement_group(slot.pg)
+                except RayError:
+                    pass
+        self._inflight.clear()

@@ -1,0 +1,166 @@
+"""``msopt optimize`` (also ``msopt optimizer``): run a tuning, locally or on a Ray cluster."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from msopt.errors import ConfigError
+
+
+def register(sub: Any) -> None:
+    """Add the optimize subcommand (and its original-tool alias)."""
+    for name in ("optimize", "optimizer"):
+        p = sub.add_parser(name, help="tune the serving parameters (PSO over a Ray actor pool)"
+                           if name == "optimize" else "alias of optimize (the original tool's name)")
+        p.add_argument("-c", "--config", metavar="FILE", help="configuration file (highest layer)")
+        p.add_argument("-e", "--engine", metavar="ENGINE", help="engine section to search (vllm, mindie, sglang)")
+        p.add_argument("-b", "--benchmark", metavar="BENCHMARK",
+                       help="benchmark adapter (vllm_benchmark, ais_bench, builtin)")
+        p.add_argument("--simulate", action="store_true", default=None,
+                       help="evaluate with the embedded simulator instead of launching the engine")
+        p.add_argument("-o", "--output", metavar="DIR", help="parent directory of run directories")
+        p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR whose driver died")
+        p.add_argument("--seed", type=int, help="seed of the swarm, the simulator and the workload")
+        p.add_argument("--mode", choices=("sync", "async"), help="sync iterations or async particles")
+        p.add_argument("--address", metavar="ADDR",
+                       help="join this Ray cluster ('auto': the running one / RAY_ADDRESS); "
+                            "default: start a local instance")
+        p.add_argument("--max-concurrent", type=int, metavar="N", help="cap on concurrent evaluations")
+        p.add_argument("--particles", type=int, metavar="N", help="swarm size (n_particles)")
+        p.add_argument("--iters", type=int, metavar="N", help="swarm iterations (iters)")
+        p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
+        p.add_argument("--no-ray", action="store_true",
+                       help="evaluate in threads of this process (debugging; no device pinning)")
+        p.set_defaults(func=cmd_optimize)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, key in (("particles", "n_particles"), ("iters", "iters"), ("seed", "seed"), ("mode", "mode"),
+                      ("benchmark", "benchmark"), ("output", "output")):
+        v = getattr(args, flag)
+        if v is not None:
+            out[key] = v
+    if args.simulate:
+        out["simulate"] = True
+    if "n_particles" in out and not 1 <= out["n_particles"] <= 100_000:
+        raise ConfigError(f"--particles {out['n_particles']} must be from 1 to 100000")
+    if "iters" in out and out["iters"] < 0:
+        raise ConfigError(f"--iters {out['iters']} must be >= 0")
+    if "seed" in out and out["seed"] < 0:
+        raise ConfigError(f"--seed {out['seed']} must be >= 0")
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent {args.max_concurrent} must be >= 1")
+    return out
+
+
+def _load(args: argparse.Namespace):  # noqa: ANN202
+    from msopt.config import load_settings
+
+    if args.resume:
+        from msopt.store import RunStore
+
+        store = RunStore.open(args.resume)
+        if args.config:
+            raise ConfigError("--resume takes the configuration saved in the run directory; drop -c")
+        settings = load_settings(str(Path(args.resume) / "config.toml"), args.engine, environ={})
+        return settings, store
+    settings = load_settings(args.config, args.engine)
+    over = _overrides(args)
+    if over:
+        settings = settings.replace(**over)
+        from msopt.space import SearchSpace
+
+        SearchSpace.from_settings(settings)
+    return settings, None
+
+
+def _check(settings: Any) -> None:
+    """Start-up checks that need the registries: objective metrics vs the benchmark."""
+    from msopt.objective import check_metrics_available, make_objective
+
+    objective = make_objective(str(settings.get("objective", "default")), settings.data)
+    if settings.get("simulate"):
+        from msopt.results import METRICS
+
+        produced = set(METRICS)
+        name = "simulator"
+    else:
+        from msopt.benchmarks import get_benchmark
+
+        name = str(settings.get("benchmark"))
+        produced = set(get_benchmark(name).produces)
+    check_metrics_available(objective, produced, name)
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Run (or resume) one optimization and print its run directory."""
+    settings, store = _load(args)
+    _check(settings)
+    simulate = bool(settings.get("simulate"))
+    from msopt.driver import Driver, InProcessPool
+    from msopt.progress import make_progress
+    from msopt.store import RunStore
+
+    previous = []
+    if store is None:
+        output = Path(str(settings.get("output", "msopt_runs")))
+        store = RunStore.create(output, settings, meta={"argv": sys.argv})
+    else:
+        previous = store.load_journal()
+        store.rebuild_results_csv()
+    print(f"run directory: {store.path}", flush=True)
+    progress = make_progress(True if args.plain else None)
+    pool = None
+    started_ray = False
+    # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        if args.no_ray:
+            pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.path))
+        else:
+            from actors.pool import RayPool, init_ray
+
+            cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
+            slots = min(settings.n_particles, cap) if cap else settings.n_particles
+            started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
+            pool = RayPool(settings, simulate=simulate, run_dir=str(store.path), max_concurrent=args.max_concurrent or 0)
+        driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
+        total = 1 + settings.n_particles * settings.iters + int(settings.section("data_storage").get("pso_top_k", 0) or 0)
+        progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
+                       run_dir=str(store.path))
+        outcome = driver.run()
+        summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
+                   "reused": outcome.reused, "run_dir": str(store.path)}
+        progress.close(summary)
+        progress = None
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.close(None)
+            progress = None
+        print(f"msopt: interrupted; continue with: msopt optimize --resume {store.path}", file=sys.stderr)
+        return 130
+    finally:
+        if progress is not None:
+            progress.close(None)
+        if pool is not None:
+            pool.close()
+        store.close()
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    best = outcome.best
+    if best is None:
+        print("no configuration succeeded; see the errors in the journal", file=sys.stderr)
+        print(store.path)
+        return 1
+    shown = ", ".join(f"{k}={v}" for k, v in best.values.items())
+    print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
+    print(store.path)
+    return 0

@@ -1,0 +1,415 @@
+"""The optimization loop: baseline, swarm iterations (sync or async), top-k refinement.
+
+The driver talks to an :class:`EvaluatorPool` (submit a request, wait for finished results);
+``actors.pool.RayPool`` implements it with Ray actors, :class:`InProcessPool` with threads for
+tests and ``--no-ray``. Every finished evaluation is journaled before the swarm learns of it; the
+repaired position is written back into the swarm before bests are updated; the swarm is
+checkpointed after every tell.
+
+Resume replays the run: the journal's results stand in for the evaluations they record, so the
+seeded swarm goes through exactly the same states, and only evaluations missing from the journal
+are dispatched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from msopt.config import Settings
+from msopt.errors import ConfigError, DecodeError
+from msopt.evaluation import Evaluator, search_num_prompts
+from msopt.results import EvalRequest, EvaluationResult
+from msopt.space import DecodeContext, SearchSpace
+from msopt.swarm import Swarm, SwarmOptions
+
+
+class EvaluatorPool(Protocol):
+    """Where evaluations run: a Ray actor pool or an in-process one."""
+
+    @property
+    def size(self) -> int:
+        """How many evaluations run at once."""
+
+    def submit(self, req: EvalRequest) -> None:
+        """Queue one evaluation."""
+
+    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        """Return the evaluations finished since the last call (empty on timeout)."""
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        """(eval_id, devices) of the evaluations started since the last call."""
+
+    def close(self) -> None:
+        """Stop every worker and everything they started."""
+
+
+class InProcessPool:
+    """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``).
+
+    Args:
+        settings: the effective settings.
+        size: worker threads.
+        run_dir: the run directory for logs.
+        evaluator_factory: builds the evaluator of worker ``k`` (default: :class:`Evaluator`).
+    """
+
+    def __init__(self, settings: Settings, *, size: int = 1, run_dir: str | None = None,
+                 evaluator_factory: Callable[[int], Any] | None = None) -> None:
+        self._size = max(1, int(size))
+        factory = evaluator_factory or (
+            lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[]))
+        self._evaluators = [factory(k) for k in range(self._size)]
+        self._requests: queue.Queue[EvalRequest | None] = queue.Queue()
+        self._results: queue.Queue[EvaluationResult] = queue.Queue()
+        self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
+        self._threads = [threading.Thread(target=self._work, args=(ev,), daemon=True)
+                         for ev in self._evaluators]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _work(self, evaluator: Any) -> None:
+        while True:
+            req = self._requests.get()
+            if req is None:
+                return
+            self._started.put((req.eval_id, list(getattr(evaluator, "devices", []))))
+            self._results.put(evaluator.evaluate(req))
+
+    def submit(self, req: EvalRequest) -> None:
+        self._requests.put(req)
+
+    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        out: list[EvaluationResult] = []
+        try:
+            out.append(self._results.get(timeout=timeout))
+        except queue.Empty:
+            return out
+        while True:
+            try:
+                out.append(self._results.get_nowait())
+            except queue.Empty:
+                return out
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        out = []
+        while True:
+            try:
+                out.append(self._started.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._requests.put(None)
+
+
+@dataclass
+class RunOutcome:
+    """What a finished run reports."""
+
+    best: EvaluationResult | None
+    evaluations: int
+    failures: int
+    reused: int
+    launched: int
+    results: list[EvaluationResult] = field(default_factory=list)
+
+
+def _values_key(values: Mapping[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _request_key(phase: str, particle: int | None, iteration: int) -> tuple[str, int | None, int]:
+    return (phase, particle, iteration)
+
+
+class Driver:
+    """Runs one optimization over a pool.
+
+    Args:
+        settings: the effective settings (n_particles, iters, seed, mode, ...).
+        pool: where evaluations run.
+        store: the run directory (``append``, ``save_state``, ``write_best``), or None.
+        progress: receives :class:`msopt.progress.ProgressEvent` objects, or None.
+        previous: results already journaled (``--resume``): they are replayed, not re-run.
+    """
+
+    def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: Any = None, progress: Any = None,
+                 previous: Sequence[EvaluationResult] = ()) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.store = store
+        self.progress = progress
+        self.space = SearchSpace.from_settings(settings)
+        self.mode = str(settings.get("mode", "sync"))
+        self.n = settings.n_particles
+        self.iters = settings.iters
+        self.seed = int(settings.get("seed", 0))
+        self.reuse = settings.get("duplicate_policy", "reuse") == "reuse"
+        self.top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
+        self.search_prompts = search_num_prompts(settings)
+        options = SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
+                                             self.n, self.iters, seed=self.seed)
+        low, high = self.space.bounds
+        self.swarm = Swarm(low, high, options, init_position=self.space.default_position())
+        self._previous = {_request_key(r.phase, r.particle, r.iteration): r for r in previous}
+        self._replay_order = [r for r in previous]
+        self.results: list[EvaluationResult] = []
+        self._cache: dict[str, EvaluationResult] = {}
+        self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
+        self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
+        self._inflight: dict[int, EvalRequest] = {}
+        self._decoded: dict[int, tuple[str | None, np.ndarray]] = {}
+        self.launched = 0
+
+    # -- events ---------------------------------------------------------------------------
+    def _emit(self, kind: str, **kw: Any) -> None:
+        if self.progress is None:
+            return
+        from msopt.progress import ProgressEvent
+
+        self.progress.update(ProgressEvent(kind=kind, **kw))
+
+    def _emit_result(self, r: EvaluationResult) -> None:
+        kind = "reused" if r.reused else ("failed" if r.failed else "done")
+        self._emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
+                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error)
+
+    # -- dispatch -------------------------------------------------------------------------
+    def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray]:
+        try:
+            d = self.space.decode(np.asarray(req.position, dtype=float), req.context)
+        except DecodeError:
+            return None, np.asarray(req.position, dtype=float)
+        return _values_key(d.values), d.position
+
+    def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
+        """Replay, reuse or submit one request; return its result when known at once."""
+        prev = self._previous.pop(_request_key(req.phase, req.particle, req.iteration), None)
+        if prev is not None:
+            prev = replace(prev, eval_id=req.eval_id)
+            self._finish(prev, journal=False)
+            return prev
+        key, position = self._pre_decode(req)
+        if self.reuse and key is not None and req.phase == "search":
+            done = self._cache.get(key)
+            if done is not None:
+                r = self._reused(done, req, position)
+                self._finish(r)
+                return r
+            if key in self._leaders:
+                self._followers.setdefault(self._leaders[key], []).append((req, position))
+                self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle,
+                           iteration=req.iteration)
+                return None
+            self._leaders[key] = req.eval_id
+        self._decoded[req.eval_id] = (key, position)
+        self._inflight[req.eval_id] = req
+        self.pool.submit(req)
+        self.launched += 1
+        self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration)
+        return None
+
+    def _reused(self, done: EvaluationResult, req: EvalRequest, position: np.ndarray) -> EvaluationResult:
+        now = time.time()
+        return replace(done, eval_id=req.eval_id, phase=req.phase, particle=req.particle,
+                       iteration=req.iteration, position_in=[float(x) for x in req.position],
+                       position=position.tolist(), reused=True, attempts=0, devices=[], actor=None,
+                       started=now, finished=now, num_prompts=req.num_prompts)
+
+    def _finish(self, r: EvaluationResult, journal: bool = True) -> None:
+        if journal and self.store is not None:
+            self.store.append(r)
+        self.results.append(r)
+        if not r.reused and r.values:
+            self._cache.setdefault(_values_key(r.values), r)
+        self._emit_result(r)
+
+    def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
+        """Wait for finished evaluations (and their followers); journal them."""
+        if self.progress is not None:
+            for eval_id, devices in self.pool.running():
+                req = self._inflight.get(eval_id)
+                if req is not None:
+                    self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
+                               iteration=req.iteration, devices=devices)
+        out: list[EvaluationResult] = []
+        for r in self.pool.wait(timeout):
+            req = self._inflight.pop(r.eval_id, None)
+            if req is None:
+                continue  # a result for an evaluation already failed (timeout) or resubmitted
+            self._decoded.pop(r.eval_id, None)
+            self._finish(r)
+            out.append(r)
+            for key, leader in list(self._leaders.items()):
+                if leader == r.eval_id:
+                    del self._leaders[key]
+            for freq, fpos in self._followers.pop(r.eval_id, []):
+                fr = self._reused(r, freq, fpos)
+                self._finish(fr)
+                out.append(fr)
+        return out
+
+    @property
+    def outstanding(self) -> int:
+        """Evaluations submitted or waiting on a duplicate, not yet finished."""
+        return len(self._inflight) + sum(len(v) for v in self._followers.values())
+
+    # -- stages ---------------------------------------------------------------------------
+    def _eval_id(self, particle: int, count: int) -> int:
+        return 1 + count * self.n + particle
+
+    def _search_request(self, particle: int, count: int, position: np.ndarray) -> EvalRequest:
+        return EvalRequest(eval_id=self._eval_id(particle, count), phase="search", particle=particle,
+                           iteration=count, position=tuple(float(x) for x in position),
+                           context=DecodeContext(particle, self.n, count), num_prompts=self.search_prompts)
+
+    def _run_all(self, reqs: Sequence[EvalRequest]) -> dict[int, EvaluationResult]:
+        got: dict[int, EvaluationResult] = {}
+        for req in reqs:
+            r = self.dispatch(req)
+            if r is not None:
+                got[r.eval_id] = r
+        want = {req.eval_id for req in reqs}
+        while not want <= set(got):
+            for r in self.collect():
+                got[r.eval_id] = r
+        return got
+
+    def _checkpoint(self, stage: str, **extra: Any) -> None:
+        if self.store is None:
+            return
+        self.store.save_state({"stage": stage, "mode": self.mode, "seed": self.seed,
+                               "swarm": self.swarm.to_state(), "evaluations": len(self.results), **extra})
+
+    def run_baseline(self) -> EvaluationResult:
+        """Evaluate the default configuration (every field at its ``value``)."""
+        self._emit("phase", text="baseline")
+        req = EvalRequest(eval_id=0, phase="baseline", particle=None, iteration=0,
+                          position=tuple(self.space.default_position().tolist()), context=None,
+                          num_prompts=self.search_prompts)
+        return self._run_all([req])[0]
+
+    def run_sync(self) -> None:
+        """Iterations: every particle evaluated concurrently, told in particle order."""
+        for it in range(self.iters):
+            self._emit("phase", text=f"iteration {it + 1}/{self.iters}")
+            positions = self.swarm.ask()
+            reqs = [self._search_request(i, it, positions[i]) for i in range(self.n)]
+            got = self._run_all(reqs)
+            ordered = [got[req.eval_id] for req in reqs]
+            self.swarm.tell(np.array([r.fitness for r in ordered]),
+                            np.array([r.position for r in ordered], dtype=float))
+            self._checkpoint("search", iteration=it + 1)
+
+    def run_async(self) -> None:
+        """Each particle is told and moved as soon as its own result arrives, then dispatched again."""
+        self._emit("phase", text="search (async)")
+        # replay the journal's search results in the order they were told
+        for prev in self._replay_order:
+            if prev.phase != "search" or prev.particle is None:
+                continue
+            i = prev.particle
+            if int(self.swarm.evaluation_counts[i]) != prev.iteration:
+                continue
+            self._previous.pop(_request_key("search", i, prev.iteration), None)
+            self._finish(replace(prev, eval_id=self._eval_id(i, prev.iteration)), journal=False)
+            self._tell_async(prev)
+        for i in range(self.n):
+            c = int(self.swarm.evaluation_counts[i])
+            if c < self.iters:
+                self._dispatch_async(i, c)
+        while self.outstanding:
+            for r in self.collect():
+                if r.phase == "search":
+                    self._tell_async(r)
+                    c = int(self.swarm.evaluation_counts[r.particle])
+                    if c < self.iters:
+                        self._dispatch_async(r.particle, c)
+
+    def _dispatch_async(self, i: int, count: int) -> None:
+        r = self.dispatch(self._search_request(i, count, self.swarm.ask_one(i)))
+        while r is not None:  # replayed or reused at once: tell and go on with this particle
+            self._tell_async(r)
+            count = int(self.swarm.evaluation_counts[i])
+            if count >= self.iters:
+                return
+            r = self.dispatch(self._search_request(i, count, self.swarm.ask_one(i)))
+
+    def _tell_async(self, r: EvaluationResult) -> None:
+        self.swarm.tell_one(r.particle, r.fitness, np.asarray(r.position, dtype=float))
+        self._checkpoint("search")
+
+    def run_refine(self) -> list[EvaluationResult]:
+        """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
+        if self.top_k <= 0:
+            return []
+        ranked = sorted((r for r in self.results if r.phase in ("baseline", "search") and not r.failed),
+                        key=lambda r: (r.fitness, r.eval_id))
+        picked: list[EvaluationResult] = []
+        seen: set[str] = set()
+        for r in ranked:
+            key = _values_key(r.values)
+            if key not in seen:
+                seen.add(key)
+                picked.append(r)
+            if len(picked) == self.top_k:
+                break
+        if not picked:
+            return []
+        self._emit("phase", text=f"refine top {len(picked)}")
+        base = 1 + self.iters * self.n
+        reqs = [EvalRequest(eval_id=base + k, phase="refine", particle=None, iteration=k,
+                            position=tuple(r.position), context=None, num_prompts=None)
+                for k, r in enumerate(picked)]
+        got = self._run_all(reqs)
+        return [got[q.eval_id] for q in reqs]
+
+    def best(self) -> EvaluationResult | None:
+        """The recommendation: the best refined result when refinement ran, else the best of all."""
+        refined = [r for r in self.results if r.phase == "refine" and not r.failed]
+        pool = refined or [r for r in self.results if not r.failed]
+        return min(pool, key=lambda r: (r.fitness, r.eval_id)) if pool else None
+
+    def run(self) -> RunOutcome:
+        """Run every stage and return the outcome."""
+        if self.mode not in ("sync", "async"):
+            raise ConfigError(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        self.run_baseline()
+        if self.mode == "async":
+            self.run_async()
+        else:
+            self.run_sync()
+        self.run_refine()
+        best = self.best()
+        self._checkpoint("done")
+        if self.store is not None and best is not None:
+            self.store.write_best(best_record(best, self.settings))
+        return RunOutcome(best=best, evaluations=len(self.results),
+                          failures=sum(r.failed for r in self.results),
+                          reused=sum(r.reused for r in self.results), launched=self.launched,
+                          results=list(self.results))
+
+
+def best_record(best: EvaluationResult, settings: Settings) -> dict[str, Any]:
+    """The content of best.json."""
+    def finite(x: Any) -> Any:
+        return None if isinstance(x, float) and not math.isfinite(x) else x
+
+    return {"eval_id": best.eval_id, "phase": best.phase, "fitness": finite(best.fitness),
+            "engine": settings.engine, "values": best.values,
+            "metrics": {k: finite(v) for k, v in best.metrics.items()}, "position": best.position,
+            "num_prompts": best.num_prompts}

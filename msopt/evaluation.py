@@ -1,0 +1,155 @@
+"""One evaluation end to end, without Ray: decode, render, run (real or simulated), score.
+
+The :class:`Evaluator` is what an actor owns. Its decode, with the particle's DecodeContext,
+is the authoritative one: the repaired position it returns is written back into the swarm.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from msopt.config import Settings
+from msopt.errors import DecodeError, EvaluationError, MsoptError, RetryableError
+from msopt.objective import Objective, make_objective
+from msopt.results import METRICS, EvalRequest, EvaluationResult
+from msopt.space import SearchSpace
+
+#: Attempts of an evaluation whose failure is retryable (health check, actor death).
+MAX_ATTEMPTS = 3
+
+
+def configured_num_prompts(settings: Settings) -> int | None:
+    """The full workload's num_prompts: the benchmark command's, else the simulator's."""
+    bench = settings.section(str(settings.get("benchmark", "")))
+    n = (bench.get("command") or {}).get("num_prompts") if isinstance(bench.get("command"), Mapping) else None
+    if settings.get("simulate"):
+        n = settings.section("simulator").get("workload", {}).get("num_prompts", n)
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+def search_num_prompts(settings: Settings) -> int | None:
+    """num_prompts during the search: the full workload's, capped by ``sample_size``."""
+    full = configured_num_prompts(settings)
+    cap = settings.get("sample_size")
+    if full is None:
+        return int(cap) if cap else None
+    return min(full, int(cap)) if cap else full
+
+
+class Evaluator:
+    """Runs evaluations for one actor (or one in-process worker).
+
+    Args:
+        settings: the effective settings.
+        simulate: use the embedded simulator instead of launching the engine.
+        run_dir: the run directory (logs go to ``run_dir/logs``); None keeps no logs.
+        devices: the accelerator ids this evaluator holds (as Ray assigned them).
+        actor: a name for the journal.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        simulate: bool | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        devices: Sequence[str] = (),
+        actor: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.simulate = bool(settings.get("simulate")) if simulate is None else simulate
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.devices = [str(d) for d in devices]
+        self.actor = actor
+        self.space = SearchSpace.from_settings(settings)
+        self.objective: Objective = make_objective(str(settings.get("objective", "default")), settings.data)
+        from msopt.engines import get_engine
+
+        self.engine = get_engine(settings.engine)
+        self.engine_section = settings.section(settings.engine)
+        self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
+        if self.simulate:
+            from msopt.simrun import SimulatorSetup
+
+            self.sim = SimulatorSetup.from_settings(settings)
+        else:
+            from msopt.benchmarks import get_benchmark
+
+            self.benchmark = get_benchmark(self.benchmark_name)
+
+    # ------------------------------------------------------------------------------------
+    def evaluate(self, req: EvalRequest) -> EvaluationResult:
+        """Run one evaluation; never raises for a failed candidate (fitness = inf instead)."""
+        started = time.time()
+        result = EvaluationResult(
+            eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+            position_in=[float(x) for x in req.position], position=[float(x) for x in req.position],
+            values={}, metrics={m: None for m in METRICS}, fitness=math.inf, devices=list(self.devices),
+            actor=self.actor, started=started, num_prompts=req.num_prompts,
+            real_evaluation=not self.simulate, load=dict(req.load),
+        )
+        try:
+            decoded = self.space.decode(req.position, req.context)
+        except DecodeError as exc:
+            result.values = dict(exc.values)
+            result.error = str(exc)
+            result.finished = time.time()
+            return result
+        result.values = decoded.values
+        result.position = decoded.position.tolist()
+        result.warnings = list(decoded.warnings)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            result.attempts = attempt
+            try:
+                metrics = self._measure(decoded.values, req, attempt)
+            except RetryableError as exc:
+                result.error = str(exc)
+                continue
+            except MsoptError as exc:
+                result.error = str(exc)
+                break
+            result.metrics = {m: metrics.get(m) for m in METRICS} | {
+                k: v for k, v in metrics.items() if k not in METRICS}
+            result.fitness = float(self.objective(metrics))
+            result.error = None if math.isfinite(result.fitness) else (
+                "no finite fitness: a required metric is missing or zero")
+            break
+        result.finished = time.time()
+        return result
+
+    # ------------------------------------------------------------------------------------
+    def _log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / "logs" / f"eval{req.eval_id:05d}-{kind}-a{attempt}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        if self.simulate:
+            return self._simulate(values, req, attempt)
+        return self._run_real(values, req, attempt)
+
+    def _simulate(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
+                                  devices=self.devices, workdir=self.run_dir)
+        t0 = time.monotonic()
+        res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
+                           load=req.load, seed_offset=req.eval_id)
+        log = self._log_path(req, attempt, "server")
+        if log is not None:
+            log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
+        self.sim.emulate_wall_time(res, time.monotonic() - t0)
+        if res.error:
+            raise EvaluationError(res.error)
+        return res.metrics()
+
+    def _run_real(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        from msopt.realrun import run_real_evaluation
+
+        return run_real_evaluation(self, values, req, attempt)
