@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
+
+#: Seconds to wait for a server to answer its health path when nothing is configured.
+DEFAULT_WAIT_START_TIME = 600.0
+
+_VAR = re.compile(r"\$\{([^}]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,8 @@ class LaunchSpec:
         health_path: HTTP path answering 200 once the server is ready.
         host: the address the server listens on.
         served_model_name: the model name clients send.
+        model: the model (path or hub id) the server loads; benchmarks need it for the tokenizer.
+        ready_timeout: seconds to wait for readiness (the section's ``wait_start_time``).
     """
 
     engine: str
@@ -34,6 +45,193 @@ class LaunchSpec:
     health_path: str = "/health"
     host: str = "127.0.0.1"
     served_model_name: str = ""
+    model: str = ""
+    ready_timeout: float = DEFAULT_WAIT_START_TIME
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` as a client on this machine reaches the server."""
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+# -- helpers shared by the adapters -----------------------------------------------------------
+def plain(value: Any) -> Any:
+    """A numpy scalar as the Python scalar it holds; anything else unchanged."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def format_value(value: Any) -> str:
+    """One value as the text of an argv item or an environment variable.
+
+    Booleans are ``true``/``false``; an integral float stays a float (``2.0``) because the
+    engine's own parser decides what it accepts.
+    """
+    value = plain(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EvaluationError(f"cannot pass the non-finite value {value!r} to an engine")
+        return repr(value)
+    if value is None:
+        return ""
+    return str(value)
+
+
+def substitute(text: str, values: Mapping[str, Any]) -> str:
+    """Replace ``$NAME`` and ``${NAME}`` by field values, in one pass.
+
+    A name that is not a field stays literal. A substituted value is never scanned again, so a
+    value containing ``$OTHER`` stays as it is.
+    """
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(1) if m.group(1) is not None else m.group(2)
+        if name in values:
+            return format_value(values[name])
+        return m.group(0)
+
+    return _VAR.sub(repl, text)
+
+
+def split_others(others: Any, values: Mapping[str, Any], where: str) -> list[str]:
+    """Split the ``others`` string like a shell would (without one), then substitute per item.
+
+    ``others`` may also be a list of strings, taken item by item.
+    """
+    if others is None or others == "":
+        return []
+    if isinstance(others, str):
+        try:
+            items = shlex.split(others)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: 'others' is not a valid command line ({exc}); "
+                              "balance the quotes") from None
+    elif isinstance(others, (list, tuple)) and all(isinstance(x, str) for x in others):
+        items = list(others)
+    else:
+        raise ConfigError(f"{where}: 'others' must be a string or a list of strings, got {others!r}")
+    return [substitute(item, values) for item in items]
+
+
+def command_table(section: Mapping[str, Any], engine: str) -> Mapping[str, Any]:
+    """The ``[<engine>.command]`` table, empty when absent."""
+    cmd = section.get("command", {})
+    if not isinstance(cmd, Mapping):
+        raise ConfigError(f"[{engine}] 'command' must be a table; write [{engine}.command]")
+    return cmd
+
+
+def executable(cmd: Mapping[str, Any], default: Sequence[str], engine: str,
+               values: Mapping[str, Any]) -> list[str]:
+    """``command.executable`` as argv items (a string is one program name, never split)."""
+    exe = cmd.get("executable", list(default))
+    if isinstance(exe, str):
+        exe = [exe]
+    if not isinstance(exe, (list, tuple)) or not exe or not all(isinstance(x, str) and x for x in exe):
+        raise ConfigError(f"[{engine}.command] 'executable' must be a non-empty list of strings, got "
+                          f"{exe!r}; e.g. executable = {list(default)!r}")
+    return [substitute(x, values) for x in exe]
+
+
+def command_str(cmd: Mapping[str, Any], key: str, default: str, engine: str) -> str:
+    """A string key of the command table."""
+    value = cmd.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ConfigError(f"[{engine}.command] '{key}' must be a string, got {value!r}")
+    return str(value)
+
+
+def wait_start_time(section: Mapping[str, Any], engine: str = "engine") -> float:
+    """The readiness timeout: ``wait_start_time`` in the section or its command table (600 s)."""
+    cmd = section.get("command", {})
+    value = section.get("wait_start_time",
+                        cmd.get("wait_start_time") if isinstance(cmd, Mapping) else None)
+    if value is None:
+        return DEFAULT_WAIT_START_TIME
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
+        raise ConfigError(f"[{engine}] 'wait_start_time' must be a positive number of seconds, "
+                          f"got {value!r}")
+    return float(value)
+
+
+def value_of(values: Mapping[str, Any], decl: FieldDecl) -> Any:
+    """The field's value, or an EvaluationError naming the field when the caller omitted it."""
+    try:
+        return plain(values[decl.name])
+    except KeyError:
+        raise EvaluationError(f"no value for field '{decl.name}' ({decl.where}); decode all fields "
+                              "before rendering") from None
+
+
+def env_fields(values: Mapping[str, Any], fields: Sequence[FieldDecl],
+               section: Mapping[str, Any], engine: str) -> dict[str, str]:
+    """Environment of the launch: the section's ``env`` table, then every ``env`` field."""
+    env: dict[str, str] = {}
+    extra = section.get("env", {})
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"[{engine}] 'env' must be a table of NAME = value; write [{engine}.env]")
+    for k, v in extra.items():
+        env[str(k)] = substitute(format_value(v), values)
+    for decl in fields:
+        if decl.config_position == "env":
+            env[decl.name] = format_value(value_of(values, decl))
+    return env
+
+
+def flag_args(values: Mapping[str, Any], fields: Sequence[FieldDecl], *,
+              negate_enable: bool) -> list[str]:
+    """``--flag value`` for every field placed on the command line.
+
+    Booleans: ``--flag`` when true; when false ``--no-enable-x`` for ``--enable-x`` flags if
+    ``negate_enable``, else nothing. A value that begins with ``-`` is written ``--flag=value``
+    so the engine's parser cannot take it for a flag of its own.
+    """
+    out: list[str] = []
+    for decl in fields:
+        pos = decl.config_position
+        if not pos.startswith("-"):
+            continue
+        value = value_of(values, decl)
+        if isinstance(value, bool):
+            if value:
+                out.append(pos)
+            elif negate_enable and pos.startswith("--enable-"):
+                out.append("--no-" + pos[2:])
+            continue
+        if value is None:
+            continue
+        text = format_value(value)
+        if text.startswith("-"):
+            out.append(f"{pos}={text}")
+        else:
+            out.extend((pos, text))
+    return out
+
+
+#: config_position values that place a field nowhere but make it available to ``$NAME``.
+UNPLACED = ("", "none", "others")
+
+
+def check_flag_positions(fields: Sequence[FieldDecl], engine: str) -> None:
+    """Reject positions a command-line engine cannot place (dotted JSON paths, ...)."""
+    for decl in fields:
+        pos = decl.config_position
+        if pos == "env" or pos in UNPLACED or (pos.startswith("-") and len(pos) > 1 and " " not in pos):
+            continue
+        raise decl.error(f"config_position {pos!r} is not usable with {engine}",
+                         "use \"env\", a flag such as \"--max-num-seqs\", or \"none\" "
+                         "(value only for $NAME in 'others')")
 
 
 class EngineAdapter:
@@ -60,6 +258,9 @@ class EngineAdapter:
     ) -> LaunchSpec:
         """Render the launch of one server with these values."""
         raise NotImplementedError
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """Raise ConfigError for a configuration this engine cannot render (call at load time)."""
 
 
 ENGINES: Registry[type[EngineAdapter]] = Registry("engine", entry_point_group="msopt.engines")

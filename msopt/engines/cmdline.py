@@ -1,0 +1,77 @@
+"""Engines configured entirely on the command line (vLLM, SGLang)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from msopt.engines.base import (
+    EngineAdapter,
+    LaunchSpec,
+    check_flag_positions,
+    command_str,
+    command_table,
+    env_fields,
+    executable,
+    flag_args,
+    split_others,
+    substitute,
+    wait_start_time,
+)
+from msopt.space.fields import FieldDecl
+
+
+class CommandLineAdapter(EngineAdapter):
+    """``executable + model arguments + host/port/name + one flag per field + others``.
+
+    Subclasses set the default executable, how the model is passed and whether a false
+    ``--enable-x`` boolean becomes ``--no-enable-x``.
+    """
+
+    default_executable: ClassVar[tuple[str, ...]] = ()
+    model_flag: ClassVar[str | None] = None  # None: the model is a positional argument
+    negate_enable: ClassVar[bool] = False
+    default_model: ClassVar[str] = "Qwen/Qwen3-8B"
+    default_served_model_name: ClassVar[str] = "qwen3-8b"
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """Every field must be ``env``, a flag, or unplaced."""
+        check_flag_positions(fields, self.name)
+        command_table(section, self.name)
+        wait_start_time(section, self.name)
+
+    def render(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        port: int,
+        devices: Sequence[str] = (),
+        workdir: Path | None = None,
+    ) -> LaunchSpec:
+        """Render the server's command line; ``devices`` are inherited from the actor's env."""
+        self.check(fields, section)
+        cmd = command_table(section, self.name)
+        model = substitute(command_str(cmd, "model", self.default_model, self.name), values)
+        name = substitute(command_str(cmd, "served_model_name", self.default_served_model_name,
+                                      self.name), values)
+        host = command_str(cmd, "host", "127.0.0.1", self.name)
+        argv = executable(cmd, self.default_executable, self.name, values)
+        argv += [self.model_flag, model] if self.model_flag else [model]
+        argv += ["--host", host, "--port", str(int(port)), "--served-model-name", name]
+        argv += flag_args(values, fields, negate_enable=self.negate_enable)
+        argv += split_others(cmd.get("others", ""), values, f"[{self.name}.command]")
+        health = section.get("health_path", self.health_path)
+        return LaunchSpec(
+            engine=self.name,
+            argv=tuple(argv),
+            env=env_fields(values, fields, section, self.name),
+            port=int(port),
+            health_path=str(health),
+            host=host,
+            served_model_name=name,
+            model=model,
+            ready_timeout=wait_start_time(section, self.name),
+        )

@@ -1,0 +1,344 @@
+"""Server and benchmark process lifecycle: own process group, parent-death guard, readiness.
+
+A server is started in its own session (so the whole tree can be signalled at once) with a
+Linux parent-death signal, so it dies with the actor that started it even when the actor is
+killed with SIGKILL. Note that the kernel sends that signal when the *thread* that started the
+child exits: start servers from a long-lived thread (an actor's method thread), not from a
+short-lived worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from msopt.errors import EvaluationError
+
+_PR_SET_PDEATHSIG = 1
+LOG_MODE = 0o644
+BACKUP_SUFFIX = ".msopt-backup"
+
+
+def _pdeath_guard() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child die with its parent (Linux), or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def guard() -> None:  # runs in the child between fork and exec: keep it minimal
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the guard was armed
+            os._exit(1)
+
+    return guard
+
+
+def _alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid`` (Linux /proc scan; else the leader)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return [pgid] if _alive(pgid) else []
+    out = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            out.append(int(entry.name))
+    return out
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class ManagedProcess:
+    """A started child in its own process group, with its log file.
+
+    Use :func:`start_process` to create one. ``stop`` is idempotent and also reached by leaving
+    a ``with`` block.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], argv: Sequence[str], log_path: Path) -> None:
+        self.popen = popen
+        self.argv = tuple(argv)
+        self.log_path = log_path
+        self.pid = popen.pid
+        self.pgid = popen.pid  # start_new_session: the child leads its own group
+        self._stopped = False
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the child has exited (negative: killed by that signal)."""
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        """The exit status, or None while the child runs."""
+        return self.popen.poll()
+
+    @property
+    def running(self) -> bool:
+        """True while the child has not exited."""
+        return self.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the child to exit; None when ``timeout`` passed first."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def tail(self, n: int = 50) -> list[str]:
+        """The last ``n`` lines of the log."""
+        return tail(self.log_path, n)
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM the whole group, SIGKILL what is left after ``grace`` s, reap; idempotent."""
+        if not self._stopped:
+            self._stopped = True
+            _killpg(self.pgid, signal.SIGTERM)
+            deadline = time.monotonic() + max(0.0, grace)
+            while time.monotonic() < deadline:
+                self.popen.poll()
+                if self.popen.returncode is not None and not group_members(self.pgid):
+                    break
+                time.sleep(0.05)
+            _killpg(self.pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=10)
+            deadline = time.monotonic() + 5
+            while group_members(self.pgid) and time.monotonic() < deadline:
+                _killpg(self.pgid, signal.SIGKILL)
+                time.sleep(0.05)
+        return self.popen.returncode
+
+    def __enter__(self) -> ManagedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ManagedProcess(pid={self.pid}, argv={self.argv[:3]!r}..., returncode={self.returncode})"
+
+
+def open_log(log_path: str | os.PathLike[str]) -> int:
+    """Open (append) a log file created 0o644 (never world-writable); return its descriptor."""
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), LOG_MODE)
+    mode = os.fstat(fd).st_mode
+    if mode & 0o002:
+        os.fchmod(fd, mode & ~0o002 & 0o777)
+    return fd
+
+
+def start_process(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    log_path: str | os.PathLike[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+) -> ManagedProcess:
+    """Start ``argv`` (a list, never a shell) in its own process group, output to ``log_path``.
+
+    The child gets the parent's environment plus ``env`` (the actor's device variables, set by
+    Ray, are inherited this way) and dies with its parent on Linux.
+
+    Raises:
+        EvaluationError: the program cannot be started (not found, not executable, ...).
+    """
+    args = [str(a) for a in argv]
+    if not args:
+        raise EvaluationError("cannot start an empty command line")
+    full_env = dict(os.environ)
+    full_env.update({str(k): str(v) for k, v in (env or {}).items()})
+    fd = open_log(log_path)
+    try:
+        popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            args, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
+            cwd=os.fspath(cwd) if cwd is not None else None, start_new_session=True,
+            preexec_fn=_pdeath_guard(), close_fds=True,
+        )
+    except OSError as exc:
+        raise EvaluationError(f"cannot start {args[0]!r}: {exc.strerror or exc}; check the "
+                              "executable in the [<engine>.command] table and PATH") from None
+    finally:
+        os.close(fd)
+    return ManagedProcess(popen, args, Path(log_path))
+
+
+def tail(log_path: str | os.PathLike[str], n: int = 50) -> list[str]:
+    """The last ``n`` lines of a text file (empty when it does not exist)."""
+    if n <= 0:
+        return []
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max(65536, n * 512)))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return list(deque(lines, maxlen=n))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (the OS picks it; each actor asks for its own)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _client_host(host: str) -> str:
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
+
+
+def wait_ready(
+    host: str,
+    port: int,
+    path: str,
+    timeout: float,
+    proc: ManagedProcess | None = None,
+    *,
+    interval: float = 0.5,
+    log_lines: int = 30,
+) -> float:
+    """Poll ``GET http://host:port/path`` until it answers 200; return the seconds it took.
+
+    Raises:
+        EvaluationError: the process exited first (fails at once, with its log tail), or
+            ``timeout`` seconds passed.
+    """
+    url = f"http://{_client_host(host)}:{int(port)}{path if path.startswith('/') else '/' + path}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+    start = time.monotonic()
+    deadline = start + timeout
+    last = "no answer"
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise EvaluationError(
+                f"server exited with status {proc.returncode} before {url} was ready; log "
+                f"{proc.log_path} ends with:\n" + "\n".join(proc.tail(log_lines)))
+        try:
+            with opener.open(url, timeout=min(5.0, max(0.1, deadline - time.monotonic()))) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+                last = f"HTTP {r.status}"
+        except urllib.error.HTTPError as exc:
+            last = f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        now = time.monotonic()
+        if now >= deadline:
+            tail_text = "\n".join(proc.tail(log_lines)) if proc is not None else ""
+            if proc is not None:
+                tail_text = f"; log {proc.log_path} ends with:\n{tail_text}"
+            raise EvaluationError(f"server not ready at {url} within {timeout:g} s (last: {last}); "
+                                  f"raise wait_start_time if it needs longer{tail_text}")
+        time.sleep(min(interval, max(0.0, deadline - now)))
+
+
+def _write_atomic(path: Path, data: bytes, mode: int | None) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
+    """Write a LaunchSpec's files (JSON) for the duration of a launch, then restore them.
+
+    The first time a file is replaced its original is copied to ``<file>.msopt-backup``; a
+    backup left by a run that died is taken as the original, so an edited file is never
+    mistaken for it. On exit the original comes back and the backup is removed.
+    """
+    done: list[tuple[Path, bytes | None, int | None, Path]] = []
+    try:
+        for raw, doc in files.items():
+            path = Path(raw)
+            backup = path.with_name(path.name + BACKUP_SUFFIX)
+            original: bytes | None = None
+            mode: int | None = None
+            if backup.exists():
+                original = backup.read_bytes()
+                mode = backup.stat().st_mode & 0o777
+            elif path.exists():
+                original = path.read_bytes()
+                mode = path.stat().st_mode & 0o777
+                _write_atomic(backup, original, mode)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            data = doc if isinstance(doc, bytes) else \
+                (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+            done.append((path, original, mode, backup))
+            _write_atomic(path, data, mode if mode is not None else 0o640)
+        yield [p for p, *_ in done]
+    finally:
+        for path, original, mode, backup in reversed(done):
+            if original is None:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            else:
+                _write_atomic(path, original, mode)
+            with contextlib.suppress(FileNotFoundError):
+                backup.unlink()

@@ -1,0 +1,228 @@
+"""Process lifecycle: process groups, SIGKILL after grace, parent death, readiness."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from msopt.errors import EvaluationError
+from msopt.process import (
+    BACKUP_SUFFIX,
+    _alive,
+    free_port,
+    group_members,
+    staged_files,
+    start_process,
+    tail,
+    wait_ready,
+)
+
+PY = sys.executable
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", textwrap.dedent(code)]
+
+
+def wait_for(pred, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def test_sleeping_child_stops_and_leaves_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "s.log"
+    proc = start_process(py("import time, os; print('hi', os.environ['X'], flush=True); time.sleep(60)"),
+                         {"X": "a b;c"}, log)
+    assert wait_for(lambda: "hi a b;c" in log.read_text())
+    assert proc.running and os.getpgid(proc.pid) == proc.pid != os.getpgid(0)
+    mode = stat.S_IMODE(log.stat().st_mode)
+    assert not mode & 0o002 and mode & 0o600 == 0o600
+    t0 = time.monotonic()
+    assert proc.stop(grace=5) == -signal.SIGTERM
+    assert time.monotonic() - t0 < 3
+    assert not _alive(proc.pid) and group_members(proc.pgid) == []
+    assert proc.stop() == -signal.SIGTERM  # idempotent
+
+
+def test_child_ignoring_sigterm_gets_sigkill(tmp_path: Path) -> None:
+    code = """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print('ready', flush=True)
+        time.sleep(60)
+    """
+    log = tmp_path / "t.log"
+    with start_process(py(code), {}, log) as proc:
+        assert wait_for(lambda: "ready" in log.read_text())
+        t0 = time.monotonic()
+        assert proc.stop(grace=0.5) == -signal.SIGKILL
+        assert 0.4 < time.monotonic() - t0 < 5
+    assert not _alive(proc.pid)
+
+
+def test_grandchildren_die_with_the_group(tmp_path: Path) -> None:
+    code = f"""
+        import subprocess, sys, time
+        kids = [subprocess.Popen([{PY!r}, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])
+                for _ in range(2)]
+        print(' '.join(str(k.pid) for k in kids), flush=True)
+        time.sleep(60)
+    """
+    log = tmp_path / "g.log"
+    proc = start_process(py(code), {}, log)
+    assert wait_for(lambda: len(log.read_text().split()) == 2)
+    kids = [int(x) for x in log.read_text().split()]
+    assert all(_alive(k) for k in kids)
+    proc.stop(grace=0.5)
+    assert wait_for(lambda: not any(_alive(k) for k in kids), 5)
+    assert group_members(proc.pgid) == []
+
+
+def test_grandchildren_die_even_after_the_leader_exited(tmp_path: Path) -> None:
+    code = f"""
+        import subprocess
+        k = subprocess.Popen([{PY!r}, '-c', 'import time; time.sleep(60)'])
+        print(k.pid, flush=True)
+    """
+    log = tmp_path / "o.log"
+    proc = start_process(py(code), {}, log)
+    assert proc.wait(10) == 0
+    kid = int(log.read_text().split()[0])
+    assert _alive(kid)
+    proc.stop(grace=1)
+    assert wait_for(lambda: not _alive(kid), 5)
+
+
+def test_child_dies_with_its_parent_on_sigkill(tmp_path: Path) -> None:
+    """The actor (here: an intermediate python) is killed -9; its server must not survive."""
+    pidfile = tmp_path / "pid"
+    code = f"""
+        import time, sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from msopt.process import start_process
+        p = start_process([{PY!r}, '-c', 'import time; time.sleep(60)'], {{}}, {str(tmp_path / 'c.log')!r})
+        open({str(pidfile)!r}, 'w').write(str(p.pid))
+        time.sleep(60)
+    """
+    actor = subprocess.Popen(py(code))
+    try:
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text() != "")
+        server = int(pidfile.read_text())
+        assert _alive(server)
+        actor.kill()
+        actor.wait()
+        assert wait_for(lambda: not _alive(server), 5)
+    finally:
+        actor.kill()
+        actor.wait()
+
+
+def test_missing_program_is_an_evaluation_error(tmp_path: Path) -> None:
+    with pytest.raises(EvaluationError, match="cannot start"):
+        start_process(["/nonexistent/msopt-no-such-program"], {}, tmp_path / "x.log")
+    with pytest.raises(EvaluationError):
+        start_process([], {}, tmp_path / "x.log")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    ready_at = 0.0
+
+    def do_GET(self) -> None:  # noqa: N802
+        ok = self.path == "/health" and time.monotonic() >= self.ready_at
+        self.send_response(200 if ok else 503)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_wait_ready_against_a_real_http_server() -> None:
+    server = HTTPServer(("127.0.0.1", 0), _Handler)
+    _Handler.ready_at = time.monotonic() + 0.5
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        took = wait_ready("127.0.0.1", server.server_port, "/health", 10, interval=0.1)
+        assert 0.3 < took < 5
+        with pytest.raises(EvaluationError, match="not ready.*HTTP 503.*wait_start_time"):
+            wait_ready("0.0.0.0", server.server_port, "nope", 0.5, interval=0.1)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_wait_ready_with_a_real_server_process(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "http.log"
+    with start_process([PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"], {}, log,
+                       cwd=tmp_path) as proc:
+        wait_ready("127.0.0.1", port, "/", 20, proc, interval=0.1)
+    assert not _alive(proc.pid)
+
+
+def test_process_exiting_before_ready_fails_fast_with_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "dead.log"
+    code = "import sys; print('\\n'.join(f'line {i}' for i in range(100))); print('CUDA out of memory'); sys.exit(3)"
+    proc = start_process(py(code), {}, log)
+    t0 = time.monotonic()
+    with pytest.raises(EvaluationError, match=r"(?s)status 3.*line 99.*out of memory") as err:
+        wait_ready("127.0.0.1", free_port(), "/health", 60, proc, interval=0.1)
+    assert time.monotonic() - t0 < 10
+    assert "line 50" not in str(err.value)
+    proc.stop()
+
+
+def test_tail(tmp_path: Path) -> None:
+    p = tmp_path / "l.log"
+    assert tail(p, 5) == []
+    p.write_text("".join(f"{i}\n" for i in range(10000)))
+    assert tail(p, 3) == ["9997", "9998", "9999"]
+    assert tail(p, 0) == []
+
+
+def test_free_port_is_bindable() -> None:
+    import socket
+
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_staged_files_write_and_restore(tmp_path: Path) -> None:
+    conf = tmp_path / "conf" / "config.json"
+    conf.parent.mkdir()
+    conf.write_text('{"a": 1}')
+    os.chmod(conf, 0o600)
+    fresh = tmp_path / "new" / "other.json"
+    with staged_files({str(conf): {"a": 2, "s": "; rm -rf /"}, str(fresh): {"b": 1}}):
+        assert json.loads(conf.read_text()) == {"a": 2, "s": "; rm -rf /"}
+        assert stat.S_IMODE(conf.stat().st_mode) == 0o600
+        assert json.loads((conf.parent / ("config.json" + BACKUP_SUFFIX)).read_text()) == {"a": 1}
+        assert json.loads(fresh.read_text()) == {"b": 1}
+    assert conf.read_text() == '{"a": 1}' and not fresh.exists()
+    assert not (conf.parent / ("config.json" + BACKUP_SUFFIX)).exists()
+
+
+def test_staged_files_prefers_a_backup_left_by_a_crashed_run(tmp_path: Path) -> None:
+    conf = tmp_path / "config.json"
+    conf.write_text('{"edited": true}')
+    (tmp_path / ("config.json" + BACKUP_SUFFIX)).write_text('{"pristine": true}')
+    with pytest.raises(RuntimeError):
+        with staged_files({str(conf): {"x": 1}}):
+            raise RuntimeError("launch failed")
+    assert json.loads(conf.read_text()) == {"pristine": True}
