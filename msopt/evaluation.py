@@ -140,14 +140,26 @@ class Evaluator:
                                   devices=self.devices, workdir=self.run_dir)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
-                           load=req.load, seed_offset=req.eval_id)
+                           load=req.load, seed_offset=req.eval_id,
+                           bench_argv=self._bench_argv(values, spec, req))
         log = self._log_path(req, attempt, "server")
         if log is not None:
             log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)
         if res.error:
             raise EvaluationError(res.error)
-        return res.metrics()
+        from msopt.simrun import metrics_of
+
+        return metrics_of(res)
+
+    def _bench_argv(self, values: Mapping[str, Any], spec: Any, req: EvalRequest) -> list[str] | None:
+        """The load flags a benchmark would get: CONCURRENCY / REQUESTRATE fields of the original tool."""
+        argv: list[str] = []
+        if "CONCURRENCY" in values and values["CONCURRENCY"] is not None and "concurrency" not in req.load:
+            argv += ["--max-concurrency", str(values["CONCURRENCY"])]
+        if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load:
+            argv += ["--request-rate", str(values["REQUESTRATE"])]
+        return argv or None
 
     def _run_real(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         from msopt.realrun import run_real_evaluation
