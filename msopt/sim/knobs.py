@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from msopt.engines.base import LaunchSpec
@@ -78,6 +79,8 @@ def _split_argv(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     i = 0
     items = list(argv)
+    if len(items) >= 3 and Path(items[0]).name.startswith("python") and items[1] == "-m":
+        items = items[3:]  # "python -m sglang.launch_server ...": the interpreter's own flags
     while i < len(items):
         item = items[i]
         if item.startswith("-") and not _is_number(item):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -125,7 +124,3 @@ def summarize(
         ignored=ignored,
     )
 
-
-def finite_or_nan(x: float) -> float:
-    """``x`` if finite else NaN (for tables)."""
-    return x if math.isfinite(x) else NAN
