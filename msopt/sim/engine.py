@@ -121,6 +121,51 @@ def run_replica(
     for _ in range(min(conc, n)):
         release(0.0)
 
+    def admit(partial: np.ndarray, pf: list[tuple[int, int, int]], budget: int) -> tuple[int, bool]:
+        """Schedule running prefill chunks, then admit waiting requests; returns (budget, blocked).
+
+        ``blocked``: admission stopped by the KV cache or max_num_seqs (stays so while decoding).
+        """
+        nonlocal free
+        for i in partial:
+            if budget <= 0:
+                return budget, False
+            i = int(i)
+            chunk = int(min(prompt_left[i], budget))
+            have = int(blocks[i]) * bs - int(ctx[i])
+            need = max(0, -(-(chunk - have) // bs))
+            if need > free:
+                chunk = have + free * bs
+                need = free
+            if chunk <= 0:
+                continue
+            blocks[i] += need
+            free -= need
+            pf.append((i, chunk, int(ctx[i])))
+            budget -= chunk
+        while waiting and budget > 0 and len(pf) < max_pf:
+            if len(running) >= mns:
+                return budget, True
+            i = waiting[0]
+            left = int(prompt_left[i])
+            if not chunked and left > budget:
+                if pf:
+                    return budget, False
+                chunk = left  # a recomputed prompt may outgrow the budget; run it alone
+            else:
+                chunk = min(left, budget)
+            target = int(in_len[i] + out_len[i]) if reserve_full else int(ctx[i]) + chunk
+            need = -(-target // bs) - int(blocks[i])
+            if need > free:
+                return budget, True
+            waiting.popleft()
+            running.append(i)
+            blocks[i] += need
+            free -= need
+            pf.append((i, chunk, int(ctx[i])))
+            budget -= chunk
+        return budget, False
+
     while done < n:
         while arr_ptr < sent and srv[arr_ptr] <= t:
             i = arr_ptr
@@ -148,57 +193,9 @@ def run_replica(
         run_arr = np.fromiter(running, np.int64, len(running))
         decoding = prompt_left[run_arr] == 0
         partial = run_arr[~decoding]
-        pf_ids: list[int] = []
-        pf_chunks: list[int] = []
-        pf_prior: list[int] = []
+        pf: list[tuple[int, int, int]] = []  # (request, chunk tokens, tokens already in KV)
         budget = budget0
-        blocked = False  # admission stopped by KV or max_num_seqs (stays so while decoding)
-
-        def admit() -> None:
-            nonlocal budget, free, blocked
-            for i in partial:
-                if budget <= 0:
-                    return
-                i = int(i)
-                chunk = int(min(prompt_left[i], budget))
-                have = int(blocks[i]) * bs - int(ctx[i])
-                need = max(0, -(-(chunk - have) // bs))
-                if need > free:
-                    chunk = have + free * bs
-                    need = free
-                if chunk <= 0:
-                    continue
-                blocks[i] += need
-                free -= need
-                pf_ids.append(i)
-                pf_chunks.append(chunk)
-                pf_prior.append(int(ctx[i]))
-                budget -= chunk
-            while waiting and budget > 0 and len(pf_ids) < max_pf:
-                if len(running) >= mns:
-                    blocked = True
-                    return
-                i = waiting[0]
-                left = int(prompt_left[i])
-                if not chunked and left > budget:
-                    if pf_ids:
-                        return
-                    chunk = left  # a recomputed prompt may outgrow the budget; run it alone
-                else:
-                    chunk = min(left, budget)
-                target = int(in_len[i] + out_len[i]) if reserve_full else int(ctx[i]) + chunk
-                need = -(-target // bs) - int(blocks[i])
-                if need > free:
-                    blocked = True
-                    return
-                waiting.popleft()
-                running.append(i)
-                blocks[i] += need
-                free -= need
-                pf_ids.append(i)
-                pf_chunks.append(chunk)
-                pf_prior.append(int(ctx[i]))
-                budget -= chunk
+        blocked = False
 
         dec = run_arr[decoding]
         stalled = False
@@ -208,8 +205,8 @@ def run_replica(
             if want_prefill and select and len(dec) and decode_streak < select_steps and not len(partial):
                 want_prefill = False
             if want_prefill:
-                admit()
-            if pf_ids:
+                budget, blocked = admit(partial, pf, budget)
+            if pf:
                 dec = dec[:0]
                 decode_streak = 0
             else:
@@ -245,11 +242,12 @@ def run_replica(
                 stalled = True
             budget -= len(dec)
         if mixed and not victims:  # vLLM admits nothing in a step that preempted
-            admit()
+            budget, adm_blocked = admit(partial, pf, budget)
+            blocked = blocked or adm_blocked
 
         n_dec = len(dec)
         k = 1
-        if n_dec and not pf_ids:
+        if n_dec and not pf:
             a, b = cost.decode_coeffs(n_dec)
             ctx_dec = ctx[dec]
             s0 = float(ctx_dec.sum() + n_dec)
@@ -285,13 +283,13 @@ def run_replica(
             pairs = float(ctx[dec].sum() + n_dec) if n_dec else 0.0
             kv_read = pairs
             n_logits = float(n_dec)
-            for i, chunk, prior in zip(pf_ids, pf_chunks, pf_prior):
+            for i, chunk, prior in pf:
                 n_tok += chunk
                 pairs += chunk * prior + chunk * (chunk + 1) / 2
                 kv_read += prior + chunk
                 if chunk == prompt_left[i]:
                     n_logits += 1
-            dt = cost.step(n_dec + len(pf_ids), n_tok, n_logits, pairs, kv_read) * time_scale
+            dt = cost.step(n_dec + len(pf), n_tok, n_logits, pairs, kv_read) * time_scale
             if n_dec:
                 ctx[dec] += 1
                 nb = -(-ctx[dec] // bs)
@@ -302,7 +300,7 @@ def run_replica(
         steps += k
         max_running = max(max_running, len(running))
         finished: list[int] = []
-        for i, chunk in zip(pf_ids, pf_chunks):
+        for i, chunk, _ in pf:
             ctx[i] += chunk
             prompt_left[i] -= chunk
             if prompt_left[i] == 0:

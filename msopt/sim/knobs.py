@@ -208,7 +208,7 @@ _MINDIE_SCHEDULE = {
 
 
 def _find_mindie_config(files: Mapping[str, Any]) -> Mapping[str, Any]:
-    for path, content in files.items():
+    for content in files.values():
         if isinstance(content, Mapping) and "BackendConfig" in content:
             return content
     raise SimulationError(

@@ -181,7 +181,7 @@ def _find(kind: str, name_or_path: str | Path, extra_dirs: Iterable[str | Path])
     raise ConfigError(
         f"unknown {kind} {text!r}; valid names: {', '.join(valid)}"
         + (f" (did you mean {hint[0]!r}?)" if hint else "")
-        + f"; or give the path of a TOML file (see docs/simulator.md)"
+        + "; or give the path of a TOML file (see docs/simulator.md)"
     )
 
 

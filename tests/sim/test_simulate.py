@@ -37,7 +37,8 @@ def test_over_long_requests_are_rejected_not_crashing():
 @pytest.mark.parametrize("knobs, text", [
     (EngineKnobs(tp=3), "must be divisible by tensor parallel size (3)"),
     (EngineKnobs(tp=16), "exceeds the 8 devices"),
-    (EngineKnobs(chunked_prefill=False, mixed_batch=False), "max_num_batched_tokens (8192) is smaller than max_model_len"),
+    (EngineKnobs(chunked_prefill=False, mixed_batch=False),
+     "max_num_batched_tokens (8192) is smaller than max_model_len"),
     (EngineKnobs(max_model_len=100_000), "greater than the derived max_model_len"),
 ])
 def test_server_start_failures(knobs, text):
