@@ -1,0 +1,293 @@
+"""Engine knobs read from what an engine adapter rendered (a LaunchSpec), as the engine would."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from msopt.engines.base import LaunchSpec
+from msopt.errors import SimulationError
+
+ENGINES = ("vllm", "sglang", "mindie")
+
+
+@dataclass(frozen=True)
+class EngineKnobs:
+    """The scheduler and memory knobs the simulator models, in engine-neutral form.
+
+    ``None`` means "the engine's default", resolved against the hardware by
+    :meth:`resolved` (vLLM's token budget depends on device memory).
+
+    Attributes:
+        engine: "vllm", "sglang" or "mindie" (the scheduling personality).
+        tp, pp, dp: tensor, pipeline and data parallel sizes.
+        max_num_seqs: most sequences running at once per replica.
+        max_num_batched_tokens: token budget of one step (vLLM/SGLang) or of one prefill batch.
+        max_prefill_seqs: most requests in one prefill batch (MindIE maxPrefillBatchSize).
+        chunked_prefill: prompts may be split across steps.
+        mixed_batch: a step may carry prefill chunks and decodes together (vLLM V1).
+        memory_fraction: share of device memory the engine may use (weights, KV, activations).
+        kv_cache_gib: fixed KV-cache size per device (MindIE npuMemSize), overrides the fraction.
+        block_size: KV-cache block (page) size in tokens.
+        max_model_len: longest sequence the server accepts (None: the model's maximum).
+        select_batch: MindIE supportSelectBatch.
+        prefill_time_ms_per_req, decode_time_ms_per_req: MindIE select-batch cost estimates.
+        max_queue_delay_s: MindIE maxQueueDelayMicroseconds, in seconds.
+        max_preempt_count: preemptions allowed per step (None: unlimited; 0: reserve whole sequence).
+        ignored: flags/keys read from the launch that the simulator does not model.
+    """
+
+    engine: str = "vllm"
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_prefill_seqs: int | None = None
+    chunked_prefill: bool = True
+    mixed_batch: bool = True
+    memory_fraction: float = 0.9
+    kv_cache_gib: float | None = None
+    block_size: int = 16
+    max_model_len: int | None = None
+    select_batch: bool = False
+    prefill_time_ms_per_req: float = 150.0
+    decode_time_ms_per_req: float = 50.0
+    max_queue_delay_s: float = 0.005
+    max_preempt_count: int | None = None
+    ignored: tuple[str, ...] = field(default=())
+
+    def resolved(self, hbm_gib: float) -> EngineKnobs:
+        """Fill engine defaults that depend on the device (vLLM: >= 70 GiB -> 8192/1024)."""
+        big = hbm_gib >= 70
+        if self.engine == "vllm":
+            mnbt = self.max_num_batched_tokens or (8192 if big else 2048)
+            mns = self.max_num_seqs or (1024 if big else 256)
+        elif self.engine == "sglang":
+            mnbt = self.max_num_batched_tokens or (8192 if big else 4096)
+            mns = self.max_num_seqs or 1024
+        else:
+            mnbt = self.max_num_batched_tokens or 8192
+            mns = self.max_num_seqs or 200
+        return replace(self, max_num_batched_tokens=mnbt, max_num_seqs=mns)
+
+
+def _split_argv(argv: Sequence[str]) -> list[tuple[str, str | None]]:
+    """Pairs (flag, value or None); handles ``--flag value`` and ``--flag=value``."""
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    items = list(argv)
+    if len(items) >= 3 and Path(items[0]).name.startswith("python") and items[1] == "-m":
+        items = items[3:]  # "python -m sglang.launch_server ...": the interpreter's own flags
+    while i < len(items):
+        item = items[i]
+        if item.startswith("-") and not _is_number(item):
+            if "=" in item:
+                flag, value = item.split("=", 1)
+                out.append((flag, value))
+            elif i + 1 < len(items) and (not items[i + 1].startswith("-") or _is_number(items[i + 1])):
+                out.append((item, items[i + 1]))
+                i += 1
+            else:
+                out.append((item, None))
+        i += 1
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _as_int(flag: str, value: Any) -> int:
+    try:
+        number = float(value)
+        if number != int(number):
+            raise ValueError
+        return int(number)
+    except (TypeError, ValueError):
+        raise SimulationError(f"{flag} = {value!r}: expected an integer; render an integer value") from None
+
+
+def _as_float(flag: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise SimulationError(f"{flag} = {value!r}: expected a number; render a numeric value") from None
+
+
+def _as_bool(flag: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return True
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SimulationError(f"{flag} = {value!r}: expected true or false")
+
+
+_VLLM_INT = {
+    "--tensor-parallel-size": "tp", "-tp": "tp",
+    "--pipeline-parallel-size": "pp", "-pp": "pp",
+    "--data-parallel-size": "dp", "-dp": "dp",
+    "--max-num-seqs": "max_num_seqs",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--block-size": "block_size",
+    "--max-model-len": "max_model_len",
+}
+
+_SGLANG_INT = {
+    "--tp-size": "tp", "--tp": "tp", "--tensor-parallel-size": "tp",
+    "--dp-size": "dp", "--dp": "dp", "--data-parallel-size": "dp",
+    "--pp-size": "pp", "--pipeline-parallel-size": "pp",
+    "--max-running-requests": "max_num_seqs",
+    "--chunked-prefill-size": "max_num_batched_tokens",
+    "--context-length": "max_model_len",
+    "--page-size": "block_size",
+}
+
+
+def _knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
+    kw: dict[str, Any] = {"engine": "vllm", "block_size": 16, "memory_fraction": 0.9}
+    ignored: list[str] = []
+    for flag, value in _split_argv(argv):
+        if flag in _VLLM_INT:
+            kw[_VLLM_INT[flag]] = _as_int(flag, value)
+        elif flag == "--gpu-memory-utilization":
+            kw["memory_fraction"] = _as_float(flag, value)
+        elif flag == "--enable-chunked-prefill":
+            # a bare boolean flag may be followed by a positional argument; only a bool-like
+            # value is read as the flag's value
+            text = str(value).strip().lower()
+            kw["chunked_prefill"] = text not in ("0", "false", "no", "off")
+        elif flag == "--no-enable-chunked-prefill":
+            kw["chunked_prefill"] = False
+        elif flag not in ignored:
+            ignored.append(flag)
+    kw["mixed_batch"] = kw.get("chunked_prefill", True)
+    return EngineKnobs(ignored=tuple(ignored), **kw)
+
+
+def _knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
+    kw: dict[str, Any] = {"engine": "sglang", "block_size": 1, "mixed_batch": False, "memory_fraction": 0.88}
+    ignored: list[str] = []
+    for flag, value in _split_argv(argv):
+        if flag in _SGLANG_INT:
+            kw[_SGLANG_INT[flag]] = _as_int(flag, value)
+        elif flag == "--mem-fraction-static":
+            kw["memory_fraction"] = _as_float(flag, value)
+        elif flag == "--enable-mixed-chunk":
+            kw["mixed_batch"] = _as_bool(flag, value)
+        elif flag not in ignored:
+            ignored.append(flag)
+    if kw.get("max_num_batched_tokens", 0) == -1:  # SGLang: -1 disables chunking
+        kw["max_num_batched_tokens"] = None
+        kw["chunked_prefill"] = False
+    return EngineKnobs(ignored=tuple(ignored), **kw)
+
+
+_MINDIE_SCHEDULE = {
+    "maxBatchSize": ("max_num_seqs", _as_int),
+    "maxPrefillBatchSize": ("max_prefill_seqs", _as_int),
+    "maxPrefillTokens": ("max_num_batched_tokens", _as_int),
+    "supportSelectBatch": ("select_batch", _as_bool),
+    "prefillTimeMsPerReq": ("prefill_time_ms_per_req", _as_float),
+    "decodeTimeMsPerReq": ("decode_time_ms_per_req", _as_float),
+    "maxQueueDelayMicroseconds": ("max_queue_delay_s", _as_float),
+    "maxPreemptCount": ("max_preempt_count", _as_int),
+    "cacheBlockSize": ("block_size", _as_int),
+}
+
+
+def _find_mindie_config(files: Mapping[str, Any]) -> Mapping[str, Any]:
+    for content in files.values():
+        if isinstance(content, Mapping) and "BackendConfig" in content:
+            return content
+    raise SimulationError(
+        f"mindie launch has no config with a 'BackendConfig' among its files {sorted(files)}; "
+        "the adapter must render MindIE's config.json into LaunchSpec.files"
+    )
+
+
+def _knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
+    cfg = _find_mindie_config(files)
+    backend = cfg["BackendConfig"]
+    kw: dict[str, Any] = {
+        "engine": "mindie", "block_size": 128, "chunked_prefill": False, "mixed_batch": False,
+        "max_preempt_count": 0,
+    }
+    ignored: list[str] = []
+    schedule = backend.get("ScheduleConfig", {}) or {}
+    for key, value in schedule.items():
+        if key in _MINDIE_SCHEDULE:
+            name, cast = _MINDIE_SCHEDULE[key]
+            kw[name] = cast(f"BackendConfig.ScheduleConfig.{key}", value)
+        elif key == "maxIterTimes":
+            pass  # output cap: the workload's output_len decides lengths here
+        else:
+            ignored.append(f"BackendConfig.ScheduleConfig.{key}")
+    if "max_queue_delay_s" in kw:
+        kw["max_queue_delay_s"] = kw["max_queue_delay_s"] * 1e-6
+    deploy = backend.get("ModelDeployConfig", {}) or {}
+    models = deploy.get("ModelConfig") or [{}]
+    model0 = models[0] if isinstance(models, Sequence) and models else {}
+    for key, name in (("tp", "tp"), ("dp", "dp"), ("pp", "pp")):
+        if key in model0:
+            kw[name] = _as_int(f"BackendConfig.ModelDeployConfig.ModelConfig[0].{key}", model0[key])
+    if "maxSeqLen" in deploy:
+        kw["max_model_len"] = _as_int("BackendConfig.ModelDeployConfig.maxSeqLen", deploy["maxSeqLen"])
+    npu_mem = schedule.get("npuMemSize", -1) if isinstance(schedule, Mapping) else -1
+    if npu_mem is not None and float(npu_mem) > 0:
+        kw["kv_cache_gib"] = float(npu_mem)
+        ignored.remove("BackendConfig.ScheduleConfig.npuMemSize")
+    elif "BackendConfig.ScheduleConfig.npuMemSize" in ignored:
+        ignored.remove("BackendConfig.ScheduleConfig.npuMemSize")
+    return EngineKnobs(ignored=tuple(ignored), **kw)
+
+
+def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
+    """Read the modelled knobs from a rendered launch, as the engine itself would.
+
+    vLLM and SGLang knobs come from ``spec.argv``; MindIE's from the config.json object in
+    ``spec.files``. Flags that are not modelled are listed once in ``ignored``.
+
+    Raises:
+        SimulationError: an unknown engine or a malformed knob value.
+    """
+    if spec.engine == "vllm":
+        return _knobs_vllm(spec.argv)
+    if spec.engine == "sglang":
+        return _knobs_sglang(spec.argv)
+    if spec.engine == "mindie":
+        return _knobs_mindie(spec.files)
+    raise SimulationError(f"the simulator models engines {list(ENGINES)}, not {spec.engine!r}")
+
+
+_BENCH = {
+    "--max-concurrency": ("concurrency", int),
+    "--request-rate": ("request_rate", float),
+    "--num-prompts": ("num_prompts", int),
+    "--random-input-len": ("input_len", int),
+    "--random-output-len": ("output_len", int),
+}
+
+
+def benchmark_overrides(argv: Sequence[str]) -> dict[str, Any]:
+    """Workload keys set by a benchmark command line (vLLM ``bench serve`` flags).
+
+    ``--request-rate inf`` means all at once and is returned as ``float('inf')``.
+    """
+    out: dict[str, Any] = {}
+    for flag, value in _split_argv(argv):
+        if flag in _BENCH:
+            key, cast = _BENCH[flag]
+            out[key] = _as_int(flag, value) if cast is int else _as_float(flag, value)
+    return out

@@ -1,0 +1,142 @@
+"""Step-time roofline and device-memory plan of one data-parallel replica."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from msopt.sim.knobs import EngineKnobs
+from msopt.sim.specs import Hardware, ModelSpec, dtype_bytes
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-device memory of one replica, GiB, and the KV cache it leaves.
+
+    Attributes:
+        weights_gib: this device's share of the weights.
+        activation_gib: peak activations of a full-budget step plus sampler logits.
+        reserve_gib: runtime memory the framework never gets.
+        usable_gib: the engine's share of device memory (hbm x memory fraction).
+        kv_gib: what is left for the KV cache (may be <= 0: the server fails).
+        kv_tokens: tokens the KV cache of the replica holds (whole blocks).
+        num_blocks: KV blocks of the replica.
+    """
+
+    weights_gib: float
+    activation_gib: float
+    reserve_gib: float
+    usable_gib: float
+    kv_gib: float
+    kv_tokens: int
+    num_blocks: int
+
+
+class StepCost:
+    """Time of one engine step of a replica (tp devices per stage, pp stages).
+
+    Each step is priced as pipeline stages; a stage is the sum of its linear layers (roofline of
+    weight reads vs GEMM FLOPs), its attention (roofline of KV reads vs attention FLOPs) and two
+    tensor-parallel all-reduces per layer. With pp > 1 the batch is split into up to pp
+    microbatches; an iteration takes pp stage-times of one microbatch (a full pipeline), so
+    pipeline stages add throughput, not latency, once there are pp or more sequences.
+    """
+
+    def __init__(self, hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
+                 weight_dtype: str, kv_dtype: str) -> None:
+        tp, pp = knobs.tp, knobs.pp
+        self.pp = pp
+        wb = dtype_bytes(weight_dtype)
+        kb = dtype_bytes(kv_dtype)
+        flops = hw.peak_flops(weight_dtype) * hw.compute_eff
+        attn_flops = hw.peak_flops("bf16") * hw.compute_eff
+        bw = hw.hbm_tb_s * 1e12 * hw.memory_eff
+        layers = model.layers / pp
+        lm_head = model.vocab * model.hidden
+        # per device, per stage
+        self.w_time = (model.layer_params * layers + lm_head / pp) * wb / tp / bw
+        self.lin_flop_time = 2.0 * model.layer_params * layers / tp / flops  # per token
+        self.head_flop_time = 2.0 * lm_head / pp / tp / flops  # per sampled sequence
+        kv_heads_dev = max(1.0, model.kv_heads / tp)
+        kv_tok_bytes = 2.0 * layers * kv_heads_dev * model.head_dim * kb
+        self.kv_read_time = kv_tok_bytes / bw  # per token of context read
+        self.attn_flop_time = 4.0 * model.heads * model.head_dim * layers / tp / attn_flops  # per pair
+        self.attn_coef = max(self.kv_read_time, self.attn_flop_time)
+        if tp > 1:
+            link = hw.intra_node_gb_s * 1e9 * hw.comm_eff
+            ar_bytes = model.hidden * 2.0  # bf16 activations, per token, per all-reduce
+            # two all-reduces per layer (attention output, MLP output); a ring sends 2(tp-1)/tp
+            self.comm_fixed = 2.0 * layers * hw.allreduce_latency_us * 1e-6
+            self.comm_tok = 2.0 * layers * 2.0 * (tp - 1) / tp * ar_bytes / link
+        else:
+            self.comm_fixed = 0.0
+            self.comm_tok = 0.0
+        if pp > 1:
+            # stages beyond one node talk over the scale-out network
+            tp_nodes_ok = tp * pp <= hw.devices_per_node
+            p2p_bw = (hw.intra_node_gb_s if tp_nodes_ok else hw.inter_node_gb_s) * 1e9 * hw.comm_eff
+            self.p2p_tok = (pp - 1) * model.hidden * 2.0 / tp / p2p_bw
+            self.p2p_fixed = (pp - 1) * hw.allreduce_latency_us * 1e-6
+        else:
+            self.p2p_tok = 0.0
+            self.p2p_fixed = 0.0
+        self.overhead = hw.step_overhead_ms * 1e-3
+        self.per_seq = hw.per_seq_overhead_us * 1e-6
+
+    def step(self, n_seqs: int, n_tokens: float, n_logits: float, attn_pairs: float,
+             kv_read_tokens: float) -> float:
+        """Seconds for one step.
+
+        Args:
+            n_seqs: sequences in the step (decodes plus prefill chunks).
+            n_tokens: new tokens computed (one per decode plus the prefill chunk tokens).
+            n_logits: sequences that sample a token this step.
+            attn_pairs: (query token, context token) pairs of attention.
+            kv_read_tokens: context tokens whose K/V are read from HBM.
+        """
+        m = min(self.pp, max(n_seqs, 1))
+        lin = max(self.w_time, (self.lin_flop_time * n_tokens + self.head_flop_time * n_logits) / m)
+        attn = max(self.kv_read_time * kv_read_tokens, self.attn_flop_time * attn_pairs) / m
+        comm = self.comm_fixed + self.comm_tok * n_tokens / m
+        stage = lin + attn + comm
+        return (self.pp * stage + self.p2p_fixed + self.p2p_tok * n_tokens / m
+                + self.overhead + self.per_seq * n_seqs)
+
+    def decode_coeffs(self, n: int) -> tuple[float, float]:
+        """(a, b) with a decode-only step of ``n`` sequences attending ``S`` tokens = a + b*S."""
+        m = min(self.pp, max(n, 1))
+        lin = max(self.w_time, (self.lin_flop_time + self.head_flop_time) * n / m)
+        comm = self.comm_fixed + self.comm_tok * n / m
+        a = self.pp * (lin + comm) + self.p2p_fixed + self.p2p_tok * n / m + self.overhead + self.per_seq * n
+        b = self.pp * self.attn_coef / m
+        return a, b
+
+
+def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
+                weight_dtype: str, kv_dtype: str) -> MemoryPlan:
+    """Split device memory into weights, activations, reserve and KV cache (per device)."""
+    tp, pp = knobs.tp, knobs.pp
+    wb = dtype_bytes(weight_dtype)
+    weights = model.total_params * wb / (tp * pp) / GIB
+    tokens = knobs.max_num_batched_tokens or 8192
+    seqs = knobs.max_num_seqs or 256
+    # widest live tensors of a full-budget forward pass (bf16) plus fp32 sampler logits
+    width = 4 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp + 2 * model.ffn / tp
+    activation = (tokens * width * 2.0 + min(seqs, tokens) * model.vocab * 4.0) / GIB
+    if knobs.engine == "sglang":
+        activation = 0.0  # SGLang's static fraction covers weights + KV only
+    usable = hw.hbm_gib * knobs.memory_fraction
+    reserve = hw.reserve_gib
+    if knobs.kv_cache_gib is not None:
+        kv = knobs.kv_cache_gib
+    else:
+        kv = usable - weights - activation - (0.0 if knobs.engine == "sglang" else reserve)
+    kv_heads_dev = max(1.0, model.kv_heads / tp)
+    per_token = 2.0 * model.layers / pp * kv_heads_dev * model.head_dim * dtype_bytes(kv_dtype)
+    blocks = max(0, math.floor(kv * GIB / (per_token * knobs.block_size))) if kv > 0 else 0
+    return MemoryPlan(
+        weights_gib=weights, activation_gib=activation, reserve_gib=reserve, usable_gib=usable,
+        kv_gib=kv, kv_tokens=blocks * knobs.block_size, num_blocks=blocks,
+    )

@@ -1,0 +1,244 @@
+"""simulate(): knobs + hardware + model + workload -> SimResult, failing as a real server would."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from msopt.engines.base import LaunchSpec
+from msopt.errors import ConfigError
+from msopt.sim.engine import run_replica
+from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
+from msopt.sim.result import SimResult, failed, summarize
+from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
+from msopt.sim.workload import Workload, workload_from_mapping
+
+_MINDIE_DEFAULT_MAX_SEQ_LEN = 2560
+_SIM_KEYS = {"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"}
+
+
+def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_model_len: int) -> str | None:
+    """The error a real server prints for impossible parallel/scheduler settings, if any."""
+    for name in ("tp", "pp", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        value = getattr(knobs, name)
+        if value is not None and value < 1:
+            return f"ValueError: {name} must be >= 1, got {value}"
+    if not 0 < knobs.memory_fraction <= 1:
+        return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
+    if model.heads % knobs.tp:
+        return (f"ValueError: Total number of attention heads ({model.heads}) must be divisible by "
+                f"tensor parallel size ({knobs.tp}).")
+    if model.kv_heads % knobs.tp and knobs.tp % model.kv_heads:
+        return (f"ValueError: tensor parallel size ({knobs.tp}) must divide or be a multiple of the "
+                f"number of KV heads ({model.kv_heads}).")
+    if knobs.pp > model.layers:
+        return f"ValueError: pipeline parallel size ({knobs.pp}) exceeds the number of layers ({model.layers})."
+    if knobs.tp > hw.devices_per_node:
+        return (f"ValueError: tensor parallel size ({knobs.tp}) exceeds the {hw.devices_per_node} devices "
+                f"of one {hw.name} node; tensor parallelism across nodes is not simulated, use pp for that.")
+    if knobs.engine == "vllm" and max_model_len > model.max_position:
+        return (f"ValueError: User-specified max_model_len ({max_model_len}) is greater than the derived "
+                f"max_model_len (max_position_embeddings={model.max_position}). Decrease max_model_len.")
+    if knobs.engine == "vllm" and not knobs.chunked_prefill and knobs.max_num_batched_tokens < max_model_len:
+        return (f"ValueError: max_num_batched_tokens ({knobs.max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({max_model_len}). This effectively limits the maximum sequence length to "
+                "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+                "max_num_batched_tokens or decrease max_model_len.")
+    return None
+
+
+def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model_len: int,
+                    model: ModelSpec) -> str | None:
+    """The out-of-memory / KV-cache error a real server prints, if the plan does not fit."""
+    kind = hw.memory_kind
+    total = hw.hbm_gib
+    if mem.weights_gib + mem.reserve_gib > total:
+        free = max(0.0, total - mem.reserve_gib)
+        if kind == "NPU":
+            return (f"RuntimeError: NPU out of memory. Tried to allocate {mem.weights_gib:.2f} GiB for "
+                    f"{model.name} weights (NPU 0; {total:.2f} GiB total capacity; {free:.2f} GiB free). "
+                    "Use a larger tp/pp or a smaller weight dtype.")
+        return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mem.weights_gib:.2f} GiB. "
+                f"GPU 0 has a total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. "
+                "Use a larger tensor/pipeline parallel size or a smaller weight dtype.")
+    if mem.kv_gib <= 0 or mem.num_blocks == 0:
+        if mem.weights_gib + mem.activation_gib + mem.reserve_gib > total:
+            what = "NPU" if kind == "NPU" else "CUDA"
+            prefix = "RuntimeError" if kind == "NPU" else "torch.OutOfMemoryError"
+            return (f"{prefix}: {what} out of memory during the profile run. Tried to allocate "
+                    f"{mem.activation_gib:.2f} GiB of activations with {mem.weights_gib:.2f} GiB of weights "
+                    f"on a {total:.2f} GiB device. Lower max_num_batched_tokens or raise tp/pp.")
+        if knobs.engine == "sglang":
+            return "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+        if knobs.engine == "mindie":
+            return (f"RuntimeError: NPU out of memory: no memory left for the KV cache "
+                    f"({mem.kv_gib:.2f} GiB after {mem.weights_gib:.2f} GiB of weights); raise tp/pp or npuMemSize.")
+        return ("ValueError: No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine.")
+    if mem.kv_tokens < max_model_len:
+        need = mem.kv_gib * max_model_len / max(mem.kv_tokens, 1)
+        if knobs.engine == "mindie":
+            return (f"RuntimeError: NPU out of memory: the KV cache holds {mem.kv_tokens} tokens, fewer than "
+                    f"maxSeqLen ({max_model_len}); lower maxSeqLen or raise tp/pp/npuMemSize.")
+        return (f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
+                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({mem.kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length "
+                f"is {mem.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                "when initializing the engine.")
+    return None
+
+
+def simulate(
+    knobs: EngineKnobs,
+    hardware: Hardware | str,
+    model: ModelSpec | str,
+    workload: Workload | Mapping[str, Any],
+    *,
+    weight_dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    seed: int = 0,
+    noise: float = 0.0,
+) -> SimResult:
+    """Simulate one server launch and one benchmark run against it.
+
+    Args:
+        knobs: engine knobs, e.g. from :func:`knobs_from_launch`.
+        hardware: a :class:`Hardware` or a catalog name / TOML path.
+        model: a :class:`ModelSpec` or a catalog name / TOML path.
+        workload: a :class:`Workload` or a ``[simulator.workload]`` table.
+        weight_dtype: "bf16", "fp16", "fp8" or "int8".
+        kv_dtype: KV-cache dtype; None = bf16 (the engines' "auto" for these models).
+        seed: seeds request lengths, arrivals and noise; same inputs and seed, same result.
+        noise: relative standard deviation of one multiplicative per-run factor on step times.
+
+    Returns:
+        The metrics, or a failed result (``error`` set) when the server would not start.
+
+    Raises:
+        ConfigError: unknown catalog entries, dtypes or workload keys.
+    """
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    wl = workload if isinstance(workload, Workload) else workload_from_mapping(workload)
+    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
+    for what, dt in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+        if dt not in DTYPE_BYTES:
+            raise ConfigError(f"simulator.{what} = {dt!r}: use one of {sorted(DTYPE_BYTES)}")
+    if not noise >= 0:
+        raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
+    hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
+    knobs = knobs.resolved(hw.hbm_gib)
+    ignored = knobs.ignored
+    if knobs.max_model_len:
+        max_model_len = int(knobs.max_model_len)
+    elif knobs.engine == "mindie":
+        max_model_len = _MINDIE_DEFAULT_MAX_SEQ_LEN
+    else:
+        max_model_len = spec.max_position
+    devices = knobs.tp * knobs.pp
+    log = [
+        f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
+        f"dp={knobs.dp} x tp={knobs.tp} x pp={knobs.pp} {hw.name} ({hw.memory_kind} devices)",
+    ]
+    if ignored:
+        log.append(f"INFO [msopt.sim] not modelled, ignored: {' '.join(ignored)}")
+    problem = _startup_problem(knobs, hw, spec, max_model_len)
+    if problem:
+        log.append(f"ERROR {problem}")
+        return failed(problem, log, ignored, wl.num_prompts)
+    mem = plan_memory(hw, spec, knobs, weight_dtype, kv_dtype)
+    log.append(f"INFO Model loading took {mem.weights_gib:.2f} GiB per device ({devices} devices per replica)")
+    problem = _memory_problem(knobs, hw, mem, max_model_len, spec)
+    if problem:
+        log.append(f"ERROR {problem}")
+        return failed(problem, log, ignored, wl.num_prompts)
+    log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
+    log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
+    log.append(f"INFO Maximum concurrency for {max_model_len:,} tokens per request: "
+               f"{mem.kv_tokens / max_model_len:.2f}x")
+
+    seq = np.random.SeedSequence(seed)
+    rng_len, rng_arr, rng_noise, rng_jit = (np.random.default_rng(s) for s in seq.spawn(4))
+    in_len, out_len = wl.sample_lengths(rng_len)
+    arrival = wl.sample_arrivals(rng_arr)
+    scale = 1.0
+    if noise > 0:
+        scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal()))
+    jitter = rng_jit.exponential(hw.api_jitter_ms * 1e-3, size=wl.num_prompts) if hw.api_jitter_ms > 0 else None
+    cost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
+
+    n = wl.num_prompts
+    send = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    ok = np.zeros(n, bool)
+    replica = np.zeros(n, np.int64)
+    conc = wl.concurrency
+    replicas = knobs.dp if conc is None else min(knobs.dp, conc)
+    preemptions = 0
+    for r in range(replicas):
+        idx = np.arange(r, n, replicas)
+        if not len(idx):
+            continue
+        c_r = None if conc is None else conc // replicas + (r < conc % replicas)
+        trace = run_replica(knobs, cost, mem.num_blocks, in_len[idx], out_len[idx], arrival[idx], c_r,
+                            max_model_len, hw.api_overhead_ms * 1e-3, scale,
+                            hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
+                            None if jitter is None else jitter[idx])
+        send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok
+        replica[idx] = r
+        preemptions += trace.preemptions
+    rejected = int((~ok).sum())
+    if preemptions:
+        log.append(f"WARNING {preemptions} preemptions (recompute): the KV cache ran out; fewer "
+                   "concurrent sequences or more KV memory would avoid them")
+    if rejected:
+        log.append(f"ERROR {rejected} requests rejected: prompt + output tokens exceed max_model_len "
+                   f"({max_model_len}) or the prefill token budget")
+    return summarize(send, first, finish, ok, in_len, out_len, replica, preemptions=preemptions,
+                     kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
+
+
+def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
+                    bench_argv: Sequence[str] | None = None) -> SimResult:
+    """Simulate what an engine adapter rendered, with the ``[simulator]`` configuration table.
+
+    Args:
+        spec: the rendered launch (vLLM/SGLang argv, MindIE config.json in ``files``).
+        sim_table: ``hardware``, ``model``, ``weight_dtype``, ``kv_dtype``, ``seed``, ``noise``,
+            ``workload`` (table) and optional ``catalog_dirs`` (list of directories).
+        bench_argv: a benchmark command line whose load flags override the workload.
+
+    Raises:
+        ConfigError: a missing or invalid ``[simulator]`` key.
+        SimulationError: the launch cannot be read (unknown engine, malformed knob).
+    """
+    unknown = set(sim_table) - _SIM_KEYS
+    if unknown:
+        raise ConfigError(f"simulator: unknown key(s) {sorted(unknown)}; valid keys: {sorted(_SIM_KEYS)}")
+    for key in ("hardware", "model"):
+        if key not in sim_table:
+            raise ConfigError(f"simulator.{key} is missing; set it to a catalog name or a TOML file path")
+    dirs = sim_table.get("catalog_dirs", ())
+    if isinstance(dirs, str):
+        dirs = (dirs,)
+    hw = load_hardware(sim_table["hardware"], dirs)
+    model = load_model(sim_table["model"], dirs)
+    table = sim_table.get("workload", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("simulator.workload must be a table (input_len, output_len, num_prompts, ...)")
+    wl = workload_from_mapping(table)
+    if bench_argv:
+        wl = wl.with_overrides(benchmark_overrides(bench_argv))
+    seed = sim_table.get("seed", 0)
+    noise = sim_table.get("noise", 0.0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"simulator.seed = {seed!r}: must be an integer")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)):
+        raise ConfigError(f"simulator.noise = {noise!r}: must be a number >= 0")
+    return simulate(knobs_from_launch(spec), hw, model, wl,
+                    weight_dtype=str(sim_table.get("weight_dtype", "bf16")),
+                    kv_dtype=sim_table.get("kv_dtype"), seed=seed, noise=float(noise))

@@ -1,0 +1,286 @@
+"""Hardware and model catalogs: TOML data files shipped in ``msopt/sim/catalog/``.
+
+An entry is found by name in the packaged catalog or in ``extra_dirs`` (a file
+``<name>.toml`` directly in the directory or in its ``hardware/`` / ``models/`` folder), or
+given directly as the path of a TOML file.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msopt.errors import ConfigError, SimulationError
+from msopt.registry import close_matches
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
+
+#: bytes per element of each supported weight / KV-cache dtype
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator type, per device, with calibrated achieved-efficiency factors.
+
+    Attributes:
+        name: catalog name ("h100-sxm").
+        description: human readable.
+        memory_kind: "CUDA" or "NPU", for out-of-memory log lines.
+        tflops: dense peak per precision ("bf16", "fp8", "int8"); 0 = unsupported.
+        hbm_gib: device memory as the runtime reports it, GiB.
+        hbm_tb_s: HBM bandwidth, TB/s.
+        reserve_gib: memory the framework never gets (context, comm buffers, graphs).
+        intra_node_gb_s: scale-up link bandwidth per direction, GB/s.
+        inter_node_gb_s: scale-out bandwidth per device, GB/s.
+        devices_per_node: accelerators per node.
+        compute_eff: achieved fraction of peak FLOPS in large GEMMs.
+        memory_eff: achieved fraction of HBM bandwidth in streaming reads.
+        comm_eff: achieved fraction of link bandwidth in all-reduce.
+        allreduce_latency_us: fixed cost of one all-reduce.
+        step_overhead_ms: fixed cost of one engine step (scheduling, launch, sampling).
+        per_seq_overhead_us: cost per sequence in a step (sampling, detokenizing, output).
+        api_overhead_ms: client -> engine latency of a request (network, HTTP), host side.
+        frontend_ms_per_req: API-server time per request, requests handled one at a time.
+        frontend_us_per_token: API-server time per prompt token (tokenization).
+        api_jitter_ms: mean of a random (exponential) per-request client/network delay.
+    """
+
+    name: str
+    description: str
+    memory_kind: str
+    tflops: Mapping[str, float]
+    hbm_gib: float
+    hbm_tb_s: float
+    reserve_gib: float
+    intra_node_gb_s: float
+    inter_node_gb_s: float
+    devices_per_node: int
+    compute_eff: float
+    memory_eff: float
+    comm_eff: float
+    allreduce_latency_us: float
+    step_overhead_ms: float
+    per_seq_overhead_us: float
+    api_overhead_ms: float = 0.0
+    frontend_ms_per_req: float = 0.0
+    frontend_us_per_token: float = 0.0
+    api_jitter_ms: float = 0.0
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak in FLOP/s for ``dtype`` (fp16 counts as bf16); raises if unsupported."""
+        key = "bf16" if dtype == "fp16" else dtype
+        value = float(self.tflops.get(key, 0.0))
+        if value <= 0:
+            raise SimulationError(
+                f"hardware {self.name!r} has no {dtype} compute (tflops.{key} = {value}); "
+                f"use weight_dtype one of {sorted(k for k, v in self.tflops.items() if v > 0)}"
+            )
+        return value * 1e12
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's architecture facts.
+
+    Attributes:
+        name: catalog name ("qwen3-32b").
+        hf_id: the Hugging Face repository it describes.
+        layers, hidden, heads, kv_heads, head_dim, ffn, vocab: architecture.
+        params_b: published parameter count, billions (for checks and docs).
+        max_position: the longest context the model supports (vLLM's default max_model_len).
+        tie_embeddings: whether lm_head shares the embedding matrix.
+    """
+
+    name: str
+    hf_id: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    params_b: float
+    max_position: int
+    tie_embeddings: bool = False
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer (attention projections and gated MLP)."""
+        q = self.hidden * self.heads * self.head_dim
+        kv = 2 * self.hidden * self.kv_heads * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        mlp = 3 * self.hidden * self.ffn
+        return q + kv + o + mlp
+
+    @property
+    def embed_params(self) -> int:
+        """Embedding plus lm_head parameters."""
+        return self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
+
+    @property
+    def total_params(self) -> int:
+        """Parameters computed from the architecture (norms ignored)."""
+        return self.layers * self.layer_params + self.embed_params
+
+    def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
+        """KV-cache bytes per token over all layers, whole model (not per device)."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of ``dtype``; ConfigError for an unknown one."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ConfigError(
+            f"unknown dtype {dtype!r}; valid dtypes: {sorted(DTYPE_BYTES)}"
+        ) from None
+
+
+def _entry_dirs(kind: str, extra_dirs: Iterable[str | Path]) -> list[Path]:
+    dirs = []
+    for d in extra_dirs:
+        d = Path(d).expanduser()
+        dirs.extend([d / kind, d])
+    dirs.append(CATALOG_DIR / kind)
+    return dirs
+
+
+def _list(kind: str, extra_dirs: Iterable[str | Path]) -> list[str]:
+    names: set[str] = set()
+    for d in _entry_dirs(kind, extra_dirs):
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    return sorted(names)
+
+
+def _find(kind: str, name_or_path: str | Path, extra_dirs: Iterable[str | Path]) -> Path:
+    extra_dirs = tuple(extra_dirs)
+    text = str(name_or_path)
+    as_path = Path(text).expanduser()
+    if text.endswith(".toml") or as_path.is_file():
+        if not as_path.is_file():
+            raise ConfigError(f"{kind} catalog file {text!r} does not exist; give an existing TOML file")
+        return as_path
+    for d in _entry_dirs(kind, extra_dirs):
+        candidate = d / f"{text}.toml"
+        if candidate.is_file():
+            return candidate
+    valid = _list(kind, extra_dirs)
+    hint = close_matches(text, valid)
+    raise ConfigError(
+        f"unknown {kind} {text!r}; valid names: {', '.join(valid)}"
+        + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        + "; or give the path of a TOML file (see docs/simulator.md)"
+    )
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML ({exc}); fix the file") from None
+
+
+def _get(data: Mapping[str, Any], path: Path, *keys: str, cast: type = float, default: Any = None) -> Any:
+    node: Any = data
+    for k in keys:
+        if not isinstance(node, Mapping) or k not in node:
+            if default is not None:
+                return default
+            raise ConfigError(f"{path}: missing key {'.'.join(keys)!r}; add it (see docs/simulator.md)")
+        node = node[k]
+    try:
+        value = cast(node)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: key {'.'.join(keys)!r} = {node!r} is not a {cast.__name__}") from None
+    if cast in (int, float) and value < 0:
+        raise ConfigError(f"{path}: key {'.'.join(keys)!r} = {node!r} must be >= 0")
+    return value
+
+
+def list_hardware(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
+    """Names of the packaged hardware entries and those in ``extra_dirs``."""
+    return _list("hardware", extra_dirs)
+
+
+def list_models(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
+    """Names of the packaged model entries and those in ``extra_dirs``."""
+    return _list("models", extra_dirs)
+
+
+def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> Hardware:
+    """Load a hardware entry by catalog name or TOML file path.
+
+    Raises:
+        ConfigError: unknown name (the message lists valid ones) or an invalid file.
+    """
+    path = _find("hardware", name_or_path, extra_dirs)
+    d = _read(path)
+    tflops = d.get("compute", {})
+    if not isinstance(tflops, Mapping):
+        raise ConfigError(f"{path}: [compute] must be a table of TFLOPS per dtype")
+    hw = Hardware(
+        name=str(d.get("name", path.stem)),
+        description=str(d.get("description", "")),
+        memory_kind=str(d.get("memory_kind", "CUDA")),
+        tflops={str(k): _get(tflops, path, k) for k in tflops},
+        hbm_gib=_get(d, path, "memory", "hbm_gib"),
+        hbm_tb_s=_get(d, path, "memory", "hbm_tb_s"),
+        reserve_gib=_get(d, path, "memory", "reserve_gib", default=3.0),
+        intra_node_gb_s=_get(d, path, "interconnect", "intra_node_gb_s"),
+        inter_node_gb_s=_get(d, path, "interconnect", "inter_node_gb_s", default=25.0),
+        devices_per_node=_get(d, path, "interconnect", "devices_per_node", cast=int),
+        compute_eff=_get(d, path, "efficiency", "compute"),
+        memory_eff=_get(d, path, "efficiency", "memory"),
+        comm_eff=_get(d, path, "efficiency", "comm"),
+        allreduce_latency_us=_get(d, path, "efficiency", "allreduce_latency_us", default=10.0),
+        step_overhead_ms=_get(d, path, "efficiency", "step_overhead_ms", default=3.0),
+        per_seq_overhead_us=_get(d, path, "efficiency", "per_seq_overhead_us", default=0.0),
+        api_overhead_ms=_get(d, path, "efficiency", "api_overhead_ms", default=0.0),
+        frontend_ms_per_req=_get(d, path, "efficiency", "frontend_ms_per_req", default=0.0),
+        frontend_us_per_token=_get(d, path, "efficiency", "frontend_us_per_token", default=0.0),
+        api_jitter_ms=_get(d, path, "efficiency", "api_jitter_ms", default=0.0),
+    )
+    for key in ("compute_eff", "memory_eff", "comm_eff"):
+        if not 0 < getattr(hw, key) <= 1:
+            raise ConfigError(f"{path}: efficiency {key} = {getattr(hw, key)} must be in (0, 1]")
+    if hw.hbm_gib <= 0 or hw.hbm_tb_s <= 0 or hw.devices_per_node < 1:
+        raise ConfigError(f"{path}: hbm_gib, hbm_tb_s and devices_per_node must be positive")
+    return hw
+
+
+def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> ModelSpec:
+    """Load a model entry by catalog name or TOML file path.
+
+    Raises:
+        ConfigError: unknown name (the message lists valid ones) or an invalid file.
+    """
+    path = _find("models", name_or_path, extra_dirs)
+    d = _read(path)
+    ints = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_position")
+    values = {k: _get(d, path, k, cast=int) for k in ints}
+    for k, v in values.items():
+        if v < 1:
+            raise ConfigError(f"{path}: {k} = {v} must be >= 1")
+    model = ModelSpec(
+        name=str(d.get("name", path.stem)),
+        hf_id=str(d.get("hf_id", "")),
+        params_b=_get(d, path, "params_b", default=0.0),
+        tie_embeddings=bool(d.get("tie_embeddings", False)),
+        **values,
+    )
+    if model.heads % model.kv_heads:
+        raise ConfigError(f"{path}: heads ({model.heads}) must be a multiple of kv_heads ({model.kv_heads})")
+    return model

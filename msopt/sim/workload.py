@@ -1,0 +1,143 @@
+"""The simulated benchmark client: request lengths and arrivals, from ``[simulator.workload]``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Union
+
+import numpy as np
+
+from msopt.errors import ConfigError
+
+#: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma}
+LengthSpec = Union[int, Mapping[str, Any]]
+
+_KEYS = {"input_len", "output_len", "num_prompts", "concurrency", "request_rate"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the benchmark client sends.
+
+    Attributes:
+        input_len: prompt tokens, fixed or a distribution table.
+        output_len: generated tokens per request, fixed or a distribution table.
+        num_prompts: requests in the run.
+        concurrency: closed loop: at most this many requests in flight (None: unlimited).
+        request_rate: open loop: Poisson arrivals per second (None or inf: all at once).
+    """
+
+    input_len: LengthSpec = 1024
+    output_len: LengthSpec = 256
+    num_prompts: int = 1000
+    concurrency: int | None = 64
+    request_rate: float | None = None
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Workload:
+        """A copy with keys replaced (as :func:`msopt.sim.benchmark_overrides` returns them)."""
+        return workload_from_mapping({**self.as_mapping(), **dict(overrides)})
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The workload as a ``[simulator.workload]`` table."""
+        out: dict[str, Any] = {
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "num_prompts": self.num_prompts,
+        }
+        if self.concurrency is not None:
+            out["concurrency"] = self.concurrency
+        if self.request_rate is not None:
+            out["request_rate"] = self.request_rate
+        return out
+
+    def sample_lengths(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Draw (input lengths, output lengths), int64 arrays of ``num_prompts``, each >= 1."""
+        n = self.num_prompts
+        return _draw(self.input_len, n, rng), _draw(self.output_len, n, rng)
+
+    def sample_arrivals(self, rng: np.random.Generator) -> np.ndarray:
+        """Open-loop send times in seconds (zeros when there is no request_rate)."""
+        rate = self.request_rate
+        if rate is None or math.isinf(rate):
+            return np.zeros(self.num_prompts)
+        gaps = rng.exponential(1.0 / rate, size=self.num_prompts)
+        gaps[0] = 0.0
+        return np.cumsum(gaps)
+
+
+def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(spec, Mapping):
+        dist = spec["dist"]
+        if dist == "uniform":
+            values = rng.integers(int(spec["low"]), int(spec["high"]) + 1, size=n)
+        else:  # lognormal: mean is the distribution's mean in tokens
+            sigma = float(spec["sigma"])
+            mu = math.log(float(spec["mean"])) - sigma * sigma / 2
+            values = np.rint(rng.lognormal(mu, sigma, size=n))
+        return np.maximum(values.astype(np.int64), 1)
+    return np.full(n, int(spec), dtype=np.int64)
+
+
+def _positive_int(table: Mapping[str, Any], key: str, where: str) -> int:
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+        raise ConfigError(f"{where}.{key} = {value!r}: must be an integer >= 1")
+    return int(value)
+
+
+def _length(table: Mapping[str, Any], key: str, where: str) -> LengthSpec:
+    value = table[key]
+    if not isinstance(value, Mapping):
+        return _positive_int(table, key, where)
+    dist = value.get("dist")
+    if dist == "uniform":
+        for k in ("low", "high"):
+            if k not in value:
+                raise ConfigError(f"{where}.{key}: uniform needs keys low and high (missing {k!r})")
+            _positive_int(value, k, f"{where}.{key}")
+        if int(value["low"]) > int(value["high"]):
+            raise ConfigError(f"{where}.{key}: low ({value['low']}) must be <= high ({value['high']})")
+    elif dist == "lognormal":
+        for k in ("mean", "sigma"):
+            if k not in value:
+                raise ConfigError(f"{where}.{key}: lognormal needs keys mean and sigma (missing {k!r})")
+        if not float(value["mean"]) >= 1 or not float(value["sigma"]) >= 0:
+            raise ConfigError(
+                f"{where}.{key}: lognormal needs mean >= 1 and sigma >= 0, got {dict(value)!r}"
+            )
+    else:
+        raise ConfigError(
+            f"{where}.{key}.dist = {dist!r}: use an integer or a table with dist = 'uniform' or 'lognormal'"
+        )
+    return dict(value)
+
+
+def workload_from_mapping(table: Mapping[str, Any], where: str = "simulator.workload") -> Workload:
+    """Validate a ``[simulator.workload]`` table into a :class:`Workload`.
+
+    Raises:
+        ConfigError: an unknown key or an invalid value; the message names the key.
+    """
+    unknown = set(table) - _KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(_KEYS)}")
+    w = Workload()
+    kwargs: dict[str, Any] = {}
+    for key in ("input_len", "output_len"):
+        if key in table:
+            kwargs[key] = _length(table, key, where)
+    if "num_prompts" in table:
+        kwargs["num_prompts"] = _positive_int(table, "num_prompts", where)
+    has_c, has_r = "concurrency" in table, "request_rate" in table
+    if has_c:
+        kwargs["concurrency"] = _positive_int(table, "concurrency", where)
+    elif has_r:
+        kwargs["concurrency"] = None
+    if has_r:
+        rate = table["request_rate"]
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise ConfigError(f"{where}.request_rate = {rate!r}: must be a number > 0 (inf for all at once)")
+        kwargs["request_rate"] = float(rate)
+    return replace(w, **kwargs)

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import pytest
+
+from msopt.engines.base import LaunchSpec
+from msopt.errors import SimulationError
+from msopt.sim import EngineKnobs, benchmark_overrides, knobs_from_launch
+
+
+def vllm(*args: str) -> EngineKnobs:
+    return knobs_from_launch(LaunchSpec("vllm", ("vllm", "serve", "/models/qwen3-8b", *args)))
+
+
+def test_vllm_both_flag_forms_and_ignored_listed_once():
+    k = vllm("--tensor-parallel-size", "4", "-pp=2", "--data-parallel-size=2", "--max-num-seqs", "128",
+             "--max-num-batched-tokens=4096", "--gpu-memory-utilization", "0.85", "--block-size", "32",
+             "--max-model-len", "8192", "--enforce-eager", "--swap-space", "4", "--swap-space=8", "--seed", "1")
+    assert (k.tp, k.pp, k.dp, k.max_num_seqs, k.max_num_batched_tokens) == (4, 2, 2, 128, 4096)
+    assert (k.memory_fraction, k.block_size, k.max_model_len) == (0.85, 32, 8192)
+    assert k.ignored == ("--enforce-eager", "--swap-space", "--seed")
+    assert k.chunked_prefill and k.mixed_batch
+
+
+def test_vllm_defaults_resolve_by_device_memory():
+    k = vllm("-tp", "2")
+    assert k.tp == 2 and k.max_num_seqs is None
+    assert k.resolved(79.1).max_num_batched_tokens == 8192 and k.resolved(79.1).max_num_seqs == 1024
+    assert k.resolved(64.0).max_num_batched_tokens == 2048 and k.resolved(64.0).max_num_seqs == 256
+    assert k.memory_fraction == 0.9 and k.block_size == 16
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--enable-chunked-prefill",), True),
+    (("--no-enable-chunked-prefill",), False),
+    (("--enable-chunked-prefill", "false"), False),
+    (("--enable-chunked-prefill=False",), False),
+    (("--enable-chunked-prefill", "--max-num-seqs", "8"), True),
+])
+def test_vllm_chunked_prefill(args, expected):
+    k = vllm(*args)
+    assert k.chunked_prefill is expected and k.mixed_batch is expected
+
+
+def test_vllm_bad_value():
+    with pytest.raises(SimulationError, match="--max-num-seqs"):
+        vllm("--max-num-seqs", "many")
+
+
+def test_sglang():
+    k = knobs_from_launch(LaunchSpec("sglang", (
+        "python", "-m", "sglang.launch_server", "--model-path", "m", "--tp-size", "2", "--dp-size", "2",
+        "--max-running-requests", "64", "--chunked-prefill-size", "4096", "--mem-fraction-static=0.8",
+        "--enable-torch-compile")))
+    assert (k.engine, k.tp, k.dp, k.max_num_seqs, k.max_num_batched_tokens) == ("sglang", 2, 2, 64, 4096)
+    assert k.memory_fraction == 0.8 and not k.mixed_batch
+    assert k.ignored == ("--model-path", "--enable-torch-compile")
+
+
+def mindie_config(**schedule) -> dict:
+    return {"BackendConfig": {
+        "ScheduleConfig": {"maxBatchSize": 200, "maxPrefillBatchSize": 50, "maxPrefillTokens": 8192,
+                           "supportSelectBatch": True, "prefillTimeMsPerReq": 150, "decodeTimeMsPerReq": 50,
+                           "maxQueueDelayMicroseconds": 5000, "maxPreemptCount": 0, "cacheBlockSize": 128,
+                           "maxIterTimes": 512, "templateType": "Standard", **schedule},
+        "ModelDeployConfig": {"maxSeqLen": 4096, "ModelConfig": [{"tp": 4, "dp": 2, "modelName": "qwen"}]},
+    }}
+
+
+def test_mindie_from_config_json():
+    k = knobs_from_launch(LaunchSpec("mindie", ("mindieservice_daemon",),
+                                     files={"/conf/config.json": mindie_config()}))
+    assert (k.engine, k.tp, k.dp, k.pp) == ("mindie", 4, 2, 1)
+    assert (k.max_num_seqs, k.max_prefill_seqs, k.max_num_batched_tokens) == (200, 50, 8192)
+    assert k.select_batch and k.prefill_time_ms_per_req == 150 and k.decode_time_ms_per_req == 50
+    assert k.max_queue_delay_s == pytest.approx(0.005) and k.max_preempt_count == 0
+    assert k.max_model_len == 4096 and not k.mixed_batch and not k.chunked_prefill
+    assert k.ignored == ("BackendConfig.ScheduleConfig.templateType",)
+
+
+def test_mindie_without_config():
+    with pytest.raises(SimulationError, match="BackendConfig"):
+        knobs_from_launch(LaunchSpec("mindie", ("x",)))
+
+
+def test_unknown_engine():
+    with pytest.raises(SimulationError, match="vllm"):
+        knobs_from_launch(LaunchSpec("trtllm", ()))
+
+
+def test_benchmark_overrides():
+    argv = ("vllm", "bench", "serve", "--max-concurrency", "32", "--request-rate=inf", "--num-prompts", "200",
+            "--random-input-len", "2048", "--random-output-len=128", "--dataset-name", "random")
+    assert benchmark_overrides(argv) == {"concurrency": 32, "request_rate": float("inf"), "num_prompts": 200,
+                                         "input_len": 2048, "output_len": 128}

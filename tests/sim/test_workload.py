@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msopt.errors import ConfigError
+from msopt.sim import Workload, workload_from_mapping
+
+
+def test_defaults_and_fixed_lengths():
+    w = workload_from_mapping({"input_len": 100, "output_len": 20, "num_prompts": 5, "concurrency": 2})
+    i, o = w.sample_lengths(np.random.default_rng(0))
+    assert i.tolist() == [100] * 5 and o.tolist() == [20] * 5
+    assert w.sample_arrivals(np.random.default_rng(0)).tolist() == [0.0] * 5
+
+
+def test_distributions_are_seeded_and_bounded():
+    w = workload_from_mapping({"input_len": {"dist": "uniform", "low": 10, "high": 20},
+                               "output_len": {"dist": "lognormal", "mean": 200, "sigma": 0.5},
+                               "num_prompts": 2000})
+    a = w.sample_lengths(np.random.default_rng(1))
+    b = w.sample_lengths(np.random.default_rng(1))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert a[0].min() >= 10 and a[0].max() <= 20
+    assert a[1].mean() == pytest.approx(200, rel=0.1) and a[1].min() >= 1
+
+
+def test_open_loop_and_capped():
+    w = workload_from_mapping({"request_rate": 10.0, "num_prompts": 5000})
+    assert w.concurrency is None
+    gaps = np.diff(w.sample_arrivals(np.random.default_rng(0)))
+    assert gaps.mean() == pytest.approx(0.1, rel=0.05)
+    both = workload_from_mapping({"request_rate": 10.0, "concurrency": 4})
+    assert both.concurrency == 4 and both.request_rate == 10.0
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"input_len": 0}, "input_len"),
+    ({"output_len": "many"}, "output_len"),
+    ({"num_prompts": 1.5}, "num_prompts"),
+    ({"concurrency": -1}, "concurrency"),
+    ({"request_rate": 0}, "request_rate"),
+    ({"input_len": {"dist": "normal"}}, "input_len"),
+    ({"input_len": {"dist": "uniform", "low": 5}}, "input_len"),
+    ({"input_len": {"dist": "uniform", "low": 9, "high": 5}}, "input_len"),
+    ({"rate": 3}, "rate"),
+])
+def test_errors_name_the_key(table, key):
+    with pytest.raises(ConfigError, match=key):
+        workload_from_mapping(table)
+
+
+def test_overrides():
+    w = Workload().with_overrides({"concurrency": 8, "num_prompts": 16, "request_rate": float("inf")})
+    assert (w.concurrency, w.num_prompts) == (8, 16)
+    assert w.sample_arrivals(np.random.default_rng(0)).max() == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 50), st.integers(1, 50), st.integers(1, 100))
+def test_round_trip(i, o, n):
+    w = workload_from_mapping({"input_len": i, "output_len": o, "num_prompts": n, "concurrency": 3})
+    assert workload_from_mapping(w.as_mapping()) == w
