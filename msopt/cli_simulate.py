@@ -1,0 +1,80 @@
+"""``msopt simulate``: one simulated evaluation of a configuration, without Ray."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from msopt.errors import ConfigError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+def register(sub: Any) -> None:
+    """Add the simulate subcommand."""
+    p = sub.add_parser("simulate", help="run one simulated evaluation of the configuration's values")
+    p.add_argument("-c", "--config", metavar="FILE", help="configuration file (highest layer)")
+    p.add_argument("-e", "--engine", metavar="ENGINE", help="engine section (vllm, mindie, sglang)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a searched field's value (repeatable); VALUE is a TOML value or a bare string")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_simulate)
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """Parse ``NAME=VALUE`` items; VALUE is read as a TOML value (8, 0.9, true, "x") or a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--set {item!r} is not NAME=VALUE; write e.g. --set max_num_seqs=128")
+        try:
+            out[name] = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[name] = text.strip()
+    return out
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate the configuration at its values (overridden by --set)."""
+    from msopt.config import load_settings
+    from msopt.evaluation import Evaluator
+    from msopt.results import EvalRequest
+    from msopt.space import SearchSpace
+
+    settings = load_settings(args.config, args.engine)
+    space = SearchSpace.from_settings(settings)
+    overrides = parse_set(args.set)
+    for name in overrides:
+        if name not in space.field_names:
+            raise ConfigError(f"--set {name}: no such field; fields are: {', '.join(space.field_names)}")
+        if name not in space.names:
+            raise ConfigError(f"--set {name}: the field is derived or constant, not searched; set its sources "
+                              f"({', '.join(space.names)})")
+    position = space.encode(overrides)
+    evaluator = Evaluator(settings, simulate=True)
+    result = evaluator.evaluate(EvalRequest(0, "baseline", None, 0, tuple(position.tolist())))
+    metrics = {k: result.metrics.get(k) for k in ("generate_speed", "time_to_first_token",
+                                                   "time_per_output_token", "success_rate", "throughput")}
+    failed = result.error is not None
+    if args.json:
+        out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+        out["error"] = result.error if failed else None
+        print(json.dumps(out))
+    else:
+        for k, v in result.values.items():
+            print(f"{k} = {v!r}")
+        for k, v in result.metrics.items():
+            if v is not None:
+                print(f"{k}: {v:.6g}")
+        if math.isfinite(result.fitness):
+            print(f"fitness: {result.fitness:.6g}")
+        if failed:
+            print(f"error: {result.error}")
+    return 1 if failed else 0

@@ -1,0 +1,53 @@
+"""msopt simulate: one simulated evaluation from the command line, without Ray."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = str(REPO / "configs" / "quickstart.toml")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "msopt.cli", "simulate", *args], capture_output=True, text=True)
+
+
+def test_quickstart_json_is_sensible():
+    out = run("-c", QUICK, "--json")
+    assert out.returncode == 0, out.stderr
+    m = json.loads(out.stdout)
+    assert set(m) == {"generate_speed", "time_to_first_token", "time_per_output_token", "success_rate",
+                      "throughput", "error"}
+    assert m["error"] is None and m["success_rate"] == 1.0
+    assert 100 < m["generate_speed"] < 100_000 and 0 < m["time_per_output_token"] < 1
+    assert 0 < m["time_to_first_token"] < 60 and m["throughput"] > 0
+
+
+def test_set_changes_the_result():
+    a = json.loads(run("-c", QUICK, "--json", "--set", "max_num_seqs=8").stdout)
+    b = json.loads(run("-c", QUICK, "--json", "--set", "max_num_seqs=128").stdout)
+    assert b["generate_speed"] > a["generate_speed"]
+
+
+def test_oom_configuration_exits_1(write_toml):
+    cfg = write_toml(Path(QUICK).read_text().replace('model = "qwen3-8b"', 'model = "llama-3.1-70b"'))
+    out = run("-c", str(cfg), "--json", "--set", "tp=1", "--set", "pp=1")
+    assert out.returncode == 1
+    assert "out of memory" in json.loads(out.stdout)["error"].lower()
+
+
+def test_set_errors_are_one_line():
+    for args, needle in ((["--set", "nope=3"], "no such field"), (["--set", "dp=3"], "derived or constant"),
+                         (["--set", "x"], "NAME=VALUE")):
+        out = run("-c", QUICK, *args)
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_simulate_does_not_import_ray():
+    code = ("import sys; from msopt.cli import main; rc = main(['simulate', '-c', %r, '--json']); "
+            "assert 'ray' not in sys.modules; sys.exit(rc)" % QUICK)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
