@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from rich.console import Console, Group, RenderableType
@@ -198,6 +198,8 @@ class _Tracker:
 
     def record(self, ev: ProgressEvent) -> None:
         now = self.clock()
+        if ev.kind == "done" and isinstance(ev.fitness, float) and not math.isfinite(ev.fitness):
+            ev = replace(ev, kind="failed")  # an infinite fitness is a failure, whatever the sender said
         if ev.kind == "phase":
             self.phase = ev.phase or ev.text or self.phase
             return
@@ -210,7 +212,7 @@ class _Tracker:
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = _Row(key)
-        if ev.kind in ("queued", "running") and row.eval_id != ev.eval_id:
+        if ev.eval_id is not None and row.eval_id != ev.eval_id:
             # a new evaluation in this row: nothing of the previous one may show as its own
             row.values, row.metrics, row.fitness, row.error, row.devices = {}, {}, None, None, []
         row.status = ev.kind if ev.kind in _STYLES else row.status
@@ -238,11 +240,14 @@ class _Tracker:
             if ev.kind == "reused":
                 self.reused += 1  # no run: its duration would bias the ETA
             else:
-                duration = ev.duration if ev.duration is not None else (now - began if began is not None else None)
+                duration = ev.duration
+                if duration is None and began is not None:
+                    duration = now - began
                 if duration is not None and math.isfinite(duration) and duration >= 0:
                     self.duration_sum += duration
                     self.duration_n += 1
-            if _finite(ev.fitness) and (self.best is None or ev.fitness < self.best.fitness):  # type: ignore[operator]
+            fit = ev.fitness
+            if _finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
                 self.best = ev
             if self.finished > self.total:
                 self.total = self.finished

@@ -9,15 +9,16 @@ import math
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from msopt import store as store_mod
-from msopt.config import load_settings
+from msopt.config import load_settings, tomllib
 from msopt.errors import MsoptError
 from msopt.results import METRICS, EvaluationResult
 from msopt.store import TAIL_COLUMNS, RunStore, StoreError, atomic_write, dumps, json_safe
