@@ -352,6 +352,15 @@ def test_rebuild_results_csv_matches_incremental(run):
     assert run.results_path.read_bytes() == incremental
 
 
+def test_undecodable_error_text_is_journaled(run):
+    text = "log tail: caf\u00e9 \udcff bytes"  # a lone surrogate, as surrogateescape decoding leaves
+    run.append(result(0, fitness=math.inf, error=text))
+    assert run.load_journal()[0].error == text
+    run.rebuild_results_csv()
+    assert "caf\u00e9" in run.results_path.read_text(encoding="utf-8")
+    run.write_text("note.txt", text)
+
+
 def test_numpy_values_are_journaled(run):
     r = result(0, values={"tp": np.int64(2), "max_num_seqs": np.float64(1.5), "block_size": np.bool_(True)},
                position=list(np.array([0.5, np.inf])))
