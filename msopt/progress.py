@@ -153,6 +153,7 @@ class _Row:
     metrics: dict[str, Any] = field(default_factory=dict)
     fitness: float | None = None
     error: str | None = None
+    seq: int = 0  # when the row last changed, in events
 
 
 class _Tracker:
@@ -176,6 +177,7 @@ class _Tracker:
         self.duration_sum = 0.0
         self.duration_n = 0
         self.rows: dict[str, _Row] = {}
+        self.seq = 0
         self.messages: list[str] = []
 
     def start(self, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
@@ -215,6 +217,8 @@ class _Tracker:
         if ev.eval_id is not None and row.eval_id != ev.eval_id:
             # a new evaluation in this row: nothing of the previous one may show as its own
             row.values, row.metrics, row.fitness, row.error, row.devices = {}, {}, None, None, []
+        self.seq += 1
+        row.seq = self.seq
         row.status = ev.kind if ev.kind in _STYLES else row.status
         row.eval_id = ev.eval_id if ev.eval_id is not None else row.eval_id
         row.phase = ev.phase or row.phase
@@ -473,7 +477,9 @@ class LiveTable(Progress):
                 table.add_column(title, justify="left" if left else "right", no_wrap=True,
                                  overflow="ellipsis", max_width=14 if c.startswith("=") else None)
             best_id = t.best.eval_id if t.best is not None else None
-            for key in self._row_order():
+            keys = self._row_order()
+            shown = self._rows_that_fit(keys, max(self.console.height - 6, 3), best_id)
+            for key in shown:
                 row = t.rows[key]
                 marked = row.eval_id is not None and row.eval_id == best_id and row.status in FINISHED_KINDS
                 fit = "inf" if row.status == "failed" else _num(row.fitness, ".4f")
@@ -492,6 +498,8 @@ class LiveTable(Progress):
                     for c in cols))
             parts: list[RenderableType] = [header, best, table]
             notes = []
+            if len(shown) < len(keys):
+                notes.append(f"{len(keys) - len(shown)} more rows hidden (terminal too short)")
             if hidden:
                 notes.append(f"{hidden} more dimension{'s' if hidden > 1 else ''} hidden (terminal too narrow)")
             if t.messages:
@@ -499,6 +507,19 @@ class LiveTable(Progress):
             if notes:
                 parts.append(Text("  ".join(notes), style="dim"))
             return Group(*parts)
+
+    def _rows_that_fit(self, keys: list[str], limit: int, best_id: int | None) -> list[str]:
+        """At most ``limit`` rows: running ones, the best, then the most recently changed."""
+        if len(keys) <= limit:
+            return keys
+        rows = self._t.rows
+
+        def priority(key: str) -> tuple[int, int, int]:
+            row = rows[key]
+            return (row.status != "running", row.eval_id != best_id or best_id is None, -row.seq)
+
+        keep = set(sorted(keys, key=priority)[:limit])
+        return [k for k in keys if k in keep]
 
     def _row_order(self) -> list[str]:
         def order(key: str) -> tuple[int, int, str]:

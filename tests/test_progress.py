@@ -339,3 +339,20 @@ def test_live_table_runs_live_and_closes_with_a_summary():
     text = out.getvalue()
     assert "a message" in text and "finished: 1/2 evaluations, 0 failed" in text and "status=complete" in text
     lt.close()  # idempotent
+
+
+def test_live_table_short_terminal_keeps_running_best_and_recent_rows():
+    lt, _ = live_table(60)
+    lt.update(done(0, 5, 0.1))                  # the best, changed long ago
+    for i in range(1, 40):
+        lt.update(done(i, 10 + i % 20, 0.5 + i))
+    lt.update(ev("running", 50, 55))            # running
+    lt.update(ev("queued", 51, 56))             # most recent
+    console = Console(file=io.StringIO(), force_terminal=True, width=160, height=20, color_system=None)
+    lt.console = console
+    console.print(lt.render())
+    text = console.file.getvalue()
+    r = rows(text)
+    assert len(r) == 14 and {"p5", "p55", "p56"} <= set(r)
+    assert "46 more rows hidden" in text
+    assert len(text.splitlines()) <= 20
