@@ -82,7 +82,7 @@ def json_safe(obj: Any) -> Any:
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:
     """JSON text of ``obj``; non-finite numbers are written as null, never as NaN/Infinity."""
-    return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, indent=indent)
+    return json.dumps(json_safe(obj), allow_nan=False, indent=indent)  # ASCII: safe for any error text
 
 
 def _fsync_dir(path: Path) -> None:
@@ -449,7 +449,7 @@ class RunStore:
             self.rebuild_results_csv()
             return
         try:
-            with open(self.results_path, "a", encoding="utf-8", newline="") as fh:
+            with open(self.results_path, "a", encoding="utf-8", errors="backslashreplace", newline="") as fh:
                 start = fh.tell()
                 try:
                     fh.write(_csv_text([csv_row(result, self._columns)]))
@@ -467,7 +467,7 @@ class RunStore:
         """Regenerate results.csv from the journal, atomically (csv == journal afterwards)."""
         rows = [self._columns] + [csv_row(r, self._columns) for r in self.load_journal()]
         try:
-            atomic_write(self.results_path, _csv_text(rows).encode("utf-8"))
+            atomic_write(self.results_path, _csv_text(rows).encode("utf-8", "backslashreplace"))
         except StoreError:
             self._csv_stale = True
             raise
@@ -487,7 +487,7 @@ class RunStore:
             path.parent.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
         except OSError as exc:
             raise _write_error(path.parent, exc, "a directory") from None
-        atomic_write(path, text.encode("utf-8"), mode=0o755 if executable else _FILE_MODE)
+        atomic_write(path, text.encode("utf-8", "backslashreplace"), mode=0o755 if executable else _FILE_MODE)
         return path
 
     def write_json(self, name: str, obj: Any) -> Path:

@@ -9,15 +9,16 @@ import math
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from msopt import store as store_mod
-from msopt.config import load_settings
+from msopt.config import load_settings, tomllib
 from msopt.errors import MsoptError
 from msopt.results import METRICS, EvaluationResult
 from msopt.store import TAIL_COLUMNS, RunStore, StoreError, atomic_write, dumps, json_safe
@@ -349,6 +350,15 @@ def test_rebuild_results_csv_matches_incremental(run):
     run.results_path.write_text("garbage\n")
     run.rebuild_results_csv()
     assert run.results_path.read_bytes() == incremental
+
+
+def test_undecodable_error_text_is_journaled(run):
+    text = "log tail: caf\u00e9 \udcff bytes"  # a lone surrogate, as surrogateescape decoding leaves
+    run.append(result(0, fitness=math.inf, error=text))
+    assert run.load_journal()[0].error == text
+    run.rebuild_results_csv()
+    assert "caf\u00e9" in run.results_path.read_text(encoding="utf-8")
+    run.write_text("note.txt", text)
 
 
 def test_numpy_values_are_journaled(run):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msopt.errors import SimulationError
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost
 
@@ -246,6 +247,17 @@ def run_replica(
             blocked = blocked or adm_blocked
 
         n_dec = len(dec)
+        if not n_dec and not pf:
+            # nothing can run (a bug or an impossible configuration): wait for an arrival or stop
+            if victims:
+                continue
+            if arr_ptr < sent and float(srv[arr_ptr]) > t:
+                t = float(srv[arr_ptr])
+                continue
+            raise SimulationError(
+                f"simulated scheduler stalled at t={t:.3f}s with {len(running)} running and {len(waiting)} "
+                f"waiting requests, {free} free KV blocks; please report this configuration"
+            )
         k = 1
         if n_dec and not pf:
             a, b = cost.decode_coeffs(n_dec)
@@ -255,12 +267,12 @@ def run_replica(
                 k = int(out_left[dec].min())
                 if k > 1:
                     # KV blocks for k more tokens each must be free
-                    extra = int((-(-(ctx_dec + k) // bs) - blocks[dec]).clip(0).sum())
+                    extra = int(np.maximum(-(-(ctx_dec + k) // bs) - blocks[dec], 0).sum())
                     if extra > free:
                         lo, hi = 1, k
                         while lo < hi:
                             mid = (lo + hi + 1) // 2
-                            e = int((-(-(ctx_dec + mid) // bs) - blocks[dec]).clip(0).sum())
+                            e = int(np.maximum(-(-(ctx_dec + mid) // bs) - blocks[dec], 0).sum())
                             if e <= free:
                                 lo = mid
                             else:
@@ -273,7 +285,7 @@ def run_replica(
             dt = (k * a + b * (k * s0 + n_dec * k * (k - 1) / 2)) * time_scale
             new_ctx = ctx_dec + k
             nb = -(-new_ctx // bs)
-            grow = (nb - blocks[dec]).clip(0)
+            grow = np.maximum(nb - blocks[dec], 0)
             free -= int(grow.sum())
             blocks[dec] = np.maximum(nb, blocks[dec])
             ctx[dec] = new_ctx
@@ -293,7 +305,7 @@ def run_replica(
             if n_dec:
                 ctx[dec] += 1
                 nb = -(-ctx[dec] // bs)
-                free -= int((nb - blocks[dec]).clip(0).sum())
+                free -= int(np.maximum(nb - blocks[dec], 0).sum())
                 blocks[dec] = np.maximum(nb, blocks[dec])
                 out_left[dec] -= 1
         t += dt

@@ -1,0 +1,155 @@
+"""Health checks: classify a service or benchmark log as ok, fatal or retryable.
+
+The ``[health_check]`` table holds, for ``service`` logs and ``benchmark`` logs, named error
+types with substring patterns, split into ``fatal`` and ``retryable``::
+
+    [health_check]
+    log_snippet_length = 200
+    [health_check.service.fatal]
+    oom = ["out of memory", "OutOfMemoryError"]
+    [health_check.service.retryable]
+    port = ["Address already in use"]
+    [health_check.benchmark.retryable]
+    connection = ["Connection reset by peer"]
+
+Patterns match case-insensitively anywhere in a line of the last ``log_snippet_length`` lines.
+A fatal match wins over a retryable one; among matches of one kind, the latest line wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from msopt.errors import ConfigError
+from msopt.registry import close_matches
+
+if TYPE_CHECKING:
+    from msopt.config import Settings
+
+KINDS = ("service", "benchmark")
+SEVERITIES = ("fatal", "retryable")
+_KEYS = ("log_snippet_length", *KINDS)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a log says.
+
+    Attributes:
+        kind: "ok", "fatal" or "retryable".
+        error_type: the matching error type ("oom", "port", ...), None when ok.
+        line: the log line that matched, None when ok.
+        pattern: the pattern that matched, None when ok.
+    """
+
+    kind: Literal["ok", "fatal", "retryable"]
+    error_type: str | None = None
+    line: str | None = None
+    pattern: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no pattern matched."""
+        return self.kind == "ok"
+
+    def __str__(self) -> str:
+        if self.ok:
+            return "ok"
+        return f"{self.kind} {self.error_type}: {self.line}"
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """Compiled health patterns: ``patterns[log kind][severity] = ((error_type, (pattern, ...)), ...)``."""
+
+    log_snippet_length: int
+    patterns: Mapping[str, Mapping[str, tuple[tuple[str, tuple[str, ...]], ...]]]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HealthCheck:
+        """Build from ``settings.section("health_check")``; errors name the file and key."""
+        return cls.from_mapping(settings.section("health_check"), where=settings.where)
+
+    @classmethod
+    def default(cls) -> HealthCheck:
+        """The packaged defaults (``[health_check]`` of msopt/defaults.toml)."""
+        from msopt.config import DEFAULTS_PATH, read_toml
+
+        return cls.from_mapping(read_toml(DEFAULTS_PATH, "packaged defaults").get("health_check", {}))
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any], where: Any = None) -> HealthCheck:
+        """Validate a ``[health_check]`` table.
+
+        Args:
+            table: the table.
+            where: a callable dotted key -> file name (``Settings.where``), for messages.
+
+        Raises:
+            ConfigError: naming the key, the rule and the fix.
+        """
+        def err(key: str, rule: str, fix: str) -> ConfigError:
+            src = where(key) if callable(where) else "<config>"
+            return ConfigError(f"{src}: '{key}' {rule}; {fix}")
+
+        if not isinstance(table, Mapping):
+            raise err("health_check", "must be a table", "write [health_check]")
+        for key in table:
+            if key not in _KEYS:
+                hint = close_matches(str(key), _KEYS)
+                did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(_KEYS)}"
+                raise err(f"health_check.{key}", "is not a health_check key", did)
+        n = table.get("log_snippet_length", 200)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1_000_000:
+            raise err("health_check.log_snippet_length", f"must be an integer from 1 to 1000000, got {n!r}",
+                      "e.g. log_snippet_length = 200")
+        compiled: dict[str, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+        for kind in KINDS:
+            sub = table.get(kind, {})
+            if not isinstance(sub, Mapping):
+                raise err(f"health_check.{kind}", "must be a table", f"write [health_check.{kind}.fatal]")
+            for key in sub:
+                if key not in SEVERITIES:
+                    hint = close_matches(str(key), SEVERITIES)
+                    did = f"did you mean '{hint[0]}'?" if hint else "use 'fatal' or 'retryable'"
+                    raise err(f"health_check.{kind}.{key}", "is not a severity", did)
+            compiled[kind] = {}
+            for sev in SEVERITIES:
+                types = sub.get(sev, {})
+                if not isinstance(types, Mapping):
+                    raise err(f"health_check.{kind}.{sev}", "must be a table of error_type = [patterns]",
+                              f"write [health_check.{kind}.{sev}] then e.g. oom = [\"out of memory\"]")
+                entries = []
+                for etype, pats in types.items():
+                    key = f"health_check.{kind}.{sev}.{etype}"
+                    if isinstance(pats, str) or not isinstance(pats, Sequence) or \
+                            not all(isinstance(p, str) and p.strip() for p in pats):
+                        raise err(key, f"must be a list of non-empty strings, got {pats!r}",
+                                  f"write {etype} = [\"pattern\", ...] (or [] to disable it)")
+                    if pats:
+                        entries.append((str(etype), tuple(p.lower() for p in pats)))
+                compiled[kind][sev] = tuple(entries)
+        return cls(n, compiled)
+
+    def check(self, lines: Sequence[str], kind: str = "service") -> Verdict:
+        """Classify the last ``log_snippet_length`` lines of a ``service`` or ``benchmark`` log."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        snippet = list(lines)[-self.log_snippet_length:]
+        lowered = [line.lower() for line in snippet]
+        for sev in SEVERITIES:
+            for i in range(len(snippet) - 1, -1, -1):
+                for etype, pats in self.patterns[kind][sev]:
+                    for p in pats:
+                        if p in lowered[i]:
+                            return Verdict(sev, etype, snippet[i].rstrip("\r\n"), p)  # type: ignore[arg-type]
+        return Verdict("ok")
+
+    def check_file(self, log_path: str | Path, kind: str = "service") -> Verdict:
+        """Classify the end of a log file."""
+        from msopt.process import tail
+
+        return self.check(tail(log_path, self.log_snippet_length), kind)

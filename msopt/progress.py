@@ -1,0 +1,559 @@
+"""What the user sees while a run goes on: a live table on a terminal, plain lines elsewhere.
+
+The driver reports :class:`ProgressEvent` objects to a :class:`Progress`. ``update`` only
+records (under a lock) and never renders: :class:`LiveTable` draws in rich's refresh thread at
+most a few times a second, :class:`PlainLog` writes and flushes one line per event.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import IO, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+#: The kinds of :class:`ProgressEvent`.
+EVENT_KINDS = ("queued", "running", "done", "failed", "reused", "phase", "message")
+
+#: Kinds that finish an evaluation.
+FINISHED_KINDS = ("done", "failed", "reused")
+
+_STYLES = {"queued": "dim", "running": "yellow", "done": "green", "failed": "bold red", "reused": "cyan"}
+
+
+@dataclass
+class ProgressEvent:
+    """Something that happened to one evaluation, or to the run.
+
+    Attributes:
+        kind: one of :data:`EVENT_KINDS`.
+        eval_id: the evaluation (None for "phase" and "message").
+        phase: the run stage ("baseline", "search", "refine", "capacity").
+        particle: the swarm particle, None outside the search.
+        iteration: the swarm iteration.
+        values: the decoded field values.
+        metrics: the benchmark metrics (done/reused).
+        fitness: lower is better; inf or None when failed.
+        devices: the accelerators the evaluation runs on.
+        error: why it failed.
+        text: free text (the phase's description, a message, why a result was reused).
+        duration: seconds the evaluation took, if known (else measured from its "running" event).
+    """
+
+    kind: str
+    eval_id: int | None = None
+    phase: str | None = None
+    particle: int | None = None
+    iteration: int | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    fitness: float | None = None
+    devices: list[str] = field(default_factory=list)
+    error: str | None = None
+    text: str | None = None
+    duration: float | None = None
+
+    @classmethod
+    def from_result(cls, result: Any, kind: str | None = None, **overrides: Any) -> ProgressEvent:
+        """The event for a finished :class:`~msopt.results.EvaluationResult`.
+
+        ``kind`` defaults to "reused", "failed" or "done" according to the result.
+        """
+        if kind is None:
+            kind = "reused" if result.reused else ("failed" if result.failed else "done")
+        duration = result.finished - result.started if result.finished > result.started else None
+        kw: dict[str, Any] = dict(
+            eval_id=result.eval_id, phase=result.phase, particle=result.particle,
+            iteration=result.iteration, values=dict(result.values), metrics=dict(result.metrics),
+            fitness=result.fitness, devices=[str(d) for d in result.devices], error=result.error,
+            duration=duration,
+        )
+        kw.update(overrides)
+        return cls(kind, **kw)
+
+
+def estimate_eta(mean_duration: float | None, remaining: int, concurrency: int) -> float | None:
+    """Seconds until ``remaining`` evaluations finish, ``concurrency`` at a time.
+
+    Returns:
+        None while no duration is known; 0 when nothing remains.
+    """
+    if remaining <= 0:
+        return 0.0
+    if mean_duration is None or not math.isfinite(mean_duration) or mean_duration < 0:
+        return None
+    return mean_duration * remaining / max(int(concurrency), 1)
+
+
+def format_duration(seconds: float | None) -> str:
+    """``MM:SS``, or ``H:MM:SS`` from one hour on; "--:--" when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "--:--"
+    s = max(int(round(seconds)), 0)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def _num(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _short(value, 16)
+    v = float(value)
+    if math.isnan(v):
+        return "-"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return format(v, fmt)
+
+
+def _value(value: Any, width: int = 12) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _num(value, ".4g")
+    return _short(value, width)
+
+
+def _short(value: Any, width: int) -> str:
+    s = " ".join(str(value).split())
+    return s if len(s) <= width else s[: max(width - 1, 1)] + "…"
+
+
+def _first_line(text: str | None, width: int = 200) -> str:
+    if not text:
+        return ""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return _short(lines[0], width) if lines else ""
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass
+class _Row:
+    label: str
+    status: str = "queued"
+    eval_id: int | None = None
+    phase: str | None = None
+    iteration: int | None = None
+    devices: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    fitness: float | None = None
+    error: str | None = None
+    seq: int = 0  # when the row last changed, in events
+
+
+class _Tracker:
+    """The bookkeeping both displays share: counts, best so far, durations, one row per particle."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.t0 = clock()
+        self.total = 0
+        self.n_particles = 0
+        self.dimensions: list[str] = []
+        self.run_dir = ""
+        self.phase: str | None = None
+        self.finished = 0
+        self.failures = 0
+        self.reused = 0
+        self.best: ProgressEvent | None = None
+        self.started_at: dict[int, float] = {}
+        self.running: set[int] = set()
+        self.last_concurrency = 0
+        self.duration_sum = 0.0
+        self.duration_n = 0
+        self.rows: dict[str, _Row] = {}
+        self.seq = 0
+        self.messages: list[str] = []
+
+    def start(self, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+        self.t0 = self.clock()
+        self.total = max(int(total), 0)
+        self.n_particles = max(int(n_particles), 0)
+        self.dimensions = [str(d) for d in dimensions]
+        self.run_dir = str(run_dir)
+        for p in range(self.n_particles):
+            self.rows.setdefault(f"p{p}", _Row(f"p{p}", status="-"))
+
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    @staticmethod
+    def row_key(ev: ProgressEvent) -> str:
+        if ev.particle is not None:
+            return f"p{ev.particle}"
+        return ev.phase or "other"
+
+    def record(self, ev: ProgressEvent) -> None:
+        now = self.clock()
+        if ev.kind == "done" and isinstance(ev.fitness, float) and not math.isfinite(ev.fitness):
+            ev = replace(ev, kind="failed")  # an infinite fitness is a failure, whatever the sender said
+        if ev.kind == "phase":
+            self.phase = ev.phase or ev.text or self.phase
+            return
+        if ev.kind == "message":
+            self.messages = (self.messages + [ev.text or ""])[-3:]
+            return
+        if ev.phase and (self.phase is None or ev.kind in ("queued", "running")):
+            self.phase = ev.phase
+        key = self.row_key(ev)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = _Row(key)
+        if ev.eval_id is not None and row.eval_id != ev.eval_id:
+            # a new evaluation in this row: nothing of the previous one may show as its own
+            row.values, row.metrics, row.fitness, row.error, row.devices = {}, {}, None, None, []
+        self.seq += 1
+        row.seq = self.seq
+        row.status = ev.kind if ev.kind in _STYLES else row.status
+        row.eval_id = ev.eval_id if ev.eval_id is not None else row.eval_id
+        row.phase = ev.phase or row.phase
+        row.iteration = ev.iteration if ev.iteration is not None else row.iteration
+        if ev.devices:
+            row.devices = [str(d) for d in ev.devices]
+        if ev.values:
+            row.values = dict(ev.values)
+
+        if ev.kind == "running" and ev.eval_id is not None:
+            self.started_at[ev.eval_id] = now
+            self.running.add(ev.eval_id)
+            self.last_concurrency = len(self.running)
+        elif ev.kind in FINISHED_KINDS:
+            row.metrics = dict(ev.metrics)
+            row.fitness = ev.fitness
+            row.error = ev.error
+            self.finished += 1
+            began = self.started_at.pop(ev.eval_id, None) if ev.eval_id is not None else None
+            self.running.discard(ev.eval_id)  # type: ignore[arg-type]
+            if ev.kind == "failed":
+                self.failures += 1
+            if ev.kind == "reused":
+                self.reused += 1  # no run: its duration would bias the ETA
+            else:
+                duration = ev.duration
+                if duration is None and began is not None:
+                    duration = now - began
+                if duration is not None and math.isfinite(duration) and duration >= 0:
+                    self.duration_sum += duration
+                    self.duration_n += 1
+            fit = ev.fitness
+            if _finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
+                self.best = ev
+            if self.finished > self.total:
+                self.total = self.finished
+
+    def mean_duration(self) -> float | None:
+        return self.duration_sum / self.duration_n if self.duration_n else None
+
+    def eta(self) -> float | None:
+        concurrency = len(self.running) or self.last_concurrency or 1
+        return estimate_eta(self.mean_duration(), self.total - self.finished, concurrency)
+
+    def best_text(self, width: int = 16) -> str:
+        if self.best is None:
+            return "best: -"
+        b = self.best
+        vals = " ".join(f"{k}={_value(v, width)}" for k, v in b.values.items())
+        where = f"eval {b.eval_id}" + (f" p{b.particle}" if b.particle is not None else f" {b.phase or ''}")
+        return f"best fitness={_num(b.fitness, '.4f')} ({where.strip()}) {vals}".rstrip()
+
+    def counts_text(self) -> str:
+        parts = [f"{self.finished}/{self.total} evaluations", f"{self.failures} failed"]
+        if self.reused:
+            parts.append(f"{self.reused} reused")
+        if self.running:
+            parts.append(f"{len(self.running)} running")
+        return ", ".join(parts)
+
+
+class Progress:
+    """Receives the driver's events; the base class shows nothing (quiet runs, tests)."""
+
+    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+        """The run begins: ``total`` evaluations expected (it may change: :meth:`set_total`)."""
+
+    def update(self, event: ProgressEvent) -> None:
+        """Record one event; cheap, never blocks on rendering."""
+
+    def set_total(self, total: int) -> None:
+        """The number of evaluations expected changed (e.g. refine and capacity stages added)."""
+
+    def close(self, summary: Mapping[str, Any] | None = None) -> None:
+        """The run ended; show the final state and ``summary``."""
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _summary_items(summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return ""
+    items = [f"{k}={_value(v, 60)}" for k, v in summary.items()
+             if v is None or isinstance(v, (str, int, float, bool))]
+    return " ".join(items)
+
+
+class PlainLog(Progress):
+    """One plain, flushed line per event: for pipes, CI and ``ray job submit`` logs."""
+
+    def __init__(self, stream: IO[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._t = _Tracker(clock)
+        self._closed = False
+
+    @property
+    def stream(self) -> IO[str]:
+        return self._stream if self._stream is not None else sys.stdout
+
+    def _emit(self, text: str) -> None:
+        line = f"[{format_duration(self._t.elapsed())}] {text}\n"
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed pipe must not stop the run
+            pass
+
+    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+        with self._lock:
+            self._t.start(total, n_particles, dimensions, run_dir)
+            dims = ", ".join(self._t.dimensions) or "none"
+            self._emit(f"run {run_dir}: {total} evaluations, {n_particles} particles, dimensions: {dims}")
+
+    def set_total(self, total: int) -> None:
+        with self._lock:
+            self._t.total = max(int(total), self._t.finished)
+
+    def update(self, event: ProgressEvent) -> None:
+        with self._lock:
+            self._t.record(event)
+            self._emit(self.format_event(event))
+
+    def format_event(self, ev: ProgressEvent) -> str:
+        """The line for one event, without the time prefix."""
+        if ev.kind == "phase":
+            return f"phase {ev.phase or '-'}" + (f": {ev.text}" if ev.text else "")
+        if ev.kind == "message":
+            return ev.text or ""
+        head = [f"eval {ev.eval_id}" if ev.eval_id is not None else "eval -"]
+        if ev.phase:
+            head.append(ev.phase)
+        if ev.particle is not None:
+            head.append(f"p{ev.particle}")
+        if ev.iteration is not None and ev.particle is not None:
+            head.append(f"it{ev.iteration}")
+        head.append(ev.kind)
+        parts = [" ".join(head)]
+        if ev.kind in ("done", "reused", "failed"):
+            if ev.kind != "failed" or _finite(ev.fitness):
+                parts.append(f"fitness={_num(ev.fitness, '.4f')}")
+            m = ev.metrics
+            if any(m.get(k) is not None for k in ("generate_speed", "time_to_first_token", "time_per_output_token")):
+                parts.append(f"gen={_num(m.get('generate_speed'), '.1f')} tok/s "
+                             f"ttft={_num(m.get('time_to_first_token'), '.3f')}s "
+                             f"tpot={_num(m.get('time_per_output_token'), '.3f')}s")
+        if ev.kind != "running" or ev.values:
+            parts.extend(f"{k}={_value(v, 40)}" for k, v in ev.values.items())
+        if ev.devices:
+            parts.append("devices=" + ",".join(str(d) for d in ev.devices))
+        if ev.kind == "failed" and ev.error:
+            parts.append(f"error={_first_line(ev.error)}")
+        if ev.kind == "reused" and ev.text:
+            parts.append(f"({_short(ev.text, 80)})")
+        if ev.kind == "done" and self._t.best is ev:
+            parts.append("(new best)")
+        return " ".join(p for p in parts if p)
+
+    def close(self, summary: Mapping[str, Any] | None = None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            t = self._t
+            text = f"finished: {t.counts_text()}; {t.best_text(40)}; elapsed {format_duration(t.elapsed())}"
+            extra = _summary_items(summary)
+            self._emit(text + (f"; {extra}" if extra else ""))
+
+
+class LiveTable(Progress):
+    """A rich live table, one row per particle plus one per non-swarm stage.
+
+    Rendering happens in rich's refresh thread (``refresh_per_second``, default 4 Hz);
+    :meth:`update` only records under a lock.
+    """
+
+    def __init__(self, console: Console | None = None, *, refresh_per_second: float = 4.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.console = console if console is not None else Console()
+        self._refresh = min(max(float(refresh_per_second), 0.5), 4.0)
+        self._lock = threading.Lock()
+        self._t = _Tracker(clock)
+        self._live: Live | None = None
+
+    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+        with self._lock:
+            self._t.start(total, n_particles, dimensions, run_dir)
+        if self._live is None:
+            self._live = Live(console=self.console, get_renderable=self.render, auto_refresh=True,
+                              refresh_per_second=self._refresh, transient=False,
+                              vertical_overflow="ellipsis")
+            self._live.start()
+
+    def set_total(self, total: int) -> None:
+        with self._lock:
+            self._t.total = max(int(total), self._t.finished)
+
+    def update(self, event: ProgressEvent) -> None:
+        with self._lock:
+            self._t.record(event)
+        if event.kind == "message" and event.text and self._live is not None:
+            self.console.print(event.text, markup=False, highlight=False)  # printed above the table
+
+    def _columns(self, width: int) -> list[str]:
+        """The columns that fit in ``width``, in display order; dimensions are named ``=<dim>``.
+
+        The particle, status and fitness always show; the rest are added by priority while the
+        table still fits, so a narrow terminal loses devices first, then dimensions, then timings.
+        """
+        natural = {"particle": 8, "it": 3, "status": 7, "devices": 7, "gen": 9, "ttft": 6, "tpot": 6,
+                   "fitness": 9}
+        for d in self._t.dimensions:
+            natural[f"={d}"] = min(max(len(d), 5), 14)
+        chosen = ["particle", "status", "fitness"]
+        used = sum(natural[c] + 3 for c in chosen)
+        for c in ["gen", "it", "ttft", "tpot", *(f"={d}" for d in self._t.dimensions), "devices"]:
+            if used + natural[c] + 3 <= width:
+                chosen.append(c)
+                used += natural[c] + 3
+        order = ["particle", "it", "status", "devices", *(f"={d}" for d in self._t.dimensions),
+                 "gen", "ttft", "tpot", "fitness"]
+        return [c for c in order if c in chosen]
+
+    def render(self) -> RenderableType:
+        """The current header and table (called by rich's refresh thread, or directly)."""
+        with self._lock:
+            t = self._t
+            width = self.console.width
+            header = Text()
+            header.append("msopt ", style="bold")
+            header.append(t.run_dir or "", style="dim")
+            if t.phase:
+                header.append(f"  phase {t.phase}", style="bold")
+            header.append(f"  {t.finished}/{t.total} evaluations, ")
+            header.append(f"{t.failures} failed", style="bold red" if t.failures else "")
+            if t.reused:
+                header.append(f", {t.reused} reused")
+            if t.running:
+                header.append(f", {len(t.running)} running")
+            header.append(f"  elapsed {format_duration(t.elapsed())}  ETA {format_duration(t.eta())}")
+            best = Text(t.best_text(), style="bold green" if t.best is not None else "dim",
+                        no_wrap=False, overflow="fold")
+
+            cols = self._columns(width)
+            hidden = sum(1 for d in t.dimensions if f"={d}" not in cols)
+            titles = {"particle": "particle", "it": "it", "status": "status", "devices": "devices",
+                      "gen": "gen tok/s", "ttft": "TTFT s", "tpot": "TPOT s", "fitness": "fitness"}
+            table = Table(expand=False, show_edge=False, pad_edge=False, header_style="bold")
+            for c in cols:
+                title = _short(c[1:], 14) if c.startswith("=") else titles[c]
+                left = c in ("particle", "status", "devices")
+                table.add_column(title, justify="left" if left else "right", no_wrap=True,
+                                 overflow="ellipsis", max_width=14 if c.startswith("=") else None)
+            best_id = t.best.eval_id if t.best is not None else None
+            keys = self._row_order()
+            shown = self._rows_that_fit(keys, max(self.console.height - 6, 3), best_id)
+            for key in shown:
+                row = t.rows[key]
+                marked = row.eval_id is not None and row.eval_id == best_id and row.status in FINISHED_KINDS
+                fit = "inf" if row.status == "failed" else _num(row.fitness, ".4f")
+                cells: dict[str, Any] = {
+                    "particle": row.label,
+                    "it": "" if row.iteration is None else str(row.iteration),
+                    "status": Text(row.status, style=_STYLES.get(row.status, "")),
+                    "devices": _short(",".join(row.devices), 10),
+                    "gen": _num(row.metrics.get("generate_speed"), ".1f"),
+                    "ttft": _num(row.metrics.get("time_to_first_token"), ".3f"),
+                    "tpot": _num(row.metrics.get("time_per_output_token"), ".3f"),
+                    "fitness": Text(("★ " if marked else "") + fit, style="bold green" if marked else ""),
+                }
+                table.add_row(*(
+                    (_value(row.values[c[1:]]) if c[1:] in row.values else "") if c.startswith("=") else cells[c]
+                    for c in cols))
+            parts: list[RenderableType] = [header, best, table]
+            notes = []
+            if len(shown) < len(keys):
+                notes.append(f"{len(keys) - len(shown)} more rows hidden (terminal too short)")
+            if hidden:
+                notes.append(f"{hidden} more dimension{'s' if hidden > 1 else ''} hidden (terminal too narrow)")
+            if t.messages:
+                notes.append(_short(t.messages[-1], max(width - 2, 20)))
+            if notes:
+                parts.append(Text("  ".join(notes), style="dim"))
+            return Group(*parts)
+
+    def _rows_that_fit(self, keys: list[str], limit: int, best_id: int | None) -> list[str]:
+        """At most ``limit`` rows: running ones, the best, then the most recently changed."""
+        if len(keys) <= limit:
+            return keys
+        rows = self._t.rows
+
+        def priority(key: str) -> tuple[int, int, int]:
+            row = rows[key]
+            return (row.status != "running", row.eval_id != best_id or best_id is None, -row.seq)
+
+        keep = set(sorted(keys, key=priority)[:limit])
+        return [k for k in keys if k in keep]
+
+    def _row_order(self) -> list[str]:
+        def order(key: str) -> tuple[int, int, str]:
+            if key.startswith("p") and key[1:].lstrip("-").isdigit():
+                return (1, int(key[1:]), key)
+            return (0, 0, key)
+        return sorted(self._t.rows, key=order)
+
+    def close(self, summary: Mapping[str, Any] | None = None) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.refresh()
+            live.stop()
+        with self._lock:
+            t = self._t
+            text = f"finished: {t.counts_text()}; {t.best_text(40)}; elapsed {format_duration(t.elapsed())}"
+            extra = _summary_items(summary)
+        if live is not None or summary:
+            self.console.print(text + (f"; {extra}" if extra else ""), markup=False, highlight=False)
+
+
+def make_progress(plain: bool | None = None, stream: IO[str] | None = None, *,
+                  environ: Mapping[str, str] | None = None) -> Progress:
+    """The display for ``stream`` (default stdout).
+
+    Plain lines when ``plain`` is true, when the stream is not a terminal, or when ``$CI`` is
+    set; otherwise a live table.
+    """
+    out = stream if stream is not None else sys.stdout
+    env = os.environ if environ is None else environ
+    try:
+        tty = bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        tty = False
+    if plain or not tty or env.get("CI"):
+        return PlainLog(out)
+    return LiveTable(Console(file=out))
