@@ -98,6 +98,10 @@ def _check(settings: Any) -> None:
     check_metrics_available(objective, produced, name)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     settings, store = _load(args)
@@ -114,36 +118,36 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
-    print(f"run directory: {store.path}", flush=True)
+    print(f"run directory: {store.run_dir}", flush=True)
     progress = make_progress(True if args.plain else None)
     pool = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.no_ray:
-            pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.path))
+            pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.run_dir))
         else:
             from actors.pool import RayPool, init_ray
 
             cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
             started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
-            pool = RayPool(settings, simulate=simulate, run_dir=str(store.path), max_concurrent=args.max_concurrent or 0)
+            pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir), max_concurrent=args.max_concurrent or 0)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
         total = 1 + settings.n_particles * settings.iters + int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
-                       run_dir=str(store.path))
+                       run_dir=str(store.run_dir))
         outcome = driver.run()
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
-                   "reused": outcome.reused, "run_dir": str(store.path)}
+                   "reused": outcome.reused, "run_dir": str(store.run_dir)}
         progress.close(summary)
         progress = None
     except KeyboardInterrupt:
         if progress is not None:
             progress.close(None)
             progress = None
-        print(f"msopt: interrupted; continue with: msopt optimize --resume {store.path}", file=sys.stderr)
+        print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
         return 130
     finally:
         if progress is not None:
@@ -158,9 +162,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     best = outcome.best
     if best is None:
         print("no configuration succeeded; see the errors in the journal", file=sys.stderr)
-        print(store.path)
+        print(store.run_dir)
         return 1
     shown = ", ".join(f"{k}={v}" for k, v in best.values.items())
     print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
-    print(store.path)
+    print(store.run_dir)
     return 0

@@ -297,7 +297,7 @@ class Driver:
 
     def run_baseline(self) -> EvaluationResult:
         """Evaluate the default configuration (every field at its ``value``)."""
-        self._emit("phase", text="baseline")
+        self._emit("phase", phase="baseline", text="default configuration")
         req = EvalRequest(eval_id=0, phase="baseline", particle=None, iteration=0,
                           position=tuple(self.space.default_position().tolist()), context=None,
                           num_prompts=self.search_prompts)
@@ -306,7 +306,7 @@ class Driver:
     def run_sync(self) -> None:
         """Iterations: every particle evaluated concurrently, told in particle order."""
         for it in range(self.iters):
-            self._emit("phase", text=f"iteration {it + 1}/{self.iters}")
+            self._emit("phase", phase="search", text=f"iteration {it + 1}/{self.iters}")
             positions = self.swarm.ask()
             reqs = [self._search_request(i, it, positions[i]) for i in range(self.n)]
             got = self._run_all(reqs)
@@ -317,7 +317,7 @@ class Driver:
 
     def run_async(self) -> None:
         """Each particle is told and moved as soon as its own result arrives, then dispatched again."""
-        self._emit("phase", text="search (async)")
+        self._emit("phase", phase="search", text=f"async, {self.iters} evaluations per particle")
         # replay the journal's search results in the order they were told
         for prev in self._replay_order:
             if prev.phase != "search" or prev.particle is None:
@@ -370,7 +370,7 @@ class Driver:
                 break
         if not picked:
             return []
-        self._emit("phase", text=f"refine top {len(picked)}")
+        self._emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")
         base = 1 + self.iters * self.n
         reqs = [EvalRequest(eval_id=base + k, phase="refine", particle=None, iteration=k,
                             position=tuple(r.position), context=None, num_prompts=None)

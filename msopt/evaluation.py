@@ -126,7 +126,7 @@ class Evaluator:
     def _log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
         if self.run_dir is None:
             return None
-        path = self.run_dir / "logs" / f"eval{req.eval_id:05d}-{kind}-a{attempt}.log"
+        path = self.run_dir / "logs" / f"eval-{req.eval_id:05d}-{kind}-a{attempt}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
