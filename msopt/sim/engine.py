@@ -263,7 +263,8 @@ def run_replica(
             a, b = cost.decode_coeffs(n_dec)
             ctx_dec = ctx[dec]
             s0 = float(ctx_dec.sum() + n_dec)
-            if not stalled and (not waiting or blocked or len(running) >= mns) and not (select and waiting):
+            steady = not waiting or blocked or len(running) >= mns
+            if not stalled and not victims and steady and not (select and waiting):
                 k = int(out_left[dec].min())
                 if k > 1:
                     # KV blocks for k more tokens each must be free

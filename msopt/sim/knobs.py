@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from msopt.engines.base import LaunchSpec
@@ -134,7 +135,7 @@ def _as_bool(flag: str, value: Any) -> bool:
     raise SimulationError(f"{flag} = {value!r}: expected true or false")
 
 
-_VLLM_INT = {
+_VLLM_INT = MappingProxyType({
     "--tensor-parallel-size": "tp", "-tp": "tp",
     "--pipeline-parallel-size": "pp", "-pp": "pp",
     "--data-parallel-size": "dp", "-dp": "dp",
@@ -142,9 +143,9 @@ _VLLM_INT = {
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--block-size": "block_size",
     "--max-model-len": "max_model_len",
-}
+})
 
-_SGLANG_INT = {
+_SGLANG_INT = MappingProxyType({
     "--tp-size": "tp", "--tp": "tp", "--tensor-parallel-size": "tp",
     "--dp-size": "dp", "--dp": "dp", "--data-parallel-size": "dp",
     "--pp-size": "pp", "--pipeline-parallel-size": "pp",
@@ -152,7 +153,7 @@ _SGLANG_INT = {
     "--chunked-prefill-size": "max_num_batched_tokens",
     "--context-length": "max_model_len",
     "--page-size": "block_size",
-}
+})
 
 
 def _knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
@@ -194,7 +195,7 @@ def _knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 
-_MINDIE_SCHEDULE = {
+_MINDIE_SCHEDULE = MappingProxyType({
     "maxBatchSize": ("max_num_seqs", _as_int),
     "maxPrefillBatchSize": ("max_prefill_seqs", _as_int),
     "maxPrefillTokens": ("max_num_batched_tokens", _as_int),
@@ -204,7 +205,7 @@ _MINDIE_SCHEDULE = {
     "maxQueueDelayMicroseconds": ("max_queue_delay_s", _as_float),
     "maxPreemptCount": ("max_preempt_count", _as_int),
     "cacheBlockSize": ("block_size", _as_int),
-}
+})
 
 
 def _find_mindie_config(files: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -271,13 +272,13 @@ def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
     raise SimulationError(f"the simulator models engines {list(ENGINES)}, not {spec.engine!r}")
 
 
-_BENCH = {
+_BENCH = MappingProxyType({
     "--max-concurrency": ("concurrency", int),
     "--request-rate": ("request_rate", float),
     "--num-prompts": ("num_prompts", int),
     "--random-input-len": ("input_len", int),
     "--random-output-len": ("output_len", int),
-}
+})
 
 
 def benchmark_overrides(argv: Sequence[str]) -> dict[str, Any]:

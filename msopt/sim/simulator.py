@@ -8,16 +8,16 @@ from typing import Any
 import numpy as np
 
 from msopt.engines.base import LaunchSpec
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
-from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.knobs import ENGINES, EngineKnobs, benchmark_overrides, knobs_from_launch
 from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 _MINDIE_DEFAULT_MAX_SEQ_LEN = 2560
-_SIM_KEYS = {"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"}
+_SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"})
 
 
 def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_model_len: int) -> str | None:
@@ -120,6 +120,8 @@ def simulate(
     Raises:
         ConfigError: unknown catalog entries, dtypes or workload keys.
     """
+    if knobs.engine not in ENGINES:
+        raise SimulationError(f"EngineKnobs.engine = {knobs.engine!r}: the simulator models {list(ENGINES)}")
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     wl = workload if isinstance(workload, Workload) else workload_from_mapping(workload)

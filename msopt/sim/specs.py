@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from msopt.errors import ConfigError, SimulationError
@@ -24,7 +25,7 @@ else:  # pragma: no cover
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 
 #: bytes per element of each supported weight / KV-cache dtype
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
+DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0})
 
 
 @dataclass(frozen=True)

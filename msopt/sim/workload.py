@@ -14,7 +14,7 @@ from msopt.errors import ConfigError
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma}
 LengthSpec = Union[int, Mapping[str, Any]]
 
-_KEYS = {"input_len", "output_len", "num_prompts", "concurrency", "request_rate"}
+_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate"})
 
 
 @dataclass(frozen=True)

@@ -96,3 +96,21 @@ def test_open_loop_poisson_load():
 def test_sim_does_not_import_ray():
     code = "import sys, msopt.sim; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_mindie_fixed_kv_size_and_preemption():
+    cfg = {"BackendConfig": {"ScheduleConfig": {"maxBatchSize": 128, "npuMemSize": 4, "maxPreemptCount": 4},
+                             "ModelDeployConfig": {"maxSeqLen": 4096, "ModelConfig": [{"tp": 1}]}}}
+    spec = LaunchSpec("mindie", ("mindieservice_daemon",), files={"conf/config.json": cfg})
+    load = {"input_len": 1024, "output_len": 512, "num_prompts": 128, "concurrency": 96}
+    r = simulate_launch(spec, {"hardware": "atlas-800i-a2", "model": "qwen3-8b", "workload": load})
+    assert r.error is None and r.success_rate == 1.0
+    assert r.kv_cache_tokens < 4 * 2**30 / 147456 and r.preemptions > 0
+
+
+def test_sglang_runs_and_unknown_engine_knobs_are_refused():
+    spec = LaunchSpec("sglang", ("python", "-m", "sglang.launch_server", "--tp-size", "2"))
+    r = simulate_launch(spec, {"hardware": "h100-sxm", "model": "qwen3-32b", "workload": SMALL})
+    assert r.error is None and r.success_rate == 1.0
+    with pytest.raises(Exception, match="models"):
+        simulate(EngineKnobs(engine="trtllm"), "h100-sxm", "qwen3-8b", SMALL)
