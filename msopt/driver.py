@@ -368,6 +368,8 @@ class Driver:
                 picked.append(r)
             if len(picked) == self.top_k:
                 break
+        if self.progress is not None and len(picked) < self.top_k:
+            self.progress.set_total(1 + self.n * self.iters + len(picked))
         if not picked:
             return []
         self._emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")

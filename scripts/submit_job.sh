@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Submit an msopt tuning to a running Ray cluster as a Ray job.
+#
+#   scripts/submit_job.sh [CONFIG] [more 'msopt optimize' arguments ...]
+#
+# CONFIG defaults to configs/quickstart.toml. The job's driver runs in the uploaded working
+# directory, which Ray deletes later: pass '-o /a/shared/path' to keep the run directory.
+# RAY_JOB_ADDRESS (default http://127.0.0.1:8265) is the cluster's dashboard address. A head
+# started after a local ray.init may require token authentication (RAY_AUTH_MODE=token); the
+# script sets it when a local token file exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+config=${1:-configs/quickstart.toml}
+[ $# -gt 0 ] && shift
+address=${RAY_JOB_ADDRESS:-http://127.0.0.1:8265}
+# a local token (made by an earlier ray.init) means the head expects token authentication
+if [ -z "${RAY_AUTH_MODE:-}" ] && [ -f "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}" ]; then
+    export RAY_AUTH_MODE=token
+fi
+exec ray job submit --address "$address" --working-dir . -- \
+    msopt optimize -c "$config" --address auto --plain "$@"
