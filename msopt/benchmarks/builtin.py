@@ -6,8 +6,8 @@ token length, either closed-loop (``concurrency`` requests in flight) or open-lo
 records TTFT, TPOT and end-to-end latency; it writes ``builtin_result.json`` (summary) and
 ``requests.jsonl`` (one record per request) into the result directory.
 
-Runs in-process (``run``); ``python -m msopt.benchmarks.builtin PARAMS_JSON`` runs the same
-thing as a child process.
+Runs in-process (``run``); ``python -m msopt.benchmarks PARAMS_JSON`` runs the same thing as a
+child process.
 """
 
 from __future__ import annotations
@@ -307,12 +307,12 @@ class BuiltinBenchmark(BenchmarkAdapter):
         load: Mapping[str, float],
         result_dir: Path,
     ) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The equivalent child-process command (``python -m msopt.benchmarks.builtin PARAMS``)."""
+        """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``)."""
         p = params_from_section(section, server, values, fields, num_prompts, load)
         params = asdict(p)
         params["request_rate"] = p.request_rate if math.isfinite(p.request_rate) else "inf"
         params["result_dir"] = str(result_dir)
-        return ((sys.executable, "-m", "msopt.benchmarks.builtin", json.dumps(params)),
+        return ((sys.executable, "-m", "msopt.benchmarks", json.dumps(params)),
                 env_fields(values, fields, section, self.name))
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
@@ -360,10 +360,10 @@ class BuiltinBenchmark(BenchmarkAdapter):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m msopt.benchmarks.builtin PARAMS_JSON``: run and write the results."""
+    """``python -m msopt.benchmarks PARAMS_JSON``: run the builtin load and write the results."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m msopt.benchmarks.builtin PARAMS_JSON", file=sys.stderr)
+        print("usage: python -m msopt.benchmarks PARAMS_JSON", file=sys.stderr)
         return 2
     params = json.loads(args[0])
     result_dir = Path(params.pop("result_dir", "."))
@@ -377,6 +377,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 BENCHMARKS.register("builtin", BuiltinBenchmark)
-
-if __name__ == "__main__":
-    sys.exit(main())
