@@ -277,3 +277,22 @@ def test_engines_from_settings(write_toml) -> None:
     spec = get_engine("vllm").render(decoded.values, settings.fields, settings.section("vllm"),
                                      port=8001)
     assert "--max-num-seqs" in spec.argv and "--enable-chunked-prefill" in spec.argv
+
+
+# -- property: no value can change the shape of a command line --------------------------------
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                     max_size=40))
+def test_any_value_stays_one_item(value: str) -> None:
+    fields = [decl("V", "env", "enum", dtype_param=[value or "x"]), decl("F", "--flag", "enum",
+                                                                        dtype_param=[value or "x"])]
+    spec = get_engine("vllm").render({"V": value, "F": value}, fields,
+                                     {"command": {"others": "--a $V --b pre${V}post"}}, port=1)
+    argv = list(spec.argv)
+    assert argv[-4:] == ["--a", value, "--b", f"pre{value}post"]
+    flag_items = argv[argv.index("--served-model-name") + 2:-4]
+    assert flag_items in (["--flag", value], [f"--flag={value}"])
+    assert spec.env["V"] == value
