@@ -342,3 +342,37 @@ def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
                 _write_atomic(path, original, mode)
             with contextlib.suppress(FileNotFoundError):
                 backup.unlink()
+
+
+@contextlib.contextmanager
+def launched(
+    spec: Any,
+    log_path: str | os.PathLike[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    grace: float = 10.0,
+) -> Iterator[ManagedProcess]:
+    """Stage a LaunchSpec's files, start its argv, wait until ready; stop and restore on exit.
+
+    Args:
+        spec: a :class:`msopt.engines.LaunchSpec`.
+        log_path: the server's log file.
+        cwd: the server's working directory.
+        extra_env: more environment on top of ``spec.env``.
+        timeout: readiness timeout; default ``spec.ready_timeout``.
+        grace: seconds between SIGTERM and SIGKILL when stopping.
+
+    Raises:
+        EvaluationError: the server could not start or did not become ready (it is stopped and
+            the files are restored before this propagates).
+    """
+    with staged_files(spec.files):
+        proc = start_process(spec.argv, {**spec.env, **(extra_env or {})}, log_path, cwd=cwd)
+        try:
+            wait_ready(spec.host, spec.port, spec.health_path,
+                       spec.ready_timeout if timeout is None else timeout, proc)
+            yield proc
+        finally:
+            proc.stop(grace)
