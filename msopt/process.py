@@ -197,10 +197,10 @@ def start_process(
     full_env.update({str(k): str(v) for k, v in (env or {}).items()})
     fd = open_log(log_path)
     try:
-        popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        popen = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
             cwd=os.fspath(cwd) if cwd is not None else None, start_new_session=True,
-            preexec_fn=_pdeath_guard(), close_fds=True,
+            preexec_fn=_pdeath_guard(), close_fds=True,  # noqa: PLW1509 - the guard only calls prctl
         )
     except OSError as exc:
         raise EvaluationError(f"cannot start {args[0]!r}: {exc.strerror or exc}; check the "

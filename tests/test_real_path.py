@@ -14,7 +14,7 @@ from pathlib import Path
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.process import free_port, group_members, start_process, wait_ready, _alive
+from msopt.process import _alive, free_port, group_members, start_process, wait_ready
 from msopt.results import METRICS
 from msopt.sim_serve import ARGV_FILE_ENV
 from msopt.space import DecodeContext, SearchSpace

@@ -5,10 +5,10 @@ Plugins add more through the ``msopt.benchmarks`` entry-point group.
 
 from __future__ import annotations
 
-from msopt.benchmarks.base import BENCHMARKS, BenchmarkAdapter, resolve_load
 from msopt.benchmarks import ais_bench as _ais_bench  # noqa: F401  (registers "ais_bench")
 from msopt.benchmarks import builtin as _builtin  # noqa: F401  (registers "builtin")
 from msopt.benchmarks import vllm_benchmark as _vllm_benchmark  # noqa: F401  (registers "vllm_benchmark")
+from msopt.benchmarks.base import BENCHMARKS, BenchmarkAdapter, resolve_load
 
 
 def get_benchmark(name: str) -> BenchmarkAdapter:

@@ -25,7 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from msopt.benchmarks.base import BENCHMARKS, BenchmarkAdapter, check_metrics, positive_int, resolve_load
+from msopt.benchmarks.base import (
+    BENCHMARKS,
+    BenchmarkAdapter,
+    check_metrics,
+    positive_int,
+    resolve_load,
+)
 from msopt.engines.base import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
@@ -35,14 +41,7 @@ REQUESTS_FILE = "requests.jsonl"
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
 # Short common words: each is about one token for BPE tokenizers when preceded by a space.
-_WORDS = ("the of and to in is was for on that with as by at from his her an are were it be this "
-          "which or had not but they have one you all their there been has more when who will no "
-          "if out so said what up its about into than them can only other new some could time "
-          "these two may then do first any my now such like our over man me even most made after "
-          "also did many before must through back years where much your way well down should "
-          "because each just those people how too little state good very make world still own see "
-          "men work long get here between both life being under never day same another know while "
-          "last might us great old year off come since against go came right used take three").split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "an", "are", "were", "it", "be", "this", "which", "or", "had", "not", "but", "they", "have", "one", "you", "all", "their", "there", "been", "has", "more", "when", "who", "will", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three"]
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,8 @@ if mode == 'hang':
 if mode == 'fail':
     print('Connection refused', flush=True)
     sys.exit(4)
-json.dump(%r, open(os.path.join(d, f), 'w'))
-""" % VLLM_RESULT
+json.dump(RESULT, open(os.path.join(d, f), 'w'))
+""".replace("RESULT", repr(VLLM_RESULT))
 
 
 @pytest.mark.parametrize("mode", ["ok", "fail", "hang"])
@@ -125,8 +125,8 @@ def test_default_run_starts_waits_and_parses(mode: str, server_spec: LaunchSpec,
     script = write(tmp_path / "fake.py", FAKE_VLLM_BENCH)
     section = {"command": {"executable": [sys.executable, str(script)]}, "env": {"FAKE_MODE": mode}}
     bench = get_benchmark("vllm_benchmark")
-    kw = dict(num_prompts=10, load={}, result_dir=tmp_path / "res", log_path=tmp_path / "b.log",
-              timeout=1.0 if mode == "hang" else 30)
+    kw = {"num_prompts": 10, "load": {}, "result_dir": tmp_path / "res", "log_path": tmp_path / "b.log",
+          "timeout": 1.0 if mode == "hang" else 30}
     if mode == "ok":
         m = bench.run(server_spec, {}, [], section, **kw)
         assert m["generate_speed"] == 300.0 and "fake bench" in (tmp_path / "b.log").read_text()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -55,8 +54,8 @@ def test_poisson_rate_is_seeded_and_paced(sim_server: LaunchSpec) -> None:
     assert summary["success_rate"] == 1.0 and starts == sorted(starts)
     assert 0.05 < starts[-1] < 2.0  # 11 gaps of mean 25 ms
     _, again = asyncio.run(run_load(p, log=lambda m: None))
-    gaps = [b.start - a.start for a, b in zip(records, records[1:])]
-    gaps2 = [b.start - a.start for a, b in zip(again, again[1:])]
+    gaps = [b.start - a.start for a, b in itertools.pairwise(records)]
+    gaps2 = [b.start - a.start for a, b in itertools.pairwise(again)]
     assert gaps == pytest.approx(gaps2, abs=0.02)
 
 
@@ -108,7 +107,7 @@ def test_runs_inside_a_running_event_loop(sim_server: LaunchSpec, tmp_path: Path
 
 
 def test_child_process_form(sim_server: LaunchSpec, tmp_path: Path) -> None:
-    argv, env = get_benchmark("builtin").render({}, [], {"input_len": 4, "output_len": 2,
+    argv, _ = get_benchmark("builtin").render({}, [], {"input_len": 4, "output_len": 2,
                                                          "request_rate": "inf"},
                                                 server=sim_server, num_prompts=3, load={},
                                                 result_dir=tmp_path)

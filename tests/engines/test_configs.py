@@ -35,6 +35,6 @@ def test_config_renders_with_its_engine_and_benchmark(name: str, tmp_path: Path)
             assert mc["tp"] * mc["pp"] * mc["dp"] == mc["worldSize"] == 8
             assert doc["BackendConfig"]["npuDeviceIds"] == [list(range(8))]
         bench = get_benchmark(settings.get("benchmark"))
-        argv, env = bench.render(decoded.values, settings.fields, settings.section(bench.name),
+        argv, _ = bench.render(decoded.values, settings.fields, settings.section(bench.name),
                                  server=spec, num_prompts=16, load={}, result_dir=tmp_path)
         assert argv and all(isinstance(a, str) for a in argv)

@@ -280,7 +280,9 @@ def test_engines_from_settings(write_toml) -> None:
 
 
 # -- property: no value can change the shape of a command line --------------------------------
-from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 
 @hsettings(max_examples=200, deadline=None)
