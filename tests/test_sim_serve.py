@@ -117,3 +117,23 @@ def test_http_surface_and_clean_shutdown(tmp_path: Path) -> None:
         proc.popen.send_signal(signal.SIGTERM)
         assert proc.wait(10) is not None
     assert not _alive(proc.pid)
+
+
+def test_requests_beyond_max_num_seqs_queue(tmp_path: Path) -> None:
+    """max_num_seqs 1: the second of two concurrent requests waits for the first to finish."""
+    import asyncio
+
+    from msopt.benchmarks.builtin import LoadParams, run_load
+
+    port = free_port()
+    argv = [sys.executable, "-m", "msopt.cli_serve", "M", "--port", str(port), "--max-num-seqs", "1",
+            "--time-scale", "1"]
+    with start_process(argv, {}, tmp_path / "s.log") as proc:
+        wait_ready("127.0.0.1", port, "/health", 20, proc, interval=0.1)
+        p = LoadParams(url=f"http://127.0.0.1:{port}", model="M", num_prompts=2, input_len=8,
+                       output_len=6, concurrency=2)
+        summary, records = asyncio.run(run_load(p, log=lambda m: None))
+    assert summary["success_rate"] == 1.0
+    first, second = sorted(records, key=lambda r: r.ttft)
+    # one request: ttft ~0.02 s + 5 steps of ~0.02 s; the queued one waits all of that
+    assert second.ttft >= first.latency * 0.9 and second.ttft > 0.1

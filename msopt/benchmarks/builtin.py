@@ -85,6 +85,13 @@ def synthetic_prompts(n: int, input_len: int, seed: int) -> list[str]:
     return [" ".join(_WORDS[i] for i in row) for row in idx]
 
 
+def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:
+    """Seconds between successive request sends: Poisson arrivals at ``rate``, 0 when unpaced."""
+    if n <= 1 or not math.isfinite(rate):
+        return [0.0] * max(0, n - 1)
+    return [float(x) for x in np.random.default_rng([seed, 1]).exponential(1.0 / rate, size=n - 1)]
+
+
 def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: Mapping[str, Any],
                         fields: Sequence[FieldDecl], num_prompts: int | None,
                         load: Mapping[str, float]) -> LoadParams:
@@ -216,7 +223,7 @@ async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], lis
     import aiohttp
 
     prompts = synthetic_prompts(p.num_prompts, p.input_len, p.seed)
-    arrivals = np.random.default_rng([p.seed, 1])
+    gaps = arrival_gaps(p.num_prompts, p.request_rate, p.seed)
     records = [RequestRecord(i) for i in range(p.num_prompts)]
     sem = asyncio.Semaphore(p.concurrency) if p.concurrency else None
     timeout = aiohttp.ClientTimeout(total=p.request_timeout)
@@ -234,8 +241,8 @@ async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], lis
 
         tasks = []
         for i in range(p.num_prompts):
-            if math.isfinite(p.request_rate) and i > 0:
-                await asyncio.sleep(float(arrivals.exponential(1.0 / p.request_rate)))
+            if i > 0 and gaps[i - 1] > 0:
+                await asyncio.sleep(gaps[i - 1])
             tasks.append(asyncio.create_task(guarded(i)))
         await asyncio.gather(*tasks)
         duration = loop.time() - t0
