@@ -32,6 +32,7 @@ from msopt.benchmarks.base import (
     positive_int,
     resolve_load,
 )
+from msopt.config import thaw
 from msopt.engines.base import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
@@ -130,7 +131,7 @@ def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: 
         seed=seed,
         request_timeout=float(timeout),
         stream=bool(section.get("stream", True)),
-        extra_body=dict(extra),
+        extra_body=thaw(extra),
     )
 
 

@@ -176,7 +176,7 @@ def value_of(values: Mapping[str, Any], decl: FieldDecl) -> Any:
 
 def env_fields(values: Mapping[str, Any], fields: Sequence[FieldDecl],
                section: Mapping[str, Any], engine: str) -> dict[str, str]:
-    """Environment of the launch: the section's ``env`` table, then every ``env`` field."""
+    """Environment of the launch: the section's ``env`` table, then every ``env`` field (None: unset)."""
     env: dict[str, str] = {}
     extra = section.get("env", {})
     if not isinstance(extra, Mapping):
@@ -185,7 +185,9 @@ def env_fields(values: Mapping[str, Any], fields: Sequence[FieldDecl],
         env[str(k)] = substitute(format_value(v), values)
     for decl in fields:
         if decl.config_position == "env":
-            env[decl.name] = format_value(value_of(values, decl))
+            value = value_of(values, decl)
+            if value is not None:  # an undetermined derived value: leave the variable unset
+                env[decl.name] = format_value(value)
     return env
 
 

@@ -133,3 +133,20 @@ def test_bad_sections(section: dict, match: str, sim_server: LaunchSpec, tmp_pat
     with pytest.raises(ConfigError, match=match):
         get_benchmark("builtin").run(sim_server, {}, [], section, num_prompts=1, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=5)
+
+
+def test_extra_body_from_frozen_settings(sim_server: LaunchSpec, tmp_path: Path, write_toml) -> None:
+    from msopt.config import load_settings
+
+    settings = load_settings(write_toml("""
+[builtin]
+input_len = 4
+output_len = 2
+[builtin.extra_body]
+temperature = 0.5
+stop = ["x"]
+"""))
+    m = get_benchmark("builtin").run(sim_server, {}, [], settings.section("builtin"), num_prompts=2,
+                                     load={}, result_dir=tmp_path, log_path=tmp_path / "b.log",
+                                     timeout=30)
+    assert m["success_rate"] == 1.0

@@ -298,3 +298,13 @@ def test_any_value_stays_one_item(value: str) -> None:
     flag_items = argv[argv.index("--served-model-name") + 2:-4]
     assert flag_items in (["--flag", value], [f"--flag={value}"])
     assert spec.env["V"] == value
+
+
+@pytest.mark.parametrize("engine", ENGINES.names())
+def test_none_values_are_left_out(engine: str) -> None:
+    fields = [decl("E", "env"), decl("x", position_for(engine, "--x", "BackendConfig.ScheduleConfig.maxBatchSize"))]
+    spec = get_engine(engine).render({"E": None, "x": None}, fields, {}, port=1)
+    assert "E" not in spec.env and "--x" not in spec.argv
+    if engine == "mindie":
+        (doc,) = spec.files.values()
+        assert doc["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 200  # the template's
