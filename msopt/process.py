@@ -197,10 +197,10 @@ def start_process(
     full_env.update({str(k): str(v) for k, v in (env or {}).items()})
     fd = open_log(log_path)
     try:
-        popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        popen = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
             cwd=os.fspath(cwd) if cwd is not None else None, start_new_session=True,
-            preexec_fn=_pdeath_guard(), close_fds=True,
+            preexec_fn=_pdeath_guard(), close_fds=True,  # noqa: PLW1509 - the guard only calls prctl
         )
     except OSError as exc:
         raise EvaluationError(f"cannot start {args[0]!r}: {exc.strerror or exc}; check the "
@@ -342,3 +342,37 @@ def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
                 _write_atomic(path, original, mode)
             with contextlib.suppress(FileNotFoundError):
                 backup.unlink()
+
+
+@contextlib.contextmanager
+def launched(
+    spec: Any,
+    log_path: str | os.PathLike[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    grace: float = 10.0,
+) -> Iterator[ManagedProcess]:
+    """Stage a LaunchSpec's files, start its argv, wait until ready; stop and restore on exit.
+
+    Args:
+        spec: a :class:`msopt.engines.LaunchSpec`.
+        log_path: the server's log file.
+        cwd: the server's working directory.
+        extra_env: more environment on top of ``spec.env``.
+        timeout: readiness timeout; default ``spec.ready_timeout``.
+        grace: seconds between SIGTERM and SIGKILL when stopping.
+
+    Raises:
+        EvaluationError: the server could not start or did not become ready (it is stopped and
+            the files are restored before this propagates).
+    """
+    with staged_files(spec.files):
+        proc = start_process(spec.argv, {**spec.env, **(extra_env or {})}, log_path, cwd=cwd)
+        try:
+            wait_ready(spec.host, spec.port, spec.health_path,
+                       spec.ready_timeout if timeout is None else timeout, proc)
+            yield proc
+        finally:
+            proc.stop(grace)

@@ -142,7 +142,7 @@ def test_missing_program_is_an_evaluation_error(tmp_path: Path) -> None:
 class _Handler(BaseHTTPRequestHandler):
     ready_at = 0.0
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         ok = self.path == "/health" and time.monotonic() >= self.ready_at
         self.send_response(200 if ok else 503)
         self.end_headers()
@@ -222,7 +222,32 @@ def test_staged_files_prefers_a_backup_left_by_a_crashed_run(tmp_path: Path) -> 
     conf = tmp_path / "config.json"
     conf.write_text('{"edited": true}')
     (tmp_path / ("config.json" + BACKUP_SUFFIX)).write_text('{"pristine": true}')
-    with pytest.raises(RuntimeError):
-        with staged_files({str(conf): {"x": 1}}):
-            raise RuntimeError("launch failed")
+    with pytest.raises(RuntimeError), staged_files({str(conf): {"x": 1}}):
+        raise RuntimeError("launch failed")
     assert json.loads(conf.read_text()) == {"pristine": True}
+
+
+def test_launched_stages_files_starts_waits_and_cleans_up(tmp_path: Path) -> None:
+    from msopt.engines import LaunchSpec
+    from msopt.process import launched
+
+    conf = tmp_path / "config.json"
+    conf.write_text('{"port": 1}')
+    port = free_port()
+    code = f"""
+        import json, http.server
+        port = json.load(open({str(conf)!r}))["port"]
+        print("serving", port, flush=True)
+        http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler).serve_forever()
+    """
+    spec = LaunchSpec(engine="x", argv=tuple(py(code)), files={str(conf): {"port": port}}, port=port,
+                      health_path="/", ready_timeout=20)
+    with launched(spec, tmp_path / "l.log", cwd=tmp_path) as proc:
+        assert proc.running and json.loads(conf.read_text()) == {"port": port}
+    assert conf.read_text() == '{"port": 1}' and not _alive(proc.pid)
+
+    bad = LaunchSpec(engine="x", argv=tuple(py("import sys; print('boom'); sys.exit(2)")),
+                     files={str(conf): {"port": 5}}, port=free_port(), ready_timeout=20)
+    with pytest.raises(EvaluationError, match="(?s)status 2.*boom"), launched(bad, tmp_path / "b.log"):
+        pass
+    assert conf.read_text() == '{"port": 1}'

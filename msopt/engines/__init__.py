@@ -6,10 +6,10 @@ Built-in engines: ``vllm``, ``mindie``, ``sglang``; plugins add more through the
 
 from __future__ import annotations
 
-from msopt.engines.base import ENGINES, EngineAdapter, LaunchSpec
 from msopt.engines import mindie as _mindie  # noqa: F401  (registers "mindie")
 from msopt.engines import sglang as _sglang  # noqa: F401  (registers "sglang")
 from msopt.engines import vllm as _vllm  # noqa: F401  (registers "vllm")
+from msopt.engines.base import ENGINES, EngineAdapter, LaunchSpec
 
 
 def get_engine(name: str) -> EngineAdapter:

@@ -152,13 +152,18 @@ def command_str(cmd: Mapping[str, Any], key: str, default: str, engine: str) -> 
     return str(value)
 
 
-def wait_start_time(section: Mapping[str, Any], engine: str = "engine") -> float:
-    """The readiness timeout: ``wait_start_time`` in the section or its command table (600 s)."""
+def wait_start_time(section: Mapping[str, Any], engine: str = "engine",
+                    default: float = DEFAULT_WAIT_START_TIME) -> float:
+    """The readiness timeout: ``wait_start_time`` in the section or its command table.
+
+    ``default`` (600 s) applies when neither sets it; a caller holding Settings may pass a
+    top-level value there.
+    """
     cmd = section.get("command", {})
     value = section.get("wait_start_time",
                         cmd.get("wait_start_time") if isinstance(cmd, Mapping) else None)
     if value is None:
-        return DEFAULT_WAIT_START_TIME
+        return float(default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
         raise ConfigError(f"[{engine}] 'wait_start_time' must be a positive number of seconds, "
                           f"got {value!r}")
@@ -176,7 +181,7 @@ def value_of(values: Mapping[str, Any], decl: FieldDecl) -> Any:
 
 def env_fields(values: Mapping[str, Any], fields: Sequence[FieldDecl],
                section: Mapping[str, Any], engine: str) -> dict[str, str]:
-    """Environment of the launch: the section's ``env`` table, then every ``env`` field."""
+    """Environment of the launch: the section's ``env`` table, then every ``env`` field (None: unset)."""
     env: dict[str, str] = {}
     extra = section.get("env", {})
     if not isinstance(extra, Mapping):
@@ -185,7 +190,9 @@ def env_fields(values: Mapping[str, Any], fields: Sequence[FieldDecl],
         env[str(k)] = substitute(format_value(v), values)
     for decl in fields:
         if decl.config_position == "env":
-            env[decl.name] = format_value(value_of(values, decl))
+            value = value_of(values, decl)
+            if value is not None:  # an undetermined derived value: leave the variable unset
+                env[decl.name] = format_value(value)
     return env
 
 

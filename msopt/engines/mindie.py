@@ -178,7 +178,9 @@ class MindieAdapter(EngineAdapter):
             set_path(doc, HOST_PATH, command_str(cmd, "host", "127.0.0.1", self.name))
         for decl in fields:
             if is_json_path(decl.config_position):
-                set_path(doc, parse_path(decl.config_position, decl), value_of(values, decl), decl)
+                value = value_of(values, decl)
+                if value is not None:  # an undetermined derived value keeps the file's own
+                    set_path(doc, parse_path(decl.config_position, decl), value, decl)
         set_path(doc, PORT_PATH, int(port))
 
         env = env_fields(values, fields, section, self.name)

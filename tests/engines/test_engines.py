@@ -277,3 +277,34 @@ def test_engines_from_settings(write_toml) -> None:
     spec = get_engine("vllm").render(decoded.values, settings.fields, settings.section("vllm"),
                                      port=8001)
     assert "--max-num-seqs" in spec.argv and "--enable-chunked-prefill" in spec.argv
+
+
+# -- property: no value can change the shape of a command line --------------------------------
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                     max_size=40))
+def test_any_value_stays_one_item(value: str) -> None:
+    fields = [decl("V", "env", "enum", dtype_param=[value or "x"]), decl("F", "--flag", "enum",
+                                                                        dtype_param=[value or "x"])]
+    spec = get_engine("vllm").render({"V": value, "F": value}, fields,
+                                     {"command": {"others": "--a $V --b pre${V}post"}}, port=1)
+    argv = list(spec.argv)
+    assert argv[-4:] == ["--a", value, "--b", f"pre{value}post"]
+    flag_items = argv[argv.index("--served-model-name") + 2:-4]
+    assert flag_items in (["--flag", value], [f"--flag={value}"])
+    assert spec.env["V"] == value
+
+
+@pytest.mark.parametrize("engine", ENGINES.names())
+def test_none_values_are_left_out(engine: str) -> None:
+    fields = [decl("E", "env"), decl("x", position_for(engine, "--x", "BackendConfig.ScheduleConfig.maxBatchSize"))]
+    spec = get_engine(engine).render({"E": None, "x": None}, fields, {}, port=1)
+    assert "E" not in spec.env and "--x" not in spec.argv
+    if engine == "mindie":
+        (doc,) = spec.files.values()
+        assert doc["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 200  # the template's

@@ -1,0 +1,155 @@
+"""Benchmark adapters: drive load against a started server and report the five metrics."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from msopt.engines.base import LaunchSpec, format_value, plain
+from msopt.errors import ConfigError, EvaluationError
+from msopt.registry import Registry
+from msopt.results import METRICS
+from msopt.space.fields import FieldDecl
+
+#: Field names (config_position "env") that set the load, as in the original tool.
+CONCURRENCY_FIELD = "CONCURRENCY"
+REQUEST_RATE_FIELD = "REQUESTRATE"
+
+#: Keys of ``EvalRequest.load`` that the benchmarks understand.
+LOAD_KEYS = ("concurrency", "request_rate")
+
+
+def resolve_load(values: Mapping[str, Any], fields: Sequence[FieldDecl], defaults: Mapping[str, Any],
+                 load: Mapping[str, float], where: str) -> tuple[int | None, float | None]:
+    """Concurrency and request rate: ``load`` > the CONCURRENCY/REQUESTRATE fields > ``defaults``.
+
+    ``defaults`` holds ``max_concurrency``/``concurrency`` and ``request_rate``. A rate of
+    ``inf`` (or none) means no pacing: closed loop at the concurrency.
+    """
+    names = {f.name for f in fields}
+    for key in load:
+        if key not in LOAD_KEYS:
+            raise EvaluationError(f"unknown load key {key!r}; valid: {', '.join(LOAD_KEYS)}")
+
+    def pick(load_key: str, field: str, *keys: str) -> Any:
+        if load.get(load_key) is not None:
+            return plain(load[load_key])
+        if field in names and values.get(field) is not None:
+            return plain(values[field])
+        for k in keys:
+            if defaults.get(k) is not None:
+                return defaults[k]
+        return None
+
+    conc = pick("concurrency", CONCURRENCY_FIELD, "max_concurrency", "concurrency")
+    rate = pick("request_rate", REQUEST_RATE_FIELD, "request_rate")
+    if conc is not None:
+        if isinstance(conc, bool) or not isinstance(conc, (int, float)) or conc < 1 or \
+                not math.isfinite(conc):
+            raise ConfigError(f"{where}: concurrency must be a positive integer, got {conc!r}")
+        conc = int(conc)
+    if rate is not None:
+        if isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity"):
+            rate = math.inf
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise ConfigError(f"{where}: request_rate must be a positive number or inf, got {rate!r}")
+        rate = float(rate)
+    return conc, rate
+
+
+def positive_int(section: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    """An integer key >= 1 of a benchmark table."""
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def server_values(server: LaunchSpec) -> dict[str, str]:
+    """Names a benchmark's ``others`` and environment may use for the server under test."""
+    host = server.base_url.split("//", 1)[1].rsplit(":", 1)[0]
+    return {"MSOPT_SERVER_HOST": host, "MSOPT_SERVER_PORT": str(server.port),
+            "MSOPT_SERVER_URL": server.base_url, "MSOPT_MODEL": server.model,
+            "MSOPT_SERVED_MODEL_NAME": server.served_model_name}
+
+
+class BenchmarkAdapter:
+    """Base of the benchmark adapters; one instance per benchmark, stateless.
+
+    A subclass renders a command line (``render``) and reads its results (``parse``); ``run``
+    starts the command with :mod:`msopt.process`, waits and parses. An in-process benchmark
+    overrides ``run`` instead.
+    """
+
+    name: ClassVar[str] = ""
+    produces: ClassVar[frozenset[str]] = frozenset(METRICS)
+
+    def render(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        server: LaunchSpec,
+        num_prompts: int | None,
+        load: Mapping[str, float],
+        result_dir: Path,
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The benchmark's argv and the environment to add."""
+        raise NotImplementedError
+
+    def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
+        """The metrics from what the benchmark wrote (None: not measured)."""
+        raise NotImplementedError
+
+    def run(
+        self,
+        server: LaunchSpec,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        num_prompts: int | None,
+        load: Mapping[str, float],
+        result_dir: Path,
+        log_path: Path,
+        timeout: float,
+    ) -> dict[str, float | None]:
+        """Run the benchmark against ``server`` and return its metrics.
+
+        Raises:
+            EvaluationError: it could not start, ran past ``timeout`` (it is stopped), exited
+                non-zero, or left no readable result.
+        """
+        from msopt.process import start_process
+
+        result_dir = Path(result_dir)
+        result_dir.mkdir(parents=True, exist_ok=True)
+        argv, env = self.render(values, fields, section, server=server, num_prompts=num_prompts,
+                                load=load, result_dir=result_dir)
+        with start_process(argv, env, log_path, cwd=result_dir) as proc:
+            code = proc.wait(timeout)
+            if code is None:
+                proc.stop()
+                raise EvaluationError(f"benchmark {self.name} did not finish within {timeout:g} s; "
+                                      f"log {log_path} ends with:\n" + "\n".join(proc.tail(20)))
+        if code != 0:
+            raise EvaluationError(f"benchmark {self.name} exited with status {code}; log {log_path} "
+                                  "ends with:\n" + "\n".join(proc.tail(20)))
+        return self.parse(result_dir, Path(log_path))
+
+
+def check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """Keep the known metrics as floats (or None)."""
+    out: dict[str, float | None] = {}
+    for key in METRICS:
+        v = metrics.get(key)
+        out[key] = None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
+    return out
+
+
+BENCHMARKS: Registry[type[BenchmarkAdapter]] = Registry("benchmark", entry_point_group="msopt.benchmarks")
+
+__all__ = ["BENCHMARKS", "BenchmarkAdapter", "check_metrics", "format_value", "resolve_load"]

@@ -1,0 +1,386 @@
+"""msopt's own load generator for OpenAI-compatible servers (asyncio + aiohttp).
+
+Streams ``/v1/completions`` (or ``/v1/chat/completions``) with synthetic prompts of a given
+token length, either closed-loop (``concurrency`` requests in flight) or open-loop at a Poisson
+``request_rate`` (seeded; still capped by ``concurrency`` when both are set). Per request it
+records TTFT, TPOT and end-to-end latency; it writes ``builtin_result.json`` (summary) and
+``requests.jsonl`` (one record per request) into the result directory.
+
+Runs in-process (``run``); ``python -m msopt.benchmarks PARAMS_JSON`` runs the same thing as a
+child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msopt.benchmarks.base import (
+    BENCHMARKS,
+    BenchmarkAdapter,
+    check_metrics,
+    positive_int,
+    resolve_load,
+)
+from msopt.config import thaw
+from msopt.engines.base import LaunchSpec, env_fields
+from msopt.errors import ConfigError, EvaluationError
+from msopt.space.fields import FieldDecl
+
+RESULT_FILE = "builtin_result.json"
+REQUESTS_FILE = "requests.jsonl"
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+# Short common words: each is about one token for BPE tokenizers when preceded by a space.
+_WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "an", "are", "were", "it", "be", "this", "which", "or", "had", "not", "but", "they", "have", "one", "you", "all", "their", "there", "been", "has", "more", "when", "who", "will", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three"]
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """One run of the load generator."""
+
+    url: str
+    model: str
+    endpoint: str = "/v1/completions"
+    num_prompts: int = 200
+    input_len: int = 1024
+    output_len: int = 256
+    max_tokens: int | None = None
+    ignore_eos: bool = True
+    concurrency: int | None = 8
+    request_rate: float = math.inf
+    seed: int = 0
+    request_timeout: float = 600.0
+    stream: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request (times in seconds since the run started)."""
+
+    index: int
+    start: float = 0.0
+    ttft: float | None = None
+    latency: float | None = None
+    tpot: float | None = None
+    output_tokens: int = 0
+    success: bool = False
+    error: str | None = None
+
+
+def synthetic_prompts(n: int, input_len: int, seed: int) -> list[str]:
+    """``n`` distinct prompts of about ``input_len`` tokens each (seeded, so reproducible)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(_WORDS), size=(n, max(1, input_len)))
+    return [" ".join(_WORDS[i] for i in row) for row in idx]
+
+
+def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:
+    """Seconds between successive request sends: Poisson arrivals at ``rate``, 0 when unpaced."""
+    if n <= 1 or not math.isfinite(rate):
+        return [0.0] * max(0, n - 1)
+    return [float(x) for x in np.random.default_rng([seed, 1]).exponential(1.0 / rate, size=n - 1)]
+
+
+def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: Mapping[str, Any],
+                        fields: Sequence[FieldDecl], num_prompts: int | None,
+                        load: Mapping[str, float]) -> LoadParams:
+    """Validate ``[builtin]`` and combine it with the server, the load and num_prompts."""
+    where = "[builtin]"
+    endpoint = section.get("endpoint", "/v1/completions")
+    if endpoint not in ENDPOINTS:
+        raise ConfigError(f"{where}: 'endpoint' must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
+    conc, rate = resolve_load(values, fields, {"concurrency": 8, **section}, load, where)
+    if conc is None and (rate is None or not math.isfinite(rate)):
+        raise ConfigError(f"{where}: give a concurrency or a finite request_rate")
+    output_len = positive_int(section, "output_len", 256, where)
+    timeout = section.get("request_timeout", 600.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"{where}: 'request_timeout' must be a positive number of seconds")
+    seed = section.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"{where}: 'seed' must be a non-negative integer, got {seed!r}")
+    extra = section.get("extra_body", {})
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"{where}: 'extra_body' must be a table of request fields")
+    for key in ("ignore_eos", "stream"):
+        if not isinstance(section.get(key, True), bool):
+            raise ConfigError(f"{where}: '{key}' must be true or false")
+    return LoadParams(
+        url=server.base_url,
+        model=server.served_model_name or server.model,
+        endpoint=endpoint,
+        num_prompts=int(num_prompts) if num_prompts is not None else positive_int(section, "num_prompts", 200, where),
+        input_len=positive_int(section, "input_len", 1024, where),
+        output_len=output_len,
+        max_tokens=positive_int(section, "max_tokens", output_len, where),
+        ignore_eos=bool(section.get("ignore_eos", True)),
+        concurrency=conc,
+        request_rate=rate if rate is not None else math.inf,
+        seed=seed,
+        request_timeout=float(timeout),
+        stream=bool(section.get("stream", True)),
+        extra_body=thaw(extra),
+    )
+
+
+def _body(p: LoadParams, prompt: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": p.model, "max_tokens": p.max_tokens or p.output_len,
+                            "stream": p.stream, "temperature": 0.0}
+    if p.ignore_eos:
+        body["ignore_eos"] = True
+    if p.stream:
+        body["stream_options"] = {"include_usage": True}
+    if p.endpoint == "/v1/chat/completions":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body.update(p.extra_body)
+    return body
+
+
+def _text_of(chunk: Mapping[str, Any]) -> str:
+    out = []
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, Mapping):
+            continue
+        text = choice.get("text")
+        if text is None and isinstance(choice.get("delta"), Mapping):
+            text = choice["delta"].get("content")
+        if text is None and isinstance(choice.get("message"), Mapping):
+            text = choice["message"].get("content")
+        if text:
+            out.append(str(text))
+    return "".join(out)
+
+
+async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0: float,
+               log: Any) -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    rec.start = start - t0
+    chunks = 0
+    usage_tokens: int | None = None
+    first: float | None = None
+    done = not p.stream
+    try:
+        async with session.post(p.url + p.endpoint, json=_body(p, prompt)) as resp:
+            if resp.status != 200:
+                text = (await resp.text())[:300]
+                raise RuntimeError(f"HTTP {resp.status}: {text}")
+            if p.stream:
+                async for raw in resp.content:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    chunk = json.loads(data)
+                    if isinstance(chunk.get("usage"), Mapping):
+                        usage_tokens = chunk["usage"].get("completion_tokens", usage_tokens)
+                    if _text_of(chunk):
+                        chunks += 1
+                        if first is None:
+                            first = loop.time()
+            else:
+                payload = await resp.json()
+                first = loop.time()
+                chunks = 1 if _text_of(payload) else 0
+                usage = payload.get("usage")
+                if isinstance(usage, Mapping):
+                    usage_tokens = usage.get("completion_tokens")
+    except Exception as exc:  # noqa: BLE001 - any failure of one request is recorded, not raised
+        rec.error = f"{type(exc).__name__}: {exc}"
+        log(f"request {rec.index} failed: {rec.error}")
+        return
+    end = loop.time()
+    rec.output_tokens = int(usage_tokens) if usage_tokens is not None else chunks
+    if not done or first is None or rec.output_tokens < 1:
+        rec.error = "stream ended early" if not done else "no output tokens"
+        log(f"request {rec.index} failed: {rec.error}")
+        return
+    rec.success = True
+    rec.ttft = first - start
+    rec.latency = end - start
+    if rec.output_tokens > 1:
+        rec.tpot = (end - first) / (rec.output_tokens - 1)
+
+
+async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """Send the whole workload; return the summary and the per-request records."""
+    import aiohttp
+
+    prompts = synthetic_prompts(p.num_prompts, p.input_len, p.seed)
+    gaps = arrival_gaps(p.num_prompts, p.request_rate, p.seed)
+    records = [RequestRecord(i) for i in range(p.num_prompts)]
+    sem = asyncio.Semaphore(p.concurrency) if p.concurrency else None
+    timeout = aiohttp.ClientTimeout(total=p.request_timeout)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, trust_env=False) as session:
+        t0 = loop.time()
+
+        async def guarded(i: int) -> None:
+            if sem is None:
+                await _one(session, p, records[i], prompts[i], t0, log)
+                return
+            async with sem:
+                await _one(session, p, records[i], prompts[i], t0, log)
+
+        tasks = []
+        for i in range(p.num_prompts):
+            if i > 0 and gaps[i - 1] > 0:
+                await asyncio.sleep(gaps[i - 1])
+            tasks.append(asyncio.create_task(guarded(i)))
+        await asyncio.gather(*tasks)
+        duration = loop.time() - t0
+    return summarize(records, duration, p), records
+
+
+def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams | None = None) -> dict[str, Any]:
+    """The five metrics (and a few more) from the request records."""
+    ok = [r for r in records if r.success]
+    out_tokens = sum(r.output_tokens for r in ok)
+    tpots = [r.tpot for r in ok if r.tpot is not None]
+    mean = (lambda xs: float(np.mean(xs)) if xs else None)
+    summary: dict[str, Any] = {
+        "generate_speed": out_tokens / duration if duration > 0 else None,
+        "time_to_first_token": mean([r.ttft for r in ok]),
+        "time_per_output_token": mean(tpots),
+        "success_rate": len(ok) / len(records) if records else None,
+        "throughput": len(ok) / duration if duration > 0 else None,
+        "duration": duration,
+        "completed": len(ok),
+        "num_prompts": len(records),
+        "total_output_tokens": out_tokens,
+        "mean_latency": mean([r.latency for r in ok]),
+        "p99_ttft": float(np.percentile([r.ttft for r in ok], 99)) if ok else None,
+    }
+    if p is not None:
+        summary["params"] = {k: v for k, v in asdict(p).items() if k != "extra_body"}
+        if not math.isfinite(p.request_rate):
+            summary["params"]["request_rate"] = "inf"
+    return summary
+
+
+def _run_sync(p: LoadParams, timeout: float, log: Any) -> tuple[dict[str, Any], list[RequestRecord]]:
+    async def bounded() -> tuple[dict[str, Any], list[RequestRecord]]:
+        return await asyncio.wait_for(run_load(p, log), timeout)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(bounded())
+    # Called from inside an event loop (an async actor): run on a thread of our own.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, bounded()).result()
+
+
+def write_results(result_dir: Path, summary: Mapping[str, Any], records: Sequence[RequestRecord]) -> None:
+    """``builtin_result.json`` and ``requests.jsonl`` in ``result_dir``."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    (result_dir / RESULT_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    with (result_dir / REQUESTS_FILE).open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(asdict(r)) + "\n")
+
+
+class BuiltinBenchmark(BenchmarkAdapter):
+    """msopt's in-process OpenAI-compatible load generator (``[builtin]`` table)."""
+
+    name = "builtin"
+
+    def render(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        server: LaunchSpec,
+        num_prompts: int | None,
+        load: Mapping[str, float],
+        result_dir: Path,
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``)."""
+        p = params_from_section(section, server, values, fields, num_prompts, load)
+        params = asdict(p)
+        params["request_rate"] = p.request_rate if math.isfinite(p.request_rate) else "inf"
+        params["result_dir"] = str(result_dir)
+        return ((sys.executable, "-m", "msopt.benchmarks", json.dumps(params)),
+                env_fields(values, fields, section, self.name))
+
+    def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
+        """Read ``builtin_result.json``."""
+        path = Path(result_dir) / RESULT_FILE
+        try:
+            return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
+
+    def run(
+        self,
+        server: LaunchSpec,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        num_prompts: int | None,
+        load: Mapping[str, float],
+        result_dir: Path,
+        log_path: Path,
+        timeout: float,
+    ) -> dict[str, float | None]:
+        """Run the load in this process; a timeout is an EvaluationError."""
+        p = params_from_section(section, server, values, fields, num_prompts, load)
+        result_dir = Path(result_dir)
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a", encoding="utf-8") as logf:
+            def log(msg: str) -> None:
+                logf.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+                logf.flush()
+
+            log(f"builtin benchmark: {p.num_prompts} prompts to {p.url}{p.endpoint}, concurrency "
+                f"{p.concurrency}, request_rate {p.request_rate}")
+            try:
+                summary, records = _run_sync(p, timeout, log)
+            except (asyncio.TimeoutError, TimeoutError):
+                log(f"timed out after {timeout:g} s")
+                raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None
+            log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "
+                f"{summary['duration']:.3f} s")
+        write_results(result_dir, summary, records)
+        return check_metrics(self.name, summary)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m msopt.benchmarks PARAMS_JSON``: run the builtin load and write the results."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m msopt.benchmarks PARAMS_JSON", file=sys.stderr)
+        return 2
+    params = json.loads(args[0])
+    result_dir = Path(params.pop("result_dir", "."))
+    rate = params.get("request_rate", "inf")
+    params["request_rate"] = math.inf if rate == "inf" else float(rate)
+    p = LoadParams(**params)
+    summary, records = asyncio.run(run_load(p, lambda m: print(m, flush=True)))
+    write_results(result_dir, summary, records)
+    print(json.dumps({k: summary[k] for k in ("generate_speed", "success_rate", "throughput")}))
+    return 0
+
+
+BENCHMARKS.register("builtin", BuiltinBenchmark)

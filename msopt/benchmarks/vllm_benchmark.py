@@ -1,0 +1,128 @@
+"""``vllm bench serve`` against the server under test; reads its ``--save-result`` JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from msopt.benchmarks.base import (
+    BENCHMARKS,
+    BenchmarkAdapter,
+    check_metrics,
+    positive_int,
+    resolve_load,
+    server_values,
+)
+from msopt.engines.base import (
+    LaunchSpec,
+    command_str,
+    command_table,
+    env_fields,
+    executable,
+    format_value,
+    split_others,
+)
+from msopt.errors import EvaluationError
+from msopt.process import tail
+from msopt.space.fields import FieldDecl
+
+RESULT_FILE = "vllm_bench_result.json"
+
+#: Optional ``[vllm_benchmark.command]`` keys passed as ``--key-with-dashes value``.
+_PASSTHROUGH = ("random_input_len", "random_output_len", "random_range_ratio", "seed", "tokenizer",
+                "endpoint", "dataset_path")
+
+
+class VllmBenchmark(BenchmarkAdapter):
+    """vLLM's serving benchmark.
+
+    ``vllm bench serve --backend vllm --host H --port P --model M --served-model-name N
+    --dataset-name random --num-prompts K [--max-concurrency C] [--request-rate R]
+    --save-result --result-dir D --result-filename F`` + ``others``.
+    """
+
+    name = "vllm_benchmark"
+
+    def render(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        server: LaunchSpec,
+        num_prompts: int | None,
+        load: Mapping[str, float],
+        result_dir: Path,
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The ``vllm bench serve`` command line and the env fields."""
+        where = f"[{self.name}.command]"
+        cmd = command_table(section, self.name)
+        subst = {**server_values(server), **values}
+        n = num_prompts if num_prompts is not None else positive_int(cmd, "num_prompts", 1000, where)
+        conc, rate = resolve_load(values, fields, cmd, load, where)
+        sv = server_values(server)
+        argv = executable(cmd, ("vllm", "bench", "serve"), self.name, subst)
+        argv += ["--backend", command_str(cmd, "backend", "vllm", self.name),
+                 "--host", sv["MSOPT_SERVER_HOST"], "--port", str(server.port),
+                 "--model", server.model or server.served_model_name,
+                 "--served-model-name", server.served_model_name,
+                 "--dataset-name", command_str(cmd, "dataset_name", "random", self.name),
+                 "--num-prompts", str(int(n))]
+        if conc is not None:
+            argv += ["--max-concurrency", str(conc)]
+        if rate is not None and math.isfinite(rate):
+            argv += ["--request-rate", format_value(rate)]
+        for key in _PASSTHROUGH:
+            if key in cmd:
+                argv += ["--" + key.replace("_", "-"), format_value(cmd[key])]
+        argv += ["--save-result", "--result-dir", str(result_dir), "--result-filename", RESULT_FILE]
+        argv += split_others(cmd.get("others", ""), subst, where)
+        env = env_fields(values, fields, section, self.name)
+        return tuple(argv), env
+
+    def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
+        """Read the result JSON: output_throughput, mean_ttft_ms, mean_tpot_ms, completed, ..."""
+        path = Path(result_dir) / RESULT_FILE
+        if not path.exists():
+            found = sorted(Path(result_dir).glob("*.json"), key=lambda p: p.stat().st_mtime)
+            if not found:
+                raise EvaluationError(f"vllm bench serve wrote no result into {result_dir}; log "
+                                      f"{log_path} ends with:\n" + "\n".join(tail(log_path, 20)))
+            path = found[-1]
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EvaluationError(f"cannot read the benchmark result {path}: {exc}") from None
+        return parse_result(data)
+
+
+def parse_result(data: Mapping[str, Any]) -> dict[str, float | None]:
+    """Metrics from a ``vllm bench serve`` result object (ms -> s, completed / prompts)."""
+    def num(key: str) -> float | None:
+        v = data.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    completed = num("completed")
+    total = num("num_prompts")
+    if total is None and completed is not None:
+        failed = num("failed")
+        errors = data.get("errors")
+        if failed is None and isinstance(errors, list):
+            failed = float(sum(1 for e in errors if e))
+        total = completed + (failed or 0.0)
+    ttft = num("mean_ttft_ms")
+    tpot = num("mean_tpot_ms")
+    ok = completed is not None and completed > 0
+    return check_metrics("vllm_benchmark", {
+        "generate_speed": num("output_throughput"),
+        "time_to_first_token": ttft / 1000.0 if ttft is not None and ok else None,
+        "time_per_output_token": tpot / 1000.0 if tpot is not None and ok else None,
+        "success_rate": completed / total if completed is not None and total else None,
+        "throughput": num("request_throughput"),
+    })
+
+
+BENCHMARKS.register("vllm_benchmark", VllmBenchmark)

@@ -1,0 +1,267 @@
+"""``msopt sim-serve``: an OpenAI-compatible HTTP server that stands in for vLLM.
+
+It accepts vLLM's ``serve`` command line (``MODEL --host H --port P --served-model-name N
+--tensor-parallel-size ...``; SGLang's ``--model-path``/``--max-running-requests`` too; unknown
+flags are accepted and ignored) and serves ``GET /health``, ``GET /v1/models`` and streaming or
+non-streaming ``POST /v1/completions`` and ``/v1/chat/completions``. Tokens are paced by
+:func:`_pace`, a small stand-in for the embedded simulator's step timing, scaled by
+``--time-scale`` so tests stay short. At most ``max_num_seqs x data_parallel_size`` requests
+run at once; the rest queue.
+
+When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there as a JSON list,
+so a test can check what the server was launched with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
+
+
+@dataclass(frozen=True)
+class SimServeOptions:
+    """What sim-serve took from its command line."""
+
+    model: str
+    served_model_name: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 32768
+    time_scale: float = 1.0
+    startup_delay: float = 0.0
+    unknown: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of vLLM's serve flags that sim-serve reads (unknown ones are kept aside)."""
+    p = argparse.ArgumentParser(prog="msopt sim-serve", description=__doc__.split("\n\n")[0],
+                                allow_abbrev=False)
+    p.add_argument("model", nargs="?", default=None, help="model (as for 'vllm serve MODEL')")
+    p.add_argument("--model", "--model-path", dest="model_opt", default=None, help="model, as a flag")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--tensor-parallel-size", "-tp", "--tp-size", "--tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", "--pp-size", type=int, default=1)
+    p.add_argument("--data-parallel-size", "-dp", "--dp-size", "--dp", type=int, default=1)
+    p.add_argument("--max-num-seqs", "--max-running-requests", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", "--chunked-prefill-size", type=int, default=8192)
+    p.add_argument("--max-model-len", "--context-length", type=int, default=32768)
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiply every simulated delay (0.01: a hundred times faster)")
+    p.add_argument("--startup-delay", type=float, default=0.0,
+                   help="seconds before /health answers 200 (a model load)")
+    return p
+
+
+def parse_options(argv: Sequence[str]) -> SimServeOptions:
+    """Parse a vLLM-style command line; flags sim-serve does not model are kept in ``unknown``."""
+    args, unknown = build_parser().parse_known_args(list(argv))
+    model = args.model or args.model_opt or "sim-model"
+    name = args.served_model_name[0] if args.served_model_name else model
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        if getattr(args, key) < 1:
+            raise SystemExit(f"msopt sim-serve: error: --{key.replace('_', '-')} must be >= 1")
+    if not args.time_scale >= 0:
+        raise SystemExit("msopt sim-serve: error: --time-scale must be >= 0")
+    return SimServeOptions(
+        model=model, served_model_name=name, host=args.host, port=args.port,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        data_parallel_size=args.data_parallel_size, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+        time_scale=args.time_scale, startup_delay=args.startup_delay, unknown=tuple(unknown),
+    )
+
+
+def _pace(opts: SimServeOptions, *, prompt_tokens: int, running: int) -> tuple[float, float]:
+    """(time to first token, time per output token) in seconds for one request.
+
+    A stand-in for the embedded simulator: prefill grows with the prompt and shrinks with tensor
+    parallelism (and is chunked by max_num_batched_tokens); a decode step slows as the batch
+    fills up. Swap this function for the simulator's step timing.
+    """
+    tp = opts.tensor_parallel_size
+    chunks = -(-max(1, prompt_tokens) // opts.max_num_batched_tokens)
+    ttft = 0.02 * chunks + 1e-4 * prompt_tokens / tp
+    tpot = 0.01 * (1.0 + running / opts.max_num_seqs) / tp + 0.001 * (opts.pipeline_parallel_size - 1)
+    return ttft * opts.time_scale, tpot * opts.time_scale
+
+
+def _count_tokens(body: dict[str, Any], chat: bool) -> int:
+    if chat:
+        msgs = body.get("messages") or []
+        text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+    else:
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list):
+            if prompt and all(isinstance(t, int) for t in prompt):
+                return len(prompt)
+            prompt = " ".join(str(x) for x in prompt)
+        text = str(prompt)
+    return max(1, len(text.split()))
+
+
+class SimServer:
+    """The HTTP handlers and the batch state of one sim-serve process."""
+
+    def __init__(self, opts: SimServeOptions) -> None:
+        self.opts = opts
+        self.running = 0
+        self.ready_at = time.monotonic() + opts.startup_delay
+        self.slots: asyncio.Semaphore | None = None  # made inside the server's event loop
+
+    def app(self) -> Any:
+        """The aiohttp application."""
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", lambda r: self.complete(r, chat=False))
+        app.router.add_post("/v1/chat/completions", lambda r: self.complete(r, chat=True))
+
+        async def on_startup(_: Any) -> None:
+            self.slots = asyncio.Semaphore(self.opts.max_num_seqs * self.opts.data_parallel_size)
+
+        app.on_startup.append(on_startup)
+        return app
+
+    async def health(self, request: Any) -> Any:
+        from aiohttp import web
+
+        if time.monotonic() < self.ready_at:
+            return web.Response(status=503, text="loading")
+        return web.Response(status=200, text="")
+
+    async def models(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.json_response({"object": "list", "data": [{
+            "id": self.opts.served_model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "msopt-sim", "root": self.opts.model, "max_model_len": self.opts.max_model_len}]})
+
+    def _error(self, status: int, message: str) -> Any:
+        from aiohttp import web
+
+        return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
+                                  "code": status}, status=status)
+
+    async def complete(self, request: Any, *, chat: bool) -> Any:
+        """Serve one completion, streaming SSE chunks when ``stream`` is true."""
+        from aiohttp import web
+
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self._error(400, "request body is not JSON")
+        if not isinstance(body, dict):
+            return self._error(400, "request body must be a JSON object")
+        if body.get("model") not in (None, self.opts.served_model_name, self.opts.model):
+            return self._error(404, f"The model `{body.get('model')}` does not exist.")
+        prompt_tokens = _count_tokens(body, chat)
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            return self._error(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if prompt_tokens + max_tokens > self.opts.max_model_len:
+            return self._error(400, f"This model's maximum context length is {self.opts.max_model_len} "
+                                    f"tokens; the request asks for {prompt_tokens + max_tokens}")
+        stream = bool(body.get("stream", False))
+        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage", False))
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+        created = int(time.time())
+        name = self.opts.served_model_name
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
+            if chat:
+                delta = {} if text is None else {"role": "assistant", "content": text}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice]}
+
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                 "total_tokens": prompt_tokens + max_tokens}
+        assert self.slots is not None  # set on startup
+        async with self.slots:
+            self.running += 1
+            try:
+                ttft, _ = _pace(self.opts, prompt_tokens=prompt_tokens, running=self.running)
+                await asyncio.sleep(ttft)
+                if not stream:
+                    for _ in range(max_tokens - 1):
+                        await asyncio.sleep(_pace(self.opts, prompt_tokens=prompt_tokens,
+                                                  running=self.running)[1])
+                    text = " tok" * max_tokens
+                    if chat:
+                        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "finish_reason": "length"}
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+                    return web.json_response({"id": rid, "object": "chat.completion" if chat else
+                                              "text_completion", "created": created, "model": name,
+                                              "choices": [choice], "usage": usage})
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                                   "Cache-Control": "no-cache"})
+                await resp.prepare(request)
+
+                async def send(payload: Any) -> None:
+                    data = payload if isinstance(payload, str) else json.dumps(payload)
+                    await resp.write(f"data: {data}\n\n".encode())
+
+                for i in range(max_tokens):
+                    if i:
+                        await asyncio.sleep(_pace(self.opts, prompt_tokens=prompt_tokens,
+                                                  running=self.running)[1])
+                    await send(chunk(" tok", "length" if i == max_tokens - 1 else None))
+                if usage_wanted:
+                    await send({"id": rid, "object": obj, "created": created, "model": name,
+                                "choices": [], "usage": usage})
+                await send("[DONE]")
+                await resp.write_eof()
+                return resp
+            finally:
+                self.running -= 1
+
+
+def serve(argv: Sequence[str]) -> int:
+    """Run sim-serve with this vLLM-style command line until SIGTERM/SIGINT."""
+    from aiohttp import web
+
+    argv = list(argv)
+    path = os.environ.get(ARGV_FILE_ENV)
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(argv, f)
+    opts = parse_options(argv)
+    server = SimServer(opts)
+    print(f"msopt sim-serve: {opts.served_model_name} (tp={opts.tensor_parallel_size}, "
+          f"pp={opts.pipeline_parallel_size}, dp={opts.data_parallel_size}, max_num_seqs="
+          f"{opts.max_num_seqs}, time_scale={opts.time_scale}) on http://{opts.host}:{opts.port}",
+          flush=True)
+    if opts.unknown:
+        print(f"msopt sim-serve: ignoring {' '.join(opts.unknown)}", flush=True)
+    web.run_app(server.app(), host=opts.host, port=opts.port, print=None, access_log=None,
+                handle_signals=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1:]))
