@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, DecodeError
 from msopt.registry import RegistryError
 from msopt.space.context import DecodeContext
 from msopt.space.dtypes import DTYPES, FieldType, Report, TernaryFactoriesType
@@ -90,6 +90,8 @@ class SearchSpace:
         ]
         self._encoders = [(t.name, t.encode, t.default_coordinate) for t in dims]
         self._order = self._dependency_order(types)
+        sources = [s for t in types.values() if isinstance(t, TernaryFactoriesType) for s in t.targets]
+        self._coupled = len(sources) != len(set(sources))
         self.derived: tuple[str, ...] = tuple(n for n, t in types.items() if not t.searched)
         self.dimensions: tuple[Dimension, ...] = tuple(
             Dimension(t.name, t.decl.dtype, lo, hi,
@@ -202,11 +204,17 @@ class SearchSpace:
                 clipped = True
             values[name] = dec(x)
         report = Report()
+        raws = None
         for name, t, searched in self._order:
             if searched:
+                if self._coupled:
+                    raws = raws or {}
+                    raws[name] = values[name]
                 values[name] = t.finish(values[name], values, report)
             else:
                 values[name] = t.derive(values, context, report)
+        if report.changed and self._coupled:
+            self._settle(values, raws or {}, context, report)
         if report.changed:
             for name in dict.fromkeys(report.changed):
                 i = self._dim_index.get(name)
@@ -214,6 +222,27 @@ class SearchSpace:
                     pos[i] = self._dims[i].encode(values[name], values)
         return Decoded(values, np.array(pos, dtype=float), clipped or bool(report.changed),
                        tuple(report.warnings))
+
+    def _settle(self, values: dict[str, Any], raws: dict[str, Any], context: DecodeContext | None,
+                report: Report) -> None:
+        """Recompute every dependent field until no repair moves a source (coupled relations).
+
+        Two ternary_factories fields sharing a source can undo each other's repair; passes go on
+        while a repair still moves something, and a relation still unsatisfied after the last pass
+        is an unrepairable decode.
+        """
+        for _ in range(4):
+            moved = len(report.changed)
+            for name, t, searched in self._order:
+                if searched:
+                    values[name] = t.finish(raws[name], values, report)
+                else:
+                    values[name] = t.derive(values, context, report)
+            if len(report.changed) == moved:
+                return
+        raise DecodeError(
+            "coupled ternary_factories relations share a source and no repair satisfies them all "
+            f"({', '.join(n for n, t, _ in self._order if isinstance(t, TernaryFactoriesType))})", values)
 
     def encode(self, values: Mapping[str, Any]) -> np.ndarray:
         """Encode values into a position; dimensions missing from ``values`` take their default.
