@@ -79,8 +79,10 @@ class Evaluator:
             self.sim = SimulatorSetup.from_settings(settings)
         else:
             from msopt.benchmarks import get_benchmark
+            from msopt.health import HealthCheck
 
             self.benchmark = get_benchmark(self.benchmark_name)
+            self.health = HealthCheck.from_settings(settings)
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:

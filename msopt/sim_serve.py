@@ -8,7 +8,8 @@ non-streaming ``POST /v1/completions`` and ``/v1/chat/completions``. Tokens are 
 ``--time-scale`` so tests stay short. At most ``max_num_seqs x data_parallel_size`` requests
 run at once; the rest queue.
 
-When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there as a JSON list,
+When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there as a JSON list (into
+``argv-<port>.json`` when it names a directory),
 so a test can check what the server was launched with.
 """
 
@@ -247,10 +248,12 @@ def serve(argv: Sequence[str]) -> int:
 
     argv = list(argv)
     path = os.environ.get(ARGV_FILE_ENV)
+    opts = parse_options(argv)
     if path:
+        if os.path.isdir(path):  # one file per server when several run at once
+            path = os.path.join(path, f"argv-{opts.port}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(argv, f)
-    opts = parse_options(argv)
     server = SimServer(opts)
     print(f"msopt sim-serve: {opts.served_model_name} (tp={opts.tensor_parallel_size}, "
           f"pp={opts.pipeline_parallel_size}, dp={opts.data_parallel_size}, max_num_seqs="

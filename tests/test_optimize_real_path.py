@@ -1,0 +1,96 @@
+"""`msopt optimize -e vllm -b builtin` through the whole real process path, with Ray actors.
+
+The engine's executable is `msopt sim-serve`, so every evaluation launches a real server process
+with the rendered flags, waits for readiness over HTTP, runs the builtin load generator against
+it and stops it. Checks: the servers saw the decoded values in their argv; nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+CONFIG = """
+engine = "vllm"
+benchmark = "builtin"
+n_particles = 2
+iters = 1
+sample_size = 16
+particles_time_out = 120
+[data_storage]
+pso_top_k = 1
+[cluster]
+accelerator = "none"
+[vllm]
+wait_start_time = 60
+[vllm.command]
+executable = {exe}
+model = "/models/Qwen3-8B"
+served_model_name = "{token}"
+host = "127.0.0.1"
+others = "--time-scale 0.01 --startup-delay 0.2"
+[[vllm.target_field]]
+name = "tp"
+config_position = "--tensor-parallel-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [1, 2]
+value = 1
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 4
+max = 64
+dtype = "int"
+value = 8
+[builtin]
+endpoint = "/v1/completions"
+input_len = 64
+output_len = 8
+concurrency = 4
+num_prompts = 16
+"""
+
+
+def _processes_with(token: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if token in (d / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_optimize_builtin_through_sim_serve(tmp_path):
+    token = f"e2e-{uuid.uuid4().hex[:8]}"
+    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG.format(exe=exe, token=token))
+    argv_dir = tmp_path / "argv"
+    argv_dir.mkdir()
+    env = dict(os.environ, MSOPT_SIM_SERVE_ARGV_FILE=str(argv_dir))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "-e", "vllm", "-b",
+                          "builtin", "--plain", "-o", str(tmp_path / "runs")], env=env, capture_output=True,
+                         text=True, timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    launched = [r for r in lines if not r["reused"]]
+    assert len(lines) >= 3 and launched
+    for r in launched:
+        assert r["error"] is None, r["error"]
+        assert r["real_evaluation"] and r["metrics"]["success_rate"] == 1.0
+        assert r["metrics"]["generate_speed"] > 0 and r["metrics"]["time_to_first_token"] > 0
+    seen = [json.loads(p.read_text()) for p in argv_dir.glob("argv-*.json")]
+    seqs_seen = {int(a[a.index("--max-num-seqs") + 1]) for a in seen}
+    assert {r["values"]["max_num_seqs"] for r in launched} <= seqs_seen
+    assert any(p.name.startswith("eval-") and "server" in p.name for p in (run / "logs").iterdir())
+    assert _processes_with(token) == []  # every server stopped
