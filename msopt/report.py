@@ -164,7 +164,10 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
         target, doc = next(iter(files.items()))
         atomic_write(out / BEST_CONFIG_JSON, (dumps(doc, indent=2) + "\n").encode("utf-8"))
         written.append(out / BEST_CONFIG_JSON)
-        notes.append(f"{engine} reads its configuration from {target}: install {BEST_CONFIG_JSON} "
+        where = target
+        if engine == "mindie" and not settings.section(engine).get("config_path"):
+            where = "its conf/config.json (set [mindie] config_path to have msopt edit yours)"
+        notes.append(f"{engine} reads its configuration from {where}: install {BEST_CONFIG_JSON} "
                      "there (back up the original) before running this script")
     record = {"engine": engine, "argv": argv, "env": env, "port": port, "values": dict(values),
               "files": {t: BEST_CONFIG_JSON for t in list(files)[:1]}, "eval_id": eval_id,
@@ -311,6 +314,17 @@ def _coords(r: EvaluationResult, axes: list[dict[str, Any]]) -> list[float] | No
     return out
 
 
+def _wrap(name: str, width: int = 16) -> str:
+    """A long field name broken at underscores into lines of about ``width`` characters."""
+    lines: list[str] = []
+    for part in name.split("_"):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "_" + part
+        else:
+            lines.append(part if not lines else "_" + part)
+    return "\n".join(lines)
+
+
 def plot_parallel(data: RunData) -> bytes:
     """Parallel coordinates of the dimensions, each normalised to its bounds, coloured by fitness."""
     from matplotlib import colormaps
@@ -319,9 +333,10 @@ def plot_parallel(data: RunData) -> bytes:
 
     axes = _axes_model(data)
     n = len(axes)
-    fig = _figure(max(7.0, 1.6 * n + 2), 5)
+    fig = _figure(max(7.0, 1.7 * n + 2), 5)
     ax = fig.add_subplot()
-    ax.set_title("parallel coordinates of the dimensions (colour: fitness, grey: failed)")
+    title = "parallel coordinates of the dimensions (colour: fitness, grey: failed)"
+    ax.set_title(title, fontsize=10)
     if n == 0 or not data.results:
         _empty(ax, "no dimension searched" if n == 0 else "no evaluation in the journal")
         return _png(fig)
@@ -339,7 +354,11 @@ def plot_parallel(data: RunData) -> bytes:
     if ok:
         ok.sort(key=lambda p: -p[0].fitness)  # best drawn last, on top
         fits = [r.fitness for r, _ in ok]
-        norm = Normalize(vmin=min(fits), vmax=max(fits) if max(fits) > min(fits) else min(fits) + 1e-9)
+        lo, hi = min(fits), max(fits)
+        if hi - lo <= 1e-9 * max(1.0, abs(lo)):  # one fitness for all: a plain colour bar around it
+            pad = 0.05 * max(1.0, abs(lo))
+            lo, hi = lo - pad, hi + pad
+        norm = Normalize(vmin=lo, vmax=hi)
         cmap = colormaps["viridis_r"]
         lc = LineCollection([ln for _, ln in ok], cmap=cmap, norm=norm, linewidths=1.2, alpha=0.8, zorder=2)
         lc.set_array(fits)
@@ -349,8 +368,8 @@ def plot_parallel(data: RunData) -> bytes:
         bid = _best_id(data)
         for r, ln in ok:
             if r.eval_id == bid:
-                ax.plot(*zip(*ln), color="tab:red", lw=2.5, zorder=3, label=f"recommended (eval {bid})")
-                ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
+                ax.plot(*zip(*ln), color="tab:red", lw=2.5, zorder=3)
+                title += f"; red: recommended (eval {bid})"
     else:
         ax.text(0.5, 1.02, "no evaluation succeeded", ha="center", va="bottom", transform=ax.transAxes,
                 color="0.3")
@@ -362,10 +381,11 @@ def plot_parallel(data: RunData) -> bytes:
             ax.plot([x - 0.03, x + 0.03], [y, y], color="0.2", lw=1, zorder=0)
             ax.text(x + 0.05, y, text, fontsize=7, va="center", ha="left", color="0.15", zorder=5,
                     bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7})
+    ax.set_title(title, fontsize=10)
     ax.set_xlim(-0.3, n - 0.4 if n > 1 else 0.6)
     ax.set_ylim(-0.05, 1.05)
     ax.set_xticks(xs)
-    ax.set_xticklabels([f"{a['name']}\n({a['dtype']})" for a in axes], fontsize=8)
+    ax.set_xticklabels([f"{_wrap(a['name'])}\n({a['dtype']})" for a in axes], fontsize=8)
     ax.set_yticks([])
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
