@@ -258,8 +258,8 @@ def plot_fitness(data: RunData) -> bytes:
     ax.set_ylabel("fitness (lower is better)")
     ax.set_title("best fitness against evaluations")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
-    fig.tight_layout()
+    fig.legend(loc="lower center", ncols=4, fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.2, top=0.91)  # tight_layout costs a draw
     return _png(fig)
 
 
@@ -363,7 +363,7 @@ def plot_parallel(data: RunData) -> bytes:
         lc = LineCollection([ln for _, ln in ok], cmap=cmap, norm=norm, linewidths=1.2, alpha=0.8, zorder=2)
         lc.set_array(fits)
         ax.add_collection(lc)
-        cb = fig.colorbar(lc, ax=ax, pad=0.02)
+        cb = fig.colorbar(lc, ax=ax, pad=0.01, fraction=0.03)
         cb.set_label("fitness (lower is better)")
         bid = _best_id(data)
         for r, ln in ok:
@@ -379,8 +379,8 @@ def plot_parallel(data: RunData) -> bytes:
         for lbl, y in marks:
             text = lbl if a["ticks"] is None else _fmt(json.loads(lbl))
             ax.plot([x - 0.03, x + 0.03], [y, y], color="0.2", lw=1, zorder=0)
-            ax.text(x + 0.05, y, text, fontsize=7, va="center", ha="left", color="0.15", zorder=5,
-                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7})
+            ax.text(x + 0.05, y, text, fontsize=7, va="center", ha="left", color="0.1", zorder=5,
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})
     ax.set_title(title, fontsize=10)
     ax.set_xlim(-0.3, n - 0.4 if n > 1 else 0.6)
     ax.set_ylim(-0.05, 1.05)
@@ -389,7 +389,7 @@ def plot_parallel(data: RunData) -> bytes:
     ax.set_yticks([])
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.03, right=0.94, bottom=0.17, top=0.92)
     return _png(fig)
 
 
@@ -417,7 +417,7 @@ def _speed_tpot(r: EvaluationResult) -> tuple[float, float] | None:
 
 def plot_pareto(data: RunData) -> bytes:
     """generate_speed against TPOT, the TPOT SLO line, TTFT SLO violators hollow, the Pareto front."""
-    fig = _figure(8, 5)
+    fig = _figure(8, 5.5)
     ax = fig.add_subplot()
     ttft_slo, tpot_slo = data.settings.ttft_slo, data.settings.tpot_slo
     ax.set_title(f"generate_speed against TPOT (TPOT SLO {tpot_slo:g} s; TTFT SLO {ttft_slo:g} s: "
@@ -448,8 +448,8 @@ def plot_pareto(data: RunData) -> bytes:
     ax.set_xlabel("time per output token, mean (s)")
     ax.set_ylabel("generate_speed (output tokens/s)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right", framealpha=0.8)  # "best" costs seconds with many points
-    fig.tight_layout()
+    fig.legend(loc="lower center", ncols=3, fontsize=8, frameon=False)  # outside: never over points
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.22, top=0.92)
     return _png(fig)
 
 
