@@ -588,6 +588,12 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
     from msopt.store import atomic_write
 
     data = data if data is not None else load_run(run_dir)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MsoptError("the report needs matplotlib, which is not installed; install it with "
+                         "'pip install matplotlib' (a dependency of msopt) and run 'msopt report "
+                         f"{data.run_dir}'") from None
     images = {FITNESS_PNG: plot_fitness(data), PARALLEL_PNG: plot_parallel(data), PARETO_PNG: plot_pareto(data)}
     for name, png in images.items():
         atomic_write(data.run_dir / name, png)

@@ -392,3 +392,11 @@ def test_mindie_run_writes_best_config_json(tmp_path: Path) -> None:
     assert BEST_CONFIG_JSON in page
     for name in PNGS:
         assert_png(run / name)
+
+
+def test_without_matplotlib_the_report_is_one_line_exit_2(vllm_run: dict, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main(["report", str(vllm_run["run"])]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "pip install matplotlib" in err
