@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list:  # noqa: ANN202
     """Subcommands defined beside their features (simulate, optimize, ...)."""
     regs = []
-    for modname in ("msopt.cli_simulate", "msopt.cli_optimize", "msopt.cli_serve"):
+    for modname in ("msopt.cli_simulate", "msopt.cli_optimize", "msopt.cli_serve", "msopt.cli_report"):
         try:
             mod = __import__(modname, fromlist=["register"])
         except ModuleNotFoundError as exc:

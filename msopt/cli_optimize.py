@@ -102,6 +102,31 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
+def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
+    """The best configuration's launch files and the report; a failure here costs one line on
+    stderr, never the run (everything needed to retry is in the run directory)."""
+    try:
+        from msopt.report import export_best
+
+        if best is not None:
+            export_best(settings, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
+    except Exception as exc:  # noqa: BLE001  the run is done and journaled; say so and go on
+        print(f"msopt: warning: could not write the best configuration's launch command "
+              f"({_one_line(exc)})", file=sys.stderr)
+    try:
+        from msopt.report import write_report
+
+        print(f"report: {write_report(run_dir, export=False)}", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        print(f"msopt: warning: could not write the report ({_one_line(exc)}); retry with: "
+              f"msopt report {run_dir}", file=sys.stderr)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     settings, store = _load(args)
@@ -159,6 +184,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             import ray
 
             ray.shutdown()
+    _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best
     if best is None:
         print("no configuration succeeded; see the errors in the journal", file=sys.stderr)
