@@ -24,7 +24,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from msopt.capacity import CapacityOptions, CapacitySearch, Probe, capacity_options, probe_verdict
+from msopt.capacity import (
+    CapacityOptions,
+    CapacitySearch,
+    Probe,
+    capacity_options,
+    probe_verdict,
+)
 from msopt.config import Settings
 from msopt.errors import ConfigError, DecodeError
 from msopt.evaluation import Evaluator, search_num_prompts

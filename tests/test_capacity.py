@@ -196,8 +196,9 @@ def test_repeats_at_the_edge(write_toml):
     assert len(c["probes"]) <= 14
 
 
-def test_resume_replays_capacity_probes(write_toml, tmp_path):
-    settings = settings_for(write_toml, n=2, iters=1, top_k=2)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_resume_replays_capacity_probes(write_toml, tmp_path, mode):
+    settings = settings_for(write_toml, n=2, iters=1, top_k=2).replace(mode=mode)
     store = RunStore.create(tmp_path / "runs", settings)
     _, full = run(settings, store=store)
     store.close()
@@ -208,14 +209,14 @@ def test_resume_replays_capacity_probes(write_toml, tmp_path):
     driver, resumed = run(settings, previous=previous)
     assert driver.launched == 3
     assert resumed.capacity == full.capacity
-    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.load, r.values, r.metrics)  # noqa: E731
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.load, r.values, r.metrics)
     assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
 
 
 def test_run_directory_holds_the_capacity(write_toml, tmp_path):
     settings = settings_for(write_toml, n=2, iters=1, top_k=2)
     store = RunStore.create(tmp_path / "runs", settings)
-    _, out = run(settings, store=store)
+    run(settings, store=store)
     store.close()
     cap = json.loads((store.run_dir / "capacity.json").read_text())
     assert cap["load"] == "concurrency" and len(cap["configurations"]) == 2
@@ -288,11 +289,11 @@ def test_cli_refuses_a_bad_key_before_the_run_and_reports_capacity(write_toml, t
     bad = write_toml(CFG.format(n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capacity="percentile = 42",
                                 load="concurrency = 4", extra=""), "bad.toml")
     cmd = [sys.executable, "-m", "msopt.cli", "optimize", "--plain", "--no-ray", "-o", str(tmp_path / "o")]
-    out = subprocess.run([*cmd, "-c", str(bad)], capture_output=True, text=True)
+    out = subprocess.run([*cmd, "-c", str(bad)], capture_output=True, text=True, check=False)
     assert out.returncode == 2 and "[capacity] percentile" in out.stderr and not (tmp_path / "o").exists()
     good = write_toml(CFG.format(n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capacity="enabled = true",
                                  load="concurrency = 4", extra=""), "good.toml")
-    out = subprocess.run([*cmd, "-c", str(good)], capture_output=True, text=True)
+    out = subprocess.run([*cmd, "-c", str(good)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert "phase capacity" in out.stdout and "capacity #0" in out.stdout and "best goodput" in out.stdout
     assert math.isfinite(float(out.stdout.split("best goodput ")[1].split()[0]))
