@@ -456,8 +456,6 @@ class Driver:
             out.append({"rank": rank, "eval_id": r.eval_id, "fitness": _finite(r.fitness),
                         "values": dict(r.values), **s.result()})
         self.capacity = out
-        for c in out:
-            self._emit("message", text=capacity_line(c))
         return out
 
     def best(self) -> EvaluationResult | None:

@@ -295,5 +295,29 @@ def test_cli_refuses_a_bad_key_before_the_run_and_reports_capacity(write_toml, t
                                  load="concurrency = 4", extra=""), "good.toml")
     out = subprocess.run([*cmd, "-c", str(good)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
-    assert "phase capacity" in out.stdout and "capacity #0" in out.stdout and "best goodput" in out.stdout
+    assert "phase capacity" in out.stdout and "capacity #0 (eval 2): concurrency=" in out.stdout and "best goodput" in out.stdout
     assert math.isfinite(float(out.stdout.split("best goodput ")[1].split()[0]))
+
+
+def test_display_keeps_capacity_rows_apart_and_summarises():
+    import io
+
+    from rich.console import Console
+
+    from msopt.progress import LiveTable, PlainLog, ProgressEvent
+
+    out = io.StringIO()
+    log = PlainLog(out)
+    log.start(total=3, n_particles=1, dimensions=["tp"], run_dir="r")
+    log.update(ProgressEvent("done", eval_id=1, phase="search", particle=0, iteration=0, fitness=2.0))
+    log.update(ProgressEvent("done", eval_id=5, phase="capacity", particle=0, iteration=3, fitness=0.5,
+                             text="request_rate=4"))
+    assert "eval 5 capacity #0 probe3 done" in out.getvalue() and "request_rate=4" in out.getvalue()
+    assert log._t.best.eval_id == 1  # a probe's fitness at another load is not the search's best
+    assert set(log._t.rows) == {"p0", "cap #0"}
+    log.close({"capacity": ["capacity #0 (eval 3): request_rate=4 goodput=1.0 tok/s"]})
+    assert out.getvalue().rstrip().endswith("capacity #0 (eval 3): request_rate=4 goodput=1.0 tok/s")
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    table = LiveTable(console)
+    table.close({"capacity": ["capacity #1 (eval 4): concurrency=0 goodput=0.0 tok/s"]})
+    assert "capacity #1 (eval 4)" in console.file.getvalue()
