@@ -54,8 +54,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields."""
     from msopt.space import SearchSpace
 
+    from msopt.capacity import capacity_options
+
     settings = _load(args)
     space = SearchSpace.from_settings(settings)
+    capacity_options(settings)
     if args.json:
         out = {
             "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high}

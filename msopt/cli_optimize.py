@@ -81,20 +81,26 @@ def _load(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _check(settings: Any) -> None:
-    """Start-up checks that need the registries: objective metrics vs the benchmark."""
+    """Start-up checks that need the registries: objective and capacity metrics vs the benchmark,
+    the ``[capacity]`` table."""
+    from msopt.capacity import capacity_options, check_capacity_metrics
     from msopt.objective import check_metrics_available, make_objective
 
+    capacity = capacity_options(settings)
     objective = make_objective(str(settings.get("objective", "default")), settings.data)
     if settings.get("simulate"):
         from msopt.results import METRICS
 
         produced = set(METRICS)
         name = "simulator"
+        check_capacity_metrics(capacity, [*METRICS, *(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 99))],
+                               name)
     else:
         from msopt.benchmarks import get_benchmark
 
         name = str(settings.get("benchmark"))
         produced = set(get_benchmark(name).produces)
+        check_capacity_metrics(capacity, sorted(produced), name)
     check_metrics_available(objective, produced, name)
 
 
@@ -164,8 +170,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()
+        from msopt.driver import capacity_line
+
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
-                   "reused": outcome.reused, "run_dir": str(store.run_dir)}
+                   "reused": outcome.reused, "run_dir": str(store.run_dir),
+                   "capacity": [capacity_line(c) for c in outcome.capacity]}
         progress.close(summary)
         progress = None
     except KeyboardInterrupt:
@@ -191,6 +200,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(store.run_dir)
         return 1
     shown = ", ".join(f"{k}={v}" for k, v in best.values.items())
-    print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
+    if best.phase == "capacity":
+        load = ", ".join(f"{k}={v}" for k, v in best.load.items())
+        print(f"best goodput {best.metrics.get('generate_speed') or 0:.1f} tok/s at {load} "
+              f"(eval {best.eval_id}, capacity): {shown}")
+    else:
+        print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
     print(store.run_dir)
     return 0
