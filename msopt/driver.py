@@ -186,7 +186,7 @@ class Driver:
         self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
         self._inflight: dict[int, EvalRequest] = {}
-        self._decoded: dict[int, tuple[str | None, np.ndarray]] = {}
+        self._decoded: dict[int, dict[str, Any]] = {}  # eval_id -> the driver's own decode of it
         self.launched = 0
 
     # -- events ---------------------------------------------------------------------------
@@ -204,12 +204,12 @@ class Driver:
                    text=_load_text(r.load))
 
     # -- dispatch -------------------------------------------------------------------------
-    def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray]:
+    def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray, dict[str, Any]]:
         try:
             d = self.space.decode(np.asarray(req.position, dtype=float), req.context)
-        except DecodeError:
-            return None, np.asarray(req.position, dtype=float)
-        return _values_key(d.values), d.position
+        except DecodeError as exc:
+            return None, np.asarray(req.position, dtype=float), exc.values
+        return _values_key(d.values), d.position, d.values
 
     def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
         """Replay, reuse or submit one request; return its result when known at once."""
@@ -218,7 +218,7 @@ class Driver:
             prev = replace(prev, eval_id=req.eval_id)
             self._finish(prev, journal=False)
             return prev
-        key, position = self._pre_decode(req)
+        key, position, values = self._pre_decode(req)
         if self.reuse and key is not None and req.phase == "search":
             done = self._cache.get(key)
             if done is not None:
@@ -231,7 +231,7 @@ class Driver:
                            iteration=req.iteration)
                 return None
             self._leaders[key] = req.eval_id
-        self._decoded[req.eval_id] = (key, position)
+        self._decoded[req.eval_id] = values
         self._inflight[req.eval_id] = req
         self.pool.submit(req)
         self.launched += 1
@@ -267,7 +267,9 @@ class Driver:
             req = self._inflight.pop(r.eval_id, None)
             if req is None:
                 continue  # a result for an evaluation already failed (timeout) or resubmitted
-            self._decoded.pop(r.eval_id, None)
+            values = self._decoded.pop(r.eval_id, None)
+            if not r.values and values:  # the actor died or timed out before it could say
+                r.values = dict(values)
             self._finish(r)
             out.append(r)
             for key, leader in list(self._leaders.items()):
