@@ -81,20 +81,36 @@ def _load(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _check(settings: Any) -> None:
-    """Start-up checks that need the registries: objective metrics vs the benchmark."""
+    """Every start-up check, before the run directory exists: the swarm options (again, after
+    command-line overrides), the engine and benchmark registries, the objective's metrics, and
+    ``[simulator]`` for a simulated run. Each failure names the file and the key."""
+    from msopt.config import check_objective, swarm_options
+    from msopt.engines import get_engine
+    from msopt.errors import ConfigError as _ConfigError
     from msopt.objective import check_metrics_available, make_objective
 
+    swarm_options(settings)
+    check_objective(settings)
     objective = make_objective(str(settings.get("objective", "default")), settings.data)
+    try:
+        get_engine(settings.engine)
+    except _ConfigError as exc:
+        raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
     if settings.get("simulate"):
         from msopt.results import METRICS
+        from msopt.simrun import SimulatorSetup
 
+        SimulatorSetup.from_settings(settings)
         produced = set(METRICS)
         name = "simulator"
     else:
         from msopt.benchmarks import get_benchmark
 
         name = str(settings.get("benchmark"))
-        produced = set(get_benchmark(name).produces)
+        try:
+            produced = set(get_benchmark(name).produces)
+        except _ConfigError as exc:
+            raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
     check_metrics_available(objective, produced, name)
 
 
