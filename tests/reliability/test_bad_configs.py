@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import tempfile
@@ -57,11 +58,25 @@ def test_manifest_states_every_case():
         assert entry.get("key") and entry.get("why"), name
 
 
+@pytest.fixture(scope="module")
+def optimize_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+    """``msopt optimize`` on every case, two processes at a time (each is mostly start-up)."""
+    base = tmp_path_factory.mktemp("bad")
+
+    def run(name: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        cwd = base / name.replace(".", "_")
+        cwd.mkdir()
+        out = cwd / "runs"
+        return _cli("optimize", "-c", str(BAD / name), "--plain", "-o", str(out), cwd=cwd), out
+
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        return dict(zip(CASES, ex.map(run, CASES)))
+
+
 @pytest.mark.parametrize("name", CASES)
-def test_optimize_refuses_bad_config(name: str, tmp_path: Path) -> None:
-    path, out = BAD / name, tmp_path / "runs"
-    proc = _cli("optimize", "-c", str(path), "--plain", "-o", str(out), cwd=tmp_path)
-    _assert_refused(proc.returncode, proc.stdout, proc.stderr, path, MANIFEST[name]["key"], out)
+def test_optimize_refuses_bad_config(name: str, optimize_runs: dict) -> None:
+    proc, out = optimize_runs[name]
+    _assert_refused(proc.returncode, proc.stdout, proc.stderr, BAD / name, MANIFEST[name]["key"], out)
 
 
 @pytest.mark.parametrize("name", VALIDATE_CASES)
