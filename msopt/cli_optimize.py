@@ -125,7 +125,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     simulate = bool(settings.get("simulate"))
     from msopt.driver import Driver, InProcessPool
     from msopt.progress import make_progress
-    from msopt.store import RunStore
+    from msopt.store import RunStore, StoreError
 
     previous = []
     if store is None:
@@ -165,6 +165,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress = None
         print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
         return 130
+    except StoreError as exc:  # disk full, read-only filesystem, ...: every journaled result is safe
+        raise StoreError(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
+                         f"msopt optimize --resume {store.run_dir}") from None
     finally:
         if progress is not None:
             progress.close(None)
