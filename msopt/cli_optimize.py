@@ -81,16 +81,29 @@ def _load(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _check(settings: Any) -> None:
-    """Start-up checks that need the registries: objective and capacity metrics vs the benchmark,
-    the ``[capacity]`` table."""
+    """Every start-up check, before the run directory exists: the swarm options (again, after
+    command-line overrides), the engine and benchmark registries, the objective's and the
+    ``[capacity]`` table's metrics, and ``[simulator]`` for a simulated run. Each failure names
+    the file and the key."""
     from msopt.capacity import capacity_options, check_capacity_metrics
+    from msopt.config import check_objective, swarm_options
+    from msopt.engines import get_engine
+    from msopt.errors import ConfigError as _ConfigError
     from msopt.objective import check_metrics_available, make_objective
 
+    swarm_options(settings)
+    check_objective(settings)
     capacity = capacity_options(settings)
     objective = make_objective(str(settings.get("objective", "default")), settings.data)
+    try:
+        get_engine(settings.engine)
+    except _ConfigError as exc:
+        raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
     if settings.get("simulate"):
         from msopt.results import METRICS
+        from msopt.simrun import SimulatorSetup
 
+        SimulatorSetup.from_settings(settings)
         produced = set(METRICS)
         name = "simulator"
         check_capacity_metrics(capacity, [*METRICS, *(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 99))],
@@ -99,7 +112,10 @@ def _check(settings: Any) -> None:
         from msopt.benchmarks import get_benchmark
 
         name = str(settings.get("benchmark"))
-        produced = set(get_benchmark(name).produces)
+        try:
+            produced = set(get_benchmark(name).produces)
+        except _ConfigError as exc:
+            raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
         check_capacity_metrics(capacity, sorted(produced), name)
     check_metrics_available(objective, produced, name)
 
@@ -140,7 +156,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     simulate = bool(settings.get("simulate"))
     from msopt.driver import Driver, InProcessPool
     from msopt.progress import make_progress
-    from msopt.store import RunStore
+    from msopt.store import RunStore, StoreError
 
     previous = []
     if store is None:
@@ -183,6 +199,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress = None
         print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
         return 130
+    except StoreError as exc:  # disk full, read-only filesystem, ...: every journaled result is safe
+        raise StoreError(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
+                         f"msopt optimize --resume {store.run_dir}") from None
     finally:
         if progress is not None:
             progress.close(None)

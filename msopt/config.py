@@ -66,6 +66,21 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
 }
 
+#: Keys of the tables whose values are checked at load time: (type check, rule). ``_strict``
+#: tables refuse keys not listed.
+_TABLES: dict[str, dict[str, tuple[Any, str]]] = {
+    "cluster": {
+        "accelerator": (lambda v: isinstance(v, str) and v.lower() in ("npu", "gpu", "none"),
+                        "\"NPU\", \"GPU\" or \"none\""),
+        "devices_per_trial": (lambda v: _is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
+        "max_concurrent_trials": (lambda v: _is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
+    },
+    "data_storage": {
+        "pso_top_k": (lambda v: _is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
+    },
+}
+_STRICT_TABLES = ("cluster",)
+
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -133,6 +148,14 @@ class Settings:
             if src:
                 return src
         return self.sources[-1] if self.sources else "<defaults>"
+
+    def table_source(self, *tables: str) -> str:
+        """The highest layer that set a key of any of ``tables`` (for messages about a table)."""
+        best = -1
+        for key, src in self.origin.items():
+            if any(key == t or key.startswith(t + ".") for t in tables) and src in self.sources:
+                best = max(best, self.sources.index(src))
+        return self.sources[best] if best >= 0 else self.where(tables[0])
 
     def replace(self, **top_level: Any) -> Settings:
         """A copy with top-level keys overridden (CLI flags such as --particles)."""
@@ -280,6 +303,51 @@ def _check_scalars(data: Mapping[str, Any], origin: Mapping[str, str]) -> None:
         if key in data and key not in _SCALARS and not isinstance(data[key], Mapping):
             raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be a table, got {data[key]!r}; "
                               f"write [{key}]")
+    for table, spec in _TABLES.items():
+        for key, value in data.get(table, {}).items():
+            where = origin.get(f"{table}.{key}", origin.get(table, "<defaults>"))
+            if key not in spec:
+                if table in _STRICT_TABLES:
+                    hint = close_matches(str(key), tuple(spec))
+                    did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(spec)}"
+                    raise ConfigError(f"{where}: unknown key '{key}' in [{table}]; {did}")
+                continue
+            ok, rule = spec[key]
+            if not ok(value):
+                raise ConfigError(f"{where}: [{table}] '{key}' must be {rule}, got {value!r}; fix '{key}'")
+
+
+def swarm_options(settings: Settings) -> Any:
+    """The run's :class:`msopt.swarm.SwarmOptions` from ``[pso_options]`` and ``[pso_strategy]``.
+
+    ``iters = 0`` (baseline and refinement only) plans the coefficient schedules over one
+    iteration, which the swarm never takes.
+
+    Raises:
+        ConfigError: naming the file, the table and the key.
+    """
+    from msopt.swarm import SwarmOptions
+
+    try:
+        return SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
+                                          settings.n_particles, max(1, settings.iters),
+                                          seed=int(settings.get("seed", 0)))
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.table_source('pso_options', 'pso_strategy')}: {exc}") from None
+
+
+def check_objective(settings: Settings) -> None:
+    """Build the configured objective once, so an unknown name fails at load time.
+
+    Raises:
+        ConfigError: naming the file and the ``objective`` key.
+    """
+    from msopt.objective import make_objective
+
+    try:
+        make_objective(str(settings.get("objective", "default")), settings.data)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
 
 
 def load_settings(
@@ -338,6 +406,8 @@ def load_settings(
     from msopt.space.space import SearchSpace  # validate the fields now, not during the search
 
     SearchSpace.from_settings(settings)
+    swarm_options(settings)
+    check_objective(settings)
     return settings
 
 

@@ -31,12 +31,12 @@ from msopt.capacity import (
     capacity_options,
     probe_verdict,
 )
-from msopt.config import Settings
+from msopt.config import Settings, swarm_options
 from msopt.errors import ConfigError, DecodeError
 from msopt.evaluation import Evaluator, search_num_prompts
 from msopt.results import EvalRequest, EvaluationResult
 from msopt.space import DecodeContext, SearchSpace
-from msopt.swarm import Swarm, SwarmOptions
+from msopt.swarm import Swarm
 
 
 class EvaluatorPool(Protocol):
@@ -175,8 +175,7 @@ class Driver:
         self.search_prompts = search_num_prompts(settings)
         self.capacity_options: CapacityOptions = capacity_options(settings)
         self.capacity: list[dict[str, Any]] = []
-        options = SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
-                                             self.n, self.iters, seed=self.seed)
+        options = swarm_options(settings)
         low, high = self.space.bounds
         self.swarm = Swarm(low, high, options, init_position=self.space.default_position())
         self._previous = {_request_key(r.phase, r.particle, r.iteration): r for r in previous}

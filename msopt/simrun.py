@@ -17,7 +17,8 @@ from typing import Any
 
 from msopt.config import Settings, thaw
 from msopt.engines.base import LaunchSpec
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, SimulationError
+from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
 _WALL_KEYS = ("emulate_wall_time", "time_scale", "eval_seconds")
@@ -46,29 +47,81 @@ class SimulatorSetup:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SimulatorSetup:
-        """Read and check ``[simulator]`` (catalog names resolved now, not per evaluation)."""
+        """Read and check ``[simulator]`` once, at start-up: every key, the catalog entries and
+        the workload, so that a bad value fails the run before it starts, not every evaluation.
+
+        Raises:
+            ConfigError: naming the file that set the key, the key and the fix.
+        """
         table = thaw(settings.section("simulator"))
-        where = settings.where("simulator")
+
+        def where(key: str) -> str:
+            return settings.where(f"simulator.{key}")
+
         emulate = table.pop("emulate_wall_time", False)
         scale = table.pop("time_scale", 1.0)
         secs = table.pop("eval_seconds", None)
         if not isinstance(emulate, bool):
-            raise ConfigError(f"{where}: [simulator] emulate_wall_time must be true or false, got {emulate!r}")
+            raise ConfigError(f"{where('emulate_wall_time')}: [simulator] emulate_wall_time must be true or "
+                              f"false, got {emulate!r}")
         for key, v in (("time_scale", scale), ("eval_seconds", secs)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6):
-                raise ConfigError(f"{where}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
-        from msopt.sim import load_hardware, load_model
+                raise ConfigError(f"{where(key)}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
+        from msopt.sim import load_hardware, load_model, workload_from_mapping
+        from msopt.sim.simulator import SIM_KEYS
+        from msopt.sim.specs import DTYPE_BYTES
 
+        for key in table:
+            if key not in SIM_KEYS:
+                valid = sorted(SIM_KEYS | set(_WALL_KEYS))
+                hint = close_matches(str(key), valid)
+                did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(valid)}"
+                raise ConfigError(f"{where(key)}: unknown key '{key}' in [simulator]; {did}")
         dirs = table.get("catalog_dirs", ())
-        dirs = (dirs,) if isinstance(dirs, str) else tuple(dirs)
+        dirs = (dirs,) if isinstance(dirs, str) else dirs
+        if not isinstance(dirs, (list, tuple)) or not all(isinstance(d, str) for d in dirs):
+            raise ConfigError(f"{where('catalog_dirs')}: [simulator] catalog_dirs must be a directory or a "
+                              f"list of directories, got {dirs!r}")
+        dirs = tuple(dirs)
+        loaded: dict[str, Any] = {}
         for key, loader in (("hardware", load_hardware), ("model", load_model)):
             if key not in table:
-                raise ConfigError(f"{where}: [simulator] {key} is missing; name a catalog entry or a TOML file")
+                raise ConfigError(f"{where(key)}: [simulator] {key} is missing; name a catalog entry or a TOML file")
+            if not isinstance(table[key], str):
+                raise ConfigError(f"{where(key)}: [simulator] {key} must be a catalog name or a TOML file path, "
+                                  f"got {table[key]!r}")
             try:
-                loader(table[key], dirs)
+                loaded[key] = loader(table[key], dirs)
             except ConfigError as exc:
-                raise ConfigError(f"{where}: [simulator] {key}: {exc}") from None
-        return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where)
+                raise ConfigError(f"{where(key)}: [simulator] {key}: {exc}") from None
+        seed = table.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**62:
+            raise ConfigError(f"{where('seed')}: [simulator] seed must be a non-negative integer, got {seed!r}")
+        noise = table.get("noise", 0.0)
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 10:
+            raise ConfigError(f"{where('noise')}: [simulator] noise must be a number from 0 to 10 (a relative "
+                              f"standard deviation), got {noise!r}")
+        weight_dtype = table.get("weight_dtype", "bf16")
+        for key in ("weight_dtype", "kv_dtype"):
+            dt = table.get(key, weight_dtype)
+            if key == "kv_dtype" and dt is None:
+                continue
+            if not isinstance(dt, str) or dt not in DTYPE_BYTES:
+                raise ConfigError(f"{where(key)}: [simulator] {key} must be one of {', '.join(sorted(DTYPE_BYTES))}, "
+                                  f"got {dt!r}")
+        try:
+            loaded["hardware"].peak_flops(weight_dtype)
+        except SimulationError as exc:
+            raise ConfigError(f"{where('weight_dtype')}: [simulator] weight_dtype: {exc}") from None
+        workload = table.get("workload", {})
+        if not isinstance(workload, Mapping):
+            raise ConfigError(f"{where('workload')}: [simulator] workload must be a table, got {workload!r}; "
+                              "write [simulator.workload]")
+        try:
+            workload_from_mapping(workload)
+        except ConfigError as exc:
+            raise ConfigError(f"{settings.table_source('simulator.workload')}: {exc}") from None
+        return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where("hardware"))
 
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,

@@ -98,18 +98,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_error(path: Path, exc: OSError, what: str) -> StoreError:
-    if exc.errno == errno.ENOSPC:
-        fix = "free space on that filesystem (or choose another --output), then --resume the run"
+def _why(exc: OSError) -> str:
+    """The reason of a failed write, in words ("the disk is full" for ENOSPC and EDQUOT)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full ({exc.strerror or 'No space left on device'})"
+    return str(exc.strerror or exc)
+
+
+def _write_error(path: Path, exc: OSError, what: str, *, resume: bool = True) -> StoreError:
+    again = "--resume the run" if resume else "start the run again"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space on that filesystem (or choose another --output), then {again}"
     elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "make the directory writable or choose another --output"
     else:
-        fix = "check the filesystem, then --resume the run"
-    return StoreError(f"{path}: cannot write {what}: {exc.strerror or exc}; {fix}")
+        fix = f"check the filesystem, then {again}"
+    return StoreError(f"{path}: cannot write {what}: {_why(exc)}; {fix}")
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def atomic_write(path: Path, data: bytes, *, mode: int = _FILE_MODE, resume: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (``resume``: whether a failure's
+    message tells to resume the run, or, while a run directory is created, to start again).
 
     Raises:
         StoreError: the write failed; ``path`` keeps its previous content.
@@ -131,7 +140,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise _write_error(path, exc, path.name) from None
+        raise _write_error(path, exc, path.name, resume=resume) from None
     _fsync_dir(path.parent)
 
 
@@ -253,11 +262,11 @@ class RunStore:
         info.update(meta or {})
         info["run_id"] = rid
         try:
-            atomic_write(run_dir / CONFIG, settings.to_toml().encode("utf-8"))
-            atomic_write(run_dir / RUN_META, (dumps(info, indent=2) + "\n").encode("utf-8"))
+            atomic_write(run_dir / CONFIG, settings.to_toml().encode("utf-8"), resume=False)
+            atomic_write(run_dir / RUN_META, (dumps(info, indent=2) + "\n").encode("utf-8"), resume=False)
             store = cls(run_dir, info)
-            atomic_write(run_dir / RESULTS_CSV, _csv_text([store._columns]).encode("utf-8"))
-            atomic_write(run_dir / JOURNAL, b"")
+            atomic_write(run_dir / RESULTS_CSV, _csv_text([store._columns]).encode("utf-8"), resume=False)
+            atomic_write(run_dir / JOURNAL, b"", resume=False)
         except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)  # only the directory made just above
             raise
@@ -460,7 +469,7 @@ class RunStore:
         except OSError as exc:
             self._csv_stale = True
             raise StoreError(f"{self.results_path}: cannot add evaluation {result.eval_id}: "
-                             f"{exc.strerror or exc}; it is safe in the journal and results.csv is "
+                             f"{_why(exc)}; it is safe in the journal and results.csv is "
                              "rebuilt from it on --resume") from None
 
     def rebuild_results_csv(self) -> None:

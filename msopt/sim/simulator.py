@@ -17,7 +17,8 @@ from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, loa
 from msopt.sim.workload import Workload, workload_from_mapping
 
 _MINDIE_DEFAULT_MAX_SEQ_LEN = 2560
-_SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"})
+#: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
+SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"})
 
 
 def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_model_len: int) -> str | None:
@@ -218,9 +219,9 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
         ConfigError: a missing or invalid ``[simulator]`` key.
         SimulationError: the launch cannot be read (unknown engine, malformed knob).
     """
-    unknown = set(sim_table) - _SIM_KEYS
+    unknown = set(sim_table) - SIM_KEYS
     if unknown:
-        raise ConfigError(f"simulator: unknown key(s) {sorted(unknown)}; valid keys: {sorted(_SIM_KEYS)}")
+        raise ConfigError(f"simulator: unknown key(s) {sorted(unknown)}; valid keys: {sorted(SIM_KEYS)}")
     for key in ("hardware", "model"):
         if key not in sim_table:
             raise ConfigError(f"simulator.{key} is missing; set it to a catalog name or a TOML file path")

@@ -130,7 +130,8 @@ DTYPES: Registry[type[FieldType]] = Registry("dtype", entry_point_group="msopt.d
 
 def _num(decl: FieldDecl, raw: Any, key: str) -> float:
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-        raise decl.error(f"'{key}' must be a finite number, got {raw!r}", f"write e.g. {key} = {decl.min}")
+        fix = "give a finite number" if key.startswith("dtype_param") else f"write e.g. {key} = {decl.min}"
+        raise decl.error(f"'{key}' must be a finite number, got {raw!r}", fix)
     return raw
 
 
