@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, MsoptError
 
 
 def register(sub: Any) -> None:
@@ -165,8 +166,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
-    print(f"run directory: {store.run_dir}", flush=True)
-    progress = make_progress(True if args.plain else None)
+    progress = None
     pool = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
@@ -179,8 +179,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
             cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
-            started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
-            pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir), max_concurrent=args.max_concurrent or 0)
+            try:
+                started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
+                pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
+                               max_concurrent=args.max_concurrent or 0)
+            except MsoptError:
+                if not previous:  # nothing ran: leave no empty run directory behind
+                    store.close()
+                    shutil.rmtree(store.run_dir, ignore_errors=True)
+                raise
+        print(f"run directory: {store.run_dir}", flush=True)
+        progress = make_progress(True if args.plain else None)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
         total = 1 + settings.n_particles * settings.iters + int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
