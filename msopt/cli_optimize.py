@@ -233,6 +233,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"best goodput {best.metrics.get('generate_speed') or 0:.1f} tok/s at {load} "
               f"(eval {best.eval_id}, capacity): {shown}")
     else:
-        print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
+        how = "re-measured with the full workload" if best.phase == "refine" else best.phase
+        print(f"recommended: fitness {best.fitness:.4f} (eval {best.eval_id}, {how}): {shown}")
     print(store.run_dir)
     return 0
