@@ -45,6 +45,7 @@ class SimServeOptions:
     max_model_len: int = 32768
     time_scale: float = 1.0
     startup_delay: float = 0.0
+    fail_after: int = 0
     unknown: tuple[str, ...] = ()
     hardware: str = "atlas-800i-a2"
     sim_model: str = "qwen3-8b"
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply every simulated delay (0.01: a hundred times faster)")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="seconds before /health answers 200 (a model load)")
+    p.add_argument("--fail-after", type=int, default=0, metavar="N",
+                   help="crash (exit 1 at once) when the N-th completion request arrives: a fault to test "
+                        "what msopt does when a server dies mid-benchmark; 0 never")
     p.add_argument("--sim-hardware", default="atlas-800i-a2",
                    help="simulator hardware catalog entry (or TOML path) whose step timing paces tokens")
     p.add_argument("--sim-model", default=None,
@@ -119,7 +123,8 @@ def parse_options(argv: Sequence[str]) -> SimServeOptions:
         pipeline_parallel_size=args.pipeline_parallel_size,
         data_parallel_size=args.data_parallel_size, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-        time_scale=args.time_scale, startup_delay=args.startup_delay, unknown=tuple(unknown),
+        time_scale=args.time_scale, startup_delay=args.startup_delay, fail_after=max(0, args.fail_after),
+        unknown=tuple(unknown),
         hardware=args.sim_hardware, sim_model=_catalog_model(model, args.sim_model),
     )
 
@@ -169,6 +174,7 @@ class SimServer:
     def __init__(self, opts: SimServeOptions) -> None:
         self.opts = opts
         self.running = 0
+        self.requests = 0
         self.ready_at = time.monotonic() + opts.startup_delay
         self.slots: asyncio.Semaphore | None = None  # made inside the server's event loop
 
@@ -245,6 +251,11 @@ class SimServer:
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
                  "total_tokens": prompt_tokens + max_tokens}
         assert self.slots is not None  # set on startup
+        self.requests += 1
+        if self.opts.fail_after and self.requests >= self.opts.fail_after:
+            print(f"RuntimeError: EngineCore encountered a fatal error (msopt sim-serve --fail-after "
+                  f"{self.opts.fail_after})", flush=True)
+            os._exit(1)
         async with self.slots:
             self.running += 1
             try:

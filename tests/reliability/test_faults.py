@@ -1,0 +1,201 @@
+"""Faults on the real process path: a server that never becomes ready, one that crashes in the
+middle of the benchmark, a benchmark that hangs, and a driver killed ten times in a row.
+
+After each: the run completes, every evaluation is in the journal exactly once, and no process
+is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_SERVE = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
+HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)"])
+
+BASE = """
+engine = "vllm"
+benchmark = "{benchmark}"
+n_particles = 2
+iters = 1
+sample_size = 8
+particles_time_out = {time_out}
+[data_storage]
+pso_top_k = 0
+[cluster]
+accelerator = "none"
+[vllm]
+wait_start_time = {wait}
+[vllm.command]
+executable = {server}
+model = "/models/Qwen3-8B"
+served_model_name = "{token}"
+others = "--time-scale 0.01 {server_flags}"
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 4
+max = 16
+dtype = "int"
+value = 8
+[builtin]
+input_len = 32
+output_len = 4
+concurrency = 2
+num_prompts = 8
+request_timeout = 30
+[vllm_benchmark.command]
+executable = {bench}
+num_prompts = 8
+"""
+
+
+def processes_with(token: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if token.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def run_optimize(tmp_path: Path, *, benchmark="builtin", server=SIM_SERVE, bench=HANG, server_flags="",
+                 wait=30, time_out=120) -> tuple[subprocess.CompletedProcess, Path, str]:
+    token = f"fault-{uuid.uuid4().hex[:8]}"
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(BASE.format(benchmark=benchmark, server=server, bench=bench, server_flags=server_flags,
+                               wait=wait, time_out=time_out, token=token))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
+                          "--max-concurrent", "2", "-o", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=600)
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1, out.stderr
+    return out, runs[0], token
+
+
+def journal(run: Path) -> list[dict]:
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    ids = [x["eval_id"] for x in lines]
+    assert len(ids) == len(set(ids)), "an evaluation was journaled twice"
+    return lines
+
+
+def test_server_never_ready(tmp_path):
+    never = json.dumps([sys.executable, "-c", "import time; time.sleep(600)", "--"])
+    out, run, token = run_optimize(tmp_path, server=never, wait=2)
+    assert out.returncode == 1, out.stderr  # nothing succeeded: said, not crashed
+    lines = journal(run)
+    assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
+    launched = [x for x in lines if not x["reused"]]
+    assert launched and all(x["fitness"] is None and "ready" in x["error"] for x in launched)
+    assert processes_with(token) == []
+
+
+def test_server_crashes_mid_benchmark(tmp_path):
+    out, run, token = run_optimize(tmp_path, server_flags="--fail-after 3")
+    assert out.returncode == 1, out.stderr
+    lines = journal(run)
+    assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
+    for x in lines:
+        if not x["reused"]:
+            assert x["fitness"] is None and x["error"]
+            assert x["attempts"] == 3  # a lost connection is retryable; the crash repeats
+    assert processes_with(token) == []
+
+
+def test_benchmark_hangs(tmp_path):
+    out, run, token = run_optimize(tmp_path, benchmark="vllm_benchmark", bench=HANG, time_out=3)
+    assert out.returncode == 1, out.stderr
+    lines = journal(run)
+    assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
+    launched = [x for x in lines if not x["reused"]]
+    assert all("did not finish" in x["error"] for x in launched)
+    assert processes_with(token) == [] and processes_with("time.sleep(600)") == []
+
+
+KILL_CFG = """
+simulate = true
+n_particles = 4
+iters = 4
+seed = 5
+sample_size = 16
+[data_storage]
+pso_top_k = 1
+[cluster]
+accelerator = "NPU"
+devices_per_trial = 1
+[simulator]
+hardware = "atlas-800i-a2"
+model = "qwen3-8b"
+noise = 0.02
+emulate_wall_time = true
+eval_seconds = 0.3
+[simulator.workload]
+input_len = 128
+output_len = 16
+num_prompts = 16
+concurrency = 4
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 4
+max = 64
+dtype = "int"
+value = 8
+[[vllm.target_field]]
+name = "max_num_batched_tokens"
+config_position = "--max-num-batched-tokens"
+min = 512
+max = 4096
+dtype = "int"
+value = 2048
+"""
+
+
+def test_driver_killed_ten_times_then_resumed(tmp_path):
+    cfg = tmp_path / "kill.toml"
+    cfg.write_text(KILL_CFG)
+    cmd = [sys.executable, "-m", "msopt.cli", "optimize", "--no-ray", "--plain", "--max-concurrent", "2"]
+    ref = subprocess.run(cmd + ["-c", str(cfg), "-o", str(tmp_path / "ref")], capture_output=True, text=True,
+                         timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    expected = {x["eval_id"]: (x["values"], x["fitness"]) for x in journal(next((tmp_path / "ref").iterdir()))}
+
+    rng = random.Random(7)
+    proc = subprocess.Popen(cmd + ["-c", str(cfg), "-o", str(tmp_path / "runs")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    kills = 0
+    run = None
+    while kills < 10:
+        time.sleep(rng.uniform(0.3, 1.5))
+        if proc.poll() is not None:
+            break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        runs = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
+        if not runs:  # killed before the run directory existed: start afresh
+            proc = subprocess.Popen(cmd + ["-c", str(cfg), "-o", str(tmp_path / "runs")],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            continue
+        run = runs[0]
+        proc = subprocess.Popen(cmd + ["--resume", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert proc.wait(timeout=300) == 0
+    assert kills == 10
+    run = run or next((tmp_path / "runs").iterdir())
+    got = {x["eval_id"]: (x["values"], x["fitness"]) for x in journal(run)}
+    assert got == expected
+    assert (run / "best.json").exists()
