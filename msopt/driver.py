@@ -9,6 +9,11 @@ checkpointed after every tell.
 Resume replays the run: the journal's results stand in for the evaluations they record, so the
 seeded swarm goes through exactly the same states, and only evaluations missing from the journal
 are dispatched.
+
+Memory stays flat over long runs: with a run directory the journal is the record of every result,
+and the driver keeps only counters, the best result, the ``pso_top_k`` best distinct
+configurations and the refined results. Only the duplicate cache (``duplicate_policy = "reuse"``)
+holds one entry per distinct configuration, which reuse needs.
 """
 
 from __future__ import annotations
@@ -125,11 +130,15 @@ class RunOutcome:
     failures: int
     reused: int
     launched: int
-    results: list[EvaluationResult] = field(default_factory=list)
+    results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
 
 
 def _values_key(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, default=str)
+
+
+def _rank(r: EvaluationResult) -> tuple[float, int]:
+    return (r.fitness, r.eval_id)
 
 
 def _request_key(phase: str, particle: int | None, iteration: int) -> tuple[str, int | None, int]:
@@ -145,10 +154,12 @@ class Driver:
         store: the run directory (``append``, ``save_state``, ``write_best``), or None.
         progress: receives :class:`msopt.progress.ProgressEvent` objects, or None.
         previous: results already journaled (``--resume``): they are replayed, not re-run.
+        keep_results: keep every result in :attr:`results` (and the outcome); default: only when
+            there is no store, whose journal otherwise is the record (long runs stay flat).
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: Any = None, progress: Any = None,
-                 previous: Sequence[EvaluationResult] = ()) -> None:
+                 previous: Sequence[EvaluationResult] = (), keep_results: bool | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.store = store
@@ -166,8 +177,15 @@ class Driver:
         self.swarm = Swarm(low, high, options, init_position=self.space.default_position())
         self._previous = {_request_key(r.phase, r.particle, r.iteration): r for r in previous}
         self._replay_order = [r for r in previous]
+        self.keep_results = store is None if keep_results is None else bool(keep_results)
         self.results: list[EvaluationResult] = []
-        self._cache: dict[str, EvaluationResult] = {}
+        self.evaluations = 0
+        self.failures = 0
+        self.reused = 0
+        self._best: EvaluationResult | None = None      # best successful result of any phase
+        self._refined: list[EvaluationResult] = []      # successful refine results (<= pso_top_k)
+        self._board: dict[str, EvaluationResult] = {}   # the pso_top_k best distinct configurations
+        self._cache: dict[str, EvaluationResult] = {}   # duplicate_policy = "reuse" only
         self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
         self._inflight: dict[int, EvalRequest] = {}
@@ -232,19 +250,48 @@ class Driver:
     def _finish(self, r: EvaluationResult, journal: bool = True) -> None:
         if journal and self.store is not None:
             self.store.append(r)
-        self.results.append(r)
-        if not r.reused and r.values:
-            self._cache.setdefault(_values_key(r.values), r)
+        if self.keep_results:
+            self.results.append(r)
+        self.evaluations += 1
+        self.failures += r.failed
+        self.reused += r.reused
+        key = _values_key(r.values)
+        if self.reuse and r.values and not r.reused:
+            self._cache.setdefault(key, r)
+        if not r.failed:
+            if self._best is None or _rank(r) < _rank(self._best):
+                self._best = r
+            if r.phase == "refine":
+                self._refined.append(r)
+            elif r.phase in ("baseline", "search"):
+                self._rank_for_refine(key, r)
         self._emit_result(r)
+
+    def _rank_for_refine(self, key: str, r: EvaluationResult) -> None:
+        """Keep the ``pso_top_k`` best distinct configurations, each with its best result.
+
+        A configuration pushed out can never come back with its old result (the ones ahead of
+        it only get better), so this equals ranking every result at the end.
+        """
+        if self.top_k <= 0:
+            return
+        held = self._board.get(key)
+        if held is not None:
+            if _rank(r) < _rank(held):
+                self._board[key] = r
+            return
+        self._board[key] = r
+        if len(self._board) > self.top_k:
+            worst = max(self._board, key=lambda k: _rank(self._board[k]))
+            del self._board[worst]
 
     def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
         """Wait for finished evaluations (and their followers); journal them."""
-        if self.progress is not None:
-            for eval_id, devices in self.pool.running():
-                req = self._inflight.get(eval_id)
-                if req is not None:
-                    self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
-                               iteration=req.iteration, devices=devices)
+        for eval_id, devices in self.pool.running():  # drained even without a display: pools queue them
+            req = self._inflight.get(eval_id)
+            if req is not None and self.progress is not None:
+                self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
+                           iteration=req.iteration, devices=devices)
         out: list[EvaluationResult] = []
         for r in self.pool.wait(timeout):
             req = self._inflight.pop(r.eval_id, None)
@@ -292,7 +339,7 @@ class Driver:
         if self.store is None:
             return
         self.store.save_state({"stage": stage, "mode": self.mode, "seed": self.seed,
-                               "swarm": self.swarm.to_state(), "evaluations": len(self.results), **extra})
+                               "swarm": self.swarm.to_state(), "evaluations": self.evaluations, **extra})
 
     def run_baseline(self) -> EvaluationResult:
         """Evaluate the default configuration (every field at its ``value``)."""
@@ -327,6 +374,7 @@ class Driver:
             self._previous.pop(_request_key("search", i, prev.iteration), None)
             self._finish(replace(prev, eval_id=self._eval_id(i, prev.iteration)), journal=False)
             self._tell_async(prev)
+        self._replay_order = []
         for i in range(self.n):
             c = int(self.swarm.evaluation_counts[i])
             if c < self.iters:
@@ -356,17 +404,7 @@ class Driver:
         """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
         if self.top_k <= 0:
             return []
-        ranked = sorted((r for r in self.results if r.phase in ("baseline", "search") and not r.failed),
-                        key=lambda r: (r.fitness, r.eval_id))
-        picked: list[EvaluationResult] = []
-        seen: set[str] = set()
-        for r in ranked:
-            key = _values_key(r.values)
-            if key not in seen:
-                seen.add(key)
-                picked.append(r)
-            if len(picked) == self.top_k:
-                break
+        picked = sorted(self._board.values(), key=_rank)
         if self.progress is not None and len(picked) < self.top_k:
             self.progress.set_total(1 + self.n * self.iters + len(picked))
         if not picked:
@@ -381,9 +419,9 @@ class Driver:
 
     def best(self) -> EvaluationResult | None:
         """The recommendation: the best refined result when refinement ran, else the best of all."""
-        refined = [r for r in self.results if r.phase == "refine" and not r.failed]
-        pool = refined or [r for r in self.results if not r.failed]
-        return min(pool, key=lambda r: (r.fitness, r.eval_id)) if pool else None
+        if self._refined:
+            return min(self._refined, key=_rank)
+        return self._best
 
     def run(self) -> RunOutcome:
         """Run every stage and return the outcome."""
@@ -399,10 +437,8 @@ class Driver:
         self._checkpoint("done")
         if self.store is not None and best is not None:
             self.store.write_best(best_record(best, self.settings))
-        return RunOutcome(best=best, evaluations=len(self.results),
-                          failures=sum(r.failed for r in self.results),
-                          reused=sum(r.reused for r in self.results), launched=self.launched,
-                          results=list(self.results))
+        return RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
+                          launched=self.launched, results=list(self.results))
 
 
 def best_record(best: EvaluationResult, settings: Settings) -> dict[str, Any]:
