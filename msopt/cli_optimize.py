@@ -86,7 +86,6 @@ def _check(settings: Any) -> None:
     ``[simulator]`` for a simulated run. Each failure names the file and the key."""
     from msopt.config import check_objective, swarm_options
     from msopt.engines import get_engine
-    from msopt.errors import ConfigError as _ConfigError
     from msopt.objective import check_metrics_available, make_objective
 
     swarm_options(settings)
@@ -94,7 +93,7 @@ def _check(settings: Any) -> None:
     objective = make_objective(str(settings.get("objective", "default")), settings.data)
     try:
         get_engine(settings.engine)
-    except _ConfigError as exc:
+    except ConfigError as exc:
         raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
     if settings.get("simulate"):
         from msopt.results import METRICS
@@ -109,9 +108,12 @@ def _check(settings: Any) -> None:
         name = str(settings.get("benchmark"))
         try:
             produced = set(get_benchmark(name).produces)
-        except _ConfigError as exc:
+        except ConfigError as exc:
             raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
-    check_metrics_available(objective, produced, name)
+    try:
+        check_metrics_available(objective, produced, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('objective')}: {exc}") from None
 
 
 def _interrupt(signum: int, frame: Any) -> None:
