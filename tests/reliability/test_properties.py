@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from msopt.config import Settings, load_settings
 from msopt.driver import Driver, InProcessPool
@@ -21,7 +23,7 @@ from msopt.errors import ConfigError, DecodeError
 from msopt.results import METRICS, PHASES, EvalRequest, EvaluationResult
 from msopt.space import DecodeContext, SearchSpace
 from msopt.store import RunStore, json_safe
-from msopt.swarm import SCHEDULES, Swarm, SwarmOptions
+from msopt.swarm import Swarm, SwarmOptions
 
 from ..driver_helpers import FormulaEvaluator
 
