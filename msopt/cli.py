@@ -54,8 +54,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields."""
     from msopt.space import SearchSpace
 
+    from msopt.capacity import capacity_options
+
     settings = _load(args)
     space = SearchSpace.from_settings(settings)
+    capacity_options(settings)
     if args.json:
         out = {
             "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high}
@@ -167,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list:  # noqa: ANN202
     """Subcommands defined beside their features (simulate, optimize, ...)."""
     regs = []
-    for modname in ("msopt.cli_simulate", "msopt.cli_optimize", "msopt.cli_serve"):
+    for modname in ("msopt.cli_simulate", "msopt.cli_optimize", "msopt.cli_serve", "msopt.cli_report"):
         try:
             mod = __import__(modname, fromlist=["register"])
         except ModuleNotFoundError as exc:

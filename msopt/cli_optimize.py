@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, MsoptError
 
 
 def register(sub: Any) -> None:
@@ -82,14 +83,17 @@ def _load(args: argparse.Namespace):  # noqa: ANN202
 
 def _check(settings: Any) -> None:
     """Every start-up check, before the run directory exists: the swarm options (again, after
-    command-line overrides), the engine and benchmark registries, the objective's metrics, and
-    ``[simulator]`` for a simulated run. Each failure names the file and the key."""
+    command-line overrides), the engine and benchmark registries, the objective's and the
+    ``[capacity]`` table's metrics, and ``[simulator]`` for a simulated run. Each failure names
+    the file and the key."""
+    from msopt.capacity import capacity_options, check_capacity_metrics
     from msopt.config import check_objective, swarm_options
     from msopt.engines import get_engine
     from msopt.objective import check_metrics_available, make_objective
 
     swarm_options(settings)
     check_objective(settings)
+    capacity = capacity_options(settings)
     objective = make_objective(str(settings.get("objective", "default")), settings.data)
     try:
         get_engine(settings.engine)
@@ -102,6 +106,8 @@ def _check(settings: Any) -> None:
         SimulatorSetup.from_settings(settings)
         produced = set(METRICS)
         name = "simulator"
+        check_capacity_metrics(capacity, [*METRICS, *(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 99))],
+                               name)
     else:
         from msopt.benchmarks import get_benchmark
 
@@ -110,6 +116,7 @@ def _check(settings: Any) -> None:
             produced = set(get_benchmark(name).produces)
         except ConfigError as exc:
             raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
+        check_capacity_metrics(capacity, sorted(produced), name)
     try:
         check_metrics_available(objective, produced, name)
     except ConfigError as exc:
@@ -118,6 +125,31 @@ def _check(settings: Any) -> None:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
+def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
+    """The best configuration's launch files and the report; a failure here costs one line on
+    stderr, never the run (everything needed to retry is in the run directory)."""
+    try:
+        from msopt.report import export_best
+
+        if best is not None:
+            export_best(settings, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
+    except Exception as exc:  # noqa: BLE001  the run is done and journaled; say so and go on
+        print(f"msopt: warning: could not write the best configuration's launch command "
+              f"({_one_line(exc)})", file=sys.stderr)
+    try:
+        from msopt.report import write_report
+
+        print(f"report: {write_report(run_dir, export=False)}", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        print(f"msopt: warning: could not write the report ({_one_line(exc)}); retry with: "
+              f"msopt report {run_dir}", file=sys.stderr)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -136,8 +168,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
-    print(f"run directory: {store.run_dir}", flush=True)
-    progress = make_progress(True if args.plain else None)
+    progress = None
     pool = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
@@ -150,15 +181,27 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
             cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
-            started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
-            pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir), max_concurrent=args.max_concurrent or 0)
+            try:
+                started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
+                pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
+                               max_concurrent=args.max_concurrent or 0)
+            except MsoptError:
+                if not previous:  # nothing ran: leave no empty run directory behind
+                    store.close()
+                    shutil.rmtree(store.run_dir, ignore_errors=True)
+                raise
+        print(f"run directory: {store.run_dir}", flush=True)
+        progress = make_progress(True if args.plain else None)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
         total = 1 + settings.n_particles * settings.iters + int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()
+        from msopt.driver import capacity_line
+
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
-                   "reused": outcome.reused, "run_dir": str(store.run_dir)}
+                   "reused": outcome.reused, "run_dir": str(store.run_dir),
+                   "capacity": [capacity_line(c) for c in outcome.capacity]}
         progress.close(summary)
         progress = None
     except KeyboardInterrupt:
@@ -180,12 +223,18 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             import ray
 
             ray.shutdown()
+    _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best
     if best is None:
         print("no configuration succeeded; see the errors in the journal", file=sys.stderr)
         print(store.run_dir)
         return 1
     shown = ", ".join(f"{k}={v}" for k, v in best.values.items())
-    print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
+    if best.phase == "capacity":
+        load = ", ".join(f"{k}={v}" for k, v in best.load.items())
+        print(f"best goodput {best.metrics.get('generate_speed') or 0:.1f} tok/s at {load} "
+              f"(eval {best.eval_id}, capacity): {shown}")
+    else:
+        print(f"best fitness {best.fitness:.4f} (eval {best.eval_id}, {best.phase}): {shown}")
     print(store.run_dir)
     return 0

@@ -1,4 +1,4 @@
-"""The optimization loop: baseline, swarm iterations (sync or async), top-k refinement.
+"""The optimization loop: baseline, swarm iterations (sync or async), top-k refinement, capacity.
 
 The driver talks to an :class:`EvaluatorPool` (submit a request, wait for finished results);
 ``actors.pool.RayPool`` implements it with Ray actors, :class:`InProcessPool` with threads for
@@ -29,6 +29,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from msopt.capacity import (
+    CapacityOptions,
+    CapacitySearch,
+    Probe,
+    capacity_options,
+    probe_verdict,
+)
 from msopt.config import Settings, swarm_options
 from msopt.errors import ConfigError, DecodeError
 from msopt.evaluation import Evaluator, search_num_prompts
@@ -131,6 +138,7 @@ class RunOutcome:
     reused: int
     launched: int
     results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
+    capacity: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _values_key(values: Mapping[str, Any]) -> str:
@@ -139,6 +147,10 @@ def _values_key(values: Mapping[str, Any]) -> str:
 
 def _rank(r: EvaluationResult) -> tuple[float, int]:
     return (r.fitness, r.eval_id)
+
+
+def _load_text(load: Mapping[str, Any]) -> str | None:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in load.items()) or None
 
 
 def _request_key(phase: str, particle: int | None, iteration: int) -> tuple[str, int | None, int]:
@@ -172,6 +184,8 @@ class Driver:
         self.reuse = settings.get("duplicate_policy", "reuse") == "reuse"
         self.top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         self.search_prompts = search_num_prompts(settings)
+        self.capacity_options: CapacityOptions = capacity_options(settings)
+        self.capacity: list[dict[str, Any]] = []
         options = swarm_options(settings)
         low, high = self.space.bounds
         self.swarm = Swarm(low, high, options, init_position=self.space.default_position())
@@ -182,14 +196,15 @@ class Driver:
         self.evaluations = 0
         self.failures = 0
         self.reused = 0
-        self._best: EvaluationResult | None = None      # best successful result of any phase
+        self._best: EvaluationResult | None = None      # best successful baseline/search result
         self._refined: list[EvaluationResult] = []      # successful refine results (<= pso_top_k)
+        self._probes: dict[int, EvaluationResult] = {}  # capacity probes (<= max_probes per config)
         self._board: dict[str, EvaluationResult] = {}   # the pso_top_k best distinct configurations
         self._cache: dict[str, EvaluationResult] = {}   # duplicate_policy = "reuse" only
         self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
         self._inflight: dict[int, EvalRequest] = {}
-        self._decoded: dict[int, tuple[str | None, np.ndarray]] = {}
+        self._decoded: dict[int, dict[str, Any]] = {}  # eval_id -> the driver's own decode of it
         self.launched = 0
 
     # -- events ---------------------------------------------------------------------------
@@ -203,15 +218,16 @@ class Driver:
     def _emit_result(self, r: EvaluationResult) -> None:
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self._emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
-                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error)
+                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
+                   text=_load_text(r.load))
 
     # -- dispatch -------------------------------------------------------------------------
-    def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray]:
+    def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray, dict[str, Any]]:
         try:
             d = self.space.decode(np.asarray(req.position, dtype=float), req.context)
-        except DecodeError:
-            return None, np.asarray(req.position, dtype=float)
-        return _values_key(d.values), d.position
+        except DecodeError as exc:
+            return None, np.asarray(req.position, dtype=float), exc.values
+        return _values_key(d.values), d.position, d.values
 
     def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
         """Replay, reuse or submit one request; return its result when known at once."""
@@ -220,7 +236,7 @@ class Driver:
             prev = replace(prev, eval_id=req.eval_id)
             self._finish(prev, journal=False)
             return prev
-        key, position = self._pre_decode(req)
+        key, position, values = self._pre_decode(req)
         if self.reuse and key is not None and req.phase == "search":
             done = self._cache.get(key)
             if done is not None:
@@ -233,11 +249,12 @@ class Driver:
                            iteration=req.iteration)
                 return None
             self._leaders[key] = req.eval_id
-        self._decoded[req.eval_id] = (key, position)
+        self._decoded[req.eval_id] = values
         self._inflight[req.eval_id] = req
         self.pool.submit(req)
         self.launched += 1
-        self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration)
+        self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+                   text=_load_text(req.load))
         return None
 
     def _reused(self, done: EvaluationResult, req: EvalRequest, position: np.ndarray) -> EvaluationResult:
@@ -258,12 +275,14 @@ class Driver:
         key = _values_key(r.values)
         if self.reuse and r.values and not r.reused:
             self._cache.setdefault(key, r)
-        if not r.failed:
-            if self._best is None or _rank(r) < _rank(self._best):
-                self._best = r
+        if r.phase == "capacity":
+            self._probes[r.eval_id] = r
+        elif not r.failed:
             if r.phase == "refine":
                 self._refined.append(r)
             elif r.phase in ("baseline", "search"):
+                if self._best is None or _rank(r) < _rank(self._best):
+                    self._best = r
                 self._rank_for_refine(key, r)
         self._emit_result(r)
 
@@ -297,7 +316,9 @@ class Driver:
             req = self._inflight.pop(r.eval_id, None)
             if req is None:
                 continue  # a result for an evaluation already failed (timeout) or resubmitted
-            self._decoded.pop(r.eval_id, None)
+            values = self._decoded.pop(r.eval_id, None)
+            if not r.values and values:  # the actor died or timed out before it could say
+                r.values = dict(values)
             self._finish(r)
             out.append(r)
             for key, leader in list(self._leaders.items()):
@@ -417,8 +438,79 @@ class Driver:
         got = self._run_all(reqs)
         return [got[q.eval_id] for q in reqs]
 
+    def _capacity_configs(self) -> list[EvaluationResult]:
+        """The configurations whose capacity is searched: the refined ones by fitness, else the best."""
+        refined = sorted(self._refined, key=_rank)
+        if refined or self.top_k > 0:
+            return refined
+        return [self._best] if self._best is not None else []
+
+    def run_capacity(self) -> list[dict[str, Any]]:
+        """Find the highest load each top configuration sustains within the SLOs.
+
+        Every configuration's bracket/bisect is sequential; the configurations' next probes go
+        to the pool together, round by round, so eval ids (and a resumed run) are deterministic.
+        A probe's resume key is (``"capacity"``, configuration rank, probe index).
+        """
+        opts = self.capacity_options
+        if not opts.enabled:
+            return []
+        configs = self._capacity_configs()
+        if not configs:
+            return []
+        what = "mean" if opts.percentile is None else f"p{opts.percentile}"
+        self._emit("phase", phase="capacity",
+                   text=f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
+                        + ("s" if len(configs) > 1 else ""))
+        searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
+        next_id = 1 + self.iters * self.n + max(self.top_k, 0)
+        while True:
+            reqs: list[tuple[int, EvalRequest]] = []
+            for rank, (r, s) in enumerate(zip(configs, searches)):
+                for j, load in enumerate(s.next_loads()):
+                    value: float | int = int(load) if opts.integer else float(load)
+                    reqs.append((rank, EvalRequest(eval_id=next_id, phase="capacity", particle=rank,
+                                                   iteration=s.used + j, position=tuple(r.position),
+                                                   context=None, num_prompts=None, load={opts.load: value})))
+                    next_id += 1
+            if not reqs:
+                break
+            if self.progress is not None:
+                left = sum(opts.max_probes - s.used for s in searches if s.next_loads())
+                self.progress.set_total(self.evaluations + left)
+            got = self._run_all([q for _, q in reqs])
+            for rank, s in enumerate(searches):
+                mine = [q for k, q in reqs if k == rank]
+                if mine:
+                    probes = []
+                    for q in mine:
+                        res = got[q.eval_id]
+                        ok, why = probe_verdict(res.metrics, res.error, self.settings, opts)
+                        probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
+                    s.tell(probes)
+            self._checkpoint("capacity")
+        if self.progress is not None:
+            self.progress.set_total(self.evaluations)
+        out = []
+        for rank, (r, s) in enumerate(zip(configs, searches)):
+            out.append({"rank": rank, "eval_id": r.eval_id, "fitness": _finite(r.fitness),
+                        "values": dict(r.values), **s.result()})
+        self.capacity = out
+        return out
+
     def best(self) -> EvaluationResult | None:
-        """The recommendation: the best refined result when refinement ran, else the best of all."""
+        """The recommendation.
+
+        When the capacity stage ran and a configuration sustains some load: the edge probe of
+        the configuration with the highest goodput. Otherwise the best refined result when
+        refinement ran, else the best of all.
+        """
+        sustained = [c for c in self.capacity if c["edge_eval_id"] is not None and c["goodput"] > 0]
+        if sustained:
+            top = max(sustained, key=lambda c: (c["goodput"], -c["rank"]))
+            edge = self._probes.get(top["edge_eval_id"])
+            if edge is not None:
+                return edge
         if self._refined:
             return min(self._refined, key=_rank)
         return self._best
@@ -433,20 +525,59 @@ class Driver:
         else:
             self.run_sync()
         self.run_refine()
+        self.run_capacity()
         best = self.best()
         self._checkpoint("done")
+        if self.store is not None and self.capacity:
+            self.store.write_json("capacity.json", capacity_record(self.capacity, self.capacity_options,
+                                                                   self.settings))
         if self.store is not None and best is not None:
-            self.store.write_best(best_record(best, self.settings))
+            record = best_record(best, self.settings)
+            if self.capacity:
+                record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
+            self.store.write_best(record)
         return RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
-                          launched=self.launched, results=list(self.results))
+                          launched=self.launched, results=list(self.results), capacity=list(self.capacity))
+
+
+def _finite(x: Any) -> Any:
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def best_record(best: EvaluationResult, settings: Settings) -> dict[str, Any]:
     """The content of best.json."""
-    def finite(x: Any) -> Any:
-        return None if isinstance(x, float) and not math.isfinite(x) else x
-
-    return {"eval_id": best.eval_id, "phase": best.phase, "fitness": finite(best.fitness),
+    return {"eval_id": best.eval_id, "phase": best.phase, "fitness": _finite(best.fitness),
             "engine": settings.engine, "values": best.values,
-            "metrics": {k: finite(v) for k, v in best.metrics.items()}, "position": best.position,
-            "num_prompts": best.num_prompts}
+            "metrics": {k: _finite(v) for k, v in best.metrics.items()}, "position": best.position,
+            "num_prompts": best.num_prompts, "load": dict(best.load)}
+
+
+def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOptions,
+                    settings: Settings) -> dict[str, Any]:
+    """capacity.json (and best.json's "capacity" section): the SLOs and every configuration's result."""
+    ttft, tpot = options.metric_names()
+    configs = []
+    for c in capacity:
+        c = dict(c)
+        c["edge_metrics"] = {k: _finite(v) for k, v in c.get("edge_metrics", {}).items()}
+        configs.append(c)
+    return {"load": options.load, "percentile": options.percentile, "tolerance": options.tolerance,
+            "repeats": options.repeats, "max_probes": options.max_probes,
+            "slo": {ttft: settings.ttft_slo, tpot: settings.tpot_slo, "success_rate": settings.success_rate_slo},
+            "configurations": configs}
+
+
+def capacity_line(c: Mapping[str, Any]) -> str:
+    """One line for a configuration's capacity (plain log, live table, CLI)."""
+    load = c["sustainable_load"]
+    shown = f"{load:g}" if load else "0"
+    text = (f"capacity #{c['rank']} (eval {c['eval_id']}): {c['load']}={shown} "
+            f"goodput={c['goodput']:.1f} tok/s")
+    if c.get("limited_by"):
+        text += f" (limited by {c['limited_by']}"
+        if c.get("failed_load") is not None and c.get("failed_reason"):
+            text += f"; at {c['failed_load']:g}: {c['failed_reason']}"
+        text += ")"
+    if c.get("sustainable_load") and not c.get("verified"):
+        text += " [not all repeats ran]"
+    return text

@@ -194,6 +194,8 @@ class _Tracker:
 
     @staticmethod
     def row_key(ev: ProgressEvent) -> str:
+        if ev.phase == "capacity":  # particle is the configuration's rank, not a swarm particle
+            return f"cap #{ev.particle}" if ev.particle is not None else "capacity"
         if ev.particle is not None:
             return f"p{ev.particle}"
         return ev.phase or "other"
@@ -251,7 +253,9 @@ class _Tracker:
                     self.duration_sum += duration
                     self.duration_n += 1
             fit = ev.fitness
-            if _finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
+            if ev.phase == "capacity":
+                pass  # fitness at a varied load is not comparable with the search's
+            elif _finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
                 self.best = ev
             if self.finished > self.total:
                 self.total = self.finished
@@ -310,6 +314,12 @@ def _summary_items(summary: Mapping[str, Any] | None) -> str:
     return " ".join(items)
 
 
+def _capacity_lines(summary: Mapping[str, Any] | None) -> list[str]:
+    """The capacity stage's summary lines (``summary["capacity"]``: a list of strings)."""
+    lines = (summary or {}).get("capacity") or []
+    return [str(x) for x in lines] if isinstance(lines, (list, tuple)) else []
+
+
 class PlainLog(Progress):
     """One plain, flushed line per event: for pipes, CI and ``ray job submit`` logs."""
 
@@ -355,10 +365,16 @@ class PlainLog(Progress):
         head = [f"eval {ev.eval_id}" if ev.eval_id is not None else "eval -"]
         if ev.phase:
             head.append(ev.phase)
-        if ev.particle is not None:
-            head.append(f"p{ev.particle}")
-        if ev.iteration is not None and ev.particle is not None:
-            head.append(f"it{ev.iteration}")
+        if ev.phase == "capacity":
+            if ev.particle is not None:
+                head.append(f"#{ev.particle}")
+            if ev.iteration is not None:
+                head.append(f"probe{ev.iteration}")
+        else:
+            if ev.particle is not None:
+                head.append(f"p{ev.particle}")
+            if ev.iteration is not None and ev.particle is not None:
+                head.append(f"it{ev.iteration}")
         head.append(ev.kind)
         parts = [" ".join(head)]
         if ev.kind in ("done", "reused", "failed"):
@@ -375,6 +391,8 @@ class PlainLog(Progress):
             parts.append("devices=" + ",".join(str(d) for d in ev.devices))
         if ev.kind == "failed" and ev.error:
             parts.append(f"error={_first_line(ev.error)}")
+        if ev.phase == "capacity" and ev.text:
+            parts.append(ev.text)
         if ev.kind == "reused" and ev.text:
             parts.append(f"({_short(ev.text, 80)})")
         if ev.kind == "done" and self._t.best is ev:
@@ -390,6 +408,8 @@ class PlainLog(Progress):
             text = f"finished: {t.counts_text()}; {t.best_text(40)}; elapsed {format_duration(t.elapsed())}"
             extra = _summary_items(summary)
             self._emit(text + (f"; {extra}" if extra else ""))
+            for line in _capacity_lines(summary):
+                self._emit(line)
 
 
 class LiveTable(Progress):
@@ -539,6 +559,8 @@ class LiveTable(Progress):
             extra = _summary_items(summary)
         if live is not None or summary:
             self.console.print(text + (f"; {extra}" if extra else ""), markup=False, highlight=False)
+            for line in _capacity_lines(summary):
+                self.console.print(line, markup=False, highlight=False)
 
 
 def make_progress(plain: bool | None = None, stream: IO[str] | None = None, *,

@@ -4,8 +4,8 @@ It accepts vLLM's ``serve`` command line (``MODEL --host H --port P --served-mod
 --tensor-parallel-size ...``; SGLang's ``--model-path``/``--max-running-requests`` too; unknown
 flags are accepted and ignored) and serves ``GET /health``, ``GET /v1/models`` and streaming or
 non-streaming ``POST /v1/completions`` and ``/v1/chat/completions``. Tokens are paced by
-:func:`_pace`, a small stand-in for the embedded simulator's step timing, scaled by
-``--time-scale`` so tests stay short. At most ``max_num_seqs x data_parallel_size`` requests
+:func:`_pace` with the embedded simulator's step-time model (``--sim-hardware``,
+``--sim-model``), scaled by ``--time-scale`` so tests stay short. At most ``max_num_seqs x data_parallel_size`` requests
 run at once; the rest queue.
 
 When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there as a JSON list (into
@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
@@ -46,6 +46,9 @@ class SimServeOptions:
     time_scale: float = 1.0
     startup_delay: float = 0.0
     unknown: tuple[str, ...] = ()
+    hardware: str = "atlas-800i-a2"
+    sim_model: str = "qwen3-8b"
+    cost: Any = field(default=None, compare=False, repr=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +70,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply every simulated delay (0.01: a hundred times faster)")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="seconds before /health answers 200 (a model load)")
+    p.add_argument("--sim-hardware", default="atlas-800i-a2",
+                   help="simulator hardware catalog entry (or TOML path) whose step timing paces tokens")
+    p.add_argument("--sim-model", default=None,
+                   help="simulator model catalog entry (or TOML path); default: the catalog entry named "
+                        "like MODEL's last path component, else qwen3-8b")
     return p
+
+
+def _catalog_model(model: str, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    from msopt.sim import list_models
+
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    return name if name in list_models() else "qwen3-8b"
+
+
+def _step_cost(opts: SimServeOptions, argv: Sequence[str]) -> Any:
+    """The simulator's step-time model for the engine this command line describes."""
+    from msopt.engines.base import LaunchSpec
+    from msopt.errors import MsoptError
+    from msopt.sim import knobs_from_launch, load_hardware, load_model
+    from msopt.sim.perf import StepCost
+
+    try:
+        hw, model = load_hardware(opts.hardware), load_model(opts.sim_model)
+        knobs = knobs_from_launch(LaunchSpec(engine="vllm", argv=("vllm", "serve", *argv)))
+    except MsoptError as exc:
+        raise SystemExit(f"msopt sim-serve: error: {exc}") from None
+    return StepCost(hw, model, knobs, "bf16", "bf16")
 
 
 def parse_options(argv: Sequence[str]) -> SimServeOptions:
@@ -88,21 +120,33 @@ def parse_options(argv: Sequence[str]) -> SimServeOptions:
         data_parallel_size=args.data_parallel_size, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         time_scale=args.time_scale, startup_delay=args.startup_delay, unknown=tuple(unknown),
+        hardware=args.sim_hardware, sim_model=_catalog_model(model, args.sim_model),
     )
 
 
 def _pace(opts: SimServeOptions, *, prompt_tokens: int, running: int) -> tuple[float, float]:
     """(time to first token, time per output token) in seconds for one request.
 
-    A stand-in for the embedded simulator: prefill grows with the prompt and shrinks with tensor
-    parallelism (and is chunked by max_num_batched_tokens); a decode step slows as the batch
-    fills up. Swap this function for the simulator's step timing.
+    Priced by the embedded simulator's step model (msopt.sim.perf.StepCost) for the command
+    line's tp/pp/max_num_batched_tokens on ``--sim-hardware`` with ``--sim-model``: the prompt is
+    prefilled in chunks of max_num_batched_tokens beside the running decodes of its replica, and a
+    decode step costs what a batch of the running sequences costs. Scaled by ``--time-scale``.
     """
-    tp = opts.tensor_parallel_size
-    chunks = -(-max(1, prompt_tokens) // opts.max_num_batched_tokens)
-    ttft = 0.02 * chunks + 1e-4 * prompt_tokens / tp
-    tpot = 0.01 * (1.0 + running / opts.max_num_seqs) / tp + 0.001 * (opts.pipeline_parallel_size - 1)
-    return ttft * opts.time_scale, tpot * opts.time_scale
+    cost = opts.cost
+    if cost is None:
+        cost = _step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
+                                 "--pipeline-parallel-size", str(opts.pipeline_parallel_size),
+                                 "--max-num-batched-tokens", str(opts.max_num_batched_tokens),
+                                 "--max-num-seqs", str(opts.max_num_seqs)])
+    p = max(1, prompt_tokens)
+    n = max(1, -(-max(running, 1) // opts.data_parallel_size))  # sequences in this replica
+    chunk = min(p, opts.max_num_batched_tokens)
+    chunks = -(-p // chunk)
+    prefill_step = cost.step(n_seqs=n, n_tokens=chunk + n - 1, n_logits=n,
+                             attn_pairs=chunk * (p + chunk) / 2.0, kv_read_tokens=n * p)
+    a, b = cost.decode_coeffs(n)
+    tpot = a + b * n * p
+    return chunks * prefill_step * opts.time_scale, tpot * opts.time_scale
 
 
 def _count_tokens(body: dict[str, Any], chat: bool) -> int:
@@ -249,6 +293,7 @@ def serve(argv: Sequence[str]) -> int:
     argv = list(argv)
     path = os.environ.get(ARGV_FILE_ENV)
     opts = parse_options(argv)
+    opts = replace(opts, cost=_step_cost(opts, argv))  # priced once, from the full command line
     if path:
         if os.path.isdir(path):  # one file per server when several run at once
             path = os.path.join(path, f"argv-{opts.port}.json")

@@ -41,7 +41,7 @@ LOGS = "logs"
 
 #: Columns after the metrics and the field columns, in order.
 TAIL_COLUMNS = ("error", "real_evaluation", "fitness", "num_prompts",
-                "eval_id", "phase", "particle", "iteration", "reused", "attempts")
+                "eval_id", "phase", "particle", "iteration", "reused", "attempts", "load")
 
 _FILE_MODE = 0o644
 _DIR_MODE = 0o755
@@ -169,7 +169,7 @@ def csv_row(result: EvaluationResult, columns: Sequence[str]) -> list[str]:
         "error": error, "real_evaluation": result.real_evaluation, "fitness": result.fitness,
         "num_prompts": result.num_prompts, "eval_id": result.eval_id, "phase": result.phase,
         "particle": result.particle, "iteration": result.iteration, "reused": result.reused,
-        "attempts": result.attempts,
+        "attempts": result.attempts, "load": dict(result.load) or None,
     }
     row = []
     for col in columns:

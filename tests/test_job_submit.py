@@ -54,9 +54,13 @@ def ray_head(tmp_path):
 def test_submit_job_script(ray_head, tmp_path):
     ray_bin, address = ray_head
     env = dict(os.environ, RAY_JOB_ADDRESS=address, PATH=f"{Path(ray_bin).parent}:{os.environ.get('PATH', '')}")
-    out = subprocess.run(["bash", str(REPO / "scripts" / "submit_job.sh"), "configs/quickstart.toml",
-                          "--particles", "2", "--iters", "1", "-o", str(tmp_path / "runs")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    for _ in range(10):  # a fresh head answers before its job agent is up
+        out = subprocess.run(["bash", str(REPO / "scripts" / "submit_job.sh"), "configs/quickstart.toml",
+                              "--particles", "2", "--iters", "1", "-o", str(tmp_path / "runs")],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        if "No available agent to submit job" not in out.stdout + out.stderr:
+            break
+        time.sleep(3)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "succeeded" in out.stdout + out.stderr
     (run,) = list((tmp_path / "runs").iterdir())

@@ -32,7 +32,7 @@ def test_parse_vllm_and_sglang_command_lines() -> None:
         parse_options(["M", "--max-num-seqs", "0"])
 
 
-def test_pace_follows_the_simple_model() -> None:
+def test_pace_follows_the_simulator() -> None:
     o1 = parse_options(["M", "--max-num-seqs", "8"])
     o4 = parse_options(["M", "--max-num-seqs", "8", "--tensor-parallel-size", "4"])
     t_short, _ = _pace(o1, prompt_tokens=100, running=1)
@@ -40,9 +40,24 @@ def test_pace_follows_the_simple_model() -> None:
     assert t_long > t_short > 0
     assert _pace(o4, prompt_tokens=4000, running=1)[0] < t_long
     assert _pace(o1, prompt_tokens=10, running=8)[1] > _pace(o1, prompt_tokens=10, running=1)[1]
-    assert _pace(o4, prompt_tokens=10, running=1)[1] == pytest.approx(_pace(o1, prompt_tokens=10, running=1)[1] / 4)
+    assert _pace(o4, prompt_tokens=10, running=1)[1] < _pace(o1, prompt_tokens=10, running=1)[1]
     fast = parse_options(["M", "--max-num-seqs", "8", "--time-scale", "0.01"])
     assert _pace(fast, prompt_tokens=100, running=1)[0] == pytest.approx(t_short * 0.01)
+
+
+def test_pace_matches_the_embedded_simulator_at_batch_one() -> None:
+    from msopt.engines.base import LaunchSpec
+    from msopt.sim import knobs_from_launch, simulate
+
+    argv = ["Qwen/Qwen3-8B", "--tensor-parallel-size", "2", "--max-num-seqs", "8"]
+    opts = parse_options(argv + ["--sim-hardware", "h100-sxm"])
+    assert opts.sim_model == "qwen3-8b"  # found by the model's name
+    knobs = knobs_from_launch(LaunchSpec(engine="vllm", argv=("vllm", "serve", *argv)))
+    res = simulate(knobs, "h100-sxm", "qwen3-8b", {"input_len": 512, "output_len": 64, "num_prompts": 4,
+                                                    "concurrency": 1})
+    ttft, tpot = _pace(opts, prompt_tokens=512, running=1)
+    assert tpot == pytest.approx(res.time_per_output_token, rel=0.15)
+    assert ttft == pytest.approx(res.time_to_first_token, rel=0.5)
 
 
 def test_cli_register_passes_every_argument_through() -> None:

@@ -204,8 +204,8 @@ def test_csv_column_order(run):
     assert run.columns == [*METRICS, "tp", "max_num_seqs", "block_size", *TAIL_COLUMNS]
     assert run.columns[:5] == ["generate_speed", "time_to_first_token", "time_per_output_token",
                                "success_rate", "throughput"]
-    assert run.columns[-10:] == ["error", "real_evaluation", "fitness", "num_prompts", "eval_id",
-                                 "phase", "particle", "iteration", "reused", "attempts"]
+    assert run.columns[-11:] == ["error", "real_evaluation", "fitness", "num_prompts", "eval_id",
+                                 "phase", "particle", "iteration", "reused", "attempts", "load"]
 
 
 def test_journal_is_fsynced_and_kept_open(run, monkeypatch):

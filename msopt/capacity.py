@@ -1,0 +1,381 @@
+"""Capacity search: the highest load each top configuration sustains within the SLOs.
+
+After the swarm and the top-k re-measurement, each top configuration is probed at increasing
+loads (request rate or concurrency): bracket from the configuration's own load (double until a
+probe fails, or halve until one passes), then bisect to ``[capacity] tolerance``. A probe passes
+when TTFT and TPOT (mean, or ``percentile``) are within ``ttft_slo``/``tpot_slo`` and the success
+rate reaches ``success_rate_slo``. The load found is probed ``repeats`` times in all; a load that
+failed any probe is never reported.
+
+This module holds the options, the pass test and the per-configuration search as a small
+state machine (:class:`CapacitySearch`); the driver runs the searches of all configurations in
+rounds through its pool, so eval ids, and therefore resume, are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from msopt.config import Settings
+from msopt.errors import ConfigError
+
+#: The keys of ``[capacity]``.
+CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
+                 "min_load", "max_load")
+
+#: Percentiles whose metrics (``ttft_pNN``, ``tpot_pNN``) the simulator and benchmarks report.
+PERCENTILES = (50, 90, 99)
+
+#: The original tool's load fields (``config_position = "env"``) and the load each one sets.
+LOAD_FIELDS = {"REQUESTRATE": "request_rate", "CONCURRENCY": "concurrency"}
+
+LOAD_KINDS = ("request_rate", "concurrency")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _load_fields(settings: Settings) -> dict[str, str]:
+    """load kind -> name of the field that sets it (env fields named as the original tool does)."""
+    out: dict[str, str] = {}
+    for f in settings.fields:
+        kind = LOAD_FIELDS.get(f.name)
+        if kind is not None and str(f.config_position).lower() == "env":
+            out[kind] = f.name
+    return out
+
+
+def _varied_load_fields(settings: Settings) -> list[str]:
+    from msopt.space import SearchSpace
+
+    dims = set(SearchSpace.from_settings(settings).names)
+    return [name for name in _load_fields(settings).values() if name in dims]
+
+
+def _workload_load(settings: Settings) -> dict[str, Any]:
+    """The configured workload's load: the simulator's workload, else the benchmark command's."""
+    if settings.get("simulate"):
+        wl = settings.section("simulator").get("workload", {}) or {}
+        return {k: wl[k] for k in LOAD_KINDS if k in wl}
+    bench = settings.section(str(settings.get("benchmark", "")))
+    cmd = bench.get("command") if isinstance(bench.get("command"), Mapping) else {}
+    out = {}
+    if "request_rate" in cmd:
+        out["request_rate"] = cmd["request_rate"]
+    for key in ("max_concurrency", "concurrency"):
+        if key in cmd:
+            out["concurrency"] = cmd[key]
+            break
+    return out
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """``[capacity]``, validated.
+
+    Attributes:
+        enabled: whether the stage runs.
+        percentile: None for the mean TTFT/TPOT, else 50, 90 or 99 (``ttft_pNN``/``tpot_pNN``).
+        tolerance: relative precision of the load found.
+        max_probes: evaluations per configuration, repeats included.
+        repeats: probes of the reported load, all of which must pass.
+        load: "request_rate" or "concurrency": the load that is varied.
+        field: the configuration field that sets that load (REQUESTRATE/CONCURRENCY), or None.
+        start_load: the load to start from when a configuration has none of its own.
+        min_load: the lowest load probed; failing there means zero capacity.
+        max_load: the highest load probed (None: no cap but ``max_probes``).
+    """
+
+    enabled: bool
+    percentile: int | None = None
+    tolerance: float = 0.05
+    max_probes: int = 12
+    repeats: int = 1
+    load: str = "request_rate"
+    field: str | None = None
+    start_load: float | None = None
+    min_load: float | None = None
+    max_load: float | None = None
+
+    @property
+    def integer(self) -> bool:
+        """Concurrency is a whole number of requests."""
+        return self.load == "concurrency"
+
+    def metric_names(self) -> tuple[str, str]:
+        """The TTFT and TPOT metrics compared with the SLOs."""
+        if self.percentile is None:
+            return "time_to_first_token", "time_per_output_token"
+        return f"ttft_p{self.percentile}", f"tpot_p{self.percentile}"
+
+    def start_for(self, values: Mapping[str, Any]) -> float:
+        """The load a configuration starts from: its own field's value, else ``start_load``."""
+        v = values.get(self.field) if self.field else None
+        start = float(v) if _is_num(v) and v > 0 else self.start_load
+        if start is None:  # checked by capacity_options; kept for direct callers
+            raise ConfigError(f"[capacity] start_load is needed: no configured {self.load} to start from")
+        if self.integer:
+            start = float(max(1, round(start)))
+        lo = self.floor(start)
+        start = max(start, lo)
+        return min(start, self.max_load) if self.max_load is not None else start
+
+    def floor(self, start: float) -> float:
+        """The lowest load probed for a configuration starting at ``start``."""
+        if self.min_load is not None:
+            return self.min_load
+        return 1.0 if self.integer else start / 64.0
+
+
+def capacity_options(settings: Settings) -> CapacityOptions:
+    """Read and validate ``[capacity]``; raise ConfigError naming the key.
+
+    Default: enabled when the configuration varies a CONCURRENCY or REQUESTRATE field (the
+    original tool's convention, ``config_position = "env"``), else off.
+    """
+    table = settings.section("capacity")
+
+    def where(key: str) -> str:
+        return f"{settings.where('capacity.' + key)}: [capacity] {key}"
+
+    unknown = sorted(set(table) - set(CAPACITY_KEYS))
+    if unknown:
+        raise ConfigError(f"{settings.where('capacity')}: [capacity] unknown key(s) {unknown}; "
+                          f"valid keys: {', '.join(CAPACITY_KEYS)}")
+    enabled = table.get("enabled")
+    if enabled is None:
+        enabled = bool(_varied_load_fields(settings))
+    elif not isinstance(enabled, bool):
+        raise ConfigError(f"{where('enabled')} must be true or false, got {enabled!r}")
+
+    pct = table.get("percentile", "mean")
+    if pct == "mean" or pct is None:
+        percentile = None
+    elif isinstance(pct, str) and pct.lower().lstrip("p").isdigit():
+        percentile = int(pct.lower().lstrip("p"))
+    elif isinstance(pct, int) and not isinstance(pct, bool):
+        percentile = pct
+    else:
+        percentile = -1
+    if percentile is not None and percentile not in PERCENTILES:
+        raise ConfigError(f"{where('percentile')} must be \"mean\" or one of {', '.join(map(str, PERCENTILES))}, "
+                          f"got {pct!r}; e.g. percentile = 99")
+
+    tol = table.get("tolerance", 0.05)
+    if not _is_num(tol) or not 0 < tol < 1:
+        raise ConfigError(f"{where('tolerance')} must be a number in (0, 1), got {tol!r}; e.g. tolerance = 0.05")
+    probes = table.get("max_probes", 12)
+    if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 1000:
+        raise ConfigError(f"{where('max_probes')} must be an integer from 1 to 1000, got {probes!r}")
+    repeats = table.get("repeats", 1 if settings.get("simulate") else 2)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 100:
+        raise ConfigError(f"{where('repeats')} must be an integer from 1 to 100, got {repeats!r}")
+    if repeats > probes:
+        raise ConfigError(f"{where('repeats')} = {repeats} exceeds max_probes = {probes}; "
+                          "raise max_probes or lower repeats")
+
+    fields = _load_fields(settings)
+    varied = _varied_load_fields(settings)
+    workload = _workload_load(settings)
+    load = table.get("load", "auto")
+    if load == "auto":
+        if fields:
+            by_var = [k for k in LOAD_KINDS if fields.get(k) in varied]
+            load = (by_var or [k for k in LOAD_KINDS if k in fields])[0]
+        elif "request_rate" in workload:  # open loop
+            load = "request_rate"
+        else:
+            load = "concurrency"
+    elif load not in LOAD_KINDS:
+        raise ConfigError(f"{where('load')} must be \"auto\", \"request_rate\" or \"concurrency\", got {load!r}")
+
+    def number(key: str, default: Any) -> float | None:
+        v = table.get(key, default)
+        if v is None:
+            return None
+        if not _is_num(v) or not v > 0:
+            raise ConfigError(f"{where(key)} must be a positive number, got {v!r}")
+        return float(v)
+
+    own = workload.get(load)
+    start = number("start_load", own if _is_num(own) and own > 0 else None)
+    min_load = number("min_load", None)
+    max_load = number("max_load", None)
+    if min_load is not None and max_load is not None and min_load > max_load:
+        raise ConfigError(f"{where('min_load')} = {min_load} exceeds max_load = {max_load}")
+    if enabled and start is None and load not in fields:
+        raise ConfigError(f"{where('start_load')} is needed: the configuration sets no {load} to start "
+                          f"the capacity search from; e.g. start_load = 8")
+    return CapacityOptions(enabled=enabled, percentile=percentile, tolerance=float(tol), max_probes=probes,
+                           repeats=repeats, load=load, field=fields.get(load), start_load=start,
+                           min_load=min_load, max_load=max_load)
+
+
+def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], source: str) -> None:
+    """A percentile needs ``ttft_pNN``/``tpot_pNN`` from the benchmark: refuse before running."""
+    if not options.enabled or options.percentile is None:
+        return
+    missing = [m for m in options.metric_names() if m not in produced]
+    if missing:
+        raise ConfigError(f"[capacity] percentile = {options.percentile} needs {', '.join(missing)}, which "
+                          f"{source} does not report; use percentile = \"mean\"")
+
+
+def probe_verdict(metrics: Mapping[str, Any], error: str | None, settings: Settings,
+                  options: CapacityOptions) -> tuple[bool, str | None]:
+    """(passed, why not) of one probe's metrics against the SLOs."""
+    ttft_name, tpot_name = options.metric_names()
+    ttft, tpot, ok = metrics.get(ttft_name), metrics.get(tpot_name), metrics.get("success_rate")
+    if not all(_is_num(v) for v in (ttft, tpot, ok)):
+        return False, error or "a metric is missing"
+    if ttft > settings.ttft_slo:
+        return False, f"{ttft_name} {ttft:.4g} > {settings.ttft_slo:g}"
+    if tpot > settings.tpot_slo:
+        return False, f"{tpot_name} {tpot:.4g} > {settings.tpot_slo:g}"
+    if ok < settings.success_rate_slo:
+        return False, f"success_rate {ok:.4g} < {settings.success_rate_slo:g}"
+    return True, None
+
+
+@dataclass
+class Probe:
+    """One capacity evaluation, as the search saw it."""
+
+    eval_id: int
+    load: float
+    passed: bool
+    reason: str | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class CapacitySearch:
+    """Bracket-then-bisect for one configuration, as a state machine.
+
+    :meth:`next_loads` gives the loads to probe now (one, or the remaining repeats of the load
+    found, which may run together); :meth:`tell` gives back the probes' results in that order.
+    The search is over when :meth:`next_loads` returns an empty list.
+    """
+
+    def __init__(self, options: CapacityOptions, start: float) -> None:
+        self.o = options
+        self.start = start
+        self.floor = min(options.floor(start), start)
+        self.cap = options.max_load
+        self.probes: list[Probe] = []
+        self.passes: dict[float, int] = {}
+        self.failed: set[float] = set()
+        self.lo: float | None = None   # highest load that passed (never failed)
+        self.hi: float | None = None   # lowest load that failed
+        self.limited_by: str | None = None
+        self._pending: list[float] | None = None
+
+    # -- helpers --------------------------------------------------------------------------
+    @property
+    def used(self) -> int:
+        return len(self.probes)
+
+    def _round(self, x: float) -> float:
+        return float(max(1, round(x))) if self.o.integer else float(x)
+
+    def _converged(self) -> bool:
+        assert self.lo is not None and self.hi is not None
+        gap = self.hi - self.lo
+        return gap <= self.o.tolerance * self.lo or (self.o.integer and gap <= 1)
+
+    def _best_passing_below(self, limit: float) -> float | None:
+        ok = [x for x, n in self.passes.items() if n > 0 and x not in self.failed and x < limit]
+        return max(ok) if ok else None
+
+    def _search_room(self) -> bool:
+        # a new probe that passes must leave room to repeat it
+        return self.used + 1 + (self.o.repeats - 1) <= self.o.max_probes
+
+    # -- protocol -------------------------------------------------------------------------
+    def next_loads(self) -> list[float]:
+        """The loads to probe now; empty when the search is over."""
+        if self._pending is None:
+            self._pending = self._plan()
+        return list(self._pending)
+
+    def _plan(self) -> list[float]:
+        lo, hi = self.lo, self.hi
+        if lo is None and hi is None:
+            return [self.start] if self._search_room() else self._stop("probes")
+        if lo is None:  # only failures so far: go down
+            if hi <= self.floor:
+                return self._stop("floor")
+            x = self._round(max(self.floor, hi / 2))
+            if x >= hi:
+                return self._stop("floor")
+            return [x] if self._search_room() else self._stop("probes")
+        if hi is None:  # only passes: go up
+            if self.cap is not None and lo >= self.cap:
+                return self._verify("cap")
+            x = self._round(lo * 2 if not self.o.integer else max(lo + 1, lo * 2))
+            if self.cap is not None:
+                x = min(x, self.cap)
+            return [x] if self._search_room() else self._verify("probes")
+        if not self._converged():
+            x = self._round((lo + hi) / 2)
+            if lo < x < hi:
+                return [x] if self._search_room() else self._verify("probes")
+        return self._verify("slo")
+
+    def _verify(self, why: str) -> list[float]:
+        assert self.lo is not None
+        need = self.o.repeats - self.passes.get(self.lo, 0)
+        if need <= 0:
+            return self._stop(why)
+        if self.used + need > self.o.max_probes:
+            return self._stop("probes")
+        self.limited_by = why
+        return [self.lo] * need
+
+    def _stop(self, why: str) -> list[float]:
+        self.limited_by = why
+        return []
+
+    def tell(self, probes: Sequence[Probe]) -> None:
+        """The results of the probes :meth:`next_loads` asked for, in order."""
+        asked = self._pending or []
+        if [p.load for p in probes] != asked:
+            raise ValueError(f"capacity search asked for {asked}, got {[p.load for p in probes]}")
+        self._pending = None
+        for p in probes:
+            self.probes.append(p)
+            if p.passed:
+                self.passes[p.load] = self.passes.get(p.load, 0) + 1
+            else:
+                self.failed.add(p.load)
+        self.hi = min(self.failed) if self.failed else None
+        self.lo = self._best_passing_below(self.hi if self.hi is not None else math.inf)
+
+    @property
+    def done(self) -> bool:
+        return not self.next_loads()
+
+    def result(self) -> dict[str, Any]:
+        """The sustainable load (0 when none passed), its goodput and the metrics at the edge."""
+        lo = self.lo if self.lo is not None and self.lo not in self.failed else None
+        at = [p for p in self.probes if lo is not None and p.load == lo and p.passed]
+        edge = min(at, key=lambda p: (p.metrics.get("generate_speed") or 0.0, p.eval_id)) if at else None
+        above = [p for p in self.probes if not p.passed and (lo is None or p.load > lo)]
+        nxt = min(above, key=lambda p: (p.load, p.eval_id)) if above else None
+        return {
+            "load": self.o.load,
+            "start_load": self.start,
+            "sustainable_load": lo if lo is not None else 0.0,
+            "goodput": (edge.metrics.get("generate_speed") or 0.0) if edge is not None else 0.0,
+            "edge_eval_id": edge.eval_id if edge is not None else None,
+            "edge_metrics": dict(edge.metrics) if edge is not None else {},
+            "verified": edge is not None and len(at) >= self.o.repeats,
+            "failed_load": nxt.load if nxt is not None else None,
+            "failed_reason": nxt.reason if nxt is not None else None,
+            "limited_by": self.limited_by,
+            "probes": [{"eval_id": p.eval_id, "load": p.load, "passed": p.passed, "reason": p.reason}
+                       for p in self.probes],
+        }
