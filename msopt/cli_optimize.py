@@ -89,7 +89,6 @@ def _check(settings: Any) -> None:
     from msopt.capacity import capacity_options, check_capacity_metrics
     from msopt.config import check_objective, swarm_options
     from msopt.engines import get_engine
-    from msopt.errors import ConfigError as _ConfigError
     from msopt.objective import check_metrics_available, make_objective
 
     swarm_options(settings)
@@ -98,7 +97,7 @@ def _check(settings: Any) -> None:
     objective = make_objective(str(settings.get("objective", "default")), settings.data)
     try:
         get_engine(settings.engine)
-    except _ConfigError as exc:
+    except ConfigError as exc:
         raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
     if settings.get("simulate"):
         from msopt.results import METRICS
@@ -115,10 +114,13 @@ def _check(settings: Any) -> None:
         name = str(settings.get("benchmark"))
         try:
             produced = set(get_benchmark(name).produces)
-        except _ConfigError as exc:
+        except ConfigError as exc:
             raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
         check_capacity_metrics(capacity, sorted(produced), name)
-    check_metrics_available(objective, produced, name)
+    try:
+        check_metrics_available(objective, produced, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('objective')}: {exc}") from None
 
 
 def _interrupt(signum: int, frame: Any) -> None:

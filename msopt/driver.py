@@ -9,6 +9,11 @@ checkpointed after every tell.
 Resume replays the run: the journal's results stand in for the evaluations they record, so the
 seeded swarm goes through exactly the same states, and only evaluations missing from the journal
 are dispatched.
+
+Memory stays flat over long runs: with a run directory the journal is the record of every result,
+and the driver keeps only counters, the best result, the ``pso_top_k`` best distinct
+configurations and the refined results. Only the duplicate cache (``duplicate_policy = "reuse"``)
+holds one entry per distinct configuration, which reuse needs.
 """
 
 from __future__ import annotations
@@ -132,12 +137,16 @@ class RunOutcome:
     failures: int
     reused: int
     launched: int
-    results: list[EvaluationResult] = field(default_factory=list)
+    results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
     capacity: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _values_key(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, default=str)
+
+
+def _rank(r: EvaluationResult) -> tuple[float, int]:
+    return (r.fitness, r.eval_id)
 
 
 def _load_text(load: Mapping[str, Any]) -> str | None:
@@ -157,10 +166,12 @@ class Driver:
         store: the run directory (``append``, ``save_state``, ``write_best``), or None.
         progress: receives :class:`msopt.progress.ProgressEvent` objects, or None.
         previous: results already journaled (``--resume``): they are replayed, not re-run.
+        keep_results: keep every result in :attr:`results` (and the outcome); default: only when
+            there is no store, whose journal otherwise is the record (long runs stay flat).
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: Any = None, progress: Any = None,
-                 previous: Sequence[EvaluationResult] = ()) -> None:
+                 previous: Sequence[EvaluationResult] = (), keep_results: bool | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.store = store
@@ -180,8 +191,16 @@ class Driver:
         self.swarm = Swarm(low, high, options, init_position=self.space.default_position())
         self._previous = {_request_key(r.phase, r.particle, r.iteration): r for r in previous}
         self._replay_order = [r for r in previous]
+        self.keep_results = store is None if keep_results is None else bool(keep_results)
         self.results: list[EvaluationResult] = []
-        self._cache: dict[str, EvaluationResult] = {}
+        self.evaluations = 0
+        self.failures = 0
+        self.reused = 0
+        self._best: EvaluationResult | None = None      # best successful baseline/search result
+        self._refined: list[EvaluationResult] = []      # successful refine results (<= pso_top_k)
+        self._probes: dict[int, EvaluationResult] = {}  # capacity probes (<= max_probes per config)
+        self._board: dict[str, EvaluationResult] = {}   # the pso_top_k best distinct configurations
+        self._cache: dict[str, EvaluationResult] = {}   # duplicate_policy = "reuse" only
         self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
         self._inflight: dict[int, EvalRequest] = {}
@@ -248,19 +267,50 @@ class Driver:
     def _finish(self, r: EvaluationResult, journal: bool = True) -> None:
         if journal and self.store is not None:
             self.store.append(r)
-        self.results.append(r)
-        if not r.reused and r.values:
-            self._cache.setdefault(_values_key(r.values), r)
+        if self.keep_results:
+            self.results.append(r)
+        self.evaluations += 1
+        self.failures += r.failed
+        self.reused += r.reused
+        key = _values_key(r.values)
+        if self.reuse and r.values and not r.reused:
+            self._cache.setdefault(key, r)
+        if r.phase == "capacity":
+            self._probes[r.eval_id] = r
+        elif not r.failed:
+            if r.phase == "refine":
+                self._refined.append(r)
+            elif r.phase in ("baseline", "search"):
+                if self._best is None or _rank(r) < _rank(self._best):
+                    self._best = r
+                self._rank_for_refine(key, r)
         self._emit_result(r)
+
+    def _rank_for_refine(self, key: str, r: EvaluationResult) -> None:
+        """Keep the ``pso_top_k`` best distinct configurations, each with its best result.
+
+        A configuration pushed out can never come back with its old result (the ones ahead of
+        it only get better), so this equals ranking every result at the end.
+        """
+        if self.top_k <= 0:
+            return
+        held = self._board.get(key)
+        if held is not None:
+            if _rank(r) < _rank(held):
+                self._board[key] = r
+            return
+        self._board[key] = r
+        if len(self._board) > self.top_k:
+            worst = max(self._board, key=lambda k: _rank(self._board[k]))
+            del self._board[worst]
 
     def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
         """Wait for finished evaluations (and their followers); journal them."""
-        if self.progress is not None:
-            for eval_id, devices in self.pool.running():
-                req = self._inflight.get(eval_id)
-                if req is not None:
-                    self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
-                               iteration=req.iteration, devices=devices)
+        for eval_id, devices in self.pool.running():  # drained even without a display: pools queue them
+            req = self._inflight.get(eval_id)
+            if req is not None and self.progress is not None:
+                self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
+                           iteration=req.iteration, devices=devices)
         out: list[EvaluationResult] = []
         for r in self.pool.wait(timeout):
             req = self._inflight.pop(r.eval_id, None)
@@ -310,7 +360,7 @@ class Driver:
         if self.store is None:
             return
         self.store.save_state({"stage": stage, "mode": self.mode, "seed": self.seed,
-                               "swarm": self.swarm.to_state(), "evaluations": len(self.results), **extra})
+                               "swarm": self.swarm.to_state(), "evaluations": self.evaluations, **extra})
 
     def run_baseline(self) -> EvaluationResult:
         """Evaluate the default configuration (every field at its ``value``)."""
@@ -345,6 +395,7 @@ class Driver:
             self._previous.pop(_request_key("search", i, prev.iteration), None)
             self._finish(replace(prev, eval_id=self._eval_id(i, prev.iteration)), journal=False)
             self._tell_async(prev)
+        self._replay_order = []
         for i in range(self.n):
             c = int(self.swarm.evaluation_counts[i])
             if c < self.iters:
@@ -374,17 +425,7 @@ class Driver:
         """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
         if self.top_k <= 0:
             return []
-        ranked = sorted((r for r in self.results if r.phase in ("baseline", "search") and not r.failed),
-                        key=lambda r: (r.fitness, r.eval_id))
-        picked: list[EvaluationResult] = []
-        seen: set[str] = set()
-        for r in ranked:
-            key = _values_key(r.values)
-            if key not in seen:
-                seen.add(key)
-                picked.append(r)
-            if len(picked) == self.top_k:
-                break
+        picked = sorted(self._board.values(), key=_rank)
         if self.progress is not None and len(picked) < self.top_k:
             self.progress.set_total(1 + self.n * self.iters + len(picked))
         if not picked:
@@ -399,12 +440,10 @@ class Driver:
 
     def _capacity_configs(self) -> list[EvaluationResult]:
         """The configurations whose capacity is searched: the refined ones by fitness, else the best."""
-        refined = sorted((r for r in self.results if r.phase == "refine" and not r.failed),
-                         key=lambda r: (r.fitness, r.eval_id))
+        refined = sorted(self._refined, key=_rank)
         if refined or self.top_k > 0:
             return refined
-        rest = [r for r in self.results if r.phase in ("baseline", "search") and not r.failed]
-        return [min(rest, key=lambda r: (r.fitness, r.eval_id))] if rest else []
+        return [self._best] if self._best is not None else []
 
     def run_capacity(self) -> list[dict[str, Any]]:
         """Find the highest load each top configuration sustains within the SLOs.
@@ -438,7 +477,7 @@ class Driver:
                 break
             if self.progress is not None:
                 left = sum(opts.max_probes - s.used for s in searches if s.next_loads())
-                self.progress.set_total(len(self.results) + left)
+                self.progress.set_total(self.evaluations + left)
             got = self._run_all([q for _, q in reqs])
             for rank, s in enumerate(searches):
                 mine = [q for k, q in reqs if k == rank]
@@ -451,7 +490,7 @@ class Driver:
                     s.tell(probes)
             self._checkpoint("capacity")
         if self.progress is not None:
-            self.progress.set_total(len(self.results))
+            self.progress.set_total(self.evaluations)
         out = []
         for rank, (r, s) in enumerate(zip(configs, searches)):
             out.append({"rank": rank, "eval_id": r.eval_id, "fitness": _finite(r.fitness),
@@ -469,12 +508,12 @@ class Driver:
         sustained = [c for c in self.capacity if c["edge_eval_id"] is not None and c["goodput"] > 0]
         if sustained:
             top = max(sustained, key=lambda c: (c["goodput"], -c["rank"]))
-            for r in self.results:
-                if r.eval_id == top["edge_eval_id"] and r.phase == "capacity":
-                    return r
-        refined = [r for r in self.results if r.phase == "refine" and not r.failed]
-        pool = refined or [r for r in self.results if not r.failed and r.phase != "capacity"]
-        return min(pool, key=lambda r: (r.fitness, r.eval_id)) if pool else None
+            edge = self._probes.get(top["edge_eval_id"])
+            if edge is not None:
+                return edge
+        if self._refined:
+            return min(self._refined, key=_rank)
+        return self._best
 
     def run(self) -> RunOutcome:
         """Run every stage and return the outcome."""
@@ -497,10 +536,8 @@ class Driver:
             if self.capacity:
                 record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
             self.store.write_best(record)
-        return RunOutcome(best=best, evaluations=len(self.results),
-                          failures=sum(r.failed for r in self.results),
-                          reused=sum(r.reused for r in self.results), launched=self.launched,
-                          results=list(self.results), capacity=list(self.capacity))
+        return RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
+                          launched=self.launched, results=list(self.results), capacity=list(self.capacity))
 
 
 def _finite(x: Any) -> Any:

@@ -189,6 +189,34 @@ def _csv_text(rows: Iterable[Sequence[str]]) -> str:
     return buf.getvalue()
 
 
+class _IdSet:
+    """The journaled eval ids, compact: a bitmap for the dense ids a run uses (one bit each), a
+    set for any other. A set of ints costs about 90 bytes per evaluation; long runs stay flat."""
+
+    _DENSE = 1 << 26  # ids below this live in the bitmap (at most 8 MiB)
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        self._bits = bytearray()
+        self._other: set[int] = set()
+        for i in ids:
+            self.add(i)
+
+    def add(self, i: int) -> None:
+        if 0 <= i < self._DENSE:
+            byte = i >> 3
+            if byte >= len(self._bits):
+                self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
+            self._bits[byte] |= 1 << (i & 7)
+        else:
+            self._other.add(i)
+
+    def __contains__(self, i: object) -> bool:
+        if isinstance(i, int) and 0 <= i < self._DENSE:
+            byte = i >> 3
+            return byte < len(self._bits) and bool(self._bits[byte] & (1 << (i & 7)))
+        return i in self._other
+
+
 class RunStore:
     """One run directory. Create it with :meth:`create`, reopen it with :meth:`open`.
 
@@ -203,7 +231,7 @@ class RunStore:
         self.meta: dict[str, Any] = dict(meta)
         self.warnings: list[str] = []
         self._fd: int | None = None
-        self._ids: set[int] = set()
+        self._ids = _IdSet()
         self._csv_stale = False
         self._columns = csv_columns(self.field_names)
 
@@ -419,7 +447,7 @@ class RunStore:
             self._fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _FILE_MODE)
         except OSError as exc:
             raise _write_error(self.journal_path, exc, "the journal") from None
-        self._ids = {r.eval_id for r in results}
+        self._ids = _IdSet(r.eval_id for r in results)
         return self._fd
 
     def append(self, result: EvaluationResult) -> None:

@@ -72,7 +72,8 @@ def settings_for(write_toml, *, n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capa
 def run(settings, previous=(), store=None, size=2):
     pool = InProcessPool(settings, size=size)
     try:
-        driver = Driver(settings, pool, previous=previous, store=store)
+        # every result in memory for the comparisons (with a store the journal is the record)
+        driver = Driver(settings, pool, previous=previous, store=store, keep_results=True)
         out = driver.run()
     finally:
         pool.close()

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import tempfile
-import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from msopt.cli import main
 

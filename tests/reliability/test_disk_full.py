@@ -146,7 +146,7 @@ def test_disk_full_stops_cleanly_and_resume_completes(config: Path, budget: int,
     with monkeypatch.context() as m:
         m.setattr(msopt.store, "os", disk)
         m.setattr(msopt.store, "open", disk.open_file, raising=False)
-        code, stdout, stderr = _run(["optimize", "-c", str(config), "--no-ray", "--plain", "-o", str(out)], capsys)
+        code, _, stderr = _run(["optimize", "-c", str(config), "--no-ray", "--plain", "-o", str(out)], capsys)
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
@@ -158,7 +158,7 @@ def test_disk_full_stops_cleanly_and_resume_completes(config: Path, budget: int,
     store = RunStore.open(run_dir)
     assert len(store.load_journal()) == len(journal) and not store.warnings
 
-    code, stdout, stderr = _run(["optimize", "--resume", str(run_dir), "--no-ray", "--plain"], capsys)
+    code, _, stderr = _run(["optimize", "--resume", str(run_dir), "--no-ray", "--plain"], capsys)
     assert code == 0, stderr
     final = _journal(run_dir)
     ids = [r["eval_id"] for r in final]

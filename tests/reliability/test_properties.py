@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from msopt.config import Settings, load_settings
 from msopt.driver import Driver, InProcessPool
@@ -21,7 +23,7 @@ from msopt.errors import ConfigError, DecodeError
 from msopt.results import METRICS, PHASES, EvalRequest, EvaluationResult
 from msopt.space import DecodeContext, SearchSpace
 from msopt.store import RunStore, json_safe
-from msopt.swarm import SCHEDULES, Swarm, SwarmOptions
+from msopt.swarm import Swarm, SwarmOptions
 
 from ..driver_helpers import FormulaEvaluator
 
@@ -294,3 +296,32 @@ def test_journal_always_parses(base: Settings, data: st.DataObject) -> None:
         assert b.values == json_safe(w.values)
         assert b.metrics == json_safe(w.metrics)
         assert b.warnings == w.warnings and b.devices == w.devices and b.actor == w.actor
+
+
+# -- the driver's bounded memory -----------------------------------------------------------------
+@PROPS
+@given(data=st.data(), top_k=st.integers(0, 4))
+def test_top_k_board_equals_ranking_every_result(base: Settings, data: st.DataObject, top_k: int) -> None:
+    """The driver keeps only the pso_top_k best distinct configurations, not every result; its
+    pick must equal ranking all results at the end (the original refine selection)."""
+    settings = base.replace(data_storage={"pso_top_k": top_k})
+    driver = Driver(settings, pool=None, keep_results=False)  # type: ignore[arg-type]
+    fits = st.one_of(st.floats(-5, 5), st.just(math.inf), st.just(math.nan))
+    drawn = data.draw(st.lists(st.tuples(st.integers(0, 5), fits, st.sampled_from(["baseline", "search", "refine"])),
+                               max_size=40))
+    every = []
+    for eval_id, (config, fitness, phase) in enumerate(drawn):
+        r = EvaluationResult(eval_id=eval_id, phase=phase, particle=None, iteration=0, position_in=[], position=[],
+                             values={"seqs": config}, metrics={}, fitness=fitness)
+        driver._finish(r, journal=False)
+        every.append(r)
+    ranked = sorted((r for r in every if r.phase in ("baseline", "search") and not r.failed),
+                    key=lambda r: (r.fitness, r.eval_id))
+    expected, seen = [], set()
+    for r in ranked:
+        if r.values["seqs"] not in seen and len(expected) < top_k:
+            seen.add(r.values["seqs"])
+            expected.append(r.eval_id)
+    assert [r.eval_id for r in sorted(driver._board.values(), key=lambda r: (r.fitness, r.eval_id))] == expected
+    assert driver.results == [] and driver.evaluations == len(every)
+    assert driver.failures == sum(r.failed for r in every)

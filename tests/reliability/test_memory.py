@@ -1,0 +1,38 @@
+"""The driver keeps no per-evaluation state when a journal records every result (scripts/soak.py
+measures the same over 10,000 evaluations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from msopt.config import Settings
+from msopt.driver import Driver, InProcessPool
+from msopt.space import SearchSpace
+from msopt.store import RunStore
+
+from ..driver_helpers import FormulaEvaluator
+from .test_properties import base, score  # noqa: F401  (the module-scoped settings fixture)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_driver_with_a_journal_keeps_no_result_per_evaluation(base: Settings, mode: str,  # noqa: F811
+                                                              tmp_path: Path) -> None:
+    settings = base.replace(mode=mode, duplicate_policy="rerun", n_particles=4, iters=6)
+    space = SearchSpace.from_settings(settings)
+    store = RunStore.create(tmp_path, settings)
+    pool = InProcessPool(settings, size=3, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
+    try:
+        driver = Driver(settings, pool, store=store)  # no progress display
+        outcome = driver.run()
+        leftover = pool.running()
+    finally:
+        pool.close()
+        store.close()
+    total = 1 + 4 * 6 + 2
+    assert outcome.evaluations == total and outcome.results == []
+    assert driver.results == [] and driver._cache == {} and not driver._inflight and not driver._decoded
+    assert len(driver._board) <= 2 and len(leftover) <= pool.size  # start notices drained at every collect
+    assert sorted(r.eval_id for r in store.load_journal()) == list(range(total))
+    assert outcome.best is not None and outcome.best.phase == "refine"
