@@ -125,7 +125,8 @@ class Evaluator:
         return result
 
     # ------------------------------------------------------------------------------------
-    def _log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
+    def log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
+        """``run_dir/logs/eval-<id>-<kind>-a<attempt>.log`` (None without a run directory)."""
         if self.run_dir is None:
             return None
         path = self.run_dir / "logs" / f"eval-{req.eval_id:05d}-{kind}-a{attempt}.log"
@@ -144,7 +145,7 @@ class Evaluator:
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id,
                            bench_argv=self._bench_argv(values, spec, req))
-        log = self._log_path(req, attempt, "server")
+        log = self.log_path(req, attempt, "server")
         if log is not None:
             log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)

@@ -49,8 +49,8 @@ def run_real_evaluation(evaluator: Evaluator, values: Mapping[str, Any], req: Ev
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=base))
-    server_log = evaluator._log_path(req, attempt, "server") or workdir / "server.log"
-    bench_log = evaluator._log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
+    server_log = evaluator.log_path(req, attempt, "server") or workdir / "server.log"
+    bench_log = evaluator.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
     spec = evaluator.engine.render(values, settings.fields, evaluator.engine_section, port=free_port(),
                                    devices=evaluator.devices, workdir=workdir)
     timeout = float(settings.get("particles_time_out", 3600))
