@@ -56,6 +56,7 @@ from msopt.space import SearchSpace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 N_PARTICLES = 10            # msopt's swarm size; nevergrad PSO and pyswarms use the same
+REFINE_TOP_K = 3            # msopt's [data_storage] pso_top_k: re-measured after the search, in the budget
 PEER_PENALTY_FLOOR = 1e3    # fitness told to a peer for a failed launch before any success
 
 
@@ -341,25 +342,39 @@ class _Penalty:
 
 
 def _msopt_settings(table: Table, budget: int, seed: int, mode: str) -> Settings:
-    iters = max(1, math.ceil((budget - 1) / N_PARTICLES))
+    iters = max(1, math.ceil((budget - REFINE_TOP_K - 1) / N_PARTICLES))
     return table.settings.replace(n_particles=N_PARTICLES, iters=iters, seed=seed, mode=mode,
-                                  duplicate_policy="reuse")
+                                  duplicate_policy="reuse", data_storage={"pso_top_k": REFINE_TOP_K})
 
 
-def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int, writeback: bool = True) -> None:
-    """Driver over an InProcessPool: baseline, then whole iterations until `budget` launches.
+def _msopt_pick(table: Table, drv: Driver) -> int:
+    """msopt's recommendation, Driver.best(): the best refined result (else the best of all)."""
+    best = drv.best()
+    return -1 if best is None else table.index.get(_key(table.space, best.values), -1)
 
-    The planned ``iters`` (coefficient schedules) is ceil((budget − 1) / n_particles); as reuse
-    costs nothing the loop goes on past it until the launches are spent (at most 4 × budget
-    proposals). Launches of the last iteration beyond the budget are not scored.
+
+Launches = list[tuple[int, float]]
+
+
+def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int,
+                   writeback: bool = True) -> tuple[Launches, int]:
+    """Driver over an InProcessPool: baseline, whole iterations, then Driver.run_refine().
+
+    The search runs until ``budget − pso_top_k`` launches; as reuse costs nothing it goes on past
+    the planned ``iters`` (ceil((budget − pso_top_k − 1) / n_particles), which only sets the
+    coefficient schedules' horizon), at most 4 × budget proposals. Launches of the last iteration
+    beyond that are dropped (not scored, not seen by the refinement). Then the top ``pso_top_k``
+    distinct configurations are measured again (one launch each) and msopt's pick is
+    Driver.best(), the best refined result.
     """
     settings = _msopt_settings(table, budget, seed, "sync")
+    search_budget = budget - REFINE_TOP_K
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
     try:
         drv = Driver(settings, pool)
         drv.run_baseline()
         it = 0
-        while drv.launched < budget and (it + 1) * drv.n < 4 * budget:
+        while drv.launched < search_budget and (it + 1) * drv.n < 4 * budget:
             positions = drv.swarm.ask()
             reqs = [drv._search_request(i, it, positions[i]) for i in range(drv.n)]
             got = drv._run_all(reqs)
@@ -367,16 +382,28 @@ def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int, writeba
             fit = np.array([r.fitness for r in ordered])
             drv.swarm.tell(fit, np.array([r.position for r in ordered], dtype=float) if writeback else None)
             it += 1
+        # one worker: results (and the oracle's launches) are in dispatch order; cut the overshoot
+        kept, launched = [], 0
+        for r in drv.results:
+            launched += not r.reused
+            if launched > search_budget:
+                break
+            kept.append(r)
+        drv.results = kept
+        end_search = len(oracle.launches)
+        drv.run_refine()
+        launches = oracle.launches[:search_budget] + oracle.launches[end_search:]
+        return launches, _msopt_pick(table, drv)
     finally:
         pool.close()
 
 
-def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
-    """Driver's async loop (write-back on), stopping dispatch at `budget` launches.
-
-    One worker: results come back in dispatch order, as from equally long evaluations.
-    """
+def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int) -> tuple[Launches, int]:
+    """Driver's async loop (write-back on) until ``budget − pso_top_k`` launches, then
+    Driver.run_refine(); the pick is Driver.best(). One worker: results come back in dispatch
+    order, as from equally long evaluations."""
     settings = _msopt_settings(table, budget, seed, "async")
+    search_budget = budget - REFINE_TOP_K
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
     try:
         drv = Driver(settings, pool)
@@ -384,7 +411,7 @@ def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int) -> Non
         cap = 4 * budget // drv.n + 1   # proposals per particle, reuse included
 
         def dispatch(i: int) -> None:
-            while drv.launched < budget and int(drv.swarm.evaluation_counts[i]) < cap:
+            while drv.launched < search_budget and int(drv.swarm.evaluation_counts[i]) < cap:
                 c = int(drv.swarm.evaluation_counts[i])
                 r = drv.dispatch(drv._search_request(i, c, drv.swarm.ask_one(i)))
                 if r is None:
@@ -398,6 +425,8 @@ def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int) -> Non
                 if r.phase == "search":
                     drv.swarm.tell_one(r.particle, r.fitness, np.asarray(r.position, dtype=float))
                     dispatch(r.particle)
+        drv.run_refine()
+        return list(oracle.launches), _msopt_pick(table, drv)
     finally:
         pool.close()
 
@@ -566,12 +595,17 @@ METHODS = (
 # --------------------------------------------------------------------------------------------
 
 
-def score(table: Table, launches: Sequence[tuple[int, float]], budget: int) -> dict[str, float]:
+def score(table: Table, launches: Sequence[tuple[int, float]], budget: int,
+          pick: int | None = None) -> dict[str, float]:
+    """Score a run from its launches (the first ``budget``) and its pick (default: the
+    configuration of the best observed launch)."""
     launches = list(launches[:budget])
     best_row, best_obs = -1, math.inf
     for row, f in launches:
         if f < best_obs:
             best_row, best_obs = row, f
+    if pick is not None:
+        best_row = pick if pick >= 0 and math.isfinite(table.fitness[pick]) else -1
     if best_row < 0:
         regret = math.inf
         gap = math.inf
@@ -725,24 +759,84 @@ def _table(index: int, cache: str) -> Table:
     return Table(PROBLEMS[index], Path(cache), lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
+_SHARED = ("Problem", "_TOML", "_key", "Table", "Oracle", "OracleEvaluator", "_decode_values", "_Penalty")
+_MSOPT_FILES = ("msopt/swarm.py", "msopt/driver.py", "msopt/defaults.toml", "msopt/config.py", "msopt/evaluation.py")
+_COMMON_FILES = ("msopt/space/*.py", "msopt/objective.py", "msopt/results.py")
+
+
+@lru_cache(maxsize=None)
+def _fingerprint(method_name: str) -> str:
+    """A hash of everything a method's result depends on: its code, the shared code of this script,
+    msopt's space/objective (and swarm/driver/defaults for msopt's own methods), the peers' versions."""
+    import inspect
+    from importlib import metadata
+
+    method = next(m for m in METHODS if m.name == method_name)
+    h = hashlib.sha256()
+    mod = sys.modules[__name__]
+    for name in _SHARED:
+        obj = getattr(mod, name)
+        h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
+    h.update(method.name.encode())
+    h.update(inspect.getsource(method.run).encode())
+    for fn in (run_msopt_sync, run_msopt_async, _msopt_settings, _msopt_pick, _ng_run, _optuna_quiet):
+        if fn.__name__ in inspect.getsource(method.run) or method.name.startswith("msopt"):
+            h.update(inspect.getsource(fn).encode())
+    h.update(repr((N_PARTICLES, REFINE_TOP_K)).encode())
+    files = _COMMON_FILES + (_MSOPT_FILES if method.name.startswith("msopt") else ())
+    for pattern in files:
+        for f in sorted(ROOT.glob(pattern)):
+            h.update(f.read_bytes())
+    for dist in ("optuna", "cmaes", "nevergrad", "pyswarms", "numpy"):
+        try:
+            h.update(f"{dist}={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            pass
+    return h.hexdigest()[:16]
+
+
 def _run_task(task: tuple) -> tuple[str, str, float, dict[int, dict[str, float]]]:
-    """One (problem, method, seed) at every budget; runs in a worker process with --jobs."""
-    index, mname, seed, budgets, noise, cache = task
+    """One (problem, method, seed) at every budget; runs in a worker process with --jobs.
+
+    With a result cache, each run's launches and pick are stored under
+    ``<cache>/results/<fingerprint>/`` (the fingerprint is computed once, in the main process)
+    and read back while nothing they depend on has changed; scores are computed afresh."""
+    index, mname, seed, budgets, noise, cache, fingerprint = task
     table = _table(index, cache)
     method = next(m for m in METHODS if m.name == mname)
-    t0 = time.time()
-    by_budget: dict[int, dict[str, float]] = {}
-    if method.budget_free:
-        oracle = Oracle(table, seed, noise)
-        method.run(table, oracle, max(budgets), seed)
-        for b in budgets:
-            by_budget[b] = score(table, oracle.launches, b)
-    else:
-        for b in budgets:
+    path = None
+    runs: dict[int, tuple[Launches, int | None]] | None = None
+    secs = 0.0
+    if fingerprint:
+        tag = hashlib.sha256(repr((table.problem.key, mname, seed, budgets, noise)).encode()).hexdigest()[:16]
+        path = Path(cache) / "results" / fingerprint / f"{tag}.json"
+        if path.exists():
+            got = json.loads(path.read_text(encoding="utf-8"))
+            secs = got["seconds"]
+            runs = {int(b): ([tuple(x) for x in r["launches"]], r["pick"]) for b, r in got["runs"].items()}
+    if runs is None:
+        t0 = time.time()
+        runs = {}
+        if method.budget_free:
             oracle = Oracle(table, seed, noise)
-            method.run(table, oracle, b, seed)
-            by_budget[b] = score(table, oracle.launches, b)
-    return table.problem.name, mname, time.time() - t0, by_budget
+            method.run(table, oracle, max(budgets), seed)
+            for b in budgets:
+                runs[b] = (oracle.launches[:b], None)
+        else:
+            for b in budgets:
+                oracle = Oracle(table, seed, noise)
+                got = method.run(table, oracle, b, seed)
+                runs[b] = got if got is not None else (oracle.launches, None)
+        secs = time.time() - t0
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            data = {"seconds": secs, "runs": {b: {"launches": [list(x) for x in la], "pick": pk}
+                                              for b, (la, pk) in runs.items()}}
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, path)
+    by_budget = {b: score(table, la, b, pk) for b, (la, pk) in runs.items()}
+    return table.problem.name, mname, secs, by_budget
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -754,6 +848,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.03)
     parser.add_argument("--cache", default=str(ROOT / ".bench_cache"))
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--no-result-cache", action="store_true",
+                        help="run every method again instead of reading scores cached under --cache/results")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="'-' for none")
     args = parser.parse_args(argv)
     budgets = sorted(int(b) for b in args.budgets.split(","))
@@ -768,7 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.time()
     tables = {p.name: _table(PROBLEMS.index(p), args.cache) for p in problems}
     results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
-    tasks = [(PROBLEMS.index(p), m.name, seed, tuple(budgets), args.noise, args.cache)
+    prints = {m.name: ("" if args.no_result_cache else _fingerprint(m.name)) for m in methods}
+    tasks = [(PROBLEMS.index(p), m.name, seed, tuple(budgets), args.noise, args.cache, prints[m.name])
              for p in problems for m in methods for seed in range(args.seeds)]
     done: dict[tuple[str, str], int] = {}
     t_pm: dict[tuple[str, str], float] = {}
