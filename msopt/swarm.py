@@ -13,7 +13,8 @@ The velocity update is the global-best PSO of Kennedy & Eberhart with inertia (S
 
     v <- w v + c1 r1 (pbest - x) + c2 r2 (gbest - x),   r1, r2 ~ U(0, 1) per dimension
     v <- clip(v, -clamp (high - low), clamp (high - low))
-    x <- reflect(x + v) into [low, high]
+    x <- reflect(x + v) into [low, high]     (boundary = "reflect", the default)
+    x <- clip(x + v), v <- 0 where clipped    (boundary = "absorb")
 
 An attractor whose fitness is still ``inf`` (nothing evaluated successfully) does not pull.
 
@@ -50,7 +51,9 @@ __all__ = [
 COEFFICIENTS: tuple[str, ...] = ("w", "c1", "c2")
 """The coefficients a ``[pso_strategy]`` table can give a schedule."""
 
-_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp", "restart_patience")
+_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp", "restart_patience", "boundary")
+BOUNDARIES: tuple[str, ...] = ("reflect", "absorb")
+"""How a move that leaves the box is brought back (``[pso_options] boundary``)."""
 _INIT_VELOCITY = 0.1  # initial speed: up to a tenth of each dimension's range
 _STATE_VERSION = 1
 
@@ -230,6 +233,10 @@ class SwarmOptions:
         seed: seed of the swarm's RNG; None draws fresh entropy.
         restart_patience: evaluations in a row without a personal-best improvement after which
             a particle is re-drawn uniformly in the box (its bests kept); 0 never restarts.
+        boundary: ``reflect`` folds a move that leaves the box back inside and flips the
+            velocity; ``absorb`` stops it on the bound and zeroes that velocity component, so
+            the extreme candidates of an enum / range / int dimension (often where a serving
+            knob's best value lies) are reached and kept instead of bounced away from.
     """
 
     n_particles: int
@@ -242,6 +249,7 @@ class SwarmOptions:
     velocity_clamp: float = 0.5
     seed: Optional[int] = None
     restart_patience: int = 0
+    boundary: str = "reflect"
 
     def __post_init__(self) -> None:
         _check_int(self.n_particles, "n_particles", 1)
@@ -259,6 +267,11 @@ class SwarmOptions:
         object.__setattr__(self, "velocity_clamp", clamp)
         if self.seed is not None:
             object.__setattr__(self, "seed", _check_int(self.seed, "seed", 0))
+        if self.boundary not in BOUNDARIES:
+            raise ConfigError(
+                f"[pso_options] boundary must be one of {', '.join(map(repr, BOUNDARIES))}, "
+                f"got {self.boundary!r}"
+            )
         object.__setattr__(
             self, "restart_patience",
             _check_int(self.restart_patience, "[pso_options] restart_patience", 0),
@@ -319,7 +332,7 @@ class SwarmOptions:
         return hash(
             (self.n_particles, self.iters, self.c1, self.c2, self.w,
              tuple(sorted(self.strategy.items())), tuple(sorted(self.end_values.items())),
-             self.velocity_clamp, self.seed, self.restart_patience)
+             self.velocity_clamp, self.seed, self.restart_patience, self.boundary)
         )
 
     @classmethod
@@ -333,8 +346,8 @@ class SwarmOptions:
     ) -> SwarmOptions:
         """Build options from the ``[pso_options]`` and ``[pso_strategy]`` tables.
 
-        ``[pso_options]`` keys: ``c1``, ``c2``, ``w``, ``velocity_clamp``, ``restart_patience``
-        (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
+        ``[pso_options]`` keys: ``c1``, ``c2``, ``w``, ``velocity_clamp``, ``restart_patience``,
+        ``boundary`` (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
         ``constant``) and ``w_end``, ``c1_end``, ``c2_end`` giving that schedule's end value.
 
         Raises:
@@ -393,6 +406,7 @@ class SwarmOptions:
             "velocity_clamp": self.velocity_clamp,
             "seed": self.seed,
             "restart_patience": self.restart_patience,
+            "boundary": self.boundary,
         }
 
     @classmethod
@@ -733,7 +747,10 @@ class Swarm:
         with np.errstate(over="ignore", invalid="ignore"):
             v = w * v + c1 * r1 * cognitive + c2 * r2 * social
         v = np.clip(np.nan_to_num(v, nan=0.0), -self._vmax, self._vmax)
-        x, v = self._reflect(x + v, v)
+        if opts.boundary == "absorb":
+            x, v = self._absorb(x + v, v)
+        else:
+            x, v = self._reflect(x + v, v)
         self._positions[rows] = x
         self._velocities[rows] = v
 
@@ -750,6 +767,12 @@ class Swarm:
         v = (self._rng.random(shape) * 2.0 - 1.0) * _INIT_VELOCITY * self._width
         self._velocities[stalled] = np.clip(v, -self._vmax, self._vmax)
         self._stalls[stalled] = 0
+
+    def _absorb(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stop ``x`` on the bound it crossed and zero that velocity component."""
+        out = ~((x >= self._low) & (x <= self._high))  # NaN counts as out
+        x = np.where(np.isnan(x), self._low, x)
+        return np.clip(x, self._low, self._high), np.where(out, 0.0, v)
 
     def _reflect(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fold ``x`` back into the bounds, as often as needed; flip ``v`` on an odd count."""

@@ -530,3 +530,36 @@ def test_async_stall_restart_and_state_round_trip():
     old = dict(state)
     del old["stalls"]                               # a checkpoint from before stall restarts
     assert Swarm.from_state(old).to_state()["stalls"] == [0, 0]
+
+
+# ---- boundary handling ----------------------------------------------------------------------
+
+
+def test_boundary_validated_and_round_trips():
+    with pytest.raises(ConfigError, match=r"\[pso_options\] boundary must be one of 'reflect', 'absorb'"):
+        options(boundary="wrap")
+    opts = SwarmOptions.from_settings({"boundary": "absorb"}, {}, n_particles=4, iters=3, seed=1)
+    assert opts.boundary == "absorb" and options().boundary == "reflect"
+    assert SwarmOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+
+
+def test_absorb_stops_on_the_bound_and_zeroes_that_velocity():
+    swarm = Swarm(LOW, HIGH, options(n_particles=1, boundary="absorb", w=1.0, c1=0.0, c2=0.0,
+                                     velocity_clamp=100.0))
+    swarm._positions[0] = np.array([4.0, 0.5, 19.0])
+    swarm._velocities[0] = np.array([3.0, 0.1, -50.0])
+    swarm.tell(np.array([1.0]))
+    assert np.allclose(swarm.positions[0], [5.0, 0.6, 10.0])
+    assert np.allclose(swarm.velocities[0], [0.0, 0.1, 0.0])
+    swarm.tell(np.array([1.0]))                    # stays on the upper bound of dimension 0
+    assert swarm.positions[0][0] == 5.0
+
+
+@given(st.integers(min_value=0, max_value=2**31))
+@settings(max_examples=30, deadline=None)
+def test_absorb_keeps_every_particle_in_bounds(seed):
+    swarm = Swarm(LOW, HIGH, options(seed=seed, boundary="absorb", w=1.5, c1=2.0, c2=2.0, velocity_clamp=3.0))
+    for _ in range(5):
+        x = swarm.ask()
+        assert np.all((x >= LOW) & (x <= HIGH))
+        swarm.tell(sphere(x))
