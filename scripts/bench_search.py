@@ -20,8 +20,9 @@ How it works (printed with the table as well):
    scores them with the default objective. A configuration that fails (out of memory, vLLM
    refusing it) has fitness inf and still costs a launch.
 3. Methods get the same launch budget; each starts from the default configuration.
-4. Regret of a run: the configuration with the best OBSERVED (noisy) fitness among its first
-   ``budget`` launches, scored at its noise-free fitness f:
+4. Regret of a run: its pick (a peer's: the configuration with the best OBSERVED, noisy fitness
+   among its first ``budget`` launches; msopt's: ``Driver.best()`` after its top-3 re-measurement,
+   inside the budget), scored at its noise-free fitness f:
    ``(f − f_opt) / (f_med − f_opt)``, with f_med the median noise-free fitness of the feasible
    configurations of the problem. 0 = optimum, 1 = a typical configuration.
 """
@@ -763,7 +764,9 @@ METHOD_NOTES = """## Method
   at world 16), `dp` = `ternary_factories` of product = world size (derived), `max_num_seqs` enum
   [16 … 512], `max_num_batched_tokens` range 2048–16384 step 2048, `gpu_memory_utilization` enum
   [0.7, 0.8, 0.9, 0.95], `enable_chunked_prefill` bool; `max_model_len` constant 4096 (so chunked
-  prefill off with fewer batched tokens is refused by vLLM, as the real server would).
+  prefill off with fewer batched tokens is refused by vLLM, as the real server would). The
+  fraction knob is an enum, not msopt's `ratio` dtype: `int(ratio × target)` has hundreds of
+  distinct values per target, too many to enumerate.
 - **Table**: every valid configuration (tp·pp divides the world size) evaluated once by msopt's
   `Evaluator(simulate=True)` with simulator noise 0 and the default objective; cached under
   `--cache` keyed by the problem's hash. f_opt is its minimum, f_med the median over the feasible
@@ -779,7 +782,7 @@ METHOD_NOTES = """## Method
   only the first `budget` launches are scored. Optuna TPE, CMA-ES and random search do not know the
   budget; their 50-launch result is the first 50 launches of the 200-launch run of the same seed.
 - **Start**: every method evaluates the default configuration first (msopt: the baseline and
-  particle 0; TPE/CMA-ES: an enqueued trial; Nevergrad: `suggest`; pyswarms: particle 0's
+  particle 0 starts there; TPE/CMA-ES: an enqueued trial; Nevergrad: `suggest`; pyswarms: particle 0's
   initial position).
 - **Product constraint**: msopt decodes with each particle's DecodeContext (balanced priority) and
   writes the repaired position back. Peers that cannot express it (CMA-ES, Nevergrad, pyswarms,
@@ -791,8 +794,11 @@ METHOD_NOTES = """## Method
   size, the launch failed], so it learns to avoid both.
 - **Failures told to peers**: a peer cannot take inf, so it is told 10 × the worst finite fitness it
   has observed so far (at least 1000); msopt's swarm is told inf (an attractor that never pulls).
-- **Regret**: the run's pick is the configuration with the best observed fitness among its scored
-  launches; regret = (f(pick) − f_opt) / (f_med − f_opt) at its noise-free fitness f. 0 is the
+- **msopt's refinement**: msopt runs as shipped, with its top-k re-measurement
+  (`pso_top_k = 3`): the search gets `budget − 3` launches, then the 3 best distinct configurations
+  are launched again, and msopt's pick is `Driver.best()`, the best re-measured result.
+- **Regret**: a peer's pick is the configuration with the best observed fitness among its scored
+  launches (what Optuna's `best_trial` would name); msopt's is `Driver.best()`; regret = (f(pick) − f_opt) / (f_med − f_opt) at its noise-free fitness f. 0 is the
   optimum, 1 a median feasible configuration; a run without any feasible launch has regret inf.
   `≤1%`: f(pick) ≤ 1.01 · f_opt.
 """
@@ -851,10 +857,12 @@ share within 1 %, launches used at 200), the same harness as the table:
 The restart is what helps at 200 launches (every launch used, more runs within 1 %); at 50 it is
 neutral for sync and costs async a little (0.013 → 0.023 with reflection), which the absorbing
 boundary wins back (0.015); the absorbing boundary also helps sync at 50 a little. Differences of
-±0.005 in a median are within the spread between seed sets (seeds 0–19 vs 100–139). With the shipped settings, every msopt sync run of the table's seeds that
-misses the 1 % mark at 200 launches had launched a configuration within 1 % of the optimum and lost
-it to another configuration's lucky measurement (noise; the top-3 re-measurement catches only some
-of these); at 50 launches most misses are search misses (nothing within 1 % launched yet).
+±0.005 in a median are within the spread between seed sets (seeds 0–19 vs 100–139).
+
+With the shipped settings, 5 of the 7 msopt sync runs of the table that miss the 1 % mark at 200
+launches had launched a configuration within 1 % of the optimum and lost it to another
+configuration's lucky measurement (noise; the top-3 re-measurement catches only some of these);
+at 50 launches most misses are search misses (nothing within 1 % launched yet).
 """
 
 
