@@ -13,9 +13,16 @@ The velocity update is the global-best PSO of Kennedy & Eberhart with inertia (S
 
     v <- w v + c1 r1 (pbest - x) + c2 r2 (gbest - x),   r1, r2 ~ U(0, 1) per dimension
     v <- clip(v, -clamp (high - low), clamp (high - low))
-    x <- reflect(x + v) into [low, high]
+    x <- reflect(x + v) into [low, high]     (boundary = "reflect", the default)
+    x <- clip(x + v), v <- 0 where clipped    (boundary = "absorb")
 
 An attractor whose fitness is still ``inf`` (nothing evaluated successfully) does not pull.
+
+Stall restart (``restart_patience`` = k > 0): a particle told k evaluations in a row that did not
+improve its personal best is re-drawn uniformly in the box after its move, with a fresh initial
+velocity; its personal best (and the global best) are kept. On the discrete spaces msopt searches
+a converged particle otherwise keeps landing on configurations already evaluated (which the driver
+reuses without a launch), so the search stops finding anything new long before the budget is spent.
 ``w``, ``c1`` and ``c2`` follow coefficient schedules (:data:`SCHEDULES`) with pyswarms'
 ``OptionsHandler`` semantics.
 """
@@ -44,7 +51,9 @@ __all__ = [
 COEFFICIENTS: tuple[str, ...] = ("w", "c1", "c2")
 """The coefficients a ``[pso_strategy]`` table can give a schedule."""
 
-_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp")
+_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp", "restart_patience", "boundary")
+BOUNDARIES: tuple[str, ...] = ("reflect", "absorb")
+"""How a move that leaves the box is brought back (``[pso_options] boundary``)."""
 _INIT_VELOCITY = 0.1  # initial speed: up to a tenth of each dimension's range
 _STATE_VERSION = 1
 
@@ -222,6 +231,12 @@ class SwarmOptions:
         end_values: coefficient name -> end value of its schedule (schedule default if absent).
         velocity_clamp: fraction of each dimension's range a velocity may reach, > 0.
         seed: seed of the swarm's RNG; None draws fresh entropy.
+        restart_patience: evaluations in a row without a personal-best improvement after which
+            a particle is re-drawn uniformly in the box (its bests kept); 0 never restarts.
+        boundary: ``reflect`` folds a move that leaves the box back inside and flips the
+            velocity; ``absorb`` stops it on the bound and zeroes that velocity component, so
+            the extreme candidates of an enum / range / int dimension (often where a serving
+            knob's best value lies) are reached and kept instead of bounced away from.
     """
 
     n_particles: int
@@ -233,6 +248,8 @@ class SwarmOptions:
     end_values: Mapping[str, float] = field(default_factory=dict)
     velocity_clamp: float = 0.5
     seed: Optional[int] = None
+    restart_patience: int = 0
+    boundary: str = "reflect"
 
     def __post_init__(self) -> None:
         _check_int(self.n_particles, "n_particles", 1)
@@ -250,6 +267,15 @@ class SwarmOptions:
         object.__setattr__(self, "velocity_clamp", clamp)
         if self.seed is not None:
             object.__setattr__(self, "seed", _check_int(self.seed, "seed", 0))
+        if self.boundary not in BOUNDARIES:
+            raise ConfigError(
+                f"[pso_options] boundary must be one of {', '.join(map(repr, BOUNDARIES))}, "
+                f"got {self.boundary!r}"
+            )
+        object.__setattr__(
+            self, "restart_patience",
+            _check_int(self.restart_patience, "[pso_options] restart_patience", 0),
+        )
 
         strategy: dict[str, str] = {}
         for key, name in dict(self.strategy).items():
@@ -306,7 +332,7 @@ class SwarmOptions:
         return hash(
             (self.n_particles, self.iters, self.c1, self.c2, self.w,
              tuple(sorted(self.strategy.items())), tuple(sorted(self.end_values.items())),
-             self.velocity_clamp, self.seed)
+             self.velocity_clamp, self.seed, self.restart_patience, self.boundary)
         )
 
     @classmethod
@@ -320,8 +346,8 @@ class SwarmOptions:
     ) -> SwarmOptions:
         """Build options from the ``[pso_options]`` and ``[pso_strategy]`` tables.
 
-        ``[pso_options]`` keys: ``c1``, ``c2``, ``w``, ``velocity_clamp`` (absent ones keep the
-        defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
+        ``[pso_options]`` keys: ``c1``, ``c2``, ``w``, ``velocity_clamp``, ``restart_patience``,
+        ``boundary`` (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
         ``constant``) and ``w_end``, ``c1_end``, ``c2_end`` giving that schedule's end value.
 
         Raises:
@@ -379,6 +405,8 @@ class SwarmOptions:
             "end_values": dict(self.end_values),
             "velocity_clamp": self.velocity_clamp,
             "seed": self.seed,
+            "restart_patience": self.restart_patience,
+            "boundary": self.boundary,
         }
 
     @classmethod
@@ -434,6 +462,7 @@ class Swarm:
         self._gbest_pos = positions[0].copy()
         self._gbest_fit = math.inf
         self._counts = np.zeros(n, dtype=np.int64)
+        self._stalls = np.zeros(n, dtype=np.int64)
 
     def _setup(self, low: Any, high: Any, options: SwarmOptions) -> None:
         low = np.array(low, dtype=float).reshape(-1)
@@ -548,10 +577,12 @@ class Swarm:
         improved = fit < self._pbest_fit
         self._pbest_fit[improved] = fit[improved]
         self._pbest_pos[improved] = self._positions[improved]
+        self._stalls = np.where(improved, 0, self._stalls + 1)
         self._update_global_best()
         t = self.iteration
         self._counts += 1
         self._move(np.arange(n), t)
+        self._restart_stalled(np.arange(n))
 
     # ---- async API -------------------------------------------------------------------------
 
@@ -585,12 +616,16 @@ class Swarm:
         if fit < self._pbest_fit[i]:
             self._pbest_fit[i] = fit
             self._pbest_pos[i] = self._positions[i]
+            self._stalls[i] = 0
             if fit < self._gbest_fit:
                 self._gbest_fit = fit
                 self._gbest_pos = self._positions[i].copy()
+        else:
+            self._stalls[i] += 1
         t = int(self._counts[i])
         self._counts[i] += 1
         self._move(np.array([i]), t)
+        self._restart_stalled(np.array([i]))
 
     # ---- checkpoint ------------------------------------------------------------------------
 
@@ -613,6 +648,7 @@ class Swarm:
             "best_position": self._gbest_pos.tolist(),
             "best_fitness": _encode_fitness(self._gbest_fit),
             "evaluation_counts": self._counts.tolist(),
+            "stalls": self._stalls.tolist(),
             "rng": self._rng.bit_generator.state,
         }
 
@@ -647,6 +683,8 @@ class Swarm:
             swarm._gbest_pos = np.array(state["best_position"], dtype=float).reshape(d)
             swarm._gbest_fit = _decode_fitness(state["best_fitness"])
             swarm._counts = np.array(state["evaluation_counts"], dtype=np.int64).reshape(n)
+            # absent in checkpoints written before stall restarts existed: no stall yet
+            swarm._stalls = np.array(state.get("stalls", [0] * n), dtype=np.int64).reshape(n)
             rng_state = dict(state["rng"])
             rng = np.random.default_rng()
             if rng_state.get("bit_generator") != type(rng.bit_generator).__name__:
@@ -709,9 +747,32 @@ class Swarm:
         with np.errstate(over="ignore", invalid="ignore"):
             v = w * v + c1 * r1 * cognitive + c2 * r2 * social
         v = np.clip(np.nan_to_num(v, nan=0.0), -self._vmax, self._vmax)
-        x, v = self._reflect(x + v, v)
+        if opts.boundary == "absorb":
+            x, v = self._absorb(x + v, v)
+        else:
+            x, v = self._reflect(x + v, v)
         self._positions[rows] = x
         self._velocities[rows] = v
+
+    def _restart_stalled(self, rows: np.ndarray) -> None:
+        """Re-draw the particles of ``rows`` that stalled ``restart_patience`` times in a row."""
+        k = self._options.restart_patience
+        if k <= 0:
+            return
+        stalled = rows[self._stalls[rows] >= k]
+        if stalled.size == 0:
+            return
+        shape = (stalled.size, self.dimensions)
+        self._positions[stalled] = self._low + self._rng.random(shape) * self._width
+        v = (self._rng.random(shape) * 2.0 - 1.0) * _INIT_VELOCITY * self._width
+        self._velocities[stalled] = np.clip(v, -self._vmax, self._vmax)
+        self._stalls[stalled] = 0
+
+    def _absorb(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stop ``x`` on the bound it crossed and zero that velocity component."""
+        out = ~((x >= self._low) & (x <= self._high))  # NaN counts as out
+        x = np.where(np.isnan(x), self._low, x)
+        return np.clip(x, self._low, self._high), np.where(out, 0.0, v)
 
     def _reflect(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fold ``x`` back into the bounds, as often as needed; flip ``v`` on an odd count."""

@@ -474,3 +474,92 @@ def test_converges_with_original_tool_schedule(seed):
     for _ in range(50):
         swarm.tell(sphere(swarm.ask()))
     assert swarm.best_fitness < 1e-2
+
+
+# ---- stall restart --------------------------------------------------------------------------
+
+
+def test_restart_patience_validated_and_round_trips():
+    with pytest.raises(ConfigError, match=r"\[pso_options\] restart_patience must be an integer >= 0"):
+        options(restart_patience=-1)
+    with pytest.raises(ConfigError, match="restart_patience"):
+        SwarmOptions.from_settings({"restart_patience": 1.5}, {}, n_particles=4, iters=3)
+    opts = SwarmOptions.from_settings({"restart_patience": 3}, {}, n_particles=4, iters=3, seed=1)
+    assert opts.restart_patience == 3
+    assert SwarmOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+    assert options().restart_patience == 0  # off unless configured (defaults.toml turns it on)
+
+
+def test_stalled_particle_is_redrawn_and_keeps_its_best():
+    swarm = Swarm(LOW, HIGH, options(n_particles=3, restart_patience=2, w=0.0, c1=0.0, c2=0.0))
+    swarm.tell(np.array([1.0, 2.0, 3.0]))           # first results: every particle improves
+    stuck = swarm.personal_best_positions
+    swarm.tell(np.array([5.0, 5.0, 0.5]))           # particles 0 and 1 stall once, 2 improves
+    before = swarm.positions
+    swarm.tell(np.array([5.0, 5.0, 0.1]))           # 0 and 1 stall twice: re-drawn after the move
+    after = swarm.positions
+    assert not np.allclose(after[0], before[0]) and not np.allclose(after[1], before[1])
+    assert np.allclose(after[2], before[2])         # no velocity, no pull: particle 2 stays
+    assert np.all((after >= LOW) & (after <= HIGH))
+    assert np.array_equal(swarm.personal_best_positions[:2], stuck[:2])
+    assert list(swarm.personal_best_fitness) == [1.0, 2.0, 0.1]
+
+
+def test_no_restart_when_patience_is_zero():
+    swarm = Swarm(LOW, HIGH, options(n_particles=2, w=0.0, c1=0.0, c2=0.0))
+    swarm.tell(np.array([1.0, 1.0]))
+    x = swarm.positions
+    for _ in range(5):
+        swarm.tell(np.array([2.0, 2.0]))
+    assert np.allclose(swarm.positions, x)
+
+
+def test_async_stall_restart_and_state_round_trip():
+    swarm = Swarm(LOW, HIGH, options(n_particles=2, restart_patience=1, w=0.0, c1=0.0, c2=0.0))
+    swarm.tell_one(0, 1.0)
+    x = swarm.ask_one(0)
+    swarm.tell_one(0, 2.0)                          # one stall is enough: re-drawn
+    assert not np.allclose(swarm.ask_one(0), x)
+    swarm.tell_one(1, 3.0)
+    state = json.loads(json.dumps(swarm.to_state()))
+    assert state["stalls"] == [0, 0]
+    restored = Swarm.from_state(state)
+    for s in (swarm, restored):
+        s.tell_one(1, 4.0)
+    assert np.array_equal(swarm.positions, restored.positions)
+    old = dict(state)
+    del old["stalls"]                               # a checkpoint from before stall restarts
+    assert Swarm.from_state(old).to_state()["stalls"] == [0, 0]
+
+
+# ---- boundary handling ----------------------------------------------------------------------
+
+
+def test_boundary_validated_and_round_trips():
+    with pytest.raises(ConfigError, match=r"\[pso_options\] boundary must be one of 'reflect', 'absorb'"):
+        options(boundary="wrap")
+    opts = SwarmOptions.from_settings({"boundary": "absorb"}, {}, n_particles=4, iters=3, seed=1)
+    assert opts.boundary == "absorb" and options().boundary == "reflect"
+    assert SwarmOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+
+
+def test_absorb_stops_on_the_bound_and_zeroes_that_velocity():
+    swarm = Swarm(LOW, HIGH, options(n_particles=1, boundary="absorb", w=1.0, c1=0.0, c2=0.0,
+                                     velocity_clamp=100.0))
+    swarm._positions[0] = np.array([4.0, 0.5, 19.0])
+    swarm._velocities[0] = np.array([3.0, 0.1, -50.0])
+    swarm.tell(np.array([1.0]))
+    assert np.allclose(swarm.positions[0], [5.0, 0.6, 10.0])
+    assert np.allclose(swarm.velocities[0], [0.0, 0.1, 0.0])
+    swarm.tell(np.array([1.0]))                    # stays on the upper bound of dimension 0
+    assert swarm.positions[0][0] == 5.0
+
+
+@given(st.integers(min_value=0, max_value=2**31))
+@settings(max_examples=30, deadline=None)
+def test_absorb_keeps_every_particle_in_bounds(seed):
+    swarm = Swarm(LOW, HIGH, options(seed=seed, boundary="absorb", w=1.5, c1=2.0, c2=2.0, velocity_clamp=3.0))
+    for _ in range(5):
+        x = swarm.ask()
+        assert np.all((x >= LOW) & (x <= HIGH))
+        swarm.tell(sphere(x))
