@@ -8,31 +8,11 @@ import sys
 
 import pytest
 
+from .fields_toml import TP_PP_DP
+
 CFG = """
 n_particles = 4
-[[vllm.target_field]]
-name = "tp"
-config_position = "--tensor-parallel-size"
-min = 0
-max = 1
-dtype = "enum"
-dtype_param = [1, 2, 4, 8]
-value = 1
-[[vllm.target_field]]
-name = "pp"
-config_position = "--pipeline-parallel-size"
-min = 0
-max = 1
-dtype = "enum"
-dtype_param = [1, 2, 4]
-value = 1
-[[vllm.target_field]]
-name = "dp"
-config_position = "--data-parallel-size"
-min = 0
-max = 0
-dtype = "ternary_factories"
-dtype_param = { target_names = ["tp", "pp"], product = 8 }
+""" + TP_PP_DP + """
 [[vllm.target_field]]
 name = "big"
 config_position = "--big"

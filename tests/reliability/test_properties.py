@@ -26,6 +26,7 @@ from msopt.store import RunStore, json_safe
 from msopt.swarm import Swarm, SwarmOptions
 
 from ..driver_helpers import FormulaEvaluator
+from ..fields_toml import TP_PP_DP
 
 CFG = """
 n_particles = 4
@@ -33,29 +34,7 @@ iters = 2
 seed = 1
 [data_storage]
 pso_top_k = 2
-[[vllm.target_field]]
-name = "tp"
-config_position = "--tensor-parallel-size"
-min = 0
-max = 1
-dtype = "enum"
-dtype_param = [1, 2, 4, 8]
-value = 1
-[[vllm.target_field]]
-name = "pp"
-config_position = "--pipeline-parallel-size"
-min = 0
-max = 1
-dtype = "enum"
-dtype_param = [1, 2, 4]
-value = 1
-[[vllm.target_field]]
-name = "dp"
-config_position = "--data-parallel-size"
-min = 0
-max = 0
-dtype = "ternary_factories"
-dtype_param = { target_names = ["tp", "pp"], product = 8 }
+""" + TP_PP_DP + """
 [[vllm.target_field]]
 name = "seqs"
 config_position = "--max-num-seqs"
