@@ -121,8 +121,12 @@ def load_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]
     if not isinstance(raw, str):
         raise ConfigError(f"[mindie] 'config_path' must be a path string, got {raw!r}")
     path = Path(raw).expanduser()
+    from msopt.process import BACKUP_SUFFIX
+
+    backup = path.with_name(path.name + BACKUP_SUFFIX)
+    source = backup if backup.exists() else path  # a run that died left its edit; start from the original
     try:
-        text = path.read_text(encoding="utf-8")
+        text = source.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"[mindie] config_path {str(path)!r}: cannot read it ({exc.strerror or exc}); "
                           "point config_path at MindIE's conf/config.json") from None

@@ -308,3 +308,29 @@ def test_none_values_are_left_out(engine: str) -> None:
     if engine == "mindie":
         (doc,) = spec.files.values()
         assert doc["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 200  # the template's
+
+
+def test_mindie_starts_from_the_backup_a_dead_run_left(tmp_path):
+    import json as _json
+
+    from msopt.engines import get_engine
+    from msopt.process import BACKUP_SUFFIX, staged_files
+    from msopt.space import parse_field
+
+    cfg = tmp_path / "config.json"
+    original = {"ServerConfig": {"port": 1025}, "BackendConfig": {"ScheduleConfig": {"maxBatchSize": 200,
+                                                                                     "maxPrefillTokens": 8192}}}
+    cfg.write_text(_json.dumps(original))
+    # a run that died: the edited file in place, the original in the backup
+    (tmp_path / ("config.json" + BACKUP_SUFFIX)).write_text(_json.dumps(original))
+    cfg.write_text(_json.dumps({**original, "BackendConfig": {"ScheduleConfig": {"maxBatchSize": 7,
+                                                                                "maxPrefillTokens": 1}}}))
+    field = parse_field(dict(name="mbs", config_position="BackendConfig.ScheduleConfig.maxBatchSize", min=1,
+                             max=500, dtype="int"), source="t", section="mindie", index=0)
+    spec = get_engine("mindie").render({"mbs": 64}, [field], {"config_path": str(cfg)}, port=2000)
+    doc = spec.files[str(cfg)]
+    assert doc["BackendConfig"]["ScheduleConfig"] == {"maxBatchSize": 64, "maxPrefillTokens": 8192}
+    with staged_files(spec.files):
+        pass
+    assert _json.loads(cfg.read_text()) == original  # restored at the next launch's end
+    assert not (tmp_path / ("config.json" + BACKUP_SUFFIX)).exists()
