@@ -74,10 +74,7 @@ def _load(args: argparse.Namespace):  # noqa: ANN202
     settings = load_settings(args.config, args.engine)
     over = _overrides(args)
     if over:
-        settings = settings.replace(**over)
-        from msopt.space import SearchSpace
-
-        SearchSpace.from_settings(settings)
+        settings = settings.replace(**over)  # top-level scalars only: the fields stay as validated
     return settings, None
 
 
