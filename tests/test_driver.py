@@ -12,8 +12,9 @@ from msopt.driver import Driver, InProcessPool
 from msopt.space import SearchSpace
 
 from .driver_helpers import FormulaEvaluator
+from .fields_toml import TP_PP_DP
 
-CFG = """
+SETTINGS = """
 n_particles = 6
 iters = 4
 seed = 3
@@ -21,30 +22,9 @@ duplicate_policy = "{dup}"
 mode = "{mode}"
 [data_storage]
 pso_top_k = 2
-[[vllm.target_field]]
-name = "tp"
-config_position = "--tensor-parallel-size"
-min = 0
-max = 1
-dtype = "enum"
-dtype_param = [1, 2, 4, 8]
-value = 1
-[[vllm.target_field]]
-name = "pp"
-config_position = "--pipeline-parallel-size"
-min = 0
-max = 1
-dtype = "enum"
-dtype_param = [1, 2, 4]
-value = 1
-[[vllm.target_field]]
-name = "dp"
-config_position = "--data-parallel-size"
-min = 0
-max = 0
-dtype = "ternary_factories"
-dtype_param = {{ target_names = ["tp", "pp"], product = 8 }}
-[[vllm.target_field]]
+"""
+
+SEQS = """[[vllm.target_field]]
 name = "seqs"
 config_position = "--max-num-seqs"
 min = 8
@@ -54,12 +34,17 @@ value = 16
 """
 
 
+def config_text(dup: str, mode: str) -> str:
+    """The driver tests' configuration: tp x pp x dp = 8 and one serving knob."""
+    return SETTINGS.format(dup=dup, mode=mode) + TP_PP_DP + SEQS
+
+
 def score(v):
     return abs(v["tp"] - 2) + abs(v["pp"] - 2) + abs(v["seqs"] - 40) / 10
 
 
 def make(write_toml, *, size=1, dup="reuse", mode="sync", jitter=0.0, seen=None):
-    settings = load_settings(str(write_toml(CFG.format(dup=dup, mode=mode))), environ={})
+    settings = load_settings(str(write_toml(config_text(dup, mode))), environ={})
     space = SearchSpace.from_settings(settings)
     pool = InProcessPool(settings, size=size, evaluator_factory=lambda k: FormulaEvaluator(
         space, score, jitter=jitter, seed=k, name=f"w{k}", seen=seen))
@@ -140,9 +125,7 @@ def test_async_every_particle_gets_its_evaluations(write_toml):
 
 
 def test_unrepairable_is_inf_with_own_values(write_toml):
-    text = CFG.format(dup="rerun", mode="sync").replace(
-        'dtype_param = [1, 2, 4, 8]\nvalue = 1', 'dtype_param = [1, 2, 4, 8]\nvalue = 1').replace(
-        'min = 8\nmax = 64', 'min = 8\nmax = 64')
+    text = config_text("rerun", "sync")
     text += """
 [[vllm.target_field]]
 name = "big"
