@@ -232,7 +232,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"best goodput {best.metrics.get('generate_speed') or 0:.1f} tok/s at {load} "
               f"(eval {best.eval_id}, capacity): {shown}")
     else:
-        how = "re-measured with the full workload" if best.phase == "refine" else best.phase
+        how = best.phase
+        if best.phase == "refine":
+            mean, count = driver.mean_fitness(best)
+            how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
         print(f"recommended: fitness {best.fitness:.4f} (eval {best.eval_id}, {how}): {shown}")
     print(store.run_dir)
     return 0

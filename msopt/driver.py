@@ -12,7 +12,7 @@ are dispatched.
 
 Memory stays flat over long runs: with a run directory the journal is the record of every result,
 and the driver keeps only counters, the best result, the ``pso_top_k`` best distinct
-configurations and the refined results. Only the duplicate cache (``duplicate_policy = "reuse"``)
+configurations (with the running mean of their measurements) and the refined results. Only the duplicate cache (``duplicate_policy = "reuse"``)
 holds one entry per distinct configuration, which reuse needs.
 """
 
@@ -38,7 +38,7 @@ from msopt.capacity import (
 )
 from msopt.config import Settings, swarm_options
 from msopt.errors import ConfigError, DecodeError
-from msopt.evaluation import Evaluator, search_num_prompts
+from msopt.evaluation import Evaluator, configured_num_prompts, search_num_prompts
 from msopt.results import EvalRequest, EvaluationResult
 from msopt.space import DecodeContext, SearchSpace
 from msopt.swarm import Swarm
@@ -184,6 +184,7 @@ class Driver:
         self.reuse = settings.get("duplicate_policy", "reuse") == "reuse"
         self.top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         self.search_prompts = search_num_prompts(settings)
+        self.full_prompts = configured_num_prompts(settings)
         self.capacity_options: CapacityOptions = capacity_options(settings)
         self.capacity: list[dict[str, Any]] = []
         options = swarm_options(settings)
@@ -200,6 +201,7 @@ class Driver:
         self._refined: list[EvaluationResult] = []      # successful refine results (<= pso_top_k)
         self._probes: dict[int, EvaluationResult] = {}  # capacity probes (<= max_probes per config)
         self._board: dict[str, EvaluationResult] = {}   # the pso_top_k best distinct configurations
+        self._tally: dict[str, list[float]] = {}          # board key -> [sum weight*fitness, sum weight, count]
         self._cache: dict[str, EvaluationResult] = {}   # duplicate_policy = "reuse" only
         self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
@@ -280,6 +282,7 @@ class Driver:
         elif not r.failed:
             if r.phase == "refine":
                 self._refined.append(r)
+                self._count(key, r)
             elif r.phase in ("baseline", "search"):
                 if self._best is None or _rank(r) < _rank(self._best):
                     self._best = r
@@ -298,11 +301,42 @@ class Driver:
         if held is not None:
             if _rank(r) < _rank(held):
                 self._board[key] = r
+            if not r.reused:  # a reused result is the earlier measurement again, not a new one
+                self._count(key, r)
             return
         self._board[key] = r
+        self._count(key, r)
         if len(self._board) > self.top_k:
             worst = max(self._board, key=lambda k: _rank(self._board[k]))
             del self._board[worst]
+            self._tally.pop(worst, None)
+
+    def _count(self, key: str, r: EvaluationResult) -> None:
+        """Add a successful measurement to its configuration's running mean.
+
+        Weighted by the prompts it served (a search capped by ``sample_size`` measured fewer
+        than a re-measurement with the full workload); weight 1 when the count is unknown.
+        """
+        prompts = r.num_prompts if r.num_prompts is not None else self.full_prompts
+        weight = float(prompts) if prompts else 1.0
+        t = self._tally.setdefault(key, [0.0, 0.0, 0])
+        t[0] += weight * r.fitness
+        t[1] += weight
+        t[2] += 1
+
+    def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
+        """The weighted mean fitness over every successful measurement of ``r``'s configuration
+        that the driver counted (search and re-measurements of the ``pso_top_k`` best), and
+        how many there were; ``(r.fitness, 1)`` for a configuration it did not count."""
+        t = self._tally.get(_values_key(r.values))
+        if t is None or t[1] <= 0:
+            return r.fitness, 1
+        return t[0] / t[1], int(t[2])
+
+    def _by_mean(self, results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
+        """One result per configuration (its last), best mean fitness first."""
+        last = {_values_key(r.values): r for r in results}
+        return sorted(last.values(), key=lambda r: (self.mean_fitness(r)[0], r.eval_id))
 
     def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
         """Wait for finished evaluations (and their followers); journal them."""
@@ -439,8 +473,8 @@ class Driver:
         return [got[q.eval_id] for q in reqs]
 
     def _capacity_configs(self) -> list[EvaluationResult]:
-        """The configurations whose capacity is searched: the refined ones by fitness, else the best."""
-        refined = sorted(self._refined, key=_rank)
+        """The configurations whose capacity is searched: the refined ones by mean fitness, else the best."""
+        refined = self._by_mean(self._refined)
         if refined or self.top_k > 0:
             return refined
         return [self._best] if self._best is not None else []
@@ -502,8 +536,10 @@ class Driver:
         """The recommendation.
 
         When the capacity stage ran and a configuration sustains some load: the edge probe of
-        the configuration with the highest goodput. Otherwise the best refined result when
-        refinement ran, else the best of all.
+        the configuration with the highest goodput. Otherwise, when refinement ran, the
+        re-measured configuration with the best mean fitness over all of its measurements (its
+        search result and its re-measurement: one lucky measurement does not decide), as its
+        re-measured result; else the best of all.
         """
         sustained = [c for c in self.capacity if c["edge_eval_id"] is not None and c["goodput"] > 0]
         if sustained:
@@ -512,7 +548,7 @@ class Driver:
             if edge is not None:
                 return edge
         if self._refined:
-            return min(self._refined, key=_rank)
+            return self._by_mean(self._refined)[0]
         return self._best
 
     def run(self) -> RunOutcome:
@@ -532,7 +568,7 @@ class Driver:
             self.store.write_json("capacity.json", capacity_record(self.capacity, self.capacity_options,
                                                                    self.settings))
         if self.store is not None and best is not None:
-            record = best_record(best, self.settings)
+            record = best_record(best, self.settings, self.mean_fitness(best) if best.phase == "refine" else None)
             if self.capacity:
                 record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
             self.store.write_best(record)
@@ -544,12 +580,17 @@ def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def best_record(best: EvaluationResult, settings: Settings) -> dict[str, Any]:
-    """The content of best.json."""
-    return {"eval_id": best.eval_id, "phase": best.phase, "fitness": _finite(best.fitness),
-            "engine": settings.engine, "values": best.values,
-            "metrics": {k: _finite(v) for k, v in best.metrics.items()}, "position": best.position,
-            "num_prompts": best.num_prompts, "load": dict(best.load)}
+def best_record(best: EvaluationResult, settings: Settings,
+                mean: tuple[float, int] | None = None) -> dict[str, Any]:
+    """The content of best.json; ``mean``: (mean fitness, measurements) of a re-measured pick."""
+    record = {"eval_id": best.eval_id, "phase": best.phase, "fitness": _finite(best.fitness),
+              "engine": settings.engine, "values": best.values,
+              "metrics": {k: _finite(v) for k, v in best.metrics.items()}, "position": best.position,
+              "num_prompts": best.num_prompts, "load": dict(best.load)}
+    if mean is not None:
+        record["mean_fitness"] = _finite(mean[0])
+        record["measurements"] = mean[1]
+    return record
 
 
 def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOptions,

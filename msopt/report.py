@@ -546,8 +546,12 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         vals = ", ".join(f"{k}={_fmt(v)}" for k, v in best["values"].items())
         fit = best.get("fitness")
         parts.append("<h2>Recommended configuration</h2>")
+        mean = ""
+        if best.get("mean_fitness") is not None and best.get("measurements"):
+            mean = (f"; mean fitness {_e(_fmt(best['mean_fitness']))} over its {_e(best['measurements'])} "
+                    "measurements, the best mean of the re-measured configurations")
         parts.append(f"<p>eval {_e(best.get('eval_id'))} ({_e(best.get('phase'))}), fitness "
-                     f"{_e(_fmt(fit))}: <code>{_e(vals)}</code></p>")
+                     f"{_e(_fmt(fit))}{mean}: <code>{_e(vals)}</code></p>")
         if command is not None:
             parts.append(f"<p>Launch it with <code>{BEST_COMMAND_SH}</code> (argv and env in "
                          f"<code>{BEST_COMMAND_JSON}</code>"
@@ -565,8 +569,8 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     top = _top(data, TOP_ROWS)
     if top:
         parts.append("<p>Successful evaluations by fitness (lower is better), one row per distinct "
-                     "configuration; &#9733; marks the recommended one (refined with the full workload "
-                     "when the run refined its top configurations).</p>")
+                     "configuration; &#9733; marks the recommended one (when the run re-measured its top "
+                     "configurations: the one with the best mean fitness over its measurements).</p>")
         parts.append(_table(data, top))
     else:
         parts.append("<p>No evaluation succeeded.</p>")

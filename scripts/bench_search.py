@@ -207,7 +207,12 @@ class Table:
         self.problem = problem
         cache_dir.mkdir(parents=True, exist_ok=True)
         cfg = cache_dir / f"{problem.key}.toml"
-        cfg.write_text(problem.toml(), encoding="utf-8")
+        text = problem.toml()
+        if not cfg.exists() or cfg.read_text(encoding="utf-8") != text:
+            # atomic: --jobs workers build the same table at once and must never read half a file
+            tmp = cfg.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, cfg)
         self.settings: Settings = load_settings(str(cfg), environ={})
         self.space = SearchSpace.from_settings(self.settings)
         self.objective = make_objective("default", self.settings.data)
@@ -216,7 +221,7 @@ class Table:
             rows = json.loads(path.read_text(encoding="utf-8"))
         else:
             rows = self._enumerate(log)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(rows), encoding="utf-8")
             os.replace(tmp, path)
         self.rows = rows
@@ -342,15 +347,42 @@ class _Penalty:
         return max(PEER_PENALTY_FLOOR, 10.0 * self.worst)
 
 
-def _msopt_settings(table: Table, budget: int, seed: int, mode: str) -> Settings:
-    iters = max(1, math.ceil((budget - REFINE_TOP_K - 1) / N_PARTICLES))
+@dataclass(frozen=True)
+class Variant:
+    """An msopt configuration other than the shipped one, for the ablation (``--ablation``).
+
+    Attributes:
+        label: the row's name.
+        pso_options: ``[pso_options]`` keys overriding the packaged defaults.
+        top_k: ``pso_top_k`` (the search gets ``budget − top_k`` launches).
+        pick: ``"mean"``: Driver.best() (best mean over each configuration's measurements, as
+            shipped); ``"last"``: the best single re-measured result (msopt before the change).
+    """
+
+    label: str
+    pso_options: tuple[tuple[str, Any], ...] = ()
+    top_k: int = REFINE_TOP_K
+    pick: str = "mean"
+
+
+SHIPPED = Variant("shipped")
+
+
+def _msopt_settings(table: Table, budget: int, seed: int, mode: str, variant: Variant = SHIPPED) -> Settings:
+    iters = max(1, math.ceil((budget - variant.top_k - 1) / N_PARTICLES))
+    options = {**table.settings.section("pso_options"), **dict(variant.pso_options)}
     return table.settings.replace(n_particles=N_PARTICLES, iters=iters, seed=seed, mode=mode,
-                                  duplicate_policy="reuse", data_storage={"pso_top_k": REFINE_TOP_K})
+                                  duplicate_policy="reuse", data_storage={"pso_top_k": variant.top_k},
+                                  pso_options=options)
 
 
-def _msopt_pick(table: Table, drv: Driver) -> int:
-    """msopt's recommendation, Driver.best(): the best refined result (else the best of all)."""
+def _msopt_pick(table: Table, drv: Driver, variant: Variant = SHIPPED) -> int:
+    """msopt's recommendation, Driver.best(): of the re-measured configurations the one with the
+    best mean fitness over its measurements (else the best of all). Variant pick ``"last"``: the
+    best single re-measured result instead."""
     best = drv.best()
+    if variant.pick == "last" and drv._refined:
+        best = min(drv._refined, key=lambda r: (r.fitness, r.eval_id))
     return -1 if best is None else table.index.get(_key(table.space, best.values), -1)
 
 
@@ -358,18 +390,19 @@ Launches = list[tuple[int, float]]
 
 
 def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int,
-                   writeback: bool = True) -> tuple[Launches, int]:
+                   writeback: bool = True, variant: Variant = SHIPPED) -> tuple[Launches, int]:
     """Driver over an InProcessPool: baseline, whole iterations, then Driver.run_refine().
 
     The search runs until ``budget − pso_top_k`` launches; as reuse costs nothing it goes on past
     the planned ``iters`` (ceil((budget − pso_top_k − 1) / n_particles), which only sets the
-    coefficient schedules' horizon), at most 4 × budget proposals. Launches of the last iteration
-    beyond that are dropped (not scored, not seen by the refinement). Then the top ``pso_top_k``
-    distinct configurations are measured again (one launch each) and msopt's pick is
-    Driver.best(), the best refined result.
+    coefficient schedules' horizon), at most 4 × budget proposals. The iteration that reaches the
+    search budget dispatches its particles in order only while launches are left; the rest are
+    never proposed, so the driver (its top-k board included) sees exactly the search budget.
+    Then the top ``pso_top_k`` distinct configurations are measured again (one launch each) and
+    msopt's pick is Driver.best().
     """
-    settings = _msopt_settings(table, budget, seed, "sync")
-    search_budget = budget - REFINE_TOP_K
+    settings = _msopt_settings(table, budget, seed, "sync", variant)
+    search_budget = budget - variant.top_k
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
     try:
         drv = Driver(settings, pool)
@@ -378,23 +411,28 @@ def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int,
         while drv.launched < search_budget and (it + 1) * drv.n < 4 * budget:
             positions = drv.swarm.ask()
             reqs = [drv._search_request(i, it, positions[i]) for i in range(drv.n)]
-            got = drv._run_all(reqs)
+            got: dict[int, EvaluationResult] = {}
+            sent: list[EvalRequest] = []
+            for req in reqs:
+                if drv.launched >= search_budget:
+                    break
+                sent.append(req)
+                r = drv.dispatch(req)
+                if r is not None:
+                    got[r.eval_id] = r
+            while any(q.eval_id not in got for q in sent):
+                for r in drv.collect():
+                    got[r.eval_id] = r
+            if len(sent) < len(reqs):
+                break  # the search budget is spent in the middle of this iteration: no tell
             ordered = [got[r.eval_id] for r in reqs]
             fit = np.array([r.fitness for r in ordered])
             drv.swarm.tell(fit, np.array([r.position for r in ordered], dtype=float) if writeback else None)
             it += 1
-        # one worker: results (and the oracle's launches) are in dispatch order; cut the overshoot
-        kept, launched = [], 0
-        for r in drv.results:
-            launched += not r.reused
-            if launched > search_budget:
-                break
-            kept.append(r)
-        drv.results = kept
-        end_search = len(oracle.launches)
+        if len(oracle.launches) > search_budget:
+            raise RuntimeError(f"msopt launched {len(oracle.launches)} > {search_budget} in its search")
         drv.run_refine()
-        launches = oracle.launches[:search_budget] + oracle.launches[end_search:]
-        return launches, _msopt_pick(table, drv)
+        return list(oracle.launches), _msopt_pick(table, drv, variant)
     finally:
         pool.close()
 
@@ -428,12 +466,13 @@ class _InOrderPool:
         self._queue.clear()
 
 
-def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int) -> tuple[Launches, int]:
+def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int,
+                    variant: Variant = SHIPPED) -> tuple[Launches, int]:
     """Driver's async loop (write-back on) until ``budget − pso_top_k`` launches, then
     Driver.run_refine(); the pick is Driver.best(). Results come back one at a time in dispatch
     order (:class:`_InOrderPool`), as from evaluations of equal duration."""
-    settings = _msopt_settings(table, budget, seed, "async")
-    search_budget = budget - REFINE_TOP_K
+    settings = _msopt_settings(table, budget, seed, "async", variant)
+    search_budget = budget - variant.top_k
     pool = _InOrderPool(OracleEvaluator(oracle))
     try:
         drv = Driver(settings, pool)
@@ -456,7 +495,7 @@ def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int) -> tup
                     drv.swarm.tell_one(r.particle, r.fitness, np.asarray(r.position, dtype=float))
                     dispatch(r.particle)
         drv.run_refine()
-        return list(oracle.launches), _msopt_pick(table, drv)
+        return list(oracle.launches), _msopt_pick(table, drv, variant)
     finally:
         pool.close()
 
@@ -751,6 +790,15 @@ def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], l
     out.append("")
     out.append(METHOD_NOTES)
     out.append(SEARCH_CHANGES)
+    if getattr(args, "ablation", None):
+        lo, hi = args.ablation_range
+        out.append(f"### Ablation\n\nSeeds {lo}–{hi - 1} (not the table's seeds 0–{args.seeds - 1}; "
+                   f"{(hi - lo) * len(tables)} runs per cell: every problem × seed), the same harness as "
+                   "the table, run by the same command (`--ablation-seeds`); each cell: pooled median "
+                   "regret, share within 1 %, median launches. Each row adds one change to the row above; "
+                   "the noise 0.06 rows compare final picks at twice the table's noise.\n")
+        out.append(args.ablation)
+        out.append(ABLATION_READING)
     out.append("\n| method | setup |\n|---|---|")
     for m in methods:
         out.append(f"| {m.name} | {m.how} |")
@@ -778,8 +826,9 @@ METHOD_NOTES = """## Method
 - **Budget**: launches, failures included. A peer that proposes a configuration it already
   launched pays a new launch (and sees a new noisy value); msopt's duplicate reuse (same decoded
   values → the earlier result) launches nothing, so msopt goes on proposing until it has launched
-  `budget` times (at most 4 × budget proposals). A sync iteration that crosses the budget is cut:
-  only the first `budget` launches are scored. Optuna TPE, CMA-ES and random search do not know the
+  `budget` times (at most 4 × budget proposals). In the sync iteration that reaches the search
+  budget, particles are dispatched in order only while launches are left; the others are never
+  proposed, so msopt sees exactly the launches that are scored. Optuna TPE, CMA-ES and random search do not know the
   budget; their 50-launch result is the first 50 launches of the 200-launch run of the same seed.
 - **Start**: every method evaluates the default configuration first (msopt: the baseline and
   particle 0 starts there; TPE/CMA-ES: an enqueued trial; Nevergrad: `suggest`; pyswarms: particle 0's
@@ -796,7 +845,8 @@ METHOD_NOTES = """## Method
   has observed so far (at least 1000); msopt's swarm is told inf (an attractor that never pulls).
 - **msopt's refinement**: msopt runs as shipped, with its top-k re-measurement
   (`pso_top_k = 3`): the search gets `budget − 3` launches, then the 3 best distinct configurations
-  are launched again, and msopt's pick is `Driver.best()`, the best re-measured result.
+  are launched again, and msopt's pick is `Driver.best()`: of those 3, the one with the best mean
+  fitness over its two measurements (the search's and the re-measurement).
 - **Regret**: a peer's pick is the configuration with the best observed fitness among its scored
   launches (what Optuna's `best_trial` would name); msopt's is `Driver.best()`; regret = (f(pick) − f_opt) / (f_med − f_opt) at its noise-free fitness f. 0 is the
   optimum, 1 a median feasible configuration; a run without any feasible launch has regret inf.
@@ -804,10 +854,17 @@ METHOD_NOTES = """## Method
 """
 
 
+ABLATION_READING = """
+Differences of ±0.005 in a pooled median or a few points in the share within 1 % are within the
+spread between seed sets. At twice the noise, re-measuring more configurations (`pso_top_k = 5`)
+helps the pick further, at two more launches: worth raising `pso_top_k` when measurements of one
+configuration scatter by more than a few percent.
+"""
+
 READING = """Reading: differences of about ±0.005 in a pooled median are within the spread between seed
 sets (see the ablation below), and on the 200-launch budget several methods reach a median of 0,
 so the share within 1 % separates them. `distinct / infeasible / duplicate` counts launches;
-msopt's duplicates are its top-3 re-measurement, its duplicate proposals are reused without a
+msopt's duplicates are its top-3 re-measurement; its duplicate proposals are reused without a
 launch and do not appear. Write-back made no measurable difference on these spaces (sync with
 and without it are within the spread, without it slightly ahead): a tp·pp that does not divide the
 world size is only a corner of the small tp × pp grid, so few moves need repairing at all.
@@ -819,15 +876,15 @@ SEARCH_CHANGES = """
 The first two are new swarm options (`[pso_options]`, `msopt/swarm.py`), on in the packaged
 defaults (`msopt/defaults.toml`) and off in a bare `SwarmOptions` (so existing callers and
 checkpoints keep their behaviour; an old checkpoint without stall counters resumes with none).
-The third is a packaged default.
+The third is a packaged default, the fourth a change of `Driver.best()`.
 
 1. **Stall restart** (`restart_patience = 3`). A particle told 3 evaluations in a row that did not
    improve its own best is re-drawn uniformly in the box, with a fresh initial velocity; its
    personal best and the global best are kept, and the stall counters are checkpointed. Why: on a
    discrete space a converged swarm keeps proposing configurations it has already evaluated; the
    driver reuses their results without a launch (the duplicate reuse), so the search stops finding
-   anything new. Before the change msopt spent only about 110 of 200 launches within 4 × 200
-   proposals and then had nothing new to try; with it every launch of the budget is used.
+   anything new. Without it msopt spends only about 110 of 200 launches within 4 × 200 proposals
+   and then has nothing new to try (the `launches` column below); with it every launch is used.
 2. **Absorbing boundary** (`boundary = "absorb"`; `"reflect"` is the previous behaviour). A move
    that leaves the box stops on the bound and that velocity component becomes 0, instead of being
    folded back inside with the velocity flipped. Why: the best value of a serving knob is often an
@@ -836,34 +893,25 @@ The third is a packaged default.
    reflection bounced particles away from it.
 3. **Social coefficient c2 = 2.0** (was 1.5; c1 = 1.5 and w = 0.7 unchanged). With 50–200 launches
    and noisy single measurements, a stronger pull toward the best found puts more launches in the
-   near-optimal cluster, so the pick is more often a near-optimal configuration; it was at least
-   as good as 1.5 in every cell of the ablation below (c1/c2 = 1.2/1.8 was similar).
+   near-optimal cluster.
+4. **The pick is the best mean, not the best single re-measurement.** After the search the
+   `pso_top_k` best configurations are measured again; msopt used to recommend the one whose
+   re-measurement came out best, so a lucky second draw decided between near-equal
+   configurations. `Driver.best()` now averages every measurement of each re-measured
+   configuration (its search result and its re-measurement, weighted by the prompts each served)
+   and recommends the best mean; best.json gives `mean_fitness` and `measurements`. It costs no
+   launch. Why: most misses at 200 launches had launched a configuration within 1 % of the
+   optimum and lost it in the final pick to noise.
 
-Not changed: w, c1, swarm size, initialisation, the driver. Tried and not kept (no difference
-beyond the seed-to-seed spread, or worse): w 0.9 → 0.4 (`lin_variation`), w 0.5 / 0.6 / 0.8,
-c1/c2 = 2/1, velocity_clamp 0.25 / 0.3, 6 or 8 particles, Latin-hypercube initialisation, restart
-patience 2 and 5.
-
-Ablation on seeds 100–139 (not the table's seeds 0–19; 160 runs per cell, pooled median regret,
-share within 1 %, launches used at 200), the same harness as the table:
-
-| msopt variant | sync @50 | sync @200 | async @50 | async @200 |
-|---|---|---|---|---|
-| before: reflect, no restart | 0.016, 62 % | 0.0005, 87 %, 114 launches | 0.013, 66 % | 0.000, 90 %, 110 launches |
-| + stall restart | 0.016, 62 % | 0.000, 93 %, 200 launches | 0.023, 59 % | 0.000, 93 %, 200 launches |
-| + stall restart + absorb | 0.013, 64 % | 0.000, 92 %, 200 launches | 0.015, 66 % | 0.000, 95 %, 200 launches |
-| + stall restart + absorb + c2 = 2.0 (shipped) | 0.013, 69 % | 0.000, 94 %, 200 launches | 0.013, 66 % | 0.000, 97 %, 200 launches |
-
-The restart is what helps at 200 launches (every launch used, more runs within 1 %); at 50 it is
-neutral for sync and costs async a little (0.013 → 0.023 with reflection), which the absorbing
-boundary wins back (0.015); the absorbing boundary also helps sync at 50 a little. Differences of
-±0.005 in a median are within the spread between seed sets (seeds 0–19 vs 100–139).
-
-With the shipped settings, 5 of the 7 msopt sync runs of the table that miss the 1 % mark at 200
-launches had launched a configuration within 1 % of the optimum and lost it to another
-configuration's lucky measurement (noise; the top-3 re-measurement catches only some of these);
-at 50 launches most misses are search misses (nothing within 1 % launched yet).
+Not changed: w, c1, swarm size, initialisation. Tried and not kept (no difference beyond the
+seed-to-seed spread, or worse): w 0.9 → 0.4 (`lin_variation`), w 0.5 / 0.6 / 0.8, c1/c2 = 2/1,
+velocity_clamp 0.25 / 0.3, 6 or 8 particles, Latin-hypercube initialisation, restart patience 2
+and 5; one or two particles per iteration placed one candidate step from the global best
+(a local search inside the swarm), and a greedy coordinate search from the best configuration
+spending the last 10 % or 20 % of the search's launches; a second re-measurement round of the
+best two (pso_top_k 3 then 2 more launches).
 """
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -894,7 +942,8 @@ def _fingerprint(method_name: str) -> str:
         h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
     h.update(method.name.encode())
     h.update(inspect.getsource(method.run).encode())
-    for fn in (run_msopt_sync, run_msopt_async, _InOrderPool, _msopt_settings, _msopt_pick, _ng_run, _optuna_quiet):
+    for fn in (run_msopt_sync, run_msopt_async, _InOrderPool, Variant, _msopt_settings, _msopt_pick, _ng_run,
+               _optuna_quiet):
         if fn.__name__ in inspect.getsource(method.run) or method.name.startswith("msopt"):
             h.update(inspect.getsource(fn).encode())
     h.update(repr((N_PARTICLES, REFINE_TOP_K)).encode())
@@ -917,6 +966,8 @@ def _run_task(task: tuple) -> tuple[str, str, float, dict[int, dict[str, float]]
     ``<cache>/results/<fingerprint>/`` (the fingerprint is computed once, in the main process)
     and read back while nothing they depend on has changed; scores are computed afresh."""
     index, mname, seed, budgets, noise, cache, fingerprint = task
+    # nevergrad clips the penalty told for a failure (10 x the worst fitness) at 5e20, once per tell
+    warnings.filterwarnings("ignore", message="Clipping very high value")
     table = _table(index, cache)
     method = next(m for m in METHODS if m.name == mname)
     path = None
@@ -956,6 +1007,71 @@ def _run_task(task: tuple) -> tuple[str, str, float, dict[int, dict[str, float]]
     return table.problem.name, mname, secs, by_budget, cached
 
 
+_BEFORE = (("boundary", "reflect"), ("restart_patience", 0), ("c2", 1.5))
+ABLATION: tuple[tuple[float, tuple[str, ...], Variant], ...] = (
+    (0.03, ("sync", "async"), Variant("before: reflect, no restart, c2 = 1.5, best single re-measurement",
+                                      _BEFORE, pick="last")),
+    (0.03, ("sync", "async"), Variant("+ stall restart (restart_patience = 3)", _BEFORE[::2], pick="last")),
+    (0.03, ("sync", "async"), Variant("+ absorbing boundary", _BEFORE[2:], pick="last")),
+    (0.03, ("sync", "async"), Variant("+ c2 = 2.0", pick="last")),
+    (0.03, ("sync", "async"), Variant("+ pick by mean fitness (shipped)")),
+    (0.06, ("sync",), Variant("noise 0.06: best single re-measurement", pick="last")),
+    (0.06, ("sync",), Variant("noise 0.06: pick by mean fitness (shipped)")),
+    (0.06, ("sync",), Variant("noise 0.06: pick by mean fitness, pso_top_k = 5", top_k=5)),
+)
+"""The ablation's rows: (noise, modes, variant). Each row adds one change to the row above it,
+from msopt before this benchmark to msopt as shipped; the noise 0.06 rows compare final picks."""
+
+
+def _ablation_task(task: tuple) -> tuple[int, str, dict[int, dict[str, float]]]:
+    """One (problem, ablation row, mode, seed) at every budget."""
+    index, row, mode, seed, budgets, cache = task
+    noise, _, variant = ABLATION[row]
+    table = _table(index, cache)
+    run = run_msopt_sync if mode == "sync" else run_msopt_async
+    out = {}
+    for b in budgets:
+        oracle = Oracle(table, seed, noise)
+        launches, pick = run(table, oracle, b, seed, variant=variant)
+        out[b] = score(table, launches, b, pick)
+    return row, mode, out
+
+
+def run_ablation(seeds: range, budgets: Sequence[int], problems: Sequence[Problem], cache: str,
+                 jobs: int) -> str:
+    """Run every ablation row on ``seeds`` and return its Markdown table."""
+    tasks = [(PROBLEMS.index(p), row, mode, seed, tuple(budgets), cache)
+             for row, (_, modes, _) in enumerate(ABLATION) for mode in modes for p in problems for seed in seeds]
+    got: dict[tuple[int, str, int], list[dict[str, float]]] = {}
+    if jobs <= 1:
+        outs = map(_ablation_task, tasks)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        ex = ProcessPoolExecutor(max_workers=jobs)
+        outs = ex.map(_ablation_task, tasks, chunksize=8)
+    for row, mode, by_budget in outs:
+        for b, sc in by_budget.items():
+            got.setdefault((row, mode, b), []).append(sc)
+    if jobs > 1:
+        ex.shutdown()
+    modes = ("sync", "async")
+    lines = ["| msopt variant | noise | " + " | ".join(f"{m} @{b}" for m in modes for b in budgets) + " |",
+             "|---|---|" + "---|" * (len(modes) * len(budgets))]
+    for row, (noise, _, variant) in enumerate(ABLATION):
+        cells = []
+        for m in modes:
+            for b in budgets:
+                sc = got.get((row, m, b))
+                if not sc:
+                    cells.append("")
+                    continue
+                s_ = summarize(sc)
+                cells.append(f"{_fmt(s_['median'])}, {s_['within1']:.0%}, {s_['launches']:.0f} launches")
+        lines.append(f"| {variant.label} | {noise:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
@@ -968,6 +1084,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-result-cache", action="store_true",
                         help="run every method again instead of reading scores cached under --cache/results")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="'-' for none")
+    parser.add_argument("--ablation-seeds", default="100:200",
+                        help="seeds START:STOP of the msopt ablation (other seeds than the table's); 'none' skips it")
     args = parser.parse_args(argv)
     budgets = sorted(int(b) for b in args.budgets.split(","))
     problems = PROBLEMS if args.problems == "all" else tuple(PROBLEMS[int(i)] for i in args.problems.split(","))
@@ -1015,6 +1133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                        f"stored by identical code (see `_fingerprint`); computing every run takes "
                        f"{sum(cpu) / 60:.0f} CPU-minutes (`--no-result-cache`)." if any(hits) else
                        f"Every run computed afresh: {sum(cpu) / 60:.0f} CPU-minutes.")
+    args.ablation = None
+    if args.ablation_seeds != "none":
+        try:
+            start, stop = (int(x) for x in args.ablation_seeds.split(":"))
+        except ValueError:
+            parser.error(f"--ablation-seeds must be START:STOP or 'none', got {args.ablation_seeds!r}")
+        log(f"  ablation: {len(ABLATION)} msopt variants on seeds {start}..{stop - 1}")
+        args.ablation_range = (start, stop)
+        args.ablation = run_ablation(range(start, stop), budgets, problems, args.cache, args.jobs)
     text = render(tables, results, methods, budgets, args, command, time.time() - t_start)
     print(text)
     if args.out != "-":

@@ -150,3 +150,110 @@ dtype_param = { target_names = ["big", "pp"], product = 12 }
     assert base.phase == "baseline" and math.isinf(base.fitness) and base.values["big"] == 7
     assert "cannot be made an integer" in base.error
     pool.close()
+
+
+def _measured(eval_id, phase, seqs, fitness, num_prompts=None):
+    from msopt.results import METRICS, EvaluationResult
+
+    return EvaluationResult(eval_id=eval_id, phase=phase, particle=None if phase != "search" else 0,
+                            iteration=eval_id, position_in=[], position=[], values={"seqs": seqs},
+                            metrics={m: None for m in METRICS}, fitness=fitness, num_prompts=num_prompts)
+
+
+class _Idle:
+    size = 1
+
+    def submit(self, req):
+        raise AssertionError("nothing is launched here")
+
+    def wait(self, timeout=None):
+        return []
+
+    def running(self):
+        return []
+
+    def close(self):
+        pass
+
+
+def _fed(write_toml, measurements, prefix="", extra=""):
+    settings = load_settings(str(write_toml(prefix + config_text("reuse", "sync") + extra)), environ={})
+    driver = Driver(settings, _Idle())
+    for r in measurements:
+        driver._finish(r, journal=False)
+    return driver
+
+
+def test_pick_is_the_best_mean_not_a_lucky_remeasurement(write_toml):
+    # A is truly worse (about 1.0) than B (about 0.9); A's re-measurement came out lucky
+    driver = _fed(write_toml, [
+        _measured(0, "baseline", 16, 3.0),
+        _measured(1, "search", 24, 1.0),    # A
+        _measured(2, "search", 32, 0.9),    # B
+        _measured(3, "search", 40, 1.5),    # not among the top 2
+        _measured(4, "refine", 32, 0.92),   # B again
+        _measured(5, "refine", 24, 0.85),   # A again, lucky
+    ])
+    best = driver.best()
+    assert best.eval_id == 4 and best.values == {"seqs": 32}
+    assert driver.mean_fitness(best) == (pytest.approx(0.91), 2)
+    assert driver.mean_fitness(driver._refined[1]) == (pytest.approx(0.925), 2)
+    assert [r.eval_id for r in driver._capacity_configs()] == [4, 5]
+
+
+def test_failed_remeasurement_is_never_the_pick(write_toml):
+    driver = _fed(write_toml, [
+        _measured(0, "baseline", 16, 3.0),
+        _measured(1, "search", 24, 0.5),
+        _measured(2, "search", 32, 0.9),
+        _measured(3, "refine", 32, 0.95),
+        _measured(4, "refine", 24, math.inf),
+    ])
+    assert driver.best().eval_id == 3
+
+
+def test_mean_weighs_measurements_by_prompts(write_toml):
+    # the search was capped at 100 prompts, the re-measurement served the full 400
+    driver = _fed(write_toml, [
+        _measured(0, "baseline", 16, 3.0, 100),
+        _measured(1, "search", 24, 1.0, 100),
+        _measured(2, "refine", 24, 2.0, None),
+    ], prefix="simulate = true\nsample_size = 100\n", extra="[simulator.workload]\nnum_prompts = 400\n")
+    assert driver.full_prompts == 400
+    assert driver.mean_fitness(driver.best()) == (pytest.approx((100 * 1.0 + 400 * 2.0) / 500), 2)
+
+
+def test_evicted_configuration_is_not_tallied(write_toml):
+    driver = _fed(write_toml, [
+        _measured(0, "baseline", 16, 3.0),
+        _measured(1, "search", 24, 1.0),
+        _measured(2, "search", 32, 0.9),
+        _measured(3, "search", 40, 0.8),   # pushes the baseline off the top 2 ... and then 24
+    ])
+    assert sorted(driver._tally) == sorted(driver._board)
+    assert len(driver._tally) == 2
+
+
+def test_best_json_has_the_mean(write_toml, tmp_path):
+    import json
+
+    from msopt.store import RunStore
+
+    settings, driver = make(write_toml, dup="reuse")
+    driver.store = RunStore.create(str(tmp_path), settings)
+    out = driver.run()
+    driver.pool.close()
+    best = json.loads((driver.store.run_dir / "best.json").read_text())
+    assert out.best.phase == "refine" and best["eval_id"] == out.best.eval_id
+    assert best["measurements"] == 2
+    assert best["mean_fitness"] == pytest.approx(driver.mean_fitness(out.best)[0])
+
+
+def test_reused_result_is_not_a_second_measurement(write_toml):
+    from dataclasses import replace
+
+    first = _measured(1, "search", 24, 1.0)
+    driver = _fed(write_toml, [_measured(0, "baseline", 16, 3.0), first,
+                               replace(first, eval_id=2, reused=True), replace(first, eval_id=3, reused=True),
+                               _measured(4, "refine", 24, 2.0)])
+    assert driver.mean_fitness(driver.best()) == (pytest.approx(1.5), 2)

@@ -174,6 +174,16 @@ def test_top_table_lists_the_best_configuration(vllm_run: dict) -> None:
     assert "&#9733;" in cells[0]
 
 
+def test_recommendation_states_its_mean_everywhere(vllm_run: dict) -> None:
+    best = vllm_run["best"]
+    assert best["phase"] == "refine" and best["measurements"] == 2
+    mean = best["mean_fitness"]
+    (line,) = [ln for ln in vllm_run["stdout"].splitlines() if ln.startswith("recommended:")]
+    assert f"eval {best['eval_id']}," in line and f"mean of 2 measurements {mean:.4f}" in line
+    page = (vllm_run["run"] / REPORT_HTML).read_text(encoding="utf-8")
+    assert "over its 2 measurements, the best mean of the re-measured configurations" in page
+
+
 def test_report_command_rewrites_and_prints_the_path(vllm_run: dict, capsys: pytest.CaptureFixture) -> None:
     run = vllm_run["run"]
     (run / REPORT_HTML).unlink()
