@@ -267,13 +267,23 @@ class _Tracker:
         concurrency = len(self.running) or self.last_concurrency or 1
         return estimate_eta(self.mean_duration(), self.total - self.finished, concurrency)
 
-    def best_text(self, width: int = 16) -> str:
-        if self.best is None:
-            return "best: -"
-        b = self.best
+    def best_text(self, width: int = 16, result: Any = None, label: str = "best") -> str:
+        """``<label> fitness=... (eval N ...) values``: the best result shown so far, or ``result``."""
+        b = result if result is not None else self.best
+        if b is None:
+            return f"{label}: -"
         vals = " ".join(f"{k}={_value(v, width)}" for k, v in b.values.items())
         where = f"eval {b.eval_id}" + (f" p{b.particle}" if b.particle is not None else f" {b.phase or ''}")
-        return f"best fitness={_num(b.fitness, '.4f')} ({where.strip()}) {vals}".rstrip()
+        return f"{label} fitness={_num(b.fitness, '.4f')} ({where.strip()}) {vals}".rstrip()
+
+    def final_text(self, summary: Mapping[str, Any] | None) -> str:
+        """The closing line: counts, the recommendation (``summary["best"]``, which need not be
+        the best single measurement) or else the best shown, elapsed time, scalar summary items."""
+        rec = (summary or {}).get("best")
+        best = self.best_text(40, rec, "recommended") if hasattr(rec, "eval_id") else self.best_text(40)
+        text = f"finished: {self.counts_text()}; {best}; elapsed {format_duration(self.elapsed())}"
+        extra = _summary_items(summary)
+        return text + (f"; {extra}" if extra else "")
 
     def counts_text(self) -> str:
         parts = [f"{self.finished}/{self.total} evaluations", f"{self.failures} failed"]
@@ -404,10 +414,7 @@ class PlainLog(Progress):
             if self._closed:
                 return
             self._closed = True
-            t = self._t
-            text = f"finished: {t.counts_text()}; {t.best_text(40)}; elapsed {format_duration(t.elapsed())}"
-            extra = _summary_items(summary)
-            self._emit(text + (f"; {extra}" if extra else ""))
+            self._emit(self._t.final_text(summary))
             for line in _capacity_lines(summary):
                 self._emit(line)
 
@@ -554,11 +561,9 @@ class LiveTable(Progress):
             live.refresh()
             live.stop()
         with self._lock:
-            t = self._t
-            text = f"finished: {t.counts_text()}; {t.best_text(40)}; elapsed {format_duration(t.elapsed())}"
-            extra = _summary_items(summary)
+            text = self._t.final_text(summary)
         if live is not None or summary:
-            self.console.print(text + (f"; {extra}" if extra else ""), markup=False, highlight=False)
+            self.console.print(text, markup=False, highlight=False)
             for line in _capacity_lines(summary):
                 self.console.print(line, markup=False, highlight=False)
 

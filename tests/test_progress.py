@@ -52,6 +52,23 @@ def done(eval_id: int, particle: int | None, fitness: float, **kw) -> ProgressEv
     return ev("done", eval_id, particle, fitness=fitness, **kw)
 
 
+def test_closing_line_names_the_recommendation_not_the_luckiest_measurement():
+    # the display saw eval 12's lucky 0.70; the driver recommends eval 11 (best mean)
+    rec = EvaluationResult(eval_id=11, phase="refine", particle=None, iteration=0, position_in=[], position=[],
+                           values={"tp": 4, "pp": 1, "max_num_seqs": 64}, metrics=dict(METRICS), fitness=0.75)
+    for make in (lambda out, clock: PlainLog(out, clock=clock),
+                 lambda out, clock: LiveTable(Console(file=out, width=200), clock=clock)):
+        out, clock = io.StringIO(), Clock()
+        display = make(out, clock)
+        display.start(total=2, n_particles=1, dimensions=DIMS, run_dir="out/r1")
+        display.update(done(12, None, 0.70, phase="refine"))
+        display.update(done(11, None, 0.75, phase="refine", values=dict(rec.values)))
+        display.close({"best": rec, "status": "complete"})
+        last = out.getvalue().strip().splitlines()[-1]
+        assert "recommended fitness=0.7500 (eval 11 refine) tp=4 pp=1 max_num_seqs=64" in last
+        assert "eval 12" not in last and "status=complete" in last
+
+
 # -- ETA -----------------------------------------------------------------------------------------
 def test_estimate_eta():
     assert estimate_eta(None, 10, 2) is None
