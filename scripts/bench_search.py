@@ -708,6 +708,12 @@ def summarize(scores: Sequence[dict[str, float]]) -> dict[str, float]:
             "launches": float(np.median([s["launches"] for s in scores])), "n": len(scores)}
 
 
+def _cells(scores: Mapping[tuple, list[dict[str, float]]], keys: Sequence[tuple],
+           fmt: Callable[[dict[str, float]], str]) -> list[str]:
+    """One table cell per key: ``fmt`` of the summary of its scores, empty without scores."""
+    return [fmt(summarize(scores[k])) if scores.get(k) else "" for k in keys]
+
+
 def _fmt(x: float) -> str:
     if not math.isfinite(x) or x >= 1e8:
         return "inf"
@@ -765,15 +771,8 @@ def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], l
     out.append(head)
     out.append("|---|" + "---|" * (len(tables) * len(budgets)))
     for m in methods:
-        cells = []
-        for p in tables:
-            for b in budgets:
-                sc = results.get((p, m.name, b), [])
-                if not sc:
-                    cells.append("")
-                    continue
-                s = summarize(sc)
-                cells.append(f"{_fmt(s['median'])} [{_fmt(s['q1'])}, {_fmt(s['q3'])}] {s['within1']:.0%}")
+        cells = _cells(results, [(p, m.name, b) for p in tables for b in budgets],
+                       lambda s: f"{_fmt(s['median'])} [{_fmt(s['q1'])}, {_fmt(s['q3'])}] {s['within1']:.0%}")
         out.append(f"| {m.name} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("## Problems\n")
@@ -1063,15 +1062,8 @@ def run_ablation(seeds: range, budgets: Sequence[int], problems: Sequence[Proble
     lines = ["| msopt variant | noise | " + " | ".join(f"{m} @{b}" for m in modes for b in budgets) + " |",
              "|---|---|" + "---|" * (len(modes) * len(budgets))]
     for row, (noise, _, variant) in enumerate(ABLATION):
-        cells = []
-        for m in modes:
-            for b in budgets:
-                sc = got.get((row, m, b))
-                if not sc:
-                    cells.append("")
-                    continue
-                s_ = summarize(sc)
-                cells.append(f"{_fmt(s_['median'])}, {s_['within1']:.0%}, {s_['launches']:.0f} launches")
+        cells = _cells(got, [(row, m, b) for m in modes for b in budgets],
+                       lambda s: f"{_fmt(s['median'])}, {s['within1']:.0%}, {s['launches']:.0f} launches")
         lines.append(f"| {variant.label} | {noise:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
