@@ -189,7 +189,7 @@ class Driver:
         self.capacity: list[dict[str, Any]] = []
         options = swarm_options(settings)
         low, high = self.space.bounds
-        self.swarm = Swarm(low, high, options, init_position=self.space.default_position())
+        self.swarm = Swarm(low, high, options, init_position=self.space.default_position(), steps=self.space.steps)
         self._previous = {_request_key(r.phase, r.particle, r.iteration): r for r in previous}
         self._replay_order = [r for r in previous]
         self.keep_results = store is None if keep_results is None else bool(keep_results)

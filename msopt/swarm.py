@@ -18,6 +18,13 @@ The velocity update is the global-best PSO of Kennedy & Eberhart with inertia (S
 
 An attractor whose fitness is still ``inf`` (nothing evaluated successfully) does not pull.
 
+Step mutation (``mutation`` = p > 0): after its move, each moved particle, with probability p,
+takes one step along one dimension drawn at random, up or down (down or up where the step would
+leave the box). A step is one candidate of a dimension with few candidates, else a tenth of the
+dimension's range (:meth:`Swarm.__init__`'s ``steps``). On discrete serving knobs the near-miss
+of a short search is one candidate away in one dimension (the smallest batched-token budget, the
+next pipeline depth), which the velocity update alone reaches slowly.
+
 Stall restart (``restart_patience`` = k > 0): a particle told k evaluations in a row that did not
 improve its personal best is re-drawn uniformly in the box after its move, with a fresh initial
 velocity; its personal best (and the global best) are kept. On the discrete spaces msopt searches
@@ -51,10 +58,11 @@ __all__ = [
 COEFFICIENTS: tuple[str, ...] = ("w", "c1", "c2")
 """The coefficients a ``[pso_strategy]`` table can give a schedule."""
 
-_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp", "restart_patience", "boundary")
+_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp", "restart_patience", "boundary", "mutation")
 BOUNDARIES: tuple[str, ...] = ("reflect", "absorb")
 """How a move that leaves the box is brought back (``[pso_options] boundary``)."""
 _INIT_VELOCITY = 0.1  # initial speed: up to a tenth of each dimension's range
+_DEFAULT_STEP = 0.1  # a mutation step where none is given: a tenth of the dimension's range
 _STATE_VERSION = 1
 
 
@@ -237,6 +245,8 @@ class SwarmOptions:
             velocity; ``absorb`` stops it on the bound and zeroes that velocity component, so
             the extreme candidates of an enum / range / int dimension (often where a serving
             knob's best value lies) are reached and kept instead of bounced away from.
+        mutation: probability, 0..1, that a particle takes one step along one random dimension
+            after its move (see the module docstring); 0 never.
     """
 
     n_particles: int
@@ -250,6 +260,7 @@ class SwarmOptions:
     seed: Optional[int] = None
     restart_patience: int = 0
     boundary: str = "reflect"
+    mutation: float = 0.0
 
     def __post_init__(self) -> None:
         _check_int(self.n_particles, "n_particles", 1)
@@ -265,6 +276,10 @@ class SwarmOptions:
             self.velocity_clamp, "[pso_options] velocity_clamp", "> 0", lambda v: v > 0
         )
         object.__setattr__(self, "velocity_clamp", clamp)
+        mutation = _check_number(
+            self.mutation, "[pso_options] mutation", "in [0, 1]", lambda v: 0 <= v <= 1
+        )
+        object.__setattr__(self, "mutation", mutation)
         if self.seed is not None:
             object.__setattr__(self, "seed", _check_int(self.seed, "seed", 0))
         if self.boundary not in BOUNDARIES:
@@ -332,7 +347,7 @@ class SwarmOptions:
         return hash(
             (self.n_particles, self.iters, self.c1, self.c2, self.w,
              tuple(sorted(self.strategy.items())), tuple(sorted(self.end_values.items())),
-             self.velocity_clamp, self.seed, self.restart_patience, self.boundary)
+             self.velocity_clamp, self.seed, self.restart_patience, self.boundary, self.mutation)
         )
 
     @classmethod
@@ -347,7 +362,7 @@ class SwarmOptions:
         """Build options from the ``[pso_options]`` and ``[pso_strategy]`` tables.
 
         ``[pso_options]`` keys: ``c1``, ``c2``, ``w``, ``velocity_clamp``, ``restart_patience``,
-        ``boundary`` (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
+        ``boundary``, ``mutation`` (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
         ``constant``) and ``w_end``, ``c1_end``, ``c2_end`` giving that schedule's end value.
 
         Raises:
@@ -407,6 +422,7 @@ class SwarmOptions:
             "seed": self.seed,
             "restart_patience": self.restart_patience,
             "boundary": self.boundary,
+            "mutation": self.mutation,
         }
 
     @classmethod
@@ -437,6 +453,8 @@ class Swarm:
         options: the swarm's options (its seed seeds the swarm's own RNG).
         init_position: where particle 0 starts (the encoded default configuration); the
             others start uniformly at random inside the bounds.
+        steps: the mutation step per dimension (``SearchSpace.steps``: one candidate, or a
+            tenth of the range where there are many); default a tenth of each range.
     """
 
     def __init__(
@@ -445,8 +463,9 @@ class Swarm:
         high: Any,
         options: SwarmOptions,
         init_position: Any = None,
+        steps: Any = None,
     ) -> None:
-        self._setup(low, high, options)
+        self._setup(low, high, options, steps)
         n, d = options.n_particles, self._low.size
         self._rng = np.random.default_rng(options.seed)
         positions = self._low + self._rng.random((n, d)) * self._width
@@ -464,7 +483,7 @@ class Swarm:
         self._counts = np.zeros(n, dtype=np.int64)
         self._stalls = np.zeros(n, dtype=np.int64)
 
-    def _setup(self, low: Any, high: Any, options: SwarmOptions) -> None:
+    def _setup(self, low: Any, high: Any, options: SwarmOptions, steps: Any = None) -> None:
         low = np.array(low, dtype=float).reshape(-1)
         high = np.array(high, dtype=float).reshape(-1)
         if low.shape != high.shape:
@@ -477,6 +496,13 @@ class Swarm:
         self._width = high - low
         with np.errstate(over="ignore"):  # an enormous clamp means "unclamped": inf is fine
             self._vmax = options.velocity_clamp * self._width
+        if steps is None:
+            self._steps = _DEFAULT_STEP * self._width
+        else:
+            given = np.array(steps, dtype=float).reshape(-1)
+            if given.shape != low.shape or not np.all(np.isfinite(given)) or np.any(given < 0):
+                raise ValueError(f"steps must be {low.size} finite values >= 0, got {steps!r}")
+            self._steps = np.minimum(given, self._width)
         self._options = options
 
     # ---- read-only state -------------------------------------------------------------------
@@ -649,6 +675,7 @@ class Swarm:
             "best_fitness": _encode_fitness(self._gbest_fit),
             "evaluation_counts": self._counts.tolist(),
             "stalls": self._stalls.tolist(),
+            "steps": self._steps.tolist(),
             "rng": self._rng.bit_generator.state,
         }
 
@@ -666,7 +693,9 @@ class Swarm:
                     f"(expected {_STATE_VERSION})"
                 )
             swarm = cls.__new__(cls)
-            swarm._setup(state["low"], state["high"], SwarmOptions.from_dict(state["options"]))
+            # "steps" is absent in checkpoints written before step mutation existed
+            swarm._setup(state["low"], state["high"], SwarmOptions.from_dict(state["options"]),
+                         state.get("steps"))
             n, d = swarm.n_particles, swarm.dimensions
 
             def matrix(key: str) -> np.ndarray:
@@ -753,6 +782,24 @@ class Swarm:
             x, v = self._reflect(x + v, v)
         self._positions[rows] = x
         self._velocities[rows] = v
+        self._mutate(rows)
+
+    def _mutate(self, rows: np.ndarray) -> None:
+        """Move each of ``rows``, with probability ``mutation``, one step along a random dimension."""
+        p = self._options.mutation
+        movable = np.flatnonzero(self._steps > 0)
+        if p <= 0 or movable.size == 0:
+            return
+        hit = rows[self._rng.random(rows.size) < p]
+        if hit.size == 0:
+            return
+        dims = movable[self._rng.integers(0, movable.size, size=hit.size)]
+        signs = np.where(self._rng.random(hit.size) < 0.5, -1.0, 1.0)
+        for i, j, sign in zip(hit, dims, signs):
+            x = self._positions[i, j] + sign * self._steps[j]
+            if not self._low[j] <= x <= self._high[j]:
+                x = self._positions[i, j] - sign * self._steps[j]
+            self._positions[i, j] = min(max(x, self._low[j]), self._high[j])
 
     def _restart_stalled(self, rows: np.ndarray) -> None:
         """Re-draw the particles of ``rows`` that stalled ``restart_patience`` times in a row."""

@@ -563,3 +563,61 @@ def test_absorb_keeps_every_particle_in_bounds(seed):
         x = swarm.ask()
         assert np.all((x >= LOW) & (x <= HIGH))
         swarm.tell(sphere(x))
+
+
+# ---- step mutation --------------------------------------------------------------------------
+
+
+def test_mutation_validated_and_round_trips():
+    for bad in (-0.1, 1.5, "x", True, math.nan):
+        with pytest.raises(ConfigError, match=r"\[pso_options\] mutation must be a number in \[0, 1\]"):
+            SwarmOptions.from_settings({"mutation": bad}, {}, n_particles=4, iters=3)
+    opts = SwarmOptions.from_settings({"mutation": 0.5}, {}, n_particles=4, iters=3, seed=1)
+    assert opts.mutation == 0.5 and options().mutation == 0.0  # off unless configured
+    assert SwarmOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+
+
+def test_mutation_zero_leaves_the_random_stream_alone():
+    a = Swarm(LOW, HIGH, options(seed=5), steps=[1.0, 0.25, 2.0])
+    b = Swarm(LOW, HIGH, options(seed=5, mutation=0.0))
+    for _ in range(4):
+        fa, fb = sphere(a.ask()), sphere(b.ask())
+        a.tell(fa)
+        b.tell(fb)
+    assert np.array_equal(a.positions, b.positions)
+
+
+def test_every_mutation_is_one_step_in_one_dimension():
+    steps = np.array([1.0, 0.25, 2.0])
+    for seed in range(20):
+        swarm = Swarm(LOW, HIGH, options(seed=seed, n_particles=5, mutation=1.0, w=0.0, c1=0.0, c2=0.0),
+                      steps=steps)
+        before = swarm.positions
+        swarm.tell(np.arange(5.0))                  # no velocity, no pull: only the mutation moves
+        moved = np.abs(swarm.positions - before)
+        assert np.all((moved > 0).sum(axis=1) == 1)
+        assert np.allclose(moved.sum(axis=1), steps[np.argmax(moved > 0, axis=1)])
+        assert np.all((swarm.positions >= LOW) & (swarm.positions <= HIGH))
+
+
+def test_mutation_at_a_bound_steps_inward_and_skips_fixed_dimensions():
+    low, high = np.array([0.0, 3.0]), np.array([1.0, 3.0])      # the second dimension is fixed
+    swarm = Swarm(low, high, options(n_particles=1, mutation=1.0, w=0.0, c1=0.0, c2=0.0), steps=[0.25, 0.0])
+    swarm._positions[0] = [1.0, 3.0]
+    swarm.tell(np.array([1.0]))
+    assert np.allclose(swarm.positions[0], [0.75, 3.0])
+
+
+def test_steps_checked_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="steps must be 3 finite values"):
+        Swarm(LOW, HIGH, options(), steps=[1.0, -1.0, 1.0])
+    swarm = Swarm(LOW, HIGH, options(mutation=0.5), steps=[1.0, 0.25, 2.0])
+    state = json.loads(json.dumps(swarm.to_state()))
+    assert state["steps"] == [1.0, 0.25, 2.0]
+    restored = Swarm.from_state(state)
+    for s in (swarm, restored):
+        s.tell(sphere(s.ask()))
+    assert np.array_equal(swarm.positions, restored.positions)
+    old = dict(state)
+    del old["steps"]                               # a checkpoint from before step mutation
+    assert Swarm.from_state(old).to_state()["steps"] == pytest.approx([1.0, 0.1, 1.0])

@@ -160,6 +160,13 @@ class SearchSpace:
         return self._low.copy(), self._high.copy()
 
     @property
+    def steps(self) -> np.ndarray:
+        """A small move per dimension (the swarm's mutation step): one candidate of a dimension
+        with at most 10 candidates, else a tenth of its range."""
+        return np.array([(d.high - d.low) / min(len(d.candidates) if d.candidates else 10, 10)
+                         for d in self.dimensions], dtype=float)
+
+    @property
     def ndim(self) -> int:
         """Number of dimensions."""
         return len(self._dims)

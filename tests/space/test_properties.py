@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,3 +77,19 @@ def test_encode_decode_round_trip(tp, pp, mbs, sel, delay10, big):
         return
     d = SPACE.decode(SPACE.encode(values))
     assert d.values == values
+
+
+def test_steps_are_one_candidate_or_a_tenth_of_the_range():
+    low, high = SPACE.bounds
+    width = dict(zip(SPACE.names, high - low))
+    steps = dict(zip(SPACE.names, SPACE.steps))
+    assert steps["tp"] == width["tp"] / 4 and steps["sel"] == width["sel"] / 2   # a candidate
+    assert steps["pp"] == width["pp"] / 6                                         # int 1..6
+    for many in ("mbs", "util", "delay", "big"):                                  # a tenth
+        assert steps[many] == pytest.approx(width[many] / 10)
+    small = space_of(dict(name="tp", min=0, max=1, dtype="enum", dtype_param=[1, 2, 4, 8]),
+                     dict(name="seqs", min=16, max=512, dtype="range", dtype_param=16))
+    step = small.steps[0]
+    start = small.encode({"tp": 1, "seqs": 16})
+    for k, tp in enumerate((1, 2, 4, 8)):      # stepping one candidate goes to the next value
+        assert small.decode(start + [k * step, 0.0]).values["tp"] == tp
