@@ -12,8 +12,9 @@ are dispatched.
 
 Memory stays flat over long runs: with a run directory the journal is the record of every result,
 and the driver keeps only counters, the best result, the ``pso_top_k`` best distinct
-configurations (with the running mean of their measurements) and the refined results. Only the duplicate cache (``duplicate_policy = "reuse"``)
-holds one entry per distinct configuration, which reuse needs.
+configurations (with the running mean of their measurements) and the refined results. Only the
+duplicate cache (``duplicate_policy = "reuse"``) holds one entry per distinct configuration,
+which reuse needs.
 """
 
 from __future__ import annotations
@@ -189,7 +190,8 @@ class Driver:
         self.capacity: list[dict[str, Any]] = []
         options = swarm_options(settings)
         low, high = self.space.bounds
-        self.swarm = Swarm(low, high, options, init_position=self.space.default_position(), steps=self.space.steps)
+        self.swarm = Swarm(low, high, options, init_position=self.space.default_position(),
+                           steps=self.space.steps)
         self._previous = {_request_key(r.phase, r.particle, r.iteration): r for r in previous}
         self._replay_order = [r for r in previous]
         self.keep_results = store is None if keep_results is None else bool(keep_results)
@@ -201,7 +203,7 @@ class Driver:
         self._refined: list[EvaluationResult] = []      # successful refine results (<= pso_top_k)
         self._probes: dict[int, EvaluationResult] = {}  # capacity probes (<= max_probes per config)
         self._board: dict[str, EvaluationResult] = {}   # the pso_top_k best distinct configurations
-        self._tally: dict[str, list[float]] = {}          # board key -> [sum weight*fitness, sum weight, count]
+        self._tally: dict[str, list[float]] = {}  # board key -> [sum of weight·fitness, sum of weights, count]
         self._cache: dict[str, EvaluationResult] = {}   # duplicate_policy = "reuse" only
         self._leaders: dict[str, int] = {}           # values key -> eval_id in flight
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
