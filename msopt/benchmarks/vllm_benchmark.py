@@ -60,10 +60,10 @@ class VllmBenchmark(BenchmarkAdapter):
         """The ``vllm bench serve`` command line and the env fields."""
         where = f"[{self.name}.command]"
         cmd = command_table(section, self.name)
-        subst = {**server_values(server), **values}
+        sv = server_values(server)
+        subst = {**sv, **values}
         n = num_prompts if num_prompts is not None else positive_int(cmd, "num_prompts", 1000, where)
         conc, rate = resolve_load(values, fields, cmd, load, where)
-        sv = server_values(server)
         argv = executable(cmd, ("vllm", "bench", "serve"), self.name, subst)
         argv += ["--backend", command_str(cmd, "backend", "vllm", self.name),
                  "--host", sv["MSOPT_SERVER_HOST"], "--port", str(server.port),
