@@ -685,7 +685,7 @@ def score(table: Table, launches: Sequence[tuple[int, float]], budget: int,
         gap = f_true / table.f_opt - 1.0
     rows = [r for r, _ in launches]
     # did the search launch (successfully) a configuration within 1 % at all, whatever the pick?
-    found = any(r >= 0 and math.isfinite(f) and table.fitness[r] <= 1.01 * table.f_opt for r, f in launches)
+    found = any(r >= 0 and math.isfinite(f) and table.fitness[r] / table.f_opt - 1.0 <= 0.01 for r, f in launches)
     distinct = len({r for r in rows if r >= 0})
     infeasible = sum(1 for r, f in launches if not math.isfinite(f))
     seen: set[int] = set()
@@ -704,7 +704,7 @@ def summarize(scores: Sequence[dict[str, float]]) -> dict[str, float]:
                    else np.percentile(np.where(np.isfinite(reg), reg, 1e9), [25, 50, 75]))
     return {"median": float(med), "q1": float(q1), "q3": float(q3),
             "within1": float(np.mean([s["within1"] for s in scores])),
-            "found1": float(np.mean([s.get("found1", math.nan) for s in scores])),
+            "found1": float(np.mean([s["found1"] for s in scores])),
             "distinct": float(np.median([s["distinct"] for s in scores])),
             "infeasible": float(np.median([s["infeasible"] for s in scores])),
             "duplicate": float(np.median([s["duplicate"] for s in scores])),
