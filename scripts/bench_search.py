@@ -350,7 +350,7 @@ class _Penalty:
 
 @dataclass(frozen=True)
 class Variant:
-    """An msopt configuration other than the shipped one, for the ablation (``--ablation``).
+    """An msopt configuration other than the shipped one, for the ablation (``--ablation-seeds``).
 
     Attributes:
         label: the row's name.
@@ -665,6 +665,9 @@ METHODS = (
 # --------------------------------------------------------------------------------------------
 
 
+WITHIN = 0.01  # a pick or launch within 1 % of the optimal fitness counts as a hit
+
+
 def score(table: Table, launches: Sequence[tuple[int, float]], budget: int,
           pick: int | None = None) -> dict[str, float]:
     """Score a run from its launches (the first ``budget``) and its pick (default: the
@@ -685,7 +688,7 @@ def score(table: Table, launches: Sequence[tuple[int, float]], budget: int,
         gap = f_true / table.f_opt - 1.0
     rows = [r for r, _ in launches]
     # did the search launch (successfully) a configuration within 1 % at all, whatever the pick?
-    found = any(r >= 0 and math.isfinite(f) and table.fitness[r] / table.f_opt - 1.0 <= 0.01 for r, f in launches)
+    found = any(r >= 0 and math.isfinite(f) and table.fitness[r] / table.f_opt - 1.0 <= WITHIN for r, f in launches)
     distinct = len({r for r in rows if r >= 0})
     infeasible = sum(1 for r, f in launches if not math.isfinite(f))
     seen: set[int] = set()
@@ -694,7 +697,7 @@ def score(table: Table, launches: Sequence[tuple[int, float]], budget: int,
         if r >= 0 and r in seen:
             dup += 1
         seen.add(r)
-    return {"regret": regret, "within1": float(gap <= 0.01), "found1": float(found), "distinct": distinct,
+    return {"regret": regret, "within1": float(gap <= WITHIN), "found1": float(found), "distinct": distinct,
             "infeasible": infeasible, "duplicate": dup, "launches": len(launches)}
 
 
