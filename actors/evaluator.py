@@ -8,8 +8,8 @@ from typing import Any
 import ray
 
 from msopt.config import Settings
-from msopt.evaluation import Evaluator
-from msopt.results import EvalRequest, EvaluationResult
+from msopt.evaluate.evaluator import Evaluator
+from msopt.evaluate.results import EvalRequest, EvaluationResult
 
 
 def accelerator_key(settings: Settings) -> str | None:

@@ -23,8 +23,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from actors.evaluator import EvaluatorActor, accelerator_key
 from msopt.config import Settings
 from msopt.errors import MsoptError
-from msopt.evaluation import MAX_ATTEMPTS
-from msopt.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.evaluator import MAX_ATTEMPTS
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
 
 log = logging.getLogger("msopt.pool")
 
@@ -36,11 +36,8 @@ class ClusterError(MsoptError):
 def devices_per_trial(settings: Settings) -> int:
     """``[cluster] devices_per_trial``; default: the ternary_factories product, else 1."""
     value = settings.section("cluster").get("devices_per_trial")
-    if value is not None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ClusterError(f"{settings.where('cluster.devices_per_trial')}: [cluster] devices_per_trial "
-                               f"must be a non-negative integer, got {value!r}")
-        return value
+    if value is not None:  # checked at load time: an integer from 0 to 4096
+        return int(value)
     from msopt.space import SearchSpace
 
     products = SearchSpace.from_settings(settings).ternary_products()

@@ -72,7 +72,7 @@ def main() -> None:
 
     from actors.pool import RayPool, init_ray
     from msopt.config import load_settings
-    from msopt.driver import Driver
+    from msopt.run.driver import Driver
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "bench.toml"

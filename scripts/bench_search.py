@@ -12,7 +12,7 @@ How it works (printed with the table as well):
 1. Problems: a vLLM search space (tp, pp, dp = world / (tp·pp) as ``ternary_factories``,
    max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, enable_chunked_prefill) on a
    simulated model / hardware / workload. Every valid configuration (tp·pp divides the world
-   size) is evaluated ONCE with msopt's own :class:`msopt.evaluation.Evaluator` (simulate=True,
+   size) is evaluated ONCE with msopt's own :class:`msopt.evaluate.evaluator.Evaluator` (simulate=True,
    simulator noise 0); the table is cached under ``--cache`` keyed by a hash of the problem's
    configuration. Its minimum is the optimum, exactly.
 2. Oracle: every launch looks the configuration up in the table and multiplies generate_speed,
@@ -50,10 +50,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from msopt.config import Settings, load_settings  # noqa: E402
-from msopt.driver import Driver, InProcessPool  # noqa: E402
+from msopt.run.driver import Driver, InProcessPool  # noqa: E402
 from msopt.errors import DecodeError  # noqa: E402
-from msopt.objective import make_objective  # noqa: E402
-from msopt.results import METRICS, EvalRequest, EvaluationResult  # noqa: E402
+from msopt.evaluate.objective import make_objective  # noqa: E402
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult  # noqa: E402
 from msopt.space import SearchSpace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,7 +237,7 @@ class Table:
         self.opt_values = rows[int(np.argmin(fit))]["values"]
 
     def _enumerate(self, log: Callable[[str], None]) -> list[dict[str, Any]]:
-        from msopt.evaluation import Evaluator
+        from msopt.evaluate.evaluator import Evaluator
 
         space = self.space
         evaluator = Evaluator(self.settings, simulate=True)

@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         tracemalloc.start()
 
     from msopt.config import load_settings
-    from msopt.driver import Driver, InProcessPool
-    from msopt.progress import PlainLog
-    from msopt.store import RunStore
+    from msopt.run.driver import Driver, InProcessPool
+    from msopt.run.progress import PlainLog
+    from msopt.run.store import RunStore
 
     iters = math.ceil(args.evals / args.particles)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="msopt-soak-"))

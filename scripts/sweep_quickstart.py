@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from msopt.config import load_settings
-from msopt.evaluation import Evaluator
-from msopt.results import EvalRequest
+from msopt.evaluate.evaluator import Evaluator
+from msopt.evaluate.results import EvalRequest
 from msopt.space import SearchSpace
 
 REPO = Path(__file__).resolve().parents[1]

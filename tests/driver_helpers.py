@@ -7,7 +7,7 @@ import random
 import time
 
 from msopt.errors import DecodeError
-from msopt.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
 from msopt.space import SearchSpace
 
 

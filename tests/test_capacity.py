@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-from msopt.capacity import CapacityOptions, CapacitySearch, Probe, capacity_options
+from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, capacity_options
 from msopt.config import load_settings
-from msopt.driver import Driver, InProcessPool
+from msopt.run.driver import Driver, InProcessPool
 from msopt.errors import ConfigError
-from msopt.evaluation import Evaluator
-from msopt.results import EvalRequest
+from msopt.evaluate.evaluator import Evaluator
+from msopt.evaluate.results import EvalRequest
 from msopt.space import SearchSpace
-from msopt.store import RunStore
+from msopt.run.store import RunStore
 
 CFG = """
 simulate = true
@@ -305,7 +305,7 @@ def test_display_keeps_capacity_rows_apart_and_summarises():
 
     from rich.console import Console
 
-    from msopt.progress import LiveTable, PlainLog, ProgressEvent
+    from msopt.run.progress import LiveTable, PlainLog, ProgressEvent
 
     out = io.StringIO()
     log = PlainLog(out)

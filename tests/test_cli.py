@@ -94,7 +94,7 @@ def test_bare_name_in_cwd(write_toml, tmp_path):
 
 
 def test_cli_does_not_import_ray(write_toml):
-    code = ("import sys; from msopt.cli import main; main(['validate', '-c', %r]); "
+    code = ("import sys; from msopt.cli.main import main; main(['validate', '-c', %r]); "
             "assert 'ray' not in sys.modules, 'ray imported'" % str(write_toml(CFG)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -47,7 +47,7 @@ def test_set_errors_are_one_line():
 
 
 def test_simulate_does_not_import_ray():
-    code = ("import sys; from msopt.cli import main; rc = main(['simulate', '-c', %r, '--json']); "
+    code = ("import sys; from msopt.cli.main import main; rc = main(['simulate', '-c', %r, '--json']); "
             "assert 'ray' not in sys.modules; sys.exit(rc)" % QUICK)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from msopt.config import load_settings
-from msopt.driver import Driver, InProcessPool
+from msopt.run.driver import Driver, InProcessPool
 from msopt.space import SearchSpace
 
 from .driver_helpers import FormulaEvaluator
@@ -153,7 +153,7 @@ dtype_param = { target_names = ["big", "pp"], product = 12 }
 
 
 def _measured(eval_id, phase, seqs, fitness, num_prompts=None):
-    from msopt.results import METRICS, EvaluationResult
+    from msopt.evaluate.results import METRICS, EvaluationResult
 
     return EvaluationResult(eval_id=eval_id, phase=phase, particle=None if phase != "search" else 0,
                             iteration=eval_id, position_in=[], position=[], values={"seqs": seqs},
@@ -237,7 +237,7 @@ def test_evicted_configuration_is_not_tallied(write_toml):
 def test_best_json_has_the_mean(write_toml, tmp_path):
     import json
 
-    from msopt.store import RunStore
+    from msopt.run.store import RunStore
 
     settings, driver = make(write_toml, dup="reuse")
     driver.store = RunStore.create(str(tmp_path), settings)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from msopt.errors import ConfigError
-from msopt.health import HealthCheck, Verdict
+from msopt.evaluate.health import HealthCheck, Verdict
 
 
 def test_defaults_classify_common_failures() -> None:

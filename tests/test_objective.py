@@ -5,7 +5,7 @@ import math
 import pytest
 
 from msopt.errors import ConfigError, RegistryError
-from msopt.objective import (
+from msopt.evaluate.objective import (
     MAX_FINITE_FITNESS,
     METRIC_NAMES,
     OBJECTIVES,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from msopt.errors import EvaluationError
-from msopt.process import (
+from msopt.engines.process import (
     BACKUP_SUFFIX,
     _alive,
     free_port,
@@ -114,7 +114,7 @@ def test_child_dies_with_its_parent_on_sigkill(tmp_path: Path) -> None:
     code = f"""
         import time, sys
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
-        from msopt.process import start_process
+        from msopt.engines.process import start_process
         p = start_process([{PY!r}, '-c', 'import time; time.sleep(60)'], {{}}, {str(tmp_path / 'c.log')!r})
         open({str(pidfile)!r}, 'w').write(str(p.pid))
         time.sleep(60)
@@ -229,7 +229,7 @@ def test_staged_files_prefers_a_backup_left_by_a_crashed_run(tmp_path: Path) -> 
 
 def test_launched_stages_files_starts_waits_and_cleans_up(tmp_path: Path) -> None:
     from msopt.engines import LaunchSpec
-    from msopt.process import launched
+    from msopt.engines.process import launched
 
     conf = tmp_path / "config.json"
     conf.write_text('{"port": 1}')

@@ -14,20 +14,20 @@ from pathlib import Path
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.process import _alive, free_port, group_members, start_process, wait_ready
-from msopt.results import METRICS
-from msopt.sim_serve import ARGV_FILE_ENV
+from msopt.engines.process import _alive, free_port, group_members, start_process, wait_ready
+from msopt.evaluate.results import METRICS
+from msopt.sim.serve import ARGV_FILE_ENV
 from msopt.space import DecodeContext, SearchSpace
 
 
 def sim_serve_executable() -> list[str]:
-    """``msopt sim-serve`` through msopt.cli once it registers msopt.cli_serve, else the module."""
-    from msopt.cli import build_parser
+    """``msopt sim-serve`` through msopt.cli.main once it registers msopt.cli.serve, else the module."""
+    from msopt.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     if "sim-serve" in sub.choices:
         return [sys.executable, "-m", "msopt.cli", "sim-serve"]
-    return [sys.executable, "-m", "msopt.cli_serve"]
+    return [sys.executable, "-m", "msopt.cli.serve"]
 
 
 CONFIG = """

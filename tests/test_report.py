@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msopt.cli import main
+from msopt.cli.main import main
 from msopt.config import load_settings
 from msopt.report import (
     BEST_COMMAND_JSON,
@@ -33,9 +33,9 @@ from msopt.report import (
     pareto_front,
     write_report,
 )
-from msopt.results import EvaluationResult
+from msopt.evaluate.results import EvaluationResult
 from msopt.space import DecodeContext, SearchSpace
-from msopt.store import RunStore
+from msopt.run.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PNGS = (FITNESS_PNG, PARALLEL_PNG, PARETO_PNG)
@@ -270,7 +270,7 @@ def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
         store.append(r)
         if best is None or r.fitness < best.fitness:
             best = r
-    from msopt.driver import best_record
+    from msopt.run.driver import best_record
 
     store.write_best(best_record(best, settings))
     store.close()
@@ -284,13 +284,13 @@ def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
 
 
 def test_a_failing_report_does_not_lose_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import msopt.report
+    import msopt.report.html
 
     def boom(*a, **k):
         raise RuntimeError("no fonts here\nsecond line")
 
-    monkeypatch.setattr(msopt.report, "write_report", boom)
-    monkeypatch.setattr(msopt.report, "export_best", boom)
+    monkeypatch.setattr(msopt.report.html, "write_report", boom)
+    monkeypatch.setattr(msopt.report.export, "export_best", boom)
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(small_quickstart())
     code, out, err, run = run_optimize(cfg, tmp_path / "out", "--particles", "2", "--iters", "1")

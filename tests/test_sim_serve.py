@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from msopt.process import _alive, free_port, start_process, wait_ready
-from msopt.sim_serve import _pace, parse_options
+from msopt.engines.process import _alive, free_port, start_process, wait_ready
+from msopt.sim.serve import _pace, parse_options
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -61,7 +61,7 @@ def test_pace_matches_the_embedded_simulator_at_batch_one() -> None:
 
 
 def test_cli_register_passes_every_argument_through() -> None:
-    from msopt.cli_serve import register
+    from msopt.cli.serve import register
 
     parser = argparse.ArgumentParser(prog="msopt")
     register(parser.add_subparsers(dest="command"))
@@ -90,7 +90,7 @@ def _post(url: str, body: object, raw: bytes | None = None) -> tuple[int, bytes]
 def test_http_surface_and_clean_shutdown(tmp_path: Path) -> None:
     port = free_port()
     argv_file = tmp_path / "argv.json"
-    argv = [sys.executable, "-m", "msopt.cli_serve", "M", "--port", str(port), "--served-model-name",
+    argv = [sys.executable, "-m", "msopt.cli.serve", "M", "--port", str(port), "--served-model-name",
             "q", "--time-scale", "0.01", "--startup-delay", "0.5", "--max-model-len", "100", "--foo"]
     with start_process(argv, {"MSOPT_SIM_SERVE_ARGV_FILE": str(argv_file)}, tmp_path / "s.log") as proc:
         deadline = time.monotonic() + 20
@@ -141,7 +141,7 @@ def test_requests_beyond_max_num_seqs_queue(tmp_path: Path) -> None:
     from msopt.benchmarks.builtin import LoadParams, run_load
 
     port = free_port()
-    argv = [sys.executable, "-m", "msopt.cli_serve", "M", "--port", str(port), "--max-num-seqs", "1",
+    argv = [sys.executable, "-m", "msopt.cli.serve", "M", "--port", str(port), "--max-num-seqs", "1",
             "--time-scale", "1"]
     with start_process(argv, {}, tmp_path / "s.log") as proc:
         wait_ready("127.0.0.1", port, "/health", 20, proc, interval=0.1)

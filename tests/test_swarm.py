@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msopt.errors import ConfigError, RegistryError
-from msopt.swarm import SCHEDULES, Swarm, SwarmOptions
+from msopt.search.swarm import SCHEDULES, Swarm, SwarmOptions
 
 LOW = np.array([-5.0, 0.0, 10.0])
 HIGH = np.array([5.0, 1.0, 20.0])

@@ -43,7 +43,7 @@ from msopt.engines.base import (
     substitute,
 )
 from msopt.errors import ConfigError, EvaluationError
-from msopt.process import tail
+from msopt.engines.process import tail
 from msopt.space.fields import FieldDecl
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")

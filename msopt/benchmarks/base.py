@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from msopt.engines.base import LaunchSpec, format_value, plain
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import Registry
-from msopt.results import METRICS
+from msopt.metrics import METRICS
 from msopt.space.fields import FieldDecl
 
 #: Field names (config_position "env") that set the load, as in the original tool.
@@ -79,7 +79,7 @@ class BenchmarkAdapter:
     """Base of the benchmark adapters; one instance per benchmark, stateless.
 
     A subclass renders a command line (``render``) and reads its results (``parse``); ``run``
-    starts the command with :mod:`msopt.process`, waits and parses. An in-process benchmark
+    starts the command with :mod:`msopt.engines.process`, waits and parses. An in-process benchmark
     overrides ``run`` instead.
     """
 
@@ -123,7 +123,7 @@ class BenchmarkAdapter:
             EvaluationError: it could not start, ran past ``timeout`` (it is stopped), exited
                 non-zero, or left no readable result.
         """
-        from msopt.process import start_process
+        from msopt.engines.process import start_process
 
         result_dir = Path(result_dir)
         result_dir.mkdir(parents=True, exist_ok=True)

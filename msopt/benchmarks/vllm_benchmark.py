@@ -26,7 +26,7 @@ from msopt.engines.base import (
     split_others,
 )
 from msopt.errors import EvaluationError
-from msopt.process import tail
+from msopt.engines.process import tail
 from msopt.space.fields import FieldDecl
 
 RESULT_FILE = "vllm_bench_result.json"

@@ -252,6 +252,8 @@ class EngineAdapter:
 
     name: ClassVar[str] = ""
     health_path: ClassVar[str] = "/health"
+    #: The port the engine's server listens on when its configuration names none.
+    default_port: ClassVar[int] = 8000
 
     def render(
         self,
@@ -267,7 +269,27 @@ class EngineAdapter:
         raise NotImplementedError
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
-        """Raise ConfigError for a configuration this engine cannot render (call at load time)."""
+        """Raise ConfigError for a configuration this engine cannot render; every command runs it
+        at load time (:func:`msopt.run.validate.validate`)."""
+
+    def launch_port(self, section: Mapping[str, Any]) -> int:
+        """The port a user's server should listen on (exported launch files): ``[<engine>.command]
+        port``, else :attr:`default_port`."""
+        cmd = section.get("command", {})
+        return valid_port(cmd.get("port") if isinstance(cmd, Mapping) else None, self.default_port)
+
+    def export_target(self, section: Mapping[str, Any], target: str) -> str:
+        """Where the user installs an exported configuration file rendered for ``target``."""
+        return target
+
+
+def valid_port(port: Any, default: int) -> int:
+    """``port`` as an int when it is a usable TCP port, else ``default``."""
+    try:
+        value = int(port) if port is not None and not isinstance(port, bool) else None
+    except (TypeError, ValueError):
+        value = None
+    return value if value is not None and 0 < value < 65536 else default
 
 
 ENGINES: Registry[type[EngineAdapter]] = Registry("engine", entry_point_group="msopt.engines")

@@ -24,6 +24,7 @@ from msopt.engines.base import (
     executable,
     split_others,
     substitute,
+    valid_port,
     value_of,
     wait_start_time,
 )
@@ -113,18 +114,24 @@ def get_path(doc: Any, path: Sequence[str | int], default: Any = None) -> Any:
     return node
 
 
-def load_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The original config.json (or the built-in template) and its path (None: template)."""
+def load_config(section: Mapping[str, Any], *, missing_ok: bool = False) -> tuple[dict[str, Any], str | None]:
+    """The original config.json (or the built-in template) and its path (None: template).
+
+    ``missing_ok``: a config_path that does not exist on this machine gives the template (the
+    configuration is checked here and launched elsewhere; ``msopt preflight`` checks the file).
+    """
     raw = section.get("config_path")
     if raw in (None, ""):
         return json.loads(TEMPLATE_PATH.read_text(encoding="utf-8")), None
     if not isinstance(raw, str):
         raise ConfigError(f"[mindie] 'config_path' must be a path string, got {raw!r}")
     path = Path(raw).expanduser()
-    from msopt.process import BACKUP_SUFFIX
+    from msopt.engines.process import BACKUP_SUFFIX
 
     backup = path.with_name(path.name + BACKUP_SUFFIX)
     source = backup if backup.exists() else path  # a run that died left its edit; start from the original
+    if missing_ok and not source.exists():
+        return json.loads(TEMPLATE_PATH.read_text(encoding="utf-8")), None
     try:
         text = source.read_text(encoding="utf-8")
     except OSError as exc:
@@ -146,10 +153,25 @@ class MindieAdapter(EngineAdapter):
     name = "mindie"
     health_path = "/v1/models"
     default_executable = ("mindieservice_daemon",)
+    default_port = 1025
+
+    def launch_port(self, section: Mapping[str, Any]) -> int:
+        """``[mindie.command] port``, else ``ServerConfig.port`` of the config.json, else 1025."""
+        cmd = section.get("command", {})
+        port = cmd.get("port") if isinstance(cmd, Mapping) else None
+        if port is None:
+            port = get_path(load_config(section)[0], PORT_PATH)
+        return valid_port(port, self.default_port)
+
+    def export_target(self, section: Mapping[str, Any], target: str) -> str:
+        """The user's config.json, or (without ``config_path``) where MindIE keeps it."""
+        if not section.get("config_path"):
+            return "its conf/config.json (set [mindie] config_path to have msopt edit yours)"
+        return target
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering."""
-        doc, _ = load_config(section)
+        doc, _ = load_config(section, missing_ok=True)
         command_table(section, self.name)
         wait_start_time(section, self.name)
         for decl in fields:

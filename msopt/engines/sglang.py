@@ -11,6 +11,7 @@ class SglangAdapter(CommandLineAdapter):
 
     name = "sglang"
     health_path = "/health"
+    default_port = 30000
     default_executable = ("python", "-m", "sglang.launch_server")
     model_flag = "--model-path"
     negate_enable = False

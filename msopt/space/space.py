@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -14,8 +14,13 @@ from msopt.space.context import DecodeContext
 from msopt.space.dtypes import DTYPES, FieldType, Report, TernaryFactoriesType
 from msopt.space.fields import FieldDecl
 
-if TYPE_CHECKING:
-    from msopt.config import Settings
+
+class HasFields(Protocol):
+    """What :meth:`SearchSpace.from_settings` reads: the searched section's field declarations
+    (:class:`msopt.config.Settings` is one; the space sits below the configuration)."""
+
+    @property
+    def fields(self) -> tuple[FieldDecl, ...]: ...
 
 
 @dataclass(slots=True)
@@ -102,7 +107,7 @@ class SearchSpace:
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
-    def from_settings(cls, settings: Settings) -> SearchSpace:
+    def from_settings(cls, settings: HasFields) -> SearchSpace:
         """Build the space of ``settings.engine``'s target_field list."""
         return cls(settings.fields)
 

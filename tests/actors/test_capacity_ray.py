@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
-from msopt.driver import Driver
-from msopt.progress import Progress
+from msopt.run.driver import Driver
+from msopt.run.progress import Progress
 
 from .test_pool import settings_for
 

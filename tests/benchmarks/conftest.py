@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from msopt.engines import LaunchSpec
-from msopt.process import free_port, start_process, wait_ready
+from msopt.engines.process import free_port, start_process, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchSpec]
     """A running ``sim-serve`` (time scale 0.01) as the LaunchSpec a benchmark receives."""
     port = free_port()
     log = tmp_path_factory.mktemp("sim") / "server.log"
-    argv = [sys.executable, "-m", "msopt.cli_serve", "/models/Qwen3-8B", "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "msopt.cli.serve", "/models/Qwen3-8B", "--host", "127.0.0.1",
             "--port", str(port), "--served-model-name", "qwen3-8b", "--max-num-seqs", "4",
             "--time-scale", "0.01"]
     with start_process(argv, {}, log) as proc:

@@ -17,7 +17,7 @@ from msopt.benchmarks.ais_bench import parse_quantity
 from msopt.benchmarks.vllm_benchmark import RESULT_FILE, parse_result
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError, RegistryError
-from msopt.results import METRICS
+from msopt.evaluate.results import METRICS
 from msopt.space.fields import FieldDecl, parse_field
 
 from .conftest import write

@@ -22,8 +22,8 @@ from msopt.benchmarks.builtin import (
 )
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError
-from msopt.process import free_port
-from msopt.results import METRICS
+from msopt.engines.process import free_port
+from msopt.evaluate.results import METRICS
 
 
 def test_synthetic_prompts_are_seeded_and_sized() -> None:

@@ -314,7 +314,7 @@ def test_mindie_starts_from_the_backup_a_dead_run_left(tmp_path):
     import json as _json
 
     from msopt.engines import get_engine
-    from msopt.process import BACKUP_SUFFIX, staged_files
+    from msopt.engines.process import BACKUP_SUFFIX, staged_files
     from msopt.space import parse_field
 
     cfg = tmp_path / "config.json"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from msopt.cli import main
+from msopt.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "tests" / "data" / "bad_configs"

@@ -1,7 +1,7 @@
 """Disk full: the journal's writes fail mid-run; the run stops cleanly and --resume completes it.
 
 The run is ``msopt optimize --no-ray`` in this process (``msopt.cli.main``) over the simulator.
-Every write of ``msopt.store`` (``os.write`` for the journal and atomic documents, file writes
+Every write of ``msopt.run.store`` (``os.write`` for the journal and atomic documents, file writes
 for results.csv) goes through :class:`FullDisk`, which lets ``budget`` writes through, cuts the
 next one short (a partial write, as a filling disk does) and refuses every later one with ENOSPC.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import msopt.store
-from msopt.cli import main
-from msopt.store import RunStore
+import msopt.run.store
+from msopt.cli.main import main
+from msopt.run.store import RunStore
 
 CFG = """
 simulate = true
@@ -60,7 +60,7 @@ TOTAL = 1 + 3 * 2 + 1  # baseline, 3 particles x 2 iterations, top-1 refinement
 
 
 class FullDisk:
-    """Stands in for ``os`` and ``open`` inside msopt.store: the disk fills after ``budget`` writes."""
+    """Stands in for ``os`` and ``open`` inside msopt.run.store: the disk fills after ``budget`` writes."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -78,7 +78,7 @@ class FullDisk:
         raise self._full()
 
     def open_file(self, file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        """The ``open`` builtin as msopt.store sees it."""
+        """The ``open`` builtin as msopt.run.store sees it."""
         fh = open(file, mode, *args, **kwargs)  # noqa: SIM115
         if not any(c in mode for c in "wax+"):
             return fh
@@ -144,8 +144,8 @@ def test_disk_full_stops_cleanly_and_resume_completes(config: Path, budget: int,
     out = tmp_path / "runs"
     disk = FullDisk(budget)
     with monkeypatch.context() as m:
-        m.setattr(msopt.store, "os", disk)
-        m.setattr(msopt.store, "open", disk.open_file, raising=False)
+        m.setattr(msopt.run.store, "os", disk)
+        m.setattr(msopt.run.store, "open", disk.open_file, raising=False)
         code, _, stderr = _run(["optimize", "-c", str(config), "--no-ray", "--plain", "-o", str(out)], capsys)
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
@@ -175,8 +175,8 @@ def test_disk_full_at_creation_leaves_no_run_directory(config: Path, tmp_path: P
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "runs"
     disk = FullDisk(1)
-    monkeypatch.setattr(msopt.store, "os", disk)
-    monkeypatch.setattr(msopt.store, "open", disk.open_file, raising=False)
+    monkeypatch.setattr(msopt.run.store, "os", disk)
+    monkeypatch.setattr(msopt.run.store, "open", disk.open_file, raising=False)
     code, _, stderr = _run(["optimize", "-c", str(config), "--no-ray", "--plain", "-o", str(out)], capsys)
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and "the disk is full" in stderr, stderr
     assert "start the run again" in stderr and "--resume" not in stderr, stderr  # there is nothing to resume

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from msopt.config import Settings
-from msopt.driver import Driver, InProcessPool
+from msopt.run.driver import Driver, InProcessPool
 from msopt.space import SearchSpace
-from msopt.store import RunStore
+from msopt.run.store import RunStore
 
 from ..driver_helpers import FormulaEvaluator
 from .test_properties import base, score  # noqa: F401  (the module-scoped settings fixture)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from msopt.cli import main
+from msopt.cli.main import main
 
 from .test_disk_full import CFG
 

@@ -150,6 +150,6 @@ class HealthCheck:
 
     def check_file(self, log_path: str | Path, kind: str = "service") -> Verdict:
         """Classify the end of a log file."""
-        from msopt.process import tail
+        from msopt.engines.process import tail
 
         return self.check(tail(log_path, self.log_snippet_length), kind)

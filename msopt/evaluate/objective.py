@@ -18,10 +18,21 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from msopt.errors import ConfigError
+from msopt.metrics import (
+    GENERATE_SPEED,
+    METRICS,
+    SUCCESS_RATE,
+    THROUGHPUT,
+    TIME_PER_OUTPUT_TOKEN,
+    TIME_TO_FIRST_TOKEN,
+)
 from msopt.registry import Registry
+
+if TYPE_CHECKING:
+    from msopt.config import Settings
 
 __all__ = [
     "GENERATE_SPEED",
@@ -41,18 +52,7 @@ __all__ = [
     "make_objective",
 ]
 
-GENERATE_SPEED = "generate_speed"
-TIME_TO_FIRST_TOKEN = "time_to_first_token"
-TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
-SUCCESS_RATE = "success_rate"
-THROUGHPUT = "throughput"
-METRIC_NAMES: tuple[str, ...] = (
-    GENERATE_SPEED,
-    TIME_TO_FIRST_TOKEN,
-    TIME_PER_OUTPUT_TOKEN,
-    SUCCESS_RATE,
-    THROUGHPUT,
-)
+METRIC_NAMES: tuple[str, ...] = METRICS
 
 Metrics = Mapping[str, Optional[float]]
 """Metric name -> value; None (or NaN) when the benchmark could not measure it."""
@@ -301,3 +301,15 @@ def check_metrics_available(objective: Objective, produced: set[str], benchmark_
             f"benchmark {benchmark_name!r} does not produce (it produces: "
             f"{', '.join(sorted(produced)) or 'nothing'}); choose another objective or benchmark"
         )
+
+
+def check_objective(settings: Settings) -> None:
+    """Build the configured objective once, so an unknown name fails at load time.
+
+    Raises:
+        ConfigError: naming the file and the ``objective`` key.
+    """
+    try:
+        make_objective(str(settings.get("objective", "default")), settings.data)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None

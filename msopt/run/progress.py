@@ -64,7 +64,7 @@ class ProgressEvent:
 
     @classmethod
     def from_result(cls, result: Any, kind: str | None = None, **overrides: Any) -> ProgressEvent:
-        """The event for a finished :class:`~msopt.results.EvaluationResult`.
+        """The event for a finished :class:`~msopt.evaluate.results.EvaluationResult`.
 
         ``kind`` defaults to "reused", "failed" or "done" according to the result.
         """

@@ -30,19 +30,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from msopt.capacity import (
+from msopt.run.capacity import (
     CapacityOptions,
     CapacitySearch,
     Probe,
     capacity_options,
     probe_verdict,
 )
-from msopt.config import Settings, swarm_options
+from msopt.config import Settings
+from msopt.search import swarm_options
 from msopt.errors import ConfigError, DecodeError
-from msopt.evaluation import Evaluator, configured_num_prompts, search_num_prompts
-from msopt.results import EvalRequest, EvaluationResult
+from msopt.evaluate.evaluator import Evaluator, configured_num_prompts, search_num_prompts
+from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.space import DecodeContext, SearchSpace
-from msopt.swarm import Swarm
+from msopt.search.swarm import Swarm
 
 
 class EvaluatorPool(Protocol):
@@ -165,7 +166,7 @@ class Driver:
         settings: the effective settings (n_particles, iters, seed, mode, ...).
         pool: where evaluations run.
         store: the run directory (``append``, ``save_state``, ``write_best``), or None.
-        progress: receives :class:`msopt.progress.ProgressEvent` objects, or None.
+        progress: receives :class:`msopt.run.progress.ProgressEvent` objects, or None.
         previous: results already journaled (``--resume``): they are replayed, not re-run.
         keep_results: keep every result in :attr:`results` (and the outcome); default: only when
             there is no store, whose journal otherwise is the record (long runs stay flat).
@@ -215,7 +216,7 @@ class Driver:
     def _emit(self, kind: str, **kw: Any) -> None:
         if self.progress is None:
             return
-        from msopt.progress import ProgressEvent
+        from msopt.run.progress import ProgressEvent
 
         self.progress.update(ProgressEvent(kind=kind, **kw))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python < 3.11
 
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
+from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
@@ -163,6 +164,7 @@ class Settings:
         data.update(top_level)
         origin = dict(self.origin)
         origin.update({k: "<command line>" for k in top_level})
+        _check_scalars(data, origin)
         return Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
                         MappingProxyType(origin))
 
@@ -282,10 +284,11 @@ def _mark(value: Any, source: str, origin: dict[str, str], prefix: str) -> None:
             _mark(v, source, origin, f"{prefix}{k}.")
 
 
-def _check_keys(layer: Mapping[str, Any], source: str) -> None:
+def _check_keys(layer: Mapping[str, Any], source: str, sections: tuple[str, ...] = ()) -> None:
+    known = TOP_LEVEL_KEYS + tuple(s for s in sections if s not in TOP_LEVEL_KEYS)
     for key in layer:
-        if key not in TOP_LEVEL_KEYS:
-            hint = close_matches(key, TOP_LEVEL_KEYS)
+        if key not in known:
+            hint = close_matches(key, known)
             did = f"did you mean {', '.join(repr(h) for h in hint)}?" if hint else \
                 "see docs/configuration.md for the valid keys"
             raise ConfigError(f"{source}: unknown top-level key '{key}'; {did}")
@@ -299,8 +302,8 @@ def _check_scalars(data: Mapping[str, Any], origin: Mapping[str, str]) -> None:
         if not ok(value):
             raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be {rule}, got {value!r}; "
                               f"fix '{key}'")
-    for key in ORIGINAL_KEYS + MSOPT_KEYS:
-        if key in data and key not in _SCALARS and not isinstance(data[key], Mapping):
+    for key in data:
+        if key not in _SCALARS and not isinstance(data[key], Mapping):
             raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be a table, got {data[key]!r}; "
                               f"write [{key}]")
     for table, spec in _TABLES.items():
@@ -317,45 +320,13 @@ def _check_scalars(data: Mapping[str, Any], origin: Mapping[str, str]) -> None:
                 raise ConfigError(f"{where}: [{table}] '{key}' must be {rule}, got {value!r}; fix '{key}'")
 
 
-def swarm_options(settings: Settings) -> Any:
-    """The run's :class:`msopt.swarm.SwarmOptions` from ``[pso_options]`` and ``[pso_strategy]``.
-
-    ``iters = 0`` (baseline and refinement only) plans the coefficient schedules over one
-    iteration, which the swarm never takes.
-
-    Raises:
-        ConfigError: naming the file, the table and the key.
-    """
-    from msopt.swarm import SwarmOptions
-
-    try:
-        return SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
-                                          settings.n_particles, max(1, settings.iters),
-                                          seed=int(settings.get("seed", 0)))
-    except ConfigError as exc:
-        raise ConfigError(f"{settings.table_source('pso_options', 'pso_strategy')}: {exc}") from None
-
-
-def check_objective(settings: Settings) -> None:
-    """Build the configured objective once, so an unknown name fails at load time.
-
-    Raises:
-        ConfigError: naming the file and the ``objective`` key.
-    """
-    from msopt.objective import make_objective
-
-    try:
-        make_objective(str(settings.get("objective", "default")), settings.data)
-    except ConfigError as exc:
-        raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
-
-
 def load_settings(
     config_path: str | os.PathLike[str] | None = None,
     engine: str | None = None,
     *,
     environ: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    sections: Iterable[str] = (),
 ) -> Settings:
     """Load, merge and validate the configuration layers.
 
@@ -366,6 +337,8 @@ def load_settings(
         environ: the environment to read ``$MODEL_EVAL_STATE_CONFIG_PATH`` from (default
             ``os.environ``).
         cwd: the directory relative paths are resolved against (default: the current one).
+        sections: further top-level tables to accept: the sections of plugin engines and
+            benchmarks (:func:`msopt.run.validate.registered_sections`).
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
@@ -383,8 +356,9 @@ def load_settings(
 
     data: dict[str, Any] = {}
     origin: dict[str, str] = {}
+    extra = tuple(sections)
     for source, layer in layers:
-        _check_keys(layer, source)
+        _check_keys(layer, source, extra)
         _merge(data, layer, source, origin)
     _check_scalars(data, origin)
 
@@ -403,11 +377,7 @@ def load_settings(
     data["engine"] = eng
     settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
                         str(cpath) if cpath else None, MappingProxyType(origin))
-    from msopt.space.space import SearchSpace  # validate the fields now, not during the search
-
-    SearchSpace.from_settings(settings)
-    swarm_options(settings)
-    check_objective(settings)
+    SearchSpace(fields)  # the field model checks itself now, not during the search
     return settings
 
 

@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from msopt.metrics import METRICS
 from msopt.space.context import DecodeContext
 
-#: The metrics every benchmark reports, in the original tool's column order.
-METRICS = ("generate_speed", "time_to_first_token", "time_per_output_token", "success_rate", "throughput")
 
 #: Stages of a run; every evaluation is journaled with one of these.
 PHASES = ("baseline", "search", "refine", "capacity")

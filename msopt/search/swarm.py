@@ -40,12 +40,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from msopt.errors import ConfigError, RegistryError
 from msopt.registry import Registry
+
+if TYPE_CHECKING:
+    from msopt.config import Settings
 
 __all__ = [
     "COEFFICIENTS",
@@ -837,3 +840,20 @@ class Swarm:
         x = np.where(inside, x, folded)
         v = np.where(inside | ~odd, v, -v)
         return np.clip(x, low, self._high), v
+
+
+def swarm_options(settings: Settings) -> SwarmOptions:
+    """The run's :class:`msopt.search.swarm.SwarmOptions` from ``[pso_options]`` and ``[pso_strategy]``.
+
+    ``iters = 0`` (baseline and refinement only) plans the coefficient schedules over one
+    iteration, which the swarm never takes.
+
+    Raises:
+        ConfigError: naming the file, the table and the key.
+    """
+    try:
+        return SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
+                                          settings.n_particles, max(1, settings.iters),
+                                          seed=int(settings.get("seed", 0)))
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.table_source('pso_options', 'pso_strategy')}: {exc}") from None

@@ -43,13 +43,12 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the configuration at its values (overridden by --set)."""
-    from msopt.config import load_settings
-    from msopt.evaluation import Evaluator
-    from msopt.results import EvalRequest
-    from msopt.space import SearchSpace
+    from msopt.evaluate.evaluator import Evaluator
+    from msopt.evaluate.results import EvalRequest
+    from msopt.run.validate import load
 
-    settings = load_settings(args.config, args.engine)
-    space = SearchSpace.from_settings(settings)
+    checked = load(args.config, args.engine, overrides={"simulate": True})
+    settings, space = checked.settings, checked.space
     overrides = parse_set(args.set)
     for name in overrides:
         if name not in space.field_names:

@@ -12,9 +12,13 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from msopt.cli import optimize, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
+
+if TYPE_CHECKING:
+    from msopt.run.validate import Validated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,21 +48,16 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                         "default: the config's 'engine' key, else vllm")
 
 
-def _load(args: argparse.Namespace):  # noqa: ANN202
-    from msopt.config import load_settings
+def _load(args: argparse.Namespace) -> Validated:
+    from msopt.run.validate import load
 
-    return load_settings(args.config, args.engine)
+    return load(args.config, args.engine)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields."""
-    from msopt.space import SearchSpace
-
-    from msopt.capacity import capacity_options
-
-    settings = _load(args)
-    space = SearchSpace.from_settings(settings)
-    capacity_options(settings)
+    checked = _load(args)
+    settings, space = checked.settings, checked.space
     if args.json:
         out = {
             "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high}
@@ -102,10 +101,9 @@ def _parse_position(text: str) -> list[float]:
 def cmd_decode(args: argparse.Namespace) -> int:
     """Decode one position with an optional DecodeContext."""
     from msopt.errors import ConfigError
-    from msopt.space import DecodeContext, SearchSpace
+    from msopt.space import DecodeContext
 
-    settings = _load(args)
-    space = SearchSpace.from_settings(settings)
+    space = _load(args).space
     position = _parse_position(args.position)
     ctx = None
     if args.particle is not None or args.particles is not None or args.iteration is not None:
@@ -162,26 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_decode)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    for module in (simulate, optimize, serve, report):
+        module.register(sub)
     return parser
 
 
-def _extra_commands() -> list:  # noqa: ANN202
-    """Subcommands defined beside their features (simulate, optimize, ...)."""
-    regs = []
-    for modname in ("msopt.cli_simulate", "msopt.cli_optimize", "msopt.cli_serve", "msopt.cli_report"):
-        try:
-            mod = __import__(modname, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != modname:
-                raise
-            continue
-        regs.append(mod.register)
-    return regs
-
-
-_EXTRA_COMMANDS = _extra_commands()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

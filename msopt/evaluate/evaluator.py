@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from msopt.config import Settings
+from msopt.engines import get_engine
 from msopt.errors import DecodeError, EvaluationError, MsoptError, RetryableError
-from msopt.objective import Objective, make_objective
-from msopt.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.objective import Objective, make_objective
+from msopt.evaluate.real import RealRunner
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.runner import Runner, RunnerContext
+from msopt.evaluate.simulated import SimRunner
 from msopt.space import SearchSpace
 
 #: Attempts of an evaluation whose failure is retryable (health check, actor death).
@@ -68,21 +72,9 @@ class Evaluator:
         self.actor = actor
         self.space = SearchSpace.from_settings(settings)
         self.objective: Objective = make_objective(str(settings.get("objective", "default")), settings.data)
-        from msopt.engines import get_engine
-
         self.engine = get_engine(settings.engine)
-        self.engine_section = settings.section(settings.engine)
-        self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
-        if self.simulate:
-            from msopt.simrun import SimulatorSetup
-
-            self.sim = SimulatorSetup.from_settings(settings)
-        else:
-            from msopt.benchmarks import get_benchmark
-            from msopt.health import HealthCheck
-
-            self.benchmark = get_benchmark(self.benchmark_name)
-            self.health = HealthCheck.from_settings(settings)
+        self.runner_context = RunnerContext(self.run_dir, tuple(self.devices))
+        self.runner: Runner = (SimRunner if self.simulate else RealRunner)(settings, self.engine, self.runner_context)
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:
@@ -127,44 +119,7 @@ class Evaluator:
     # ------------------------------------------------------------------------------------
     def log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
         """``run_dir/logs/eval-<id>-<kind>-a<attempt>.log`` (None without a run directory)."""
-        if self.run_dir is None:
-            return None
-        path = self.run_dir / "logs" / f"eval-{req.eval_id:05d}-{kind}-a{attempt}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path
+        return self.runner_context.log_path(req, attempt, kind)
 
     def _measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
-        if self.simulate:
-            return self._simulate(values, req, attempt)
-        return self._run_real(values, req, attempt)
-
-    def _simulate(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
-        spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
-                                  devices=self.devices, workdir=self.run_dir)
-        t0 = time.monotonic()
-        res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
-                           load=req.load, seed_offset=req.eval_id,
-                           bench_argv=self._bench_argv(values, spec, req))
-        log = self.log_path(req, attempt, "server")
-        if log is not None:
-            log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
-        self.sim.emulate_wall_time(res, time.monotonic() - t0)
-        if res.error:
-            raise EvaluationError(res.error)
-        from msopt.simrun import metrics_of
-
-        return metrics_of(res)
-
-    def _bench_argv(self, values: Mapping[str, Any], spec: Any, req: EvalRequest) -> list[str] | None:
-        """The load flags a benchmark would get: CONCURRENCY / REQUESTRATE fields of the original tool."""
-        argv: list[str] = []
-        if "CONCURRENCY" in values and values["CONCURRENCY"] is not None and "concurrency" not in req.load:
-            argv += ["--max-concurrency", str(values["CONCURRENCY"])]
-        if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load:
-            argv += ["--request-rate", str(values["REQUESTRATE"])]
-        return argv or None
-
-    def _run_real(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
-        from msopt.realrun import run_real_evaluation
-
-        return run_real_evaluation(self, values, req, attempt)
+        return self.runner.measure(values, req, attempt)

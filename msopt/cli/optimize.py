@@ -8,9 +8,13 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msopt.errors import ConfigError, MsoptError
+
+if TYPE_CHECKING:
+    from msopt.run.store import RunStore
+    from msopt.run.validate import Validated
 
 
 def register(sub: Any) -> None:
@@ -60,64 +64,17 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _load(args: argparse.Namespace):  # noqa: ANN202
-    from msopt.config import load_settings
+def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
+    """The validated settings of a new run (with the command-line overrides) or of ``--resume``."""
+    from msopt.run.store import RunStore
+    from msopt.run.validate import load
 
     if args.resume:
-        from msopt.store import RunStore
-
         store = RunStore.open(args.resume)
         if args.config:
             raise ConfigError("--resume takes the configuration saved in the run directory; drop -c")
-        settings = load_settings(str(Path(args.resume) / "config.toml"), args.engine, environ={})
-        return settings, store
-    settings = load_settings(args.config, args.engine)
-    over = _overrides(args)
-    if over:
-        settings = settings.replace(**over)  # top-level scalars only: the fields stay as validated
-    return settings, None
-
-
-def _check(settings: Any) -> None:
-    """Every start-up check, before the run directory exists: the swarm options (again, after
-    command-line overrides), the engine and benchmark registries, the objective's and the
-    ``[capacity]`` table's metrics, and ``[simulator]`` for a simulated run. Each failure names
-    the file and the key."""
-    from msopt.capacity import capacity_options, check_capacity_metrics
-    from msopt.config import check_objective, swarm_options
-    from msopt.engines import get_engine
-    from msopt.objective import check_metrics_available, make_objective
-
-    swarm_options(settings)
-    check_objective(settings)
-    capacity = capacity_options(settings)
-    objective = make_objective(str(settings.get("objective", "default")), settings.data)
-    try:
-        get_engine(settings.engine)
-    except ConfigError as exc:
-        raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
-    if settings.get("simulate"):
-        from msopt.results import METRICS
-        from msopt.simrun import SimulatorSetup
-
-        SimulatorSetup.from_settings(settings)
-        produced = set(METRICS)
-        name = "simulator"
-        check_capacity_metrics(capacity, [*METRICS, *(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 99))],
-                               name)
-    else:
-        from msopt.benchmarks import get_benchmark
-
-        name = str(settings.get("benchmark"))
-        try:
-            produced = set(get_benchmark(name).produces)
-        except ConfigError as exc:
-            raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
-        check_capacity_metrics(capacity, sorted(produced), name)
-    try:
-        check_metrics_available(objective, produced, name)
-    except ConfigError as exc:
-        raise ConfigError(f"{settings.where('objective')}: {exc}") from None
+        return load(str(Path(args.resume) / "config.toml"), args.engine, environ={}), store
+    return load(args.config, args.engine, overrides=_overrides(args)), None
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -133,7 +90,7 @@ def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
     """The best configuration's launch files and the report; a failure here costs one line on
     stderr, never the run (everything needed to retry is in the run directory)."""
     try:
-        from msopt.report import export_best
+        from msopt.report.export import export_best
 
         if best is not None:
             export_best(settings, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
@@ -141,7 +98,7 @@ def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
         print(f"msopt: warning: could not write the best configuration's launch command "
               f"({_one_line(exc)})", file=sys.stderr)
     try:
-        from msopt.report import write_report
+        from msopt.report.html import write_report
 
         print(f"report: {write_report(run_dir, export=False)}", flush=True)
     except Exception as exc:  # noqa: BLE001
@@ -151,12 +108,12 @@ def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
-    settings, store = _load(args)
-    _check(settings)
+    checked, store = _load(args)
+    settings = checked.settings
     simulate = bool(settings.get("simulate"))
-    from msopt.driver import Driver, InProcessPool
-    from msopt.progress import make_progress
-    from msopt.store import RunStore, StoreError
+    from msopt.run.driver import Driver, InProcessPool
+    from msopt.run.progress import make_progress
+    from msopt.run.store import RunStore, StoreError
 
     previous = []
     if store is None:
@@ -194,7 +151,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()
-        from msopt.driver import capacity_line
+        from msopt.run.driver import capacity_line
 
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
                    "reused": outcome.reused, "run_dir": str(store.run_dir),

@@ -1,4 +1,4 @@
-"""The ``msopt sim-serve`` subcommand (registered by msopt.cli through ``register``)."""
+"""The ``msopt sim-serve`` subcommand (registered by msopt.cli.main through ``register``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 def cmd_sim_serve(args: argparse.Namespace) -> int:
     """Run the OpenAI-compatible stand-in server with vLLM's command line."""
-    from msopt.sim_serve import build_parser, serve
+    from msopt.sim.serve import build_parser, serve
 
     if any(a in ("-h", "--help") for a in args.serve_args):
         build_parser().print_help()
@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m msopt.cli_serve ARGS``: the same as ``msopt sim-serve ARGS``."""
-    from msopt.sim_serve import serve
+    """``python -m msopt.cli.serve ARGS``: the same as ``msopt sim-serve ARGS``."""
+    from msopt.sim.serve import serve
 
     return serve(sys.argv[1:] if argv is None else argv)
 

@@ -1,5 +1,8 @@
 """The simulated evaluation path: the engine's rendered launch, run by the embedded simulator.
 
+:class:`SimRunner` is the :class:`~msopt.evaluate.runner.Runner` of a simulated run; it renders
+the launch exactly as :class:`~msopt.evaluate.real.RealRunner` would and hands it to the simulator.
+
 ``[simulator]`` keys read here besides the simulator's own (hardware, model, weight_dtype,
 kv_dtype, seed, noise, workload, catalog_dirs):
 
@@ -16,8 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.config import Settings, thaw
-from msopt.engines.base import LaunchSpec
-from msopt.errors import ConfigError, SimulationError
+from msopt.engines.base import EngineAdapter, LaunchSpec
+from msopt.errors import ConfigError, EvaluationError, SimulationError
+from msopt.metrics import SIMULATED
+from msopt.evaluate.results import EvalRequest
+from msopt.evaluate.runner import RunnerContext
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
@@ -30,9 +36,7 @@ def _finite(x: Any) -> float | None:
 
 def metrics_of(res: Any) -> dict[str, float | None]:
     """The benchmark metrics of a SimResult (NaN becomes None), percentiles included."""
-    keys = ("generate_speed", "time_to_first_token", "time_per_output_token", "success_rate", "throughput",
-            "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "duration")
-    return {k: _finite(getattr(res, k)) for k in keys}
+    return {k: _finite(getattr(res, k)) for k in SIMULATED}
 
 
 @dataclass(frozen=True)
@@ -146,3 +150,49 @@ class SimulatorSetup:
         target = self.eval_seconds if self.eval_seconds is not None else result.duration * self.time_scale
         if target > elapsed:
             time.sleep(target - elapsed)
+
+
+def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | None:
+    """The load flags a benchmark would get: CONCURRENCY / REQUESTRATE fields of the original tool."""
+    argv: list[str] = []
+    if "CONCURRENCY" in values and values["CONCURRENCY"] is not None and "concurrency" not in req.load:
+        argv += ["--max-concurrency", str(values["CONCURRENCY"])]
+    if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load:
+        argv += ["--request-rate", str(values["REQUESTRATE"])]
+    return argv or None
+
+
+class SimRunner:
+    """Renders the engine's launch and runs it on the embedded simulator.
+
+    Args:
+        settings: the effective settings (``[simulator]`` is read once, here).
+        engine: the engine adapter that renders the launch.
+        ctx: the evaluator's run directory and devices.
+    """
+
+    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.engine_section = settings.section(settings.engine)
+        self.ctx = ctx
+        self.sim = SimulatorSetup.from_settings(settings)
+
+    def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        """Simulate one evaluation; the log holds the rendered command line and the simulator's lines.
+
+        Raises:
+            EvaluationError: the configuration fails as the engine would (out of memory, ...).
+        """
+        spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
+                                  devices=list(self.ctx.devices), workdir=self.ctx.run_dir)
+        t0 = time.monotonic()
+        res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
+                           load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))
+        log = self.ctx.log_path(req, attempt, "server")
+        if log is not None:
+            log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
+        self.sim.emulate_wall_time(res, time.monotonic() - t0)
+        if res.error:
+            raise EvaluationError(res.error)
+        return metrics_of(res)

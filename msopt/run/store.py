@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msopt.errors import MsoptError
-from msopt.results import METRICS, EvaluationResult
+from msopt.evaluate.results import METRICS, EvaluationResult
 
 if TYPE_CHECKING:
     from msopt.config import Settings

@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report of RUN_DIR and print its path."""
-    from msopt.report import write_report
+    from msopt.report.html import write_report
 
     print(write_report(args.run_dir))
     return 0

@@ -1,0 +1,22 @@
+"""Configuration: TOML layering into one immutable :class:`Settings` (no component knowledge).
+
+Loading checks the schema (top-level keys, scalars, the field declarations); what each component
+makes of its own section is checked by :func:`msopt.run.validate.validate`, which every command runs.
+"""
+
+from __future__ import annotations
+
+from msopt.config.settings import (
+    DEFAULTS_PATH,
+    ENV_CONFIG,
+    Settings,
+    dump_toml,
+    load_settings,
+    read_toml,
+    resolve_config_path,
+    thaw,
+    tomllib,
+)
+
+__all__ = ["DEFAULTS_PATH", "ENV_CONFIG", "Settings", "dump_toml", "load_settings", "read_toml",
+           "resolve_config_path", "thaw", "tomllib"]

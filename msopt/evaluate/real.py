@@ -1,0 +1,89 @@
+"""The real evaluation path: start the engine, wait until ready, benchmark it, stop everything.
+
+The server runs in its own process group with the actor's environment (so it inherits the
+device ids Ray assigned) plus the rendered ``env``; a parent-death guard kills it with the
+actor. Logs go to the run directory; a failure is classified by the ``[health_check]``
+patterns: fatal ends the evaluation, retryable raises :class:`RetryableError` so the
+evaluator tries again (up to its attempt limit).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from msopt.benchmarks import get_benchmark
+from msopt.config import Settings
+from msopt.engines import EngineAdapter
+from msopt.engines.process import free_port, launched
+from msopt.errors import EvaluationError, RetryableError
+from msopt.evaluate.health import HealthCheck
+from msopt.evaluate.results import EvalRequest
+from msopt.evaluate.runner import RunnerContext
+
+
+class RealRunner:
+    """Launches the engine for each attempt and runs the configured benchmark against it.
+
+    Args:
+        settings: the effective settings (``benchmark``, ``particles_time_out``, ``[health_check]``).
+        engine: the engine adapter that renders the launch.
+        ctx: the evaluator's run directory and devices.
+    """
+
+    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.engine_section = settings.section(settings.engine)
+        self.ctx = ctx
+        self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
+        self.benchmark = get_benchmark(self.benchmark_name)
+        self.health = HealthCheck.from_settings(settings)
+
+    def _classify(self, server_log: Path, bench_log: Path, exc: EvaluationError) -> EvaluationError:
+        for path, kind in ((server_log, "service"), (bench_log, "benchmark")):
+            if not path.exists():
+                continue
+            verdict = self.health.check_file(path, kind)
+            if verdict.kind == "ok":
+                continue
+            text = f"{kind} log: {verdict.error_type}: {verdict.line.strip()} ({path})"
+            return RetryableError(text) if verdict.kind == "retryable" else EvaluationError(text)
+        return exc
+
+    def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        """Launch, benchmark and stop one server for ``values``; return the benchmark's metrics.
+
+        Raises:
+            RetryableError: a retryable health-check pattern matched a log.
+            EvaluationError: the server or the benchmark failed (fatal pattern, crash, timeout).
+        """
+        settings = self.settings
+        run_dir = self.ctx.run_dir
+        base = run_dir / "work" if run_dir is not None else None
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=base))
+        server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
+        bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
+        spec = self.engine.render(values, settings.fields, self.engine_section, port=free_port(),
+                                  devices=list(self.ctx.devices), workdir=workdir)
+        timeout = float(settings.get("particles_time_out", 3600))
+        try:
+            with launched(spec, server_log, cwd=workdir) as proc:
+                metrics = self.benchmark.run(
+                    spec, values, settings.fields, settings.section(self.benchmark_name),
+                    num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
+                    log_path=bench_log, timeout=timeout)
+                if proc.poll() is not None:
+                    raise EvaluationError(f"the server exited (code {proc.returncode}) during the benchmark; "
+                                          f"see {server_log}")
+        except EvaluationError as exc:
+            raise self._classify(server_log, bench_log, exc) from None
+        finally:
+            if run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return metrics

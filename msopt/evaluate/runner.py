@@ -1,0 +1,49 @@
+"""The seam between an :class:`~msopt.evaluate.Evaluator` and what measures a configuration.
+
+A runner turns decoded values into benchmark metrics: :class:`~msopt.evaluate.real.RealRunner`
+launches the engine and runs the benchmark, :class:`~msopt.evaluate.simulated.SimRunner` asks the
+embedded simulator. Both take the same :class:`RunnerContext`, so the evaluator never knows which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from msopt.evaluate.results import EvalRequest
+
+
+@dataclass(frozen=True)
+class RunnerContext:
+    """What every runner of one evaluator shares: where logs go and which devices it holds.
+
+    Attributes:
+        run_dir: the run directory (logs in ``run_dir/logs``); None keeps no logs.
+        devices: the accelerator ids the evaluator holds (as Ray assigned them).
+    """
+
+    run_dir: Path | None = None
+    devices: tuple[str, ...] = field(default_factory=tuple)
+
+    def log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
+        """``run_dir/logs/eval-<id>-<kind>-a<attempt>.log`` (None without a run directory)."""
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / "logs" / f"eval-{req.eval_id:05d}-{kind}-a{attempt}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+class Runner(Protocol):
+    """Measures one configuration.
+
+    ``measure`` returns the benchmark's metrics (the names of :data:`msopt.metrics.METRICS` and
+    any extra ones); it raises :class:`~msopt.errors.RetryableError` when another attempt may
+    succeed and :class:`~msopt.errors.EvaluationError` when the configuration failed.
+    """
+
+    def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        """Measure ``values`` for the request's workload; one call per attempt."""
+        ...

@@ -1,0 +1,23 @@
+"""The names of the benchmark metrics, defined once for every layer (benchmarks, simulator,
+objective, results table, report).
+
+The first five are the original tool's, in its column order; every benchmark reports them.
+Percentiles and the duration are reported where the benchmark measures them.
+"""
+
+from __future__ import annotations
+
+GENERATE_SPEED = "generate_speed"
+TIME_TO_FIRST_TOKEN = "time_to_first_token"
+TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
+SUCCESS_RATE = "success_rate"
+THROUGHPUT = "throughput"
+
+#: The metrics every benchmark reports, in the original tool's column order.
+METRICS: tuple[str, ...] = (GENERATE_SPEED, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, SUCCESS_RATE, THROUGHPUT)
+
+#: TTFT and TPOT percentiles (seconds), where the benchmark reports them.
+PERCENTILES: tuple[str, ...] = tuple(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 99))
+
+#: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
+SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")

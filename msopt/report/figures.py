@@ -1,0 +1,288 @@
+"""The report's figures, drawn with matplotlib's object API on an Agg canvas (no pyplot state):
+
+- ``report_fitness.png``: fitness of every evaluation and the running best, failures marked;
+- ``report_parallel.png``: parallel coordinates of the dimensions, coloured by fitness;
+- ``report_pareto.png``: generate_speed against TPOT with the SLOs and the Pareto front.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from msopt.evaluate.results import EvaluationResult
+from msopt.report.data import RunData
+
+#: Candidate axes with more values than this get numeric ticks instead of one label per value.
+MAX_LABELLED = 12
+
+_DPI = 100
+
+
+def _figure(width: float, height: float):  # noqa: ANN202
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:  # noqa: ANN001
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()
+
+
+def _empty(ax, text: str) -> None:  # noqa: ANN001
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=12, color="0.3")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def best_id(data: RunData) -> Any:
+    return data.best.get("eval_id") if data.best else None
+
+
+def plot_fitness(data: RunData) -> bytes:
+    """Fitness per evaluation in eval order, the running minimum, failures marked."""
+    fig = _figure(9, 4.5)
+    ax = fig.add_subplot()
+    results = data.results
+    if not results:
+        _empty(ax, "no evaluation in the journal")
+        ax.set_title("best fitness against evaluations")
+        return _png(fig)
+    xs = [r.eval_id for r in results]
+    ok_x = [x for x, r in zip(xs, results) if not r.failed]
+    ok_y = [r.fitness for r in results if not r.failed]
+    run_x: list[int] = []
+    run_y: list[float] = []
+    best = math.inf
+    for x, r in zip(xs, results):
+        if not r.failed and r.fitness < best:
+            best = r.fitness
+        if math.isfinite(best):
+            run_x.append(x)
+            run_y.append(best)
+    if ok_y:
+        ax.scatter(ok_x, ok_y, s=14, color="tab:blue", alpha=0.45, label="evaluation", zorder=2)
+        ax.step(run_x, run_y, where="post", color="tab:green", lw=2, label="best so far", zorder=3)
+        lo, hi = min(ok_y), max(ok_y)
+        if lo > 0 and hi / lo > 100:
+            ax.set_yscale("log")
+        bid = best_id(data)
+        for x, r in zip(xs, results):
+            if r.eval_id == bid and not r.failed:
+                ax.scatter([x], [r.fitness], s=120, marker="*", color="tab:red", zorder=4,
+                           label=f"recommended (eval {bid})")
+    else:
+        ax.text(0.5, 0.5, "no evaluation succeeded", ha="center", va="center", transform=ax.transAxes,
+                fontsize=12, color="0.3")
+    fail_x = [x for x, r in zip(xs, results) if r.failed]
+    if fail_x:  # at the top edge, whatever the fitness scale
+        ax.scatter(fail_x, [0.97] * len(fail_x), marker="x", color="tab:red", s=30,
+                   transform=ax.get_xaxis_transform(), label=f"failed ({len(fail_x)})", zorder=4,
+                   clip_on=False)
+    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+    ax.margins(y=0.12)
+    ax.set_xlabel("evaluation (eval_id, dispatch order)")
+    ax.set_ylabel("fitness (lower is better)")
+    ax.set_title("best fitness against evaluations")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="lower center", ncols=4, fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.2, top=0.91)  # tight_layout costs a draw
+    return _png(fig)
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower() if isinstance(v, bool) else "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _axes_model(data: RunData) -> list[dict[str, Any]]:
+    """Per dimension: its bounds, and for labelled axes the normalised tick of each value."""
+    axes = []
+    for d in data.space.dimensions:
+        t = data.space.field_type(d.name)
+        span = d.high - d.low
+        spec: dict[str, Any] = {"name": d.name, "dtype": d.dtype, "low": d.low, "span": span, "ticks": None}
+        cands = d.candidates
+        if cands is not None and d.dtype not in ("int", "float", "ratio") and len(cands) <= MAX_LABELLED:
+            ticks = {}
+            try:
+                for c in cands:
+                    ticks[json.dumps(c)] = (t.encode_raw(c) - d.low) / span if span > 0 else 0.5
+            except Exception:  # an exotic dtype without encode_raw for its candidates: numeric ticks
+                ticks = None
+            spec["ticks"] = ticks
+        if spec["ticks"] is None:
+            marks = []
+            for frac in (0.0, 0.5, 1.0):
+                try:
+                    label = fmt(t.decode(min(max(d.low + frac * span, d.low), d.high)))
+                except Exception:
+                    label = f"{d.low + frac * span:.4g}"
+                marks.append((frac, label))
+            spec["marks"] = marks
+        axes.append(spec)
+    return axes
+
+
+def _coords(r: EvaluationResult, axes: list[dict[str, Any]]) -> list[float] | None:
+    out = []
+    for i, a in enumerate(axes):
+        y = None
+        if a["ticks"] is not None:
+            y = a["ticks"].get(json.dumps(r.values.get(a["name"])))
+        if y is None:
+            if i >= len(r.position) or not math.isfinite(r.position[i]):
+                return None
+            y = (r.position[i] - a["low"]) / a["span"] if a["span"] > 0 else 0.5
+        out.append(min(max(float(y), 0.0), 1.0))
+    return out
+
+
+def _wrap(name: str, width: int = 16) -> str:
+    """A long field name broken at underscores into lines of about ``width`` characters."""
+    lines: list[str] = []
+    for part in name.split("_"):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "_" + part
+        else:
+            lines.append(part if not lines else "_" + part)
+    return "\n".join(lines)
+
+
+def plot_parallel(data: RunData) -> bytes:
+    """Parallel coordinates of the dimensions, each normalised to its bounds, coloured by fitness."""
+    from matplotlib import colormaps
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import Normalize
+
+    axes = _axes_model(data)
+    n = len(axes)
+    fig = _figure(max(7.0, 1.7 * n + 2), 5)
+    ax = fig.add_subplot()
+    title = "parallel coordinates of the dimensions (colour: fitness, grey: failed)"
+    ax.set_title(title, fontsize=10)
+    if n == 0 or not data.results:
+        _empty(ax, "no dimension searched" if n == 0 else "no evaluation in the journal")
+        return _png(fig)
+    xs = list(range(n))
+    failed, ok = [], []
+    for r in data.results:
+        c = _coords(r, axes)
+        if c is None:
+            continue
+        line = list(zip(xs, c)) if n > 1 else [(-0.2, c[0]), (0.2, c[0])]
+        (failed if r.failed else ok).append((r, line))
+    if failed:
+        ax.add_collection(LineCollection([ln for _, ln in failed], colors="0.7", linewidths=0.8,
+                                         alpha=0.6, zorder=1))
+    if ok:
+        ok.sort(key=lambda p: -p[0].fitness)  # best drawn last, on top
+        fits = [r.fitness for r, _ in ok]
+        lo, hi = min(fits), max(fits)
+        if hi - lo <= 1e-9 * max(1.0, abs(lo)):  # one fitness for all: a plain colour bar around it
+            pad = 0.05 * max(1.0, abs(lo))
+            lo, hi = lo - pad, hi + pad
+        norm = Normalize(vmin=lo, vmax=hi)
+        cmap = colormaps["viridis_r"]
+        lc = LineCollection([ln for _, ln in ok], cmap=cmap, norm=norm, linewidths=1.2, alpha=0.8, zorder=2)
+        lc.set_array(fits)
+        ax.add_collection(lc)
+        cb = fig.colorbar(lc, ax=ax, pad=0.01, fraction=0.03)
+        cb.set_label("fitness (lower is better)")
+        bid = best_id(data)
+        for r, ln in ok:
+            if r.eval_id == bid:
+                ax.plot(*zip(*ln), color="tab:red", lw=2.5, zorder=3)
+                title += f"; red: recommended (eval {bid})"
+    else:
+        ax.text(0.5, 1.02, "no evaluation succeeded", ha="center", va="bottom", transform=ax.transAxes,
+                color="0.3")
+    for x, a in zip(xs, axes):
+        ax.axvline(x, color="0.2", lw=1, zorder=0)
+        marks = list(a["ticks"].items()) if a["ticks"] is not None else [(lbl, y) for y, lbl in a["marks"]]
+        for lbl, y in marks:
+            text = lbl if a["ticks"] is None else fmt(json.loads(lbl))
+            ax.plot([x - 0.03, x + 0.03], [y, y], color="0.2", lw=1, zorder=0)
+            ax.text(x + 0.05, y, text, fontsize=7, va="center", ha="left", color="0.1", zorder=5,
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})
+    ax.set_title(title, fontsize=10)
+    ax.set_xlim(-0.3, n - 0.4 if n > 1 else 0.6)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{_wrap(a['name'])}\n({a['dtype']})" for a in axes], fontsize=8)
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    fig.subplots_adjust(left=0.03, right=0.94, bottom=0.17, top=0.92)
+    return _png(fig)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points (tpot, speed) no other point beats: lower TPOT and higher speed.
+
+    Sorted by TPOT ascending; equal points keep the first.
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1], i))
+    front: list[int] = []
+    best_speed = -math.inf
+    for i in order:
+        if points[i][1] > best_speed:
+            front.append(i)
+            best_speed = points[i][1]
+    return front
+
+
+def _speed_tpot(r: EvaluationResult) -> tuple[float, float] | None:
+    s, t = r.metrics.get("generate_speed"), r.metrics.get("time_per_output_token")
+    if isinstance(s, (int, float)) and isinstance(t, (int, float)) and math.isfinite(s) and math.isfinite(t):
+        return float(t), float(s)
+    return None
+
+
+def plot_pareto(data: RunData) -> bytes:
+    """generate_speed against TPOT, the TPOT SLO line, TTFT SLO violators hollow, the Pareto front."""
+    fig = _figure(8, 5.5)
+    ax = fig.add_subplot()
+    ttft_slo, tpot_slo = data.settings.ttft_slo, data.settings.tpot_slo
+    ax.set_title(f"generate_speed against TPOT (TPOT SLO {tpot_slo:g} s; TTFT SLO {ttft_slo:g} s: "
+                 "hollow = TTFT above it)", fontsize=10)
+    rows = [(r, p) for r in data.ok if (p := _speed_tpot(r)) is not None]
+    if not rows:
+        _empty(ax, "no successful evaluation with generate_speed and TPOT")
+        return _png(fig)
+    within = [(r, p) for r, p in rows if (r.metrics.get("time_to_first_token") or 0) <= ttft_slo]
+    over = [(r, p) for r, p in rows if (r.metrics.get("time_to_first_token") or 0) > ttft_slo]
+    if within:
+        ax.scatter([p[0] for _, p in within], [p[1] for _, p in within], s=22, color="tab:blue",
+                   alpha=0.6, label=f"TTFT <= {ttft_slo:g} s")
+    if over:
+        ax.scatter([p[0] for _, p in over], [p[1] for _, p in over], s=22, facecolors="none",
+                   edgecolors="tab:blue", alpha=0.6, label=f"TTFT > {ttft_slo:g} s")
+    pts = [p for _, p in rows]
+    front = [pts[i] for i in pareto_front(pts)]
+    ax.plot([p[0] for p in front], [p[1] for p in front], "-o", color="tab:orange", ms=7, mfc="none",
+            mew=1.8, lw=1.2, label=f"Pareto front ({len(front)})", zorder=3)
+    bid = best_id(data)
+    for r, p in rows:
+        if r.eval_id == bid:
+            ax.scatter([p[0]], [p[1]], s=160, marker="*", color="tab:red", zorder=4,
+                       label=f"recommended (eval {bid})")
+    if math.isfinite(tpot_slo) and tpot_slo > 0:
+        ax.axvline(tpot_slo, color="tab:red", ls="--", lw=1.2, label=f"TPOT SLO {tpot_slo:g} s")
+    ax.set_xlabel("time per output token, mean (s)")
+    ax.set_ylabel("generate_speed (output tokens/s)")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="lower center", ncols=3, fontsize=8, frameon=False)  # outside: never over points
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.22, top=0.92)
+    return _png(fig)

@@ -1,0 +1,124 @@
+"""One validation pass, run by every command before it does anything.
+
+Loading (:func:`msopt.config.load_settings`) checks the schema: top-level keys, scalars, field
+declarations. :func:`validate` then asks each component to check its own part, in the order a
+run uses them, and returns what it built so the caller does not build it again:
+
+1. the search space (the field model), the swarm options, the objective, ``[capacity]``;
+2. the engine adapter (registered name, its ``[<engine>]`` section and every field's position);
+3. the simulator's ``[simulator]`` table for a simulated run, else the benchmark adapter;
+4. that the objective's and the capacity stage's metrics are ones the benchmark produces.
+
+Every failure is a :class:`~msopt.errors.ConfigError` naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
+from msopt.config import Settings, load_settings
+from msopt.engines import ENGINES, EngineAdapter, get_engine
+from msopt.errors import ConfigError
+from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
+from msopt.evaluate.simulated import SimulatorSetup
+from msopt.metrics import PERCENTILES, SIMULATED
+from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
+from msopt.search import SwarmOptions, swarm_options
+from msopt.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class Validated:
+    """The components a valid configuration builds.
+
+    Attributes:
+        settings: the settings validated.
+        space: the search space of ``settings.engine``.
+        swarm: the swarm options.
+        objective: the fitness function.
+        capacity: the ``[capacity]`` options.
+        engine: the engine adapter.
+        benchmark: the benchmark adapter (None for a simulated run).
+        simulator: the ``[simulator]`` table, checked (None for a real run).
+        produces: the metrics the run's measurements report.
+    """
+
+    settings: Settings
+    space: SearchSpace
+    swarm: SwarmOptions
+    objective: Objective
+    capacity: CapacityOptions
+    engine: EngineAdapter
+    benchmark: BenchmarkAdapter | None
+    simulator: SimulatorSetup | None
+    produces: frozenset[str]
+
+
+def registered_sections() -> tuple[str, ...]:
+    """Top-level tables a configuration may hold besides the built-in ones: one per registered
+    engine and benchmark, plugins (entry points) included."""
+    return (*ENGINES.names(), *BENCHMARKS.names())
+
+
+def load(config_path: str | os.PathLike[str] | None = None, engine: str | None = None, *,
+         environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> Validated:
+    """Load the configuration layers (a section for every registered engine and benchmark
+    accepted), apply top-level ``overrides`` (command-line flags) and :func:`validate`.
+
+    Raises:
+        ConfigError: one line naming the file, the key and the fix.
+    """
+    settings = load_settings(config_path, engine, environ=environ, sections=registered_sections())
+    if overrides:
+        settings = settings.replace(**overrides)
+    return validate(settings)
+
+
+def validate(settings: Settings) -> Validated:
+    """Check every component's part of ``settings``; see the module docstring for the order.
+
+    Raises:
+        ConfigError: one line naming the file, the key and the fix.
+    """
+    space = SearchSpace.from_settings(settings)
+    swarm = swarm_options(settings)
+    try:
+        objective = make_objective(str(settings.get("objective", "default")), settings.data)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
+    capacity = capacity_options(settings)
+    try:
+        engine = get_engine(settings.engine)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
+    section = settings.section(settings.engine)
+    try:
+        engine.check(settings.fields, section)
+    except ConfigError as exc:
+        text = str(exc)
+        where = settings.where(settings.engine)
+        raise ConfigError(text if text.startswith(where) else f"{where}: [{settings.engine}]: {text}") from None
+    benchmark: BenchmarkAdapter | None = None
+    simulator: SimulatorSetup | None = None
+    if settings.get("simulate"):
+        simulator = SimulatorSetup.from_settings(settings)
+        produces = frozenset(SIMULATED)
+        name = "simulator"
+        check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
+    else:
+        name = str(settings.get("benchmark"))
+        try:
+            benchmark = get_benchmark(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
+        produces = frozenset(benchmark.produces)
+        check_capacity_metrics(capacity, sorted(produces), name)
+    try:
+        check_metrics_available(objective, produces, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('objective')}: {exc}") from None
+    return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces)
