@@ -11,8 +11,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import ray

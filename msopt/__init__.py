@@ -16,6 +16,6 @@ __all__ = [
 ]
 
 from msopt.config import Settings, load_settings  # noqa: E402
-from msopt.space import Decoded, DecodeContext, SearchSpace  # noqa: E402
+from msopt.space import DecodeContext, Decoded, SearchSpace  # noqa: E402
 
 __all__ += ["Decoded", "DecodeContext", "SearchSpace", "Settings", "load_settings"]

@@ -40,7 +40,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -50,10 +50,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from msopt.config import Settings, load_settings  # noqa: E402
-from msopt.run.driver import Driver, InProcessPool  # noqa: E402
 from msopt.errors import DecodeError  # noqa: E402
 from msopt.evaluate.objective import make_objective  # noqa: E402
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult  # noqa: E402
+from msopt.run.driver import Driver  # noqa: E402
+from msopt.run.pool import InProcessPool
 from msopt.space import SearchSpace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -994,7 +995,7 @@ search.
 # --------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table(index: int, cache: str) -> Table:
     return Table(PROBLEMS[index], Path(cache), lambda msg: print(msg, file=sys.stderr, flush=True))
 
@@ -1004,7 +1005,7 @@ _MSOPT_FILES = ("msopt/swarm.py", "msopt/driver.py", "msopt/defaults.toml", "mso
 _COMMON_FILES = ("msopt/space/*.py", "msopt/objective.py", "msopt/results.py")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fingerprint(method_name: str) -> str:
     """A hash of everything a method's result depends on: its code, the shared code of this script,
     msopt's space/objective (and swarm/driver/defaults for msopt's own methods), the peers' versions."""

@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         tracemalloc.start()
 
     from msopt.config import load_settings
-    from msopt.run.driver import Driver, InProcessPool
+    from msopt.run.driver import Driver
+    from msopt.run.pool import InProcessPool
     from msopt.run.progress import PlainLog
     from msopt.run.store import RunStore
 

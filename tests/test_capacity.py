@@ -14,14 +14,15 @@ import sys
 
 import pytest
 
-from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, capacity_options
 from msopt.config import load_settings
-from msopt.run.driver import Driver, InProcessPool
 from msopt.errors import ConfigError
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
-from msopt.space import SearchSpace
+from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, capacity_options
+from msopt.run.driver import Driver
+from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore
+from msopt.space import SearchSpace
 
 CFG = """
 simulate = true

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from msopt.config import load_settings
-from msopt.run.driver import Driver, InProcessPool
+from msopt.run.driver import Driver
+from msopt.run.pool import InProcessPool
 from msopt.space import SearchSpace
 
 from .driver_helpers import FormulaEvaluator

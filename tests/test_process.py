@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from msopt.errors import EvaluationError
 from msopt.engines.process import (
     BACKUP_SUFFIX,
     _alive,
@@ -27,6 +26,7 @@ from msopt.engines.process import (
     tail,
     wait_ready,
 )
+from msopt.errors import EvaluationError
 
 PY = sys.executable
 

@@ -21,6 +21,7 @@ import pytest
 
 from msopt.cli.main import main
 from msopt.config import load_settings
+from msopt.evaluate.results import EvaluationResult
 from msopt.report import (
     BEST_COMMAND_JSON,
     BEST_COMMAND_SH,
@@ -33,9 +34,8 @@ from msopt.report import (
     pareto_front,
     write_report,
 )
-from msopt.evaluate.results import EvaluationResult
-from msopt.space import DecodeContext, SearchSpace
 from msopt.run.store import RunStore
+from msopt.space import DecodeContext, SearchSpace
 
 ROOT = Path(__file__).resolve().parents[1]
 PNGS = (FITNESS_PNG, PARALLEL_PNG, PARETO_PNG)

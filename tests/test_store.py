@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from msopt.run import store as store_mod
 from msopt.config import load_settings, tomllib
 from msopt.errors import MsoptError
 from msopt.evaluate.results import METRICS, EvaluationResult
+from msopt.run import store as store_mod
 from msopt.run.store import TAIL_COLUMNS, RunStore, StoreError, atomic_write, dumps, json_safe
 
 CFG = """

@@ -42,8 +42,8 @@ from msopt.engines.base import (
     split_others,
     substitute,
 )
-from msopt.errors import ConfigError, EvaluationError
 from msopt.engines.process import tail
+from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from msopt.engines.base import LaunchSpec, format_value, plain
 from msopt.errors import ConfigError, EvaluationError
-from msopt.registry import Registry
 from msopt.metrics import METRICS
+from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
 
 #: Field names (config_position "env") that set the load, as in the original tool.

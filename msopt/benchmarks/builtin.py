@@ -42,7 +42,7 @@ REQUESTS_FILE = "requests.jsonl"
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
 # Short common words: each is about one token for BPE tokenizers when preceded by a space.
-_WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "an", "are", "were", "it", "be", "this", "which", "or", "had", "not", "but", "they", "have", "one", "you", "all", "their", "there", "been", "has", "more", "when", "who", "will", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three"]
+_WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "an", "are", "were", "it", "be", "this", "which", "or", "had", "not", "but", "they", "have", "one", "you", "all", "their", "there", "been", "has", "more", "when", "who", "will", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three"]  # noqa: E501
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,10 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
     ok = [r for r in records if r.success]
     out_tokens = sum(r.output_tokens for r in ok)
     tpots = [r.tpot for r in ok if r.tpot is not None]
-    mean = (lambda xs: float(np.mean(xs)) if xs else None)
+
+    def mean(xs: list[float]) -> float | None:
+        return float(np.mean(xs)) if xs else None
+
     summary: dict[str, Any] = {
         "generate_speed": out_tokens / duration if duration > 0 else None,
         "time_to_first_token": mean([r.ttft for r in ok]),

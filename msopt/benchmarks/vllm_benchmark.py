@@ -25,8 +25,8 @@ from msopt.engines.base import (
     format_value,
     split_others,
 )
-from msopt.errors import EvaluationError
 from msopt.engines.process import tail
+from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
 RESULT_FILE = "vllm_bench_result.json"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import sys
@@ -111,7 +110,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     checked, store = _load(args)
     settings = checked.settings
     simulate = bool(settings.get("simulate"))
-    from msopt.run.driver import Driver, InProcessPool
+    from msopt.run.driver import Driver
+    from msopt.run.pool import InProcessPool
     from msopt.run.progress import make_progress
     from msopt.run.store import RunStore, StoreError
 
@@ -147,7 +147,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"run directory: {store.run_dir}", flush=True)
         progress = make_progress(True if args.plain else None)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
-        total = 1 + settings.n_particles * settings.iters + int(settings.section("data_storage").get("pso_top_k", 0) or 0)
+        top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
+        total = 1 + settings.n_particles * settings.iters + top_k
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()

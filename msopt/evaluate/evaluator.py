@@ -15,7 +15,7 @@ from typing import Any
 
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.errors import DecodeError, EvaluationError, MsoptError, RetryableError
+from msopt.errors import DecodeError, MsoptError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from msopt.errors import ConfigError
 from msopt.metrics import (
@@ -54,7 +54,7 @@ __all__ = [
 
 METRIC_NAMES: tuple[str, ...] = METRICS
 
-Metrics = Mapping[str, Optional[float]]
+Metrics = Mapping[str, float | None]
 """Metric name -> value; None (or NaN) when the benchmark could not measure it."""
 
 _TERM_CAP = 1e299
@@ -68,7 +68,7 @@ which is reserved for failed evaluations. Nothing overflows or raises.
 _EXP_CAP = math.log(_TERM_CAP)
 
 
-def _metric(metrics: Metrics, name: str) -> Optional[float]:
+def _metric(metrics: Metrics, name: str) -> float | None:
     """Return the metric as a float, or None when missing, None, NaN or not a number."""
     value = metrics.get(name)
     if value is None or isinstance(value, bool):
@@ -105,7 +105,7 @@ class ObjectiveSettings:
 
     ttft_slo: float
     tpot_slo: float
-    generate_speed_target: Optional[float] = None
+    generate_speed_target: float | None = None
     success_rate_slo: float = 1.0
     ttft_penalty: float = 1.0
     tpot_penalty: float = 1.0
@@ -269,7 +269,7 @@ class GoodputObjective(Objective):
 
 
 def make_objective(
-    name: str, settings: Union[Mapping[str, Any], ObjectiveSettings]
+    name: str, settings: Mapping[str, Any] | ObjectiveSettings
 ) -> Objective:
     """Build the objective registered as ``name`` from settings.
 

@@ -10,6 +10,7 @@ from typing import Any
 from msopt.metrics import METRICS
 from msopt.space.context import DecodeContext
 
+__all__ = ["METRICS", "PHASES", "EvalRequest", "EvaluationResult"]
 
 #: Stages of a run; every evaluation is journaled with one of these.
 PHASES = ("baseline", "search", "refine", "capacity")

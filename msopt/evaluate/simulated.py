@@ -21,9 +21,9 @@ from typing import Any
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
 from msopt.errors import ConfigError, EvaluationError, SimulationError
-from msopt.metrics import SIMULATED
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
+from msopt.metrics import SIMULATED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 

@@ -119,7 +119,7 @@ def _axes_model(data: RunData) -> list[dict[str, Any]]:
             try:
                 for c in cands:
                     ticks[json.dumps(c)] = (t.encode_raw(c) - d.low) / span if span > 0 else 0.5
-            except Exception:  # an exotic dtype without encode_raw for its candidates: numeric ticks
+            except Exception:  # noqa: BLE001  an exotic dtype without encode_raw for its candidates: numeric ticks
                 ticks = None
             spec["ticks"] = ticks
         if spec["ticks"] is None:
@@ -127,7 +127,7 @@ def _axes_model(data: RunData) -> list[dict[str, Any]]:
             for frac in (0.0, 0.5, 1.0):
                 try:
                     label = fmt(t.decode(min(max(d.low + frac * span, d.low), d.high)))
-                except Exception:
+                except Exception:  # noqa: BLE001  any dtype may refuse a fraction: print the number
                     label = f"{d.low + frac * span:.4g}"
                 marks.append((frac, label))
             spec["marks"] = marks

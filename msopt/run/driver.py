@@ -1,10 +1,10 @@
 """The optimization loop: baseline, swarm iterations (sync or async), top-k refinement, capacity.
 
-The driver talks to an :class:`EvaluatorPool` (submit a request, wait for finished results);
-``actors.pool.RayPool`` implements it with Ray actors, :class:`InProcessPool` with threads for
-tests and ``--no-ray``. Every finished evaluation is journaled before the swarm learns of it; the
-repaired position is written back into the swarm before bests are updated; the swarm is
-checkpointed after every tell.
+The driver talks to an :class:`~msopt.run.pool.EvaluatorPool` (submit a request, wait for finished
+results); ``actors.pool.RayPool`` implements it with Ray actors,
+:class:`~msopt.run.pool.InProcessPool` with threads for tests and ``--no-ray``. Every finished
+evaluation is journaled before the swarm learns of it; the repaired position is written back into
+the swarm before bests are updated; the swarm is checkpointed after every tell.
 
 Resume replays the run: the journal's results stand in for the evaluations they record, so the
 seeded swarm goes through exactly the same states, and only evaluations missing from the journal
@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import json
 import math
-import queue
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from msopt.config import Settings
+from msopt.errors import ConfigError, DecodeError
+from msopt.evaluate.evaluator import configured_num_prompts, search_num_prompts
+from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.capacity import (
     CapacityOptions,
     CapacitySearch,
@@ -37,97 +39,10 @@ from msopt.run.capacity import (
     capacity_options,
     probe_verdict,
 )
-from msopt.config import Settings
+from msopt.run.pool import EvaluatorPool
 from msopt.search import swarm_options
-from msopt.errors import ConfigError, DecodeError
-from msopt.evaluate.evaluator import Evaluator, configured_num_prompts, search_num_prompts
-from msopt.evaluate.results import EvalRequest, EvaluationResult
-from msopt.space import DecodeContext, SearchSpace
 from msopt.search.swarm import Swarm
-
-
-class EvaluatorPool(Protocol):
-    """Where evaluations run: a Ray actor pool or an in-process one."""
-
-    @property
-    def size(self) -> int:
-        """How many evaluations run at once."""
-
-    def submit(self, req: EvalRequest) -> None:
-        """Queue one evaluation."""
-
-    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
-        """Return the evaluations finished since the last call (empty on timeout)."""
-
-    def running(self) -> list[tuple[int, list[str]]]:
-        """(eval_id, devices) of the evaluations started since the last call."""
-
-    def close(self) -> None:
-        """Stop every worker and everything they started."""
-
-
-class InProcessPool:
-    """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``).
-
-    Args:
-        settings: the effective settings.
-        size: worker threads.
-        run_dir: the run directory for logs.
-        evaluator_factory: builds the evaluator of worker ``k`` (default: :class:`Evaluator`).
-    """
-
-    def __init__(self, settings: Settings, *, size: int = 1, run_dir: str | None = None,
-                 evaluator_factory: Callable[[int], Any] | None = None) -> None:
-        self._size = max(1, int(size))
-        factory = evaluator_factory or (
-            lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[]))
-        self._evaluators = [factory(k) for k in range(self._size)]
-        self._requests: queue.Queue[EvalRequest | None] = queue.Queue()
-        self._results: queue.Queue[EvaluationResult] = queue.Queue()
-        self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
-        self._threads = [threading.Thread(target=self._work, args=(ev,), daemon=True)
-                         for ev in self._evaluators]
-        for t in self._threads:
-            t.start()
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def _work(self, evaluator: Any) -> None:
-        while True:
-            req = self._requests.get()
-            if req is None:
-                return
-            self._started.put((req.eval_id, list(getattr(evaluator, "devices", []))))
-            self._results.put(evaluator.evaluate(req))
-
-    def submit(self, req: EvalRequest) -> None:
-        self._requests.put(req)
-
-    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
-        out: list[EvaluationResult] = []
-        try:
-            out.append(self._results.get(timeout=timeout))
-        except queue.Empty:
-            return out
-        while True:
-            try:
-                out.append(self._results.get_nowait())
-            except queue.Empty:
-                return out
-
-    def running(self) -> list[tuple[int, list[str]]]:
-        out = []
-        while True:
-            try:
-                out.append(self._started.get_nowait())
-            except queue.Empty:
-                return out
-
-    def close(self) -> None:
-        for _ in self._threads:
-            self._requests.put(None)
+from msopt.space import DecodeContext, SearchSpace
 
 
 @dataclass

@@ -593,7 +593,7 @@ class RunStore:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001  best effort at interpreter exit
             pass
 
     def __repr__(self) -> str:

@@ -40,7 +40,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -260,7 +260,7 @@ class SwarmOptions:
     strategy: Mapping[str, str] = field(default_factory=dict)
     end_values: Mapping[str, float] = field(default_factory=dict)
     velocity_clamp: float = 0.5
-    seed: Optional[int] = None
+    seed: int | None = None
     restart_patience: int = 0
     boundary: str = "reflect"
     mutation: float = 0.0
@@ -360,13 +360,14 @@ class SwarmOptions:
         pso_strategy: Mapping[str, Any],
         n_particles: int,
         iters: int,
-        seed: Optional[int] = None,
+        seed: int | None = None,
     ) -> SwarmOptions:
         """Build options from the ``[pso_options]`` and ``[pso_strategy]`` tables.
 
         ``[pso_options]`` keys: ``c1``, ``c2``, ``w``, ``velocity_clamp``, ``restart_patience``,
-        ``boundary``, ``mutation`` (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``, ``c2`` naming a schedule (absent means
-        ``constant``) and ``w_end``, ``c1_end``, ``c2_end`` giving that schedule's end value.
+        ``boundary``, ``mutation`` (absent ones keep the defaults). ``[pso_strategy]`` keys: ``w``, ``c1``,
+        ``c2`` naming a schedule (absent means ``constant``) and ``w_end``, ``c1_end``, ``c2_end`` giving
+        that schedule's end value.
 
         Raises:
             ConfigError: naming the table and key of an invalid or unknown entry.
@@ -439,7 +440,7 @@ class SwarmOptions:
 # --------------------------------------------------------------------------------------------
 
 
-def _encode_fitness(value: float) -> Optional[float]:
+def _encode_fitness(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
@@ -546,7 +547,7 @@ class Swarm:
         return self._velocities.copy()
 
     @property
-    def best_position(self) -> Optional[np.ndarray]:
+    def best_position(self) -> np.ndarray | None:
         """The best position told so far, or None while no evaluation has succeeded."""
         return self._gbest_pos.copy() if math.isfinite(self._gbest_fit) else None
 

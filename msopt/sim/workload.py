@@ -12,7 +12,7 @@ import numpy as np
 from msopt.errors import ConfigError
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma}
-LengthSpec = Union[int, Mapping[str, Any]]
+LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | Y needs 3.10 objects
 
 _KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate"})
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from msopt.config import load_settings
-from msopt.run.driver import Driver
 from msopt.evaluate.results import EvalRequest
+from msopt.run.driver import Driver
 from msopt.space import DecodeContext, SearchSpace
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ from msopt.benchmarks.builtin import (
     synthetic_prompts,
 )
 from msopt.engines import LaunchSpec
-from msopt.errors import ConfigError, EvaluationError
 from msopt.engines.process import free_port
+from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.results import METRICS
 
 

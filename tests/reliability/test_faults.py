@@ -17,8 +17,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 SIM_SERVE = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
 HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)"])

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from msopt.config import Settings
-from msopt.run.driver import Driver, InProcessPool
-from msopt.space import SearchSpace
+from msopt.run.driver import Driver
+from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore
+from msopt.space import SearchSpace
 
 from ..driver_helpers import FormulaEvaluator
 from .test_properties import base, score  # noqa: F401  (the module-scoped settings fixture)

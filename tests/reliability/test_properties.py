@@ -18,12 +18,13 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from msopt.config import Settings, load_settings
-from msopt.run.driver import Driver, InProcessPool
 from msopt.errors import ConfigError, DecodeError
 from msopt.evaluate.results import METRICS, PHASES, EvalRequest, EvaluationResult
-from msopt.space import DecodeContext, SearchSpace
+from msopt.run.driver import Driver
+from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore, json_safe
 from msopt.search.swarm import Swarm, SwarmOptions
+from msopt.space import DecodeContext, SearchSpace
 
 from ..driver_helpers import FormulaEvaluator
 from ..fields_toml import TP_PP_DP

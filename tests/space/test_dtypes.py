@@ -11,7 +11,7 @@ import pytest
 
 from msopt.errors import ConfigError, RegistryError
 from msopt.registry import Registry
-from msopt.space import DTYPES, SearchSpace, parse_field
+from msopt.space import DTYPES
 
 from .helpers import PP, TP, space_of, tern
 

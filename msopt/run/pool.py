@@ -1,0 +1,98 @@
+"""Where evaluations run: the :class:`EvaluatorPool` protocol the driver talks to, and
+:class:`InProcessPool`, its implementation with threads of the driver process (tests, ``--no-ray``).
+``actors.pool.RayPool`` implements the same protocol with Ray actors.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from msopt.config import Settings
+from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
+
+
+class EvaluatorPool(Protocol):
+    """Where evaluations run: a Ray actor pool or an in-process one."""
+
+    @property
+    def size(self) -> int:
+        """How many evaluations run at once."""
+
+    def submit(self, req: EvalRequest) -> None:
+        """Queue one evaluation."""
+
+    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        """Return the evaluations finished since the last call (empty on timeout)."""
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        """(eval_id, devices) of the evaluations started since the last call."""
+
+    def close(self) -> None:
+        """Stop every worker and everything they started."""
+
+
+class InProcessPool:
+    """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``).
+
+    Args:
+        settings: the effective settings.
+        size: worker threads.
+        run_dir: the run directory for logs.
+        evaluator_factory: builds the evaluator of worker ``k`` (default: :class:`Evaluator`).
+    """
+
+    def __init__(self, settings: Settings, *, size: int = 1, run_dir: str | None = None,
+                 evaluator_factory: Callable[[int], Any] | None = None) -> None:
+        self._size = max(1, int(size))
+        factory = evaluator_factory or (
+            lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[]))
+        self._evaluators = [factory(k) for k in range(self._size)]
+        self._requests: queue.Queue[EvalRequest | None] = queue.Queue()
+        self._results: queue.Queue[EvaluationResult] = queue.Queue()
+        self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
+        self._threads = [threading.Thread(target=self._work, args=(ev,), daemon=True)
+                         for ev in self._evaluators]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _work(self, evaluator: Any) -> None:
+        while True:
+            req = self._requests.get()
+            if req is None:
+                return
+            self._started.put((req.eval_id, list(getattr(evaluator, "devices", []))))
+            self._results.put(evaluator.evaluate(req))
+
+    def submit(self, req: EvalRequest) -> None:
+        self._requests.put(req)
+
+    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        out: list[EvaluationResult] = []
+        try:
+            out.append(self._results.get(timeout=timeout))
+        except queue.Empty:
+            return out
+        while True:
+            try:
+                out.append(self._results.get_nowait())
+            except queue.Empty:
+                return out
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        out = []
+        while True:
+            try:
+                out.append(self._started.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._requests.put(None)
