@@ -1,12 +1,13 @@
 """Server and benchmark process lifecycle: own process group, parent-death guard, readiness.
 
 A server is started in a process group of its own (so the whole tree can be signalled at once),
-inside the caller's session, with a Linux parent-death signal, so it dies with the actor that started it even when the actor is
-killed with SIGKILL. Not a new session: MindIE's daemon calls ``setpgrp()`` at start-up and
-exits when it fails, which it always does for a session leader (MindIE-LLM
-``src/server/daemon/llm_daemon.cpp``, the ``setpgrp() == -1`` check). Note that the kernel sends that signal when the *thread* that started the
-child exits: start servers from a long-lived thread (an actor's method thread), not from a
-short-lived worker thread.
+inside the caller's session, with a Linux parent-death signal, so it dies with the actor that
+started it even when the actor is killed with SIGKILL. Not a new session: MindIE's daemon calls
+``setpgrp()`` at start-up and exits when it fails, which it always does for a session leader
+(MindIE-LLM ``src/server/daemon/llm_daemon.cpp``, the ``setpgrp() == -1`` check). Note that the
+kernel sends the parent-death signal when the *thread* that started the child exits: start
+servers from a long-lived thread (an actor's method thread), not from a short-lived worker
+thread.
 """
 
 from __future__ import annotations
