@@ -85,6 +85,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
              if f.name not in space.names and f.name not in space.derived]
     if const:
         print(f"  constant: {', '.join(const)}")
+    for line in checked.engine.notes(settings.section(settings.engine)):
+        print(f"{settings.engine}: {line}")
     return 0
 
 

@@ -310,6 +310,11 @@ class EngineAdapter:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it
         at load time (:func:`msopt.run.validate.validate`)."""
 
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """Lines ``msopt validate`` prints about what a launch will do beyond the fields (files
+        edited, settings msopt changes); none by default."""
+        return []
+
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """The port a user's server should listen on (exported launch files): ``[<engine>.command]
         port``, else :attr:`default_port`."""

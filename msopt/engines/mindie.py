@@ -281,14 +281,18 @@ class MindieAdapter(EngineAdapter):
     def notes(self, section: Mapping[str, Any]) -> list[str]:
         """What msopt will change in MindIE's config.json besides the fields (``msopt validate``)."""
         doc, path = load_config(section, missing_ok=True)
-        src = path or f"the built-in template {TEMPLATE_PATH.name}"
+        configured = section.get("config_path")
+        src = path or (f"the built-in template {TEMPLATE_PATH.name}" if not configured else
+                       f"the built-in template (config_path {configured} is not on this machine; "
+                       "'msopt preflight' checks it where the trials run)")
         https = get_path(doc, HTTPS_PATH)
-        out = [f"config.json: {src}" + ("" if path is None or Path(path).exists() else
-                                        " (not on this machine; checked against the template, "
-                                        "'msopt preflight' checks the file)")]
-        out.append("ServerConfig.httpsEnabled: " + (
-            f"true in {src}; msopt sets it to false in the edited copy (readiness checks and benchmarks "
-            "speak plain HTTP on the trial's own port)" if https is True else "false (plain HTTP)"))
+        out = [f"config.json: {src}"]
+        if https is True:
+            out.append(f"ServerConfig.httpsEnabled: true in {path or 'the template'}; msopt sets it to false "
+                       "in the edited copy (readiness checks and benchmarks speak plain HTTP on the trial's "
+                       "own port)")
+        else:
+            out.append("ServerConfig.httpsEnabled: false (plain HTTP)")
         out.append("BackendConfig.npuDeviceIds and ModelConfig[0].worldSize: set from the trial's devices "
                    "(worldSize from a field when one sets it)")
         return out

@@ -269,3 +269,13 @@ def test_mindie_integers_where_mindie_wants_them(tmp_path: Path) -> None:
     assert value == 64 and isinstance(value, int)
     with pytest.raises(ConfigError, match="integer"):
         engine.render({"mbs": 64.5}, [f("int")], section, port=1)
+
+
+def test_msopt_validate_says_what_happens_to_https(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(f'engine = "mindie"\n[mindie]\nconfig_path = "{MINDIE_SHIPPED}"\n')
+    out = msopt_cli("validate", "-c", "c.toml", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "ServerConfig.httpsEnabled: true in" in out.stdout and "sets it to false" in out.stdout
+    spec = get_engine("mindie").render({}, [], {"config_path": str(MINDIE_SHIPPED)}, port=5)
+    assert next(iter(spec.files.values()))["ServerConfig"]["httpsEnabled"] is False
+    assert __import__("json").loads(MINDIE_SHIPPED.read_text())["ServerConfig"]["httpsEnabled"] is True
