@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from msopt.cli import optimize, report, serve, simulate
+from msopt.cli import optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_decode)
 
-    for module in (simulate, optimize, serve, report):
+    for module in (simulate, optimize, serve, report, preflight):
         module.register(sub)
     return parser
 

@@ -315,6 +315,11 @@ class EngineAdapter:
         edited, settings msopt changes); none by default."""
         return []
 
+    def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+        """The engine's own checks of this machine before a launch, as ``(check, ok, detail)``
+        (``msopt preflight``; the generic ones are in :mod:`msopt.run.preflight`); none by default."""
+        return []
+
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """The port a user's server should listen on (exported launch files): ``[<engine>.command]
         port``, else :attr:`default_port`."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -295,6 +297,55 @@ class MindieAdapter(EngineAdapter):
             out.append("ServerConfig.httpsEnabled: false (plain HTTP)")
         out.append("BackendConfig.npuDeviceIds and ModelConfig[0].worldSize: set from the trial's devices "
                    "(worldSize from a field when one sets it)")
+        return out
+
+    def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+        """config.json: set, present, valid, writable (or readable with ``config_env``); what
+        happens to HTTPS; MindIE's fixed management and metrics ports free."""
+        raw, private = section.get("config_path"), bool(section.get("config_env"))
+        if not raw:
+            if private:
+                return [("config.json", True, "no config_path: every trial writes the built-in template into "
+                         f"its work directory and points ${section.get('config_env')} at it")]
+            return [("config.json", False, "[mindie] config_path is not set, so msopt cannot edit the "
+                     "config.json MindIE reads; point it at <mindie-service>/conf/config.json")]
+        path = Path(str(raw)).expanduser()
+        if not path.exists():
+            return [("config.json", False, f"{path} does not exist on this node; install MindIE Service here "
+                     "or fix [mindie] config_path")]
+        try:
+            doc, _ = load_config(section)
+        except ConfigError as exc:
+            return [("config.json", False, str(exc))]
+        out: list[tuple[str, bool, str]] = []
+        if private:
+            ok = os.access(path, os.R_OK)
+            out.append(("config.json", ok, f"{path} is " + ("readable (trials edit private copies)" if ok else
+                                                              "not readable by this user")))
+        else:
+            ok = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+            out.append(("config.json", ok, f"{path} " + (
+                "is writable (msopt edits it per trial and keeps config.json.msopt-backup)" if ok else
+                "or its directory is not writable by this user: msopt edits it per trial and writes a "
+                "backup beside it; fix the permissions or set [mindie] config_env")))
+        https = get_path(doc, HTTPS_PATH)
+        out.append(("https", True, "ServerConfig.httpsEnabled is true: msopt sets it to false in the edited "
+                    "config (plain HTTP on the trial's port)" if https is True else
+                    "ServerConfig.httpsEnabled is false (plain HTTP)"))
+        host = str(get_path(doc, HOST_PATH, "127.0.0.1"))
+        for key in ("managementPort", "metricsPort"):
+            port = get_path(doc, ("ServerConfig", key))
+            if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                    free = True
+                except OSError:
+                    free = False
+            out.append(("port", free, f"{port} (ServerConfig.{key}) is " + (
+                "free" if free else "in use on this node: another MindIE (or something else) holds it; one "
+                "MindIE per node, or give each its own ports")))
         return out
 
     def render(
