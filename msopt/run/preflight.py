@@ -30,6 +30,8 @@ from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
 CHEAP = frozenset({"executable", "model", "config.json", "https", "port"})
+#: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
+TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
 #: Seconds a version query may take (importing an engine can take a while).
 VERSION_TIMEOUT = 120.0
 
@@ -202,6 +204,10 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
     if full and exe_check.ok:
         checks.insert(1, _version(spec.argv, module))
     checks.append(_model(spec))
+    tls = [f for f in map(flag_name, spec.argv[exe_len:]) if f in TLS_FLAGS]
+    if tls:
+        checks.append(Check("https", False, f"{', '.join(tls)} in 'others' make the server speak HTTPS, but "
+                            "msopt's readiness check and benchmarks speak plain HTTP; drop them while tuning"))
     host = spec.host if spec.host not in ("", "::") else "0.0.0.0"
     for port, where in fixed_ports(spec, exe_len):
         free = port_free(port, host)

@@ -121,3 +121,10 @@ def test_mindie_config_json_checks(tmp_path: Path) -> None:
     missing.write_text('engine = "mindie"\n[mindie]\nconfig_path = "/nonexistent/conf/config.json"\n')
     line = {c.name: c for c in node_checks(load_settings(missing), full=False)}["config.json"].line()
     assert line.startswith("FAIL config.json: /nonexistent/conf/config.json does not exist on this node")
+
+
+def test_tls_flags_fail_the_https_check(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"), others="--ssl-keyfile k.pem --ssl-certfile c.pem")
+    line = {c.name: c for c in node_checks(load_settings(path), full=False)}["https"].line()
+    assert line.startswith("FAIL https: --ssl-keyfile, --ssl-certfile in 'others'")
