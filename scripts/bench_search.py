@@ -383,8 +383,8 @@ def _msopt_pick(table: Table, drv: Driver, variant: Variant = SHIPPED) -> int:
     best mean fitness over its measurements (else the best of all). Variant pick ``"last"``: the
     best single re-measured result instead."""
     best = drv.best()
-    if variant.pick == "last" and drv._refined:
-        best = min(drv._refined, key=lambda r: (r.fitness, r.eval_id))
+    if variant.pick == "last" and drv.leaderboard.refined:
+        best = min(drv.leaderboard.refined, key=lambda r: (r.fitness, r.eval_id))
     return -1 if best is None else table.index.get(_key(table.space, best.values), -1)
 
 
@@ -412,7 +412,7 @@ def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int,
         it = 0
         while drv.launched < search_budget and (it + 1) * drv.n < 4 * budget:
             positions = drv.swarm.ask()
-            reqs = [drv._search_request(i, it, positions[i]) for i in range(drv.n)]
+            reqs = [drv.search_request(i, it, positions[i]) for i in range(drv.n)]
             got: dict[int, EvaluationResult] = {}
             sent: list[EvalRequest] = []
             for req in reqs:
@@ -484,7 +484,7 @@ def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int,
         def dispatch(i: int) -> None:
             while drv.launched < search_budget and int(drv.swarm.evaluation_counts[i]) < cap:
                 c = int(drv.swarm.evaluation_counts[i])
-                r = drv.dispatch(drv._search_request(i, c, drv.swarm.ask_one(i)))
+                r = drv.dispatch(drv.search_request(i, c, drv.swarm.ask_one(i)))
                 if r is None:
                     return
                 drv.swarm.tell_one(i, r.fitness, np.asarray(r.position, dtype=float))

@@ -146,13 +146,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 raise
         print(f"run directory: {store.run_dir}", flush=True)
         progress = make_progress(True if args.plain else None)
-        driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
+        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked)
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()
-        from msopt.run.driver import capacity_line
+        from msopt.run.records import capacity_line
 
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
                    "reused": outcome.reused, "run_dir": str(store.run_dir),
