@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from msopt.checks import is_int
 from msopt.engines.base import (
     ENGINES,
     UNPLACED,
@@ -60,10 +61,10 @@ def _coerce(value: Any, old: Any) -> Any:
     """The value as the JSON type already at that key, where the conversion loses nothing."""
     if isinstance(old, bool) and not isinstance(value, bool) and value in (0, 1):
         return bool(value)
-    if isinstance(old, int) and not isinstance(old, bool) and isinstance(value, float) \
+    if is_int(old) and isinstance(value, float) \
             and value.is_integer():
         return int(value)
-    if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(old, float) and is_int(value):
         return float(value)
     return value
 

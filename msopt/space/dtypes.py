@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from msopt.checks import is_finite, is_number
 from msopt.errors import ConfigError, DecodeError
 from msopt.registry import Registry, close_matches
 from msopt.space.context import DecodeContext, resolve_priority
@@ -129,7 +130,7 @@ DTYPES: Registry[type[FieldType]] = Registry("dtype", entry_point_group="msopt.d
 
 
 def _num(decl: FieldDecl, raw: Any, key: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+    if not is_finite(raw):
         fix = "give a finite number" if key.startswith("dtype_param") else f"write e.g. {key} = {decl.min}"
         raise decl.error(f"'{key}' must be a finite number, got {raw!r}", fix)
     return raw
@@ -264,7 +265,7 @@ class EnumType(_Choice):
         if len(set(map(repr, vals))) != len(vals):
             raise decl.error(f"enum values {list(vals)!r} repeat", "list each value once")
         self.values: tuple[Any, ...] = tuple(vals)
-        self.numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+        self.numeric = all(is_number(v) for v in vals)
         self._index = {v: i for i, v in enumerate(self.values)}
         self._setup(len(self.values))
         self._lo = float(decl.min)
@@ -282,7 +283,7 @@ class EnumType(_Choice):
         i = self._index.get(value)
         if i is not None:
             return i
-        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if self.numeric and is_number(value):
             return min(range(self.n), key=lambda k: (abs(self.values[k] - value), self.values[k]))
         raise ConfigError(
             f"{self.decl.where}: value {value!r} is not one of {list(self.values)!r}; "
@@ -321,7 +322,7 @@ class RangeType(_Choice):
     def __init__(self, decl: FieldDecl) -> None:
         super().__init__(decl)
         step = decl.dtype_param
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0 \
+        if not is_number(step) or not step > 0 \
                 or not math.isfinite(step):
             raise decl.error(f"range needs a positive step in dtype_param, got {step!r}",
                              "write dtype_param = 10")
