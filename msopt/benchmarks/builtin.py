@@ -257,7 +257,7 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
     out_tokens = sum(r.output_tokens for r in ok)
     tpots = [r.tpot for r in ok if r.tpot is not None]
 
-    def mean(xs: list[float]) -> float | None:
+    def mean(xs: Sequence[Any]) -> float | None:
         return float(np.mean(xs)) if xs else None
 
     summary: dict[str, Any] = {

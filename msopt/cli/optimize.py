@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError, MsoptError
 
 if TYPE_CHECKING:
+    from msopt.run.pool import EvaluatorPool
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
 
@@ -123,7 +124,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         previous = store.load_journal()
         store.rebuild_results_csv()
     progress = None
-    pool = None
+    pool: EvaluatorPool | None = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     signal.signal(signal.SIGTERM, _interrupt)

@@ -98,7 +98,7 @@ def set_path(doc: Any, path: Sequence[str | int], value: Any, decl: FieldDecl | 
         else:
             raise fail(f"{here} is a {type(node).__name__} ({node!r}), not an object or a list")
         if last:
-            old = node[key] if isinstance(node, list) or key in node else None
+            old = node[key] if isinstance(node, list) or key in node else None  # type: ignore[index]
             node[key] = _coerce(value, old)
         else:
             node = node[key]

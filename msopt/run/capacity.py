@@ -59,7 +59,8 @@ def _workload_load(settings: Settings) -> dict[str, Any]:
         wl = settings.section("simulator").get("workload", {}) or {}
         return {k: wl[k] for k in LOAD_KINDS if k in wl}
     bench = settings.section(str(settings.get("benchmark", "")))
-    cmd = bench.get("command") if isinstance(bench.get("command"), Mapping) else {}
+    raw = bench.get("command")
+    cmd: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     out = {}
     if "request_rate" in cmd:
         out["request_rate"] = cmd["request_rate"]
@@ -227,7 +228,7 @@ def probe_verdict(metrics: Mapping[str, Any], error: str | None, settings: Setti
     """(passed, why not) of one probe's metrics against the SLOs."""
     ttft_name, tpot_name = options.metric_names()
     ttft, tpot, ok = metrics.get(ttft_name), metrics.get(tpot_name), metrics.get("success_rate")
-    if not all(is_finite(v) for v in (ttft, tpot, ok)):
+    if not (is_finite(ttft) and is_finite(tpot) and is_finite(ok)):
         return False, error or "a metric is missing"
     if ttft > settings.ttft_slo:
         return False, f"{ttft_name} {ttft:.4g} > {settings.ttft_slo:g}"
@@ -303,6 +304,7 @@ class CapacitySearch:
         if lo is None and hi is None:
             return [self.start] if self._search_room() else self._stop("probes")
         if lo is None:  # only failures so far: go down
+            assert hi is not None
             if hi <= self.floor:
                 return self._stop("floor")
             x = self._round(max(self.floor, hi / 2))

@@ -44,6 +44,7 @@ from msopt.run.dispatcher import Dispatcher
 from msopt.run.leaderboard import Leaderboard
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import best_record, capacity_line, capacity_record, load_text
+from msopt.run.stages import ProgressSink
 from msopt.run.validate import Validated
 from msopt.search import swarm_options
 from msopt.search.swarm import Swarm
@@ -94,7 +95,7 @@ class Driver:
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
-                 progress: Any = None, previous: Sequence[EvaluationResult] = (),
+                 progress: ProgressSink | None = None, previous: Sequence[EvaluationResult] = (),
                  keep_results: bool | None = None, validated: Validated | None = None) -> None:
         if validated is not None and validated.settings is not settings:
             raise ValueError("Driver: 'validated' must be the validation of these settings")

