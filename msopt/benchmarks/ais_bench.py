@@ -33,6 +33,7 @@ from msopt.benchmarks.base import (
     resolve_load,
     server_values,
 )
+from msopt.checks import is_int
 from msopt.engines.base import (
     LaunchSpec,
     check_repeated_flags,
@@ -113,7 +114,7 @@ class AisBench(BenchmarkAdapter):
         argv += ["--mode", str(cmd.get("mode", "perf")), "--work-dir", str(result_dir)]
         n = num_prompts if num_prompts is not None else cmd.get("num_prompts")
         if n is not None:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            if not is_int(n) or n < 1:
                 raise ConfigError(f"{where}: 'num_prompts' must be a positive integer, got {n!r}")
             argv += ["--num-prompts", str(n)]
         argv += split_others(cmd.get("others", ""), subst, where)

@@ -16,6 +16,7 @@ from msopt.benchmarks.base import (
     resolve_load,
     server_values,
 )
+from msopt.checks import is_number
 from msopt.engines.base import (
     LaunchSpec,
     check_repeated_flags,
@@ -122,7 +123,7 @@ def parse_result(data: Mapping[str, Any]) -> dict[str, float | None]:
     """Metrics from a ``vllm bench serve`` result object (ms -> s, completed / prompts)."""
     def num(key: str) -> float | None:
         v = data.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return float(v) if is_number(v) else None
 
     completed = num("completed")
     total = num("num_prompts")

@@ -12,7 +12,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from msopt.cli import optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, as for MsoptError
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, as for MsoptError
         self.exit(2, f"msopt: error: {message} (see 'msopt {self.prog.split()[-1]} --help')\n"
                   if " " in self.prog else f"msopt: error: {message} (see 'msopt --help')\n")
 
@@ -117,7 +117,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     try:
         decoded = space.decode(position, ctx)
     except DecodeError as exc:
-        out = {"values": exc.values, "position": position, "repaired": False,
+        out: dict[str, Any] = {"values": exc.values, "position": position, "repaired": False,
                "error": str(exc), "warnings": []}
         code = 1
     else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError, MsoptError
 
 if TYPE_CHECKING:
+    from msopt.run.pool import EvaluatorPool
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
 
@@ -136,7 +137,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 shutil.rmtree(store.run_dir, ignore_errors=True)
             raise
     progress = None
-    pool = None
+    pool: EvaluatorPool | None = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     signal.signal(signal.SIGTERM, _interrupt)
@@ -159,13 +160,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 raise
         print(f"run directory: {store.run_dir}", flush=True)
         progress = make_progress(True if args.plain else None)
-        driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
+        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked)
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()
-        from msopt.run.driver import capacity_line
+        from msopt.run.records import capacity_line
 
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
                    "reused": outcome.reused, "run_dir": str(store.run_dir),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from msopt.checks import is_number
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
@@ -164,7 +165,7 @@ def wait_start_time(section: Mapping[str, Any], engine: str = "engine",
                         cmd.get("wait_start_time") if isinstance(cmd, Mapping) else None)
     if value is None:
         return float(default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
+    if not is_number(value) or not 0 < value <= 1e6:
         raise ConfigError(f"[{engine}] 'wait_start_time' must be a positive number of seconds, "
                           f"got {value!r}")
     return float(value)

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from msopt.checks import is_int, is_number
 from msopt.engines.base import (
     ENGINES,
     UNPLACED,
@@ -131,7 +132,7 @@ def parse_path(position: str, decl: FieldDecl | None = None) -> tuple[str | int,
 def _coerce(value: Any, old: Any, kind: str | None) -> Any:
     """The value as the JSON type MindIE checks at that key (or the one already there), where the
     conversion loses nothing; raises ValueError (the rule broken) where it would."""
-    is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
+    is_num = is_number(value)
     if kind == "bool" or (kind is None and isinstance(old, bool)):
         if is_num and value in (0, 1):
             return bool(value)
@@ -185,7 +186,7 @@ def set_path(doc: Any, path: Sequence[str | int], value: Any, decl: FieldDecl | 
         else:
             raise fail(f"{here} is a {type(node).__name__} ({node!r}), not an object or a list")
         if last:
-            old = node[key] if isinstance(node, list) or key in node else None
+            old = node[key] if isinstance(node, list) or key in node else None  # type: ignore[index]
             try:
                 node[key] = _coerce(value, old, key_type(path))
             except ValueError as exc:
@@ -443,7 +444,7 @@ def consistent_devices(doc: dict[str, Any], n_devices: int | None, world_from_fi
         world = n_devices
     if isinstance(world, float) and world.is_integer():
         world = int(world)
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+    if not is_int(world) or world < 1:
         raise EvaluationError(f"MindIE ModelConfig[0].worldSize must be a positive integer, got {world!r}")
     model["worldSize"] = world
     ids = get_path(doc, DEVICE_IDS)

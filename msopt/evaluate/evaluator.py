@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from msopt.checks import is_number
 from msopt.config import Settings
 from msopt.engines import get_engine
 from msopt.errors import DecodeError, MsoptError, RefusedError, RetryableError
@@ -33,7 +34,7 @@ def configured_num_prompts(settings: Settings) -> int | None:
     n = (bench.get("command") or {}).get("num_prompts") if isinstance(bench.get("command"), Mapping) else None
     if settings.get("simulate"):
         n = settings.section("simulator").get("workload", {}).get("num_prompts", n)
-    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+    return int(n) if is_number(n) else None
 
 
 def search_num_prompts(settings: Settings) -> int | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from msopt.checks import is_int
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
@@ -103,7 +104,7 @@ class HealthCheck:
                 did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(_KEYS)}"
                 raise err(f"health_check.{key}", "is not a health_check key", did)
         n = table.get("log_snippet_length", 200)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1_000_000:
+        if not is_int(n) or not 1 <= n <= 1_000_000:
             raise err("health_check.log_snippet_length", f"must be an integer from 1 to 1000000, got {n!r}",
                       "e.g. log_snippet_length = 200")
         compiled: dict[str, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}

@@ -51,7 +51,7 @@ class RealRunner:
             verdict = self.health.check_file(path, kind)
             if verdict.kind == "ok":
                 continue
-            text = f"{kind} log: {verdict.error_type}: {verdict.line.strip()} ({path})"
+            text = f"{kind} log: {verdict.error_type}: {(verdict.line or '').strip()} ({path})"
             return RetryableError(text) if verdict.kind == "retryable" else EvaluationError(text)
         return exc
 

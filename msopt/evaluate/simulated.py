@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
 from msopt.engines.rules import ModelFacts, check_rules
@@ -70,7 +71,7 @@ class SimulatorSetup:
             raise ConfigError(f"{where('emulate_wall_time')}: [simulator] emulate_wall_time must be true or "
                               f"false, got {emulate!r}")
         for key, v in (("time_scale", scale), ("eval_seconds", secs)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6):
+            if v is not None and (not is_number(v) or not 0 <= v <= 1e6):
                 raise ConfigError(f"{where(key)}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
         from msopt.sim import load_hardware, load_model, workload_from_mapping
         from msopt.sim.simulator import SIM_KEYS
@@ -100,10 +101,10 @@ class SimulatorSetup:
             except ConfigError as exc:
                 raise ConfigError(f"{where(key)}: [simulator] {key}: {exc}") from None
         seed = table.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**62:
+        if not is_int(seed) or not 0 <= seed < 2**62:
             raise ConfigError(f"{where('seed')}: [simulator] seed must be a non-negative integer, got {seed!r}")
         noise = table.get("noise", 0.0)
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 10:
+        if not is_number(noise) or not 0 <= noise <= 10:
             raise ConfigError(f"{where('noise')}: [simulator] noise must be a number from 0 to 10 (a relative "
                               f"standard deviation), got {noise!r}")
         weight_dtype = table.get("weight_dtype", "bf16")
