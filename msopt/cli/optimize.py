@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
         p.add_argument("--max-concurrent", type=int, metavar="N", help="cap on concurrent evaluations")
         p.add_argument("--particles", type=int, metavar="N", help="swarm size (n_particles)")
         p.add_argument("--iters", type=int, metavar="N", help="swarm iterations (iters)")
+        p.add_argument("--max-launches", type=int, metavar="N",
+                       help="launch budget (max_launches): baseline, search and re-measurements together; "
+                            "failures count, reuse and start-up refusals are free; 0: iters decides")
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")
@@ -50,7 +53,8 @@ def register(sub: Any) -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for flag, key in (("particles", "n_particles"), ("iters", "iters"), ("seed", "seed"), ("mode", "mode"),
-                      ("benchmark", "benchmark"), ("output", "output")):
+                      ("benchmark", "benchmark"), ("output", "output"),
+                      ("max_launches", "max_launches")):
         v = getattr(args, flag)
         if v is not None:
             out[key] = v
@@ -62,6 +66,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--iters {out['iters']} must be >= 0")
     if "seed" in out and out["seed"] < 0:
         raise ConfigError(f"--seed {out['seed']} must be >= 0")
+    if "max_launches" in out and out["max_launches"] < 0:
+        raise ConfigError(f"--max-launches {out['max_launches']} must be >= 0 (0: no budget)")
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent {args.max_concurrent} must be >= 1")
     return out
@@ -160,9 +166,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 raise
         print(f"run directory: {store.run_dir}", flush=True)
         progress = make_progress(True if args.plain else None)
-        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked)
+        from msopt.evaluate.prior import make_prior
+
+        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
+                        prior=make_prior(settings, checked.space))
+        if driver.prior_picks:
+            store.write_json("prior.json", {"evaluations": driver.prior.evaluations if driver.prior else 0,
+                                            "picks": driver.prior_picks})
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
+        if driver.max_launches > 0:
+            total = driver.max_launches
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()

@@ -29,6 +29,8 @@ class EvalRequest:
         context: the DecodeContext the actor decodes with.
         num_prompts: prompts to send (``sample_size`` caps it during the search); None: configured.
         load: benchmark load overrides for this evaluation, e.g. {"request_rate": 4.0}.
+        predicted: what the simulator prior predicted for this configuration (its metrics and
+            ``fitness``), or None; journaled beside the measured metrics.
     """
 
     eval_id: int
@@ -39,6 +41,7 @@ class EvalRequest:
     context: DecodeContext | None = None
     num_prompts: int | None = None
     load: Mapping[str, float] = field(default_factory=dict)
+    predicted: Mapping[str, Any] | None = None
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -55,7 +58,8 @@ class EvaluationResult:
     repaired position that the driver writes back into the swarm. ``refused`` marks a candidate
     that breaks one of the engine's start-up rules (:mod:`msopt.engines.rules`): it was never
     launched and ``error`` holds the engine's message. Journals written before the field existed
-    read back with ``refused = False``.
+    read back with ``refused = False``. ``predicted`` holds the simulator prior's prediction for
+    the configuration (metrics and ``fitness``; None without a prior).
     """
 
     eval_id: int
@@ -79,6 +83,7 @@ class EvaluationResult:
     warnings: list[str] = field(default_factory=list)
     load: dict[str, float] = field(default_factory=dict)
     refused: bool = False
+    predicted: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -92,6 +97,8 @@ class EvaluationResult:
         d["metrics"] = {k: _finite_or_none(v) for k, v in self.metrics.items()}
         d["position_in"] = [_finite_or_none(float(x)) for x in self.position_in]
         d["position"] = [_finite_or_none(float(x)) for x in self.position]
+        if self.predicted is not None:
+            d["predicted"] = {k: _finite_or_none(v) for k, v in self.predicted.items()}
         return d
 
     @classmethod
@@ -101,4 +108,7 @@ class EvaluationResult:
         kw["fitness"] = math.inf if d.get("fitness") is None else float(d["fitness"])
         kw["position_in"] = [math.nan if x is None else float(x) for x in d.get("position_in", [])]
         kw["position"] = [math.nan if x is None else float(x) for x in d.get("position", [])]
+        if kw.get("predicted") is not None:
+            kw["predicted"] = {k: (math.inf if k == "fitness" and v is None else v)
+                               for k, v in dict(kw["predicted"]).items()}
         return cls(**kw)

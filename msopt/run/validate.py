@@ -25,10 +25,11 @@ from msopt.config import Settings, load_settings
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.errors import ConfigError
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
+from msopt.evaluate.prior import prior_options
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.metrics import PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
-from msopt.search import SwarmOptions, swarm_options
+from msopt.search import SEARCHERS, SwarmOptions, swarm_options
 from msopt.space import SearchSpace
 
 
@@ -87,6 +88,11 @@ def validate(settings: Settings) -> Validated:
     """
     space = SearchSpace.from_settings(settings)
     swarm = swarm_options(settings)
+    prior_options(settings)
+    searcher = settings.section("search").get("searcher", "swarm")
+    if searcher not in SEARCHERS:
+        raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
+                          f"(valid: {', '.join(SEARCHERS.names())})")
     try:
         objective = make_objective(str(settings.get("objective", "default")), settings.data)
     except ConfigError as exc:

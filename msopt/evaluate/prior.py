@@ -1,0 +1,322 @@
+"""What the driver knows before a launch: the engine's start-up rules and the simulator's prediction.
+
+- :class:`CandidateScreen` renders a candidate as an evaluator would and checks the engine's
+  start-up rules (:mod:`msopt.engines.rules`), so a refused candidate is never dispatched.
+- :class:`SimulatorPrior` predicts a configuration's metrics and fitness with the embedded
+  simulator (noise off) for the run's own model, hardware, workload and objective, and searches
+  the run's space on it before the first launch (:meth:`SimulatorPrior.search`), so the swarm
+  starts from the baseline plus diverse top predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from msopt.config import Settings, thaw
+from msopt.engines import get_engine
+from msopt.engines.rules import ModelFacts, check_rules
+from msopt.errors import ConfigError, DecodeError, MsoptError, RefusedError
+from msopt.evaluate.evaluator import search_num_prompts
+from msopt.evaluate.objective import make_objective
+from msopt.evaluate.results import EvalRequest
+from msopt.evaluate.simulated import SimulatorSetup, bench_argv_of, metrics_of
+from msopt.space import SearchSpace
+
+__all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
+           "prior_applies", "prior_options"]
+
+#: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
+PRIOR_MODES = ("auto", "simulator", "none")
+
+
+def _key(values: Mapping[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _devices(settings: Settings) -> list[str]:
+    n = settings.section("cluster").get("devices_per_trial", 0)
+    return [str(i) for i in range(int(n))] if isinstance(n, int) and n > 0 else []
+
+
+class CandidateScreen:
+    """The engine's start-up rules, checked in the driver before a candidate is dispatched.
+
+    Renders the launch as the evaluator would (device ids ``0..devices_per_trial-1`` stand in
+    for the ones an actor gets) and runs :func:`msopt.engines.rules.check_rules` with the
+    simulated model's facts (simulated run) or the model directory's config.json (real run).
+    """
+
+    def __init__(self, settings: Settings, *, simulate: bool | None = None) -> None:
+        self.settings = settings
+        self.engine = get_engine(settings.engine)
+        self.section = settings.section(settings.engine)
+        self.devices = _devices(settings)
+        sim = bool(settings.get("simulate")) if simulate is None else simulate
+        self.model: ModelFacts | None = None
+        if sim:
+            from msopt.sim import load_model
+
+            table = settings.section("simulator")
+            dirs = table.get("catalog_dirs", ())
+            m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+            self.model = ModelFacts(attention_heads=m.heads, max_position=m.max_position)
+        self._seen: dict[str, str | None] = {}
+
+    def refusal(self, values: Mapping[str, Any]) -> str | None:
+        """The engine's refusal of ``values`` (its message and rule), or None when it would start."""
+        key = _key(values)
+        if key in self._seen:
+            return self._seen[key]
+        try:
+            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                      devices=list(self.devices), workdir=None)
+            check_rules(spec, values, self.section, model=self.model)
+            out = None
+        except RefusedError as exc:
+            out = str(exc)
+        except MsoptError:
+            out = None  # anything else is the evaluator's to report
+        self._seen[key] = out
+        return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The simulator's prediction for one configuration."""
+
+    values: dict[str, Any]
+    position: np.ndarray
+    fitness: float
+    metrics: dict[str, float | None]
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What the journal holds beside the measured metrics: the metrics and ``fitness``."""
+        return {**self.metrics, "fitness": self.fitness if math.isfinite(self.fitness) else None}
+
+
+@dataclass(frozen=True)
+class PriorOptions:
+    """``[search]`` keys of the prior.
+
+    Attributes:
+        mode: one of :data:`PRIOR_MODES`.
+        evaluations: simulated evaluations of the prior search.
+        picks: how many particles besides the baseline start at the prior's top predictions
+            (None: all of them).
+        screen: moves a particle proposes per evaluation, the prior ranks them and the best
+            predicted is taken (0 or 1: no screening).
+        explore: the chance a screened particle takes its first proposal unranked instead, so a
+            wrong model cannot trap the search.
+    """
+
+    mode: str = "auto"
+    evaluations: int = 600
+    picks: int | None = None
+    screen: int = 4
+    explore: float = 0.25
+
+
+def prior_options(settings: Settings) -> PriorOptions:
+    """The prior's options from ``[search]``.
+
+    Raises:
+        ConfigError: naming the file and the key.
+    """
+    table = settings.section("search")
+    where = settings.table_source("search")
+    mode = table.get("prior", "auto")
+    if mode not in PRIOR_MODES:
+        raise ConfigError(f"{where}: [search] prior must be one of {', '.join(PRIOR_MODES)}, got {mode!r}")
+    n = table.get("prior_evaluations", 600)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1_000_000:
+        raise ConfigError(f"{where}: [search] prior_evaluations must be an integer from 0 to 1000000, got {n!r}")
+    picks = table.get("prior_picks")
+    if picks is not None and (isinstance(picks, bool) or not isinstance(picks, int) or picks < 0):
+        raise ConfigError(f"{where}: [search] prior_picks must be a non-negative integer, got {picks!r}")
+    screen = table.get("screen", 4)
+    if isinstance(screen, bool) or not isinstance(screen, int) or not 0 <= screen <= 64:
+        raise ConfigError(f"{where}: [search] screen must be an integer from 0 to 64, got {screen!r}")
+    explore = table.get("explore", 0.25)
+    if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0 <= explore <= 1:
+        raise ConfigError(f"{where}: [search] explore must be a number from 0 to 1, got {explore!r}")
+    return PriorOptions(str(mode), int(n), picks, int(screen), float(explore))
+
+
+def prior_applies(settings: Settings, options: PriorOptions) -> bool:
+    """Whether the run uses the simulator prior.
+
+    ``"simulator"``: always. ``"auto"``: when the simulator describes the run, i.e. a simulated
+    run, or a real run whose ``[simulator]`` hardware and model were set in a configuration file
+    (the packaged defaults describe nobody's cluster). The engine must be one the simulator models.
+    """
+    if options.mode == "none" or options.evaluations <= 0:
+        return False
+    if settings.engine not in ("vllm", "sglang", "mindie"):
+        return options.mode == "simulator"
+    if options.mode == "simulator" or settings.get("simulate"):
+        return True
+    return all(settings.where(f"simulator.{k}") not in ("<defaults>", str(_defaults_path()))
+               for k in ("hardware", "model"))
+
+
+def _defaults_path() -> Any:
+    from msopt.config.settings import DEFAULTS_PATH
+
+    return DEFAULTS_PATH
+
+
+class SimulatorPrior:
+    """The embedded simulator as a model of the run (noise off), and a search of the space on it.
+
+    Args:
+        settings: the run's settings: its ``[simulator]`` hardware, model and workload (the
+            search's ``num_prompts``), its engine section and fields, its objective.
+        space: the run's search space.
+        screen: the start-up rules (refused candidates are predicted as failures).
+        simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
+        options: the ``[search]`` options (default: read from ``settings``).
+    """
+
+    def __init__(self, settings: Settings, space: SearchSpace, screen: CandidateScreen | None = None,
+                 simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None) -> None:
+        self.settings = settings
+        self.options = options if options is not None else prior_options(settings)
+        self.searched = False
+        self.space = space
+        self.engine = get_engine(settings.engine)
+        self.section = settings.section(settings.engine)
+        self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True)
+        setup = SimulatorSetup.from_settings(settings)
+        table = thaw(setup.table) if simulator is None else thaw(simulator)
+        table["noise"] = 0.0
+        self.setup = SimulatorSetup(table, False, 1.0, None, setup.where, 0)
+        self.objective = make_objective(str(settings.get("objective", "default")), settings.data)
+        self.num_prompts = search_num_prompts(settings)
+        self.devices = _devices(settings)
+        self.evaluations = 0
+        self._cache: dict[str, Prediction] = {}
+
+    def predict(self, values: Mapping[str, Any], position: Sequence[float] | np.ndarray | None = None) -> Prediction:
+        """The prediction for decoded ``values`` (cached per configuration)."""
+        key = _key(values)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        pos = np.asarray(position if position is not None else self.space.encode(
+            {n: values[n] for n in self.space.names if n in values}), dtype=float)
+        empty: dict[str, float | None] = {}
+        refusal = self.screen.refusal(values)
+        if refusal is not None:
+            pred = Prediction(dict(values), pos, math.inf, empty, refusal)
+        else:
+            pred = self._simulate(values, pos)
+        self._cache[key] = pred
+        return pred
+
+    def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
+        self.evaluations += 1
+        try:
+            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                      devices=list(self.devices), workdir=None)
+            req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
+            res = self.setup.run(spec, values=values, fields=self.settings.fields, num_prompts=self.num_prompts,
+                                 bench_argv=bench_argv_of(values, req))
+        except MsoptError as exc:
+            return Prediction(dict(values), pos, math.inf, {}, str(exc))
+        metrics = metrics_of(res)
+        if res.error:
+            return Prediction(dict(values), pos, math.inf, metrics, str(res.error))
+        fit = float(self.objective(metrics))
+        return Prediction(dict(values), pos, fit if math.isfinite(fit) else math.inf, metrics, None)
+
+    def predict_position(self, position: Sequence[float] | np.ndarray) -> Prediction | None:
+        """The prediction for a position (decoded without a context); None if it does not decode."""
+        try:
+            d = self.space.decode(np.asarray(position, dtype=float), None)
+        except DecodeError:
+            return None
+        return self.predict(d.values, d.position)
+
+    def search(self, evaluations: int, rng: np.random.Generator) -> list[Prediction]:
+        """Search the space on the simulator; every prediction made, best first.
+
+        Uniform samples (half the budget, the default configuration among them), then a
+        first-improvement hill climb from each of the best distinct configurations, one step
+        (``SearchSpace.steps``) up or down along one dimension at a time, until the budget of
+        simulated evaluations is spent or no climb improves.
+        """
+        low, high = self.space.bounds
+        steps = self.space.steps
+        start = self.evaluations
+        self.predict_position(self.space.default_position())
+        tries = 0
+        while self.evaluations - start < evaluations // 2 and tries < 20 * evaluations:
+            tries += 1
+            self.predict_position(low + rng.random(low.size) * (high - low))
+        self.searched = True
+        climbed: set[str] = set()
+        improved = True
+        while improved and self.evaluations - start < evaluations:
+            improved = False
+            ranked = self.ranked()
+            for p in ranked[:8]:
+                if not math.isfinite(p.fitness) or _key(p.values) in climbed:
+                    continue
+                climbed.add(_key(p.values))
+                improved = True
+                for j in rng.permutation(low.size):
+                    for sign in (-1.0, 1.0):
+                        if self.evaluations - start >= evaluations or steps[j] <= 0:
+                            continue
+                        x = p.position.copy()
+                        x[j] = min(max(x[j] + sign * steps[j], low[j]), high[j])
+                        self.predict_position(x)
+                break
+        return self.ranked()
+
+    def ranked(self) -> list[Prediction]:
+        """Every prediction made so far, best first (failures last)."""
+        return sorted(self._cache.values(), key=lambda p: p.fitness)
+
+    def picks(self, k: int, exclude: Sequence[Mapping[str, Any]] = ()) -> list[Prediction]:
+        """Up to ``k`` diverse top predictions: each differs from every earlier pick (and from
+        ``exclude``, the baseline) in at least ``max(2, dimensions // 3)`` searched values, so
+        the picks sit in different basins rather than around one optimum."""
+        names = self.space.names
+        need = max(2, len(names) // 3)
+        chosen: list[Prediction] = []
+        taken = [tuple(v.get(n) for n in names) for v in exclude]
+        for p in self.ranked():
+            if len(chosen) >= k or not math.isfinite(p.fitness):
+                break
+            t = tuple(p.values.get(n) for n in names)
+            if all(sum(a != b for a, b in zip(t, u)) >= need for u in taken):
+                chosen.append(p)
+                taken.append(t)
+        return chosen
+
+
+def make_prior(settings: Settings, space: SearchSpace | None = None) -> SimulatorPrior | None:
+    """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
+
+    Raises:
+        ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
+            does not describe a model and hardware of the catalogs.
+    """
+    options = prior_options(settings)
+    if not prior_applies(settings, options):
+        return None
+    try:
+        return SimulatorPrior(settings, space if space is not None else SearchSpace.from_settings(settings),
+                              options=options)
+    except ConfigError:
+        if options.mode == "simulator":
+            raise
+        return None  # "auto": the simulator cannot describe this run
