@@ -182,10 +182,14 @@ class SimulatorPrior:
         screen: the start-up rules (refused candidates are predicted as failures).
         simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
         options: the ``[search]`` options (default: read from ``settings``).
+        memo: simulations shared between priors of the same settings and simulator (repeated
+            runs of one problem, as in scripts/bench_search): a configuration found there is not
+            simulated again. What each prior has predicted (its search) stays its own.
     """
 
     def __init__(self, settings: Settings, space: SearchSpace, screen: CandidateScreen | None = None,
-                 simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None) -> None:
+                 simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None,
+                 memo: dict[str, Prediction] | None = None) -> None:
         self.settings = settings
         self.options = options if options is not None else prior_options(settings)
         self.searched = False
@@ -202,6 +206,7 @@ class SimulatorPrior:
         self.devices = _devices(settings)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
+        self._memo = memo
 
     def predict(self, values: Mapping[str, Any], position: Sequence[float] | np.ndarray | None = None) -> Prediction:
         """The prediction for decoded ``values`` (cached per configuration)."""
@@ -211,17 +216,20 @@ class SimulatorPrior:
             return hit
         pos = np.asarray(position if position is not None else self.space.encode(
             {n: values[n] for n in self.space.names if n in values}), dtype=float)
-        empty: dict[str, float | None] = {}
-        refusal = self.screen.refusal(values)
-        if refusal is not None:
-            pred = Prediction(dict(values), pos, math.inf, empty, refusal)
-        else:
-            pred = self._simulate(values, pos)
+        self.evaluations += 1
+        pred = self._memo.get(key) if self._memo is not None else None
+        if pred is None:
+            refusal = self.screen.refusal(values)
+            if refusal is not None:
+                pred = Prediction(dict(values), pos, math.inf, {}, refusal)
+            else:
+                pred = self._simulate(values, pos)
+            if self._memo is not None:
+                self._memo[key] = pred
         self._cache[key] = pred
         return pred
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
-        self.evaluations += 1
         try:
             spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                       devices=list(self.devices), workdir=None)
@@ -285,23 +293,48 @@ class SimulatorPrior:
         """Every prediction made so far, best first (failures last)."""
         return sorted(self._cache.values(), key=lambda p: p.fitness)
 
+    def layout_names(self) -> tuple[str, ...]:
+        """The fields of the parallel layout: every ternary_factories field and its sources."""
+        from msopt.space.dtypes import TernaryFactoriesType
+
+        names: list[str] = []
+        for n in self.space.field_names:
+            t = self.space.field_type(n)
+            if isinstance(t, TernaryFactoriesType):
+                names += [*t.targets, n]
+        return tuple(dict.fromkeys(names))
+
     def picks(self, k: int, exclude: Sequence[Mapping[str, Any]] = ()) -> list[Prediction]:
-        """Up to ``k`` diverse top predictions: each differs from every earlier pick (and from
-        ``exclude``, the baseline) in at least ``max(2, dimensions // 3)`` searched values, so
-        the picks sit in different basins rather than around one optimum."""
+        """Up to ``k`` diverse top predictions, best first: for half of them the best of each
+        distinct parallel layout (:meth:`layout_names`), layouts in the order of their best, then
+        further top predictions that differ from every pick (and from ``exclude``, the baseline)
+        in at least ``max(2, dimensions // 3)`` searched values: starts in several basins, not
+        around one optimum."""
         names = self.space.names
+        layout = self.layout_names()
         need = max(2, len(names) // 3)
+        ranked = [p for p in self.ranked() if math.isfinite(p.fitness)]
         chosen: list[Prediction] = []
         taken = [tuple(v.get(n) for n in names) for v in exclude]
-        for p in self.ranked():
-            if len(chosen) >= k or not math.isfinite(p.fitness):
+        if layout:
+            seen_layouts: set[tuple[Any, ...]] = set()
+            for p in ranked:
+                lay = tuple(p.values.get(n) for n in layout)
+                if lay in seen_layouts:
+                    continue
+                seen_layouts.add(lay)
+                t = tuple(p.values.get(n) for n in names)
+                if len(chosen) < (k + 1) // 2 and t not in taken:
+                    chosen.append(p)
+                    taken.append(t)
+        for p in ranked:
+            if len(chosen) >= k:
                 break
             t = tuple(p.values.get(n) for n in names)
             if all(sum(a != b for a, b in zip(t, u)) >= need for u in taken):
                 chosen.append(p)
                 taken.append(t)
-        return chosen
-
+        return sorted(chosen, key=lambda p: p.fitness)
 
 def make_prior(settings: Settings, space: SearchSpace | None = None) -> SimulatorPrior | None:
     """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.

@@ -21,7 +21,7 @@ def _template(name: str) -> Template:
 
 def ablation_table(got: Mapping[tuple[int, str, int], list[dict[str, float]]], budgets: Sequence[int]) -> str:
     """The ablation's Markdown table: one row per :data:`~.methods.ABLATION` variant."""
-    modes = ("sync", "async")
+    modes = tuple(m for m in ("sync", "async") if any(m in row[1] for row in ABLATION))
     lines = ["| msopt variant | noise | " + " | ".join(f"{m} @{b}" for m in modes for b in budgets) + " |",
              "|---|---|" + "---|" * (len(modes) * len(budgets))]
     for row, (noise, _, variant) in enumerate(ABLATION):
@@ -70,8 +70,8 @@ def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], l
                     lambda s: f"{fmt(s['median'])} [{fmt(s['q1'])}, {fmt(s['q3'])}] {s['within1']:.0%}")
         per_problem.append(f"| {m.name} | " + " | ".join(row) + " |")
 
-    problems = ["| problem | world | valid configurations | feasible | f_opt | f_med | optimum |",
-                "|---|---|---|---|---|---|---|"]
+    problems = ["| problem | world | valid configurations | feasible | f_opt | f_med | optimum | hidden reality |",
+                "|---|---|---|---|---|---|---|---|"]
     for p, t in tables.items():
         o = t.opt_values
         opt = (f"tp {o['tp']} pp {o['pp']} dp {o['dp']}, seqs {o['max_num_seqs']}, "
@@ -80,7 +80,7 @@ def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], l
         pr = t.problem
         problems.append(f"| {p} (in {pr.input_len}, out {pr.output_len}, concurrency {pr.concurrency}, "
                         f"{pr.prompts} prompts) | {pr.world} | {t.n_valid} | {t.n_feasible} | {t.f_opt:.4f} | "
-                        f"{t.f_med:.4f} | {opt} |")
+                        f"{t.f_med:.4f} | {opt} | {t.gap.describe() if t.gap is not None else 'none (--no-gap)'} |")
 
     last_seed = args.first_seed + args.seeds - 1
     ablation = ""
