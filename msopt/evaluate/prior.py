@@ -308,11 +308,11 @@ class SimulatorPrior:
         """Up to ``k`` diverse top predictions, best first: for half of them the best of each
         distinct parallel layout (:meth:`layout_names`), layouts in the order of their best, then
         further top predictions that differ from every pick (and from ``exclude``, the baseline)
-        in at least ``max(2, dimensions // 3)`` searched values: starts in several basins, not
-        around one optimum."""
+        in at least ``max(2, dimensions // 3)`` searched values (every one in a smaller space):
+        starts in several basins, not around one optimum."""
         names = self.space.names
         layout = self.layout_names()
-        need = max(2, len(names) // 3)
+        need = min(len(names), max(2, len(names) // 3))
         ranked = [p for p in self.ranked() if math.isfinite(p.fitness)]
         chosen: list[Prediction] = []
         taken = [tuple(v.get(n) for n in names) for v in exclude]

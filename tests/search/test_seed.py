@@ -59,3 +59,18 @@ def test_seed_reaches_the_simulator(tmp_path):
     # the baseline is the same configuration in both runs; its measurement differs with the seed
     assert one[0][1] == two[0][1]
     assert one[0][2] != two[0][2]
+
+
+def test_max_launches_from_the_command_line_with_the_prior(tmp_path):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CFG.replace('prior = "none"', "prior_evaluations = 20").replace("iters = 1", "iters = 50"))
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "-o", str(out), "--plain",
+                    "--no-ray", "--max-launches", "5"], check=True, capture_output=True, text=True, cwd=REPO)
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    rows = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    launched = [r for r in rows if not r["reused"] and not r["refused"]]
+    assert len(launched) <= 5
+    assert all(r["predicted"] is not None for r in launched)
+    prior = json.loads((run_dir / "prior.json").read_text())
+    assert prior["picks"] and prior["evaluations"] <= 20
