@@ -132,7 +132,8 @@ def run_prior_alone(table: Table, oracle: Oracle, budget: int, seed: int) -> tup
         return [], -1
     prior.search(prior.options.evaluations, np.random.default_rng(np.random.SeedSequence([seed, 0x9121])))
     best = next((p for p in prior.ranked() if math.isfinite(p.fitness)), None)
-    return [], -1 if best is None else table.index.get(table_key(table.space, best.values), -1)
+    pick = -1 if best is None else table.index.get(table_key(table.space, best.values), -1)
+    return [], pick
 
 
 class _InOrderPool:
@@ -330,7 +331,7 @@ METHODS = (
            "screened moves (4 per particle, 25 % unranked), 10 particles, reuse free; refine top 3"),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
            "as above, async: one result at a time in dispatch order", default=False),
-    Method("simulator prior alone", run_prior_alone, True,
+    Method("simulator prior alone", run_prior_alone, False,
            "zero launches: the prior's best prediction, as msopt searches it for this seed"),
     Method("Optuna GPSampler", run_gp, True, "Gaussian-process BO on candidate indices; default enqueued"),
     Method("Optuna TPE", run_tpe, True,

@@ -162,3 +162,20 @@ def test_screen_checks_rules_with_the_simulated_model(write_toml):
     ok = {"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 32, "max_num_batched_tokens": 2048}
     assert screen.refusal(ok) is None
     assert "max_num_batched_tokens" in (screen.refusal({**ok, "max_num_batched_tokens": 16}) or "")
+
+
+def test_report_shows_the_prior(write_toml, tmp_path):
+    from msopt.report.figures import PRIOR_PNG
+    from msopt.report.html import write_report
+    from msopt.run.store import RunStore
+
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    store = RunStore.create(tmp_path / "runs", settings)
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, lambda v: v["tp"]))
+    Driver(settings, pool, store=store, prior=make_prior(settings, space)).run()
+    pool.close()
+    store.close()
+    page = write_report(store.run_dir, export=False).read_text()
+    assert "simulator prior predicted every launched configuration" in page
+    assert (store.run_dir / PRIOR_PNG).stat().st_size > 0
