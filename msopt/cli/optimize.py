@@ -170,9 +170,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
                         prior=make_prior(settings, checked.space))
-        if driver.prior_picks:
-            store.write_json("prior.json", {"evaluations": driver.prior.evaluations if driver.prior else 0,
-                                            "picks": driver.prior_picks})
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
         if driver.max_launches > 0:
@@ -223,5 +220,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             mean, count = driver.mean_fitness(best)
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
         print(f"recommended: fitness {best.fitness:.4f} (eval {best.eval_id}, {how}): {shown}")
+    if best.predicted is not None and best.predicted.get("fitness") is not None:
+        print(f"the simulator prior predicted fitness {best.predicted['fitness']:.4f} for it "
+              f"(generate_speed {best.predicted.get('generate_speed') or 0:.1f} tok/s; prior.json: its picks)")
     print(store.run_dir)
     return 0

@@ -167,6 +167,14 @@ class Driver:
                 self.prior_picks.append({"values": dict(p.values), **p.record()})
         return np.array(rows, dtype=float)
 
+    def prior_record(self) -> dict[str, Any]:
+        """What the prior did: its simulated evaluations, the picks the swarm started from, and its
+        best prediction (what the prior alone would recommend, with zero launches)."""
+        assert self.prior is not None
+        best = next((p for p in self.prior.ranked() if np.isfinite(p.fitness)), None)
+        return {"evaluations": self.prior.evaluations, "picks": self.prior_picks,
+                "best": None if best is None else {"values": dict(best.values), **best.record()}}
+
     def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
         assert self.prior is not None
         return self.prior.predict(values, position).record()
@@ -304,6 +312,8 @@ class Driver:
         self.run_capacity()
         best = self.best()
         self.checkpoint("done")
+        if self.store is not None and self.prior is not None:
+            self.store.write_json("prior.json", self.prior_record())
         if self.store is not None and self.capacity:
             self.store.write_json("capacity.json", capacity_record(self.capacity, self.capacity_options,
                                                                    self.settings))

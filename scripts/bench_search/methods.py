@@ -222,6 +222,9 @@ def run_tpe(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
 def run_gp(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
     """Optuna's GPSampler (Gaussian-process BO, log EI) over the candidate indices, the default
     first (enqueued); our decode repairs an invalid tp·pp; a failure is told the penalty."""
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker (--jobs): threads only contend on a shared machine
     optuna = _optuna_quiet()
     space = table.space
     cands = [d.candidates for d in space.dimensions]
