@@ -9,6 +9,7 @@ step's time is affine in the total context length.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ def run_replica(
     waiting: deque[int] = deque()
     sent = 0
     last_srv = -np.inf
-    arr_ptr = 0
+    pending: list[tuple[float, int]] = []  # (server arrival, request): sent, not yet at the engine
     done = 0
     t = 0.0
     preemptions = 0
@@ -113,10 +114,11 @@ def run_replica(
         nonlocal sent, last_srv
         if sent < n:
             s = max(float(arrival[sent]), now)
-            s += float(jitter[sent]) if jitter is not None else 0.0
             send[sent] = s
             last_srv = max(s, last_srv) + frontend_s + frontend_tok_s * float(in_len[sent])
-            srv[sent] = last_srv + api_overhead_s
+            # network/client jitter after the API server: it does not hold up the requests behind
+            srv[sent] = last_srv + api_overhead_s + (float(jitter[sent]) if jitter is not None else 0.0)
+            heapq.heappush(pending, (float(srv[sent]), sent))
             sent += 1
 
     for _ in range(min(conc, n)):
@@ -168,9 +170,8 @@ def run_replica(
         return budget, False
 
     while done < n:
-        while arr_ptr < sent and srv[arr_ptr] <= t:
-            i = arr_ptr
-            arr_ptr += 1
+        while pending and pending[0][0] <= t:
+            i = heapq.heappop(pending)[1]
             if rejected[i]:
                 ok[i] = False
                 finish[i] = srv[i]
@@ -179,14 +180,14 @@ def run_replica(
             else:
                 waiting.append(i)
         if not running and not waiting:
-            if arr_ptr < sent:
-                t = max(t, float(srv[arr_ptr]))
+            if pending:
+                t = max(t, pending[0][0])
                 continue
             break
         # MindIE waits up to maxQueueDelay to fill an idle prefill batch
-        if queue_delay > 0 and not running and len(waiting) < max_pf and arr_ptr < sent:
+        if queue_delay > 0 and not running and len(waiting) < max_pf and pending:
             oldest = float(srv[waiting[0]])
-            nxt = float(srv[arr_ptr])
+            nxt = pending[0][0]
             if nxt <= oldest + queue_delay and nxt > t:
                 t = nxt
                 continue
@@ -251,8 +252,8 @@ def run_replica(
             # nothing can run (a bug or an impossible configuration): wait for an arrival or stop
             if victims:
                 continue
-            if arr_ptr < sent and float(srv[arr_ptr]) > t:
-                t = float(srv[arr_ptr])
+            if pending and pending[0][0] > t:
+                t = pending[0][0]
                 continue
             raise SimulationError(
                 f"simulated scheduler stalled at t={t:.3f}s with {len(running)} running and {len(waiting)} "
@@ -279,10 +280,10 @@ def run_replica(
                             else:
                                 hi = mid - 1
                         k = lo
-                if k > 1 and arr_ptr < sent:
+                if k > 1 and pending:
                     s = np.arange(1, k + 1, dtype=np.float64)
                     cum = (s * a + b * (s * s0 + n_dec * s * (s - 1) / 2)) * time_scale
-                    k = min(k, int(np.searchsorted(cum, float(srv[arr_ptr]) - t)) + 1)
+                    k = min(k, int(np.searchsorted(cum, pending[0][0] - t)) + 1)
             dt = (k * a + b * (k * s0 + n_dec * k * (k - 1) / 2)) * time_scale
             new_ctx = ctx_dec + k
             nb = -(-new_ctx // bs)

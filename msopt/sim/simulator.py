@@ -72,14 +72,15 @@ def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model
             return (f"{prefix}: {what} out of memory during the profile run. Tried to allocate "
                     f"{mem.activation_gib:.2f} GiB of activations with {mem.weights_gib:.2f} GiB of weights "
                     f"on a {total:.2f} GiB device. Lower max_num_batched_tokens or raise tp/pp.")
-        if knobs.engine == "sglang":
-            return "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+        if knobs.engine == "sglang":  # sglang 0.5.23 srt/model_executor/pool_configurator.py
+            return ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                    f"Current value: mem_fraction_static={knobs.memory_fraction}")
         if knobs.engine == "mindie":
             return (f"RuntimeError: NPU out of memory: no memory left for the KV cache "
                     f"({mem.kv_gib:.2f} GiB after {mem.weights_gib:.2f} GiB of weights); raise tp/pp or npuMemSize.")
         return ("ValueError: No available memory for the cache blocks. Try increasing "
                 "`gpu_memory_utilization` when initializing the engine.")
-    if mem.kv_tokens < max_model_len:
+    if mem.kv_tokens < max_model_len and knobs.engine != "sglang":
         need = mem.kv_gib * max_model_len / max(mem.kv_tokens, 1)
         if knobs.engine == "mindie":
             return (f"RuntimeError: NPU out of memory: the KV cache holds {mem.kv_tokens} tokens, fewer than "
@@ -134,6 +135,7 @@ def simulate(
         raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
     hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
     knobs = knobs.resolved(hw.hbm_gib)
+    hw = hw.for_engine(knobs.engine)
     ignored = knobs.ignored
     if knobs.max_model_len:
         max_model_len = int(knobs.max_model_len)
@@ -158,6 +160,13 @@ def simulate(
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
+    if knobs.engine == "sglang" and mem.kv_tokens < max_model_len:
+        # SGLang starts anyway and serves requests up to the pool's size
+        # (sglang 0.5.23 srt/managers/tp_worker.py: max_req_len = min(context_len - 1, kv - 1))
+        log.append(f"WARNING KV pool holds {mem.kv_tokens} tokens, fewer than --context-length "
+                   f"{max_model_len}. One full-length request cannot fit, so long requests will be "
+                   "refused or truncated at serving time.")
+        max_model_len = max(1, mem.kv_tokens - 1)
     log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
     log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
     log.append(f"INFO Maximum concurrency for {max_model_len:,} tokens per request: "
