@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from msopt.cli import optimize, report, serve, simulate
+from msopt.cli import calibrate, optimize, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in (simulate, optimize, serve, report):
         module.register(sub)
+    calibrate.register(sub)
     return parser
 
 

@@ -247,7 +247,7 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
         header: comment lines (without ``#``) put on top, e.g. how it was calibrated.
     """
     def num(v: float) -> str:
-        return repr(float(v))
+        return repr(float(f"{float(v):.6g}"))
 
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     lines += [f"name = {_toml_str(hw.name)}", f"description = {_toml_str(hw.description)}",
@@ -267,6 +267,15 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
 
 def _toml_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def entry_path(kind: str, name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> Path:
+    """The TOML file of a ``"hardware"`` or ``"models"`` entry (a name or a path).
+
+    Raises:
+        ConfigError: unknown name or missing file.
+    """
+    return _find(kind, name_or_path, extra_dirs)
 
 
 def list_hardware(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
