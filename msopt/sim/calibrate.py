@@ -35,11 +35,13 @@ SHARED_PARAMS: tuple[tuple[str, str, float], ...] = (
     ("allreduce_latency_us", "add", 4.0),
 )
 ENGINE_PARAMS: tuple[tuple[str, str, float], ...] = (
+    ("reserve_gib", "add", 0.5),
     ("step_overhead_ms", "add", 1.0),
     ("per_seq_overhead_us", "add", 8.0),
     ("api_overhead_ms", "add", 2.0),
     ("api_jitter_ms", "add", 3.0),
     ("frontend_ms_per_req", "add", 1.0),
+    ("client_think_ms", "add", 3.0),
 )
 _CSV_COLUMNS = ("model", "hardware", "engine", "weight_dtype", "input_len", "output_len", "concurrency",
                 "tp", "pp", "ttft_ms", "tpot_ms")

@@ -48,6 +48,7 @@ def run_replica(
     frontend_s: float = 0.0,
     frontend_tok_s: float = 0.0,
     jitter: np.ndarray | None = None,
+    think: np.ndarray | None = None,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -71,7 +72,10 @@ def run_replica(
     budget0 = int(knobs.max_num_batched_tokens)
     chunked, mixed = knobs.chunked_prefill, knobs.mixed_batch
     max_pf = knobs.max_prefill_seqs or mns
-    reserve_full = knobs.max_preempt_count == 0
+    # MindIE maxPreemptCount 0 reserves prompt + output at admission; so does SGLang for
+    # fixed-length requests (ignore_eos: the whole remaining output is reserved, sglang 0.5.23
+    # srt/managers/schedule_policy.py _get_running_request_total_token_offset / add_one_req)
+    reserve_full = knobs.max_preempt_count == 0 or knobs.engine == "sglang"
     preempt_cap = knobs.max_preempt_count if knobs.max_preempt_count else None
     select = knobs.select_batch and not mixed
     select_steps = max(1, math.ceil(knobs.prefill_time_ms_per_req / max(knobs.decode_time_ms_per_req, 1e-9)))
@@ -113,9 +117,10 @@ def run_replica(
         # reaches the engine spread out, not all in the same step
         nonlocal sent, last_srv
         if sent < n:
-            s = max(float(arrival[sent]), now)
+            s = max(float(arrival[sent]), now) + (float(think[sent]) if think is not None else 0.0)
             send[sent] = s
-            last_srv = max(s, last_srv) + frontend_s + frontend_tok_s * float(in_len[sent])
+            fe = frontend_s + frontend_tok_s * float(in_len[sent])
+            last_srv = max(s, last_srv) + fe if fe > 0 else s
             # network/client jitter after the API server: it does not hold up the requests behind
             srv[sent] = last_srv + api_overhead_s + (float(jitter[sent]) if jitter is not None else 0.0)
             heapq.heappush(pending, (float(srv[sent]), sent))

@@ -180,6 +180,8 @@ def simulate(
     if noise > 0:
         scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal()))
     jitter = rng_jit.exponential(hw.api_jitter_ms * 1e-3, size=wl.num_prompts) if hw.api_jitter_ms > 0 else None
+    think = (rng_jit.exponential(hw.client_think_ms * 1e-3, size=wl.num_prompts)
+             if hw.client_think_ms > 0 else None)
     cost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
 
     n = wl.num_prompts
@@ -199,7 +201,8 @@ def simulate(
         trace = run_replica(knobs, cost, mem.num_blocks, in_len[idx], out_len[idx], arrival[idx], c_r,
                             max_model_len, hw.api_overhead_ms * 1e-3, scale,
                             hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
-                            None if jitter is None else jitter[idx])
+                            None if jitter is None else jitter[idx],
+                            None if think is None else think[idx])
         send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok
         replica[idx] = r
         preemptions += trace.preemptions

@@ -28,8 +28,8 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0})
 
 #: ``[efficiency]`` keys a hardware file may set per engine in ``[engines.<engine>]``
-ENGINE_KEYS = ("step_overhead_ms", "per_seq_overhead_us", "api_overhead_ms", "frontend_ms_per_req",
-               "frontend_us_per_token", "api_jitter_ms")
+ENGINE_KEYS = ("reserve_gib", "step_overhead_ms", "per_seq_overhead_us", "api_overhead_ms", "frontend_ms_per_req",
+               "frontend_us_per_token", "api_jitter_ms", "client_think_ms")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class Hardware:
     frontend_ms_per_req: float = 0.0
     frontend_us_per_token: float = 0.0
     api_jitter_ms: float = 0.0
+    client_think_ms: float = 0.0
     engine_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def for_engine(self, engine: str) -> Hardware:
@@ -258,7 +259,7 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
               f"intra_node_gb_s = {num(hw.intra_node_gb_s)}", f"inter_node_gb_s = {num(hw.inter_node_gb_s)}",
               f"devices_per_node = {int(hw.devices_per_node)}", "", "[efficiency]",
               f"compute = {num(hw.compute_eff)}", f"memory = {num(hw.memory_eff)}", f"comm = {num(hw.comm_eff)}"]
-    for key in ("allreduce_latency_us", "step_overhead_ms", "per_seq_overhead_us", *ENGINE_KEYS[2:]):
+    for key in ("allreduce_latency_us", *(k for k in ENGINE_KEYS if k != "reserve_gib")):
         lines.append(f"{key} = {num(getattr(hw, key))}")
     for engine, table in sorted(hw.engine_overrides.items()):
         lines += ["", f"[engines.{engine}]"] + [f"{k} = {num(v)}" for k, v in table.items()]
@@ -320,6 +321,7 @@ def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
         frontend_ms_per_req=_get(d, path, "efficiency", "frontend_ms_per_req", default=0.0),
         frontend_us_per_token=_get(d, path, "efficiency", "frontend_us_per_token", default=0.0),
         api_jitter_ms=_get(d, path, "efficiency", "api_jitter_ms", default=0.0),
+        client_think_ms=_get(d, path, "efficiency", "client_think_ms", default=0.0),
         engine_overrides=_engine_overrides(d, path),
     )
     for key in ("compute_eff", "memory_eff", "comm_eff"):
