@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--folds", type=int, default=5, metavar="K",
                    help="cross-validation folds, rows grouped by configuration (0: skip; default 5)")
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="step-halvings of the search (default 3)")
-    p.add_argument("--regularization", type=float, default=0.01, metavar="W",
-                   help="pull toward the starting entry (default 0.01)")
+    p.add_argument("--regularization", type=float, default=0.001, metavar="W",
+                   help="pull toward the starting entry (default 0.001)")
     p.add_argument("--prompts-per-slot", type=int, default=None, metavar="N",
                    help="simulated requests per row = N x concurrency when a row does not say (default 10)")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")

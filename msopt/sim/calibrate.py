@@ -261,7 +261,7 @@ def fit_hardware(
     measurements: Sequence[Measurement],
     hardware: Hardware,
     *,
-    regularization: float = 0.01,
+    regularization: float = 0.001,
     rounds: int = 4,
     folds: int = 0,
     prompts_per_slot: int = PROMPTS_PER_SLOT,

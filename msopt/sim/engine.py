@@ -81,6 +81,9 @@ def run_replica(
     select_steps = max(1, math.ceil(knobs.prefill_time_ms_per_req / max(knobs.decode_time_ms_per_req, 1e-9)))
     queue_delay = knobs.max_queue_delay_s if knobs.engine == "mindie" else 0.0
 
+    # vLLM caps one request's prefill chunk at long_prefill_token_threshold when anyone else is
+    # running or waiting (vllm 0.33.0 vllm/v1/core/sched/scheduler.py, schedule())
+    long_cap = int(knobs.long_prefill_token_threshold or 0)
     in_len = in_len.astype(np.int64)
     out_len = out_len.astype(np.int64)
     ctx = np.zeros(n, np.int64)  # tokens whose K/V are in the cache
@@ -140,6 +143,8 @@ def run_replica(
                 return budget, False
             i = int(i)
             chunk = int(min(prompt_left[i], budget))
+            if long_cap and len(running) + len(waiting) > 1:
+                chunk = min(chunk, long_cap)
             have = int(blocks[i]) * bs - int(ctx[i])
             need = max(0, -(-(chunk - have) // bs))
             if need > free:
@@ -162,6 +167,8 @@ def run_replica(
                 chunk = left  # a recomputed prompt may outgrow the budget; run it alone
             else:
                 chunk = min(left, budget)
+                if long_cap and len(running) + len(waiting) > 1:
+                    chunk = min(chunk, long_cap)
             target = int(in_len[i] + out_len[i]) if reserve_full else int(ctx[i]) + chunk
             need = -(-target // bs) - int(blocks[i])
             if need > free:

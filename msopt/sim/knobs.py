@@ -39,6 +39,8 @@ class EngineKnobs:
         prefill_time_ms_per_req, decode_time_ms_per_req: MindIE select-batch cost estimates.
         max_queue_delay_s: MindIE maxQueueDelayMicroseconds, in seconds.
         max_preempt_count: preemptions allowed per step (None: unlimited; 0: reserve whole sequence).
+        long_prefill_token_threshold: vLLM: most prompt tokens one request prefills per step
+            while other requests are running or waiting (0: no limit, vLLM's default).
         ignored: flags/keys read from the launch that the simulator does not model.
     """
 
@@ -60,6 +62,7 @@ class EngineKnobs:
     decode_time_ms_per_req: float = 50.0
     max_queue_delay_s: float = 0.005
     max_preempt_count: int | None = None
+    long_prefill_token_threshold: int = 0
     ignored: tuple[str, ...] = field(default=())
 
     def resolved(self, hbm_gib: float) -> EngineKnobs:
@@ -175,6 +178,7 @@ _VLLM_INT = MappingProxyType({
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--block-size": "block_size",
     "--max-model-len": "max_model_len",
+    "--long-prefill-token-threshold": "long_prefill_token_threshold",
 })
 
 _SGLANG_INT = MappingProxyType({
