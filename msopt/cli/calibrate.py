@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
                    help="pull toward the starting entry (default 0.001)")
     p.add_argument("--prompts-per-slot", type=int, default=None, metavar="N",
                    help="simulated requests per row = N x concurrency when a row does not say (default 10)")
+    p.add_argument("--engine-only", action="store_true",
+                   help="fit only the per-engine overheads ([engines.<engine>]); keep the shared roofline factors, "
+                        "so that the entry's other engines simulate as before")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -162,7 +165,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     progress = None if args.json else print
     cal = fit_hardware(rows, start, regularization=args.regularization, rounds=args.rounds, folds=args.folds,
                        prompts_per_slot=args.prompts_per_slot or PROMPTS_PER_SLOT, seed=args.seed,
-                       progress=progress)
+                       fit_shared=not args.engine_only, progress=progress)
     name = args.name or out.stem
     hw = replace(cal.hardware, name=name,
                  description=f"{start.description} (calibrated by msopt calibrate on {len(rows)} runs)")

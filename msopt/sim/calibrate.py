@@ -229,9 +229,9 @@ def _objective(err: dict[str, float]) -> float:
     return (err["ttft"] + err["tpot"] + err["tokens_per_s"]) / 3.0
 
 
-def _params(hw: Hardware, engines: Iterable[str]) -> list[tuple[str, str | None, str, float]]:
+def _params(hw: Hardware, engines: Iterable[str], shared: bool = True) -> list[tuple[str, str | None, str, float]]:
     """(attribute, engine or None, kind, step) of every fitted factor."""
-    out: list[tuple[str, str | None, str, float]] = [(a, None, k, s) for a, k, s in SHARED_PARAMS]
+    out: list[tuple[str, str | None, str, float]] = [(a, None, k, s) for a, k, s in SHARED_PARAMS] if shared else []
     for engine in sorted(set(engines)):
         out += [(a, engine, k, s) for a, k, s in ENGINE_PARAMS]
     return out
@@ -266,6 +266,7 @@ def fit_hardware(
     folds: int = 0,
     prompts_per_slot: int = PROMPTS_PER_SLOT,
     seed: int = 0,
+    fit_shared: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> Calibration:
     """Fit ``hardware``'s efficiency factors and per-engine overheads to measured runs.
@@ -285,6 +286,9 @@ def fit_hardware(
             server configuration and load shape are held out together).
         prompts_per_slot: requests per row, x concurrency.
         seed: the simulator seed (one for every row).
+        fit_shared: also fit the shared roofline factors (compute, memory, comm, all-reduce
+            latency); False keeps them and fits only the per-engine overheads, so that the
+            entry's other engines are unchanged.
         progress: called with a line of text after each round (None: silent).
 
     Returns:
@@ -300,7 +304,7 @@ def fit_hardware(
     def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
         return mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
 
-    fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress)
+    fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared)
     before = score(hardware, measurements)
     after = score(fitted, measurements)
     cv: dict[str, float] = {}
@@ -314,14 +318,14 @@ def fit_hardware(
             test_idx = [j for j, m in enumerate(measurements) if fold_of[m.configuration] == k]
             if not train or not test_idx:
                 continue
-            hw_k, n = _search(train, hardware, regularization, rounds, score, None)
+            hw_k, n = _search(train, hardware, regularization, rounds, score, None, fit_shared)
             evals += n
             sim[test_idx] = simulate_measurements([measurements[j] for j in test_idx], hw_k,
                                                   prompts_per_slot, seed, cache)
             if progress:
                 progress(f"fold {k + 1}/{folds}: {len(train)} rows fitted, {len(test_idx)} held out")
         cv = mape(measurements, sim)
-    params = _params(hardware, {m.engine for m in measurements})
+    params = _params(hardware, {m.engine for m in measurements}, fit_shared)
     factors = {(f"{e}.{a}" if e else a): _get(fitted, a, e) for a, e, _, _ in params}
     return Calibration(hardware=fitted, before=before, after=after, cross_validated=cv, factors=factors,
                        evaluations=evals)
@@ -329,8 +333,8 @@ def fit_hardware(
 
 def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: int,
             score: Callable[[Hardware, Sequence[Measurement]], dict[str, float]],
-            progress: Callable[[str], None] | None) -> tuple[Hardware, int]:
-    params = _params(start, {m.engine for m in rows})
+            progress: Callable[[str], None] | None, shared: bool = True) -> tuple[Hardware, int]:
+    params = _params(start, {m.engine for m in rows}, shared)
     x0 = np.array([_get(start, a, e) for a, e, _, _ in params])
     steps = np.array([s for _, _, _, s in params])
     kinds = [k for _, _, k, _ in params]
