@@ -267,7 +267,7 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
 
 
 def _toml_str(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
 def entry_path(kind: str, name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> Path:

@@ -101,6 +101,7 @@ def test_fit_recovers_a_perturbed_entry():
 
 def test_hardware_toml_round_trip(tmp_path: Path):
     hw = dataclasses.replace(load_hardware("h100-sxm"), name="mine", compute_eff=0.7123,
+                             description='a "quoted" \\ name\nsecond line',
                              engine_overrides={"sglang": {"step_overhead_ms": 2.5, "reserve_gib": 1.0}})
     path = tmp_path / "mine.toml"
     path.write_text(hardware_toml(hw, "a header\nsecond line"))
