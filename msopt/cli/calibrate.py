@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -60,6 +59,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     import tempfile
 
     from msopt.benchmarks import get_benchmark
+    from msopt.checks import is_finite
     from msopt.engines import get_engine
     from msopt.run.store import CONFIG, JOURNAL, RunStore
     from msopt.run.validate import load
@@ -88,9 +88,9 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
             m = r.metrics
             ttft, tpot, speed = (m.get("time_to_first_token"), m.get("time_per_output_token"),
                                  m.get("generate_speed"))
-            if (r.error or not r.real_evaluation or r.reused
-                    or not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-                               for v in (ttft, tpot, speed))):
+            if r.error or not r.real_evaluation or r.reused:
+                continue
+            if not (is_finite(ttft) and is_finite(tpot) and is_finite(speed) and min(ttft, tpot, speed) > 0):
                 continue
             spec = adapter.render(r.values, settings.fields, settings.section(settings.engine), port=0,
                                   devices=list(r.devices), workdir=Path(tmp))

@@ -245,7 +245,8 @@ def _get(hw: Hardware, attr: str, engine: str | None) -> float:
 
 def _set(hw: Hardware, attr: str, engine: str | None, value: float) -> Hardware:
     if engine is None:
-        return replace(hw, **{attr: value})
+        kw: dict[str, Any] = {attr: value}
+        return replace(hw, **kw)
     over = {e: dict(t) for e, t in hw.engine_overrides.items()}
     over.setdefault(engine, {})[attr] = value
     return replace(hw, engine_overrides=over)

@@ -129,7 +129,7 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
         # SGLang's static fraction covers weights + KV only; what the runtime itself holds
         # (context, allocator, buffers: reserve_gib) is in neither
         activation = 0.0
-    usable = hw.hbm_gib * knobs.memory_fraction
+    usable = hw.hbm_gib * knobs.memory_fraction  # type: ignore[operator]  # set by EngineKnobs.resolved()
     reserve = hw.reserve_gib
     if knobs.kv_cache_gib is not None:
         kv = knobs.kv_cache_gib

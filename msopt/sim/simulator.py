@@ -28,7 +28,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         value = getattr(knobs, name)
         if value is not None and value < 1:
             return f"ValueError: {name} must be >= 1, got {value}"
-    if not 0 < knobs.memory_fraction <= 1:
+    if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by EngineKnobs.resolved()
         return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
     if model.heads % knobs.tp:
         return (f"ValueError: Total number of attention heads ({model.heads}) must be divisible by "

@@ -86,8 +86,8 @@ class Hardware:
 
     def for_engine(self, engine: str) -> Hardware:
         """This hardware with ``[engines.<engine>]`` applied (itself when there is none)."""
-        over = self.engine_overrides.get(engine)
-        return replace(self, **dict(over)) if over else self
+        over: dict[str, Any] = dict(self.engine_overrides.get(engine) or {})
+        return replace(self, **over) if over else self
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for ``dtype`` (fp16 counts as bf16); raises if unsupported."""
