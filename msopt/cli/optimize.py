@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -135,6 +136,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
             cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
+            where = args.address or os.environ.get("RAY_ADDRESS")
+            # ray.init takes seconds: say what the silence is
+            print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
             try:
                 started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
                 pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
