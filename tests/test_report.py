@@ -234,7 +234,8 @@ def test_zero_successful_evaluations_still_report(tmp_path: Path) -> None:
     page = path.read_text(encoding="utf-8")
     assert "No evaluation succeeded" in page
     assert "out of memory: KV cache does not fit &lt;b&gt;x&lt;/b&gt;" in page  # escaped, first line
-    assert "more detail" not in page and "<b>x</b>" not in page
+    assert page.count("more detail") == 1 and "<b>x</b>" not in page  # one full example, escaped
+    assert "<tr><td>6</td>" in page  # six failures of one kind
     for name in PNGS:
         assert_png(store.run_dir / name)
     assert not (store.run_dir / BEST_COMMAND_SH).exists()  # no best, nothing to launch

@@ -184,11 +184,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             ray.shutdown()
     _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best
+    from msopt.run.verdict import make_verdict
+
+    mean, count = driver.mean_fitness(best) if best is not None else (None, 1)
+    verdict = make_verdict(settings, RunStore.open(store.run_dir).load_journal(), best,
+                           mean_fitness=mean, measurements=count)
+    for line in verdict.lines():
+        print(line, file=sys.stdout if verdict.met_count else sys.stderr, flush=True)
     if best is None:
-        print("no configuration succeeded; see the errors in the journal", file=sys.stderr)
         print(store.run_dir)
         return 1
-    shown = ", ".join(f"{k}={v}" for k, v in best.values.items())
+    shown = verdict.shown_values()
     if best.phase == "capacity":
         load = ", ".join(f"{k}={v}" for k, v in best.load.items())
         print(f"best goodput {best.metrics.get('generate_speed') or 0:.1f} tok/s at {load} "
@@ -196,8 +202,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         how = best.phase
         if best.phase == "refine":
-            mean, count = driver.mean_fitness(best)
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
-        print(f"recommended: fitness {best.fitness:.4f} (eval {best.eval_id}, {how}): {shown}")
+        print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}): {shown}")
+    print(f"launch it: {store.run_dir / 'best_command.sh'}")
     print(store.run_dir)
     return 0

@@ -45,9 +45,28 @@ class FieldDecl:
     where: str = ""
     step: float | None = None
 
+    def show(self, value: Any) -> str:
+        """``value`` at the precision that matters: a float at its ``step``'s decimals (4
+        significant digits without one), a bool as true/false, anything else as is."""
+        return show_value(value, self.step)
+
     def error(self, rule: str, fix: str) -> ConfigError:
         """Build a ConfigError naming this field's file and key."""
         return ConfigError(f"{self.where}: {rule}; {fix}")
+
+
+def show_value(value: Any, step: float | None = None) -> str:
+    """Display text of a field value (see :meth:`FieldDecl.show`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if step:
+            decimals = len(f"{step:.10f}".rstrip("0").partition(".")[2])  # the step's own decimals
+            return f"{value:.{decimals}f}"
+        return f"{value:.4g}"
+    return str(value)
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
