@@ -153,8 +153,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
-        progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
-                       run_dir=str(store.run_dir))
+        space = driver.space
+        varying = [f.name for f in settings.fields if f.name in space.names or f.name in space.derived]
+        progress.start(total=total, n_particles=settings.n_particles, dimensions=varying,
+                       run_dir=str(store.run_dir), steps={f.name: f.step for f in settings.fields})
         outcome = driver.run()
         from msopt.run.driver import capacity_line
 
@@ -165,7 +167,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress = None
     except KeyboardInterrupt:
         if progress is not None:
-            progress.close(None)
+            progress.close({"interrupted": True})
             progress = None
         print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
         return 130

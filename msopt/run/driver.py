@@ -135,11 +135,11 @@ class Driver:
 
         self.progress.update(ProgressEvent(kind=kind, **kw))
 
-    def _emit_result(self, r: EvaluationResult) -> None:
+    def _emit_result(self, r: EvaluationResult, replayed: bool = False) -> None:
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self._emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                    values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
-                   text=_load_text(r.load))
+                   text=_load_text(r.load), replayed=replayed)
 
     # -- dispatch -------------------------------------------------------------------------
     def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray, dict[str, Any]]:
@@ -166,7 +166,7 @@ class Driver:
             if key in self._leaders:
                 self._followers.setdefault(self._leaders[key], []).append((req, position))
                 self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle,
-                           iteration=req.iteration)
+                           iteration=req.iteration, values=values)
                 return None
             self._leaders[key] = req.eval_id
         self._decoded[req.eval_id] = values
@@ -174,7 +174,7 @@ class Driver:
         self.pool.submit(req)
         self.launched += 1
         self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-                   text=_load_text(req.load))
+                   values=values, text=_load_text(req.load))
         return None
 
     def _reused(self, done: EvaluationResult, req: EvalRequest, position: np.ndarray) -> EvaluationResult:
@@ -205,7 +205,7 @@ class Driver:
                 if self._best is None or _rank(r) < _rank(self._best):
                     self._best = r
                 self._rank_for_refine(key, r)
-        self._emit_result(r)
+        self._emit_result(r, replayed=not journal)  # not journaled again: replayed by --resume
 
     def _rank_for_refine(self, key: str, r: EvaluationResult) -> None:
         """Keep the ``pso_top_k`` best distinct configurations, each with its best result.
