@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -191,8 +192,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     mean, count = driver.mean_fitness(best) if best is not None else (None, 1)
     verdict = make_verdict(settings, RunStore.open(store.run_dir).load_journal(), best,
                            mean_fitness=mean, measurements=count)
+    width = min(shutil.get_terminal_size((100, 24)).columns, 100)
     for line in verdict.lines():
-        print(line, file=sys.stdout if verdict.met_count else sys.stderr, flush=True)
+        indent = " " * (len(line) - len(line.lstrip()))
+        print(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
+                            break_on_hyphens=False), file=sys.stdout if verdict.met_count else sys.stderr, flush=True)
     if best is None:
         print(store.run_dir)
         return 1
@@ -205,7 +209,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         how = best.phase
         if best.phase == "refine":
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
-        print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}): {shown}")
+        print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
+        print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
     print(f"launch it: {store.run_dir / 'best_command.sh'}")
     print(store.run_dir)
     return 0

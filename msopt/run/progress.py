@@ -620,7 +620,9 @@ class LiveTable(Progress):
                     Text(compact_value(row.values[c[1:]], t.steps.get(c[1:])) if c[1:] in row.values else "",
                          style=dim) if c.startswith("=") else cells[c]
                     for c in cols))
-            parts: list[RenderableType] = [self._header(width), self._best_line(), table]
+            parts: list[RenderableType] = [
+                Text(f"msopt run {t.run_dir}", style="dim", no_wrap=True, overflow="ellipsis"),
+                self._header(width), self._best_line(), table]
             legend = [f"{short[d]}={d}" for d in t.dimensions if short[d] != d and d not in hidden]
             if "ttft" in cols or "tpot" in cols:
                 legend.append("TTFT in s, TPOT in ms")
@@ -636,7 +638,6 @@ class LiveTable(Progress):
                 notes.append(_short(t.messages[-1], max(width - 2, 20)))
             if notes:
                 parts.append(Text("  ".join(notes), style="dim"))
-            parts.append(Text(f"run {t.run_dir}", style="dim", no_wrap=True, overflow="ellipsis"))
             return Group(*parts)
 
     def _rows_that_fit(self, keys: list[str], limit: int, best_id: int | None) -> list[str]:
@@ -665,7 +666,11 @@ class LiveTable(Progress):
             live.refresh()
             live.stop()
         with self._lock:
-            text = self._t.final_text(summary)
+            t = self._t
+            how = "finished" if summary is not None and not summary.get("interrupted") else (
+                "interrupted" if summary else "stopped")
+            # the table above shows the best; the command prints the verdict and the recommendation
+            text = f"{how}: {t.counts_text()}; elapsed {format_duration(t.elapsed())}"
         if live is not None or summary:
             self.console.print(text, markup=False, highlight=False)
             for line in _capacity_lines(summary):
