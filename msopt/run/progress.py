@@ -665,6 +665,8 @@ class LiveTable(Progress):
         if live is not None:
             live.refresh()
             live.stop()
+            if not self.console.is_terminal:  # Live's last frame ends without a newline there
+                self.console.line()
         with self._lock:
             t = self._t
             how = "finished" if summary is not None and not summary.get("interrupted") else (
