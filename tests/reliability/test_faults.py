@@ -19,7 +19,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_SERVE = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
-HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)"])
+# every process a test starts carries its token on the command line ({token} below), and a test
+# looks for that token only: other tests and other runs on the machine sleep too
+HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)", "{token}"])
 
 BASE = """
 engine = "vllm"
@@ -59,6 +61,8 @@ num_prompts = 8
 
 
 def processes_with(token: str) -> list[int]:
+    """This machine's processes whose command line holds ``token`` (a test's own uuid)."""
+    assert token.startswith("fault-") and len(token) > 10, "look for a test's own token only"
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
@@ -74,7 +78,8 @@ def run_optimize(tmp_path: Path, *, benchmark="builtin", server=SIM_SERVE, bench
                  wait=30, time_out=120) -> tuple[subprocess.CompletedProcess, Path, str]:
     token = f"fault-{uuid.uuid4().hex[:8]}"
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(BASE.format(benchmark=benchmark, server=server, bench=bench, server_flags=server_flags,
+    cfg.write_text(BASE.format(benchmark=benchmark, server=server.replace("{token}", token),
+                               bench=bench.replace("{token}", token), server_flags=server_flags,
                                wait=wait, time_out=time_out, token=token))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
                           "--max-concurrent", "2", "-o", str(tmp_path / "runs")],
@@ -92,7 +97,7 @@ def journal(run: Path) -> list[dict]:
 
 
 def test_server_never_ready(tmp_path):
-    never = json.dumps([sys.executable, "-c", "import time; time.sleep(600)", "--"])
+    never = json.dumps([sys.executable, "-c", "import time; time.sleep(600)", "{token}", "--"])
     out, run, token = run_optimize(tmp_path, server=never, wait=2)
     assert out.returncode == 1, out.stderr  # nothing succeeded: said, not crashed
     lines = journal(run)
@@ -121,7 +126,7 @@ def test_benchmark_hangs(tmp_path):
     assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
     launched = [x for x in lines if not x["reused"]]
     assert all("did not finish" in x["error"] for x in launched)
-    assert processes_with(token) == [] and processes_with("time.sleep(600)") == []
+    assert processes_with(token) == []
 
 
 KILL_CFG = """
