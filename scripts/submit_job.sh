@@ -22,6 +22,8 @@ if ! python - "$address" <<'PY'
 import sys, urllib.error, urllib.request
 try:
     urllib.request.urlopen(sys.argv[1].rstrip("/") + "/api/version", timeout=10).close()
+except urllib.error.HTTPError:
+    pass  # it answers (401 with token authentication): ray job submit takes it from here
 except (OSError, ValueError) as exc:
     reason = getattr(exc, "reason", None) or exc
     print(f"submit_job.sh: no Ray dashboard answers at {sys.argv[1]} ({reason}); start the head with "

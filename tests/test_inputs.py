@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,10 +109,14 @@ def test_step_errors_name_the_fix(raw, needle):
         parse_field(raw, source="x.toml", section="vllm", index=0)
 
 
-def test_unreachable_address_fails_fast_in_one_line(capsys, tmp_path):
+def test_unreachable_address_fails_fast_in_one_line(tmp_path):
+    # in a process of its own: another test of this session may have initialised Ray already
     with socket.socket() as s:  # a port nobody listens on: bound, never listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        err = refused(capsys, "optimize", "-c", QUICK, "--address", f"127.0.0.1:{port}", "-o", str(tmp_path))
+        out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", QUICK, "--address",
+                              f"127.0.0.1:{port}", "-o", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in err and "ray start --head" in err
     assert not any(tmp_path.iterdir())

@@ -250,6 +250,7 @@ def test_empty_journal_reports(tmp_path: Path, capsys: pytest.CaptureFixture) ->
     assert "No evaluation succeeded" in (store.run_dir / REPORT_HTML).read_text()
 
 
+@pytest.mark.slow  # 500 evaluations plotted
 def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(small_quickstart())

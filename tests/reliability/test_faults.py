@@ -17,6 +17,10 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real servers and benchmarks, a driver killed ten times
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_SERVE = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
 # every process a test starts carries its token on the command line ({token} below), and a test
