@@ -128,3 +128,25 @@ def test_report_renders_in_a_real_browser(vllm_run: dict, tmp_path: Path) -> Non
         (tmp_path / "console.json").write_text(json.dumps(browser.get_log("browser")))
     finally:
         browser.quit()
+
+
+def test_best_command_launches_exactly_what_was_measured(vllm_run: dict) -> None:  # noqa: F811
+    run, best = vllm_run["run"], vllm_run["best"]
+    measured = next(json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()
+                    if json.loads(line)["eval_id"] == best["eval_id"])
+    record = json.loads((run / "best_command.json").read_text())
+    argv, env = record["argv"], record["env"]
+    settings = load_settings(str(run / "config.toml"), environ={})
+    checked = 0
+    for f in settings.fields:
+        value = measured["values"][f.name]
+        if f.config_position == "env":
+            assert env[f.name] == str(value)
+        elif f.config_position.startswith("--") and not isinstance(value, bool):
+            assert argv[argv.index(f.config_position) + 1] == str(value), f.name
+        else:
+            continue
+        checked += 1
+    assert checked >= 5
+    # the float field is searched at its step, so what is measured is what is shown
+    assert measured["values"]["gpu_memory_utilization"] == round(measured["values"]["gpu_memory_utilization"], 2)
