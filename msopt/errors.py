@@ -45,3 +45,12 @@ class SimulationError(EvaluationError):
 
 class RetryableError(EvaluationError):
     """An evaluation failure worth another attempt (a retryable health-check pattern, a port clash)."""
+
+
+class RefusedError(EvaluationError):
+    """The engine would refuse this configuration at start-up (one of its start-up rules), so it
+    is not launched. ``rule`` is the rule's id (:mod:`msopt.engines.rules`)."""
+
+    def __init__(self, message: str, rule: str = "") -> None:
+        super().__init__(message)
+        self.rule = rule

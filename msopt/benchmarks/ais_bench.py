@@ -35,6 +35,7 @@ from msopt.benchmarks.base import (
 )
 from msopt.engines.base import (
     LaunchSpec,
+    check_repeated_flags,
     command_table,
     env_fields,
     executable,
@@ -79,6 +80,15 @@ class AisBench(BenchmarkAdapter):
     """AISBench performance mode: ``ais_bench --models M --datasets D --mode perf --work-dir W``."""
 
     name = "ais_bench"
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """``others`` must not repeat a flag msopt renders."""
+        cmd = command_table(section, self.name)
+        where = f"[{self.name}.command]"
+        owned = {"--models": f"{where} models", "--datasets": f"{where} datasets", "--mode": f"{where} mode",
+                 "--work-dir": "msopt (the evaluation's result directory, which it reads)",
+                 "--num-prompts": f"{where} num_prompts (sample_size during the search)"}
+        check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
 
     def render(
         self,

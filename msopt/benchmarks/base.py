@@ -104,6 +104,10 @@ class BenchmarkAdapter:
         """The metrics from what the benchmark wrote (None: not measured)."""
         raise NotImplementedError
 
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """Raise ConfigError for a ``[<benchmark>]`` section this benchmark cannot run; every
+        command runs it at load time (:func:`msopt.run.validate.validate`)."""
+
     def run(
         self,
         server: LaunchSpec,

@@ -18,6 +18,7 @@ from msopt.benchmarks.base import (
 )
 from msopt.engines.base import (
     LaunchSpec,
+    check_repeated_flags,
     command_str,
     command_table,
     env_fields,
@@ -45,6 +46,24 @@ class VllmBenchmark(BenchmarkAdapter):
     """
 
     name = "vllm_benchmark"
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """``others`` must not repeat a flag msopt renders (the load above all: a capacity search
+        sets ``--max-concurrency`` / ``--request-rate`` itself)."""
+        cmd = command_table(section, self.name)
+        where = f"[{self.name}.command]"
+        owned = {f: f"msopt ({what})" for f, what in (
+            ("--host", "the server's address"), ("--port", "the server's port"),
+            ("--model", f"the engine's {where} model"), ("--served-model-name", "the engine's served_model_name"),
+            ("--save-result", "the result file it reads"), ("--result-dir", "the result file it reads"),
+            ("--result-filename", "the result file it reads"))}
+        owned |= {"--backend": f"{where} backend", "--dataset-name": f"{where} dataset_name",
+                  "--num-prompts": f"{where} num_prompts (sample_size during the search)",
+                  "--max-concurrency": f"the load: a CONCURRENCY field, {where} max_concurrency or the "
+                                       "capacity stage",
+                  "--request-rate": f"the load: a REQUESTRATE field, {where} request_rate or the capacity stage"}
+        owned |= {"--" + k.replace("_", "-"): f"{where} {k}" for k in _PASSTHROUGH if k in cmd}
+        check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
 
     def render(
         self,

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from msopt.cli import optimize, report, serve, simulate
+from msopt.cli import optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
              if f.name not in space.names and f.name not in space.derived]
     if const:
         print(f"  constant: {', '.join(const)}")
+    for line in checked.engine.notes(settings.section(settings.engine)):
+        print(f"{settings.engine}: {line}")
     return 0
 
 
@@ -160,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_decode)
 
-    for module in (simulate, optimize, serve, report):
+    for module in (simulate, optimize, serve, report, preflight):
         module.register(sub)
     return parser
 

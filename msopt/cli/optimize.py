@@ -42,6 +42,9 @@ def register(sub: Any) -> None:
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")
+        p.add_argument("--no-preflight", action="store_true",
+                       help="skip the quick preflight checks (executable, model path, config.json, fixed "
+                            "ports) this machine runs before a real run's baseline")
         p.set_defaults(func=cmd_optimize)
 
 
@@ -124,6 +127,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
+    if not simulate and not args.no_preflight:
+        from msopt.cli.preflight import cheap_preflight
+
+        try:
+            cheap_preflight(settings)
+        except MsoptError:
+            if not previous:  # nothing ran: leave no empty run directory behind
+                store.close()
+                shutil.rmtree(store.run_dir, ignore_errors=True)
+            raise
     progress = None
     pool = None
     started_ray = False

@@ -114,6 +114,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
         out["error"] = result.error if failed else None
+        out["refused"] = result.refused
         print(json.dumps(out))
     else:
         for k, v in result.values.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.errors import DecodeError, MsoptError, RetryableError
+from msopt.errors import DecodeError, MsoptError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
@@ -104,6 +104,10 @@ class Evaluator:
             except RetryableError as exc:
                 result.error = str(exc)
                 continue
+            except RefusedError as exc:  # a start-up rule: not launched, no retry
+                result.error = str(exc)
+                result.refused = True
+                break
             except MsoptError as exc:
                 result.error = str(exc)
                 break

@@ -20,6 +20,7 @@ from typing import Any
 
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
+from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
@@ -177,15 +178,27 @@ class SimRunner:
         self.engine_section = settings.section(settings.engine)
         self.ctx = ctx
         self.sim = SimulatorSetup.from_settings(settings)
+        self.model_facts = self._model_facts()
+
+    def _model_facts(self) -> ModelFacts:
+        """The simulated model's facts, for the engine's start-up rules."""
+        from msopt.sim import load_model
+
+        dirs = self.sim.table.get("catalog_dirs", ())
+        model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+        return ModelFacts(attention_heads=model.heads, max_position=model.max_position)
 
     def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         """Simulate one evaluation; the log holds the rendered command line and the simulator's lines.
 
         Raises:
+            RefusedError: the candidate breaks one of the engine's start-up rules (the same table
+                the real path checks, :mod:`msopt.engines.rules`).
             EvaluationError: the configuration fails as the engine would (out of memory, ...).
         """
         spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
                                   devices=list(self.ctx.devices), workdir=self.ctx.run_dir)
+        check_rules(spec, values, self.engine_section, model=self.model_facts)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))

@@ -6,7 +6,8 @@ run uses them, and returns what it built so the caller does not build it again:
 
 1. the search space (the field model), the swarm options, the objective, ``[capacity]``;
 2. the engine adapter (registered name, its ``[<engine>]`` section and every field's position);
-3. the simulator's ``[simulator]`` table for a simulated run, else the benchmark adapter;
+3. the simulator's ``[simulator]`` table for a simulated run, else the benchmark adapter and its
+   section (``BenchmarkAdapter.check``);
 4. that the objective's and the capacity stage's metrics are ones the benchmark produces.
 
 Every failure is a :class:`~msopt.errors.ConfigError` naming the file, the key and the fix.
@@ -129,12 +130,13 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         engine.check(settings.fields, section)
     except ConfigError as exc:
         text = str(exc)
-        where = settings.where(settings.engine)
+        where = settings.table_source(settings.engine)
         raise ConfigError(text if text.startswith(where) else f"{where}: [{settings.engine}]: {text}") from None
     benchmark: BenchmarkAdapter | None = None
     simulator: SimulatorSetup | None = None
+    bench_name = str(settings.get("benchmark"))
     try:  # a simulated run records the benchmark too (run.json): a misspelt name is an error either way
-        benchmark_adapter = get_benchmark(str(settings.get("benchmark")))
+        benchmark_adapter = get_benchmark(bench_name)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
     if settings.get("simulate"):
@@ -142,9 +144,12 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         produces = frozenset(SIMULATED)
         name = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
+        # checked too: dropping `simulate` must not break it
+        _check_benchmark(settings, benchmark_adapter, bench_name)
     else:
-        name = str(settings.get("benchmark"))
+        name = bench_name
         benchmark = benchmark_adapter
+        _check_benchmark(settings, benchmark, name)
         produces = frozenset(benchmark.produces)
         check_capacity_metrics(capacity, sorted(produces), name)
     try:
@@ -152,3 +157,12 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: {exc}") from None
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces)
+
+
+def _check_benchmark(settings: Settings, benchmark: BenchmarkAdapter, name: str) -> None:
+    try:
+        benchmark.check(settings.fields, settings.section(name))
+    except ConfigError as exc:
+        text = str(exc)
+        where = settings.table_source(name)
+        raise ConfigError(text if text.startswith(where) else f"{where}: [{name}]: {text}") from None
