@@ -197,13 +197,14 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>msopt report {_e(data.run_id)}</title><style>{_CSS}</style></head><body>",
         f"<h1>msopt report: run {_e(data.run_id)}</h1>",
+        _verdict(data),
+        "<h2>Run</h2>",
         f"<p>engine <b>{_e(s.engine)}</b>; {'simulated' if s.get('simulate') else 'measured'}; "
         f"{n} evaluation(s), {ok} succeeded, {failed} failed, {reused} reused; "
         f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {s.ttft_slo:g} s, TPOT {s.tpot_slo:g} s, "
         f"success rate {s.success_rate_slo:g}. Written {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))} "
         f"from <code>{_e(data.run_dir)}</code>.</p>",
     ]
-    parts.append(_verdict(data))
     for w in data.warnings:
         parts.append(f'<p class="note">{_e(w)}</p>')
     if ok == 0:
