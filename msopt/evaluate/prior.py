@@ -114,6 +114,9 @@ class PriorOptions:
             predicted is taken (0 or 1: no screening).
         explore: the chance a screened particle takes its first proposal unranked instead, so a
             wrong model cannot trap the search.
+        refit: after each iteration, refit the simulator's efficiency factors to the run's own
+            measurements (:func:`msopt.sim.calibrate.fit_hardware`, regularised toward the
+            catalog) and predict with the refitted hardware from then on.
     """
 
     mode: str = "auto"
@@ -121,6 +124,7 @@ class PriorOptions:
     picks: int | None = None
     screen: int = 4
     explore: float = 0.25
+    refit: bool = True
 
 
 def prior_options(settings: Settings) -> PriorOptions:
@@ -146,7 +150,10 @@ def prior_options(settings: Settings) -> PriorOptions:
     explore = table.get("explore", 0.25)
     if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0 <= explore <= 1:
         raise ConfigError(f"{where}: [search] explore must be a number from 0 to 1, got {explore!r}")
-    return PriorOptions(str(mode), int(n), picks, int(screen), float(explore))
+    refit = table.get("refit", True)
+    if not isinstance(refit, bool):
+        raise ConfigError(f"{where}: [search] refit must be true or false, got {refit!r}")
+    return PriorOptions(str(mode), int(n), picks, int(screen), float(explore), refit)
 
 
 def prior_applies(settings: Settings, options: PriorOptions) -> bool:
@@ -199,10 +206,23 @@ class SimulatorPrior:
         self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True)
         setup = SimulatorSetup.from_settings(settings)
         table = thaw(setup.table) if simulator is None else thaw(simulator)
-        table["noise"] = 0.0
-        self.setup = SimulatorSetup(table, False, 1.0, None, setup.where, 0)
+        self.table = table
         self.objective = make_objective(str(settings.get("objective", "default")), settings.data)
         self.num_prompts = search_num_prompts(settings)
+        from msopt.sim import load_hardware, load_model, workload_from_mapping
+
+        dirs = table.get("catalog_dirs", ())
+        self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
+        self.catalog_hardware = load_hardware(table["hardware"], self.dirs)
+        self.hardware = self.catalog_hardware
+        self.model_spec = load_model(table["model"], self.dirs)
+        workload = dict(table.get("workload", {}))
+        if self.num_prompts is not None:
+            workload["num_prompts"] = int(self.num_prompts)
+        self.workload_table = workload
+        self.workload = workload_from_mapping(workload)
+        self.refits = 0
+        self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self.devices = _devices(settings)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
@@ -230,12 +250,18 @@ class SimulatorPrior:
         return pred
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
+        from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
+        from msopt.sim.simulator import simulate
+
         try:
             spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                       devices=list(self.devices), workdir=None)
             req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
-            res = self.setup.run(spec, values=values, fields=self.settings.fields, num_prompts=self.num_prompts,
-                                 bench_argv=bench_argv_of(values, req))
+            argv = bench_argv_of(values, req)
+            wl = self.workload.with_overrides(benchmark_overrides(argv)) if argv else self.workload
+            res = simulate(knobs_from_launch(spec), self.hardware, self.model_spec, wl,
+                           weight_dtype=str(self.table.get("weight_dtype", "bf16")),
+                           kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)), noise=0.0)
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -243,6 +269,61 @@ class SimulatorPrior:
             return Prediction(dict(values), pos, math.inf, metrics, str(res.error))
         fit = float(self.objective(metrics))
         return Prediction(dict(values), pos, fit if math.isfinite(fit) else math.inf, metrics, None)
+
+    def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+        """Remember one launched, successful measurement of ``values`` for :meth:`refit`."""
+        ttft, tpot, speed = (metrics.get("time_to_first_token"), metrics.get("time_per_output_token"),
+                             metrics.get("generate_speed"))
+        nums = [x for x in (ttft, tpot, speed) if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
+        if len(nums) == 3:
+            key = _key(values)
+            self._observed.pop(key, None)
+            self._observed[key] = (dict(values), float(ttft), float(tpot), float(speed))  # type: ignore[arg-type]
+
+    @property
+    def observed(self) -> list[dict[str, Any]]:
+        """The configurations measured so far (what :meth:`refit` fits)."""
+        return [v for v, *_ in self._observed.values()]
+
+    def refit(self, max_rows: int = 8, rounds: int = 1) -> bool:
+        """Refit the hardware's efficiency factors to the measurements observed so far (the
+        ``max_rows`` most recent distinct configurations) with
+        :func:`msopt.sim.calibrate.fit_hardware` (regularised toward the catalog entry, which
+        every refit starts from again); predictions are made with the refitted entry from then
+        on. Returns whether a refit happened (it needs two measured configurations)."""
+        from msopt.sim.calibrate import Measurement, fit_hardware
+        from msopt.sim.knobs import knobs_from_launch
+        from msopt.sim.specs import entry_path
+
+        rows = list(self._observed.values())[-max_rows:]
+        if len(rows) < 2:
+            return False
+        model = str(self.table["model"])
+        if self.dirs:
+            model = str(entry_path("models", model, self.dirs))
+        wl = self.workload
+        measurements = []
+        for values, ttft, tpot, speed in rows:
+            try:
+                spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                          devices=list(self.devices), workdir=None)
+                knobs = knobs_from_launch(spec)
+            except MsoptError:
+                continue
+            measurements.append(Measurement(
+                knobs=knobs, model=model, input_len=wl.input_len if isinstance(wl.input_len, int) else 0,
+                output_len=wl.output_len if isinstance(wl.output_len, int) else 0,
+                concurrency=int(wl.concurrency or 0), ttft_s=ttft, tpot_s=tpot, tokens_per_s=speed,
+                weight_dtype=str(self.table.get("weight_dtype", "bf16")), kv_dtype=self.table.get("kv_dtype"),
+                num_prompts=int(self.workload_table.get("num_prompts", 0)) or None, workload=self.workload_table))
+        if len(measurements) < 2:
+            return False
+        cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)))
+        self.hardware = cal.hardware
+        self._cache = {}
+        self._memo = None  # the shared simulations are of the catalog entry
+        self.refits += 1
+        return True
 
     def predict_position(self, position: Sequence[float] | np.ndarray) -> Prediction | None:
         """The prediction for a position (decoded without a context); None if it does not decode."""

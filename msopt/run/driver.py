@@ -167,12 +167,18 @@ class Driver:
                 self.prior_picks.append({"values": dict(p.values), **p.record()})
         return np.array(rows, dtype=float)
 
+    def learn(self) -> None:
+        """After an iteration: refit the prior to this run's measurements (``[search] refit``)."""
+        if self.prior is not None and self.prior.options.refit and self.prior.refit():
+            self.emit("phase", phase="search", text=f"prior refitted to {len(self.prior.observed)} measured "
+                      f"configuration(s) (refit {self.prior.refits})")
+
     def prior_record(self) -> dict[str, Any]:
         """What the prior did: its simulated evaluations, the picks the swarm started from, and its
         best prediction (what the prior alone would recommend, with zero launches)."""
         assert self.prior is not None
         best = next((p for p in self.prior.ranked() if np.isfinite(p.fitness)), None)
-        return {"evaluations": self.prior.evaluations, "picks": self.prior_picks,
+        return {"evaluations": self.prior.evaluations, "refits": self.prior.refits, "picks": self.prior_picks,
                 "best": None if best is None else {"values": dict(best.values), **best.record()}}
 
     def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
@@ -222,6 +228,8 @@ class Driver:
         self.failures += r.failed
         self.reused += r.reused
         self.leaderboard.add(r)
+        if self.prior is not None and not r.reused and not r.failed and r.phase in ("baseline", "search"):
+            self.prior.observe(r.values, r.metrics)
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,

@@ -56,6 +56,8 @@ class RunContext(Protocol):
 
     def checkpoint(self, stage: str, **extra: Any) -> None: ...
 
+    def learn(self) -> None: ...
+
 
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the search may use: ``max_launches`` less the baseline and the ``pso_top_k``
@@ -141,6 +143,7 @@ def sync_swarm(ctx: RunContext) -> None:
         for t, req in zip(trials, reqs):
             r = got[req.eval_id]
             ctx.searcher.tell(t.id, r.fitness, list(r.position))
+        ctx.learn()
         ctx.checkpoint("search", iteration=it + 1)
 
 
@@ -187,6 +190,9 @@ def _dispatch_async(ctx: RunContext, t: Trial | None, in_flight: dict[int, Trial
 
 def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
     ctx.searcher.tell(t.id, r.fitness, list(r.position))
+    told = sum(ctx.searcher.lane_count(i) for i in range(ctx.searcher.lanes))
+    if told % ctx.searcher.lanes == 0:  # an iteration's worth of results: learn from them
+        ctx.learn()
     ctx.checkpoint("search")
 
 

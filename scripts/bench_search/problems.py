@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,18 @@ class Problem:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(self.toml().encode()).hexdigest()[:16]
+        """The table's cache key: the problem's configuration and the simulator's code and catalog."""
+        return hashlib.sha256(self.toml().encode() + simulator_fingerprint().encode()).hexdigest()[:16]
+
+
+@cache
+def simulator_fingerprint() -> str:
+    """A hash of the simulator's code and catalog: a table is stale once they change."""
+    root = Path(__file__).resolve().parents[2] / "msopt" / "sim"
+    h = hashlib.sha256()
+    for f in sorted([*root.glob("*.py"), *root.glob("catalog/*/*.toml")]):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
