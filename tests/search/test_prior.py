@@ -179,3 +179,66 @@ def test_report_shows_the_prior(write_toml, tmp_path):
     page = write_report(store.run_dir, export=False).read_text()
     assert "simulator prior predicted every launched configuration" in page
     assert (store.run_dir / PRIOR_PNG).stat().st_size > 0
+
+
+def test_refit_learns_from_measurements(write_toml):
+    """Measurements 30 % slower than the catalog predicts: after a refit the predictions of the
+    measured configurations are closer to what was measured."""
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings, space)
+    ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:4]
+    assert len(ranked) == 4
+    slow = {}
+    for p in ranked:
+        m = p.metrics
+        slow[json_key(p.values)] = {"generate_speed": m["generate_speed"] * 0.7,
+                                    "time_to_first_token": m["time_to_first_token"] / 0.7,
+                                    "time_per_output_token": m["time_per_output_token"] / 0.7}
+        prior.observe(p.values, slow[json_key(p.values)])
+    assert prior.refit(rounds=1) and prior.refits == 1
+
+    def error() -> float:
+        return sum(abs(prior.predict(p.values).metrics["generate_speed"] / slow[json_key(p.values)]["generate_speed"]
+                       - 1) for p in ranked)
+
+    after = error()
+    assert after < 4 * 0.3 / 0.7  # before the refit every prediction was 1/0.7 - 1 = 43 % too fast
+    assert prior.hardware != prior.catalog_hardware
+
+
+def json_key(values):
+    import json
+
+    return json.dumps(values, sort_keys=True)
+
+
+def test_refit_needs_two_measurements(write_toml):
+    settings = settings_of(write_toml)
+    prior = SimulatorPrior(settings, SearchSpace.from_settings(settings))
+    prior.observe({"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
+                  {"generate_speed": 100.0, "time_to_first_token": 0.1, "time_per_output_token": 0.01})
+    prior.observe({"tp": 2, "pp": 1, "dp": 4, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
+                  {"generate_speed": None, "time_to_first_token": 0.1, "time_per_output_token": 0.01})
+    assert prior.refit() is False and prior.hardware == prior.catalog_hardware
+
+
+def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
+    """A simulated run with noise refits its prior after iterations; the same seed, the same run."""
+    settings = load_settings(str(write_toml(CFG.format(simulate="true", extra="max_launches = 14").replace(
+        '[simulator]\n', '[simulator]\nnoise = 0.03\n'), "noisy.toml")), environ={})
+    space = SearchSpace.from_settings(settings)
+
+    def run():
+        pool = InProcessPool(settings, size=1)
+        driver = Driver(settings, pool, prior=make_prior(settings, space))
+        out = driver.run()
+        pool.close()
+        return driver, [(r.eval_id, r.fitness, r.reused, r.refused) for r in out.results]
+
+    first, journal = run()
+    assert first.prior is not None and first.prior.refits >= 1
+    assert first.prior_record()["refits"] == first.prior.refits
+    _, again = run()
+    assert again == journal
+    assert sum(1 for _, _, reused, refused in journal if not reused and not refused) <= 14
