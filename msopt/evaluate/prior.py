@@ -222,6 +222,7 @@ class SimulatorPrior:
         self.workload_table = workload
         self.workload = workload_from_mapping(workload)
         self.refits = 0
+        self.search_evaluations = 0
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self.devices = _devices(settings)
         self.evaluations = 0
@@ -368,6 +369,7 @@ class SimulatorPrior:
                         x[j] = min(max(x[j] + sign * steps[j], low[j]), high[j])
                         self.predict_position(x)
                 break
+        self.search_evaluations += self.evaluations - start
         return self.ranked()
 
     def ranked(self) -> list[Prediction]:

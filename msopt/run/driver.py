@@ -178,7 +178,8 @@ class Driver:
         best prediction (what the prior alone would recommend, with zero launches)."""
         assert self.prior is not None
         best = next((p for p in self.prior.ranked() if np.isfinite(p.fitness)), None)
-        return {"evaluations": self.prior.evaluations, "refits": self.prior.refits, "picks": self.prior_picks,
+        return {"evaluations": self.prior.search_evaluations, "predictions": self.prior.evaluations,
+                "refits": self.prior.refits, "picks": self.prior_picks,
                 "best": None if best is None else {"values": dict(best.values), **best.record()}}
 
     def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
@@ -309,8 +310,9 @@ class Driver:
         if self.mode not in ("sync", "async"):
             raise ConfigError(f"mode must be 'sync' or 'async', got {self.mode!r}")
         if self.prior_picks:
-            self.emit("phase", phase="prior", text=f"simulator prior: {self.prior.evaluations if self.prior else 0} "
-                      f"simulated evaluations, {len(self.prior_picks)} particles start at its top predictions")
+            done = self.prior.search_evaluations if self.prior else 0
+            self.emit("phase", phase="prior", text=f"simulator prior: {done} simulated evaluations, "
+                      f"{len(self.prior_picks)} particles start at its top predictions")
         self.run_baseline()
         if self.mode == "async":
             self.run_async()

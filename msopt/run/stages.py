@@ -60,11 +60,11 @@ class RunContext(Protocol):
 
 
 def search_budget(ctx: RunContext) -> int | None:
-    """Launches the search may use: ``max_launches`` less the baseline and the ``pso_top_k``
-    re-measurements (None: no budget, the search runs ``iters`` iterations)."""
+    """Launches the baseline and the search may use together: ``max_launches`` less the
+    ``pso_top_k`` re-measurements (None: no budget, the search runs ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
-    return max(0, ctx.max_launches - 1 - max(ctx.top_k, 0))
+    return max(1, ctx.max_launches - max(ctx.top_k, 0))
 
 
 def max_rounds(ctx: RunContext) -> int:
@@ -120,7 +120,7 @@ def sync_swarm(ctx: RunContext) -> None:
         if not _budget_left(ctx):
             break
         text = (f"iteration {it + 1}/{ctx.iters}" if budget is None
-                else f"iteration {it + 1}, {ctx.dispatcher.launched}/{budget} search launches")
+                else f"iteration {it + 1}, {ctx.dispatcher.launched}/{budget} launches before the re-measurement")
         ctx.emit("phase", phase="search", text=text)
         trials = ctx.searcher.ask()
         if not trials:
@@ -151,7 +151,7 @@ def async_swarm(ctx: RunContext) -> None:
     """Each trial is told as soon as its own result arrives, and its lane asked and dispatched again."""
     rounds = max_rounds(ctx)
     ctx.emit("phase", phase="search", text=f"async, {rounds} evaluations per particle"
-             + ("" if ctx.max_launches <= 0 else f" at most, {search_budget(ctx)} search launches"))
+             + ("" if ctx.max_launches <= 0 else f" at most, {search_budget(ctx)} launches before the re-measurement"))
     searcher, dispatcher = ctx.searcher, ctx.dispatcher
     waiting: dict[int, Trial] = {t.lane: t for t in searcher.ask()}
     # replay the journal's search results in the order they were told
