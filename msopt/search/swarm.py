@@ -791,7 +791,7 @@ class Swarm:
         x = self._positions[rows]
         v = self._velocities[rows]
         nx, nv = self._step(rows, x, v, w, c1, c2)
-        screen = getattr(self, "_screen", None)
+        screen = self._screen
         if screen is not None:
             k, explore, score = screen
             cands = [(nx, nv)] + [self._step(rows, x, v, w, c1, c2) for _ in range(k - 1)]
