@@ -108,9 +108,11 @@ def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], l
                f"tokens {o['max_num_batched_tokens']}, gmu {o['gpu_memory_utilization']}, "
                f"chunked {o['enable_chunked_prefill']}")
         pr = t.problem
+        gap = getattr(t, "gap", None)
+        hidden = gap.describe() if gap is not None else "none (--no-gap)"
         problems.append(f"| {p} (in {pr.input_len}, out {pr.output_len}, concurrency {pr.concurrency}, "
                         f"{pr.prompts} prompts) | {pr.world} | {t.n_valid} | {t.n_feasible} | {t.f_opt:.4f} | "
-                        f"{t.f_med:.4f} | {opt} | {t.gap.describe() if t.gap is not None else 'none (--no-gap)'} |")
+                        f"{t.f_med:.4f} | {opt} | {hidden} |")
 
     last_seed = args.first_seed + args.seeds - 1
     ablation = ""
