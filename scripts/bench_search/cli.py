@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown method(s) {sorted(unknown)}; valid: {', '.join(m.name for m in METHODS)}")
         methods = tuple(m for m in METHODS if m.name in names)
     gap = not args.no_gap
-    command = "python scripts/bench_search.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench_search.py " + shlex.join(argv if argv is not None else sys.argv[1:])
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
