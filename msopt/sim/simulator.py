@@ -12,6 +12,7 @@ from msopt.engines.base import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import ENGINES, EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
@@ -38,9 +39,13 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
                 f"number of KV heads ({model.kv_heads}).")
     if knobs.pp > model.layers:
         return f"ValueError: pipeline parallel size ({knobs.pp}) exceeds the number of layers ({model.layers})."
-    if knobs.tp > hw.devices_per_node:
+    if knobs.tp > hw.devices_per_node and knobs.nnodes < 2:
         return (f"ValueError: tensor parallel size ({knobs.tp}) exceeds the {hw.devices_per_node} devices "
-                f"of one {hw.name} node; tensor parallelism across nodes is not simulated, use pp for that.")
+                f"of one {hw.name} node; span nodes (--nnodes, a multi-node trial) or use pp for that.")
+    if model.is_moe:
+        problem = layout_problem(model, layout_of(knobs, model))
+        if problem:
+            return problem
     if knobs.engine == "vllm" and max_model_len > model.max_position:
         return (f"ValueError: User-specified max_model_len ({max_model_len}) is greater than the derived "
                 f"max_model_len (max_position_embeddings={model.max_position}). Decrease max_model_len.")
@@ -147,6 +152,12 @@ def simulate(
         f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
         f"dp={knobs.dp} x tp={knobs.tp} x pp={knobs.pp} {hw.name} ({hw.memory_kind} devices)",
     ]
+    if spec.is_moe:
+        lay = layout_of(knobs, spec)
+        log.append(f"INFO [msopt.sim] MoE: {spec.experts} experts (top-{spec.experts_per_token}) over "
+                   f"{lay.world} devices per group: ep={lay.ep} x moe_tp={lay.moe_tp}, "
+                   f"{lay.group} attention DP rank(s) of tp={lay.tp}"
+                   + (f", {knobs.nnodes} nodes" if knobs.nnodes > 1 else ""))
     if ignored:
         log.append(f"INFO [msopt.sim] not modelled, ignored: {' '.join(ignored)}")
     problem = _startup_problem(knobs, hw, spec, max_model_len)
