@@ -23,7 +23,7 @@ from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import RunnerContext
+from msopt.evaluate.runner import NodeLauncher, RunnerContext
 
 
 class RealRunner:
@@ -72,17 +72,29 @@ class RealRunner:
         workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=base))
         server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
-        spec = self.engine.render(values, settings.fields, self.engine_section, port=free_port(),
-                                  devices=list(self.ctx.devices), workdir=workdir)
+        nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))
         try:
+            specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=free_port(),
+                                             nodes=nodes, rendezvous_port=free_port(), workdir=workdir)
+            spec = specs[0]
             check_rules(spec, values, self.engine_section)
+            if len(specs) > 1 and self.ctx.launcher is None:
+                raise EvaluationError(f"a trial of {len(specs)} nodes needs the Ray pool (no --no-ray) to start "
+                                      "its other nodes")
         except EvaluationError:
             if run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
+        launcher = self.ctx.launcher if len(specs) > 1 else None
+        follower_logs = [str(self.ctx.log_path(req, attempt, f"server-node{i}") or workdir / f"server-node{i}.log")
+                         for i in range(1, len(specs))]
         try:
+            if launcher is not None:
+                # every node starts at once, as the engines' own multi-node launches expect
+                launcher.start(specs[1:], follower_logs, str(workdir))
             with launched(spec, server_log, cwd=workdir) as proc:
+                self._followers_ok(launcher)
                 metrics = self.benchmark.run(
                     spec, values, settings.fields, settings.section(self.benchmark_name),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
@@ -90,9 +102,23 @@ class RealRunner:
                 if proc.poll() is not None:
                     raise EvaluationError(f"the server exited (code {proc.returncode}) during the benchmark; "
                                           f"see {server_log}")
+                self._followers_ok(launcher)
         except EvaluationError as exc:
+            if launcher is not None:
+                why = launcher.failure()
+                if why:  # a follower's end explains the leader's failure better than the leader
+                    exc = EvaluationError(f"{why} (leader: {exc})")
             raise self._classify(server_log, bench_log, exc) from None
         finally:
+            if launcher is not None:
+                launcher.stop()
             if run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
         return metrics
+
+    @staticmethod
+    def _followers_ok(launcher: NodeLauncher | None) -> None:
+        """Fail the whole trial when a server on another node is gone."""
+        why = launcher.failure() if launcher is not None else None
+        if why:
+            raise EvaluationError(why)

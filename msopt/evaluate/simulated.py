@@ -197,15 +197,20 @@ class SimRunner:
                 the real path checks, :mod:`msopt.engines.rules`).
             EvaluationError: the configuration fails as the engine would (out of memory, ...).
         """
-        spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
-                                  devices=list(self.ctx.devices), workdir=self.ctx.run_dir)
+        nodes = self.ctx.placement
+        specs = self.engine.render_nodes(values, self.settings.fields, self.engine_section, port=0, nodes=nodes,
+                                         rendezvous_port=0, workdir=self.ctx.run_dir)
+        spec = specs[0]
         check_rules(spec, values, self.engine_section, model=self.model_facts)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
-            log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
+            cmds = ["$ " + " ".join(spec.argv)] if len(specs) == 1 else [
+                f"$ [node {n.rank} {n.address} devices {','.join(n.devices)}] " + " ".join(s.argv)
+                for n, s in zip(nodes, specs, strict=True)]
+            log.write_text("\n".join([*cmds, *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)
         if res.error:
             raise EvaluationError(res.error)
