@@ -21,8 +21,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.evaluator import EvaluatorActor, accelerator_key
 from msopt.config import Settings
-from msopt.errors import MsoptError
+from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
+from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
 
 log = logging.getLogger("msopt.pool")
@@ -47,37 +48,14 @@ def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:
     """(nodes per trial, devices per node of a trial) for ``devices_per_trial`` on nodes of
     ``per_node`` devices (``[cluster] devices_per_node`` wins over the cluster's own count).
 
-    A trial that fits one node takes one bundle; a bigger one is split evenly over the fewest nodes.
-
     Raises:
         ClusterError: the devices cannot be split evenly over whole nodes.
     """
-    k = devices_per_trial(settings)
     configured = settings.section("cluster").get("devices_per_node")
-    per = int(configured) if configured else per_node
-    if not per or k <= per:
-        return 1, k
-    n = -(-k // per)
-    if k % n:
-        raise ClusterError(f"devices_per_trial {k} does not split evenly over {n} nodes of {per} devices; use a "
-                           f"multiple of the per-node share ([cluster] devices_per_node = {per})")
-    return n, k // n
-
-
-def simulated_devices_per_node(settings: Settings) -> int | None:
-    """``[cluster] devices_per_node``, else the simulated hardware's ``devices_per_node``."""
-    configured = settings.section("cluster").get("devices_per_node")
-    if configured:
-        return int(configured)
-    sim = settings.section("simulator")
     try:
-        from msopt.sim import load_hardware
-
-        dirs = sim.get("catalog_dirs", ())
-        return load_hardware(str(sim.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs)
-                             ).devices_per_node
-    except MsoptError:
-        return None
+        return split_trial(devices_per_trial(settings), int(configured) if configured else per_node)
+    except ConfigError as exc:
+        raise ClusterError(str(exc)) from None
 
 
 class LocalCluster:
@@ -345,8 +323,17 @@ class RayPool:
             req = self._queue.popleft()
             ref = slot.actor.evaluate.remote(req)
             self._inflight[ref] = (slot, req, time.monotonic())
-            devices = (slot.info or {}).get("devices", [])
-            self._started.append((req.eval_id, list(devices)))
+            self._started.append((req.eval_id, self._devices(slot)))
+
+    @staticmethod
+    def _devices(slot: _Slot) -> list[str]:
+        """The slot's devices as the journal lists them (``<node>:<device>`` when it spans nodes)."""
+        info = slot.info or {}
+        nodes = info.get("nodes") or []
+        if len(nodes) > 1:
+            return [f"{str(n.get('node', ''))[:8] or n.get('address')}:{d}"
+                    for n in nodes for d in n.get("devices", [])]
+        return list(info.get("devices", []))
 
     def running(self) -> list[tuple[int, list[str]]]:
         out, self._started = self._started, []
@@ -418,7 +405,7 @@ class RayPool:
             eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
             position_in=list(req.position), position=list(req.position), values={},
             metrics={m: None for m in METRICS}, fitness=math.inf, error=error, attempts=1,
-            devices=list((slot.info or {}).get("devices", [])), actor=self._name(slot), started=now,
+            devices=self._devices(slot), actor=self._name(slot), started=now,
             finished=now, num_prompts=req.num_prompts, real_evaluation=not self.simulate, load=dict(req.load))
 
     def actor_infos(self) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
+from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
 from msopt.metrics import SIMULATED
@@ -180,6 +181,8 @@ class SimRunner:
         self.ctx = ctx
         self.sim = SimulatorSetup.from_settings(settings)
         self.model_facts = self._model_facts()
+        # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
+        self.virtual = virtual_nodes(settings)
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""
@@ -197,7 +200,7 @@ class SimRunner:
                 the real path checks, :mod:`msopt.engines.rules`).
             EvaluationError: the configuration fails as the engine would (out of memory, ...).
         """
-        nodes = self.ctx.placement
+        nodes = self.ctx.nodes or self.virtual or self.ctx.placement
         specs = self.engine.render_nodes(values, self.settings.fields, self.engine_section, port=0, nodes=nodes,
                                          rendezvous_port=0, workdir=self.ctx.run_dir)
         spec = specs[0]
