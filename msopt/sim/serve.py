@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, dest="placement_" + flag.strip("-").replace("-", "_"), default=None,
                        help=argparse.SUPPRESS)
     p.add_argument("--headless", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--fail-node", type=int, default=0, metavar="R",
+                   help="node R (>= 1) of a multi-node instance exits 1 right after joining: a fault to test "
+                        "that a trial spanning nodes fails and is stopped on every node; 0 never")
     p.add_argument("--sim-hardware", default="atlas-800i-a2",
                    help="simulator hardware catalog entry (or TOML path) whose step timing paces tokens")
     p.add_argument("--sim-model", default=None,
@@ -354,6 +357,18 @@ def _lead_in_background(server: SimServer, place: Placement, argv: Sequence[str]
         print(f"msopt sim-serve: all {place.nnodes} nodes joined at {place.host}:{place.port}", flush=True)
         server.ready_at = time.monotonic() + server.opts.startup_delay
         server.followers = conns  # kept open: the other nodes exit when this one is gone
+        for i, conn in enumerate(conns):  # like the engines: a lost node is fatal to the instance
+            threading.Thread(target=watch, args=(conn, i), daemon=True).start()
+
+    def watch(conn: Any, i: int) -> None:
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        print(f"RuntimeError: msopt sim-serve: a node of the instance is gone (connection {i + 1} of "
+              f"{place.nnodes - 1} closed)", flush=True)
+        os._exit(1)
 
     threading.Thread(target=run, daemon=True).start()
 
@@ -363,6 +378,9 @@ def _follower(place: Placement, argv: Sequence[str], path: str | None, opts: Sim
     print(f"msopt sim-serve: node {place.rank} of {place.nnodes} joining {place.host}:{place.port}", flush=True)
     conn = follow(place, argv, timeout=max(60.0, opts.startup_delay + 60.0))
     print(f"msopt sim-serve: node {place.rank} joined", flush=True)
+    if build_parser().parse_known_args(list(argv))[0].fail_node == place.rank:
+        print(f"RuntimeError: msopt sim-serve --fail-node {place.rank}: node {place.rank} exits", flush=True)
+        os._exit(1)
     with conn:
         while conn.recv(4096):
             pass
