@@ -240,10 +240,10 @@ class RayPool:
         if fit == 0:
             have = {n.get("NodeManagerAddress"): n.get("Resources", {}).get(self.key, 0)
                     for n in ray.nodes() if n.get("Alive")}
-            need = (f"{self.k} {self.key}" if self.nodes_per_trial == 1 else
-                    f"{self.nodes_per_trial} nodes of {self.per_node} {self.key}")
-            raise ClusterError(f"the Ray cluster has no room for one trial of {need} "
-                               f"(per node: {have}); lower [cluster] devices_per_trial, set [cluster] "
+            what = (f"no node of the Ray cluster has {self.k} {self.key} for one trial" if self.nodes_per_trial == 1
+                    else f"the Ray cluster has no room for one trial of {self.k} {self.key} "
+                         f"({self.nodes_per_trial} nodes of {self.per_node} each)")
+            raise ClusterError(f"{what} (per node: {have}); lower [cluster] devices_per_trial, set [cluster] "
                                f"accelerator, or use --simulate")
         return max(1, min(cap, fit))
 
