@@ -356,6 +356,17 @@ class EngineAdapter:
         raise EvaluationError(f"engine {self.name!r} has no multi-node launch; a trial of {len(nodes)} nodes "
                               "needs vllm, sglang or mindie (or lower [cluster] devices_per_trial)")
 
+    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None) -> Any:
+        """Render a prefill/decode-disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`) when the
+        section has a ``pd`` table.
+
+        Raises:
+            EvaluationError: the engine has no disaggregated launch.
+        """
+        raise EvaluationError(f"engine {self.name!r} has no prefill/decode-disaggregated launch in msopt; "
+                              "use sglang, or drop the [<engine>.pd] table")
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it
         at load time (:func:`msopt.run.validate.validate`)."""

@@ -120,6 +120,50 @@ def _export_nodes(settings: Settings, values: Mapping[str, Any], out: Path, port
     return [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON, *(p for p in written if p.name != BEST_COMMAND_SH)]
 
 
+def pd_script(launch: Any, notes: Sequence[str]) -> str:
+    """A ``#!/bin/sh`` script that starts every prefill and decode instance in the background, then the
+    router in the foreground; leaving it (Ctrl-C, the router's end) stops them all."""
+    lines = ["#!/bin/sh", *(_comment(n) for n in notes), "trap 'kill 0' EXIT INT TERM"]
+    for role, specs in (("prefill", launch.prefill), ("decode", launch.decode)):
+        for i, spec in enumerate(specs):
+            env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
+            lines.append(_comment(f"{role} instance {i}"))
+            lines.append((f"env {env} " if env else "") + " ".join(shlex.quote(str(a)) for a in spec.argv) + " &")
+    lines.append(_comment("the router: clients and benchmarks talk to it"))
+    lines.append(" ".join(shlex.quote(str(a)) for a in launch.router.argv))
+    return "\n".join(lines) + "\n"
+
+
+def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
+    """best_command.sh/.json of a prefill/decode-disaggregated configuration (none otherwise)."""
+    engine = settings.engine
+    section = settings.section(engine)
+    if "pd" not in section:
+        return []
+    k = settings.section("cluster").get("devices_per_trial")
+    devices = [str(d) for d in range(int(k))] if k else []
+    # the router on the launch port, instances on the ports after it, bootstrap ports after those
+    ports = [port + 1 + i for i in range(256)]
+    launch = get_engine(engine).render_pd(values, settings.fields, section, ports=[*ports[:-1], port],
+                                          devices=devices, workdir=Path("."))
+    n = len(launch.prefill) + len(launch.decode)
+    if launch.router.port != port:  # the router takes the first port left: give it the launch port
+        ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
+        launch = get_engine(engine).render_pd(values, settings.fields, section, ports=ports, devices=devices,
+                                              workdir=Path("."))
+    notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
+             f"instance(s) and the router on port {launch.router.port}"]
+    record = {"engine": engine, "deployment": "pd", "port": launch.router.port, "values": dict(values),
+              **{role: [{"argv": [str(a) for a in s.argv], "env": {str(a): str(b) for a, b in s.env.items()},
+                         "port": s.port} for s in specs]
+                 for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))},
+              "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port},
+              "argv": [str(a) for a in launch.router.argv], "env": {}, "files": {}}
+    atomic_write(out / BEST_COMMAND_SH, pd_script(launch, notes).encode("utf-8"), mode=0o755)
+    atomic_write(out / BEST_COMMAND_JSON, (dumps(record, indent=2) + "\n").encode("utf-8"))
+    return [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
+
+
 def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Path, *,
                 eval_id: Any = None, fitness: Any = None) -> list[Path]:
     """Render ``values`` with the engine adapter and write the ready-to-use files into ``run_dir``.
@@ -141,7 +185,7 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
     head = [f"msopt: the best configuration of run {out.name} ({engine}"
             + (f", eval {eval_id}" if eval_id is not None else "")
             + (f", fitness {fitness:.6g}" if isinstance(fitness, (int, float)) else "") + ")"]
-    multi = _export_nodes(settings, values, out, port, head)
+    multi = _export_pd(settings, values, out, port, head) or _export_nodes(settings, values, out, port, head)
     if multi:  # a trial spans nodes: one script (and config) per node, node 0's under the usual names
         return multi
     spec = adapter.render(values, settings.fields, settings.section(engine), port=port)
