@@ -9,6 +9,7 @@ evaluator tries again (up to its attempt limit).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import tempfile
@@ -73,6 +74,8 @@ class RealRunner:
         workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=base))
         server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
+        if "pd" in self.engine_section:
+            return self._measure_pd(values, req, attempt, workdir, server_log, bench_log)
         nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))
         try:
@@ -116,6 +119,49 @@ class RealRunner:
             if launcher is not None:
                 launcher.stop()
             if run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return metrics
+
+    def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int, workdir: Path,
+                    server_log: Path, bench_log: Path) -> dict[str, Any]:
+        """A prefill/decode-disaggregated trial: every instance (each ready), then the router, then the
+        benchmark against the router; any process that ends fails the trial, and all are stopped."""
+        from msopt.engines.pd import without_pd
+
+        settings = self.settings
+        launch = self.engine.render_pd(values, settings.fields, self.engine_section,
+                                       ports=[free_port() for _ in range(64)], devices=list(self.ctx.devices),
+                                       workdir=workdir)
+        inner = without_pd(self.engine_section)
+        timeout = float(settings.get("particles_time_out", 3600))
+        try:
+            for spec in (*launch.prefill, *launch.decode):
+                check_rules(spec, values, inner)
+        except EvaluationError:
+            if self.ctx.run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        roles = [(f"prefill{i}", s) for i, s in enumerate(launch.prefill)]
+        roles += [(f"decode{i}", s) for i, s in enumerate(launch.decode)]
+        logs = {name: self.ctx.log_path(req, attempt, f"server-{name}") or workdir / f"server-{name}.log"
+                for name, _ in roles}
+        try:
+            with contextlib.ExitStack() as stack:
+                procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir))) for name, spec in roles]
+                router = stack.enter_context(launched(launch.router, server_log, cwd=workdir))
+                metrics = self.benchmark.run(
+                    launch.router, values, settings.fields, settings.section(self.benchmark_name),
+                    num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
+                    log_path=bench_log, timeout=timeout)
+                for name, proc in [*procs, ("router", router)]:
+                    if proc.poll() is not None:
+                        where = logs.get(name, server_log)
+                        raise EvaluationError(f"the {name} server exited (code {proc.returncode}) during the "
+                                              f"benchmark; see {where}")
+        except EvaluationError as exc:
+            raise self._classify(server_log, bench_log, exc) from None
+        finally:
+            if self.ctx.run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
         return metrics
 
