@@ -20,10 +20,14 @@ Costs per device and MoE layer, for ``n`` new tokens per attention rank (all ran
 are assumed equally loaded, as the engines' lock-step DP forward makes them): expert FLOPs
 ``2 x n x group x k x expert_params / world``; expert weights read are the local experts touched
 by at least one token, ``1 - (1 - k/E)^(n x group)`` of them under uniform routing; with
-``ep > 1`` a dispatch and a combine all-to-all send ``n x group / world x k x hidden`` activations
-each way, ``(ep - 1)/ep`` of them to other devices, over the scale-up link while ``ep`` fits in one
-node and over the scale-out network beyond; with ``ep = 1`` and ``world > tp`` the tokens of the
-group are all-gathered and reduce-scattered instead.
+``ep > 1`` a dispatch (8-bit where the weights are) and a bf16 combine all-to-all send each token's
+hidden vector to its ``k`` experts, ``(ep - 1)/ep`` of them to other devices, over the scale-up
+link while ``ep`` fits in one node; beyond one node a token crosses the network once per other
+node holding one of its experts (at most ``k``, or the model's ``topk_group``; DeepEP forwards
+inside the node), bounded below by
+the node-local part over the scale-up link. With ``ep = 1`` and ``world > tp`` the tokens of the
+group are all-gathered and reduce-scattered instead. Computation and communication are not
+overlapped (SGLang's two-batch overlap and DeepEP's hooks hide part of the all-to-all).
 """
 
 from __future__ import annotations
@@ -81,11 +85,20 @@ class MoeCost:
         self.flop_tok = 2.0 * self.layers * self.k * model.expert_params / world / flops  # per group token
         scale_out = layout.ep > hw.devices_per_node if layout.ep > 1 else world > hw.devices_per_node
         link = (hw.inter_node_gb_s if scale_out else hw.intra_node_gb_s) * 1e9 * hw.comm_eff
+        intra = hw.intra_node_gb_s * 1e9 * hw.comm_eff
         lat = hw.allreduce_latency_us * 1e-6
         if layout.ep > 1:
             # dispatch in the weight precision where it is 8-bit (DeepEP/MindIE quantize it), combine in bf16
-            per_tok = self.k * model.hidden * (min(wb, 2.0) + 2.0) * (layout.ep - 1) / layout.ep
-            self.comm_tok = self.layers * per_tok / world / link  # per group token
+            act = model.hidden * (min(wb, 2.0) + 2.0)
+            nodes = -(-layout.ep // hw.devices_per_node)
+            if nodes > 1:
+                # a token crosses the network once per other node holding one of its experts (DeepEP
+                # forwards within the node over the scale-up link), at most k times
+                copies = min(self.k, nodes, model.topk_group or self.k) * (nodes - 1) / nodes
+                per_tok = max(copies * act / link, self.k * act / intra)
+            else:
+                per_tok = self.k * act * (layout.ep - 1) / layout.ep / link
+            self.comm_tok = self.layers * per_tok / world  # seconds per group token
             self.comm_fixed = 2.0 * self.layers * lat
         elif world > layout.tp:
             per_tok = 2.0 * model.hidden * 2.0 * (world - 1) / world

@@ -67,8 +67,10 @@ class StepCost:
         self.head_flop_time = 2.0 * lm_head / pp / tp / flops  # per sampled sequence
         kv_tok_bytes = layers * model.kv_elems_per_token_layer(tp) * kb
         self.kv_read_time = kv_tok_bytes / bw  # per token of context read
-        if model.is_mla:  # absorbed MLA: scores over the latent + rope part, values from the latent
-            pair_flops = 2.0 * model.heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+        if model.is_mla:
+            # MLA computed as multi-head attention over the up-projected K (nope + rope) and V, as the
+            # engines do for prefill; decode reads the latent (kv_read_time) and is bound by that
+            pair_flops = 2.0 * model.heads * (model.head_dim + model.qk_rope_head_dim + model.v_head_dim)
         else:
             pair_flops = 4.0 * model.heads * model.head_dim
         self.attn_flop_time = pair_flops * layers / tp / attn_flops  # per pair

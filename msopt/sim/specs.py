@@ -106,6 +106,9 @@ class ModelSpec:
             always-on shared experts, one expert's intermediate size (0 experts: a dense model).
         dense_layers: leading layers with a dense MLP of width ``ffn`` (DeepSeek's
             first_k_dense_replace); the other layers are MoE.
+        topk_group: group-limited routing (DeepSeek's n_group/topk_group): a token's experts lie in at
+            most this many expert groups, hence on at most this many nodes when a node holds a group;
+            0: unlimited.
         active_params_b: published activated parameters per token, billions (for checks and docs).
     """
 
@@ -131,6 +134,7 @@ class ModelSpec:
     shared_experts: int = 0
     moe_ffn: int = 0
     dense_layers: int = 0
+    topk_group: int = 0
     active_params_b: float = 0.0
 
     @property
@@ -366,7 +370,7 @@ def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) 
     if attention not in ("gqa", "mla"):
         raise ConfigError(f"{path}: attention = {attention!r}: use \"gqa\" or \"mla\"")
     opt = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "experts", "experts_per_token",
-           "shared_experts", "moe_ffn", "dense_layers")
+           "shared_experts", "moe_ffn", "dense_layers", "topk_group")
     extra = {k: _get(d, path, k, cast=int) if k in d else 0 for k in opt}
     model = ModelSpec(
         name=str(d.get("name", path.stem)),
