@@ -23,7 +23,7 @@ from msopt.engines.base import (
     substitute,
     wait_start_time,
 )
-from msopt.errors import EvaluationError
+from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
 
 
@@ -93,6 +93,9 @@ class CommandLineAdapter(EngineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Every field must be ``env``, a flag, or unplaced; no flag is rendered twice (a field and
         ``others``, or two fields)."""
+        if "pd" in section:
+            raise ConfigError(f"[{self.name}.pd]: msopt has no prefill/decode-disaggregated launch for {self.name} "
+                              "(sglang has one); drop the table")
         check_flag_positions(fields, self.name)
         cmd = command_table(section, self.name)
         wait_start_time(section, self.name)

@@ -269,6 +269,9 @@ class MindieAdapter(EngineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering:
         known keys only, and no field that can give a fraction where MindIE wants an integer."""
+        if "pd" in section:
+            raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
+                              "roles run through ms_controller); drop the table")
         doc, _ = load_config(section, missing_ok=True)
         cmd = command_table(section, self.name)
         wait_start_time(section, self.name)
