@@ -110,3 +110,26 @@ def test_moe_models_serve_on_one_node_with_each_engine():
         r = simulate(knobs, "h100-sxm", "qwen3-30b-a3b", WL)
         assert not r.error, (knobs, r.error)
         assert r.throughput > 0
+
+
+def test_deepseek_config_searches_layouts_whose_relations_hold():
+    """configs/deepseek_v3_atlas_multinode.toml: tp x dp = 16 and moe_ep x moe_tp = 16 for every
+    decoded position (factories relations), and the simulator reads them as one MoE layout."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from msopt.config import load_settings
+    from msopt.space import SearchSpace
+
+    repo = Path(__file__).resolve().parents[2]
+    settings = load_settings(str(repo / "configs" / "deepseek_v3_atlas_multinode.toml"), environ={})
+    space = SearchSpace.from_settings(settings)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(40):
+        lo, hi = space.bounds
+        values = space.decode(lo + rng.random(len(lo)) * (hi - lo)).values
+        assert values["tp"] * values["dp"] == 16 and values["moe_ep"] * values["moe_tp"] == 16
+        seen.add((values["tp"], values["moe_ep"]))
+    assert len(seen) > 4
