@@ -357,9 +357,10 @@ class EngineAdapter:
                               "needs vllm, sglang or mindie (or lower [cluster] devices_per_trial)")
 
     def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None) -> Any:
+                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
+                  nodes: Sequence[TrialNode] = ()) -> Any:
         """Render a prefill/decode-disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`) when the
-        section has a ``pd`` table.
+        section has a ``pd`` table; its instances are placed on ``nodes`` when the trial spans nodes.
 
         Raises:
             EvaluationError: the engine has no disaggregated launch.

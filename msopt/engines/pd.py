@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from msopt.checks import is_int
-from msopt.engines.base import LaunchSpec, command_str, executable, plain, split_others
+from msopt.engines.base import LaunchSpec, TrialNode, command_str, executable, plain, split_others
 from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
 
@@ -34,11 +34,18 @@ PD_KEYS = frozenset({"prefill_instances", "decode_instances", "transfer_backend"
 
 @dataclass(frozen=True)
 class PdLaunch:
-    """Every process of one disaggregated trial."""
+    """Every process of one disaggregated trial.
+
+    Attributes:
+        prefill, decode: the instances' launches.
+        router: the router's launch (what the benchmark talks to).
+        nodes: the node rank of each instance, prefill ones first (all 0 on one node).
+    """
 
     prefill: tuple[LaunchSpec, ...]
     decode: tuple[LaunchSpec, ...]
     router: LaunchSpec
+    nodes: tuple[int, ...] = ()
 
     @property
     def counts(self) -> tuple[int, int]:
@@ -118,25 +125,46 @@ def instance_devices(argv: Sequence[str]) -> int:
     return tp * pp * (1 if "--enable-dp-attention" in argv else dp)
 
 
-def split_devices(specs: Sequence[LaunchSpec], devices: Sequence[str], env_name: str) -> list[LaunchSpec]:
-    """Give each instance its own consecutive share of the trial's devices (``env_name``).
+def split_devices(specs: Sequence[LaunchSpec], devices: Sequence[str], env_name: str,
+                  nodes: Sequence[TrialNode] = ()) -> tuple[list[LaunchSpec], tuple[int, ...]]:
+    """Give each instance its own consecutive share of the trial's devices (``env_name``), on one
+    node: with ``nodes`` (a trial that spans nodes) instances are placed first-fit, never across
+    nodes, and each listens on its node's address. Returns the specs and each one's node rank.
 
     Raises:
-        RefusedError-like EvaluationError: the instances need more devices than the trial holds.
+        EvaluationError: the instances need more devices than the trial holds (or than fit whole
+            on its nodes).
     """
     need = [instance_devices(s.argv) for s in specs]
-    if not devices:
-        return list(specs)
-    if sum(need) > len(devices):
+    pools = [list(n.devices) for n in nodes] if len(nodes) > 1 else [list(devices)]
+    if not any(pools):
+        return list(specs), tuple(0 for _ in specs)
+    total = sum(len(p) for p in pools)
+    if sum(need) > total:
         raise EvaluationError(f"the disaggregated deployment needs {sum(need)} devices ({' + '.join(map(str, need))}), "
-                              f"the trial holds {len(devices)}; raise [cluster] devices_per_trial or search fewer "
+                              f"the trial holds {total}; raise [cluster] devices_per_trial or search fewer "
                               "instances")
-    out, at = [], 0
+    out, where = [], []
     for spec, k in zip(specs, need, strict=True):
-        ids = ",".join(str(d) for d in devices[at:at + k])
-        out.append(replace(spec, env={**spec.env, env_name: ids}))
-        at += k
-    return out
+        r = next((i for i, p in enumerate(pools) if len(p) >= k), None)
+        if r is None:
+            raise EvaluationError(f"an instance of {k} devices fits on none of the trial's nodes "
+                                  f"({', '.join(str(len(p)) for p in pools)} devices left)")
+        ids, pools[r] = pools[r][:k], pools[r][k:]
+        spec = replace(spec, env={**spec.env, env_name: ",".join(str(d) for d in ids)})
+        if len(nodes) > 1:
+            spec = _listen_on(spec, nodes[r].address)
+        out.append(spec)
+        where.append(r)
+    return out, tuple(where)
+
+
+def _listen_on(spec: LaunchSpec, address: str) -> LaunchSpec:
+    """The spec with its server listening on ``address`` (so the router on another node reaches it)."""
+    argv = list(spec.argv)
+    if "--host" in argv:
+        argv[argv.index("--host") + 1] = address
+    return replace(spec, argv=tuple(argv), host=address)
 
 
 def router_spec(pd: Mapping[str, Any], engine: str, prefill: Sequence[LaunchSpec], boot_ports: Sequence[int],

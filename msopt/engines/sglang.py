@@ -78,7 +78,8 @@ class SglangAdapter(CommandLineAdapter):
             super().check(role_fields(fields, role), without_pd(section))
 
     def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None) -> PdLaunch:
+                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
+                  nodes: Sequence[TrialNode] = ()) -> PdLaunch:
         """Prefill and decode servers (``--disaggregation-mode``, sglang/srt/server_args.py 0.5.23) and the
         router; ``ports`` holds at least ``2 x instances + 1`` free ports (servers, bootstrap, router)."""
         pd = pd_table(section, self.name)
@@ -100,10 +101,11 @@ class SglangAdapter(CommandLineAdapter):
                     boots.append(free.pop(0))
                     extra += ["--disaggregation-bootstrap-port", str(boots[-1])]
                 specs.append(replace(spec, argv=spec.argv + tuple(extra)))
-        specs = split_devices(specs, devices, str(pd.get("visible_devices_env", "CUDA_VISIBLE_DEVICES")))
+        specs, where = split_devices(specs, devices, str(pd.get("visible_devices_env", "CUDA_VISIBLE_DEVICES")),
+                                     nodes)
         prefill, decode = tuple(specs[:n_p]), tuple(specs[n_p:])
         router = router_spec(pd, self.name, prefill, boots, decode, free.pop(0), values)
-        return PdLaunch(prefill, decode, router)
+        return PdLaunch(prefill, decode, router, where)
 
 
 ENGINES.register("sglang", SglangAdapter)

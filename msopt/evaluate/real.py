@@ -129,6 +129,9 @@ class RealRunner:
         from msopt.engines.pd import without_pd
 
         settings = self.settings
+        if len(self.ctx.nodes) > 1:
+            raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "
+                                  "keep [cluster] devices_per_trial within one node for a real PD run")
         launch = self.engine.render_pd(values, settings.fields, self.engine_section,
                                        ports=[free_port() for _ in range(64)], devices=list(self.ctx.devices),
                                        workdir=workdir)

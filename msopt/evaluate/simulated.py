@@ -241,8 +241,9 @@ class SimRunner:
         from msopt.engines.pd import without_pd
 
         devices = list(self.ctx.devices) or [str(d) for d in range(_trial_devices(self.settings))]
+        nodes = self.ctx.nodes or self.virtual
         launch = self.engine.render_pd(values, self.settings.fields, self.engine_section, ports=[0] * 1024,
-                                       devices=devices, workdir=self.ctx.run_dir)
+                                       devices=devices, workdir=self.ctx.run_dir, nodes=nodes)
         inner = without_pd(self.engine_section)
         for spec in (*launch.prefill, *launch.decode):
             check_rules(spec, values, inner, model=self.model_facts)
@@ -251,9 +252,11 @@ class SimRunner:
                               bench_argv=bench_argv_of(values, req))
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
-            cmds = [f"$ [{role} {i}] " + " ".join(f"{k}={v}" for k, v in s.env.items()) + " " + " ".join(s.argv)
-                    for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))
-                    for i, s in enumerate(specs)]
+            roles = [(f"prefill {i}", s) for i, s in enumerate(launch.prefill)]
+            roles += [(f"decode {i}", s) for i, s in enumerate(launch.decode)]
+            cmds = [f"$ [{name}{f' node {launch.nodes[j]}' if len(nodes) > 1 else ''}] "
+                    + " ".join(f"{k}={v}" for k, v in s.env.items()) + " " + " ".join(s.argv)
+                    for j, (name, s) in enumerate(roles)]
             cmds.append("$ [router] " + " ".join(launch.router.argv))
             log.write_text("\n".join([*cmds, *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)

@@ -120,17 +120,39 @@ def _export_nodes(settings: Settings, values: Mapping[str, Any], out: Path, port
     return [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON, *(p for p in written if p.name != BEST_COMMAND_SH)]
 
 
-def pd_script(launch: Any, notes: Sequence[str]) -> str:
-    """A ``#!/bin/sh`` script that starts every prefill and decode instance in the background, then the
-    router in the foreground; leaving it (Ctrl-C, the router's end) stops them all."""
-    lines = ["#!/bin/sh", *(_comment(n) for n in notes), "trap 'kill 0' EXIT INT TERM"]
-    for role, specs in (("prefill", launch.prefill), ("decode", launch.decode)):
-        for i, spec in enumerate(specs):
-            env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
-            lines.append(_comment(f"{role} instance {i}"))
-            lines.append((f"env {env} " if env else "") + " ".join(shlex.quote(str(a)) for a in spec.argv) + " &")
-    lines.append(_comment("the router: clients and benchmarks talk to it"))
-    lines.append(" ".join(shlex.quote(str(a)) for a in launch.router.argv))
+def _quote(text: str, names: Sequence[str]) -> str:
+    """Shell-quote ``text``; node-address placeholders in it become ``${NODE<r>_IP}``."""
+    if not any(n in text for n in names):
+        return shlex.quote(text)
+    escaped = "".join("\\" + c if c in '\\"$`' else c for c in text)
+    for n in names:
+        escaped = escaped.replace(n, "${" + n + "}")
+    return '"' + escaped + '"'
+
+
+def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[str] = ()) -> str:
+    """A ``#!/bin/sh`` script that starts the prefill and decode instances placed on ``node`` in the
+    background and, on node 0, the router in the foreground (else it waits); leaving it stops them all.
+    Node addresses named in ``names`` are read from ``$NODE<r>_IP``."""
+    lines = ["#!/bin/sh", *(_comment(n) for n in notes)]
+    used = [n for n in names if n in " ".join(str(a) for s in (*launch.prefill, *launch.decode, launch.router)
+                                             for a in s.argv)]
+    lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
+    lines.append("trap 'kill 0' EXIT INT TERM")
+    where = launch.nodes or tuple(0 for _ in (*launch.prefill, *launch.decode))
+    roles = [("prefill", i, s) for i, s in enumerate(launch.prefill)]
+    roles += [("decode", i, s) for i, s in enumerate(launch.decode)]
+    for (role, i, spec), r in zip(roles, where, strict=True):
+        if r != node:
+            continue
+        env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
+        lines.append(_comment(f"{role} instance {i}"))
+        lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + " &")
+    if node == 0:
+        lines.append(_comment("the router: clients and benchmarks talk to it"))
+        lines.append(" ".join(_quote(str(a), names) for a in launch.router.argv))
+    else:
+        lines.append("wait")
     return "\n".join(lines) + "\n"
 
 
@@ -140,17 +162,21 @@ def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: i
     section = settings.section(engine)
     if "pd" not in section:
         return []
+    from msopt.evaluate.placement import planned_nodes
+
     k = settings.section("cluster").get("devices_per_trial")
     devices = [str(d) for d in range(int(k))] if k else []
+    nodes = planned_nodes(settings)
+    names = [n.address for n in nodes]
     # the router on the launch port, instances on the ports after it, bootstrap ports after those
     ports = [port + 1 + i for i in range(256)]
     launch = get_engine(engine).render_pd(values, settings.fields, section, ports=[*ports[:-1], port],
-                                          devices=devices, workdir=Path("."))
+                                          devices=devices, workdir=Path("."), nodes=nodes)
     n = len(launch.prefill) + len(launch.decode)
     if launch.router.port != port:  # the router takes the first port left: give it the launch port
         ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
         launch = get_engine(engine).render_pd(values, settings.fields, section, ports=ports, devices=devices,
-                                              workdir=Path("."))
+                                              workdir=Path("."), nodes=nodes)
     notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
              f"instance(s) and the router on port {launch.router.port}"]
     record = {"engine": engine, "deployment": "pd", "port": launch.router.port, "values": dict(values),
@@ -159,9 +185,16 @@ def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: i
                  for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))},
               "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port},
               "argv": [str(a) for a in launch.router.argv], "env": {}, "files": {}}
-    atomic_write(out / BEST_COMMAND_SH, pd_script(launch, notes).encode("utf-8"), mode=0o755)
+    record["nodes"] = list(launch.nodes)
+    written = [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
+    for r in range(max(1, len(nodes))):
+        sh = out / (BEST_COMMAND_SH if r == 0 else f"best_command_node{r}.sh")
+        node_notes = notes + ([f"node {r} of {len(nodes)}"] if len(nodes) > 1 else [])
+        atomic_write(sh, pd_script(launch, node_notes, r, names).encode("utf-8"), mode=0o755)
+        if r:
+            written.append(sh)
     atomic_write(out / BEST_COMMAND_JSON, (dumps(record, indent=2) + "\n").encode("utf-8"))
-    return [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
+    return written
 
 
 def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Path, *,

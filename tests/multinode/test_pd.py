@@ -83,11 +83,32 @@ def test_optimize_simulates_the_pd_example(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     (run,) = list((tmp_path / "runs").iterdir())
-    script = (run / "best_command.sh").read_text()
+    script = "".join(p.read_text() for p in sorted(run.glob("best_command*.sh")))
     assert script.count("--disaggregation-mode prefill") >= 1 and "--disaggregation-mode decode" in script
     assert "sglang_router.launch_router --pd-disaggregation" in script
     record = json.loads((run / "best_command.json").read_text())
     assert record["deployment"] == "pd" and record["router"]["port"] == 30000
+    # 16 GPUs on two 8-GPU nodes: every instance within one node, node 1's in its own script
+    assert set(record["nodes"]) <= {0, 1} and (run / "best_command_node1.sh").is_file()
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    assert all(len(r["devices"]) in (0, 16) for r in lines)
+
+
+def test_pd_instances_never_span_nodes():
+    from msopt.engines.base import TrialNode
+
+    s = _settings()
+    nodes = tuple(TrialNode(r, f"10.0.0.{r + 1}", tuple(str(d) for d in range(8))) for r in range(2))
+    launch = get_engine("sglang").render_pd(dict(VALUES, n_prefill=6, prefill_tp=1, n_decode=2, decode_tp=4),
+                                            s.fields, s.section("sglang"), ports=list(range(9000, 9030)),
+                                            devices=[], nodes=nodes)
+    assert launch.nodes == (0, 0, 0, 0, 0, 0, 1, 1)
+    assert launch.decode[1].env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7" and launch.decode[1].host == "10.0.0.2"
+    assert f"http://10.0.0.2:{launch.decode[0].port}" in launch.router.argv
+    six = tuple(TrialNode(r, f"10.0.0.{r + 1}", tuple(str(d) for d in range(6))) for r in range(2))
+    with pytest.raises(EvaluationError, match="fits on none of the trial's nodes"):  # 12 devices, none whole
+        get_engine("sglang").render_pd(dict(VALUES, n_prefill=2, prefill_tp=2, n_decode=2, decode_tp=4),
+                                       s.fields, s.section("sglang"), ports=list(range(9000, 9030)), nodes=six)
 
 
 REAL = """
