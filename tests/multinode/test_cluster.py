@@ -157,3 +157,23 @@ def test_deepseek_v3_config_tunes_on_a_local_multi_node_cluster(tmp_path):
     assert [n["rank"] for n in record["nodes"]] == [0, 1]
     table = json.loads((run / "rank_table_file.json").read_text())
     assert table["server_count"] == "2" and len(table["server_list"][1]["device"]) == 8
+
+
+@pytest.mark.slow
+def test_pd_config_tunes_on_a_local_multi_node_cluster(tmp_path):
+    """configs/pd_h200_sglang.toml, simulated on msopt's own local multi-node Ray cluster: each trial
+    holds 16 GPUs on two nodes and places every prefill/decode instance whole on one of them."""
+    text = (REPO / "configs" / "pd_h200_sglang.toml").read_text().replace("iters = 4", "iters = 1")
+    cfg = tmp_path / "pd.toml"
+    cfg.write_text(text.replace("n_particles = 6", "n_particles = 2"))
+    runs = tmp_path / "runs"
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--simulate", "--plain",
+                          "-o", str(runs)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = [r for r in _journal(runs) if not r["reused"]]
+    for r in lines:
+        assert len({_node_of(d) for d in r["devices"]}) == 2 and len(set(r["devices"])) == 16
+    (run,) = list(runs.iterdir())
+    logs = "".join(p.read_text() for p in (run / "logs").glob("eval-*-server-a1.log"))
+    assert "--disaggregation-mode decode" in logs and "node 1]" in logs
