@@ -23,7 +23,7 @@ from actors.evaluator import EvaluatorActor, accelerator_key
 from msopt.config import Settings
 from msopt.errors import MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
 
 log = logging.getLogger("msopt.pool")
 
@@ -236,8 +236,8 @@ class RayPool:
         except (RayActorError, GetTimeoutError) as exc:
             self._actor_died(slot, req, f"actor {self._name(slot)} died: {type(exc).__name__}")
             return
-        except RayError as exc:  # the evaluation raised: a bug, reported on the result
-            result = self._failed(req, f"evaluation raised: {exc}", slot)
+        except RayError as exc:  # the evaluation raised: a fault of the machinery, never a result
+            result = self._failed(req, f"evaluation raised: {describe_fault(exc)}", slot, fault=True)
         result.attempts += self._attempts.pop(req.eval_id, 0)
         self._done.append(result)
         self._free.append(slot)
@@ -250,7 +250,7 @@ class RayPool:
         if n < MAX_ATTEMPTS:
             self._queue.appendleft(req)
         else:
-            r = self._failed(req, f"{why} ({n} attempts)", slot)
+            r = self._failed(req, f"{why} ({n} attempts)", slot, fault=True)  # Ray's failure, not the config's
             r.attempts = n
             self._attempts.pop(req.eval_id, None)
             self._done.append(r)
@@ -270,7 +270,10 @@ class RayPool:
     def _name(self, slot: _Slot) -> str:
         return f"actor-{slot.index}"
 
-    def _failed(self, req: EvalRequest, error: str, slot: _Slot) -> EvaluationResult:
+    def _failed(self, req: EvalRequest, error: str, slot: _Slot, *, fault: bool = False) -> EvaluationResult:
+        if fault:
+            return fault_result(req, error, devices=list((slot.info or {}).get("devices", [])),
+                                actor=self._name(slot), real_evaluation=not self.simulate)
         now = time.time()
         return EvaluationResult(
             eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,

@@ -45,3 +45,11 @@ class SimulationError(EvaluationError):
 
 class RetryableError(EvaluationError):
     """An evaluation failure worth another attempt (a retryable health-check pattern, a port clash)."""
+
+
+class FaultError(MsoptError):
+    """A fault of the machinery (disk, environment, msopt, Ray), not a measurement of a configuration.
+
+    An evaluation that meets one is never journaled as that configuration's result: the driver
+    retries it a bounded number of times, then stops the run; ``--resume`` runs it again.
+    """

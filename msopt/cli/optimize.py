@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msopt.errors import ConfigError, MsoptError
+from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
     from msopt.run.store import RunStore
@@ -165,8 +165,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             progress = None
         print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
         return 130
-    except StoreError as exc:  # disk full, read-only filesystem, ...: every journaled result is safe
-        raise StoreError(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
+    except (StoreError, FaultError) as exc:  # disk full, a bad environment, ...: every journaled result is safe
+        raise type(exc)(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
                          f"msopt optimize --resume {store.run_dir}") from None
     finally:
         if progress is not None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from msopt.config import Settings
-from msopt.errors import ConfigError, DecodeError
+from msopt.errors import ConfigError, DecodeError, FaultError
 from msopt.evaluate.evaluator import configured_num_prompts, search_num_prompts
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.capacity import (
@@ -56,6 +56,10 @@ class RunOutcome:
     launched: int
     results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
     capacity: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: Times an evaluation that met a fault of the machinery is submitted again before the run stops.
+FAULT_RETRIES = 2
 
 
 def _values_key(values: Mapping[str, Any]) -> str:
@@ -125,6 +129,7 @@ class Driver:
         self._followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
         self._inflight: dict[int, EvalRequest] = {}
         self._decoded: dict[int, dict[str, Any]] = {}  # eval_id -> the driver's own decode of it
+        self._faults: dict[int, int] = {}  # eval_id -> faults met (never journaled; bounded retries)
         self.launched = 0
 
     # -- events ---------------------------------------------------------------------------
@@ -264,7 +269,11 @@ class Driver:
                 self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
                            iteration=req.iteration, devices=devices)
         out: list[EvaluationResult] = []
+        fault: FaultError | None = None
         for r in self.pool.wait(timeout):
+            if r.fault is not None and r.eval_id in self._inflight:
+                fault = fault or self._retry_fault(r)
+                continue
             req = self._inflight.pop(r.eval_id, None)
             if req is None:
                 continue  # a result for an evaluation already failed (timeout) or resubmitted
@@ -280,7 +289,24 @@ class Driver:
                 fr = self._reused(r, freq, fpos)
                 self._finish(fr)
                 out.append(fr)
+        if fault is not None:  # the others of this batch are journaled first: nothing finished is lost
+            raise fault
         return out
+
+    def _retry_fault(self, r: EvaluationResult) -> FaultError | None:
+        """Resubmit an evaluation that met a fault of the machinery, up to :data:`FAULT_RETRIES`
+        times; past that, the error that stops the run. A fault is never journaled."""
+        n = self._faults.get(r.eval_id, 0) + 1
+        self._faults[r.eval_id] = n
+        req = self._inflight[r.eval_id]
+        where = f"evaluation {r.eval_id} ({r.phase}" + (f", particle {r.particle}" if r.particle is not None else "")
+        if n <= FAULT_RETRIES:
+            self._emit("message", text=f"{where}): a fault, not a result ({r.fault}); "
+                                       f"running it again ({n + 1} of {FAULT_RETRIES + 1})")
+            self.pool.submit(req)
+            return None
+        return FaultError(f"{where}) stopped by a fault that is not the configuration's ({n} attempts): {r.fault}; "
+                          "it was not journaled")
 
     @property
     def outstanding(self) -> int:
