@@ -21,6 +21,8 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+import tomli_w
+
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 from msopt.space import SearchSpace
@@ -169,8 +171,20 @@ class Settings:
                         MappingProxyType(origin))
 
     def to_toml(self) -> str:
-        """The effective configuration as TOML text (saved in every run directory)."""
-        return dump_toml(thaw(self.data))
+        """The effective configuration as TOML text (saved in every run directory).
+
+        Raises:
+            ConfigError: the text would not read back as this configuration.
+        """
+        text = dump_toml(self.data)
+        try:
+            back = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"the effective configuration does not read back as TOML ({exc})") from None
+        if not same_toml(back, thaw(self.data)):
+            raise ConfigError("the effective configuration does not read back equal from TOML; "
+                              "report this as a bug with your -c file")
+        return text
 
     @property
     def n_particles(self) -> int:
@@ -381,59 +395,27 @@ def load_settings(
     return settings
 
 
-# -- a small TOML writer for the effective configuration --------------------------------------
-def _toml_key(key: str) -> str:
-    if key and all(c.isalnum() or c in "-_" for c in key):
-        return key
-    return _toml_str(key)
+# -- the effective configuration as TOML ------------------------------------------------------
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """TOML text of nested mappings, written by tomli-w (any key, any string, datetimes).
+
+    Raises:
+        ConfigError: a value TOML cannot hold (None, an object), naming it.
+    """
+    try:
+        return tomli_w.dumps(thaw(data))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot write the effective configuration as TOML: {exc}") from None
 
 
-def _toml_str(s: str) -> str:
-    out = s.replace("\\", "\\\\").replace('"', '\\"')
-    out = out.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-    out = "".join(c if c >= " " or c in "\\" else f"\\u{ord(c):04x}" for c in out)
-    return f'"{out}"'
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return _toml_str(v)
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def _is_table_array(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, Mapping) for x in v)
-
-
-def dump_toml(data: Mapping[str, Any], prefix: str = "") -> str:
-    """Serialize nested dicts to TOML text (tables and arrays of tables as sections)."""
-    lines: list[str] = []
-    nested: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        if isinstance(value, Mapping) or _is_table_array(value):
-            nested.append((key, value))
-        else:
-            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-    out = "\n".join(lines) + ("\n" if lines else "")
-    for key, value in nested:
-        name = f"{prefix}{_toml_key(key)}"
-        if isinstance(value, Mapping):
-            out += f"\n[{name}]\n" + dump_toml(value, name + ".")
-        else:
-            for item in value:
-                out += f"\n[[{name}]]\n" + dump_toml(item, name + ".")
-    return out
+def same_toml(a: Any, b: Any) -> bool:
+    """Whether two parsed TOML documents are equal (NaN equal to NaN, int 1 unequal to float 1.0)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_toml(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_toml(x, y) for x, y in zip(a, b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
