@@ -69,10 +69,22 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     from msopt.run.validate import load
 
     if args.resume:
+        given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
+                                      ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
+                                      ("--mode", args.mode), ("--particles", args.particles),
+                                      ("--iters", args.iters)) if v is not None]
+        if given:
+            raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
+                              f"{', '.join(given)} (a different configuration is a new run: use -c)")
         store = RunStore.open(args.resume)
-        if args.config:
-            raise ConfigError("--resume takes the configuration saved in the run directory; drop -c")
-        return load(str(Path(args.resume) / "config.toml"), args.engine, environ={}), store
+        store.lock()  # before anything reads the journal: a second resume stops here
+        try:
+            store.check_config()
+            checked = load(str(Path(args.resume) / "config.toml"), None, environ={})
+        except BaseException:
+            store.close()
+            raise
+        return checked, store
     return load(args.config, args.engine, overrides=_overrides(args)), None
 
 
@@ -119,6 +131,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if store is None:
         output = Path(str(settings.get("output", "msopt_runs")))
         store = RunStore.create(output, settings, meta={"argv": sys.argv})
+        store.lock()
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
