@@ -176,9 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MsoptError as exc:
         print(f"msopt: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("msopt: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, optimize.Terminated)
+        print("msopt: terminated (SIGTERM)" if terminated else "msopt: interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except BrokenPipeError:  # output piped into `head` and closed early
         import os
 

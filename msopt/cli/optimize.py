@@ -88,8 +88,12 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     return load(args.config, args.engine, overrides=_overrides(args)), None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``ray job stop``): stops the run as Ctrl-C does, exit status 143."""
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def _one_line(exc: BaseException) -> str:
@@ -139,7 +143,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     pool = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
-    signal.signal(signal.SIGTERM, _interrupt)
+    term_before = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.no_ray:
             pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.run_dir))
@@ -150,6 +154,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
             try:
                 started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
+                signal.signal(signal.SIGTERM, _interrupt)  # ray.init installed its own (a dump and exit 1)
                 pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
                                max_concurrent=args.max_concurrent or 0)
             except MsoptError:
@@ -172,12 +177,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                    "capacity": [capacity_line(c) for c in outcome.capacity]}
         progress.close(summary)
         progress = None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if progress is not None:
             progress.close(None)
             progress = None
-        print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"msopt: {how}; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except (StoreError, FaultError) as exc:  # disk full, a bad environment, ...: every journaled result is safe
         raise type(exc)(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
                          f"msopt optimize --resume {store.run_dir}") from None
@@ -191,6 +197,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             import ray
 
             ray.shutdown()
+        signal.signal(signal.SIGTERM, term_before)
     _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best
     if best is None:
