@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,12 @@ from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
+#: The largest configuration file read (a FIFO, a device or anything larger is refused).
+MAX_CONFIG_BYTES = 1024 * 1024
+#: How deep tables and arrays may nest in a configuration.
+MAX_DEPTH = 16
+#: The most ``target_field`` entries an engine section may declare.
+MAX_FIELDS = 256
 DEFAULTS_PATH = Path(__file__).with_name("defaults.toml")
 
 #: Top-level keys of the original tool's config.toml, accepted unchanged.
@@ -260,7 +267,7 @@ def read_toml(path: Path, label: str = "config file") -> dict[str, Any]:
     if is_dir:
         raise ConfigError(f"{path}: is a directory, not a {label}; give the path of a .toml file")
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path, label)
     except PermissionError:
         raise ConfigError(denied) from None
     except OSError as exc:
@@ -271,11 +278,57 @@ def read_toml(path: Path, label: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
                           "save the file as UTF-8") from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}; fix the syntax there") from None
     except RecursionError:
         raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+    deepest = _depth(doc)
+    if deepest > MAX_DEPTH:
+        raise ConfigError(f"{path}: tables or arrays nested more than {MAX_DEPTH} levels deep, the most "
+                          "accepted; flatten the configuration")
+    return doc
+
+
+def _read_regular(path: Path, label: str) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_CONFIG_BYTES` (never a FIFO or a device,
+    which could block or never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file (a FIFO, a device or a socket); give the path of "
+                              f"a .toml file as the {label}")
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+        chunks = [data]
+        while data and sum(map(len, chunks)) <= MAX_CONFIG_BYTES:
+            data = os.read(fd, MAX_CONFIG_BYTES + 1)
+            chunks.append(data)
+        raw = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB, the most a {label} may hold; "
+                          "give the configuration file itself")
+    return raw
+
+
+def _depth(doc: Any) -> int:
+    """How deep tables and arrays nest in a parsed document (iterative: any depth is safe)."""
+    deepest, stack = 0, [(doc, 0)]
+    while stack:
+        value, d = stack.pop()
+        if isinstance(value, Mapping):
+            children: Iterable[Any] = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            return d
+        stack.extend((c, d + 1) for c in children)
+    return deepest
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any], source: str, origin: dict[str, str],
@@ -387,6 +440,9 @@ def load_settings(
     if not isinstance(raw_fields, list):
         raise ConfigError(f"{fsource}: '{eng}.target_field' must be an array of tables; "
                           f"write [[{eng}.target_field]]")
+    if len(raw_fields) > MAX_FIELDS:
+        raise ConfigError(f"{fsource}: '{eng}.target_field' declares {len(raw_fields)} fields; at most {MAX_FIELDS} "
+                          "are accepted: search fewer parameters (make the others constant in 'others')")
     fields = tuple(parse_field(r, source=fsource, section=eng, index=i) for i, r in enumerate(raw_fields))
     data["engine"] = eng
     settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
