@@ -123,11 +123,23 @@ class RayPool:
         self._reserve(pg_timeout)
         for slot in self.slots:
             self._spawn(slot)
-        infos = ray.get([s.actor.info.remote() for s in self.slots])
-        for slot, info in zip(self.slots, infos):
-            slot.info = info
+        refs = [s.actor.info.remote() for s in self.slots]
+        for slot, ref in zip(self.slots, refs):
+            slot.info = self._started_info(slot, ref)
             self._free.append(slot)
         self.startup_seconds = time.monotonic() - t0
+
+    def _started_info(self, slot: _Slot, ref: Any) -> dict[str, Any]:
+        """The info of a slot's new actor; an actor that dies while it starts is replaced
+        (up to MAX_ATTEMPTS times), not a traceback."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                return ray.get(ref)
+            except RayActorError:
+                self._replace(slot)
+                ref = slot.actor.info.remote()
+        raise ClusterError(f"actor {self._name(slot)} died {MAX_ATTEMPTS} times while starting; see Ray's logs "
+                           "(/tmp/ray/session_latest/logs) for why")
 
     # -- sizing ---------------------------------------------------------------------------
     def plan_size(self, settings: Settings, max_concurrent: int = 0) -> int:
