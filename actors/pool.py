@@ -79,6 +79,9 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
             resources[key] = float(slots * k)
     ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=num_gpus, resources=resources or None,
              include_dashboard=False, **kw)
+    from actors.guard import start_guard
+
+    start_guard()  # Ray's processes would outlive a driver killed by SIGKILL by a minute or more
     return True
 
 

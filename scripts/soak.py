@@ -14,9 +14,10 @@ Chaos (issue 18): ``--chaos`` runs ``msopt optimize`` (Ray, 8 actors, emulated w
 ``--eval-seconds`` per evaluation, 2,000 search evaluations by default) as a subprocess, SIGKILLs
 one of its actors every ``--actor-kill-every`` seconds (a random 0.5x-1.5x of it), SIGKILLs the
 driver ``--driver-kills`` times at evenly spread points of the journal and resumes it with
-``--resume``; every process the driver leaves behind is reaped (this script is their child
-subreaper) and counted. The final journal must equal an uninterrupted ``--no-ray`` run's
-(eval_id, phase, particle, iteration, values, fitness, error of every evaluation):
+``--resume``; what a killed driver leaves behind is given ``--orphan-wait`` seconds to end (the
+driver's guard stops it), then reaped (this script is their child subreaper) and counted. The
+final journal must equal an uninterrupted ``--no-ray`` run's (eval_id, phase, particle,
+iteration, values, fitness, error of every evaluation):
 
     python scripts/soak.py --chaos [--evals 2000] [--actors 8] [--eval-seconds 0.2]
                            [--actor-kill-every 3] [--driver-kills 5] [--seed 1] [--out DIR]
@@ -231,6 +232,7 @@ def chaos(args: argparse.Namespace) -> int:
 
     marks = [round(total * (k + 1) / (args.driver_kills + 1)) for k in range(args.driver_kills)]
     actor_kills = driver_kills = orphans = 0
+    orphan_seconds: list[float] = []
     resumes: list[int] = []
     run_dir: Path | None = None
     argv = [*cli, "-c", str(cfg), "--max-concurrent", str(args.actors), "-o", str(out / "chaos")]
@@ -250,12 +252,24 @@ def chaos(args: argparse.Namespace) -> int:
                 driver.send_signal(signal.SIGKILL)
                 driver.wait()
                 driver_kills += 1
-                time.sleep(0.5)
-                left = [p for p in _children(os.getpid()) if p != driver.pid]
+                killed_at = time.monotonic()
+                left = [p for p in _children(os.getpid()) if _cmdline(p)]
+                names = sorted({_cmdline(p).split(" ")[0].rsplit("/", 1)[-1] for p in left})
+                while left and time.monotonic() - killed_at < args.orphan_wait:
+                    time.sleep(0.1)
+                    while True:  # reap the zombies of what ended, or it stays "alive" here
+                        try:
+                            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                                break
+                        except ChildProcessError:
+                            break
+                    left = [p for p in _children(os.getpid()) if _cmdline(p)]
+                gone = time.monotonic() - killed_at
                 orphans += len(left)
-                print(f"driver killed at {lines} journaled evaluations; {len(left)} processes left behind "
-                      f"({', '.join(sorted({_cmdline(p).split(' ')[0].rsplit('/', 1)[-1] for p in left})) or '-'}); "
-                      "reaped", flush=True)
+                orphan_seconds.append(gone)
+                print(f"driver killed at {lines} journaled evaluations; its processes ({', '.join(names) or '-'}) "
+                      + (f"all gone {gone:.1f} s later" if not left else
+                         f"{len(left)} still alive after {args.orphan_wait:g} s: reaped"), flush=True)
                 for p in left:
                     try:
                         os.kill(p, signal.SIGKILL)
@@ -289,7 +303,8 @@ def chaos(args: argparse.Namespace) -> int:
     retried = sum(1 for line in (run_dir / "journal.jsonl").read_text("utf-8").splitlines()
                   if json.loads(line)["attempts"] > 1)
     print(f"chaos: {len(got)} evaluations on {args.actors} Ray actors in {wall:.0f} s; {actor_kills} actors killed, "
-          f"{driver_kills} driver kills and resumes, {orphans} processes left behind by killed drivers; "
+          f"{driver_kills} driver kills and resumes; what a killed driver left behind was gone after "
+          f"{max(orphan_seconds, default=0):.1f} s at most ({orphans} still alive after {args.orphan_wait:g} s); "
           f"{retried} evaluations journaled after more than one attempt")
     same = got == want
     ok = check_journal(run_dir, total)
@@ -316,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--actor-kill-every", type=float, default=3.0, help="--chaos: mean seconds between actor kills")
     ap.add_argument("--driver-kills", type=int, default=5, help="--chaos: SIGKILLs of the driver (each resumed)")
     ap.add_argument("--seed", type=int, default=1, help="--chaos: seed of what is killed when")
+    ap.add_argument("--orphan-wait", type=float, default=15.0,
+                    help="--chaos: seconds to wait for a killed driver's processes to end before reaping them")
     args = ap.parse_args(argv)
     if args.chaos:
         if "--evals" not in (argv if argv is not None else sys.argv):
