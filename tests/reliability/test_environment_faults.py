@@ -171,3 +171,20 @@ def test_in_process_pool_survives_an_evaluator_that_raises(tmp_path: Path) -> No
             assert got[0].fault and "Input/output error" in got[0].fault and got[0].devices == ["7"]
     finally:
         pool.close()
+
+
+def test_async_a_fault_stops_the_run_and_resume_completes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "cfg.toml"
+    config.write_text(CFG.format(mode="async"), encoding="utf-8")
+    out = tmp_path / "runs"
+    with monkeypatch.context() as m:
+        Faulty(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), times=10**6).install(m)
+        code, _, err = _optimize(["-c", str(config), "-o", str(out)], capsys)
+    (run_dir,) = list(out.iterdir())
+    assert code == 2 and f"msopt optimize --resume {run_dir}" in err, err
+    assert FAULTY not in {r["eval_id"] for r in _journal(run_dir)}
+    code, _, err = _optimize(["--resume", str(run_dir)], capsys)
+    assert code == 0, err
+    ids = [r["eval_id"] for r in _journal(run_dir)]
+    assert len(ids) == len(set(ids)) == TOTAL and FAULTY in ids
