@@ -4,9 +4,10 @@ Ray's own processes (GCS, raylet, dashboard and runtime-env agents, the actors) 
 killed with SIGKILL by a minute or more. :func:`start_guard` starts a small process holding the
 read end of a pipe whose only write end is the driver's: when the driver dies, the kernel closes
 it and the guard reads EOF. Meanwhile the guard records the driver's descendants once a second
-(pid and start time, so a reused pid is never mistaken for one); at EOF it sends SIGTERM to every
-recorded process still alive, and their descendants, then SIGKILL to what is left two seconds
-later. It touches nothing but what the driver started.
+(pid and start time, so a reused pid is never mistaken for one); at EOF it stops (SIGSTOP) every
+recorded process still alive and, round by round, their descendants, so that none can start
+another, then kills them all (SIGKILL). Nothing else is touched. The servers the actors started
+die with their actors (their own parent-death guard).
 
 Run as ``python -m actors.guard DRIVER_PID`` with the pipe's read end on stdin; it imports no Ray.
 """
@@ -18,11 +19,10 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 POLL_SECONDS = 1.0
-GRACE_SECONDS = 2.0
+MAX_ROUNDS = 20
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -83,15 +83,14 @@ def guard(driver: int, stdin_fd: int = 0) -> int:
         table = _table()
         seen.update({p: s for p, s in descendants({driver}, table).items() if p != me})
         seen = {p: s for p, s in seen.items() if p in table and table[p][1] == s}
-    table = _table()
     procs = dict(seen)
-    procs.update({p: s for p, s in descendants(set(seen), table).items() if p != me})
-    if _signal(procs, signal.SIGTERM):
-        deadline = time.monotonic() + GRACE_SECONDS
-        while time.monotonic() < deadline and any(
-                (st := _stat(p)) is not None and st[1] == s for p, s in procs.items()):
-            time.sleep(0.1)
-        _signal(procs, signal.SIGKILL)
+    for _ in range(MAX_ROUNDS):  # freeze first: a stopped raylet starts no new worker behind our back
+        _signal(procs, signal.SIGSTOP)
+        more = {p: s for p, s in descendants(set(procs), _table()).items() if p != me and p not in procs}
+        if not more:
+            break
+        procs.update(more)
+    _signal(procs, signal.SIGKILL)
     return 0
 
 

@@ -269,7 +269,8 @@ def chaos(args: argparse.Namespace) -> int:
                 orphan_seconds.append(gone)
                 print(f"driver killed at {lines} journaled evaluations; its processes ({', '.join(names) or '-'}) "
                       + (f"all gone {gone:.1f} s later" if not left else
-                         f"{len(left)} still alive after {args.orphan_wait:g} s: reaped"), flush=True)
+                         f"{len(left)} still alive after {args.orphan_wait:g} s "
+                         f"({', '.join(_cmdline(p)[:60] for p in left)}): reaped"), flush=True)
                 for p in left:
                     try:
                         os.kill(p, signal.SIGKILL)
