@@ -178,7 +178,8 @@ class RayPool:
             return
         for slot in self.slots:
             slot.pg = placement_group([self._bundle()], strategy="STRICT_PACK")
-        ready, _ = ray.wait([s.pg.ready() for s in self.slots], num_returns=len(self.slots), timeout=timeout)
+        ready, _ = ray.wait([s.pg.ready() for s in self.slots if s.pg is not None], num_returns=len(self.slots),
+                            timeout=timeout)
         if len(ready) < len(self.slots):
             avail = ray.available_resources().get(self.key, 0)
             for s in self.slots:
@@ -198,7 +199,8 @@ class RayPool:
                 placement_group=slot.pg, placement_group_bundle_index=0)
         slot.generation += 1
         name = f"actor-{slot.index}" + (f".{slot.generation - 1}" if slot.generation > 1 else "")
-        slot.actor = EvaluatorActor.options(**opts).remote(self.settings, self.simulate, self.run_dir, name)
+        slot.actor = EvaluatorActor.options(**opts).remote(  # type: ignore[attr-defined]  # a ray.remote class
+            self.settings, self.simulate, self.run_dir, name)
         slot.info = None
 
     def _replace(self, slot: _Slot) -> None:

@@ -6,6 +6,8 @@ one line. Anything else reaching the CLI is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MsoptError(Exception):
     """Root of every error msopt raises on purpose."""
@@ -30,7 +32,7 @@ class DecodeError(MsoptError, ValueError):
     evaluation can journal them with fitness = inf.
     """
 
-    def __init__(self, message: str, values: dict | None = None) -> None:
+    def __init__(self, message: str, values: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.values = dict(values or {})
 
@@ -45,6 +47,15 @@ class SimulationError(EvaluationError):
 
 class RetryableError(EvaluationError):
     """An evaluation failure worth another attempt (a retryable health-check pattern, a port clash)."""
+
+
+class RefusedError(EvaluationError):
+    """The engine would refuse this configuration at start-up (one of its start-up rules), so it
+    is not launched. ``rule`` is the rule's id (:mod:`msopt.engines.rules`)."""
+
+    def __init__(self, message: str, rule: str = "") -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 class FaultError(MsoptError):

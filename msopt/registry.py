@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterator
 from importlib import metadata
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 from msopt.errors import RegistryError
 
@@ -39,6 +39,12 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._plugins_loaded = entry_point_group is None
 
+    @overload
+    def register(self, name: str) -> Callable[[T], T]: ...
+
+    @overload
+    def register(self, name: str, obj: T) -> T: ...
+
     def register(self, name: str, obj: T | None = None) -> T | Callable[[T], T]:
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
         if obj is None:
@@ -56,14 +62,10 @@ class Registry(Generic[T]):
         self._items[name] = obj
 
     def _load_plugins(self) -> None:
-        if self._plugins_loaded:
+        if self._plugins_loaded or self.entry_point_group is None:
             return
         self._plugins_loaded = True
-        try:
-            eps = metadata.entry_points(group=self.entry_point_group)
-        except TypeError:  # Python < 3.10
-            eps = metadata.entry_points().get(self.entry_point_group, [])  # type: ignore[attr-defined]
-        for ep in eps:
+        for ep in metadata.entry_points(group=self.entry_point_group):
             if ep.name in self._items:
                 raise RegistryError(
                     f"plugin {ep.value!r} registers {self.kind} {ep.name!r}, which already exists"

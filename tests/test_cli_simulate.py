@@ -20,10 +20,18 @@ def test_quickstart_json_is_sensible():
     assert out.returncode == 0, out.stderr
     m = json.loads(out.stdout)
     assert set(m) == {"generate_speed", "time_to_first_token", "time_per_output_token", "success_rate",
-                      "throughput", "error"}
-    assert m["error"] is None and m["success_rate"] == 1.0
+                      "throughput", "error", "refused"}
+    assert m["error"] is None and m["refused"] is False and m["success_rate"] == 1.0
     assert 100 < m["generate_speed"] < 100_000 and 0 < m["time_per_output_token"] < 1
     assert 0 < m["time_to_first_token"] < 60 and m["throughput"] > 0
+
+
+def test_a_candidate_vllm_refuses_is_refused_before_launch():
+    out = run("-c", QUICK, "--json", "--set", "enable_chunked_prefill=false", "--set", "max_num_batched_tokens=2048")
+    assert out.returncode == 1
+    m = json.loads(out.stdout)
+    assert m["refused"] is True and m["generate_speed"] is None
+    assert "max_num_batched_tokens (2048) is smaller than max_model_len (4096)" in m["error"]
 
 
 def test_set_changes_the_result():

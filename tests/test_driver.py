@@ -67,8 +67,8 @@ def test_write_back_reaches_swarm_before_bests(write_toml):
     driver.run_baseline()
     positions = driver.swarm.ask()
     positions[0] = driver.space.encode({"tp": 8, "pp": 4, "seqs": 40})  # forces a repair
-    reqs = [driver._search_request(i, 0, positions[i]) for i in range(driver.n)]
-    got = driver._run_all(reqs)
+    reqs = [driver.search_request(i, 0, positions[i]) for i in range(driver.n)]
+    got = driver.dispatcher.run_all(reqs)
     ordered = [got[q.eval_id] for q in reqs]
     driver.swarm.tell(np.array([r.fitness for r in ordered]), np.array([r.position for r in ordered]))
     repaired = [r for r in ordered if r.position != r.position_in]
@@ -181,7 +181,7 @@ def _fed(write_toml, measurements, prefix="", extra=""):
     settings = load_settings(str(write_toml(prefix + config_text("reuse", "sync") + extra)), environ={})
     driver = Driver(settings, _Idle())
     for r in measurements:
-        driver._finish(r, journal=False)
+        driver.finish(r, journal=False)
     return driver
 
 
@@ -198,8 +198,8 @@ def test_pick_is_the_best_mean_not_a_lucky_remeasurement(write_toml):
     best = driver.best()
     assert best.eval_id == 4 and best.values == {"seqs": 32}
     assert driver.mean_fitness(best) == (pytest.approx(0.91), 2)
-    assert driver.mean_fitness(driver._refined[1]) == (pytest.approx(0.925), 2)
-    assert [r.eval_id for r in driver._capacity_configs()] == [4, 5]
+    assert driver.mean_fitness(driver.leaderboard.refined[1]) == (pytest.approx(0.925), 2)
+    assert [r.eval_id for r in driver.leaderboard.capacity_configs()] == [4, 5]
 
 
 def test_failed_remeasurement_is_never_the_pick(write_toml):
@@ -231,8 +231,8 @@ def test_evicted_configuration_is_not_tallied(write_toml):
         _measured(2, "search", 32, 0.9),
         _measured(3, "search", 40, 0.8),   # pushes the baseline off the top 2 ... and then 24
     ])
-    assert sorted(driver._tally) == sorted(driver._board)
-    assert len(driver._tally) == 2
+    assert sorted(driver.leaderboard.tally) == sorted(driver.leaderboard.board)
+    assert len(driver.leaderboard.tally) == 2
 
 
 def test_best_json_has_the_mean(write_toml, tmp_path):

@@ -53,7 +53,7 @@ hccl = ["HCCL error"]
     assert hc.log_snippet_length == 50
     assert hc.check(["out of memory"]).ok
     assert hc.check(["an HCCL Error here"]).error_type == "hccl"
-    assert hc.check(["Address already in use"]).kind == "retryable"
+    assert hc.check(["OSError: [Errno 98] Address already in use"]).kind == "retryable"
 
 
 @pytest.mark.parametrize(("table", "match"), [

@@ -29,7 +29,7 @@ accelerator = "none"
 wait_start_time = 60
 [vllm.command]
 executable = {exe}
-model = "/models/Qwen3-8B"
+model = "{model}"
 served_model_name = "{token}"
 host = "127.0.0.1"
 others = "--time-scale 0.01 --startup-delay 0.2"
@@ -73,7 +73,8 @@ def test_optimize_builtin_through_sim_serve(tmp_path):
     token = f"e2e-{uuid.uuid4().hex[:8]}"
     exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=exe, token=token))
+    (tmp_path / "Qwen3-8B").mkdir()  # preflight checks the model path; sim-serve picks qwen3-8b by its name
+    cfg.write_text(CONFIG.format(exe=exe, token=token, model=tmp_path / "Qwen3-8B"))
     argv_dir = tmp_path / "argv"
     argv_dir.mkdir()
     env = dict(os.environ, MSOPT_SIM_SERVE_ARGV_FILE=str(argv_dir))
@@ -94,3 +95,15 @@ def test_optimize_builtin_through_sim_serve(tmp_path):
     assert {r["values"]["max_num_seqs"] for r in launched} <= seqs_seen
     assert any(p.name.startswith("eval-") and "server" in p.name for p in (run / "logs").iterdir())
     assert _processes_with(token) == []  # every server stopped
+
+
+def test_optimize_runs_the_cheap_preflight_before_the_baseline(tmp_path):
+    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG.format(exe=exe, token="unused", model="/nonexistent/msopt-test/Qwen3-8B"))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
+                          "-o", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "FAIL model: model path /nonexistent/msopt-test/Qwen3-8B does not exist" in out.stderr
+    assert "preflight check(s) failed" in out.stderr.splitlines()[-1]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

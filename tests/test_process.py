@@ -59,6 +59,27 @@ def test_sleeping_child_stops_and_leaves_nothing(tmp_path: Path) -> None:
     assert proc.stop() == -signal.SIGTERM  # idempotent
 
 
+def test_server_can_call_setpgrp_like_the_mindie_daemon(tmp_path: Path) -> None:
+    # MindIE's daemon exits when setpgrp() fails (llm_daemon.cpp); it fails for a session leader,
+    # so servers get a process group of their own inside the caller's session.
+    code = """
+        import os, time
+        try:
+            os.setpgrp()
+            print('setpgrp ok', flush=True)
+        except OSError as exc:
+            print('setpgrp failed', exc, flush=True)
+        time.sleep(60)
+    """
+    log = tmp_path / "d.log"
+    with start_process(py(code), {}, log) as proc:
+        assert wait_for(lambda: "setpgrp" in log.read_text())
+        assert "setpgrp ok" in log.read_text()
+        assert os.getsid(proc.pid) == os.getsid(0)
+        assert os.getpgid(proc.pid) == proc.pid
+    assert not _alive(proc.pid) and group_members(proc.pgid) == []
+
+
 def test_child_ignoring_sigterm_gets_sigkill(tmp_path: Path) -> None:
     code = """
         import signal, time

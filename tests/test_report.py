@@ -270,7 +270,7 @@ def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
         store.append(r)
         if best is None or r.fitness < best.fitness:
             best = r
-    from msopt.run.driver import best_record
+    from msopt.run.records import best_record
 
     store.write_best(best_record(best, settings))
     store.close()

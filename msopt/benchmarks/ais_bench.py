@@ -33,8 +33,10 @@ from msopt.benchmarks.base import (
     resolve_load,
     server_values,
 )
+from msopt.checks import is_int
 from msopt.engines.base import (
     LaunchSpec,
+    check_repeated_flags,
     command_table,
     env_fields,
     executable,
@@ -80,6 +82,15 @@ class AisBench(BenchmarkAdapter):
 
     name = "ais_bench"
 
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """``others`` must not repeat a flag msopt renders."""
+        cmd = command_table(section, self.name)
+        where = f"[{self.name}.command]"
+        owned = {"--models": f"{where} models", "--datasets": f"{where} datasets", "--mode": f"{where} mode",
+                 "--work-dir": "msopt (the evaluation's result directory, which it reads)",
+                 "--num-prompts": f"{where} num_prompts (sample_size during the search)"}
+        check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
+
     def render(
         self,
         values: Mapping[str, Any],
@@ -103,7 +114,7 @@ class AisBench(BenchmarkAdapter):
         argv += ["--mode", str(cmd.get("mode", "perf")), "--work-dir", str(result_dir)]
         n = num_prompts if num_prompts is not None else cmd.get("num_prompts")
         if n is not None:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            if not is_int(n) or n < 1:
                 raise ConfigError(f"{where}: 'num_prompts' must be a positive integer, got {n!r}")
             argv += ["--num-prompts", str(n)]
         argv += split_others(cmd.get("others", ""), subst, where)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from msopt.checks import is_int, is_number
 from msopt.engines.base import LaunchSpec, format_value, plain
 from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import METRICS
@@ -46,14 +47,14 @@ def resolve_load(values: Mapping[str, Any], fields: Sequence[FieldDecl], default
     conc = pick("concurrency", CONCURRENCY_FIELD, "max_concurrency", "concurrency")
     rate = pick("request_rate", REQUEST_RATE_FIELD, "request_rate")
     if conc is not None:
-        if isinstance(conc, bool) or not isinstance(conc, (int, float)) or conc < 1 or \
+        if not is_number(conc) or conc < 1 or \
                 not math.isfinite(conc):
             raise ConfigError(f"{where}: concurrency must be a positive integer, got {conc!r}")
         conc = int(conc)
     if rate is not None:
         if isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity"):
             rate = math.inf
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        if not is_number(rate) or not rate > 0:
             raise ConfigError(f"{where}: request_rate must be a positive number or inf, got {rate!r}")
         rate = float(rate)
     return conc, rate
@@ -62,7 +63,7 @@ def resolve_load(values: Mapping[str, Any], fields: Sequence[FieldDecl], default
 def positive_int(section: Mapping[str, Any], key: str, default: int, where: str) -> int:
     """An integer key >= 1 of a benchmark table."""
     value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ConfigError(f"{where}: '{key}' must be a positive integer, got {value!r}")
     return value
 
@@ -103,6 +104,10 @@ class BenchmarkAdapter:
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
         """The metrics from what the benchmark wrote (None: not measured)."""
         raise NotImplementedError
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """Raise ConfigError for a ``[<benchmark>]`` section this benchmark cannot run; every
+        command runs it at load time (:func:`msopt.run.validate.validate`)."""
 
     def run(
         self,

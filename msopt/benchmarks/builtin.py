@@ -32,6 +32,7 @@ from msopt.benchmarks.base import (
     positive_int,
     resolve_load,
 )
+from msopt.checks import is_int, is_number
 from msopt.config import thaw
 from msopt.engines.base import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
@@ -106,10 +107,10 @@ def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: 
         raise ConfigError(f"{where}: give a concurrency or a finite request_rate")
     output_len = positive_int(section, "output_len", 256, where)
     timeout = section.get("request_timeout", 600.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+    if not is_number(timeout) or timeout <= 0:
         raise ConfigError(f"{where}: 'request_timeout' must be a positive number of seconds")
     seed = section.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ConfigError(f"{where}: 'seed' must be a non-negative integer, got {seed!r}")
     extra = section.get("extra_body", {})
     if not isinstance(extra, Mapping):
@@ -256,7 +257,7 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
     out_tokens = sum(r.output_tokens for r in ok)
     tpots = [r.tpot for r in ok if r.tpot is not None]
 
-    def mean(xs: list[float]) -> float | None:
+    def mean(xs: Sequence[Any]) -> float | None:
         return float(np.mean(xs)) if xs else None
 
     summary: dict[str, Any] = {

@@ -16,8 +16,10 @@ from msopt.benchmarks.base import (
     resolve_load,
     server_values,
 )
+from msopt.checks import is_number
 from msopt.engines.base import (
     LaunchSpec,
+    check_repeated_flags,
     command_str,
     command_table,
     env_fields,
@@ -45,6 +47,24 @@ class VllmBenchmark(BenchmarkAdapter):
     """
 
     name = "vllm_benchmark"
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """``others`` must not repeat a flag msopt renders (the load above all: a capacity search
+        sets ``--max-concurrency`` / ``--request-rate`` itself)."""
+        cmd = command_table(section, self.name)
+        where = f"[{self.name}.command]"
+        owned = {f: f"msopt ({what})" for f, what in (
+            ("--host", "the server's address"), ("--port", "the server's port"),
+            ("--model", f"the engine's {where} model"), ("--served-model-name", "the engine's served_model_name"),
+            ("--save-result", "the result file it reads"), ("--result-dir", "the result file it reads"),
+            ("--result-filename", "the result file it reads"))}
+        owned |= {"--backend": f"{where} backend", "--dataset-name": f"{where} dataset_name",
+                  "--num-prompts": f"{where} num_prompts (sample_size during the search)",
+                  "--max-concurrency": f"the load: a CONCURRENCY field, {where} max_concurrency or the "
+                                       "capacity stage",
+                  "--request-rate": f"the load: a REQUESTRATE field, {where} request_rate or the capacity stage"}
+        owned |= {"--" + k.replace("_", "-"): f"{where} {k}" for k in _PASSTHROUGH if k in cmd}
+        check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
 
     def render(
         self,
@@ -103,7 +123,7 @@ def parse_result(data: Mapping[str, Any]) -> dict[str, float | None]:
     """Metrics from a ``vllm bench serve`` result object (ms -> s, completed / prompts)."""
     def num(key: str) -> float | None:
         v = data.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return float(v) if is_number(v) else None
 
     completed = num("completed")
     total = num("num_prompts")

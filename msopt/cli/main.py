@@ -12,9 +12,9 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from msopt.cli import optimize, report, serve, simulate
+from msopt.cli import optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, as for MsoptError
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, as for MsoptError
         self.exit(2, f"msopt: error: {message} (see 'msopt {self.prog.split()[-1]} --help')\n"
                   if " " in self.prog else f"msopt: error: {message} (see 'msopt --help')\n")
 
@@ -85,6 +85,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
              if f.name not in space.names and f.name not in space.derived]
     if const:
         print(f"  constant: {', '.join(const)}")
+    for line in checked.engine.notes(settings.section(settings.engine)):
+        print(f"{settings.engine}: {line}")
     return 0
 
 
@@ -115,7 +117,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     try:
         decoded = space.decode(position, ctx)
     except DecodeError as exc:
-        out = {"values": exc.values, "position": position, "repaired": False,
+        out: dict[str, Any] = {"values": exc.values, "position": position, "repaired": False,
                "error": str(exc), "warnings": []}
         code = 1
     else:
@@ -160,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_decode)
 
-    for module in (simulate, optimize, serve, report):
+    for module in (simulate, optimize, serve, report, preflight):
         module.register(sub)
     return parser
 

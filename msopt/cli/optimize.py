@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
+    from msopt.run.pool import EvaluatorPool
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
 
@@ -40,6 +41,9 @@ def register(sub: Any) -> None:
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")
+        p.add_argument("--no-preflight", action="store_true",
+                       help="skip the quick preflight checks (executable, model path, config.json, fixed "
+                            "ports) this machine runs before a real run's baseline")
         p.set_defaults(func=cmd_optimize)
 
 
@@ -139,8 +143,18 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
+    if not simulate and not args.no_preflight:
+        from msopt.cli.preflight import cheap_preflight
+
+        try:
+            cheap_preflight(settings)
+        except MsoptError:
+            if not previous:  # nothing ran: leave no empty run directory behind
+                store.close()
+                shutil.rmtree(store.run_dir, ignore_errors=True)
+            raise
     progress = None
-    pool = None
+    pool: EvaluatorPool | None = None
     started_ray = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     term_before = signal.signal(signal.SIGTERM, _interrupt)
@@ -164,13 +178,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 raise
         print(f"run directory: {store.run_dir}", flush=True)
         progress = make_progress(True if args.plain else None)
-        driver = Driver(settings, pool, store=store, progress=progress, previous=previous)
+        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked)
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
         progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
                        run_dir=str(store.run_dir))
         outcome = driver.run()
-        from msopt.run.driver import capacity_line
+        from msopt.run.records import capacity_line
 
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
                    "reused": outcome.reused, "run_dir": str(store.run_dir),

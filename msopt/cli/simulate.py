@@ -63,8 +63,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                                    "time_per_output_token", "success_rate", "throughput")}
     failed = result.error is not None
     if args.json:
-        out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+        out: dict[str, Any] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                               for k, v in metrics.items()}
         out["error"] = result.error if failed else None
+        out["refused"] = result.refused
         print(json.dumps(out))
     else:
         for k, v in result.values.items():

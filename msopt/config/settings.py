@@ -17,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from msopt.checks import is_finite, is_int
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
@@ -54,16 +56,16 @@ TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
 
 #: Top-level scalars: (type check, rule for messages, default fix example).
 _SCALARS: dict[str, tuple[Any, str]] = {
-    "n_particles": (lambda v: _is_int(v) and 1 <= v <= 100_000, "an integer from 1 to 100000"),
-    "iters": (lambda v: _is_int(v) and 0 <= v <= 1_000_000, "an integer from 0 to 1000000"),
-    "ttft_penalty": (lambda v: _is_num(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
-    "tpot_penalty": (lambda v: _is_num(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
-    "success_rate_penalty": (lambda v: _is_num(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
-    "ttft_slo": (lambda v: _is_num(v) and 0 < v <= 1e6, "a positive number of seconds"),
-    "tpot_slo": (lambda v: _is_num(v) and 0 < v <= 1e6, "a positive number of seconds"),
-    "success_rate_slo": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "generate_speed_target": (lambda v: _is_num(v) and 0 < v <= 1e12, "a positive number of tokens/s"),
-    "sample_size": (lambda v: _is_int(v) and 1 <= v <= 100_000_000, "a positive integer"),
+    "n_particles": (lambda v: is_int(v) and 1 <= v <= 100_000, "an integer from 1 to 100000"),
+    "iters": (lambda v: is_int(v) and 0 <= v <= 1_000_000, "an integer from 0 to 1000000"),
+    "ttft_penalty": (lambda v: is_finite(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
+    "tpot_penalty": (lambda v: is_finite(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
+    "success_rate_penalty": (lambda v: is_finite(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
+    "ttft_slo": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
+    "tpot_slo": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
+    "success_rate_slo": (lambda v: is_finite(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "generate_speed_target": (lambda v: is_finite(v) and 0 < v <= 1e12, "a positive number of tokens/s"),
+    "sample_size": (lambda v: is_int(v) and 1 <= v <= 100_000_000, "a positive integer"),
     "service": (lambda v: isinstance(v, str), "a string"),
     "engine": (lambda v: isinstance(v, str) and v != "", "an engine name such as \"vllm\""),
     "benchmark": (lambda v: isinstance(v, str) and v != "", "a benchmark name such as \"vllm_benchmark\""),
@@ -71,8 +73,8 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "mode": (lambda v: v in ("sync", "async"), "\"sync\" or \"async\""),
     "duplicate_policy": (lambda v: v in ("reuse", "rerun"), "\"reuse\" or \"rerun\""),
     "objective": (lambda v: isinstance(v, str) and v != "", "an objective name such as \"default\""),
-    "seed": (lambda v: _is_int(v) and 0 <= v < 2**63, "a non-negative integer"),
-    "particles_time_out": (lambda v: _is_num(v) and 0 < v <= 1e7, "a positive number of seconds"),
+    "seed": (lambda v: is_int(v) and 0 <= v < 2**63, "a non-negative integer"),
+    "particles_time_out": (lambda v: is_finite(v) and 0 < v <= 1e7, "a positive number of seconds"),
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
 }
 
@@ -82,22 +84,14 @@ _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
     "cluster": {
         "accelerator": (lambda v: isinstance(v, str) and v.lower() in ("npu", "gpu", "none"),
                         "\"NPU\", \"GPU\" or \"none\""),
-        "devices_per_trial": (lambda v: _is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
-        "max_concurrent_trials": (lambda v: _is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
+        "devices_per_trial": (lambda v: is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
+        "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
     },
     "data_storage": {
-        "pso_top_k": (lambda v: _is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
+        "pso_top_k": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
     },
 }
 _STRICT_TABLES = ("cluster",)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _freeze(value: Any) -> Any:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from msopt.checks import is_number
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
@@ -164,7 +165,7 @@ def wait_start_time(section: Mapping[str, Any], engine: str = "engine",
                         cmd.get("wait_start_time") if isinstance(cmd, Mapping) else None)
     if value is None:
         return float(default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
+    if not is_number(value) or not 0 < value <= 1e6:
         raise ConfigError(f"[{engine}] 'wait_start_time' must be a positive number of seconds, "
                           f"got {value!r}")
     return float(value)
@@ -224,6 +225,44 @@ def flag_args(values: Mapping[str, Any], fields: Sequence[FieldDecl], *,
         else:
             out.extend((pos, text))
     return out
+
+
+def flag_name(item: str) -> str | None:
+    """The flag an argv item names (``--x``, ``--x=v``, ``-tp``), None for a value."""
+    if len(item) < 2 or not item.startswith("-") or item[1].isdigit() or item[1] == ".":
+        return None
+    return item.split("=", 1)[0]
+
+
+def check_repeated_flags(owned: Mapping[str, str], others: Any, where: str,
+                         aliases: Mapping[str, str] | None = None) -> None:
+    """Refuse a flag in ``others`` that msopt already renders (argparse keeps the last one, so
+    ``others`` would silently override a searched or load value).
+
+    Args:
+        owned: flag -> where msopt takes it from (a field, a command key), for the message.
+        others: the ``others`` string or list.
+        where: the ``others`` key's location, e.g. ``"[vllm.command] 'others'"``.
+        aliases: other spellings -> the flag they stand for (``-tp`` -> ``--tensor-parallel-size``).
+
+    Raises:
+        ConfigError: naming both places.
+    """
+    alias = dict(aliases or {})
+    canon = {k: alias.get(k, k) for k in owned}
+    by_canon = {c: owned[k] for k, c in canon.items()}
+    for item in split_others(others, {}, where):
+        name = flag_name(item)
+        if name is None:
+            continue
+        for cand in (name, "--" + name[5:] if name.startswith("--no-") else None):
+            if cand is None:
+                continue
+            key = alias.get(cand, cand)
+            if key in by_canon:
+                raise ConfigError(f"{where} repeats {name}, which msopt already renders from {by_canon[key]}; "
+                                  "the engine's parser keeps the last one, so one of them is silently "
+                                  f"ignored: remove {name} from 'others' and set it there")
 
 
 #: config_position values that place a field nowhere but make it available to ``$NAME``.
@@ -314,6 +353,16 @@ class EngineAdapter:
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it
         at load time (:func:`msopt.run.validate.validate`)."""
+
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """Lines ``msopt validate`` prints about what a launch will do beyond the fields (files
+        edited, settings msopt changes); none by default."""
+        return []
+
+    def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+        """The engine's own checks of this machine before a launch, as ``(check, ok, detail)``
+        (``msopt preflight``; the generic ones are in :mod:`msopt.run.preflight`); none by default."""
+        return []
 
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """The port a user's server should listen on (exported launch files): ``[<engine>.command]

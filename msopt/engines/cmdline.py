@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.engines.base import (
     EngineAdapter,
     LaunchSpec,
     check_flag_positions,
+    check_repeated_flags,
     command_str,
     command_table,
     env_fields,
@@ -34,12 +36,43 @@ class CommandLineAdapter(EngineAdapter):
     negate_enable: ClassVar[bool] = False
     default_model: ClassVar[str] = "Qwen/Qwen3-8B"
     default_served_model_name: ClassVar[str] = "qwen3-8b"
+    #: Other spellings the engine's parser accepts for a flag msopt may render.
+    aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+
+    def model_args(self, exe: Sequence[str], model: str) -> list[str]:
+        """How the model is passed after the executable."""
+        return [self.model_flag, model] if self.model_flag else [model]
+
+    def owned_flags(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> dict[str, str]:
+        """Flag -> where msopt takes it from, for every flag msopt renders itself.
+
+        Raises:
+            ConfigError: two fields place their value at the same flag.
+        """
+        cmd = f"[{self.name}.command]"
+        owned = {"--host": f"{cmd} host", "--port": "msopt (every trial listens on a free port of its own)",
+                 "--served-model-name": f"{cmd} served_model_name",
+                 self.model_flag or "--model": f"{cmd} model"}
+        for decl in fields:
+            pos = decl.config_position
+            if not pos.startswith("-"):
+                continue
+            key = self.aliases.get(pos, pos)
+            prior = next((w for f, w in owned.items() if self.aliases.get(f, f) == key), None)
+            if prior is not None:
+                raise decl.error(f"config_position {pos!r} is already rendered from {prior}",
+                                 "give every flag to one field only")
+            owned[pos] = f"field '{decl.name}' ({decl.where})"
+        return owned
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
-        """Every field must be ``env``, a flag, or unplaced."""
+        """Every field must be ``env``, a flag, or unplaced; no flag is rendered twice (a field and
+        ``others``, or two fields)."""
         check_flag_positions(fields, self.name)
-        command_table(section, self.name)
+        cmd = command_table(section, self.name)
         wait_start_time(section, self.name)
+        check_repeated_flags(self.owned_flags(fields, section), cmd.get("others", ""),
+                             f"[{self.name}.command] 'others'", self.aliases)
 
     def render(
         self,
@@ -59,7 +92,7 @@ class CommandLineAdapter(EngineAdapter):
                                       self.name), values)
         host = command_str(cmd, "host", "127.0.0.1", self.name)
         argv = executable(cmd, self.default_executable, self.name, values)
-        argv += [self.model_flag, model] if self.model_flag else [model]
+        argv += self.model_args(argv, model)
         argv += ["--host", host, "--port", str(int(port)), "--served-model-name", name]
         argv += flag_args(values, fields, negate_enable=self.negate_enable)
         argv += split_others(cmd.get("others", ""), values, f"[{self.name}.command]")

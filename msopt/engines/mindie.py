@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from msopt.checks import is_int, is_number
 from msopt.engines.base import (
     ENGINES,
     UNPLACED,
@@ -28,7 +32,8 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, EvaluationError
+from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
 #: The built-in minimal config.json, used when ``[mindie] config_path`` is not set (simulation).
@@ -37,6 +42,74 @@ TEMPLATE_PATH = Path(__file__).with_name("mindie_config.json")
 PORT_PATH = ("ServerConfig", "port")
 HOST_PATH = ("ServerConfig", "ipAddress")
 MODEL_CONFIG = ("BackendConfig", "ModelDeployConfig", "ModelConfig", 0)
+HTTPS_PATH = ("ServerConfig", "httpsEnabled")
+DEVICE_IDS = ("BackendConfig", "npuDeviceIds")
+INSTANCES = ("BackendConfig", "modelInstanceNumber")
+
+#: Keys MindIE reads, by the object that holds them ("*": every element of a list), with the
+#: JSON type it checks. MindIE-LLM 8b4871a (master, 2026-04-23): the ParamSpec tables of
+#: src/config_manager/server_config.cpp, backend_config.cpp, schedule_config.cpp and
+#: model_deploy_config.cpp; ModelConfig's parallel keys are read by atb_models
+#: (examples/atb_models/atb_llm/utils/mapping.py), which MindIE passes them to as integers. A key
+#: that is in the user's own config.json is known too. Any other key is refused: MindIE ignores it
+#: silently, so a typo would tune nothing.
+KNOWN_KEYS: Mapping[tuple[str, ...], Mapping[str, str]] = MappingProxyType({
+    ("ServerConfig",): MappingProxyType({
+        "ipAddress": "string", "managementIpAddress": "string", "port": "int32_t", "managementPort": "int32_t",
+        "maxLinkNum": "uint32_t", "httpsEnabled": "bool", "tlsCert": "string", "tlsCrlPath": "string",
+        "tlsCrlFiles": "array", "tlsCaPath": "string", "tlsCaFile": "array", "tlsPk": "string",
+        "managementTlsCert": "string", "managementTlsCrlPath": "string", "managementTlsCrlFiles": "array",
+        "managementTlsCaFile": "array", "managementTlsPk": "string", "metricsTlsCert": "string",
+        "metricsTlsCrlPath": "string", "metricsTlsCrlFiles": "array", "metricsTlsCaFile": "array",
+        "metricsTlsPk": "string", "fullTextEnabled": "bool", "npuUsageThreshold": "uint32_t",
+        "inferMode": "string", "allowAllZeroIpListening": "bool", "openAiSupport": "string",
+        "metricsPort": "int32_t", "tokenTimeout": "int32_t", "e2eTimeout": "int32_t",
+        "maxRequestLength": "uint32_t", "distDPServerEnabled": "bool", "maxJsonDepth": "uint32_t",
+        "layerwiseDisaggregated": "bool", "layerwiseDisaggregatedRoleType": "string",
+        "layerwiseDisaggregatedMasterIpAddress": "string", "layerwiseDisaggregatedSlaveIpAddress": "array",
+        "layerwiseDisaggregatedDataPort": "int32_t", "layerwiseDisaggregatedCrtlPort": "array"}),
+    ("BackendConfig",): MappingProxyType({
+        "backendName": "string", "tokenizerProcessNumber": "uint32_t", "multiNodesInferEnabled": "bool",
+        "multiNodesInferPort": "int32_t", "interNodeTLSEnabled": "bool", "interNodeTlsCaPath": "string",
+        "interNodeTlsCert": "string", "interNodeTlsPk": "string", "modelInstanceNumber": "uint32_t",
+        "npuDeviceIds": "array", "ScheduleConfig": "object", "ModelDeployConfig": "object",
+        "interNodeTlsCaFiles": "array", "interNodeTlsCrlFiles": "array", "interNodeTlsCrlPath": "string",
+        "kvPoolConfig": "object", "layerwiseDisaggregated": "object"}),
+    ("BackendConfig", "ModelDeployConfig"): MappingProxyType({
+        "maxSeqLen": "uint32_t", "maxInputTokenLen": "uint32_t", "maxLoras": "uint32_t",
+        "maxLoraRank": "uint32_t", "ModelConfig": "array"}),
+    ("BackendConfig", "ModelDeployConfig", "ModelConfig", "*"): MappingProxyType({
+        "cpuMemSize": "uint32_t", "modelWeightPath": "string", "modelName": "string", "npuMemSize": "int32_t",
+        "worldSize": "uint32_t", "backendType": "string", "modelInstanceType": "string",
+        "pluginParams": "string", "trustRemoteCode": "bool",
+        "tp": "int32_t", "dp": "int32_t", "pp": "int32_t", "sp": "int32_t", "cp": "int32_t",
+        "moe_tp": "int32_t", "moe_ep": "int32_t", "plugin_params": "string", "models": "object"}),
+    ("BackendConfig", "ScheduleConfig"): MappingProxyType({
+        "templateName": "string", "templateType": "string", "cacheBlockSize": "uint32_t",
+        "decodePolicyType": "uint32_t", "decodeTimeMsPerReq": "uint32_t", "maxBatchSize": "uint32_t",
+        "maxPreemptCount": "uint32_t", "maxPrefillTokens": "uint32_t", "maxIterTimes": "uint32_t",
+        "maxPrefillBatchSize": "uint32_t", "maxQueueDelayMicroseconds": "uint32_t",
+        "prefillPolicyType": "uint32_t", "prefillTimeMsPerReq": "uint32_t", "supportSelectBatch": "bool",
+        "stageSelectPolicy": "uint32_t", "dynamicBatchSizeEnable": "bool", "enablePrefixCache": "bool",
+        "enableSplit": "bool", "enablChunkedPrefill": "bool", "policyType": "uint32_t", "splitType": "bool",
+        "splitStartType": "bool", "splitChunkTokens": "uint32_t", "splitStartBatchSize": "uint32_t",
+        "prefillExpectedTime": "uint32_t", "decodeExpectedTime": "uint32_t", "bufferResponseEnabled": "bool",
+        "distributedEnable": "bool", "maxFirstTokenWaitTime": "uint32_t", "maxN": "uint32_t",
+        "layerwiseDisaggregated": "object"}),
+})
+INTEGER_TYPES = ("uint32_t", "int32_t")
+
+
+def key_table(path: Sequence[str | int]) -> Mapping[str, str] | None:
+    """The known keys of the object at ``path`` (list indices match "*"), None when not tabled."""
+    pattern = tuple("*" if isinstance(p, int) else str(p) for p in path)
+    return KNOWN_KEYS.get(pattern)
+
+
+def key_type(path: Sequence[str | int]) -> str | None:
+    """The JSON type MindIE checks at ``path`` (a full path, last item the key), None: not tabled."""
+    table = key_table(path[:-1])
+    return table.get(str(path[-1])) if table is not None else None
 
 
 def is_json_path(position: str) -> bool:
@@ -56,14 +129,23 @@ def parse_path(position: str, decl: FieldDecl | None = None) -> tuple[str | int,
     return tuple(int(p) if p.isdigit() else p for p in parts)
 
 
-def _coerce(value: Any, old: Any) -> Any:
-    """The value as the JSON type already at that key, where the conversion loses nothing."""
-    if isinstance(old, bool) and not isinstance(value, bool) and value in (0, 1):
-        return bool(value)
-    if isinstance(old, int) and not isinstance(old, bool) and isinstance(value, float) \
-            and value.is_integer():
-        return int(value)
-    if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
+def _coerce(value: Any, old: Any, kind: str | None) -> Any:
+    """The value as the JSON type MindIE checks at that key (or the one already there), where the
+    conversion loses nothing; raises ValueError (the rule broken) where it would."""
+    is_num = is_number(value)
+    if kind == "bool" or (kind is None and isinstance(old, bool)):
+        if is_num and value in (0, 1):
+            return bool(value)
+        return value
+    if kind in INTEGER_TYPES or (kind is None and isinstance(old, int) and not isinstance(old, bool)):
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"MindIE reads it as an integer ({kind or 'int'}), got {value!r}")
+            value = int(value)
+        if kind == "uint32_t" and is_num and value < 0:
+            raise ValueError(f"MindIE reads it as an unsigned integer (uint32_t), got {value!r}")
+        return value
+    if isinstance(old, float) and is_num:
         return float(value)
     return value
 
@@ -71,7 +153,10 @@ def _coerce(value: Any, old: Any) -> Any:
 def set_path(doc: Any, path: Sequence[str | int], value: Any, decl: FieldDecl | None = None) -> None:
     """Set ``doc[path] = value``; walking into a non-container or past a list's end is an error.
 
-    The last key of an object may be new; every key before it must exist.
+    Every key before the last must exist; the last may be new only where MindIE reads it
+    (:data:`KNOWN_KEYS`): an unknown key is an error with the close matches. A number goes in as
+    the JSON type MindIE checks there (an integral float becomes an int where MindIE wants an
+    integer; a fractional one is an error).
     """
     dotted = ".".join(str(p) for p in path)
 
@@ -92,13 +177,20 @@ def set_path(doc: Any, path: Sequence[str | int], value: Any, decl: FieldDecl | 
                 raise fail(f"index {key} is out of range at {here} (length {len(node)})")
         elif isinstance(node, dict):
             key = str(key)
-            if key not in node and not last:
-                raise fail(f"{here} has no key {key!r}")
+            table = key_table(path[:i])
+            if key not in node and (not last or table is None or key not in table):
+                known = sorted(set(node) | set(table or ()))
+                hint = close_matches(key, known)
+                did = f"did you mean {hint[0]!r}?" if hint else f"known keys: {', '.join(known)}"
+                raise fail(f"{here} has no key {key!r} (MindIE ignores unknown keys); {did}")
         else:
             raise fail(f"{here} is a {type(node).__name__} ({node!r}), not an object or a list")
         if last:
-            old = node[key] if isinstance(node, list) or key in node else None
-            node[key] = _coerce(value, old)
+            old = node[key] if isinstance(node, list) or key in node else None  # type: ignore[index]
+            try:
+                node[key] = _coerce(value, old, key_type(path))
+            except ValueError as exc:
+                raise fail(str(exc)) from None
         else:
             node = node[key]
 
@@ -170,13 +262,92 @@ class MindieAdapter(EngineAdapter):
         return target
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
-        """Check paths against the original config.json (or the template) without rendering."""
+        """Check paths against the original config.json (or the template) without rendering:
+        known keys only, and no field that can give a fraction where MindIE wants an integer."""
         doc, _ = load_config(section, missing_ok=True)
-        command_table(section, self.name)
+        cmd = command_table(section, self.name)
         wait_start_time(section, self.name)
+        split_others(cmd.get("others", ""), {}, f"[{self.name}.command]")
         for decl in fields:
-            if is_json_path(decl.config_position):
-                set_path(copy.deepcopy(doc), parse_path(decl.config_position, decl), 0, decl)
+            if not is_json_path(decl.config_position):
+                continue
+            path = parse_path(decl.config_position, decl)
+            set_path(copy.deepcopy(doc), path, 0, decl)
+            kind = key_type(path)
+            old = get_path(doc, path)
+            integral = kind in INTEGER_TYPES or (kind is None and isinstance(old, int) and not isinstance(old, bool))
+            if integral and _fractional(decl):
+                raise decl.error(f"config_position {decl.config_position!r}: MindIE reads it as an integer "
+                                 f"({kind or 'int'}) but dtype {decl.dtype!r} can give fractions",
+                                 "use dtype int, range or ratio (or integral enum values)")
+
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """What msopt will change in MindIE's config.json besides the fields (``msopt validate``)."""
+        doc, path = load_config(section, missing_ok=True)
+        configured = section.get("config_path")
+        src = path or (f"the built-in template {TEMPLATE_PATH.name}" if not configured else
+                       f"the built-in template (config_path {configured} is not on this machine; "
+                       "'msopt preflight' checks it where the trials run)")
+        https = get_path(doc, HTTPS_PATH)
+        out = [f"config.json: {src}"]
+        if https is True:
+            out.append(f"ServerConfig.httpsEnabled: true in {path or 'the template'}; msopt sets it to false "
+                       "in the edited copy (readiness checks and benchmarks speak plain HTTP on the trial's "
+                       "own port)")
+        else:
+            out.append("ServerConfig.httpsEnabled: false (plain HTTP)")
+        out.append("BackendConfig.npuDeviceIds and ModelConfig[0].worldSize: set from the trial's devices "
+                   "(worldSize from a field when one sets it)")
+        return out
+
+    def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+        """config.json: set, present, valid, writable (or readable with ``config_env``); what
+        happens to HTTPS; MindIE's fixed management and metrics ports free."""
+        raw, private = section.get("config_path"), bool(section.get("config_env"))
+        if not raw:
+            if private:
+                return [("config.json", True, "no config_path: every trial writes the built-in template into "
+                         f"its work directory and points ${section.get('config_env')} at it")]
+            return [("config.json", False, "[mindie] config_path is not set, so msopt cannot edit the "
+                     "config.json MindIE reads; point it at <mindie-service>/conf/config.json")]
+        path = Path(str(raw)).expanduser()
+        if not path.exists():
+            return [("config.json", False, f"{path} does not exist on this node; install MindIE Service here "
+                     "or fix [mindie] config_path")]
+        try:
+            doc, _ = load_config(section)
+        except ConfigError as exc:
+            return [("config.json", False, str(exc))]
+        out: list[tuple[str, bool, str]] = []
+        if private:
+            ok = os.access(path, os.R_OK)
+            out.append(("config.json", ok, f"{path} is " + ("readable (trials edit private copies)" if ok else
+                                                              "not readable by this user")))
+        else:
+            ok = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+            out.append(("config.json", ok, f"{path} " + (
+                "is writable (msopt edits it per trial and keeps config.json.msopt-backup)" if ok else
+                "or its directory is not writable by this user: msopt edits it per trial and writes a "
+                "backup beside it; fix the permissions or set [mindie] config_env")))
+        https = get_path(doc, HTTPS_PATH)
+        out.append(("https", True, "ServerConfig.httpsEnabled is true: msopt sets it to false in the edited "
+                    "config (plain HTTP on the trial's port)" if https is True else
+                    "ServerConfig.httpsEnabled is false (plain HTTP)"))
+        host = str(get_path(doc, HOST_PATH, "127.0.0.1"))
+        for key in ("managementPort", "metricsPort"):
+            port = get_path(doc, ("ServerConfig", key))
+            if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                    free = True
+                except OSError:
+                    free = False
+            out.append(("port", free, f"{port} (ServerConfig.{key}) is " + (
+                "free" if free else "in use on this node: another MindIE (or something else) holds it; one "
+                "MindIE per node, or give each its own ports")))
+        return out
 
     def render(
         self,
@@ -191,9 +362,10 @@ class MindieAdapter(EngineAdapter):
         """Edit config.json with every dotted field, set the port, build the daemon's argv."""
         cmd = command_table(section, self.name)
         doc, path = load_config(section)
-        if devices:
-            # Ray remaps the visible NPUs, so the server addresses them as 0..n-1.
-            set_path(doc, ("BackendConfig", "npuDeviceIds"), [list(range(len(devices)))])
+        if devices and isinstance(doc.get("BackendConfig"), dict):
+            # Ray remaps the visible NPUs, so the server addresses them as 0..n-1 (a field may
+            # still set single ids; consistent_devices below settles the rest).
+            set_path(doc, DEVICE_IDS, [list(range(len(devices)))])
         if "model" in cmd:
             set_path(doc, (*MODEL_CONFIG, "modelWeightPath"),
                      substitute(command_str(cmd, "model", "", self.name), values))
@@ -208,6 +380,13 @@ class MindieAdapter(EngineAdapter):
                 if value is not None:  # an undetermined derived value keeps the file's own
                     set_path(doc, parse_path(decl.config_position, decl), value, decl)
         set_path(doc, PORT_PATH, int(port))
+        if get_path(doc, HTTPS_PATH) is True:
+            # Readiness and the benchmarks speak plain HTTP (docs/engines.md, "MindIE and HTTPS").
+            set_path(doc, HTTPS_PATH, False)
+        fields_set = {parse_path(d.config_position) for d in fields if is_json_path(d.config_position)
+                      and value_of(values, d) is not None}
+        consistent_devices(doc, len(devices) or None, (*MODEL_CONFIG, "worldSize") in fields_set,
+                           ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
         env = env_fields(values, fields, section, self.name)
         config_env = section.get("config_env")
@@ -233,6 +412,48 @@ class MindieAdapter(EngineAdapter):
             model=str(get_path(doc, (*MODEL_CONFIG, "modelWeightPath"), "")),
             ready_timeout=wait_start_time(section, self.name),
         )
+
+
+def _fractional(decl: FieldDecl) -> bool:
+    """True when the field's dtype can decode to a non-integral number."""
+    if decl.dtype == "float":
+        return True
+    if decl.dtype == "enum" and isinstance(decl.dtype_param, (list, tuple)):
+        return any(isinstance(v, float) and not v.is_integer() for v in decl.dtype_param)
+    return False
+
+
+def consistent_devices(doc: dict[str, Any], n_devices: int | None, world_from_field: bool, *,
+                       ids_from_field: bool = False) -> None:
+    """Make ``npuDeviceIds`` and ``worldSize`` agree, as MindIE requires (backend_config.cpp:
+    "The size of npuDeviceIds (subset) does not equal to worldSize").
+
+    With devices (a trial's actor): the server sees them renumbered 0..n-1 (Ray sets
+    ASCEND_RT_VISIBLE_DEVICES), so the ids are 0..worldSize-1 and worldSize is n unless a field
+    sets it. Without (the exported best configuration, the simulator): the file's ids are kept
+    when every subset already has worldSize entries, else 0..worldSize-1 per model instance.
+    Ids a field sets are kept (the start-up rules refuse them when they disagree).
+    """
+    model = get_path(doc, MODEL_CONFIG)
+    if not isinstance(model, dict):  # a partial file: nothing to agree with but the devices
+        if n_devices and not ids_from_field and isinstance(doc.get("BackendConfig"), dict):
+            set_path(doc, DEVICE_IDS, [list(range(n_devices))])
+        return
+    world = model.get("worldSize")
+    if n_devices and not world_from_field:
+        world = n_devices
+    if isinstance(world, float) and world.is_integer():
+        world = int(world)
+    if not is_int(world) or world < 1:
+        raise EvaluationError(f"MindIE ModelConfig[0].worldSize must be a positive integer, got {world!r}")
+    model["worldSize"] = world
+    ids = get_path(doc, DEVICE_IDS)
+    instances = get_path(doc, INSTANCES, 1)
+    instances = instances if isinstance(instances, int) and not isinstance(instances, bool) and instances > 0 else 1
+    keep = ids_from_field or (not n_devices and isinstance(ids, list) and len(ids) == instances
+            and all(isinstance(s, list) and len(s) == world for s in ids))
+    if not keep:
+        set_path(doc, DEVICE_IDS, [list(range(i * world, (i + 1) * world)) for i in range(instances)])
 
 
 ENGINES.register("mindie", MindieAdapter)

@@ -1,10 +1,13 @@
 """Server and benchmark process lifecycle: own process group, parent-death guard, readiness.
 
-A server is started in its own session (so the whole tree can be signalled at once) with a
-Linux parent-death signal, so it dies with the actor that started it even when the actor is
-killed with SIGKILL. Note that the kernel sends that signal when the *thread* that started the
-child exits: start servers from a long-lived thread (an actor's method thread), not from a
-short-lived worker thread.
+A server is started in a process group of its own (so the whole tree can be signalled at once),
+inside the caller's session, with a Linux parent-death signal, so it dies with the actor that
+started it even when the actor is killed with SIGKILL. Not a new session: MindIE's daemon calls
+``setpgrp()`` at start-up and exits when it fails, which it always does for a session leader
+(MindIE-LLM ``src/server/daemon/llm_daemon.cpp``, the ``setpgrp() == -1`` check). Note that the
+kernel sends the parent-death signal when the *thread* that started the child exits: start
+servers from a long-lived thread (an actor's method thread), not from a short-lived worker
+thread.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ class ManagedProcess:
         self.argv = tuple(argv)
         self.log_path = log_path
         self.pid = popen.pid
-        self.pgid = popen.pid  # start_new_session: the child leads its own group
+        self.pgid = popen.pid  # process_group=0: the child leads its own group
         self._stopped = False
 
     @property
@@ -199,7 +202,7 @@ def start_process(
     try:
         popen = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
-            cwd=os.fspath(cwd) if cwd is not None else None, start_new_session=True,
+            cwd=os.fspath(cwd) if cwd is not None else None, process_group=0,
             preexec_fn=_pdeath_guard(), close_fds=True,  # noqa: PLW1509 - the guard only calls prctl
         )
     except OSError as exc:

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from msopt.checks import is_number
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.errors import DecodeError, EvaluationError, RetryableError
+from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
@@ -33,7 +34,7 @@ def configured_num_prompts(settings: Settings) -> int | None:
     n = (bench.get("command") or {}).get("num_prompts") if isinstance(bench.get("command"), Mapping) else None
     if settings.get("simulate"):
         n = settings.section("simulator").get("workload", {}).get("num_prompts", n)
-    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+    return int(n) if is_number(n) else None
 
 
 def search_num_prompts(settings: Settings) -> int | None:
@@ -118,6 +119,10 @@ class Evaluator:
             except RetryableError as exc:
                 result.error = str(exc)
                 continue
+            except RefusedError as exc:  # a start-up rule: not launched, no retry
+                result.error = str(exc)
+                result.refused = True
+                break
             except EvaluationError as exc:
                 result.error = str(exc)
                 break

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from msopt.checks import is_int
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
@@ -103,7 +104,7 @@ class HealthCheck:
                 did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(_KEYS)}"
                 raise err(f"health_check.{key}", "is not a health_check key", did)
         n = table.get("log_snippet_length", 200)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1_000_000:
+        if not is_int(n) or not 1 <= n <= 1_000_000:
             raise err("health_check.log_snippet_length", f"must be an integer from 1 to 1000000, got {n!r}",
                       "e.g. log_snippet_length = 200")
         compiled: dict[str, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
@@ -153,3 +154,100 @@ class HealthCheck:
         from msopt.engines.process import tail
 
         return self.check(tail(log_path, self.log_snippet_length), kind)
+
+
+@dataclass(frozen=True)
+class PatternSource:
+    """Where a packaged health pattern comes from, and a log line it must match.
+
+    Attributes:
+        kind: "service" or "benchmark".
+        severity: "fatal" or "retryable".
+        error_type: the error type it is filed under in msopt/config/defaults.toml.
+        pattern: the pattern, as in defaults.toml.
+        origin: the program and version that prints it, and the source file.
+        sample: a line as that program logs it.
+    """
+
+    kind: str
+    severity: str
+    error_type: str
+    pattern: str
+    origin: str
+    sample: str
+
+
+_VLLM = "vLLM 0.33.0"
+_SGLANG = "SGLang 0.5.23"
+
+#: Every pattern of ``[health_check]`` in msopt/config/defaults.toml, with its source; the tests
+#: check that the two agree and that every sample is classified as filed.
+PATTERN_SOURCES: tuple[PatternSource, ...] = (
+    PatternSource("service", "fatal", "oom", "out of memory",
+                  "PyTorch / torch_npu allocators (torch.OutOfMemoryError text)",
+                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."),
+    PatternSource("service", "fatal", "oom", "OutOfMemoryError", "PyTorch (torch.OutOfMemoryError)",
+                  "torch.OutOfMemoryError: CUDA error"),
+    PatternSource("service", "fatal", "oom", "FAIL_TO_ALLOCATE_MEMORY",
+                  "Ascend runtime error name (kept from the original tool; not checked against a source)",
+                  "EL0004: FAIL_TO_ALLOCATE_MEMORY"),
+    PatternSource("service", "fatal", "oom", "Not enough memory",
+                  f"{_SGLANG} sglang/srt/model_executor/pool_configurator.py",
+                  "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
+    PatternSource("service", "fatal", "kv_cache", "No available memory for the cache blocks",
+                  f"{_VLLM} vllm/v1/core/kv_cache_planning.py (_check_enough_kv_cache_memory)",
+                  "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"),
+    PatternSource("service", "fatal", "kv_cache", "larger than the available KV cache memory",
+                  f"{_VLLM} vllm/v1/core/kv_cache_planning.py (_check_enough_kv_cache_memory)",
+                  "ValueError: To serve at least one request with the model's max seq len (40960), (5.62 GiB KV "
+                  "cache is needed, which is larger than the available KV cache memory (2.10 GiB)."),
+    PatternSource("service", "fatal", "invalid_config", "unrecognized arguments", "Python argparse",
+                  "api_server.py: error: unrecognized arguments: --disable-log-requests"),
+    PatternSource("service", "fatal", "invalid_config", "error: argument", "Python argparse",
+                  "vllm serve: error: argument --max-num-seqs: invalid int value: '1.5'"),
+    PatternSource("service", "fatal", "invalid_config", "must be divisible by",
+                  f"{_VLLM} vllm/config/model.py (verify_with_parallel_config)",
+                  "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3)."),
+    PatternSource("service", "fatal", "invalid_config", "is not divisible by",
+                  f"{_VLLM} vllm/distributed/utils.py (ensure_divisibility)",
+                  "AssertionError: 40 is not divisible by 3"),
+    PatternSource("service", "retryable", "port", "[Errno 98] Address already in use",
+                  f"{_VLLM} vllm/entrypoints/launchers/launcher.py (create_server_socket: sock.bind)",
+                  "OSError: [Errno 98] Address already in use"),
+    PatternSource("service", "retryable", "port", "EADDRINUSE",
+                  "PyTorch c10d TCPStore (DistNetworkError), after vLLM's retries "
+                  f"({_VLLM} vllm/config/parallel.py)",
+                  "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                  "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE"),
+    PatternSource("service", "retryable", "port", "is not available in",
+                  f"{_SGLANG} sglang/srt/utils/network.py (wait_port_available)",
+                  "ValueError: port at 30000 is not available in 30 seconds. port is used by a process already."),
+    PatternSource("service", "retryable", "connection", "Connection reset by peer", "OS errno 104 (ECONNRESET)",
+                  "ConnectionResetError: [Errno 104] Connection reset by peer"),
+    PatternSource("service", "retryable", "device_busy", "Device or resource busy", "OS errno 16 (EBUSY)",
+                  "RuntimeError: open /dev/davinci0 failed: Device or resource busy"),
+    PatternSource("benchmark", "fatal", "context_length", "maximum context length",
+                  f"{_VLLM} vllm/renderers/params.py",
+                  "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."),
+    PatternSource("benchmark", "retryable", "connection", "Connection reset by peer", "OS errno 104 (ECONNRESET)",
+                  "ConnectionResetError: [Errno 104] Connection reset by peer"),
+    PatternSource("benchmark", "retryable", "connection", "Connection refused", "OS errno 111 (ECONNREFUSED)",
+                  "ConnectionRefusedError: [Errno 111] Connection refused"),
+    PatternSource("benchmark", "retryable", "connection", "Cannot connect to host",
+                  "aiohttp client_exceptions.py (ClientConnectorError)",
+                  "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 127.0.0.1:8000 ssl:default"),
+    PatternSource("benchmark", "retryable", "connection", "ServerDisconnectedError",
+                  "aiohttp client_exceptions.py",
+                  "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected"),
+    PatternSource("benchmark", "retryable", "connection", "RemoteDisconnected", "Python http.client",
+                  "http.client.RemoteDisconnected: Remote end closed connection without response"),
+    PatternSource("benchmark", "retryable", "port", "Address already in use", "OS errno 98 (EADDRINUSE)",
+                  "OSError: [Errno 98] Address already in use"),
+)
+
+#: Lines that look alarming but are not failures; no packaged pattern may match them.
+BENIGN_LINES: tuple[tuple[str, str], ...] = (
+    (f"{_VLLM} vllm/config/parallel.py (a retry of an internal port)",
+     "WARNING 11-30 14:00:00 [parallel.py:750] Address already in use. Retrying with a new port."),
+    (f"{_VLLM} vllm/utils/network_utils.py", "INFO Port 8000 is already in use, trying port 8001"),
+)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from msopt.errors import ConfigError
 from msopt.metrics import (
@@ -206,7 +207,7 @@ class DefaultObjective(Objective):
         success = _metric(metrics, SUCCESS_RATE)
         if speed is None or success is None or speed <= 0 or success <= 0:
             return math.inf
-        total = 0.4 * _capped(s.generate_speed_target / speed)
+        total = 0.4 * _capped(cast(float, s.generate_speed_target) / speed)  # checked in __init__
         for weight, key, slo, penalty in (
             (0.2, TIME_TO_FIRST_TOKEN, s.ttft_slo, s.ttft_penalty),
             (0.3, TIME_PER_OUTPUT_TOKEN, s.tpot_slo, s.tpot_penalty),
@@ -287,7 +288,7 @@ def make_objective(
     return factory(settings)
 
 
-def check_metrics_available(objective: Objective, produced: set[str], benchmark_name: str) -> None:
+def check_metrics_available(objective: Objective, produced: AbstractSet[str], benchmark_name: str) -> None:
     """Fail at start when ``benchmark_name`` cannot produce a metric ``objective`` needs.
 
     Raises:

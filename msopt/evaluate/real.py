@@ -19,6 +19,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import EngineAdapter
 from msopt.engines.process import free_port, launched
+from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
@@ -50,7 +51,7 @@ class RealRunner:
             verdict = self.health.check_file(path, kind)
             if verdict.kind == "ok":
                 continue
-            text = f"{kind} log: {verdict.error_type}: {verdict.line.strip()} ({path})"
+            text = f"{kind} log: {verdict.error_type}: {(verdict.line or '').strip()} ({path})"
             return RetryableError(text) if verdict.kind == "retryable" else EvaluationError(text)
         return exc
 
@@ -58,6 +59,8 @@ class RealRunner:
         """Launch, benchmark and stop one server for ``values``; return the benchmark's metrics.
 
         Raises:
+            RefusedError: the candidate breaks one of the engine's start-up rules; nothing was
+                launched.
             RetryableError: a retryable health-check pattern matched a log.
             EvaluationError: the server or the benchmark failed (fatal pattern, crash, timeout).
         """
@@ -72,6 +75,12 @@ class RealRunner:
         spec = self.engine.render(values, settings.fields, self.engine_section, port=free_port(),
                                   devices=list(self.ctx.devices), workdir=workdir)
         timeout = float(settings.get("particles_time_out", 3600))
+        try:
+            check_rules(spec, values, self.engine_section)
+        except EvaluationError:
+            if run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
         try:
             with launched(spec, server_log, cwd=workdir) as proc:
                 metrics = self.benchmark.run(

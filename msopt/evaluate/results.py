@@ -53,9 +53,12 @@ class EvaluationResult:
     """The outcome of one evaluation, as journaled.
 
     ``fitness`` is ``math.inf`` for a failed evaluation (journaled as null); ``position`` is the
-    repaired position that the driver writes back into the swarm. ``fault`` is set when the
-    machinery failed (disk, environment, msopt, Ray) instead of the configuration: such a result
-    is no measurement, and the driver never journals it.
+    repaired position that the driver writes back into the swarm. ``refused`` marks a candidate
+    that breaks one of the engine's start-up rules (:mod:`msopt.engines.rules`): it was never
+    launched and ``error`` holds the engine's message. Journals written before the field existed
+    read back with ``refused = False``. ``fault`` is set when the machinery failed (disk,
+    environment, msopt, Ray) instead of the configuration: such a result is no measurement, and
+    the driver never journals it.
     """
 
     eval_id: int
@@ -78,6 +81,7 @@ class EvaluationResult:
     real_evaluation: bool = True
     warnings: list[str] = field(default_factory=list)
     load: dict[str, float] = field(default_factory=dict)
+    refused: bool = False
     fault: str | None = None
 
     @property

@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
+from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
@@ -69,7 +71,7 @@ class SimulatorSetup:
             raise ConfigError(f"{where('emulate_wall_time')}: [simulator] emulate_wall_time must be true or "
                               f"false, got {emulate!r}")
         for key, v in (("time_scale", scale), ("eval_seconds", secs)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6):
+            if v is not None and (not is_number(v) or not 0 <= v <= 1e6):
                 raise ConfigError(f"{where(key)}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
         from msopt.sim import load_hardware, load_model, workload_from_mapping
         from msopt.sim.simulator import SIM_KEYS
@@ -99,10 +101,10 @@ class SimulatorSetup:
             except ConfigError as exc:
                 raise ConfigError(f"{where(key)}: [simulator] {key}: {exc}") from None
         seed = table.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**62:
+        if not is_int(seed) or not 0 <= seed < 2**62:
             raise ConfigError(f"{where('seed')}: [simulator] seed must be a non-negative integer, got {seed!r}")
         noise = table.get("noise", 0.0)
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 10:
+        if not is_number(noise) or not 0 <= noise <= 10:
             raise ConfigError(f"{where('noise')}: [simulator] noise must be a number from 0 to 10 (a relative "
                               f"standard deviation), got {noise!r}")
         weight_dtype = table.get("weight_dtype", "bf16")
@@ -177,15 +179,27 @@ class SimRunner:
         self.engine_section = settings.section(settings.engine)
         self.ctx = ctx
         self.sim = SimulatorSetup.from_settings(settings)
+        self.model_facts = self._model_facts()
+
+    def _model_facts(self) -> ModelFacts:
+        """The simulated model's facts, for the engine's start-up rules."""
+        from msopt.sim import load_model
+
+        dirs = self.sim.table.get("catalog_dirs", ())
+        model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+        return ModelFacts(attention_heads=model.heads, max_position=model.max_position)
 
     def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         """Simulate one evaluation; the log holds the rendered command line and the simulator's lines.
 
         Raises:
+            RefusedError: the candidate breaks one of the engine's start-up rules (the same table
+                the real path checks, :mod:`msopt.engines.rules`).
             EvaluationError: the configuration fails as the engine would (out of memory, ...).
         """
         spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
                                   devices=list(self.ctx.devices), workdir=self.ctx.run_dir)
+        check_rules(spec, values, self.engine_section, model=self.model_facts)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))

@@ -115,13 +115,13 @@ def _axes_model(data: RunData) -> list[dict[str, Any]]:
         spec: dict[str, Any] = {"name": d.name, "dtype": d.dtype, "low": d.low, "span": span, "ticks": None}
         cands = d.candidates
         if cands is not None and d.dtype not in ("int", "float", "ratio") and len(cands) <= MAX_LABELLED:
-            ticks = {}
+            ticks: dict[str, float] = {}
             try:
                 for c in cands:
                     ticks[json.dumps(c)] = (t.encode_raw(c) - d.low) / span if span > 0 else 0.5
+                spec["ticks"] = ticks
             except Exception:  # noqa: BLE001  an exotic dtype without encode_raw for its candidates: numeric ticks
-                ticks = None
-            spec["ticks"] = ticks
+                spec["ticks"] = None
         if spec["ticks"] is None:
             marks = []
             for frac in (0.0, 0.5, 1.0):
@@ -176,7 +176,8 @@ def plot_parallel(data: RunData) -> bytes:
         _empty(ax, "no dimension searched" if n == 0 else "no evaluation in the journal")
         return _png(fig)
     xs = list(range(n))
-    failed, ok = [], []
+    failed: list[Any] = []
+    ok: list[Any] = []
     for r in data.results:
         c = _coords(r, axes)
         if c is None:

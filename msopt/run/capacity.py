@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from msopt.checks import is_finite, is_int
 from msopt.config import Settings
 from msopt.errors import ConfigError
 
@@ -33,10 +34,6 @@ PERCENTILES = (50, 90, 99)
 LOAD_FIELDS = {"REQUESTRATE": "request_rate", "CONCURRENCY": "concurrency"}
 
 LOAD_KINDS = ("request_rate", "concurrency")
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _load_fields(settings: Settings) -> dict[str, str]:
@@ -62,7 +59,8 @@ def _workload_load(settings: Settings) -> dict[str, Any]:
         wl = settings.section("simulator").get("workload", {}) or {}
         return {k: wl[k] for k in LOAD_KINDS if k in wl}
     bench = settings.section(str(settings.get("benchmark", "")))
-    cmd = bench.get("command") if isinstance(bench.get("command"), Mapping) else {}
+    raw = bench.get("command")
+    cmd: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     out = {}
     if "request_rate" in cmd:
         out["request_rate"] = cmd["request_rate"]
@@ -115,7 +113,7 @@ class CapacityOptions:
     def start_for(self, values: Mapping[str, Any]) -> float:
         """The load a configuration starts from: its own field's value, else ``start_load``."""
         v = values.get(self.field) if self.field else None
-        start = float(v) if _is_num(v) and v > 0 else self.start_load
+        start = float(v) if is_finite(v) and v > 0 else self.start_load
         if start is None:  # checked by capacity_options; kept for direct callers
             raise ConfigError(f"[capacity] start_load is needed: no configured {self.load} to start from")
         if self.integer:
@@ -157,7 +155,7 @@ def capacity_options(settings: Settings) -> CapacityOptions:
         percentile = None
     elif isinstance(pct, str) and pct.lower().lstrip("p").isdigit():
         percentile = int(pct.lower().lstrip("p"))
-    elif isinstance(pct, int) and not isinstance(pct, bool):
+    elif is_int(pct):
         percentile = pct
     else:
         percentile = -1
@@ -166,13 +164,13 @@ def capacity_options(settings: Settings) -> CapacityOptions:
                           f"got {pct!r}; e.g. percentile = 99")
 
     tol = table.get("tolerance", 0.05)
-    if not _is_num(tol) or not 0 < tol < 1:
+    if not is_finite(tol) or not 0 < tol < 1:
         raise ConfigError(f"{where('tolerance')} must be a number in (0, 1), got {tol!r}; e.g. tolerance = 0.05")
     probes = table.get("max_probes", 12)
-    if isinstance(probes, bool) or not isinstance(probes, int) or not 1 <= probes <= 1000:
+    if not is_int(probes) or not 1 <= probes <= 1000:
         raise ConfigError(f"{where('max_probes')} must be an integer from 1 to 1000, got {probes!r}")
     repeats = table.get("repeats", 1 if settings.get("simulate") else 2)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 100:
+    if not is_int(repeats) or not 1 <= repeats <= 100:
         raise ConfigError(f"{where('repeats')} must be an integer from 1 to 100, got {repeats!r}")
     if repeats > probes:
         raise ConfigError(f"{where('repeats')} = {repeats} exceeds max_probes = {probes}; "
@@ -197,12 +195,12 @@ def capacity_options(settings: Settings) -> CapacityOptions:
         v = table.get(key, default)
         if v is None:
             return None
-        if not _is_num(v) or not v > 0:
+        if not is_finite(v) or not v > 0:
             raise ConfigError(f"{where(key)} must be a positive number, got {v!r}")
         return float(v)
 
     own = workload.get(load)
-    start = number("start_load", own if _is_num(own) and own > 0 else None)
+    start = number("start_load", own if is_finite(own) and own > 0 else None)
     min_load = number("min_load", None)
     max_load = number("max_load", None)
     if min_load is not None and max_load is not None and min_load > max_load:
@@ -230,7 +228,7 @@ def probe_verdict(metrics: Mapping[str, Any], error: str | None, settings: Setti
     """(passed, why not) of one probe's metrics against the SLOs."""
     ttft_name, tpot_name = options.metric_names()
     ttft, tpot, ok = metrics.get(ttft_name), metrics.get(tpot_name), metrics.get("success_rate")
-    if not all(_is_num(v) for v in (ttft, tpot, ok)):
+    if not (is_finite(ttft) and is_finite(tpot) and is_finite(ok)):
         return False, error or "a metric is missing"
     if ttft > settings.ttft_slo:
         return False, f"{ttft_name} {ttft:.4g} > {settings.ttft_slo:g}"
@@ -306,6 +304,7 @@ class CapacitySearch:
         if lo is None and hi is None:
             return [self.start] if self._search_room() else self._stop("probes")
         if lo is None:  # only failures so far: go down
+            assert hi is not None
             if hi <= self.floor:
                 return self._stop("floor")
             x = self._round(max(self.floor, hi / 2))

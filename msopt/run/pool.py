@@ -8,11 +8,19 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from msopt.config import Settings
 from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
 from msopt.evaluate.results import describe_fault, fault_result
+
+
+class Evaluating(Protocol):
+    """What a pool's worker runs: :class:`Evaluator`, or a stand-in (tests, benchmarks)."""
+
+    def evaluate(self, req: EvalRequest) -> EvaluationResult:
+        """Evaluate one request; failures are results, not exceptions."""
+        ...
 
 
 class EvaluatorPool(Protocol):
@@ -46,11 +54,11 @@ class InProcessPool:
     """
 
     def __init__(self, settings: Settings, *, size: int = 1, run_dir: str | None = None,
-                 evaluator_factory: Callable[[int], Any] | None = None) -> None:
+                 evaluator_factory: Callable[[int], Evaluating] | None = None) -> None:
         self._size = max(1, int(size))
         factory = evaluator_factory or (
             lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[]))
-        self._evaluators = [factory(k) for k in range(self._size)]
+        self._evaluators: list[Evaluating] = [factory(k) for k in range(self._size)]
         self._requests: queue.Queue[EvalRequest | None] = queue.Queue()
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
         self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
@@ -63,7 +71,7 @@ class InProcessPool:
     def size(self) -> int:
         return self._size
 
-    def _work(self, evaluator: Any) -> None:
+    def _work(self, evaluator: Evaluating) -> None:
         while True:
             req = self._requests.get()
             if req is None:

@@ -21,6 +21,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from msopt.checks import is_finite, is_number
+
 #: The kinds of :class:`ProgressEvent`.
 EVENT_KINDS = ("queued", "running", "done", "failed", "reused", "phase", "message")
 
@@ -107,7 +109,7 @@ def format_duration(seconds: float | None) -> str:
 def _num(value: Any, fmt: str) -> str:
     if value is None:
         return "-"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return _short(value, 16)
     v = float(value)
     if math.isnan(v):
@@ -135,10 +137,6 @@ def _first_line(text: str | None, width: int = 200) -> str:
         return ""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     return _short(lines[0], width) if lines else ""
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass
@@ -255,7 +253,7 @@ class _Tracker:
             fit = ev.fitness
             if ev.phase == "capacity":
                 pass  # fitness at a varied load is not comparable with the search's
-            elif _finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
+            elif is_finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
                 self.best = ev
             if self.finished > self.total:
                 self.total = self.finished
@@ -388,7 +386,7 @@ class PlainLog(Progress):
         head.append(ev.kind)
         parts = [" ".join(head)]
         if ev.kind in ("done", "reused", "failed"):
-            if ev.kind != "failed" or _finite(ev.fitness):
+            if ev.kind != "failed" or is_finite(ev.fitness):
                 parts.append(f"fitness={_num(ev.fitness, '.4f')}")
             m = ev.metrics
             if any(m.get(k) is not None for k in ("generate_speed", "time_to_first_token", "time_per_output_token")):

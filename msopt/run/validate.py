@@ -8,7 +8,8 @@ run uses them, and returns what it built so the caller does not build it again:
 2. the engine adapter (registered name, its ``[<engine>]`` section and every field's position),
    what every launch renders (executable, ``others``, ``env`` names), ``[health_check]``, and
    field names that would collide with results.csv's columns;
-3. the simulator's ``[simulator]`` table for a simulated run, else the benchmark adapter;
+3. the simulator's ``[simulator]`` table for a simulated run, else the benchmark adapter and its
+   section (``BenchmarkAdapter.check``);
 4. that the objective's and the capacity stage's metrics are ones the benchmark produces.
 
 Every failure is a :class:`~msopt.errors.ConfigError` naming the file, the key and the fix.
@@ -121,17 +122,21 @@ def validate(settings: Settings) -> Validated:
                               f"e.g. to '{decl.name}_value'")
     benchmark: BenchmarkAdapter | None = None
     simulator: SimulatorSetup | None = None
+    bench_name = str(settings.get("benchmark"))
     if settings.get("simulate"):
         simulator = SimulatorSetup.from_settings(settings)
         produces = frozenset(SIMULATED)
         name = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
+        if bench_name in BENCHMARKS.names():  # checked too: dropping `simulate` must not break it
+            _check_benchmark(settings, get_benchmark(bench_name), bench_name)
     else:
-        name = str(settings.get("benchmark"))
+        name = bench_name
         try:
             benchmark = get_benchmark(name)
         except ConfigError as exc:
             raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
+        _check_benchmark(settings, benchmark, name)
         produces = frozenset(benchmark.produces)
         check_capacity_metrics(capacity, sorted(produces), name)
     try:
@@ -139,3 +144,12 @@ def validate(settings: Settings) -> Validated:
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: {exc}") from None
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces)
+
+
+def _check_benchmark(settings: Settings, benchmark: BenchmarkAdapter, name: str) -> None:
+    try:
+        benchmark.check(settings.fields, settings.section(name))
+    except ConfigError as exc:
+        text = str(exc)
+        where = settings.table_source(name)
+        raise ConfigError(text if text.startswith(where) else f"{where}: [{name}]: {text}") from None

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from msopt.checks import is_finite
 from msopt.errors import ConfigError, RegistryError
 from msopt.registry import Registry
 
@@ -212,12 +213,8 @@ del _schedule
 # --------------------------------------------------------------------------------------------
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _check_number(value: Any, where: str, rule: str, ok) -> float:
-    if not _is_number(value) or not math.isfinite(value) or not ok(value):
+    if not is_finite(value) or not ok(value):
         raise ConfigError(f"{where} must be a number {rule}, got {value!r}")
     return float(value)
 

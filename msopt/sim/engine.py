@@ -66,8 +66,8 @@ def run_replica(
     """
     n = len(in_len)
     bs = knobs.block_size
-    mns = int(knobs.max_num_seqs)
-    budget0 = int(knobs.max_num_batched_tokens)
+    mns = int(knobs.max_num_seqs)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
+    budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
     chunked, mixed = knobs.chunked_prefill, knobs.mixed_batch
     max_pf = knobs.max_prefill_seqs or mns
     reserve_full = knobs.max_preempt_count == 0

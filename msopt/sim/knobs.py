@@ -245,12 +245,11 @@ def _knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
             kw[name] = _as_int(f"BackendConfig.ModelDeployConfig.ModelConfig[0].{key}", model0[key])
     if "maxSeqLen" in deploy:
         kw["max_model_len"] = _as_int("BackendConfig.ModelDeployConfig.maxSeqLen", deploy["maxSeqLen"])
-    npu_mem = schedule.get("npuMemSize", -1) if isinstance(schedule, Mapping) else -1
-    if npu_mem is not None and float(npu_mem) > 0:
+    # MindIE reads npuMemSize from ModelConfig (model_deploy_config.cpp, g_modelParamsConstraint);
+    # -1 lets it size the KV cache itself, a positive value is GiB per device.
+    npu_mem = model0.get("npuMemSize", -1) if isinstance(model0, Mapping) else -1
+    if isinstance(npu_mem, (int, float)) and not isinstance(npu_mem, bool) and npu_mem > 0:
         kw["kv_cache_gib"] = float(npu_mem)
-        ignored.remove("BackendConfig.ScheduleConfig.npuMemSize")
-    elif "BackendConfig.ScheduleConfig.npuMemSize" in ignored:
-        ignored.remove("BackendConfig.ScheduleConfig.npuMemSize")
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from msopt.checks import is_int
+
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 
 
@@ -256,7 +258,7 @@ class SimServer:
             return self._error(404, f"The model `{body.get('model')}` does not exist.")
         prompt_tokens = _count_tokens(body, chat)
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        if not is_int(max_tokens) or max_tokens < 1:
             return self._error(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
         if prompt_tokens + max_tokens > self.opts.max_model_len:
             return self._error(400, f"This model's maximum context length is {self.opts.max_model_len} "

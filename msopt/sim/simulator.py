@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from msopt.checks import is_int, is_number
 from msopt.engines.base import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
@@ -43,7 +44,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
     if knobs.engine == "vllm" and max_model_len > model.max_position:
         return (f"ValueError: User-specified max_model_len ({max_model_len}) is greater than the derived "
                 f"max_model_len (max_position_embeddings={model.max_position}). Decrease max_model_len.")
-    if knobs.engine == "vllm" and not knobs.chunked_prefill and knobs.max_num_batched_tokens < max_model_len:
+    if knobs.engine == "vllm" and not knobs.chunked_prefill and knobs.max_num_batched_tokens < max_model_len:  # type: ignore[operator]  # resolved
         return (f"ValueError: max_num_batched_tokens ({knobs.max_num_batched_tokens}) is smaller than "
                 f"max_model_len ({max_model_len}). This effectively limits the maximum sequence length to "
                 "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
@@ -238,9 +239,9 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
     seed = sim_table.get("seed", 0)
     noise = sim_table.get("noise", 0.0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise ConfigError(f"simulator.seed = {seed!r}: must be an integer")
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)):
+    if not is_number(noise):
         raise ConfigError(f"simulator.noise = {noise!r}: must be a number >= 0")
     return simulate(knobs_from_launch(spec), hw, model, wl,
                     weight_dtype=str(sim_table.get("weight_dtype", "bf16")),

@@ -9,6 +9,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from msopt.checks import is_number
 from msopt.errors import ConfigError
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma}
@@ -89,8 +90,7 @@ MAX_LENGTH = 1_048_576
 
 def _positive_int(table: Mapping[str, Any], key: str, where: str, most: int = MAX_LENGTH) -> int:
     value = table[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-            value != int(value) or not 1 <= value <= most:
+    if not is_number(value) or value != int(value) or not 1 <= value <= most:
         raise ConfigError(f"{where}.{key} = {value!r}: must be an integer from 1 to {most}")
     return int(value)
 
@@ -148,7 +148,7 @@ def workload_from_mapping(table: Mapping[str, Any], where: str = "simulator.work
         kwargs["concurrency"] = None
     if has_r:
         rate = table["request_rate"]
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        if not is_number(rate) or not rate > 0:
             raise ConfigError(f"{where}.request_rate = {rate!r}: must be a number > 0 (inf for all at once)")
         kwargs["request_rate"] = float(rate)
     return replace(w, **kwargs)

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from msopt.checks import is_finite, is_number
 from msopt.errors import ConfigError, DecodeError
 from msopt.registry import Registry, close_matches
 from msopt.space.context import DecodeContext, resolve_priority
@@ -129,7 +130,7 @@ DTYPES: Registry[type[FieldType]] = Registry("dtype", entry_point_group="msopt.d
 
 
 def _num(decl: FieldDecl, raw: Any, key: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+    if not is_finite(raw):
         fix = "give a finite number" if key.startswith("dtype_param") else f"write e.g. {key} = {decl.min}"
         raise decl.error(f"'{key}' must be a finite number, got {raw!r}", fix)
     return raw
@@ -271,7 +272,7 @@ class EnumType(_Choice):
         if len(set(map(repr, vals))) != len(vals):
             raise decl.error(f"enum values {list(vals)!r} repeat", "list each value once")
         self.values: tuple[Any, ...] = tuple(vals)
-        self.numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+        self.numeric = all(is_number(v) for v in vals)
         self._index = {v: i for i, v in enumerate(self.values)}
         self._setup(len(self.values))
         self._lo = float(decl.min)
@@ -289,7 +290,7 @@ class EnumType(_Choice):
         i = self._index.get(value)
         if i is not None:
             return i
-        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if self.numeric and is_number(value):
             return min(range(self.n), key=lambda k: (abs(self.values[k] - value), self.values[k]))
         raise ConfigError(
             f"{self.decl.where}: value {value!r} is not one of {list(self.values)!r}; "
@@ -328,7 +329,7 @@ class RangeType(_Choice):
     def __init__(self, decl: FieldDecl) -> None:
         super().__init__(decl)
         step = decl.dtype_param
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0 \
+        if not is_number(step) or not step > 0 \
                 or not math.isfinite(step):
             raise decl.error(f"range needs a positive step in dtype_param, got {step!r}",
                              "write dtype_param = 10")
@@ -412,14 +413,14 @@ class RatioType(FieldType):
         return float(lo if x < lo else hi if x > hi else x)
 
     def finish(self, raw: Any, values: Mapping[str, Any], report: Report) -> Any:
-        t = values.get(self.target)
+        t: Any = values.get(self.target)
         if _is_missing(t):
             report.warnings.append(f"{self.name}: target '{self.target}' has no value; kept {self.decl.value!r}")
             return self.decl.value
         return int(raw * t)
 
     def encode(self, value: Any, values: Mapping[str, Any]) -> float:
-        t = values.get(self.target)
+        t: Any = values.get(self.target)
         lo, hi = self.decl.min, self.decl.max
         if _is_missing(t) or not t:
             return (lo + hi) / 2
@@ -475,7 +476,7 @@ class ShareType(_Derived):
         self._int = isinstance(t.min, int) and isinstance(t.max, int)
 
     def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        v = values.get(self.target)
+        v: Any = values.get(self.target)
         if _is_missing(v) or isinstance(v, str):
             return self._kept(report, f"target '{self.target}' has no numeric value")
         out = self._sum - v
@@ -507,7 +508,7 @@ class FactoriesType(_Binary):
     """``product / target``, converted to ``dtype_param.dtype`` (int truncates, as the original)."""
 
     def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        t = values.get(self.target)
+        t: Any = values.get(self.target)
         if _is_missing(t) or isinstance(t, str) or t == 0:
             return self._kept(report, f"target '{self.target}' is {t!r}")
         return _convert(self.out, self.product / t)
@@ -518,7 +519,7 @@ class TimesType(_Binary):
     """``product × target``, converted to ``dtype_param.dtype``."""
 
     def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        t = values.get(self.target)
+        t: Any = values.get(self.target)
         if _is_missing(t) or isinstance(t, str):
             return self._kept(report, f"target '{self.target}' is {t!r}")
         return _convert(self.out, self.product * t)
@@ -556,7 +557,8 @@ class TernaryTimesType(_Ternary):
     """``product × a × b``; a missing or NaN source keeps the declared value."""
 
     def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        a, b = values.get(self.targets[0]), values.get(self.targets[1])
+        a: Any = values.get(self.targets[0])
+        b: Any = values.get(self.targets[1])
         if _is_missing(a) or _is_missing(b) or isinstance(a, str) or isinstance(b, str):
             return self._kept(report, f"a source of {self.targets} is {a!r}/{b!r}")
         return _convert(self.out, self.product * a * b)
@@ -604,11 +606,12 @@ class TernaryFactoriesType(_Ternary):
         cand = {n: f.candidates() if f.searched and not f.is_constant() else None
                 for n, f in self.sources.items()}
         self._cands = cand
-        if self.out == "int" and all(c is not None for c in cand.values()):
-            a, b = self.targets
-            if not any(self.valid(x, y) is not None for x in cand[a] for y in cand[b]):
+        a, b = self.targets
+        ca, cb = cand[a], cand[b]
+        if self.out == "int" and ca is not None and cb is not None:
+            if not any(self.valid(x, y) is not None for x in ca for y in cb):
                 raise self.decl.error(
-                    f"no pair of {a} {list(cand[a])} and {b} {list(cand[b])} gives an integer "
+                    f"no pair of {a} {list(ca)} and {b} {list(cb)} gives an integer "
                     f"in [{self.min_value}, {self.max_value}] for product {self.product}",
                     "change the product or the candidates")
 
@@ -634,7 +637,8 @@ class TernaryFactoriesType(_Ternary):
 
     def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
         na, nb = self.targets
-        a, b = values.get(na), values.get(nb)
+        a: Any = values.get(na)
+        b: Any = values.get(nb)
         if type(a) is int and type(b) is int and a and b and self.out == "int":  # fast path
             q, r = divmod(self.product, a * b)
             if not r and self.min_value <= q <= self.max_value:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from msopt.checks import is_number
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
@@ -46,7 +47,7 @@ class FieldDecl:
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
     value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ConfigError(f"{where}: '{key}' must be a number, got {value!r}; write e.g. {key} = 1")
     if not math.isfinite(value):
         raise ConfigError(f"{where}: '{key}' must be finite, got {value!r}; give a finite number")

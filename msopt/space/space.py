@@ -8,8 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from msopt.errors import ConfigError, DecodeError
-from msopt.registry import RegistryError
+from msopt.errors import ConfigError, DecodeError, RegistryError
 from msopt.space.context import DecodeContext
 from msopt.space.dtypes import DTYPES, FieldType, Report, TernaryFactoriesType
 from msopt.space.fields import FieldDecl
@@ -229,9 +228,9 @@ class SearchSpace:
             self._settle(values, raws or {}, context, report)
         if report.changed:
             for name in dict.fromkeys(report.changed):
-                i = self._dim_index.get(name)
-                if i is not None:
-                    pos[i] = self._dims[i].encode(values[name], values)
+                k = self._dim_index.get(name)
+                if k is not None:
+                    pos[k] = self._dims[k].encode(values[name], values)
         return Decoded(values, np.array(pos, dtype=float), clipped or bool(report.changed),
                        tuple(report.warnings))
 

@@ -196,9 +196,8 @@ def test_mindie_dotted_paths_with_list_indices(tmp_path: Path) -> None:
               decl("dev", "BackendConfig.npuDeviceIds.0.1"),
               decl("sel", "BackendConfig.ScheduleConfig.supportSelectBatch", "bool"),
               decl("mbs", "BackendConfig.ScheduleConfig.maxBatchSize", "float"),
-              decl("newkey", "BackendConfig.ScheduleConfig.brandNew"),
               decl("MINDIE_LOG_LEVEL", "env", "enum", dtype_param=["info", "debug"])]
-    values = {"tp0": 4, "tp1": 2, "dev": 9, "sel": True, "mbs": 128.0, "newkey": 3,
+    values = {"tp0": 4, "tp1": 2, "dev": 9, "sel": True, "mbs": 128.0,
               "MINDIE_LOG_LEVEL": "debug"}
     section = {"config_path": str(path), "command": {"others": "--x $tp0"}}
     spec = get_engine("mindie").render(values, fields, section, port=4321, devices=["4", "5"])
@@ -210,7 +209,6 @@ def test_mindie_dotted_paths_with_list_indices(tmp_path: Path) -> None:
     sched = doc["BackendConfig"]["ScheduleConfig"]
     assert sched["supportSelectBatch"] is True
     assert sched["maxBatchSize"] == 128 and isinstance(sched["maxBatchSize"], int)
-    assert sched["brandNew"] == 3
     assert doc["ServerConfig"]["port"] == 4321
     assert spec.argv == ("mindieservice_daemon", "--x", "4")
     assert spec.env == {"MINDIE_LOG_LEVEL": "debug"}
@@ -223,6 +221,8 @@ def test_mindie_dotted_paths_with_list_indices(tmp_path: Path) -> None:
     ("BackendConfig.backendName.x", "not an object or a list"),
     ("BackendConfig.ModelDeployConfig.ModelConfig.tp", "is a list"),
     ("BackendConfig.Nope.x", "has no key 'Nope'"),
+    ("BackendConfig.ScheduleConfig.brandNew", "has no key 'brandNew'.*MindIE ignores unknown keys"),
+    ("BackendConfig.ScheduleConfig.maxBatchsize", "did you mean 'maxBatchSize'"),
     ("BackendConfig..x", "empty component"),
 ])
 def test_mindie_bad_paths_name_the_field(position: str, match: str) -> None:

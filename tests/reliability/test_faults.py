@@ -36,7 +36,7 @@ accelerator = "none"
 wait_start_time = {wait}
 [vllm.command]
 executable = {server}
-model = "/models/Qwen3-8B"
+model = "{model}"
 served_model_name = "{token}"
 others = "--time-scale 0.01 {server_flags}"
 [[vllm.target_field]]
@@ -74,8 +74,9 @@ def run_optimize(tmp_path: Path, *, benchmark="builtin", server=SIM_SERVE, bench
                  wait=30, time_out=120) -> tuple[subprocess.CompletedProcess, Path, str]:
     token = f"fault-{uuid.uuid4().hex[:8]}"
     cfg = tmp_path / "cfg.toml"
+    (tmp_path / "Qwen3-8B").mkdir()  # optimize's preflight checks the model path
     cfg.write_text(BASE.format(benchmark=benchmark, server=server, bench=bench, server_flags=server_flags,
-                               wait=wait, time_out=time_out, token=token))
+                               wait=wait, time_out=time_out, token=token, model=tmp_path / "Qwen3-8B"))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
                           "--max-concurrent", "2", "-o", str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=600)

@@ -33,7 +33,7 @@ def test_driver_with_a_journal_keeps_no_result_per_evaluation(base: Settings, mo
         store.close()
     total = 1 + 4 * 6 + 2
     assert outcome.evaluations == total and outcome.results == []
-    assert driver.results == [] and driver._cache == {} and not driver._inflight and not driver._decoded
-    assert len(driver._board) <= 2 and len(leftover) <= pool.size  # start notices drained at every collect
+    assert driver.results == [] and driver.dispatcher.cache == {} and not driver.dispatcher.inflight and not driver.dispatcher.decoded
+    assert len(driver.leaderboard.board) <= 2 and len(leftover) <= pool.size  # start notices drained at every collect
     assert sorted(r.eval_id for r in store.load_journal()) == list(range(total))
     assert outcome.best is not None and outcome.best.phase == "refine"

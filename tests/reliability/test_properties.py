@@ -293,7 +293,7 @@ def test_top_k_board_equals_ranking_every_result(base: Settings, data: st.DataOb
     for eval_id, (config, fitness, phase) in enumerate(drawn):
         r = EvaluationResult(eval_id=eval_id, phase=phase, particle=None, iteration=0, position_in=[], position=[],
                              values={"seqs": config}, metrics={}, fitness=fitness)
-        driver._finish(r, journal=False)
+        driver.finish(r, journal=False)
         every.append(r)
     ranked = sorted((r for r in every if r.phase in ("baseline", "search") and not r.failed),
                     key=lambda r: (r.fitness, r.eval_id))
@@ -302,6 +302,6 @@ def test_top_k_board_equals_ranking_every_result(base: Settings, data: st.DataOb
         if r.values["seqs"] not in seen and len(expected) < top_k:
             seen.add(r.values["seqs"])
             expected.append(r.eval_id)
-    assert [r.eval_id for r in sorted(driver._board.values(), key=lambda r: (r.fitness, r.eval_id))] == expected
+    assert [r.eval_id for r in sorted(driver.leaderboard.board.values(), key=lambda r: (r.fitness, r.eval_id))] == expected
     assert driver.results == [] and driver.evaluations == len(every)
     assert driver.failures == sum(r.failed for r in every)

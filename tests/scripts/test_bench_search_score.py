@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 import sys
 from pathlib import Path
@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_search_under_test", ROOT / "scripts" / "bench_search.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    """scripts/bench_search/score.py (the package is imported from scripts/, as the launcher does)."""
+    scripts = str(ROOT / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        yield importlib.import_module("bench_search.score")
+    finally:
+        sys.path.remove(scripts)
 
 
 # true fitness per row: the optimum, a row 0.5 % worse, a row 5 % worse, a row that fails

@@ -99,13 +99,20 @@ def test_sim_does_not_import_ray():
 
 
 def test_mindie_fixed_kv_size_and_preemption():
-    cfg = {"BackendConfig": {"ScheduleConfig": {"maxBatchSize": 128, "npuMemSize": 4, "maxPreemptCount": 4},
-                             "ModelDeployConfig": {"maxSeqLen": 4096, "ModelConfig": [{"tp": 1}]}}}
+    # npuMemSize lives in ModelConfig (MindIE-LLM model_deploy_config.cpp), not ScheduleConfig.
+    cfg = {"BackendConfig": {"ScheduleConfig": {"maxBatchSize": 128, "maxPreemptCount": 4},
+                             "ModelDeployConfig": {"maxSeqLen": 4096,
+                                                   "ModelConfig": [{"tp": 1, "npuMemSize": 4}]}}}
     spec = LaunchSpec("mindie", ("mindieservice_daemon",), files={"conf/config.json": cfg})
     load = {"input_len": 1024, "output_len": 512, "num_prompts": 128, "concurrency": 96}
     r = simulate_launch(spec, {"hardware": "atlas-800i-a2", "model": "qwen3-8b", "workload": load})
     assert r.error is None and r.success_rate == 1.0
     assert r.kv_cache_tokens < 4 * 2**30 / 147456 and r.preemptions > 0
+    cfg["BackendConfig"]["ScheduleConfig"]["npuMemSize"] = 4  # the wrong place: not read
+    del cfg["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["npuMemSize"]
+    r = simulate_launch(spec, {"hardware": "atlas-800i-a2", "model": "qwen3-8b", "workload": load})
+    assert r.kv_cache_tokens > 4 * 2**30 / 147456
+    assert "BackendConfig.ScheduleConfig.npuMemSize" in r.ignored
 
 
 def test_sglang_runs_and_unknown_engine_knobs_are_refused():

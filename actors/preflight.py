@@ -1,0 +1,41 @@
+"""``msopt preflight --address``: the checks of :mod:`msopt.run.preflight` as one Ray task per node."""
+
+from __future__ import annotations
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.evaluator import accelerator_key
+from msopt.config import Settings
+from msopt.run.preflight import Check, node_checks
+
+#: Seconds to wait for every node's checks (a version query may import an engine).
+NODE_TIMEOUT = 600.0
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _node_checks(settings: Settings, devices: int | None, full: bool, node: str) -> list[Check]:
+    return node_checks(settings, devices=devices, full=full, node=node)
+
+
+def cluster_checks(settings: Settings, *, full: bool = True) -> list[Check]:
+    """Run :func:`~msopt.run.preflight.node_checks` on every alive node of the connected cluster.
+
+    A node's accelerator count is what Ray offers there (its ``NPU``/``GPU`` resource), which is
+    what the trials' placement groups will get.
+    """
+    key = accelerator_key(settings)
+    refs = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        devices = int(node.get("Resources", {}).get(key, 0)) if key else None
+        name = str(node.get("NodeManagerAddress", node["NodeID"][:8]))
+        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        refs.append(_node_checks.options(scheduling_strategy=strategy).remote(settings, devices, full, name))
+    if not refs:
+        return [Check("cluster", False, "no alive node in the Ray cluster")]
+    out: list[Check] = []
+    for result in ray.get(refs, timeout=NODE_TIMEOUT):
+        out.extend(result)
+    return out

@@ -1,0 +1,330 @@
+"""Start-up rules: configurations an engine refuses before it serves, checked before any launch.
+
+One table, :data:`RULES`, holds every engine's rules with the engine's own message and the
+source file and version each comes from. The real path (:class:`~msopt.evaluate.real.RealRunner`)
+and the simulated path (:class:`~msopt.evaluate.simulated.SimRunner`) both call
+:func:`check_rules` on the rendered launch, so a candidate that breaks a rule costs no launch,
+and simulated and real refusals cannot drift apart.
+
+A rule only fires when every value it compares is known (set by a field, ``others`` or the
+config.json, or a fact of the model): an engine default msopt does not know never refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msopt.engines.base import LaunchSpec
+from msopt.errors import RefusedError
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the rules need to know about the served model (None: unknown).
+
+    Attributes:
+        attention_heads: ``num_attention_heads`` of the model's config.json.
+        max_position: ``max_position_embeddings`` (vLLM's default ``max_model_len``).
+    """
+
+    attention_heads: int | None = None
+    max_position: int | None = None
+
+
+def model_facts(model: str) -> ModelFacts:
+    """Facts from ``<model>/config.json`` when ``model`` is a local directory, else unknown."""
+    path = Path(model).expanduser() / "config.json" if model else None
+    if path is None or not path.is_file():
+        return ModelFacts()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ModelFacts()
+    if not isinstance(doc, dict):
+        return ModelFacts()
+    doc = doc.get("text_config", doc) if isinstance(doc.get("text_config"), dict) else doc
+
+    def pos_int(key: str) -> int | None:
+        v = doc.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    return ModelFacts(pos_int("num_attention_heads"), pos_int("max_position_embeddings"))
+
+
+def parse_flags(argv: Sequence[str]) -> dict[str, str | None]:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` -> {flag: last value (None: bare)}."""
+    out: dict[str, str | None] = {}
+    items = list(argv)
+    for i, item in enumerate(items):
+        if not item.startswith("-") or len(item) < 2 or item[1].isdigit():
+            continue
+        if "=" in item and item.startswith("--"):
+            name, value = item.split("=", 1)
+            out[name] = value
+            continue
+        nxt = items[i + 1] if i + 1 < len(items) else None
+        takes = nxt is not None and (not nxt.startswith("-") or nxt[1:2].isdigit() or nxt == "-")
+        out[item] = nxt if takes else None
+    return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One rendered candidate, as the rules see it.
+
+    Attributes:
+        spec: the rendered launch.
+        values: the decoded field values.
+        section: the engine's configuration section.
+        model: facts of the served model.
+        environ: the environment the server would start with (the process's plus ``spec.env``).
+    """
+
+    spec: LaunchSpec
+    values: Mapping[str, Any]
+    section: Mapping[str, Any]
+    model: ModelFacts = field(default_factory=ModelFacts)
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def flags(self) -> dict[str, str | None]:
+        """The command line's flags, last occurrence winning (argparse's rule)."""
+        return parse_flags(self.spec.argv)
+
+    def int_flag(self, *names: str) -> int | None:
+        """The integer value of the last of ``names`` on the command line, None when absent."""
+        flags = self.flags
+        found = [(i, n) for i, n in enumerate(self.spec.argv) for name in names
+                 if n == name or n.startswith(name + "=")]
+        if not found:
+            return None
+        name = found[-1][1].split("=", 1)[0]
+        try:
+            return int(float(flags.get(name) or ""))
+        except ValueError:
+            return None
+
+    def bool_flag(self, name: str) -> bool | None:
+        """True for ``--x``, False for ``--no-x`` (the later wins), None when neither is there."""
+        state = None
+        neg = "--no-" + name[2:]
+        for item in self.spec.argv:
+            if item == name:
+                state = True
+            elif item == neg:
+                state = False
+        return state
+
+    @property
+    def mindie_model(self) -> Mapping[str, Any]:
+        """``BackendConfig.ModelDeployConfig.ModelConfig[0]`` of the rendered config.json."""
+        doc = self.mindie_config
+        try:
+            model = doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]
+        except (KeyError, IndexError, TypeError):
+            return {}
+        return model if isinstance(model, Mapping) else {}
+
+    @property
+    def mindie_config(self) -> Mapping[str, Any]:
+        """The rendered config.json (MindIE), empty for other engines."""
+        for doc in self.spec.files.values():
+            if isinstance(doc, Mapping) and "BackendConfig" in doc:
+                return doc
+        return {}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One start-up rule of one engine.
+
+    Attributes:
+        id: unique, ``<engine>.<what>``.
+        engine: the engine's registered name.
+        refuses: the engine's own message when the candidate breaks the rule, else None.
+        source: the engine's source file that holds the check.
+        version: the engine version that source was read at.
+    """
+
+    id: str
+    engine: str
+    refuses: Callable[[Candidate], str | None]
+    source: str
+    version: str
+
+
+# -- vLLM 0.33.0 ------------------------------------------------------------------------------
+VLLM_VERSION = "vllm 0.33.0"
+
+
+def _vllm_max_model_len(c: Candidate) -> int | None:
+    return c.int_flag("--max-model-len") or c.model.max_position
+
+
+def _vllm_batched_vs_model_len(c: Candidate) -> str | None:
+    mnbt = c.int_flag("--max-num-batched-tokens")
+    mml = _vllm_max_model_len(c)
+    if c.bool_flag("--enable-chunked-prefill") is False and mnbt is not None and mml is not None and mnbt < mml:
+        return (f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}). This effectively "
+                "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                "sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
+    return None
+
+
+def _vllm_batched_vs_seqs(c: Candidate) -> str | None:
+    mnbt = c.int_flag("--max-num-batched-tokens")
+    mns = c.int_flag("--max-num-seqs")
+    if mnbt is not None and mns is not None and mnbt < mns:
+        return f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({mns})."
+    return None
+
+
+def _vllm_tp_heads(c: Candidate) -> str | None:
+    tp = c.int_flag("--tensor-parallel-size", "-tp")
+    heads = c.model.attention_heads
+    if tp and heads and heads % tp:
+        return (f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+                f"({tp}).")
+    return None
+
+
+# -- SGLang 0.5.23 ----------------------------------------------------------------------------
+SGLANG_VERSION = "sglang 0.5.23"
+
+
+def _sglang_tp_heads(c: Candidate) -> str | None:
+    tp = c.int_flag("--tp-size", "--tensor-parallel-size")
+    heads = c.model.attention_heads
+    if tp and heads and heads % tp:
+        return f"AssertionError: assert self.total_num_heads % tp_size == 0 (heads {heads}, tp_size {tp})"
+    return None
+
+
+def _sglang_chunk_page(c: Candidate) -> str | None:
+    chunk = c.int_flag("--chunked-prefill-size")
+    page = c.int_flag("--page-size")
+    if chunk is not None and page and chunk > 0 and chunk % page:
+        return "AssertionError: chunked_prefill_size must be divisible by page_size"
+    return None
+
+
+# -- MindIE (MindIE-LLM master 8b4871a, 2026-04-23) -------------------------------------------
+MINDIE_VERSION = "MindIE-LLM 8b4871a (master, 2026-04-23)"
+_MAPPING = "examples/atb_models/atb_llm/utils/mapping.py"
+
+
+def _mindie_int(model: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    v = model.get(key, default)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+def _mindie_parallel(c: Candidate) -> tuple[int | None, int, int, int]:
+    m = c.mindie_model
+    world = _mindie_int(m, "worldSize", None)
+    tp = _mindie_int(m, "tp", world) or 1  # mapping.py: tp defaults to world_size
+    return world, tp, _mindie_int(m, "dp", 1) or 1, _mindie_int(m, "pp", 1) or 1
+
+
+def _mindie_dp_pp(c: Candidate) -> str | None:
+    _, _, dp, pp = _mindie_parallel(c)
+    if pp != 1 and dp != 1:
+        return ("The attention module cannot support data parallel and pipeline parallel simultaneously. "
+                "Please check `dp` and `pp`.")
+    return None
+
+
+def _mindie_world(c: Candidate) -> str | None:
+    world, tp, dp, pp = _mindie_parallel(c)
+    if world is None:
+        return None
+    if pp > 1 and tp * pp != world:
+        return (f"World size must equal to attention's tp_size * pp_size. pp_size is {pp}. pp's tp_size is "
+                f"{tp}. World size is {world}. Please check `tp`, `pp` and `world_size`.")
+    if pp == 1 and tp * dp != world:
+        return ("World size must equal to attention's dp_size * attention's cp_size * attention's tp_size. "
+                f"Attention's tp_size is {tp}. Attention's dp_size is {dp}. Attention's cp_size is 1. "
+                f"World size is {world}. Please check `dp`, `cp`, `tp` and `world_size`.")
+    return None
+
+
+def _mindie_master(c: Candidate) -> str | None:
+    _, _, _, pp = _mindie_parallel(c)
+    if pp > 1 and not c.environ.get("MASTER_IP"):
+        return "Master ip cannot be None when pipeline parallel is used. Please export MASTER_IP."
+    if pp > 1 and not c.environ.get("MASTER_PORT"):
+        return ("MASTER_PORT or Network adapter cannot be None when pipeline parallel is used. "
+                "Please export environment.")
+    return None
+
+
+def _mindie_device_ids(c: Candidate) -> str | None:
+    backend = c.mindie_config.get("BackendConfig", {})
+    ids = backend.get("npuDeviceIds") if isinstance(backend, Mapping) else None
+    if not isinstance(ids, list):
+        return None
+    if backend.get("modelInstanceNumber") is not None and len(ids) != backend.get("modelInstanceNumber"):
+        return "The size of npuDeviceIds does not equal to modelInstanceNumber"
+    world = c.mindie_model.get("worldSize")
+    if any(isinstance(s, list) and len(s) != world for s in ids):
+        return "The size of npuDeviceIds (subset) does not equal to worldSize"
+    return None
+
+
+#: Every engine's start-up rules; see the module docstring.
+RULES: tuple[Rule, ...] = (
+    Rule("vllm.batched_tokens_vs_max_model_len", "vllm", _vllm_batched_vs_model_len,
+         "vllm/config/scheduler.py (SchedulerConfig.verify_max_model_len)", VLLM_VERSION),
+    Rule("vllm.batched_tokens_vs_max_num_seqs", "vllm", _vllm_batched_vs_seqs,
+         "vllm/config/scheduler.py (SchedulerConfig.verify_max_model_len)", VLLM_VERSION),
+    Rule("vllm.tp_divides_attention_heads", "vllm", _vllm_tp_heads,
+         "vllm/config/model.py (ModelConfig.verify_with_parallel_config)", VLLM_VERSION),
+    Rule("sglang.tp_divides_attention_heads", "sglang", _sglang_tp_heads,
+         "sglang/srt/models/llama.py, qwen2.py, qwen3.py (attention __init__)", SGLANG_VERSION),
+    Rule("sglang.chunked_prefill_vs_page_size", "sglang", _sglang_chunk_page,
+         "sglang/srt/arg_groups/validation_hook.py", SGLANG_VERSION),
+    Rule("mindie.dp_and_pp", "mindie", _mindie_dp_pp, f"{_MAPPING} (Mapping.validate)", MINDIE_VERSION),
+    Rule("mindie.world_size", "mindie", _mindie_world, f"{_MAPPING} (Mapping.validate_pp)", MINDIE_VERSION),
+    Rule("mindie.pp_master_address", "mindie", _mindie_master, f"{_MAPPING} (Mapping.update_pp)",
+         MINDIE_VERSION),
+    Rule("mindie.npu_device_ids", "mindie", _mindie_device_ids,
+         "src/config_manager/backend_config.cpp (BackendConfigManager::InitFromJson)", MINDIE_VERSION),
+)
+
+
+def rules_for(engine: str) -> tuple[Rule, ...]:
+    """The start-up rules of ``engine`` (none for an engine without a table, e.g. a plugin)."""
+    return tuple(r for r in RULES if r.engine == engine)
+
+
+def broken_rule(candidate: Candidate) -> tuple[Rule, str] | None:
+    """The first rule of the candidate's engine it breaks, with the engine's message, or None."""
+    for rule in rules_for(candidate.spec.engine):
+        message = rule.refuses(candidate)
+        if message is not None:
+            return rule, message
+    return None
+
+
+def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[str, Any], *,
+                model: ModelFacts | None = None, environ: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`RefusedError` (the engine's message, the rule id) for a refused candidate.
+
+    Args:
+        spec: the rendered launch.
+        values: the decoded values.
+        section: the engine's section.
+        model: facts of the model; default: read from ``<spec.model>/config.json`` when local.
+        environ: the server's environment; default: this process's plus ``spec.env``.
+    """
+    env = {**(os.environ if environ is None else environ), **spec.env}
+    cand = Candidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
+    hit = broken_rule(cand)
+    if hit is not None:
+        rule, message = hit
+        raise RefusedError(f"{spec.engine} refuses this configuration at start-up: {message} "
+                           f"[rule {rule.id}, {rule.source}, {rule.version}]", rule.id)

@@ -1,0 +1,193 @@
+"""Transport between the stages and the pool: what is in flight, duplicates, and resume.
+
+A request is either replayed (``--resume``: the journal's result stands in for the evaluation it
+records, so the seeded swarm goes through exactly the same states), reused (``duplicate_policy =
+"reuse"``: a search of a configuration already measured, or a follower of one in flight, gets
+that measurement again at no cost), or submitted to the :class:`~msopt.run.pool.EvaluatorPool`.
+Every finished result goes to the ``finish`` callback (the driver journals and ranks it) before
+the stage sees it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from msopt.errors import DecodeError, FaultError
+from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.run.leaderboard import values_key
+from msopt.run.pool import EvaluatorPool
+from msopt.run.records import load_text
+from msopt.space import SearchSpace
+
+#: A request's resume key: (phase, particle, iteration).
+RequestKey = tuple[str, "int | None", int]
+
+#: ``finish(result, journal)``: record a finished evaluation (journal it unless it was replayed).
+Finish = Callable[[EvaluationResult, bool], None]
+
+#: ``emit(kind, **fields)``: a progress event.
+Emit = Callable[..., None]
+
+
+#: Times an evaluation that met a fault of the machinery is submitted again before the run stops.
+FAULT_RETRIES = 2
+
+
+def request_key(phase: str, particle: int | None, iteration: int) -> RequestKey:
+    """The key under which a request's result is journaled and found again on resume."""
+    return (phase, particle, iteration)
+
+
+class Dispatcher:
+    """Replays, reuses or submits requests and collects their results.
+
+    Args:
+        pool: where evaluations run.
+        space: decodes a request's position, to recognise duplicates before they run.
+        reuse: ``duplicate_policy = "reuse"``.
+        previous: results already journaled (``--resume``): replayed, not re-run.
+        finish: called with every finished result (see :data:`Finish`).
+        emit: progress events (see :data:`Emit`).
+    """
+
+    def __init__(self, pool: EvaluatorPool, space: SearchSpace, *, reuse: bool,
+                 previous: Sequence[EvaluationResult], finish: Finish, emit: Emit) -> None:
+        self.pool = pool
+        self.space = space
+        self.reuse = reuse
+        self._finish_cb = finish
+        self._emit = emit
+        self.previous: dict[RequestKey, EvaluationResult] = {
+            request_key(r.phase, r.particle, r.iteration): r for r in previous}
+        self.replay_order: list[EvaluationResult] = list(previous)  # async search replays in this order
+        self.cache: dict[str, EvaluationResult] = {}     # duplicate_policy = "reuse" only
+        self.leaders: dict[str, int] = {}                # values key -> eval_id in flight
+        self.followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
+        self.inflight: dict[int, EvalRequest] = {}
+        self.decoded: dict[int, dict[str, Any]] = {}     # eval_id -> the driver's own decode of it
+        self.faults: dict[int, int] = {}                 # eval_id -> faults met (never journaled)
+        self.launched = 0
+
+    def finish(self, r: EvaluationResult, journal: bool = True) -> None:
+        """Record one finished result: the ``finish`` callback, then the duplicate cache."""
+        self._finish_cb(r, journal)
+        if self.reuse and r.values and not r.reused:
+            self.cache.setdefault(values_key(r.values), r)
+
+    def replay(self, prev: EvaluationResult, eval_id: int) -> EvaluationResult:
+        """Finish a journaled result again as evaluation ``eval_id`` (not journaled twice)."""
+        self.previous.pop(request_key(prev.phase, prev.particle, prev.iteration), None)
+        r = replace(prev, eval_id=eval_id)
+        self.finish(r, journal=False)
+        return r
+
+    def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray, dict[str, Any]]:
+        try:
+            d = self.space.decode(np.asarray(req.position, dtype=float), req.context)
+        except DecodeError as exc:
+            return None, np.asarray(req.position, dtype=float), exc.values
+        return values_key(d.values), d.position, d.values
+
+    def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
+        """Replay, reuse or submit one request; return its result when known at once."""
+        prev = self.previous.get(request_key(req.phase, req.particle, req.iteration))
+        if prev is not None:
+            return self.replay(prev, req.eval_id)
+        key, position, values = self._pre_decode(req)
+        if self.reuse and key is not None and req.phase == "search":
+            done = self.cache.get(key)
+            if done is not None:
+                r = self._reused(done, req, position)
+                self.finish(r)
+                return r
+            if key in self.leaders:
+                self.followers.setdefault(self.leaders[key], []).append((req, position))
+                self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle,
+                           iteration=req.iteration)
+                return None
+            self.leaders[key] = req.eval_id
+        self.decoded[req.eval_id] = values
+        self.inflight[req.eval_id] = req
+        self.pool.submit(req)
+        self.launched += 1
+        self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+                   text=load_text(req.load))
+        return None
+
+    @staticmethod
+    def _reused(done: EvaluationResult, req: EvalRequest, position: np.ndarray) -> EvaluationResult:
+        now = time.time()
+        return replace(done, eval_id=req.eval_id, phase=req.phase, particle=req.particle,
+                       iteration=req.iteration, position_in=[float(x) for x in req.position],
+                       position=position.tolist(), reused=True, attempts=0, devices=[], actor=None,
+                       started=now, finished=now, num_prompts=req.num_prompts)
+
+    def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
+        """Wait for finished evaluations (and their followers); finish them."""
+        for eval_id, devices in self.pool.running():  # drained even without a display: pools queue them
+            req = self.inflight.get(eval_id)
+            if req is not None:
+                self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
+                           iteration=req.iteration, devices=devices)
+        out: list[EvaluationResult] = []
+        fault: FaultError | None = None
+        for r in self.pool.wait(timeout):
+            if r.fault is not None and r.eval_id in self.inflight:
+                fault = fault or self._retry_fault(r)
+                continue
+            req = self.inflight.pop(r.eval_id, None)
+            if req is None:
+                continue  # a result for an evaluation already failed (timeout) or resubmitted
+            values = self.decoded.pop(r.eval_id, None)
+            if not r.values and values:  # the actor died or timed out before it could say
+                r.values = dict(values)
+            self.finish(r)
+            out.append(r)
+            for key, leader in list(self.leaders.items()):
+                if leader == r.eval_id:
+                    del self.leaders[key]
+            for freq, fpos in self.followers.pop(r.eval_id, []):
+                fr = self._reused(r, freq, fpos)
+                self.finish(fr)
+                out.append(fr)
+        if fault is not None:  # the others of this batch are finished first: nothing measured is lost
+            raise fault
+        return out
+
+    def _retry_fault(self, r: EvaluationResult) -> FaultError | None:
+        """Resubmit an evaluation that met a fault of the machinery, up to :data:`FAULT_RETRIES`
+        times; past that, the error that stops the run. A fault is never finished (journaled)."""
+        n = self.faults.get(r.eval_id, 0) + 1
+        self.faults[r.eval_id] = n
+        req = self.inflight[r.eval_id]
+        where = f"evaluation {r.eval_id} ({r.phase}" + (f", particle {r.particle}" if r.particle is not None else "")
+        if n <= FAULT_RETRIES:
+            self._emit("message", text=f"{where}): a fault, not a result ({r.fault}); "
+                                       f"running it again ({n + 1} of {FAULT_RETRIES + 1})")
+            self.pool.submit(req)
+            return None
+        return FaultError(f"{where}) stopped by a fault that is not the configuration's ({n} attempts): {r.fault}; "
+                          "it was not journaled")
+
+    @property
+    def outstanding(self) -> int:
+        """Evaluations submitted or waiting on a duplicate, not yet finished."""
+        return len(self.inflight) + sum(len(v) for v in self.followers.values())
+
+    def run_all(self, reqs: Sequence[EvalRequest]) -> dict[int, EvaluationResult]:
+        """Dispatch every request and wait until all of them finished: eval_id -> result."""
+        got: dict[int, EvaluationResult] = {}
+        for req in reqs:
+            r = self.dispatch(req)
+            if r is not None:
+                got[r.eval_id] = r
+        want = {req.eval_id for req in reqs}
+        while not want <= set(got):
+            for r in self.collect():
+                got[r.eval_id] = r
+        return got

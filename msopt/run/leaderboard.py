@@ -1,0 +1,137 @@
+"""The ranking of a run: the best result, the ``pso_top_k`` best distinct configurations (the
+board) with the running mean of their measurements (the tally), the re-measured results, the
+capacity probes, and from them the recommendation (:meth:`Leaderboard.best`).
+
+Memory stays flat over long runs: the board holds at most ``pso_top_k`` configurations, the
+refined results at most ``pso_top_k``, the probes at most ``max_probes`` per configuration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from msopt.evaluate.results import EvaluationResult
+
+
+def values_key(values: Mapping[str, Any]) -> str:
+    """One configuration's identity: its decoded values as canonical JSON."""
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def rank(r: EvaluationResult) -> tuple[float, int]:
+    """Sort key of a result: lower fitness first, the earlier evaluation on a tie."""
+    return (r.fitness, r.eval_id)
+
+
+class Leaderboard:
+    """Ranks every finished evaluation it is told of (:meth:`add`).
+
+    Args:
+        top_k: ``[data_storage] pso_top_k``: how many distinct configurations to keep for refinement.
+        full_prompts: the configured workload's prompt count, the weight of a measurement whose
+            own count is unknown.
+    """
+
+    def __init__(self, top_k: int, full_prompts: int | None) -> None:
+        self.top_k = top_k
+        self.full_prompts = full_prompts
+        self.search_best: EvaluationResult | None = None  # best successful baseline/search result
+        self.refined: list[EvaluationResult] = []          # successful refine results (<= pso_top_k)
+        self.probes: dict[int, EvaluationResult] = {}      # capacity probes (<= max_probes per config)
+        self.board: dict[str, EvaluationResult] = {}       # the pso_top_k best distinct configurations
+        self.tally: dict[str, list[float]] = {}  # board key -> [sum of weight·fitness, sum of weights, count]
+
+    def add(self, r: EvaluationResult) -> None:
+        """Rank one finished evaluation (failed ones are only counted by the driver)."""
+        if r.phase == "capacity":
+            self.probes[r.eval_id] = r
+        elif not r.failed:
+            key = values_key(r.values)
+            if r.phase == "refine":
+                self.refined.append(r)
+                self._count(key, r)
+            elif r.phase in ("baseline", "search"):
+                if self.search_best is None or rank(r) < rank(self.search_best):
+                    self.search_best = r
+                self._rank_for_refine(key, r)
+
+    def _rank_for_refine(self, key: str, r: EvaluationResult) -> None:
+        """Keep the ``pso_top_k`` best distinct configurations, each with its best result.
+
+        A configuration pushed out can never come back with its old result (the ones ahead of
+        it only get better), so this equals ranking every result at the end.
+        """
+        if self.top_k <= 0:
+            return
+        held = self.board.get(key)
+        if held is not None:
+            if rank(r) < rank(held):
+                self.board[key] = r
+            if not r.reused:  # a reused result is the earlier measurement again, not a new one
+                self._count(key, r)
+            return
+        self.board[key] = r
+        self._count(key, r)
+        if len(self.board) > self.top_k:
+            worst = max(self.board, key=lambda k: rank(self.board[k]))
+            del self.board[worst]
+            self.tally.pop(worst, None)
+
+    def _count(self, key: str, r: EvaluationResult) -> None:
+        """Add a successful measurement to its configuration's running mean.
+
+        Weighted by the prompts it served (a search capped by ``sample_size`` measured fewer
+        than a re-measurement with the full workload); weight 1 when the count is unknown.
+        """
+        prompts = r.num_prompts if r.num_prompts is not None else self.full_prompts
+        weight = float(prompts) if prompts else 1.0
+        t = self.tally.setdefault(key, [0.0, 0.0, 0])
+        t[0] += weight * r.fitness
+        t[1] += weight
+        t[2] += 1
+
+    def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
+        """The weighted mean fitness over every successful measurement of ``r``'s configuration
+        that was counted (search and re-measurements of the ``pso_top_k`` best), and how many
+        there were; ``(r.fitness, 1)`` for a configuration not counted."""
+        t = self.tally.get(values_key(r.values))
+        if t is None or t[1] <= 0:
+            return r.fitness, 1
+        return t[0] / t[1], int(t[2])
+
+    def by_mean(self, results: Sequence[EvaluationResult]) -> list[EvaluationResult]:
+        """One result per configuration (its last), best mean fitness first."""
+        last = {values_key(r.values): r for r in results}
+        return sorted(last.values(), key=lambda r: (self.mean_fitness(r)[0], r.eval_id))
+
+    def picked(self) -> list[EvaluationResult]:
+        """The configurations to re-measure: the board, best first."""
+        return sorted(self.board.values(), key=rank)
+
+    def capacity_configs(self) -> list[EvaluationResult]:
+        """The configurations whose capacity is searched: the refined ones by mean fitness, else the best."""
+        refined = self.by_mean(self.refined)
+        if refined or self.top_k > 0:
+            return refined
+        return [self.search_best] if self.search_best is not None else []
+
+    def best(self, capacity: Sequence[Mapping[str, Any]] = ()) -> EvaluationResult | None:
+        """The recommendation.
+
+        When the capacity stage ran (``capacity``: its per-configuration results) and a
+        configuration sustains some load: the edge probe of the configuration with the highest
+        goodput. Otherwise, when refinement ran, the re-measured configuration with the best mean
+        fitness over all of its measurements (its search result and its re-measurement: one lucky
+        measurement does not decide), as its re-measured result; else the best of all.
+        """
+        sustained = [c for c in capacity if c["edge_eval_id"] is not None and c["goodput"] > 0]
+        if sustained:
+            top = max(sustained, key=lambda c: (c["goodput"], -c["rank"]))
+            edge = self.probes.get(top["edge_eval_id"])
+            if edge is not None:
+                return edge
+        if self.refined:
+            return self.by_mean(self.refined)[0]
+        return self.search_best

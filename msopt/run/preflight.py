@@ -1,0 +1,221 @@
+"""``msopt preflight``: check, on a machine that will run trials, what a launch needs.
+
+:func:`node_checks` runs every check on this machine and returns one :class:`Check` per item:
+the executable (and, in the full set, its version), the model path, the engine adapter's own
+checks (MindIE: config.json, its writability, HTTPS, its fixed ports), the fixed ports a launch
+binds, and the accelerator count against ``[cluster] devices_per_trial``. With a Ray cluster the
+same function runs as one task per node (``actors/preflight.py``). ``msopt optimize`` runs the
+cheap part (:data:`CHEAP`) before the baseline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msopt.config import Settings, thaw
+from msopt.engines import get_engine
+from msopt.engines.base import LaunchSpec, flag_name
+from msopt.errors import MsoptError
+from msopt.space import SearchSpace
+
+#: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
+CHEAP = frozenset({"executable", "model", "config.json", "https", "port"})
+#: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
+TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
+#: Seconds a version query may take (importing an engine can take a while).
+VERSION_TIMEOUT = 120.0
+
+
+class PreflightError(MsoptError):
+    """A preflight check failed; the failing lines were printed before this is raised."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome.
+
+    Attributes:
+        name: what was checked ("executable", "model", "port", "devices", ...).
+        ok: whether a launch can proceed as far as this check knows.
+        detail: what was found, and the fix when it failed.
+        node: the machine it ran on ("" for this one).
+    """
+
+    name: str
+    ok: bool
+    detail: str
+    node: str = ""
+
+    def line(self) -> str:
+        """``ok   [node] name: detail`` or ``FAIL [node] name: detail``, one line."""
+        where = f"[{self.node}] " if self.node else ""
+        text = " ".join(self.detail.split())
+        return f"{'ok  ' if self.ok else 'FAIL'} {where}{self.name}: {text}"
+
+
+def sample_launch(settings: Settings, section: Mapping[str, Any]) -> tuple[LaunchSpec, dict[str, Any]]:
+    """The baseline candidate (every field at its default) rendered as a trial would be."""
+    space = SearchSpace.from_settings(settings)
+    values = dict(space.decode(space.default_position()).values)
+    spec = get_engine(settings.engine).render(values, settings.fields, section, port=0)
+    return spec, values
+
+
+def _executable(argv: Sequence[str]) -> tuple[Check, str | None]:
+    exe = argv[0]
+    found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
+    if found is None:
+        return Check("executable", False, f"{exe!r} is not found on PATH or not executable; install the engine "
+                     "on this node or fix [<engine>.command] executable"), None
+    module = argv[2] if len(argv) > 2 and argv[1] == "-m" else None
+    if module is not None:
+        code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+        if Path(found).resolve() == Path(sys.executable).resolve():
+            missing = importlib.util.find_spec(module) is None
+        else:
+            missing = subprocess.run([found, "-c", code], capture_output=True, timeout=VERSION_TIMEOUT,
+                                     check=False).returncode != 0
+        if missing:
+            return Check("executable", False, f"{found} cannot import module {module!r}; install it into that "
+                         "Python environment"), None
+        return Check("executable", True, f"{found} -m {module}"), module
+    return Check("executable", True, found), None
+
+
+def _version(argv: Sequence[str], module: str | None) -> Check:
+    if module is not None:
+        top = module.split(".")[0]
+        cmd = [argv[0], "-c", f"import importlib.metadata as m; print(m.version({top!r}))"]
+        what = top
+    elif Path(argv[0]).name in ("vllm", "sglang", "python", "python3"):
+        cmd, what = [argv[0], "--version"], Path(argv[0]).name
+    else:
+        return Check("version", True, f"not asked ({Path(argv[0]).name} has no version flag msopt knows)")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=VERSION_TIMEOUT, check=False,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("version", True, f"{what}: unknown ({exc})")
+    text = (out.stdout.strip() or out.stderr.strip()).splitlines()
+    return Check("version", True, f"{what} {text[-1] if text else 'unknown'}")
+
+
+def _model(spec: LaunchSpec) -> Check:
+    model = spec.model
+    if not model:
+        return Check("model", True, "no model path in the launch (the engine's own default)")
+    path = Path(model).expanduser()
+    if path.exists():
+        return Check("model", True, f"{model} exists")
+    looks_local = model.startswith(("/", "~", ".")) or model.count("/") != 1
+    if not looks_local:
+        return Check("model", True, f"{model!r} is not a local path: the engine fetches it from its hub")
+    return Check("model", False, f"model path {model} does not exist on this node; copy the weights there or "
+                 "fix [<engine>.command] model (MindIE: ModelConfig[0].modelWeightPath)")
+
+
+def port_free(port: int, host: str = "0.0.0.0") -> bool:
+    """True when a TCP listener could bind ``port`` on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def fixed_ports(spec: LaunchSpec, exe_len: int) -> list[tuple[int, str]]:
+    """Ports the launch binds that msopt does not choose: ``--*-port N`` items after the executable."""
+    out: list[tuple[int, str]] = []
+    items = list(spec.argv[exe_len:])
+    for i, item in enumerate(items):
+        name = flag_name(item)
+        if name is None or not re.fullmatch(r"--[a-z0-9-]*-port", name) or name == "--port":
+            continue
+        value = item.split("=", 1)[1] if "=" in item else (items[i + 1] if i + 1 < len(items) else "")
+        if value.isdigit() and 0 < int(value) < 65536:
+            out.append((int(value), name))
+    return out
+
+
+def count_devices(accelerator: str) -> int:
+    """Accelerators visible on this machine: /dev/davinciN (NPU) or /dev/nvidiaN (GPU)."""
+    pattern = {"NPU": r"davinci\d+", "GPU": r"nvidia\d+"}.get(accelerator.upper())
+    if pattern is None or not Path("/dev").is_dir():
+        return 0
+    return sum(1 for p in Path("/dev").iterdir() if re.fullmatch(pattern, p.name))
+
+
+def trial_devices(settings: Settings) -> tuple[str | None, int]:
+    """``[cluster] accelerator`` (None for "none") and the devices one trial needs."""
+    cluster = settings.section("cluster")
+    acc = str(cluster.get("accelerator", "NPU"))
+    key = None if acc.lower() == "none" else acc.upper()
+    k = cluster.get("devices_per_trial")
+    if k is None:
+        products = SearchSpace.from_settings(settings).ternary_products()
+        k = int(products[0]) if products else 1
+    return key, int(k)
+
+
+def _devices(settings: Settings, devices: int | None) -> Check:
+    key, k = trial_devices(settings)
+    if key is None or k == 0:
+        return Check("devices", True, "no accelerators requested ([cluster] accelerator / devices_per_trial)")
+    have = count_devices(key) if devices is None else devices
+    if have < k:
+        return Check("devices", False, f"{have} {key}(s) on this node, a trial needs [cluster] devices_per_trial "
+                     f"= {k}; use a node with more or lower devices_per_trial")
+    return Check("devices", True, f"{have} {key}(s), {have // k} trial(s) of {k} fit")
+
+
+def node_checks(settings: Settings, *, devices: int | None = None, full: bool = True,
+                node: str = "") -> list[Check]:
+    """Every check on this machine (``full=False``: only :data:`CHEAP` ones).
+
+    Args:
+        settings: the effective settings.
+        devices: the accelerators this node offers (Ray's resource count); None: count /dev.
+        full: also ask the version and count the devices.
+        node: a name for the lines (the node's address).
+    """
+    engine = get_engine(settings.engine)
+    section = thaw(settings.section(settings.engine))
+    checks = [Check(name, ok, detail) for name, ok, detail in engine.preflight(section)]
+    try:
+        spec, _ = sample_launch(settings, section)
+    except MsoptError:
+        # the adapter's own checks said why (a missing config.json): check the rest on its template
+        spec, _ = sample_launch(settings, {k: v for k, v in section.items() if k != "config_path"})
+    exe = section.get("command", {}).get("executable", getattr(engine, "default_executable", ()))
+    exe_len = 1 if isinstance(exe, str) else max(1, len(exe))
+    exe_check, module = _executable(spec.argv)
+    checks.insert(0, exe_check)
+    if full and exe_check.ok:
+        checks.insert(1, _version(spec.argv, module))
+    checks.append(_model(spec))
+    tls = [f for f in map(flag_name, spec.argv[exe_len:]) if f in TLS_FLAGS]
+    if tls:
+        checks.append(Check("https", False, f"{', '.join(tls)} in 'others' make the server speak HTTPS, but "
+                            "msopt's readiness check and benchmarks speak plain HTTP; drop them while tuning"))
+    host = spec.host if spec.host not in ("", "::") else "0.0.0.0"
+    for port, where in fixed_ports(spec, exe_len):
+        free = port_free(port, host)
+        checks.append(Check("port", free, f"{port} ({where} in 'others') is " + (
+            "free" if free else "in use on this node; stop what holds it or choose another port")))
+    if full:
+        checks.append(_devices(settings, devices))
+    if not full:
+        checks = [c for c in checks if c.name in CHEAP]
+    own = f"[{settings.engine}.command]"
+    return [Check(c.name, c.ok, c.detail.replace("[<engine>.command]", own), node) for c in checks]

@@ -1,0 +1,97 @@
+"""The Markdown report (docs/benchmarks.md): tables made here, prose in ``report.md.in`` and
+``ablation.md.in`` (``string.Template``: ``$name`` fields, ``$$`` for a dollar sign)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from string import Template
+
+from .methods import ABLATION, Method
+from .problems import Table
+from .score import cells, fmt, summarize
+
+HERE = Path(__file__).parent
+
+
+def _template(name: str) -> Template:
+    return Template((HERE / name).read_text(encoding="utf-8"))
+
+
+def ablation_table(got: Mapping[tuple[int, str, int], list[dict[str, float]]], budgets: Sequence[int]) -> str:
+    """The ablation's Markdown table: one row per :data:`~.methods.ABLATION` variant."""
+    modes = ("sync", "async")
+    lines = ["| msopt variant | noise | " + " | ".join(f"{m} @{b}" for m in modes for b in budgets) + " |",
+             "|---|---|" + "---|" * (len(modes) * len(budgets))]
+    for row, (noise, _, variant) in enumerate(ABLATION):
+        row_cells = cells(got, [(row, m, b) for m in modes for b in budgets],
+                          lambda s: f"{fmt(s['median'])}, {s['within1']:.0%}, {s['launches']:.0f} launches")
+        lines.append(f"| {variant.label} | {noise:g} | " + " | ".join(row_cells) + " |")
+    return "\n".join(lines)
+
+
+def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], list[dict[str, float]]],
+           methods: Sequence[Method], budgets: Sequence[int], args: argparse.Namespace, command: str,
+           elapsed: float) -> str:
+    """The report of a benchmark run (``args``: the command line's, with ``cache_note``,
+    ``ablation`` (its table or None) and ``ablation_range``)."""
+    headline = []
+    for b in budgets:
+        ranked = []
+        for m in methods:
+            pooled = [sc for p in tables for sc in results.get((p, m.name, b), [])]
+            if pooled:
+                s_ = summarize(pooled)
+                ranked.append((round(s_["median"], 4), -s_["within1"], m.name, s_))
+        ranked.sort()
+        headline.append(f"- **{b} launches**: " + "; ".join(
+            f"{name} {fmt(s_['median'])} ({s_['within1']:.0%})" for _, _, name, s_ in ranked) + ".")
+
+    columns = " regret @{b} | ≤1% @{b} | found @{b} | distinct / infeasible / duplicate @{b} |"
+    pooled_rows = ["| method |" + "".join(columns.format(b=b) for b in budgets),
+                   "|---|" + "---|---|---|---|" * len(budgets)]
+    for m in methods:
+        row: list[str] = []
+        for b in budgets:
+            pooled = [s for p in tables for s in results.get((p, m.name, b), [])]
+            if not pooled:
+                row += ["", "", "", ""]
+                continue
+            s = summarize(pooled)
+            row += [f"**{fmt(s['median'])}** [{fmt(s['q1'])}, {fmt(s['q3'])}]", f"{s['within1']:.0%}",
+                    f"{s['found1']:.0%}", f"{s['distinct']:.0f} / {s['infeasible']:.0f} / {s['duplicate']:.0f}"]
+        pooled_rows.append(f"| {m.name} | " + " | ".join(row) + " |")
+
+    per_problem = ["| method |" + "".join(f" {p} @{b} |" for p in tables for b in budgets),
+                   "|---|" + "---|" * (len(tables) * len(budgets))]
+    for m in methods:
+        row = cells(results, [(p, m.name, b) for p in tables for b in budgets],
+                    lambda s: f"{fmt(s['median'])} [{fmt(s['q1'])}, {fmt(s['q3'])}] {s['within1']:.0%}")
+        per_problem.append(f"| {m.name} | " + " | ".join(row) + " |")
+
+    problems = ["| problem | world | valid configurations | feasible | f_opt | f_med | optimum |",
+                "|---|---|---|---|---|---|---|"]
+    for p, t in tables.items():
+        o = t.opt_values
+        opt = (f"tp {o['tp']} pp {o['pp']} dp {o['dp']}, seqs {o['max_num_seqs']}, "
+               f"tokens {o['max_num_batched_tokens']}, gmu {o['gpu_memory_utilization']}, "
+               f"chunked {o['enable_chunked_prefill']}")
+        pr = t.problem
+        problems.append(f"| {p} (in {pr.input_len}, out {pr.output_len}, concurrency {pr.concurrency}, "
+                        f"{pr.prompts} prompts) | {pr.world} | {t.n_valid} | {t.n_feasible} | {t.f_opt:.4f} | "
+                        f"{t.f_med:.4f} | {opt} |")
+
+    last_seed = args.first_seed + args.seeds - 1
+    ablation = ""
+    if getattr(args, "ablation", None):
+        lo, hi = args.ablation_range
+        ablation = _template("ablation.md.in").substitute(
+            lo=lo, hi_last=hi - 1, first_seed=args.first_seed, last_seed=last_seed, runs=(hi - lo) * len(tables),
+            table=args.ablation)
+    return _template("report.md.in").substitute(
+        took=f"{elapsed / 60:.0f} min" if elapsed >= 90 else f"{elapsed:.0f} s", command=command,
+        cache_note=getattr(args, "cache_note", ""), seeds=args.seeds, first_seed=args.first_seed,
+        last_seed=last_seed, budgets=", ".join(map(str, budgets)), noise=f"{args.noise:g}",
+        headline="\n".join(headline), pooled="\n".join(pooled_rows), per_problem="\n".join(per_problem),
+        problems="\n".join(problems), ablation=ablation, setups="\n".join(f"| {m.name} | {m.how} |" for m in methods))

@@ -1,0 +1,167 @@
+"""Start-up rules: one table per engine, each rule with its source, checked before any launch."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msopt.config import load_settings
+from msopt.engines import ENGINES, LaunchSpec, get_engine
+from msopt.engines.rules import RULES, Candidate, ModelFacts, broken_rule, check_rules, model_facts
+from msopt.errors import RefusedError
+from msopt.evaluate import Evaluator
+from msopt.evaluate.results import EvalRequest, EvaluationResult
+
+
+def vllm(*flags: str) -> LaunchSpec:
+    return LaunchSpec("vllm", ("vllm", "serve", "M", "--port", "1", *flags))
+
+
+def sglang(*flags: str) -> LaunchSpec:
+    return LaunchSpec("sglang", ("python", "-m", "sglang.launch_server", "--model-path", "M", *flags))
+
+
+def mindie(world: int, tp: int, dp: int = 1, pp: int = 1, ids: Any = None) -> LaunchSpec:
+    doc = {"BackendConfig": {"modelInstanceNumber": 1,
+                             "npuDeviceIds": ids if ids is not None else [list(range(world))],
+                             "ModelDeployConfig": {"ModelConfig": [
+                                 {"worldSize": world, "tp": tp, "dp": dp, "pp": pp}]}}}
+    return LaunchSpec("mindie", ("mindieservice_daemon",), files={"config.json": doc})
+
+
+def refusal(spec: LaunchSpec, model: ModelFacts | None = None, env: dict | None = None) -> str | None:
+    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), env or {}))
+    return None if hit is None else hit[0].id
+
+
+def test_every_rule_names_a_registered_engine_its_source_and_version() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    for rule in RULES:
+        assert rule.engine in ENGINES.names() and rule.id.startswith(rule.engine + ".")
+        assert rule.source.strip() and rule.version.strip()
+    assert {r.engine for r in RULES} == {"vllm", "sglang", "mindie"}
+
+
+@pytest.mark.parametrize(("flags", "model", "expected"), [
+    (("--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048", "--max-model-len", "4096"), None,
+     "vllm.batched_tokens_vs_max_model_len"),
+    (("--enable-chunked-prefill", "--max-num-batched-tokens", "2048", "--max-model-len", "4096"), None, None),
+    (("--max-num-batched-tokens", "2048", "--max-model-len", "4096"), None, None),  # chunked on by default
+    (("--no-enable-chunked-prefill", "--max-num-batched-tokens=2048"), ModelFacts(max_position=40960),
+     "vllm.batched_tokens_vs_max_model_len"),
+    (("--max-num-batched-tokens", "128", "--max-num-seqs", "256"), None, "vllm.batched_tokens_vs_max_num_seqs"),
+    (("--max-num-batched-tokens", "256", "--max-num-seqs", "256"), None, None),
+    (("--tensor-parallel-size", "3"), ModelFacts(attention_heads=32), "vllm.tp_divides_attention_heads"),
+    (("--tensor-parallel-size", "4"), ModelFacts(attention_heads=32), None),
+    (("--tensor-parallel-size", "3"), None, None),  # heads unknown: no refusal
+    (("--max-num-seqs", "512", "--max-num-batched-tokens", "128", "--max-num-batched-tokens", "1024"), None,
+     None),  # the last occurrence wins, as with argparse
+])
+def test_vllm_rules(flags: tuple[str, ...], model: ModelFacts | None, expected: str | None) -> None:
+    assert refusal(vllm(*flags), model) == expected
+
+
+def test_vllm_message_is_the_engines_own() -> None:
+    with pytest.raises(RefusedError, match=r"max_num_batched_tokens \(128\) must be greater than or equal to "
+                                           r"max_num_seqs \(256\)\.") as info:
+        check_rules(vllm("--max-num-batched-tokens", "128", "--max-num-seqs", "256"), {}, {},
+                    model=ModelFacts(), environ={})
+    assert info.value.rule == "vllm.batched_tokens_vs_max_num_seqs"
+    assert "vllm/config/scheduler.py" in str(info.value) and "0.33.0" in str(info.value)
+
+
+def test_sglang_rules() -> None:
+    assert refusal(sglang("--tp-size", "3"), ModelFacts(attention_heads=64)) == "sglang.tp_divides_attention_heads"
+    assert refusal(sglang("--tp-size", "4"), ModelFacts(attention_heads=64)) is None
+    assert refusal(sglang("--chunked-prefill-size", "100", "--page-size", "64")) == \
+        "sglang.chunked_prefill_vs_page_size"
+    assert refusal(sglang("--chunked-prefill-size", "-1", "--page-size", "64")) is None
+    assert refusal(sglang("--chunked-prefill-size", "128", "--page-size", "64")) is None
+
+
+def test_mindie_rules() -> None:
+    master = {"MASTER_IP": "10.0.0.1", "MASTER_PORT": "29500"}
+    assert refusal(mindie(8, 8)) is None
+    assert refusal(mindie(8, 2, dp=4)) is None
+    assert refusal(mindie(8, 1, dp=4, pp=2), env=master) == "mindie.dp_and_pp"
+    assert refusal(mindie(8, 4, pp=2), env=master) is None
+    assert refusal(mindie(8, 4, pp=2)) == "mindie.pp_master_address"
+    assert refusal(mindie(8, 4, pp=2), env={"MASTER_IP": "10.0.0.1"}) == "mindie.pp_master_address"
+    assert refusal(mindie(8, 2, dp=2)) == "mindie.world_size"
+    assert refusal(mindie(8, 2, pp=2), env=master) == "mindie.world_size"
+    assert refusal(mindie(8, 8, ids=[[0, 1, 2, 3]])) == "mindie.npu_device_ids"
+    assert refusal(mindie(4, 4, ids=[[0, 1, 2, 3], [4, 5, 6, 7]])) == "mindie.npu_device_ids"
+
+
+def test_model_facts_read_the_models_config_json(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 40,
+                                                      "max_position_embeddings": 40960}))
+    assert model_facts(str(tmp_path)) == ModelFacts(40, 40960)
+    assert model_facts(str(tmp_path / "nope")) == ModelFacts()
+    assert model_facts("Qwen/Qwen3-8B") == ModelFacts()
+
+
+SIM = """
+engine = "vllm"
+simulate = true
+[simulator]
+hardware = "h100-sxm"
+model = "qwen3-8b"
+[simulator.workload]
+num_prompts = 8
+input_len = 64
+output_len = 16
+[vllm.command]
+model = "Qwen/Qwen3-8B"
+others = "--max-model-len 4096"
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 8
+max = 512
+dtype = "int"
+value = 64
+[[vllm.target_field]]
+name = "max_num_batched_tokens"
+config_position = "--max-num-batched-tokens"
+min = 16
+max = 8192
+dtype = "int"
+value = 8192
+"""
+
+
+def run_one(tmp_path: Path, text: str, position: list[float]) -> EvaluationResult:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    ev = Evaluator(load_settings(path), run_dir=tmp_path / "run")
+    return ev.evaluate(EvalRequest(1, "search", 0, 0, tuple(position)))
+
+
+def test_simulated_refusal_costs_nothing_and_is_journaled(tmp_path: Path) -> None:
+    res = run_one(tmp_path, SIM, [256, 64])
+    assert res.refused and res.failed and res.attempts == 1
+    assert "max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (256)" in res.error
+    line = res.to_json("r")
+    assert line["refused"] is True and line["fitness"] is None
+    back = EvaluationResult.from_json(json.loads(json.dumps(line)))
+    assert back.refused and math.isinf(back.fitness)
+    old = {k: v for k, v in line.items() if k != "refused"}  # a journal line from before the field
+    assert EvaluationResult.from_json(old).refused is False
+    ok = run_one(tmp_path, SIM, [64, 4096])
+    assert not ok.refused and not ok.failed
+
+
+def test_real_refusal_is_not_launched(tmp_path: Path) -> None:
+    marker = tmp_path / "launched"
+    text = SIM.replace("simulate = true", "simulate = false\nbenchmark = \"builtin\"").replace(
+        '[vllm.command]', f'[vllm.command]\nexecutable = ["python3", "-c", "open({str(marker)!r}, \'w\')"]')
+    res = run_one(tmp_path, text, [256, 64])
+    assert res.refused and "must be greater than or equal to max_num_seqs" in res.error
+    assert not marker.exists()
+    assert get_engine("vllm").name == "vllm"

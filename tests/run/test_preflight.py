@@ -1,0 +1,130 @@
+"""msopt preflight on this machine, with msopt sim-serve as the engine's executable."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msopt.config import load_settings
+from msopt.engines import LaunchSpec
+from msopt.run.preflight import CHEAP, fixed_ports, node_checks, port_free
+
+EXE = [sys.executable, "-m", "msopt.cli", "sim-serve"]
+
+
+def config(tmp_path: Path, *, model: str, others: str = "--time-scale 0.01", accelerator: str = "none",
+           devices: int = 1) -> Path:
+    path = tmp_path / "pre.toml"
+    path.write_text(f"""
+engine = "vllm"
+benchmark = "builtin"
+[cluster]
+accelerator = "{accelerator}"
+devices_per_trial = {devices}
+[vllm.command]
+executable = {EXE!r}
+model = "{model}"
+others = "{others}"
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 8
+max = 64
+dtype = "int"
+value = 16
+""".replace("'", '"'))
+    return path
+
+
+@pytest.fixture
+def busy_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "msopt.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_all_checks_pass_with_sim_serve(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    out = cli("preflight", "-c", str(config(tmp_path, model=str(tmp_path / "model"))))
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert [ln.split()[1].rstrip(":") for ln in lines] == ["executable", "version", "model", "devices"]
+    assert all(ln.startswith("ok ") for ln in lines)
+    assert "msopt" in lines[1]  # the version of the module sim-serve runs
+
+
+def test_missing_model_and_busy_port_each_one_line(tmp_path: Path, busy_port: int) -> None:
+    path = config(tmp_path, model="/nonexistent/msopt-test/Qwen3-8B", others=f"--grpc-port {busy_port}")
+    out = cli("preflight", "-c", str(path))
+    assert out.returncode == 1
+    failed = [ln for ln in out.stdout.splitlines() if ln.startswith("FAIL")]
+    assert len(failed) == 2, out.stdout
+    assert failed[0].startswith("FAIL model: model path /nonexistent/msopt-test/Qwen3-8B does not exist")
+    assert failed[1].startswith(f"FAIL port: {busy_port} (--grpc-port in 'others') is in use")
+
+
+def test_too_few_devices_and_a_missing_executable(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"), accelerator="NPU", devices=8)
+    settings = load_settings(path)
+    checks = {c.name: c for c in node_checks(settings, devices=4)}
+    assert not checks["devices"].ok and "4 NPU(s) on this node" in checks["devices"].detail
+    assert checks["devices"].line().count("\n") == 0
+    assert {c.name for c in node_checks(settings, devices=4, full=False)} <= CHEAP
+    text = path.read_text().replace(repr(EXE).replace("'", '"'), '["no-such-engine-msopt", "serve"]')
+    path.write_text(text)
+    checks = {c.name: c for c in node_checks(load_settings(path), devices=8)}
+    assert not checks["executable"].ok and "no-such-engine-msopt" in checks["executable"].detail
+    assert "[vllm.command] executable" in checks["executable"].detail
+
+
+def test_fixed_ports_are_the_port_flags_after_the_executable() -> None:
+    spec = LaunchSpec("vllm", ("vllm", "serve", "M", "--port", "1", "--grpc-port", "7001",
+                               "--metrics-port=7002", "--seed", "3"))
+    assert fixed_ports(spec, 2) == [(7001, "--grpc-port"), (7002, "--metrics-port")]
+
+
+def test_port_free(busy_port: int) -> None:
+    assert not port_free(busy_port)
+
+
+def test_mindie_config_json_checks(tmp_path: Path) -> None:
+    conf = tmp_path / "config.json"
+    conf.write_bytes((Path(__file__).parents[1] / "data/engines/mindie_config.json").read_bytes())
+    path = tmp_path / "m.toml"
+    path.write_text(f'engine = "mindie"\n[cluster]\naccelerator = "none"\n[mindie]\nconfig_path = "{conf}"\n')
+    checks = node_checks(load_settings(path), full=False)
+    by = {c.name: c for c in checks}
+    assert by["config.json"].ok and "writable" in by["config.json"].detail
+    assert by["https"].ok and "sets it to false" in by["https"].detail
+    assert not by["model"].ok  # the shipped file's modelWeightPath is not on this machine
+    conf.chmod(0o444)
+    tmp_path.chmod(0o555)
+    try:
+        import os
+
+        if os.geteuid() != 0:  # root writes anyway
+            assert not {c.name: c for c in node_checks(load_settings(path), full=False)}["config.json"].ok
+    finally:
+        tmp_path.chmod(0o755)
+    missing = tmp_path / "m2.toml"
+    missing.write_text('engine = "mindie"\n[mindie]\nconfig_path = "/nonexistent/conf/config.json"\n')
+    line = {c.name: c for c in node_checks(load_settings(missing), full=False)}["config.json"].line()
+    assert line.startswith("FAIL config.json: /nonexistent/conf/config.json does not exist on this node")
+
+
+def test_tls_flags_fail_the_https_check(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"), others="--ssl-keyfile k.pem --ssl-certfile c.pem")
+    line = {c.name: c for c in node_checks(load_settings(path), full=False)}["https"].line()
+    assert line.startswith("FAIL https: --ssl-keyfile, --ssl-certfile in 'others'")

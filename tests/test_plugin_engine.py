@@ -1,0 +1,99 @@
+"""The third-party engine of docs/architecture.md, for real: docs/examples/msopt-tgi registered
+through its entry point (a dist-info directory on the path, as ``pip install`` would leave it),
+then ``msopt validate`` and ``msopt optimize --no-ray`` with ``engine = "tgi"`` and a ``[tgi]``
+section, the server being ``msopt sim-serve`` (which takes the launch's unknown flags)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "msopt-tgi"
+
+CONFIG = """
+engine = "tgi"
+benchmark = "builtin"
+n_particles = 2
+iters = 1
+sample_size = 8
+particles_time_out = 120
+[data_storage]
+pso_top_k = 0
+[cluster]
+accelerator = "none"
+[tgi]
+wait_start_time = 60
+[tgi.command]
+executable = {exe}
+model = "sim-model"
+others = "--time-scale 0.01"
+[[tgi.target_field]]
+name = "max_concurrent_requests"
+config_position = "--max-concurrent-requests"
+min = 4
+max = 64
+dtype = "int"
+value = 8
+[builtin]
+input_len = 32
+output_len = 4
+concurrency = 2
+num_prompts = 8
+"""
+
+
+def _install(site: Path) -> None:
+    """What ``pip install docs/examples/msopt-tgi`` leaves for importlib.metadata: a dist-info
+    directory whose entry_points.txt comes from the example's pyproject.toml."""
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    lines = []
+    for group, entries in project["entry-points"].items():
+        lines.append(f"[{group}]")
+        lines += [f"{name} = {target}" for name, target in entries.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+def _msopt(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "msopt.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=cwd)
+
+
+def test_third_party_engine_validates_and_optimizes(tmp_path):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG.format(exe=json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])))
+    bare = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(EXAMPLE)]))
+    out = _msopt(["validate", "-c", str(cfg)], bare, tmp_path)
+    assert out.returncode != 0 and "tgi" in out.stderr  # not installed: neither the engine nor [tgi] exists
+
+    site = tmp_path / "site"
+    _install(site)
+    env = dict(bare, PYTHONPATH=os.pathsep.join([str(site), str(ROOT), str(EXAMPLE)]),
+               MSOPT_SIM_SERVE_ARGV_FILE=str(tmp_path / "argv"))
+    (tmp_path / "argv").mkdir()
+    out = _msopt(["validate", "-c", str(cfg)], env, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "max_concurrent_requests" in out.stdout
+
+    out = _msopt(["optimize", "-c", str(cfg), "--no-ray", "--plain", "-o", str(tmp_path / "runs")], env, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    journal = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    assert len(journal) == 3 and all(r["error"] is None for r in journal if not r["reused"])
+    best = json.loads((run / "best.json").read_text())
+    assert best["engine"] == "tgi" and "max_concurrent_requests" in best["values"]
+    launched = [json.loads(p.read_text()) for p in (tmp_path / "argv").iterdir()]
+    assert launched and all("--model-id" in a and "--max-concurrent-requests" in a for a in launched)
+    command = json.loads((run / "best_command.json").read_text())
+    assert command["port"] == 3000 and "--max-concurrent-requests" in command["argv"]
