@@ -90,7 +90,7 @@ MAX_LENGTH = 1_048_576
 
 def _positive_int(table: Mapping[str, Any], key: str, where: str, most: int = MAX_LENGTH) -> int:
     value = table[key]
-    if not is_number(value) or value != int(value) or not 1 <= value <= most:
+    if not is_number(value) or not 1 <= value <= most or value != int(value):
         raise ConfigError(f"{where}.{key} = {value!r}: must be an integer from 1 to {most}")
     return int(value)
 
