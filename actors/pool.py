@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -49,6 +50,21 @@ def quiet_ray_logs() -> None:
     logging.getLogger("ray._private.accelerators").setLevel(logging.CRITICAL)
 
 
+def _check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail in seconds, in one line, when nothing listens at a ``HOST:PORT`` address: Ray itself
+    retries for minutes, printing warnings."""
+    if address in ("auto", "local") or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ClusterError(f"--address {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379), 'auto' or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ClusterError(f"no Ray cluster answers at {address} ({exc.strerror or type(exc).__name__}); start its "
+                           "head with 'ray start --head' (it prints the address to give) or drop --address") from None
+
+
 def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: int) -> bool:
     """Connect to Ray; return True when this call started a local instance (stop it at the end).
 
@@ -62,6 +78,7 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
     address = address or os.environ.get("RAY_ADDRESS")
     kw: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address:
+        _check_reachable(address)
         try:
             ray.init(address=address, **kw)
         except (ConnectionError, RuntimeError, ValueError) as exc:

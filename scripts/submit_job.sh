@@ -17,5 +17,21 @@ address=${RAY_JOB_ADDRESS:-http://127.0.0.1:8265}
 if [ -z "${RAY_AUTH_MODE:-}" ] && [ -f "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}" ]; then
     export RAY_AUTH_MODE=token
 fi
+# without this, `ray job submit` answers a missing dashboard with a ConnectionError traceback
+if ! python - "$address" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1].rstrip("/") + "/api/version", timeout=10).close()
+except urllib.error.HTTPError:
+    pass  # it answers (401 with token authentication): ray job submit takes it from here
+except (OSError, ValueError) as exc:
+    reason = getattr(exc, "reason", None) or exc
+    print(f"submit_job.sh: no Ray dashboard answers at {sys.argv[1]} ({reason}); start the head with "
+          "'ray start --head' or set RAY_JOB_ADDRESS to its dashboard (http://HEAD_IP:8265)", file=sys.stderr)
+    sys.exit(2)
+PY
+then
+    exit 2
+fi
 exec ray job submit --address "$address" --working-dir . -- \
     msopt optimize -c "$config" --address auto --plain "$@"

@@ -287,6 +287,7 @@ def test_invalid_keys_are_named(write_toml, line, key):
         capacity_options(s)
 
 
+@pytest.mark.slow  # whole runs in processes
 def test_cli_refuses_a_bad_key_before_the_run_and_reports_capacity(write_toml, tmp_path):
     bad = write_toml(CFG.format(n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capacity="percentile = 42",
                                 load="concurrency = 4", extra=""), "bad.toml")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a Ray head and a Ray job
+
 REPO = Path(__file__).resolve().parents[1]
 
 

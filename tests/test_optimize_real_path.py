@@ -14,6 +14,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 CONFIG = """
 engine = "vllm"
 benchmark = "builtin"
@@ -69,6 +71,7 @@ def _processes_with(token: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow  # a whole run through sim-serve
 def test_optimize_builtin_through_sim_serve(tmp_path):
     token = f"e2e-{uuid.uuid4().hex[:8]}"
     exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])

@@ -34,7 +34,7 @@ accelerator = "none"
 wait_start_time = 60
 [tgi.command]
 executable = {exe}
-model = "sim-model"
+model = {model}
 others = "--time-scale 0.01"
 [[tgi.target_field]]
 name = "max_concurrent_requests"
@@ -72,7 +72,10 @@ def _msopt(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comple
 
 def test_third_party_engine_validates_and_optimizes(tmp_path):
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])))
+    model = tmp_path / "sim-model"  # the pre-flight checks that the model path exists on this node
+    model.mkdir()
+    cfg.write_text(CONFIG.format(exe=json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"]),
+                                 model=json.dumps(str(model))))
     bare = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(EXAMPLE)]))
     out = _msopt(["validate", "-c", str(cfg)], bare, tmp_path)
     assert out.returncode != 0 and "tgi" in out.stderr  # not installed: neither the engine nor [tgi] exists

@@ -65,6 +65,9 @@ def test_closing_line_names_the_recommendation_not_the_luckiest_measurement():
         display.update(done(11, None, 0.75, phase="refine", values=dict(rec.values)))
         display.close({"best": rec, "status": "complete"})
         last = out.getvalue().strip().splitlines()[-1]
+        if isinstance(display, LiveTable):  # the command's verdict names the recommendation after the table
+            assert last == "finished: 2/2 evaluations, 0 failed; elapsed 00:00"
+            continue
         assert "recommended fitness=0.7500 (eval 11 refine) tp=4 pp=1 max_num_seqs=64" in last
         assert "eval 12" not in last and "status=complete" in last
 
@@ -258,7 +261,13 @@ def render_text(table: LiveTable, width: int = 160) -> str:
 
 
 def rows(text: str) -> dict[str, str]:
-    return {ln.split("│")[0].strip(): ln for ln in text.splitlines() if "│" in ln}
+    """The table's rows by label (p0, baseline, ...)."""
+    out = {}
+    for ln in text.splitlines():
+        label = ln.split(" ", 1)[0]
+        if re.fullmatch(r"p-?\d+|baseline|refine|capacity|cap#\d+|other", label):
+            out[label] = ln + " "
+    return out
 
 
 def live_table(n_particles: int = 4, dims: list[str] | None = None) -> tuple[LiveTable, Clock]:
@@ -284,17 +293,18 @@ def test_live_table_statuses_best_counts_and_failures():
     assert "queued" in r["p0"] and "running" in r["p1"] and "done" in r["p2"]
     assert "reused" in r["p3"] and "done" in r["baseline"]
     assert " 8 " not in r["p3"] and "0.9000" in r["p3"]  # the reused result replaced the failed one
-    assert "4,5" in r["p1"] and " 64 " in r["p1"]
-    assert "3512.2" in r["p2"] and "0.412" in r["p2"] and "0.031" in r["p2"] and "★ 0.8123" in r["p2"]
+    assert "4,5" in r["p1"] and " 64 " in r["p1"]  # a running row shows its values
+    assert "3512" in r["p2"] and "0.412" in r["p2"] and "31.1" in r["p2"] and "★ 0.8123" in r["p2"]
     assert "1.5000" in r["baseline"] and "★" not in r["baseline"]
-    head = text.split("particle")[0]
+    head = text.split("status")[0]
     assert "phase search" in head
     assert "4/10 evaluations" in head and "1 failed" in head and "1 reused" in head and "1 running" in head
-    assert "best fitness=0.8123 (eval 3 p2) tp=2 pp=1 max_num_seqs=256" in head
+    assert "best so far 0.8123 (eval 3 p2): tp=2 pp=1 mns=256" in head
     assert "elapsed 00:30" in head and "ETA" in head
-    header = next(ln for ln in text.splitlines() if ln.startswith("particle"))
-    for col in ("it", "status", "devices", "tp", "pp", "max_num_seqs", "gen tok/s", "TTFT s", "TPOT s", "fitness"):
+    header = next(ln for ln in text.splitlines() if " status " in ln)
+    for col in ("it", "status", "devices", "tp", "pp", "mns", "tok/s", "TTFT", "TPOT", "fitness"):
         assert col in header
+    assert "mns=max_num_seqs" in text and "TTFT in s, TPOT in ms" in text
 
 
 def test_live_table_shows_a_failure_then_recovers():
@@ -337,12 +347,14 @@ def test_live_table_long_values_and_narrow_terminal():
     lt.update(done(0, 0, 0.5, values={"tp": 2, "pp": 1, "a_very_long_dimension_name": 3.14159265,
                                        "quantization": long}, devices=[str(i) for i in range(16)]))
     wide = render_text(lt, 200)
-    assert long not in wide and "xxxxxxxxxxx…" in wide and "3.142" in wide and "a_very_long_d…" in wide
+    assert long not in wide and "xxxxxxx…" in wide and "3.14" in wide and "avldn=a_very_long_dimension_name" in wide
     narrow = render_text(lt, 50)
     assert all(len(ln) <= 50 for ln in narrow.splitlines())
     r = rows(narrow)["p0"]
-    assert "done" in r and "0.5000" in r
-    assert "dimensions hidden" in narrow
+    assert "done" in r and "0.5000" in r and "3.14" in r and "xxxxxxx…" in r  # short names: every field fits
+    tiny = render_text(lt, 30)
+    assert all(len(ln) <= 30 for ln in tiny.splitlines())
+    assert "2 more dimensions hidden" in tiny and "a_very_long_dimension_name" in tiny
 
 
 def test_live_table_runs_live_and_closes_with_a_summary():
@@ -354,7 +366,7 @@ def test_live_table_runs_live_and_closes_with_a_summary():
     lt.update(done(0, 0, 0.5))
     lt.close({"status": "complete"})
     text = out.getvalue()
-    assert "a message" in text and "finished: 1/2 evaluations, 0 failed" in text and "status=complete" in text
+    assert "a message" in text and "finished: 1/2 evaluations, 0 failed" in text
     lt.close()  # idempotent
 
 
@@ -370,6 +382,90 @@ def test_live_table_short_terminal_keeps_running_best_and_recent_rows():
     console.print(lt.render())
     text = console.file.getvalue()
     r = rows(text)
-    assert len(r) == 14 and {"p5", "p55", "p56"} <= set(r)
-    assert "46 more rows hidden" in text
+    assert len(r) == 12 and {"p5", "p55", "p56"} <= set(r)
+    assert "48 more rows hidden" in text
     assert len(text.splitlines()) <= 20
+
+
+# -- what a user sees at 80, 120 and 200 columns (issue 19) -----------------------------------------
+QUICK_DIMS = ["tp", "pp", "dp", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+              "enable_chunked_prefill"]
+QUICK_VALUES = {"tp": 2, "pp": 1, "dp": 4, "max_num_seqs": 39, "max_num_batched_tokens": 3333,
+                "gpu_memory_utilization": 0.7963799099058896, "enable_chunked_prefill": True}
+
+
+def quick_table() -> LiveTable:
+    """A quick-start run mid-search: a huge fitness, running and queued rows, a failure."""
+    lt = LiveTable(Console(file=io.StringIO(), width=80))
+    lt._t.start(51, 8, QUICK_DIMS, "msopt_runs/20261130-140122-e3b981", {"gpu_memory_utilization": 0.01})
+    lt.update(ProgressEvent("phase", phase="search"))
+    lt.update(done(0, None, 106.2, phase="baseline", values=dict(QUICK_VALUES, tp=1, dp=8, max_num_seqs=128)))
+    for i in range(8):
+        values = dict(QUICK_VALUES, max_num_seqs=10 + i)
+        lt.update(ev("queued", i + 1, i, values=values))
+        if i % 3 == 0:
+            lt.update(ev("running", i + 1, i, devices=["8", "9"]))
+        elif i % 3 == 1:
+            lt.update(done(i + 1, i, 0.3456 if i == 4 else 7.66e6, values=values))
+    return lt
+
+
+def screen(lt: LiveTable, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, height=40, record=True, color_system=None)
+    lt.console = console
+    console.print(lt.render())
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_every_field_is_readable_at_80_120_and_200_columns(width):
+    text = screen(quick_table(), width)
+    lines = text.splitlines()
+    assert all(len(ln) <= width for ln in lines), text
+    header = next(ln for ln in lines if " status " in ln)
+    for short in ("tp", "pp", "dp", "mns", "mnbt", "gmu", "ecp", "fitness", "TPOT", "tok/s"):
+        assert f" {short} " in f" {header} ", (short, text)
+    assert "more dimensions hidden" not in text and "…" not in header
+    legend = " ".join(lines[lines.index(header):])
+    for full in ("mns=max_num_seqs", "mnbt=max_num_batched_tokens", "gmu=gpu_memory_utilization",
+                 "ecp=enable_chunked_prefill"):
+        assert full in legend
+    r = rows(text)
+    assert re.search(r"running +2 +1 +4 +10 +3333 +0\.80 +on ", r["p0"]), r["p0"]  # values while running
+    assert re.search(r"queued +2 +1 +4 +12 +3333 +0\.80 +on ", r["p2"]), r["p2"]
+    assert "7.66e+06" in r["p1"] and "★ 0.3456" in r["p4"]  # a huge fitness stays compact
+    assert "0.7963799" not in text
+    assert lines[0] == "msopt run msopt_runs/20261130-140122-e3b981"
+    status = lines[1]
+    assert status.startswith("phase search  4/51 evaluations, 0 failed, 3 running") and "ETA" in status  # one line, not wrapped
+    best = lines[2]
+    assert best == "best so far 0.3456 (eval 5 p4): tp=2 pp=1 dp=4 mns=14 mnbt=3333 gmu=0.80 ecp=on"
+    if width >= 120:
+        assert "TTFT" in header and "devices" in header
+
+
+def Result(fitness: float) -> EvaluationResult:
+    return EvaluationResult(eval_id=3, phase="search", particle=1, iteration=2, position_in=[0.0], position=[0.0],
+                            values={"tp": 2}, metrics=dict(METRICS), fitness=fitness)
+
+
+def test_replayed_evaluations_are_marked():
+    lt, _ = live_table(2)
+    lt.update(ProgressEvent.from_result(Result(0.5), replayed=True))
+    text = render_text(lt)
+    assert "replayed" in rows(text)["p1"] and "1 replayed" in text
+    out = io.StringIO()
+    log = PlainLog(out, clock=Clock())
+    log.start(total=1, n_particles=2, dimensions=DIMS, run_dir="r")
+    log.update(ProgressEvent.from_result(Result(0.5), replayed=True))
+    assert "(replayed from the journal)" in out.getvalue()
+
+
+def test_an_interrupted_run_says_so():
+    for summary, word in (({"interrupted": True}, "interrupted: "), (None, "stopped: "), ({}, "finished: ")):
+        out = io.StringIO()
+        log = PlainLog(out, clock=Clock())
+        log.start(total=9, n_particles=1, dimensions=DIMS, run_dir="r")
+        log.close(summary)
+        last = out.getvalue().splitlines()[-1]
+        assert last.startswith(f"[00:00] {word}0/9 evaluations") and "interrupted=" not in last

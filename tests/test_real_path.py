@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings
 from msopt.engines import get_engine
@@ -85,6 +87,7 @@ concurrency = 8
 """
 
 
+@pytest.mark.slow  # real server and benchmark processes
 def test_real_path_end_to_end(tmp_path: Path, write_toml) -> None:
     settings = load_settings(write_toml(CONFIG.format(exe=json.dumps(sim_serve_executable()))))
     space = SearchSpace.from_settings(settings)

@@ -72,6 +72,7 @@ def run_dir_of(output: Path) -> Path:
     return d
 
 
+@pytest.mark.slow  # two runs and a kill
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_kill_9_then_resume_matches_uninterrupted(tmp_path, mode):
     cfg = config(tmp_path, mode)

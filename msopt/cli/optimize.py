@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +168,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
             cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
+            where = args.address or os.environ.get("RAY_ADDRESS")
+            # ray.init takes seconds: say what the silence is
+            print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
             try:
                 started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
                 signal.signal(signal.SIGTERM, _interrupt)  # ray.init installed its own (a dump and exit 1)
@@ -181,8 +186,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked)
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
-        progress.start(total=total, n_particles=settings.n_particles, dimensions=list(driver.space.names),
-                       run_dir=str(store.run_dir))
+        space = driver.space
+        varying = [f.name for f in settings.fields if f.name in space.names or f.name in space.derived]
+        progress.start(total=total, n_particles=settings.n_particles, dimensions=varying,
+                       run_dir=str(store.run_dir), steps={f.name: f.step for f in settings.fields})
         outcome = driver.run()
         from msopt.run.records import capacity_line
 
@@ -193,7 +200,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress = None
     except KeyboardInterrupt as exc:
         if progress is not None:
-            progress.close(None)
+            progress.close({"interrupted": True})
             progress = None
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"msopt: {how}; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
@@ -214,11 +221,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, term_before)
     _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best
+    from msopt.run.verdict import make_verdict
+
+    mean, count = driver.mean_fitness(best) if best is not None else (None, 1)
+    verdict = make_verdict(settings, RunStore.open(store.run_dir).load_journal(), best,
+                           mean_fitness=mean, measurements=count)
+    width = min(shutil.get_terminal_size((100, 24)).columns, 100)
+    for line in verdict.lines():
+        indent = " " * (len(line) - len(line.lstrip()))
+        print(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
+                            break_on_hyphens=False), file=sys.stdout if verdict.met_count else sys.stderr, flush=True)
     if best is None:
-        print("no configuration succeeded; see the errors in the journal", file=sys.stderr)
         print(store.run_dir)
         return 1
-    shown = ", ".join(f"{k}={v}" for k, v in best.values.items())
+    shown = verdict.shown_values()
     if best.phase == "capacity":
         load = ", ".join(f"{k}={v}" for k, v in best.load.items())
         print(f"best goodput {best.metrics.get('generate_speed') or 0:.1f} tok/s at {load} "
@@ -226,8 +242,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     else:
         how = best.phase
         if best.phase == "refine":
-            mean, count = driver.mean_fitness(best)
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
-        print(f"recommended: fitness {best.fitness:.4f} (eval {best.eval_id}, {how}): {shown}")
+        print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
+        print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
+    print(f"launch it: {store.run_dir / 'best_command.sh'}")
     print(store.run_dir)
     return 0

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from msopt.space import SearchSpace
 
 try:
     import tomllib
@@ -41,21 +44,67 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _valid_values(space: SearchSpace, name: str) -> str:
+    """What a searched field accepts, in words: its candidates or its bounds."""
+    t = space.field_type(name)
+    dtype = t.decl.dtype
+    if dtype == "bool":
+        return "true or false"
+    cands = t.candidates()
+    if dtype != "int" and cands is not None:
+        return "one of " + ", ".join(str(c).lower() if isinstance(c, bool) else repr(c) if isinstance(c, str)
+                                     else str(c) for c in cands)
+    if dtype == "int":
+        lo, hi = t.bounds()
+        return f"an integer from {int(lo + 0.5)} to {int(hi - 0.5)}"
+    if dtype == "range":
+        return f"a value from {t.decl.min:g} to {t.decl.max:g} in steps of {t.decl.dtype_param:g}"
+    return f"a number from {t.decl.min:g} to {t.decl.max:g}"
+
+
+def check_set(space: SearchSpace, name: str, value: Any) -> Any:
+    """Return ``value`` if field ``name`` takes it exactly, else raise: a value the dtype would
+    round, clip or coerce (``tp=3`` on an enum of 1, 2, 4, 8; ``enable_chunked_prefill=no``)
+    would simulate another configuration than the one asked for.
+
+    Raises:
+        ConfigError: one line with the value and the field's valid values.
+    """
+    if name not in space.field_names:
+        raise ConfigError(f"--set {name}: no such field; fields are: {', '.join(space.field_names)}")
+    if name not in space.names:
+        raise ConfigError(f"--set {name}: the field is derived or constant, not searched; set its sources "
+                          f"({', '.join(space.names)})")
+    t = space.field_type(name)
+    dtype = t.decl.dtype
+    refused = ConfigError(f"--set {name}={value!r}: {dtype} field '{name}' does not take this value; "
+                          f"give {_valid_values(space, name)}")
+    if isinstance(value, bool) != (dtype == "bool"):
+        raise refused
+    if dtype == "ratio":  # the value is the product int(ratio x target): any number the target allows
+        if not isinstance(value, (int, float)):
+            raise refused
+        return value
+    try:
+        back = t.decode(t.encode(value, {}))
+    except (ConfigError, TypeError, ValueError, OverflowError):
+        raise refused from None
+    if type(back) is not type(value) and not (isinstance(back, (int, float)) and isinstance(value, (int, float))):
+        raise refused
+    if back != value:
+        raise refused
+    return back
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the configuration at its values (overridden by --set)."""
     from msopt.evaluate.evaluator import Evaluator
     from msopt.evaluate.results import EvalRequest
     from msopt.run.validate import load
 
-    checked = load(args.config, args.engine, overrides={"simulate": True})
+    checked = load(args.config, args.engine, overrides={"simulate": True}, search=False)
     settings, space = checked.settings, checked.space
-    overrides = parse_set(args.set)
-    for name in overrides:
-        if name not in space.field_names:
-            raise ConfigError(f"--set {name}: no such field; fields are: {', '.join(space.field_names)}")
-        if name not in space.names:
-            raise ConfigError(f"--set {name}: the field is derived or constant, not searched; set its sources "
-                              f"({', '.join(space.names)})")
+    overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)
     evaluator = Evaluator(settings, simulate=True)
     result = evaluator.evaluate(EvalRequest(0, "baseline", None, 0, tuple(position.tolist())))

@@ -10,6 +10,7 @@ evaluator tries again (up to its attempt limit).
 from __future__ import annotations
 
 import shutil
+import socket
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -87,8 +88,10 @@ class RealRunner:
                     spec, values, settings.fields, settings.section(self.benchmark_name),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout)
-                if proc.poll() is not None:
-                    raise EvaluationError(f"the server exited (code {proc.returncode}) during the benchmark; "
+                if proc.poll() is not None or (_some_failed(metrics) and not _listening(spec.host, spec.port)):
+                    # a crash closes the listener before the benchmark's next request is refused, but
+                    # the process may not have been reaped yet: the closed port is the proof
+                    raise EvaluationError(f"the server exited (code {proc.wait(5)}) during the benchmark; "
                                           f"see {server_log}")
         except EvaluationError as exc:
             raise self._classify(server_log, bench_log, exc) from None
@@ -96,3 +99,17 @@ class RealRunner:
             if run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
         return metrics
+
+
+def _some_failed(metrics: Mapping[str, Any]) -> bool:
+    rate = metrics.get("success_rate")
+    return isinstance(rate, (int, float)) and rate < 1
+
+
+def _listening(host: str, port: int) -> bool:
+    """True when something accepts connections at host:port."""
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True

@@ -69,11 +69,19 @@ def plot_fitness(data: RunData) -> bytes:
             run_x.append(x)
             run_y.append(best)
     if ok_y:
-        ax.scatter(ok_x, ok_y, s=14, color="tab:blue", alpha=0.45, label="evaluation", zorder=2)
+        lo, top = _fitness_range(ok_y, run_y)
+        shown = [(x, y) for x, y in zip(ok_x, ok_y) if y <= top]
+        off = [x for x, y in zip(ok_x, ok_y) if y > top]
+        ax.scatter([x for x, _ in shown], [y for _, y in shown], s=14, color="tab:blue", alpha=0.45,
+                   label="evaluation", zorder=2)
         ax.step(run_x, run_y, where="post", color="tab:green", lw=2, label="best so far", zorder=3)
-        lo, hi = min(ok_y), max(ok_y)
-        if lo > 0 and hi / lo > 100:
+        if off:  # a huge fitness (an SLO broken by far) would flatten everything else: mark it at the edge
+            ax.scatter(off, [0.9] * len(off), marker="^", color="tab:purple", s=22, zorder=4,
+                       transform=ax.get_xaxis_transform(), clip_on=False,
+                       label=f"fitness above {top:.3g} ({len(off)})")
+        if lo > 0 and top / lo > 30:
             ax.set_yscale("log")
+        ax.set_ylim(lo / 1.3 if lo > 0 else lo - 0.1 * (top - lo) - 1e-9, top * 1.3 if top > 0 else top + 1e-9)
         bid = best_id(data)
         for x, r in zip(xs, results):
             if r.eval_id == bid and not r.failed:
@@ -88,7 +96,6 @@ def plot_fitness(data: RunData) -> bytes:
                    transform=ax.get_xaxis_transform(), label=f"failed ({len(fail_x)})", zorder=4,
                    clip_on=False)
     ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
-    ax.margins(y=0.12)
     ax.set_xlabel("evaluation (eval_id, dispatch order)")
     ax.set_ylabel("fitness (lower is better)")
     ax.set_title("best fitness against evaluations")
@@ -96,6 +103,17 @@ def plot_fitness(data: RunData) -> bytes:
     fig.legend(loc="lower center", ncols=4, fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.09, right=0.98, bottom=0.2, top=0.91)  # tight_layout costs a draw
     return _png(fig)
+
+
+def _fitness_range(fits: Sequence[float], running: Sequence[float]) -> tuple[float, float]:
+    """The fitness axis: from the best to the larger of the running best's start and the upper
+    quartile, so the best-so-far line and most evaluations stay readable; above it: off scale."""
+    ordered = sorted(fits)
+    q3 = ordered[min(len(ordered) - 1, (3 * len(ordered)) // 4)]
+    top = max(running[0] if running else q3, q3)
+    if top <= 0 or ordered[-1] <= 10 * top:  # no outlier worth leaving out
+        return ordered[0], ordered[-1]
+    return ordered[0], top
 
 
 def fmt(v: Any) -> str:
@@ -170,7 +188,7 @@ def plot_parallel(data: RunData) -> bytes:
     n = len(axes)
     fig = _figure(max(7.0, 1.7 * n + 2), 5)
     ax = fig.add_subplot()
-    title = "parallel coordinates of the dimensions (colour: fitness, grey: failed)"
+    title = "parallel coordinates of the dimensions (colour: fitness rank, grey: failed)"
     ax.set_title(title, fontsize=10)
     if n == 0 or not data.results:
         _empty(ax, "no dimension searched" if n == 0 else "no evaluation in the journal")
@@ -189,18 +207,21 @@ def plot_parallel(data: RunData) -> bytes:
                                          alpha=0.6, zorder=1))
     if ok:
         ok.sort(key=lambda p: -p[0].fitness)  # best drawn last, on top
+        # colour by rank: fitness spans decades (a broken SLO costs exp(penalty x excess)), and a
+        # linear scale would paint every line but the worst one the same colour
         fits = [r.fitness for r, _ in ok]
-        lo, hi = min(fits), max(fits)
-        if hi - lo <= 1e-9 * max(1.0, abs(lo)):  # one fitness for all: a plain colour bar around it
-            pad = 0.05 * max(1.0, abs(lo))
-            lo, hi = lo - pad, hi + pad
-        norm = Normalize(vmin=lo, vmax=hi)
+        ranks = [1.0 - i / max(1, len(ok) - 1) for i in range(len(ok))]  # 0 = best
+        norm = Normalize(vmin=0.0, vmax=1.0)
         cmap = colormaps["viridis_r"]
         lc = LineCollection([ln for _, ln in ok], cmap=cmap, norm=norm, linewidths=1.2, alpha=0.8, zorder=2)
-        lc.set_array(fits)
+        lc.set_array(ranks)
         ax.add_collection(lc)
         cb = fig.colorbar(lc, ax=ax, pad=0.01, fraction=0.03)
-        cb.set_label("fitness (lower is better)")
+        ticks = [0.0, 0.25, 0.5, 0.75, 1.0]
+        by_rank = sorted(fits)
+        cb.set_ticks(ticks)
+        cb.set_ticklabels([f"{by_rank[round(t * (len(by_rank) - 1))]:.3g}" for t in ticks])
+        cb.set_label("fitness, by rank (lower is better)")
         bid = best_id(data)
         for r, ln in ok:
             if r.eval_id == bid:
@@ -270,10 +291,12 @@ def plot_pareto(data: RunData) -> bytes:
     if over:
         ax.scatter([p[0] for _, p in over], [p[1] for _, p in over], s=22, facecolors="none",
                    edgecolors="tab:blue", alpha=0.6, label=f"TTFT > {ttft_slo:g} s")
-    pts = [p for _, p in rows]
+    # the front of what a user may deploy: a point over the TTFT SLO is no trade-off
+    pts = [p for _, p in within]
     front = [pts[i] for i in pareto_front(pts)]
-    ax.plot([p[0] for p in front], [p[1] for p in front], "-o", color="tab:orange", ms=7, mfc="none",
-            mew=1.8, lw=1.2, label=f"Pareto front ({len(front)})", zorder=3)
+    if front:
+        ax.plot([p[0] for p in front], [p[1] for p in front], "-o", color="tab:orange", ms=7, mfc="none",
+                mew=1.8, lw=1.2, label=f"Pareto front within the TTFT SLO ({len(front)})", zorder=3)
     bid = best_id(data)
     for r, p in rows:
         if r.eval_id == bid:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +30,8 @@ from msopt.report.data import (
 from msopt.report.export import export_run_best
 from msopt.report.figures import best_id, fmt, plot_fitness, plot_parallel, plot_pareto
 from msopt.run.store import atomic_write
+from msopt.run.verdict import BROKEN, MET, make_verdict
+from msopt.space.fields import show_value
 
 #: Rows of the top-configurations table.
 TOP_ROWS = 10
@@ -44,6 +48,10 @@ tr.best td { background: #fff3cd; font-weight: 600; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; white-space: pre-wrap; word-break: break-all; }
 img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 .note { color: #8a4b00; }
+.verdict.ok { color: #155724; } .verdict.bad { color: #b00020; font-size: 1.15em; }
+td.met { color: #155724; } td.broken { color: #b00020; font-weight: 700; }
+div.wide { overflow-x: auto; max-width: 100%; }
+td pre { margin: 0; padding: 0.3em; font-size: 0.95em; }
 """
 
 
@@ -51,52 +59,132 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _top(data: RunData, k: int) -> list[EvaluationResult]:
-    """The best ``k`` successful evaluations with distinct values; the recommended one included."""
-    seen: set[str] = set()
-    out: list[EvaluationResult] = []
-    for r in sorted(data.ok, key=lambda r: (r.fitness, r.eval_id)):
-        key = json.dumps(r.values, sort_keys=True, default=str)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(r)
+def _key(values: Mapping[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:
+    """One row per distinct configuration: (its representative evaluation, its mean fitness over
+    its successful measurements, how many). The recommended configuration comes first (its row is
+    the recommended evaluation); the others follow by mean fitness; ``k`` rows in all."""
+    groups: dict[str, list[EvaluationResult]] = {}
+    for r in data.ok:
+        if r.phase != "capacity":  # a probe at another load is not a measurement of the same thing
+            groups.setdefault(_key(r.values), []).append(r)
     bid = best_id(data)
-    top = out[:k]
-    if bid is not None and all(r.eval_id != bid for r in top):
-        top += [r for r in data.ok if r.eval_id == bid]
-    return top
+    rows = []
+    first = None
+    for rs in groups.values():
+        mean = sum(r.fitness for r in rs) / len(rs)
+        rec = next((r for r in rs if r.eval_id == bid), None)
+        row = (rec or min(rs, key=lambda r: (r.fitness, r.eval_id)), mean, len(rs))
+        if rec is not None:
+            first = row
+        else:
+            rows.append(row)
+    if first is None and bid is not None:
+        first = next(((r, r.fitness, 1) for r in data.ok if r.eval_id == bid), None)
+    rows.sort(key=lambda t: (t[1], t[0].eval_id))
+    return ([first] if first else []) + rows[: k - (1 if first else 0)]
 
 
-def _table(data: RunData, rows: list[EvaluationResult]) -> str:
+#: Column headers with units, and how to show a metric in them.
+_METRIC_COLUMNS: dict[str, tuple[str, Any]] = {
+    "generate_speed": ("output tok/s", lambda v: f"{v:,.0f}"),
+    "time_to_first_token": ("TTFT (ms)", lambda v: f"{v * 1000:,.0f}"),
+    "time_per_output_token": ("TPOT (ms)", lambda v: f"{v * 1000:.1f}"),
+    "success_rate": ("success (%)", lambda v: f"{v * 100:.4g}"),
+    "throughput": ("requests/s", lambda v: f"{v:.3g}"),
+}
+
+
+def _metric_cell(name: str, v: Any) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return "-"
+    show = _METRIC_COLUMNS.get(name, (name, fmt))[1]
+    return show(v)
+
+
+def _table(data: RunData, rows: list[tuple[EvaluationResult, float, int]]) -> str:
     fields = [f.name for f in data.settings.fields]
-    head = ["rank", "eval", "phase", "fitness", *METRICS, *fields]
+    steps = {f.name: f.step for f in data.settings.fields}
+    head = ["rank", "eval", "phase", "fitness", "mean fitness (n)",
+            *(_METRIC_COLUMNS.get(m, (m,))[0] for m in METRICS), *fields]
     bid = best_id(data)
-    out = ["<table>", "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
-    for i, r in enumerate(rows, 1):
+    out = ['<div class="wide"><table>', "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for i, (r, mean, n) in enumerate(rows, 1):
         cells = [f"{i}{' &#9733;' if r.eval_id == bid else ''}", _e(r.eval_id), _e(r.phase),
-                 _e(fmt(r.fitness))]
-        cells += [_e(fmt(r.metrics.get(m))) for m in METRICS]
-        cells += [_e(fmt(r.values.get(f))) for f in fields]
+                 _e(fmt(r.fitness)), _e(f"{fmt(mean)} ({n})")]
+        cells += [_e(_metric_cell(m, r.metrics.get(m))) for m in METRICS]
+        cells += [_e(show_value(r.values.get(f), steps.get(f)) if f in r.values else "-") for f in fields]
         cls = ' class="best"' if r.eval_id == bid else ""
         out.append(f"<tr{cls}>" + "".join(f'<td{" class=t" if j == 2 else ""}>{c}</td>'
                                             for j, c in enumerate(cells)) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "\n".join(out)
 
 
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def error_kind(error: str | None) -> str:
+    """The kind of a failure: its first line with every number replaced by N, so "KV cache 3.2 GiB
+    short" and "KV cache 0.7 GiB short" are one kind."""
+    text = (error or "").strip()
+    first = text.splitlines()[0] if text else "no error text"
+    return _NUMBER.sub("N", first)[:300]
+
+
 def _errors(data: RunData, k: int = 8) -> str:
-    counts: dict[str, int] = {}
+    groups: dict[str, list[EvaluationResult]] = {}
     for r in data.results:
         if r.failed:
-            text = (r.error or "").strip()
-            first = text.splitlines()[0][:300] if text else "no error text"
-            counts[first] = counts.get(first, 0) + 1
-    if not counts:
+            groups.setdefault(error_kind(r.error), []).append(r)
+    if not groups:
         return ""
-    items = sorted(counts.items(), key=lambda kv: -kv[1])[:k]
-    rows = "".join(f"<tr><td>{n}</td><td class=t>{_e(msg)}</td></tr>" for msg, n in items)
-    return f"<h2>Failures</h2>\n<table><tr><th>count</th><th>first line of the error</th></tr>{rows}</table>"
+    items = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    rows = []
+    for kind, rs in items[:k]:
+        ex = rs[0]
+        rows.append(f"<tr><td>{len(rs)}</td><td class=t>{_e(kind)}</td><td class=t>eval {_e(ex.eval_id)}: "
+                    f"<pre>{_e((ex.error or 'no error text').strip()[:2000])}</pre></td></tr>")
+    more = len(items) - k
+    tail = f"<p>{more} more kind(s) of failure: see results.csv.</p>" if more > 0 else ""
+    total = sum(len(rs) for rs in groups.values())
+    return (f"<h2>Failures</h2>\n<p>{total} failed evaluation(s) of {len(groups)} kind(s) (numbers in the "
+            "messages shown as N), most frequent first, each with one full example.</p>\n"
+            "<table><tr><th>count</th><th>kind</th><th>example</th></tr>" + "".join(rows) + "</table>" + tail)
+
+
+def _verdict(data: RunData) -> str:
+    """The verdict section: the SLOs met or broken by the recommendation and by the baseline."""
+    bid = best_id(data)
+    best = next((r for r in data.results if r.eval_id == bid and not r.failed), None)
+    mean = data.best.get("mean_fitness") if data.best else None
+    n = data.best.get("measurements") if data.best else None
+    v = make_verdict(data.settings, data.results, best, mean_fitness=mean if isinstance(mean, (int, float)) else None,
+                     measurements=n if isinstance(n, int) else 1)
+    cls = "verdict ok" if v.met else "verdict bad"
+    parts = ["<h2>Verdict</h2>", f'<p class="{cls}"><b>{_e(v.headline())}</b></p>']
+    if best is None:
+        return "\n".join(parts)
+    head = "<tr><th>SLO</th><th>limit</th><th>recommended</th><th></th>"
+    if v.baseline is not None:
+        head += "<th>baseline</th><th></th>"
+    rows = [head + "</tr>"]
+    base = dict(enumerate(v.baseline_checks))
+    for i, c in enumerate(v.checks):
+        row = (f"<tr><td class=t>{_e(c.label)}</td><td>{_e(c.bound)}</td><td>{_e(c.measured)}</td>"
+               f'<td class="{"met" if c.met else "broken"}">{MET if c.met else BROKEN}</td>')
+        if v.baseline is not None:
+            b = base.get(i)
+            row += (f"<td>{_e(b.measured)}</td><td class=\"{'met' if b.met else 'broken'}\">"
+                    f"{MET if b.met else BROKEN}</td>" if b is not None else "<td>-</td><td></td>")
+        rows.append(row + "</tr>")
+    parts.append("<table>" + "".join(rows) + "</table>")
+    parts.append(f"<p>{_e(v.throughput_line()[0].upper() + v.throughput_line()[1:])}; "
+                 f"{_e(v.fitness_line())}.</p>")
+    return "\n".join(parts)
 
 
 def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str, Any] | None) -> str:
@@ -109,6 +197,8 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>msopt report {_e(data.run_id)}</title><style>{_CSS}</style></head><body>",
         f"<h1>msopt report: run {_e(data.run_id)}</h1>",
+        _verdict(data),
+        "<h2>Run</h2>",
         f"<p>engine <b>{_e(s.engine)}</b>; {'simulated' if s.get('simulate') else 'measured'}; "
         f"{n} evaluation(s), {ok} succeeded, {failed} failed, {reused} reused; "
         f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {s.ttft_slo:g} s, TPOT {s.tpot_slo:g} s, "
@@ -122,7 +212,8 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
                      "there is no best configuration. See the failures below and the logs/ directory.</p>")
     best = data.best
     if best and isinstance(best.get("values"), dict):
-        vals = ", ".join(f"{k}={fmt(v)}" for k, v in best["values"].items())
+        steps = {f.name: f.step for f in data.settings.fields}
+        vals = ", ".join(f"{k}={show_value(v, steps.get(k))}" for k, v in best["values"].items())
         fit = best.get("fitness")
         parts.append("<h2>Recommended configuration</h2>")
         mean = ""
@@ -147,9 +238,10 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     parts.append("<h2>Top configurations</h2>")
     top = _top(data, TOP_ROWS)
     if top:
-        parts.append("<p>Successful evaluations by fitness (lower is better), one row per distinct "
-                     "configuration; &#9733; marks the recommended one (when the run re-measured its top "
-                     "configurations: the one with the best mean fitness over its measurements).</p>")
+        parts.append("<p>One row per distinct configuration: &#9733; the recommended one first (when the run "
+                     "re-measured its top configurations: the one with the best mean fitness over its "
+                     "measurements), then the others by mean fitness over their measurements (lower is "
+                     "better); each row shows one evaluation's metrics.</p>")
         parts.append(_table(data, top))
     else:
         parts.append("<p>No evaluation succeeded.</p>")

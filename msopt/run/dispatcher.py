@@ -108,7 +108,7 @@ class Dispatcher:
             if key in self.leaders:
                 self.followers.setdefault(self.leaders[key], []).append((req, position))
                 self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle,
-                           iteration=req.iteration)
+                           iteration=req.iteration, values=values)
                 return None
             self.leaders[key] = req.eval_id
         self.decoded[req.eval_id] = values
@@ -116,7 +116,7 @@ class Dispatcher:
         self.pool.submit(req)
         self.launched += 1
         self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-                   text=load_text(req.load))
+                   values=values, text=load_text(req.load))
         return None
 
     @staticmethod

@@ -150,7 +150,7 @@ class Driver:
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
-                  text=load_text(r.load))
+                  text=load_text(r.load), replayed=not journal)  # not journaled again: replayed by --resume
 
     def checkpoint(self, stage: str, **extra: Any) -> None:
         """Replace state.json with the swarm's state (no-op without a run directory)."""

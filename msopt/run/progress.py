@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from msopt.checks import is_finite, is_number
+from msopt.space.fields import show_value
 
 #: The kinds of :class:`ProgressEvent`.
 EVENT_KINDS = ("queued", "running", "done", "failed", "reused", "phase", "message")
@@ -29,7 +31,8 @@ EVENT_KINDS = ("queued", "running", "done", "failed", "reused", "phase", "messag
 #: Kinds that finish an evaluation.
 FINISHED_KINDS = ("done", "failed", "reused")
 
-_STYLES = {"queued": "dim", "running": "yellow", "done": "green", "failed": "bold red", "reused": "cyan"}
+_STYLES = {"queued": "dim", "running": "yellow", "done": "green", "failed": "bold red", "reused": "cyan",
+           "replayed": "cyan"}
 
 
 @dataclass
@@ -49,6 +52,7 @@ class ProgressEvent:
         error: why it failed.
         text: free text (the phase's description, a message, why a result was reused).
         duration: seconds the evaluation took, if known (else measured from its "running" event).
+        replayed: the result comes from the journal of the run being resumed, not a new run.
     """
 
     kind: str
@@ -63,6 +67,7 @@ class ProgressEvent:
     error: str | None = None
     text: str | None = None
     duration: float | None = None
+    replayed: bool = False
 
     @classmethod
     def from_result(cls, result: Any, kind: str | None = None, **overrides: Any) -> ProgressEvent:
@@ -132,6 +137,43 @@ def _short(value: Any, width: int) -> str:
     return s if len(s) <= width else s[: max(width - 1, 1)] + "…"
 
 
+def short_names(names: Sequence[str]) -> dict[str, str]:
+    """A short, unique column name per field: names of up to 5 characters as they are, longer
+    ones by the initials of their parts ("max_num_batched_tokens" -> "mnbt") or their first 4
+    characters; the table's legend spells them out."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        short = name
+        if len(name) > 5:
+            parts = [q for q in re.split(r"[_\-.]+", name) if q]
+            short = "".join(q[0] for q in parts) if len(parts) > 1 else name[:4]
+        base, k = short, 2
+        while short in used:
+            short, k = f"{base}{k}", k + 1
+        used.add(short)
+        out[name] = short
+    return out
+
+
+def compact_value(value: Any, step: float | None = None) -> str:
+    """A value in a few characters: on/off, a float at its step (else 3 digits), 12345k."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return show_value(value, step) if step and math.isfinite(value) else _num(value, ".3g")
+    if isinstance(value, int) and abs(value) >= 1_000_000:
+        return f"{value / 1000:.0f}k"
+    return _short(value, 8)
+
+
+def _fitness(value: Any) -> str:
+    """Fitness in at most 8 characters (a broken SLO can cost millions)."""
+    if is_finite(value) and abs(value) >= 10:
+        return _num(value, ".4g")
+    return _num(value, ".4f")
+
+
 def _first_line(text: str | None, width: int = 200) -> str:
     if not text:
         return ""
@@ -168,6 +210,8 @@ class _Tracker:
         self.finished = 0
         self.failures = 0
         self.reused = 0
+        self.replayed = 0
+        self.steps: dict[str, float | None] = {}
         self.best: ProgressEvent | None = None
         self.started_at: dict[int, float] = {}
         self.running: set[int] = set()
@@ -178,7 +222,9 @@ class _Tracker:
         self.seq = 0
         self.messages: list[str] = []
 
-    def start(self, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+    def start(self, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
+              steps: Mapping[str, float | None] | None = None) -> None:
+        self.steps = dict(steps or {})
         self.t0 = self.clock()
         self.total = max(int(total), 0)
         self.n_particles = max(int(n_particles), 0)
@@ -220,6 +266,9 @@ class _Tracker:
         self.seq += 1
         row.seq = self.seq
         row.status = ev.kind if ev.kind in _STYLES else row.status
+        if ev.replayed and ev.kind in FINISHED_KINDS:
+            row.status = "replayed"
+            self.replayed += 1
         row.eval_id = ev.eval_id if ev.eval_id is not None else row.eval_id
         row.phase = ev.phase or row.phase
         row.iteration = ev.iteration if ev.iteration is not None else row.iteration
@@ -241,8 +290,8 @@ class _Tracker:
             self.running.discard(ev.eval_id)  # type: ignore[arg-type]
             if ev.kind == "failed":
                 self.failures += 1
-            if ev.kind == "reused":
-                self.reused += 1  # no run: its duration would bias the ETA
+            if ev.kind == "reused" or ev.replayed:
+                self.reused += ev.kind == "reused"  # no run: its duration would bias the ETA
             else:
                 duration = ev.duration
                 if duration is None and began is not None:
@@ -270,7 +319,8 @@ class _Tracker:
         b = result if result is not None else self.best
         if b is None:
             return f"{label}: -"
-        vals = " ".join(f"{k}={_value(v, width)}" for k, v in b.values.items())
+        vals = " ".join(f"{k}={show_value(v, self.steps.get(k)) if isinstance(v, (bool, float)) else _value(v, width)}"
+                        for k, v in b.values.items())
         where = f"eval {b.eval_id}" + (f" p{b.particle}" if b.particle is not None else f" {b.phase or ''}")
         return f"{label} fitness={_num(b.fitness, '.4f')} ({where.strip()}) {vals}".rstrip()
 
@@ -279,7 +329,9 @@ class _Tracker:
         the best single measurement) or else the best shown, elapsed time, scalar summary items."""
         rec = (summary or {}).get("best")
         best = self.best_text(40, rec, "recommended") if hasattr(rec, "eval_id") else self.best_text(40)
-        text = f"finished: {self.counts_text()}; {best}; elapsed {format_duration(self.elapsed())}"
+        how = "finished" if summary is not None and not summary.get("interrupted") else (
+            "interrupted" if summary else "stopped")
+        text = f"{how}: {self.counts_text()}; {best}; elapsed {format_duration(self.elapsed())}"
         extra = _summary_items(summary)
         return text + (f"; {extra}" if extra else "")
 
@@ -287,6 +339,8 @@ class _Tracker:
         parts = [f"{self.finished}/{self.total} evaluations", f"{self.failures} failed"]
         if self.reused:
             parts.append(f"{self.reused} reused")
+        if self.replayed:
+            parts.append(f"{self.replayed} replayed")
         if self.running:
             parts.append(f"{len(self.running)} running")
         return ", ".join(parts)
@@ -295,8 +349,10 @@ class _Tracker:
 class Progress:
     """Receives the driver's events; the base class shows nothing (quiet runs, tests)."""
 
-    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
-        """The run begins: ``total`` evaluations expected (it may change: :meth:`set_total`)."""
+    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
+              steps: Mapping[str, float | None] | None = None) -> None:
+        """The run begins: ``total`` evaluations expected (it may change: :meth:`set_total`);
+        ``dimensions``: the fields whose values vary; ``steps``: a float field's display step."""
 
     def update(self, event: ProgressEvent) -> None:
         """Record one event; cheap, never blocks on rendering."""
@@ -318,7 +374,7 @@ def _summary_items(summary: Mapping[str, Any] | None) -> str:
     if not summary:
         return ""
     items = [f"{k}={_value(v, 60)}" for k, v in summary.items()
-             if v is None or isinstance(v, (str, int, float, bool))]
+             if k != "interrupted" and (v is None or isinstance(v, (str, int, float, bool)))]
     return " ".join(items)
 
 
@@ -349,9 +405,10 @@ class PlainLog(Progress):
         except (OSError, ValueError):  # a closed pipe must not stop the run
             pass
 
-    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
+              steps: Mapping[str, float | None] | None = None) -> None:
         with self._lock:
-            self._t.start(total, n_particles, dimensions, run_dir)
+            self._t.start(total, n_particles, dimensions, run_dir, steps)
             dims = ", ".join(self._t.dimensions) or "none"
             self._emit(f"run {run_dir}: {total} evaluations, {n_particles} particles, dimensions: {dims}")
 
@@ -393,8 +450,11 @@ class PlainLog(Progress):
                 parts.append(f"gen={_num(m.get('generate_speed'), '.1f')} tok/s "
                              f"ttft={_num(m.get('time_to_first_token'), '.3f')}s "
                              f"tpot={_num(m.get('time_per_output_token'), '.3f')}s")
+        if ev.replayed:
+            parts.append("(replayed from the journal)")
         if ev.kind != "running" or ev.values:
-            parts.extend(f"{k}={_value(v, 40)}" for k, v in ev.values.items())
+            parts.extend(f"{k}={show_value(v, self._t.steps.get(k)) if isinstance(v, (bool, float)) else _value(v, 40)}"
+                         for k, v in ev.values.items())
         if ev.devices:
             parts.append("devices=" + ",".join(str(d) for d in ev.devices))
         if ev.kind == "failed" and ev.error:
@@ -432,9 +492,10 @@ class LiveTable(Progress):
         self._t = _Tracker(clock)
         self._live: Live | None = None
 
-    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str) -> None:
+    def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
+              steps: Mapping[str, float | None] | None = None) -> None:
         with self._lock:
-            self._t.start(total, n_particles, dimensions, run_dir)
+            self._t.start(total, n_particles, dimensions, run_dir, steps)
         if self._live is None:
             self._live = Live(console=self.console, get_renderable=self.render, auto_refresh=True,
                               refresh_per_second=self._refresh, transient=False,
@@ -451,82 +512,125 @@ class LiveTable(Progress):
         if event.kind == "message" and event.text and self._live is not None:
             self.console.print(event.text, markup=False, highlight=False)  # printed above the table
 
-    def _columns(self, width: int) -> list[str]:
-        """The columns that fit in ``width``, in display order; dimensions are named ``=<dim>``.
+    #: Metric and bookkeeping columns: (title, width, justify left).
+    _FIXED: dict[str, tuple[str, int, bool]] = {
+        "particle": ("", 6, True), "it": ("it", 2, False), "status": ("status", 7, True),
+        "gen": ("tok/s", 5, False), "ttft": ("TTFT", 5, False), "tpot": ("TPOT", 4, False),
+        "fitness": ("fitness", 9, False), "devices": ("devices", 10, True),
+    }
 
-        The particle, status and fitness always show; the rest are added by priority while the
-        table still fits, so a narrow terminal loses devices first, then dimensions, then timings.
+    def _layout(self, width: int) -> tuple[list[str], int, dict[str, int]]:
+        """The columns that fit in ``width`` (dimensions named ``=<field>``), the gap between
+        columns, and each column's width.
+
+        Particle, status, fitness and every field come first (with short names, so the quick
+        start's seven fields fit in 80 columns); then throughput, TPOT, TTFT, the iteration and
+        the devices, while they fit. Fields that still do not fit are counted in a note.
         """
-        natural = {"particle": 8, "it": 3, "status": 7, "devices": 7, "gen": 9, "ttft": 6, "tpot": 6,
-                   "fitness": 9}
-        for d in self._t.dimensions:
-            natural[f"={d}"] = min(max(len(d), 5), 14)
-        chosen = ["particle", "status", "fitness"]
-        used = sum(natural[c] + 3 for c in chosen)
-        for c in ["gen", "it", "ttft", "tpot", *(f"={d}" for d in self._t.dimensions), "devices"]:
-            if used + natural[c] + 3 <= width:
-                chosen.append(c)
-                used += natural[c] + 3
-        order = ["particle", "it", "status", "devices", *(f"={d}" for d in self._t.dimensions),
-                 "gen", "ttft", "tpot", "fitness"]
-        return [c for c in order if c in chosen]
+        t = self._t
+        short = short_names(t.dimensions)
+        widths = {c: w for c, (_, w, _) in self._FIXED.items()}
+        widths["particle"] = max([len(r.label) for r in t.rows.values()] + [4])
+        widths["devices"] = min(max([len(",".join(r.devices)) for r in t.rows.values()] + [7]), 24)
+        if any(r.status == "replayed" for r in t.rows.values()):
+            widths["status"] = 8
+        for d in t.dimensions:
+            seen = [len(compact_value(r.values[d], t.steps.get(d))) for r in t.rows.values() if d in r.values]
+            widths[f"={d}"] = min(max([len(short[d]), 2, *seen]), 10)
+        order = ["particle", "it", "status", *(f"={d}" for d in t.dimensions), "gen", "ttft", "tpot", "fitness",
+                 "devices"]
+        priority = ["particle", "status", "fitness", *(f"={d}" for d in t.dimensions), "gen", "tpot", "ttft", "it",
+                    "devices"]
+        for gap in (2, 1):
+            chosen: list[str] = []
+            used = -gap
+            for c in priority:
+                if used + gap + widths[c] <= width:
+                    chosen.append(c)
+                    used += gap + widths[c]
+                elif c.startswith("="):
+                    break  # keep the fields in order: never show a later one in place of an earlier
+            if gap == 1 or all(f"={d}" in chosen for d in t.dimensions):
+                break
+        return [c for c in order if c in chosen], gap, widths
+
+    def _header(self, width: int) -> Text:
+        t = self._t
+        counts = t.counts_text()
+        clock = f"elapsed {format_duration(t.elapsed())}  ETA {format_duration(t.eta())}"
+        phase = f"phase {t.phase}  " if t.phase else ""
+        text = f"{phase}{counts}  {clock}"
+        if len(text) > width:  # the short form, rather than a status line wrapped mid-phrase
+            counts = counts.replace(" evaluations", "").replace(" running", " run")
+            text = f"{t.phase or ''}  {counts}  {format_duration(t.elapsed())} ETA {format_duration(t.eta())}".strip()
+        header = Text(text, no_wrap=True, overflow="ellipsis")
+        if t.failures:
+            header.highlight_words([f"{t.failures} failed"], style="bold red")
+        return header
+
+    def _best_line(self) -> Text:
+        t = self._t
+        b = t.best
+        if b is None:
+            return Text("best: -", style="dim", no_wrap=True, overflow="ellipsis")
+        short = short_names(list(b.values))
+        where = f"eval {b.eval_id}" + (f" p{b.particle}" if b.particle is not None else f" {b.phase or ''}")
+        vals = " ".join(f"{short[k]}={compact_value(v, t.steps.get(k))}" for k, v in b.values.items())
+        return Text(f"best so far {_fitness(b.fitness)} ({where.strip()}): {vals}", style="bold green",
+                    no_wrap=True, overflow="ellipsis")
 
     def render(self) -> RenderableType:
         """The current header and table (called by rich's refresh thread, or directly)."""
         with self._lock:
             t = self._t
-            width = self.console.width
-            header = Text()
-            header.append("msopt ", style="bold")
-            header.append(t.run_dir or "", style="dim")
-            if t.phase:
-                header.append(f"  phase {t.phase}", style="bold")
-            header.append(f"  {t.finished}/{t.total} evaluations, ")
-            header.append(f"{t.failures} failed", style="bold red" if t.failures else "")
-            if t.reused:
-                header.append(f", {t.reused} reused")
-            if t.running:
-                header.append(f", {len(t.running)} running")
-            header.append(f"  elapsed {format_duration(t.elapsed())}  ETA {format_duration(t.eta())}")
-            best = Text(t.best_text(), style="bold green" if t.best is not None else "dim",
-                        no_wrap=False, overflow="fold")
-
-            cols = self._columns(width)
-            hidden = sum(1 for d in t.dimensions if f"={d}" not in cols)
-            titles = {"particle": "particle", "it": "it", "status": "status", "devices": "devices",
-                      "gen": "gen tok/s", "ttft": "TTFT s", "tpot": "TPOT s", "fitness": "fitness"}
-            table = Table(expand=False, show_edge=False, pad_edge=False, header_style="bold")
+            width = max(self.console.width, 20)
+            cols, gap, widths = self._layout(width)
+            short = short_names(t.dimensions)
+            hidden = [d for d in t.dimensions if f"={d}" not in cols]
+            table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, gap, 0, 0), header_style="bold",
+                          collapse_padding=True)
             for c in cols:
-                title = _short(c[1:], 14) if c.startswith("=") else titles[c]
-                left = c in ("particle", "status", "devices")
-                table.add_column(title, justify="left" if left else "right", no_wrap=True,
-                                 overflow="ellipsis", max_width=14 if c.startswith("=") else None)
+                title = short[c[1:]] if c.startswith("=") else self._FIXED[c][0]
+                left = c.startswith("=") is False and self._FIXED[c][2]
+                table.add_column(title, justify="left" if left else "right", no_wrap=True, overflow="ellipsis",
+                                 min_width=widths[c], max_width=widths[c])
             best_id = t.best.eval_id if t.best is not None else None
             keys = self._row_order()
-            shown = self._rows_that_fit(keys, max(self.console.height - 6, 3), best_id)
+            shown = self._rows_that_fit(keys, max(self.console.height - 8, 3), best_id)
             for key in shown:
                 row = t.rows[key]
                 marked = row.eval_id is not None and row.eval_id == best_id and row.status in FINISHED_KINDS
-                fit = "inf" if row.status == "failed" else _num(row.fitness, ".4f")
+                fit = "inf" if row.status == "failed" else _fitness(row.fitness)
+                tpot = row.metrics.get("time_per_output_token")
                 cells: dict[str, Any] = {
                     "particle": row.label,
                     "it": "" if row.iteration is None else str(row.iteration),
                     "status": Text(row.status, style=_STYLES.get(row.status, "")),
-                    "devices": _short(",".join(row.devices), 10),
-                    "gen": _num(row.metrics.get("generate_speed"), ".1f"),
+                    "devices": _short(",".join(row.devices), widths["devices"]),
+                    "gen": _num(row.metrics.get("generate_speed"), ".0f"),
                     "ttft": _num(row.metrics.get("time_to_first_token"), ".3f"),
-                    "tpot": _num(row.metrics.get("time_per_output_token"), ".3f"),
+                    "tpot": _num(tpot * 1000 if is_finite(tpot) else tpot, ".1f"),
                     "fitness": Text(("★ " if marked else "") + fit, style="bold green" if marked else ""),
                 }
+                dim = "dim" if row.status in ("queued", "running") else ""
                 table.add_row(*(
-                    (_value(row.values[c[1:]]) if c[1:] in row.values else "") if c.startswith("=") else cells[c]
+                    Text(compact_value(row.values[c[1:]], t.steps.get(c[1:])) if c[1:] in row.values else "",
+                         style=dim) if c.startswith("=") else cells[c]
                     for c in cols))
-            parts: list[RenderableType] = [header, best, table]
+            parts: list[RenderableType] = [
+                Text(f"msopt run {t.run_dir}", style="dim", no_wrap=True, overflow="ellipsis"),
+                self._header(width), self._best_line(), table]
+            legend = [f"{short[d]}={d}" for d in t.dimensions if short[d] != d and d not in hidden]
+            if "ttft" in cols or "tpot" in cols:
+                legend.append("TTFT in s, TPOT in ms")
+            if legend:
+                parts.append(Text("  ".join(legend), style="dim"))
             notes = []
             if len(shown) < len(keys):
                 notes.append(f"{len(keys) - len(shown)} more rows hidden (terminal too short)")
             if hidden:
-                notes.append(f"{hidden} more dimension{'s' if hidden > 1 else ''} hidden (terminal too narrow)")
+                notes.append(f"{len(hidden)} more dimension{'s' if len(hidden) > 1 else ''} hidden "
+                             f"(terminal too narrow): {', '.join(hidden)}")
             if t.messages:
                 notes.append(_short(t.messages[-1], max(width - 2, 20)))
             if notes:
@@ -558,8 +662,14 @@ class LiveTable(Progress):
         if live is not None:
             live.refresh()
             live.stop()
+            if not self.console.is_terminal:  # Live's last frame ends without a newline there
+                self.console.line()
         with self._lock:
-            text = self._t.final_text(summary)
+            t = self._t
+            how = "finished" if summary is not None and not summary.get("interrupted") else (
+                "interrupted" if summary else "stopped")
+            # the table above shows the best; the command prints the verdict and the recommendation
+            text = f"{how}: {t.counts_text()}; elapsed {format_duration(t.elapsed())}"
         if live is not None or summary:
             self.console.print(text, markup=False, highlight=False)
             for line in _capacity_lines(summary):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
-from msopt.config import Settings, load_settings
+from msopt.config import DEFAULTS_PATH, Settings, load_settings
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
@@ -71,9 +71,11 @@ def registered_sections() -> tuple[str, ...]:
 
 
 def load(config_path: str | os.PathLike[str] | None = None, engine: str | None = None, *,
-         environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> Validated:
+         environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None,
+         search: bool = True) -> Validated:
     """Load the configuration layers (a section for every registered engine and benchmark
-    accepted), apply top-level ``overrides`` (command-line flags) and :func:`validate`.
+    accepted), apply top-level ``overrides`` (command-line flags) and :func:`validate`
+    (``search``: see there).
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
@@ -81,16 +83,43 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
     settings = load_settings(config_path, engine, environ=environ, sections=registered_sections())
     if overrides:
         settings = settings.replace(**overrides)
-    return validate(settings)
+    return validate(settings, search=search)
 
 
-def validate(settings: Settings) -> Validated:
+def _check_engine_section(settings: Settings) -> None:
+    """Refuse an engine (``-e``) whose search space would silently come from the packaged
+    defaults while the user's files declare the search space of another engine."""
+    eng = settings.engine
+    user = [s for s in settings.sources if s != str(DEFAULTS_PATH)]
+    if not user or settings.origin.get(f"{eng}.target_field") in user:
+        return
+    declared = sorted({k.split(".")[0] for k, src in settings.origin.items()
+                       if k.endswith(".target_field") and k.count(".") == 1 and src in user})
+    if declared:
+        raise ConfigError(f"{user[-1]}: engine '{eng}' has no [[{eng}.target_field]] in this file, which declares "
+                          f"the search space of {', '.join(declared)}; the packaged defaults' {len(settings.fields)} "
+                          f"{eng} field(s) would be searched instead. Add [[{eng}.target_field]] tables, or "
+                          f"use -e {declared[0]}")
+
+
+def validate(settings: Settings, *, search: bool = True) -> Validated:
     """Check every component's part of ``settings``; see the module docstring for the order.
+
+    Args:
+        settings: the merged configuration.
+        search: the command searches (optimize, validate, decode), so at least one field must
+            be a dimension; ``simulate`` evaluates the values and passes False.
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
     """
+    _check_engine_section(settings)
     space = SearchSpace.from_settings(settings)
+    if search and not space.names:
+        where = settings.origin.get(f"{settings.engine}.target_field", settings.where(settings.engine))
+        raise ConfigError(f"{where}: [{settings.engine}] has no searched field ({len(settings.fields)} field(s), "
+                          "all constant or derived), so a search would evaluate one configuration over and over; "
+                          "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
     swarm = swarm_options(settings)
     try:
         objective = make_objective(str(settings.get("objective", "default")), settings.data)
@@ -123,19 +152,20 @@ def validate(settings: Settings) -> Validated:
     benchmark: BenchmarkAdapter | None = None
     simulator: SimulatorSetup | None = None
     bench_name = str(settings.get("benchmark"))
+    try:  # a simulated run records the benchmark too (run.json): a misspelt name is an error either way
+        benchmark_adapter = get_benchmark(bench_name)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
     if settings.get("simulate"):
         simulator = SimulatorSetup.from_settings(settings)
         produces = frozenset(SIMULATED)
         name = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
-        if bench_name in BENCHMARKS.names():  # checked too: dropping `simulate` must not break it
-            _check_benchmark(settings, get_benchmark(bench_name), bench_name)
+        # checked too: dropping `simulate` must not break it
+        _check_benchmark(settings, benchmark_adapter, bench_name)
     else:
         name = bench_name
-        try:
-            benchmark = get_benchmark(name)
-        except ConfigError as exc:
-            raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
+        benchmark = benchmark_adapter
         _check_benchmark(settings, benchmark, name)
         produces = frozenset(benchmark.produces)
         check_capacity_metrics(capacity, sorted(produces), name)

@@ -182,11 +182,24 @@ class IntType(FieldType):
 
 @DTYPES.register("float")
 class FloatType(FieldType):
-    """Real numbers in [min, max]; the coordinate is the value, clamped."""
+    """Real numbers in [min, max]; the coordinate is the value, clamped (and, with ``step``,
+    rounded to the nearest ``min + k × step`` inside the bounds)."""
+
+    def __init__(self, decl: FieldDecl) -> None:
+        super().__init__(decl)
+        step = decl.step
+        # decimals of the step, so 0.7 + 9 x 0.01 prints 0.79, not 0.7900000000000001
+        self._digits = max(0, -math.floor(math.log10(step)) + 3) if step else 0
+        self._last = math.floor((decl.max - decl.min) / step + 1e-9) if step else 0
 
     def decode(self, x: float) -> float:
         lo, hi = self.decl.min, self.decl.max
-        return float(lo if x < lo else hi if x > hi else x)
+        v = float(lo if x < lo else hi if x > hi else x)
+        step = self.decl.step
+        if step:
+            k = min(max(round((v - lo) / step), 0), self._last)
+            v = round(lo + k * step, self._digits)
+        return v
 
     def encode(self, value: Any, values: Mapping[str, Any]) -> float:
         v = float(value)

@@ -11,7 +11,10 @@ from msopt.checks import is_number
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
-FIELD_KEYS = ("name", "config_position", "min", "max", "dtype", "dtype_param", "value", "constant")
+#: Position span of an enum or bool field declared without min/max, as in the original tool.
+CHOICE_SPAN = 100
+
+FIELD_KEYS = ("name", "config_position", "min", "max", "dtype", "dtype_param", "value", "constant", "step")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class FieldDecl:
         dtype_param: dtype-specific parameter (enum values, range step, ratio target, ...).
         value: the default value (particle 0 and the baseline start here).
         constant: when set, the field is fixed to this value and takes no dimension.
+        step: (float fields) the precision that matters: decoded values are multiples of it
+            from ``min``, so what is measured, shown and launched is the same short number.
         where: "FILE: [section.target_field] 'name'", for error messages.
     """
 
@@ -39,10 +44,30 @@ class FieldDecl:
     value: Any = None
     constant: Any = None
     where: str = ""
+    step: float | None = None
+
+    def show(self, value: Any) -> str:
+        """``value`` at the precision that matters: a float at its ``step``'s decimals (4
+        significant digits without one), a bool as true/false, anything else as is."""
+        return show_value(value, self.step)
 
     def error(self, rule: str, fix: str) -> ConfigError:
         """Build a ConfigError naming this field's file and key."""
         return ConfigError(f"{self.where}: {rule}; {fix}")
+
+
+def show_value(value: Any, step: float | None = None) -> str:
+    """Display text of a field value (see :meth:`FieldDecl.show`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if step:
+            decimals = len(f"{step:.10f}".rstrip("0").partition(".")[2])  # the step's own decimals
+            return f"{value:.{decimals}f}"
+        return f"{value:.4g}"
+    return str(value)
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
@@ -80,8 +105,11 @@ def parse_field(raw: Any, *, source: str, section: str, index: int) -> FieldDecl
     position = raw.get("config_position", "env")
     if not isinstance(position, str):
         raise ConfigError(f"{where}: 'config_position' must be a string, got {position!r}")
+    # The original tool's segments: an enum or bool without bounds spans 0-100 and is searched
+    # (a user listing candidates means them to be tried); other dtypes need their bounds.
+    default_hi = CHOICE_SPAN if dtype in ("enum", "bool") and "min" not in raw and "max" not in raw else 0
     lo = _number(raw, "min", where, 0)
-    hi = _number(raw, "max", where, 0)
+    hi = _number(raw, "max", where, default_hi)
     if lo > hi:
         raise ConfigError(f"{where}: min ({lo}) > max ({hi}); swap them or fix the bounds")
     for key in ("value", "constant"):
@@ -90,7 +118,16 @@ def parse_field(raw: Any, *, source: str, section: str, index: int) -> FieldDecl
             raise ConfigError(f"{where}: '{key}' must be finite, got {v!r}")
         if isinstance(v, (Mapping, list)):
             raise ConfigError(f"{where}: '{key}' must be a single value, got {v!r}")
+    step = raw.get("step")
+    if step is not None:
+        if dtype != "float":
+            raise ConfigError(f"{where}: 'step' applies to float fields, not {dtype}; for an integer step "
+                              "write dtype = \"range\" with dtype_param = STEP")
+        step = _number(raw, "step", where)
+        if not step > 0:
+            raise ConfigError(f"{where}: 'step' must be > 0, got {step!r}; write e.g. step = 0.01")
     return FieldDecl(
+        step=step,
         name=name,
         config_position=position,
         min=lo,

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from msopt.run.driver import Driver
 from msopt.run.progress import Progress
 
 from .test_pool import settings_for
+
+pytestmark = pytest.mark.slow  # a Ray session and its actors
 
 
 class KillOnFirstProbe(Progress):

@@ -15,6 +15,8 @@ from msopt.evaluate.results import EvalRequest
 from msopt.run.driver import Driver
 from msopt.space import DecodeContext, SearchSpace
 
+pytestmark = pytest.mark.slow  # a Ray session and its actors
+
 REPO = Path(__file__).resolve().parents[2]
 
 EXTRA = """

@@ -73,6 +73,7 @@ def optimize_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[s
         return dict(zip(CASES, ex.map(run, CASES)))
 
 
+@pytest.mark.slow  # msopt optimize in a process per case
 @pytest.mark.parametrize("name", CASES)
 def test_optimize_refuses_bad_config(name: str, optimize_runs: dict) -> None:
     proc, out = optimize_runs[name]

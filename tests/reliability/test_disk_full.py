@@ -136,6 +136,7 @@ def _reference(config: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> l
     return _journal(Path(stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow  # a run per case, resumed
 @pytest.mark.parametrize("config", ["sync", "async"], indirect=True)
 @pytest.mark.parametrize("budget", [5, 6, 10, 15])  # the first write after creation: the lock's pid
 def test_disk_full_stops_cleanly_and_resume_completes(config: Path, budget: int, tmp_path: Path,

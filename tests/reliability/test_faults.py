@@ -17,9 +17,15 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real servers and benchmarks, a driver killed ten times
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_SERVE = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
-HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)"])
+# every process a test starts carries its token on the command line ({token} below), and a test
+# looks for that token only: other tests and other runs on the machine sleep too
+HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)", "{token}"])
 
 BASE = """
 engine = "vllm"
@@ -59,6 +65,8 @@ num_prompts = 8
 
 
 def processes_with(token: str) -> list[int]:
+    """This machine's processes whose command line holds ``token`` (a test's own uuid)."""
+    assert token.startswith("fault-") and len(token) > 10, "look for a test's own token only"
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
@@ -75,7 +83,8 @@ def run_optimize(tmp_path: Path, *, benchmark="builtin", server=SIM_SERVE, bench
     token = f"fault-{uuid.uuid4().hex[:8]}"
     cfg = tmp_path / "cfg.toml"
     (tmp_path / "Qwen3-8B").mkdir()  # optimize's preflight checks the model path
-    cfg.write_text(BASE.format(benchmark=benchmark, server=server, bench=bench, server_flags=server_flags,
+    cfg.write_text(BASE.format(benchmark=benchmark, server=server.replace("{token}", token),
+                               bench=bench.replace("{token}", token), server_flags=server_flags,
                                wait=wait, time_out=time_out, token=token, model=tmp_path / "Qwen3-8B"))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
                           "--max-concurrent", "2", "-o", str(tmp_path / "runs")],
@@ -93,7 +102,7 @@ def journal(run: Path) -> list[dict]:
 
 
 def test_server_never_ready(tmp_path):
-    never = json.dumps([sys.executable, "-c", "import time; time.sleep(600)", "--"])
+    never = json.dumps([sys.executable, "-c", "import time; time.sleep(600)", "{token}", "--"])
     out, run, token = run_optimize(tmp_path, server=never, wait=2)
     assert out.returncode == 1, out.stderr  # nothing succeeded: said, not crashed
     lines = journal(run)
@@ -122,7 +131,7 @@ def test_benchmark_hangs(tmp_path):
     assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
     launched = [x for x in lines if not x["reused"]]
     assert all("did not finish" in x["error"] for x in launched)
-    assert processes_with(token) == [] and processes_with("time.sleep(600)") == []
+    assert processes_with(token) == []
 
 
 KILL_CFG = """

@@ -252,6 +252,7 @@ def _floats_back(xs: list[float]) -> list[float]:
 
 @PROPS
 @given(data=st.data())
+@pytest.mark.slow  # many hypothesis examples
 def test_journal_always_parses(base: Settings, data: st.DataObject) -> None:
     ids = data.draw(st.lists(st.integers(0, 2**40), min_size=1, max_size=6, unique=True))
     written = [data.draw(results(i)) for i in ids]

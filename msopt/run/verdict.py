@@ -1,0 +1,213 @@
+"""The verdict of a run: does the recommended configuration meet the SLOs, and what it gained.
+
+One computation, shown at the end of ``msopt optimize`` and at the top of report.html: each SLO
+with the measured value, the limit and met / broken; the throughput within the SLOs against the
+baseline's; and a loud line when no evaluation met every SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from msopt.config import Settings
+from msopt.evaluate.results import EvaluationResult
+from msopt.metrics import GENERATE_SPEED, SUCCESS_RATE, TIME_PER_OUTPUT_TOKEN, TIME_TO_FIRST_TOKEN
+from msopt.space.fields import show_value
+
+MET = "✓"
+BROKEN = "✗"
+
+
+def _seconds(v: float) -> str:
+    return f"{v:.3g} s" if v >= 1 else f"{v * 1000:.3g} ms"
+
+
+def _percent(v: float) -> str:
+    return f"{v * 100:.4g} %"
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    """One SLO against one measurement.
+
+    Attributes:
+        label: "TTFT", "TPOT", "success rate".
+        metric: the metric's column name.
+        value: the measured value (None: not measured).
+        limit: the SLO.
+        upper: True when the value must stay at or below the limit, False at or above.
+    """
+
+    label: str
+    metric: str
+    value: float | None
+    limit: float
+    upper: bool
+
+    @property
+    def met(self) -> bool:
+        """True when measured and within the limit."""
+        v = self.value
+        if v is None or not math.isfinite(v):
+            return False
+        return v <= self.limit if self.upper else v >= self.limit
+
+    def _fmt(self, v: float) -> str:
+        return _percent(v) if self.metric == SUCCESS_RATE else _seconds(v)
+
+    @property
+    def measured(self) -> str:
+        """The measured value with its unit ("18.5 ms"), or "not measured"."""
+        v = self.value
+        return self._fmt(v) if v is not None and math.isfinite(v) else "not measured"
+
+    @property
+    def bound(self) -> str:
+        """The limit with its comparison ("≤ 20 ms")."""
+        return f"{'≤' if self.upper else '≥'} {self._fmt(self.limit)}"
+
+    def text(self) -> str:
+        """"TPOT 18.5 ms ≤ 20 ms ✓" (broken: "TPOT 24 ms > 20 ms ✗")."""
+        if self.met:
+            return f"{self.label} {self.measured} {self.bound} {MET}"
+        op = ">" if self.upper else "<"
+        return f"{self.label} {self.measured} {op} {self._fmt(self.limit)} {BROKEN}"
+
+
+def slo_checks(settings: Settings, metrics: Mapping[str, Any]) -> list[SloCheck]:
+    """The run's SLOs (mean TTFT, mean TPOT, success rate) against ``metrics``."""
+    def get(name: str) -> float | None:
+        v = metrics.get(name)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    return [
+        SloCheck("TTFT", TIME_TO_FIRST_TOKEN, get(TIME_TO_FIRST_TOKEN), settings.ttft_slo, True),
+        SloCheck("TPOT", TIME_PER_OUTPUT_TOKEN, get(TIME_PER_OUTPUT_TOKEN), settings.tpot_slo, True),
+        SloCheck("success rate", SUCCESS_RATE, get(SUCCESS_RATE), settings.success_rate_slo, False),
+    ]
+
+
+def meets_slos(settings: Settings, result: EvaluationResult) -> bool:
+    """True when ``result`` succeeded and met every SLO."""
+    return not result.failed and all(c.met for c in slo_checks(settings, result.metrics))
+
+
+def tokens_per_s(v: float | None) -> str:
+    """"6,910 tok/s"."""
+    return "not measured" if v is None or not math.isfinite(v) else f"{v:,.0f} tok/s"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict of a run.
+
+    Attributes:
+        best: the recommended evaluation (None: no evaluation succeeded).
+        checks: the SLOs against the recommended evaluation's metrics.
+        baseline: the baseline evaluation (the configured values), if it ran.
+        baseline_checks: the SLOs against the baseline's metrics.
+        met_count: how many successful evaluations met every SLO.
+        evaluations: how many evaluations the run made.
+        values: the recommended values as displayed (each at its field's precision).
+        mean_fitness: the recommended configuration's mean fitness over its measurements.
+        measurements: how many measurements that mean covers.
+    """
+
+    best: EvaluationResult | None
+    checks: tuple[SloCheck, ...]
+    baseline: EvaluationResult | None
+    baseline_checks: tuple[SloCheck, ...]
+    met_count: int
+    evaluations: int
+    values: tuple[tuple[str, str], ...]
+    mean_fitness: float | None = None
+    measurements: int = 1
+
+    @property
+    def met(self) -> bool:
+        """True when the recommended configuration meets every SLO."""
+        return self.best is not None and not self.best.failed and all(c.met for c in self.checks)
+
+    @property
+    def baseline_met(self) -> bool:
+        """True when the baseline meets every SLO."""
+        return self.baseline is not None and not self.baseline.failed and all(c.met for c in self.baseline_checks)
+
+    def headline(self) -> str:
+        """One line: met, or the loud line when nothing met the SLOs."""
+        if self.best is None:
+            return (f"NO CONFIGURATION SUCCEEDED: all {self.evaluations} evaluations failed; "
+                    "see the errors in the report")
+        if self.met_count == 0:
+            return (f"NO CONFIGURATION MET THE SLOs in {self.evaluations} evaluations: the recommendation below is "
+                    "the least bad; relax the SLOs, widen the search space or give it more evaluations")
+        if not self.met:
+            return (f"the recommended configuration breaks an SLO ({self.met_count} evaluation(s) met every SLO "
+                    "but scored worse on fitness)")
+        return "the recommended configuration meets every SLO"
+
+    def throughput_line(self) -> str:
+        """Throughput of the recommendation against the baseline's, each with its SLO status."""
+        if self.best is None:
+            return ""
+        speed = self.best.metrics.get(GENERATE_SPEED)
+        within = "within the SLOs" if self.met else "NOT within the SLOs"
+        line = f"throughput: {tokens_per_s(speed)} {within}"
+        b = self.baseline
+        if b is None:
+            return line + "; no baseline measured"
+        if b.failed:
+            return line + f"; the baseline (configured values) failed: {(b.error or '').splitlines()[0][:120]}"
+        bspeed = b.metrics.get(GENERATE_SPEED)
+        if self.baseline_met:
+            gain = ""
+            if isinstance(speed, (int, float)) and isinstance(bspeed, (int, float)) and bspeed > 0:
+                gain = f" ({(speed / bspeed - 1) * 100:+.1f} %)"
+            return line + f"; baseline {tokens_per_s(bspeed)} within the SLOs{gain}"
+        broken = ", ".join(c.text().removesuffix(f" {BROKEN}") for c in self.baseline_checks if not c.met)
+        return line + f"; baseline {tokens_per_s(bspeed)} breaks {broken}"
+
+    def fitness_line(self) -> str:
+        """The recommendation's fitness, saying that lower is better."""
+        b = self.best
+        if b is None:
+            return ""
+        text = f"fitness {b.fitness:.4g} (lower is better; eval {b.eval_id}, {b.phase}"
+        if self.mean_fitness is not None and self.measurements > 1:
+            text += f"; mean of {self.measurements} measurements {self.mean_fitness:.4g}"
+        return text + ")"
+
+    def lines(self) -> list[str]:
+        """The verdict as terminal lines."""
+        out = [("verdict: " if self.met_count else "!!! ") + self.headline()]
+        if self.best is None:
+            return out
+        out += [f"  {c.text()}" for c in self.checks]
+        out.append(f"  {self.throughput_line()}")
+        return out
+
+    def shown_values(self) -> str:
+        """The recommended values, each at its field's precision: "tp=2, gpu_memory_utilization=0.79"."""
+        return ", ".join(f"{k}={v}" for k, v in self.values)
+
+
+def make_verdict(settings: Settings, results: Sequence[EvaluationResult], best: EvaluationResult | None, *,
+                 mean_fitness: float | None = None, measurements: int = 1) -> Verdict:
+    """Judge a run from its evaluations and its recommended one."""
+    baseline = next((r for r in results if r.phase == "baseline"), None)
+    steps = {f.name: f.step for f in settings.fields}
+    values = tuple((k, show_value(v, steps.get(k))) for k, v in best.values.items()) if best else ()
+    return Verdict(
+        best=best,
+        checks=tuple(slo_checks(settings, best.metrics)) if best else (),
+        baseline=baseline,
+        baseline_checks=tuple(slo_checks(settings, baseline.metrics)) if baseline else (),
+        met_count=sum(meets_slos(settings, r) for r in results),
+        evaluations=len(results),
+        values=values,
+        mean_fitness=mean_fitness,
+        measurements=measurements,
+    )

@@ -1,0 +1,71 @@
+"""The verdict: each SLO with value, limit and met/broken; throughput against the baseline's."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from msopt.evaluate.results import EvaluationResult
+from msopt.run.validate import load
+from msopt.run.verdict import make_verdict
+
+QUICK = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.toml")  # TTFT 2.5 s, TPOT 20 ms
+
+
+def result(eval_id: int, phase: str, ttft: float, tpot: float, speed: float, *, ok: float = 1.0,
+           fitness: float = 1.0, **values) -> EvaluationResult:
+    metrics = {"generate_speed": speed, "time_to_first_token": ttft, "time_per_output_token": tpot,
+               "success_rate": ok, "throughput": 1.0}
+    return EvaluationResult(eval_id, phase, None, 0, [], [], dict(values), metrics, fitness)
+
+
+def failed(eval_id: int) -> EvaluationResult:
+    return EvaluationResult(eval_id, "search", 0, 0, [], [], {"tp": 1}, {}, math.inf, error="OOM: 3 GiB short")
+
+
+SETTINGS = load(QUICK).settings
+
+
+def test_the_issues_example_reads_as_a_verdict():
+    base = result(0, "baseline", 1.2, 0.0239, 9318.0, fitness=106.0)
+    best = result(49, "refine", 2.1, 0.0185, 6910.0, fitness=0.3508, tp=2, gpu_memory_utilization=0.7963799099058896)
+    v = make_verdict(SETTINGS, [base, failed(1), best], best, mean_fitness=0.3482, measurements=2)
+    assert v.met and v.met_count == 1 and not v.baseline_met
+    lines = v.lines()
+    assert lines[0] == "verdict: the recommended configuration meets every SLO"
+    assert "  TTFT 2.1 s ≤ 2.5 s ✓" in lines and "  TPOT 18.5 ms ≤ 20 ms ✓" in lines
+    assert "  success rate 100 % ≥ 100 % ✓" in lines
+    assert lines[-1] == "  throughput: 6,910 tok/s within the SLOs; baseline 9,318 tok/s breaks TPOT 23.9 ms > 20 ms"
+    assert v.shown_values() == "tp=2, gpu_memory_utilization=0.80"  # the quick start's step 0.01
+    assert "lower is better" in v.fitness_line() and "mean of 2 measurements 0.3482" in v.fitness_line()
+
+
+def test_a_gain_over_a_baseline_within_the_slos_is_a_percentage():
+    base = result(0, "baseline", 1.0, 0.015, 5000.0)
+    best = result(7, "search", 1.0, 0.016, 6000.0)
+    v = make_verdict(SETTINGS, [base, best], best)
+    assert v.throughput_line().endswith("baseline 5,000 tok/s within the SLOs (+20.0 %)")
+
+
+def test_no_configuration_met_the_slos_is_loud():
+    base = result(0, "baseline", 3.0, 0.03, 9000.0)
+    best = result(3, "search", 2.0, 0.021, 7000.0)
+    v = make_verdict(SETTINGS, [base, best], best)
+    assert not v.met and v.met_count == 0
+    assert v.lines()[0].startswith("!!! NO CONFIGURATION MET THE SLOs in 2 evaluations")
+    assert "  TPOT 21 ms > 20 ms ✗" in v.lines()
+    assert "NOT within the SLOs" in v.throughput_line()
+    assert "breaks TTFT 3 s > 2.5 s, TPOT 30 ms > 20 ms" in v.throughput_line()
+
+
+def test_a_recommendation_that_breaks_an_slo_another_met_says_so():
+    other = result(1, "search", 1.0, 0.019, 100.0, fitness=5.0)
+    best = result(2, "search", 1.0, 0.0205, 9000.0, fitness=0.5)
+    v = make_verdict(SETTINGS, [other, best], best)
+    assert "breaks an SLO (1 evaluation(s) met every SLO" in v.headline()
+    assert "no baseline measured" in v.throughput_line()
+
+
+def test_every_evaluation_failed():
+    v = make_verdict(SETTINGS, [failed(0), failed(1)], None)
+    assert v.lines() == ["!!! NO CONFIGURATION SUCCEEDED: all 2 evaluations failed; see the errors in the report"]
