@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from msopt.cli import optimize, preflight, report, serve, simulate
+from msopt.cli import calibrate, optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
 
 if TYPE_CHECKING:
@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in (simulate, optimize, serve, report, preflight):
         module.register(sub)
+    calibrate.register(sub)
     return parser
 
 

@@ -9,6 +9,7 @@ step's time is affine in the total context length.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ def run_replica(
     frontend_s: float = 0.0,
     frontend_tok_s: float = 0.0,
     jitter: np.ndarray | None = None,
+    think: np.ndarray | None = None,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -70,12 +72,18 @@ def run_replica(
     budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
     chunked, mixed = knobs.chunked_prefill, knobs.mixed_batch
     max_pf = knobs.max_prefill_seqs or mns
-    reserve_full = knobs.max_preempt_count == 0
+    # MindIE maxPreemptCount 0 reserves prompt + output at admission; so does SGLang for
+    # fixed-length requests (ignore_eos: the whole remaining output is reserved, sglang 0.5.23
+    # srt/managers/schedule_policy.py _get_running_request_total_token_offset / add_one_req)
+    reserve_full = knobs.max_preempt_count == 0 or knobs.engine == "sglang"
     preempt_cap = knobs.max_preempt_count if knobs.max_preempt_count else None
     select = knobs.select_batch and not mixed
     select_steps = max(1, math.ceil(knobs.prefill_time_ms_per_req / max(knobs.decode_time_ms_per_req, 1e-9)))
     queue_delay = knobs.max_queue_delay_s if knobs.engine == "mindie" else 0.0
 
+    # vLLM caps one request's prefill chunk at long_prefill_token_threshold when anyone else is
+    # running or waiting (vllm 0.33.0 vllm/v1/core/sched/scheduler.py, schedule())
+    long_cap = int(knobs.long_prefill_token_threshold or 0)
     in_len = in_len.astype(np.int64)
     out_len = out_len.astype(np.int64)
     ctx = np.zeros(n, np.int64)  # tokens whose K/V are in the cache
@@ -99,7 +107,7 @@ def run_replica(
     waiting: deque[int] = deque()
     sent = 0
     last_srv = -np.inf
-    arr_ptr = 0
+    pending: list[tuple[float, int]] = []  # (server arrival, request): sent, not yet at the engine
     done = 0
     t = 0.0
     preemptions = 0
@@ -112,11 +120,13 @@ def run_replica(
         # reaches the engine spread out, not all in the same step
         nonlocal sent, last_srv
         if sent < n:
-            s = max(float(arrival[sent]), now)
-            s += float(jitter[sent]) if jitter is not None else 0.0
+            s = max(float(arrival[sent]), now) + (float(think[sent]) if think is not None else 0.0)
             send[sent] = s
-            last_srv = max(s, last_srv) + frontend_s + frontend_tok_s * float(in_len[sent])
-            srv[sent] = last_srv + api_overhead_s
+            fe = frontend_s + frontend_tok_s * float(in_len[sent])
+            last_srv = max(s, last_srv) + fe if fe > 0 else s
+            # network/client jitter after the API server: it does not hold up the requests behind
+            srv[sent] = last_srv + api_overhead_s + (float(jitter[sent]) if jitter is not None else 0.0)
+            heapq.heappush(pending, (float(srv[sent]), sent))
             sent += 1
 
     for _ in range(min(conc, n)):
@@ -133,6 +143,8 @@ def run_replica(
                 return budget, False
             i = int(i)
             chunk = int(min(prompt_left[i], budget))
+            if long_cap and len(running) + len(waiting) > 1:
+                chunk = min(chunk, long_cap)
             have = int(blocks[i]) * bs - int(ctx[i])
             need = max(0, -(-(chunk - have) // bs))
             if need > free:
@@ -155,6 +167,8 @@ def run_replica(
                 chunk = left  # a recomputed prompt may outgrow the budget; run it alone
             else:
                 chunk = min(left, budget)
+                if long_cap and len(running) + len(waiting) > 1:
+                    chunk = min(chunk, long_cap)
             target = int(in_len[i] + out_len[i]) if reserve_full else int(ctx[i]) + chunk
             need = -(-target // bs) - int(blocks[i])
             if need > free:
@@ -168,9 +182,8 @@ def run_replica(
         return budget, False
 
     while done < n:
-        while arr_ptr < sent and srv[arr_ptr] <= t:
-            i = arr_ptr
-            arr_ptr += 1
+        while pending and pending[0][0] <= t:
+            i = heapq.heappop(pending)[1]
             if rejected[i]:
                 ok[i] = False
                 finish[i] = srv[i]
@@ -179,14 +192,14 @@ def run_replica(
             else:
                 waiting.append(i)
         if not running and not waiting:
-            if arr_ptr < sent:
-                t = max(t, float(srv[arr_ptr]))
+            if pending:
+                t = max(t, pending[0][0])
                 continue
             break
         # MindIE waits up to maxQueueDelay to fill an idle prefill batch
-        if queue_delay > 0 and not running and len(waiting) < max_pf and arr_ptr < sent:
+        if queue_delay > 0 and not running and len(waiting) < max_pf and pending:
             oldest = float(srv[waiting[0]])
-            nxt = float(srv[arr_ptr])
+            nxt = pending[0][0]
             if nxt <= oldest + queue_delay and nxt > t:
                 t = nxt
                 continue
@@ -251,8 +264,8 @@ def run_replica(
             # nothing can run (a bug or an impossible configuration): wait for an arrival or stop
             if victims:
                 continue
-            if arr_ptr < sent and float(srv[arr_ptr]) > t:
-                t = float(srv[arr_ptr])
+            if pending and pending[0][0] > t:
+                t = pending[0][0]
                 continue
             raise SimulationError(
                 f"simulated scheduler stalled at t={t:.3f}s with {len(running)} running and {len(waiting)} "
@@ -279,10 +292,10 @@ def run_replica(
                             else:
                                 hi = mid - 1
                         k = lo
-                if k > 1 and arr_ptr < sent:
+                if k > 1 and pending:
                     s = np.arange(1, k + 1, dtype=np.float64)
                     cum = (s * a + b * (s * s0 + n_dec * s * (s - 1) / 2)) * time_scale
-                    k = min(k, int(np.searchsorted(cum, float(srv[arr_ptr]) - t)) + 1)
+                    k = min(k, int(np.searchsorted(cum, pending[0][0] - t)) + 1)
             dt = (k * a + b * (k * s0 + n_dec * k * (k - 1) / 2)) * time_scale
             new_ctx = ctx_dec + k
             nb = -(-new_ctx // bs)

@@ -29,7 +29,9 @@ class EngineKnobs:
         max_prefill_seqs: most requests in one prefill batch (MindIE maxPrefillBatchSize).
         chunked_prefill: prompts may be split across steps.
         mixed_batch: a step may carry prefill chunks and decodes together (vLLM V1).
-        memory_fraction: share of device memory the engine may use (weights, KV, activations).
+        memory_fraction: share of device memory the engine may use (weights, KV, activations);
+            None: the engine's default (vLLM 0.9; SGLang computes it from the device, tp and
+            chunk size, as its ``--mem-fraction-static`` default does).
         kv_cache_gib: fixed KV-cache size per device (MindIE npuMemSize), overrides the fraction.
         block_size: KV-cache block (page) size in tokens.
         max_model_len: longest sequence the server accepts (None: the model's maximum).
@@ -37,6 +39,8 @@ class EngineKnobs:
         prefill_time_ms_per_req, decode_time_ms_per_req: MindIE select-batch cost estimates.
         max_queue_delay_s: MindIE maxQueueDelayMicroseconds, in seconds.
         max_preempt_count: preemptions allowed per step (None: unlimited; 0: reserve whole sequence).
+        long_prefill_token_threshold: vLLM: most prompt tokens one request prefills per step
+            while other requests are running or waiting (0: no limit, vLLM's default).
         ignored: flags/keys read from the launch that the simulator does not model.
     """
 
@@ -49,7 +53,7 @@ class EngineKnobs:
     max_prefill_seqs: int | None = None
     chunked_prefill: bool = True
     mixed_batch: bool = True
-    memory_fraction: float = 0.9
+    memory_fraction: float | None = None
     kv_cache_gib: float | None = None
     block_size: int = 16
     max_model_len: int | None = None
@@ -58,6 +62,7 @@ class EngineKnobs:
     decode_time_ms_per_req: float = 50.0
     max_queue_delay_s: float = 0.005
     max_preempt_count: int | None = None
+    long_prefill_token_threshold: int = 0
     ignored: tuple[str, ...] = field(default=())
 
     def resolved(self, hbm_gib: float) -> EngineKnobs:
@@ -72,7 +77,37 @@ class EngineKnobs:
         else:
             mnbt = self.max_num_batched_tokens or 8192
             mns = self.max_num_seqs or 200
-        return replace(self, max_num_batched_tokens=mnbt, max_num_seqs=mns)
+        frac = self.memory_fraction
+        if frac is None:
+            frac = sglang_mem_fraction(hbm_gib, self.tp, self.pp, mnbt if self.chunked_prefill else 16384,
+                                       self.max_num_seqs) if self.engine == "sglang" else 0.9
+        return replace(self, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac)
+
+
+def sglang_mem_fraction(hbm_gib: float, tp: int, pp: int, chunk: int, max_running: int | None) -> float:
+    """SGLang's default ``--mem-fraction-static``: (memory - reserved) / memory.
+
+    sglang 0.5.23 ``srt/arg_groups/memory_hook.py`` (handle_gpu_memory_settings,
+    reserve_for_graph_mb): reserved MB = 512 + 1.5 x max(chunked_prefill_size, 2048)
+    + tp x pp / 8 x 1024 + 2 x decode CUDA-graph max batch (256 below tp 4, else 512, on
+    60-160 GB devices; capped by --max-running-requests), at least 10 GB on devices over 60 GB.
+    The prefill-graph term (8 MB per captured size) is left out.
+    """
+    gpu_mb = hbm_gib * 1024.0
+    if gpu_mb < 20 * 1024:
+        max_bs = 8
+    elif gpu_mb < 60 * 1024:
+        max_bs = 48 if gpu_mb < 35 * 1024 and tp < 4 else (32 if tp < 4 else 160)
+    elif gpu_mb < 160 * 1024:
+        max_bs = 256 if tp < 4 else 512
+    else:
+        max_bs = 512
+    if max_running is not None:
+        max_bs = min(max_bs, max_running)
+    reserved = 512.0 + 1.5 * max(chunk, 2048) + tp * pp / 8 * 1024 + 2.0 * max_bs
+    if gpu_mb > 60 * 1024:
+        reserved = max(reserved, 10 * 1024.0)
+    return round((gpu_mb - reserved) / gpu_mb, 3)
 
 
 def _split_argv(argv: Sequence[str]) -> list[tuple[str, str | None]]:
@@ -143,6 +178,7 @@ _VLLM_INT = MappingProxyType({
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--block-size": "block_size",
     "--max-model-len": "max_model_len",
+    "--long-prefill-token-threshold": "long_prefill_token_threshold",
 })
 
 _SGLANG_INT = MappingProxyType({
@@ -178,7 +214,7 @@ def _knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
 
 
 def _knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
-    kw: dict[str, Any] = {"engine": "sglang", "block_size": 1, "mixed_batch": False, "memory_fraction": 0.88}
+    kw: dict[str, Any] = {"engine": "sglang", "block_size": 1, "mixed_batch": False}
     ignored: list[str] = []
     for flag, value in _split_argv(argv):
         if flag in _SGLANG_INT:

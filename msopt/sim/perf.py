@@ -126,13 +126,15 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
     width = 4 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp + 2 * model.ffn / tp
     activation = (tokens * width * 2.0 + min(seqs, tokens) * model.vocab * 4.0) / GIB
     if knobs.engine == "sglang":
-        activation = 0.0  # SGLang's static fraction covers weights + KV only
-    usable = hw.hbm_gib * knobs.memory_fraction
+        # SGLang's static fraction covers weights + KV only; what the runtime itself holds
+        # (context, allocator, buffers: reserve_gib) is in neither
+        activation = 0.0
+    usable = hw.hbm_gib * knobs.memory_fraction  # type: ignore[operator]  # set by EngineKnobs.resolved()
     reserve = hw.reserve_gib
     if knobs.kv_cache_gib is not None:
         kv = knobs.kv_cache_gib
     else:
-        kv = usable - weights - activation - (0.0 if knobs.engine == "sglang" else reserve)
+        kv = usable - weights - activation - reserve
     kv_heads_dev = max(1.0, model.kv_heads / tp)
     per_token = 2.0 * model.layers / pp * kv_heads_dev * model.head_dim * dtype_bytes(kv_dtype)
     blocks = max(0, math.floor(kv * GIB / (per_token * knobs.block_size))) if kv > 0 else 0

@@ -28,7 +28,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         value = getattr(knobs, name)
         if value is not None and value < 1:
             return f"ValueError: {name} must be >= 1, got {value}"
-    if not 0 < knobs.memory_fraction <= 1:
+    if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by EngineKnobs.resolved()
         return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
     if model.heads % knobs.tp:
         return (f"ValueError: Total number of attention heads ({model.heads}) must be divisible by "
@@ -73,14 +73,15 @@ def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model
             return (f"{prefix}: {what} out of memory during the profile run. Tried to allocate "
                     f"{mem.activation_gib:.2f} GiB of activations with {mem.weights_gib:.2f} GiB of weights "
                     f"on a {total:.2f} GiB device. Lower max_num_batched_tokens or raise tp/pp.")
-        if knobs.engine == "sglang":
-            return "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+        if knobs.engine == "sglang":  # sglang 0.5.23 srt/model_executor/pool_configurator.py
+            return ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                    f"Current value: mem_fraction_static={knobs.memory_fraction}")
         if knobs.engine == "mindie":
             return (f"RuntimeError: NPU out of memory: no memory left for the KV cache "
                     f"({mem.kv_gib:.2f} GiB after {mem.weights_gib:.2f} GiB of weights); raise tp/pp or npuMemSize.")
         return ("ValueError: No available memory for the cache blocks. Try increasing "
                 "`gpu_memory_utilization` when initializing the engine.")
-    if mem.kv_tokens < max_model_len:
+    if mem.kv_tokens < max_model_len and knobs.engine != "sglang":
         need = mem.kv_gib * max_model_len / max(mem.kv_tokens, 1)
         if knobs.engine == "mindie":
             return (f"RuntimeError: NPU out of memory: the KV cache holds {mem.kv_tokens} tokens, fewer than "
@@ -135,6 +136,7 @@ def simulate(
         raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
     hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
     knobs = knobs.resolved(hw.hbm_gib)
+    hw = hw.for_engine(knobs.engine)
     ignored = knobs.ignored
     if knobs.max_model_len:
         max_model_len = int(knobs.max_model_len)
@@ -159,6 +161,13 @@ def simulate(
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
+    if knobs.engine == "sglang" and mem.kv_tokens < max_model_len:
+        # SGLang starts anyway and serves requests up to the pool's size
+        # (sglang 0.5.23 srt/managers/tp_worker.py: max_req_len = min(context_len - 1, kv - 1))
+        log.append(f"WARNING KV pool holds {mem.kv_tokens} tokens, fewer than --context-length "
+                   f"{max_model_len}. One full-length request cannot fit, so long requests will be "
+                   "refused or truncated at serving time.")
+        max_model_len = max(1, mem.kv_tokens - 1)
     log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
     log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
     log.append(f"INFO Maximum concurrency for {max_model_len:,} tokens per request: "
@@ -172,6 +181,8 @@ def simulate(
     if noise > 0:
         scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal()))
     jitter = rng_jit.exponential(hw.api_jitter_ms * 1e-3, size=wl.num_prompts) if hw.api_jitter_ms > 0 else None
+    think = (rng_jit.exponential(hw.client_think_ms * 1e-3, size=wl.num_prompts)
+             if hw.client_think_ms > 0 else None)
     cost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
 
     n = wl.num_prompts
@@ -191,7 +202,8 @@ def simulate(
         trace = run_replica(knobs, cost, mem.num_blocks, in_len[idx], out_len[idx], arrival[idx], c_r,
                             max_model_len, hw.api_overhead_ms * 1e-3, scale,
                             hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
-                            None if jitter is None else jitter[idx])
+                            None if jitter is None else jitter[idx],
+                            None if think is None else think[idx])
         send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok
         replica[idx] = r
         preemptions += trace.preemptions

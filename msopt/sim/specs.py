@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +26,10 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 
 #: bytes per element of each supported weight / KV-cache dtype
 DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0})
+
+#: ``[efficiency]`` keys a hardware file may set per engine in ``[engines.<engine>]``
+ENGINE_KEYS = ("reserve_gib", "step_overhead_ms", "per_seq_overhead_us", "api_overhead_ms", "frontend_ms_per_req",
+               "frontend_us_per_token", "api_jitter_ms", "client_think_ms")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Hardware:
         frontend_ms_per_req: API-server time per request, requests handled one at a time.
         frontend_us_per_token: API-server time per prompt token (tokenization).
         api_jitter_ms: mean of a random (exponential) per-request client/network delay.
+        engine_overrides: per-engine values of the overhead factors (``[engines.<engine>]``:
+            any of :data:`ENGINE_KEYS`), e.g. SGLang's step overhead differs from vLLM's.
     """
 
     name: str
@@ -75,6 +81,13 @@ class Hardware:
     frontend_ms_per_req: float = 0.0
     frontend_us_per_token: float = 0.0
     api_jitter_ms: float = 0.0
+    client_think_ms: float = 0.0
+    engine_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def for_engine(self, engine: str) -> Hardware:
+        """This hardware with ``[engines.<engine>]`` applied (itself when there is none)."""
+        over: dict[str, Any] = dict(self.engine_overrides.get(engine) or {})
+        return replace(self, **over) if over else self
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for ``dtype`` (fp16 counts as bf16); raises if unsupported."""
@@ -211,6 +224,61 @@ def _get(data: Mapping[str, Any], path: Path, *keys: str, cast: type = float, de
     return value
 
 
+def _engine_overrides(d: Mapping[str, Any], path: Path) -> dict[str, dict[str, float]]:
+    engines = d.get("engines", {})
+    if not isinstance(engines, Mapping):
+        raise ConfigError(f"{path}: [engines] must hold tables [engines.<engine>] of {list(ENGINE_KEYS)}")
+    out: dict[str, dict[str, float]] = {}
+    for engine, table in engines.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{path}: engines.{engine} must be a table of {list(ENGINE_KEYS)}")
+        unknown = set(table) - set(ENGINE_KEYS)
+        if unknown:
+            raise ConfigError(f"{path}: engines.{engine}: unknown key(s) {sorted(unknown)}; "
+                              f"valid keys: {list(ENGINE_KEYS)}")
+        out[str(engine)] = {k: _get(table, path, k) for k in table}
+    return out
+
+
+def hardware_toml(hw: Hardware, header: str = "") -> str:
+    """A hardware TOML file that :func:`load_hardware` reads back as ``hw``.
+
+    Args:
+        hw: the entry to write.
+        header: comment lines (without ``#``) put on top, e.g. how it was calibrated.
+    """
+    def num(v: float) -> str:
+        return repr(float(f"{float(v):.6g}"))
+
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    lines += [f"name = {_toml_str(hw.name)}", f"description = {_toml_str(hw.description)}",
+              f"memory_kind = {_toml_str(hw.memory_kind)}", "", "[compute]"]
+    lines += [f"{k} = {num(v)}" for k, v in hw.tflops.items()]
+    lines += ["", "[memory]", f"hbm_gib = {num(hw.hbm_gib)}", f"hbm_tb_s = {num(hw.hbm_tb_s)}",
+              f"reserve_gib = {num(hw.reserve_gib)}", "", "[interconnect]",
+              f"intra_node_gb_s = {num(hw.intra_node_gb_s)}", f"inter_node_gb_s = {num(hw.inter_node_gb_s)}",
+              f"devices_per_node = {int(hw.devices_per_node)}", "", "[efficiency]",
+              f"compute = {num(hw.compute_eff)}", f"memory = {num(hw.memory_eff)}", f"comm = {num(hw.comm_eff)}"]
+    for key in ("allreduce_latency_us", *(k for k in ENGINE_KEYS if k != "reserve_gib")):
+        lines.append(f"{key} = {num(getattr(hw, key))}")
+    for engine, table in sorted(hw.engine_overrides.items()):
+        lines += ["", f"[engines.{engine}]"] + [f"{k} = {num(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def entry_path(kind: str, name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> Path:
+    """The TOML file of a ``"hardware"`` or ``"models"`` entry (a name or a path).
+
+    Raises:
+        ConfigError: unknown name or missing file.
+    """
+    return _find(kind, name_or_path, extra_dirs)
+
+
 def list_hardware(extra_dirs: Iterable[str | Path] = ()) -> list[str]:
     """Names of the packaged hardware entries and those in ``extra_dirs``."""
     return _list("hardware", extra_dirs)
@@ -253,6 +321,8 @@ def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
         frontend_ms_per_req=_get(d, path, "efficiency", "frontend_ms_per_req", default=0.0),
         frontend_us_per_token=_get(d, path, "efficiency", "frontend_us_per_token", default=0.0),
         api_jitter_ms=_get(d, path, "efficiency", "api_jitter_ms", default=0.0),
+        client_think_ms=_get(d, path, "efficiency", "client_think_ms", default=0.0),
+        engine_overrides=_engine_overrides(d, path),
     )
     for key in ("compute_eff", "memory_eff", "comm_eff"):
         if not 0 < getattr(hw, key) <= 1:

@@ -1,15 +1,25 @@
-"""The simulator against 90 measured vLLM runs (Qwen3-32B bf16, H100 SXM, vLLM 0.12 defaults)."""
+"""The simulator against the measured runs (Qwen3-32B bf16, H100 SXM): 90 vLLM 0.12, 84 SGLang 0.5.1."""
 
 from __future__ import annotations
 
 import pytest
 
+from msopt.sim import load_hardware
+from msopt.sim.calibrate import load_measurements_csv, simulate_measurements
+from msopt.sim.calibrate import mape as mape_of
 from tests.sim.fidelity import DATA, load_rows, mape, simulate_rows
 
-# targets from the project issue; the figures reached are in docs/simulator.md
-TTFT_MAPE = 0.30
-TPOT_MAPE = 0.15
-TOKENS_PER_S_MAPE = 0.15
+# the figures reached are in docs/simulator.md; the issue's targets are 30 / 15 / 15 %.
+# Output lengths with a +-10 % spread (tests/sim/fidelity.py): 24.3 / 7.4 / 6.4 %.
+TTFT_MAPE = 0.27
+TPOT_MAPE = 0.09
+TOKENS_PER_S_MAPE = 0.08
+# exactly fixed lengths, 10 x concurrency requests (scripts/sim_error_table.py, "catalog" rows)
+FIXED = {
+    "sglang": {"ttft": 0.15, "tpot": 0.06, "tokens_per_s": 0.05},  # 12.4 / 4.2 / 3.3 %
+    # vLLM's TTFT misses the 30 % target with fixed lengths (62.7 %): see docs/simulator.md
+    "vllm": {"ttft": 0.70, "tpot": 0.08, "tokens_per_s": 0.07},  # 62.7 / 6.6 / 5.8 %
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +54,21 @@ def test_kv_cache_cliff_at_tp2_is_reproduced(result):
     for row, s in zip(rows, sim):
         if row.tp == 2 and row.input_len == 4096 and row.concurrency == 128:
             assert row.ttft_s > 10 and s[0] > 10
+
+
+@pytest.fixture(scope="module")
+def fixed_lengths():
+    hw = load_hardware("h100-sxm")
+    out = {}
+    for engine in FIXED:
+        rows = load_measurements_csv(DATA.parent / f"{engine}_measured_qwen3_32b_h100.csv")
+        out[engine] = mape_of(rows, simulate_measurements(rows, hw))
+    return out
+
+
+@pytest.mark.parametrize("engine", sorted(FIXED))
+def test_fixed_length_error_per_engine(fixed_lengths, engine):
+    err = fixed_lengths[engine]
+    assert err["refused"] == 0
+    for metric, bound in FIXED[engine].items():
+        assert err[metric] < bound, (engine, metric, err[metric])

@@ -92,3 +92,28 @@ def test_benchmark_overrides():
             "--random-input-len", "2048", "--random-output-len=128", "--dataset-name", "random")
     assert benchmark_overrides(argv) == {"concurrency": 32, "request_rate": float("inf"), "num_prompts": 200,
                                          "input_len": 2048, "output_len": 128}
+
+
+def test_vllm_long_prefill_token_threshold_caps_chunks():
+    from msopt.sim import simulate
+
+    k = vllm("-tp", "4", "--long-prefill-token-threshold", "512")
+    assert k.long_prefill_token_threshold == 512 and "--long-prefill-token-threshold" not in k.ignored
+    wl = {"input_len": 4096, "output_len": 128, "num_prompts": 64, "concurrency": 16}
+    capped = simulate(k, "h100-sxm", "qwen3-32b", wl)
+    free = simulate(vllm("-tp", "4"), "h100-sxm", "qwen3-32b", wl)
+    # smaller prefill chunks interrupt the decodes less and take more steps to finish a prompt
+    assert capped.time_per_output_token < free.time_per_output_token
+    assert capped.time_to_first_token > free.time_to_first_token
+
+
+def test_sglang_default_memory_fraction_follows_the_device_and_tp():
+    from msopt.sim.knobs import sglang_mem_fraction
+
+    k = knobs_from_launch(LaunchSpec("sglang", ("python", "-m", "sglang.launch_server", "--tp-size", "1")))
+    assert k.memory_fraction is None
+    h100 = k.resolved(79.1).memory_fraction
+    assert h100 == sglang_mem_fraction(79.1, 1, 1, 8192, None)
+    # reserved 512 + 1.5 x 8192 + 1/8 x 1024 + 2 x 256 MB = 13440 MB of 80998 MB
+    assert h100 == pytest.approx(round((79.1 * 1024 - 13440) / (79.1 * 1024), 3))
+    assert k.resolved(79.1).memory_fraction > EngineKnobs(engine="sglang", tp=8).resolved(79.1).memory_fraction

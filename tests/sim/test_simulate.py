@@ -121,3 +121,23 @@ def test_sglang_runs_and_unknown_engine_knobs_are_refused():
     assert r.error is None and r.success_rate == 1.0
     with pytest.raises(Exception, match="models"):
         simulate(EngineKnobs(engine="trtllm"), "h100-sxm", "qwen3-8b", SMALL)
+
+
+def test_a_delayed_request_does_not_hold_up_the_ones_behind_it():
+    """Network jitter comes after the API server: a late request is not a queue for the others."""
+    from msopt.sim import load_hardware, load_model
+    from msopt.sim.engine import run_replica
+    from msopt.sim.perf import StepCost, plan_memory
+
+    hw = load_hardware("h100-sxm")
+    model = load_model("qwen3-8b")
+    knobs = EngineKnobs(tp=1).resolved(hw.hbm_gib)
+    cost = StepCost(hw, model, knobs, "bf16", "bf16")
+    blocks = plan_memory(hw, model, knobs, "bf16", "bf16").num_blocks
+    n = 4
+    lengths = np.full(n, 256)
+    jitter = np.array([5.0, 0.0, 0.0, 0.0])  # the first request is 5 s late
+    tr = run_replica(knobs, cost, blocks, lengths, np.full(n, 8), np.zeros(n), None,
+                     32768, jitter=jitter)
+    assert np.all(tr.first_token[1:] < 1.0)
+    assert tr.first_token[0] > 5.0

@@ -1,0 +1,194 @@
+"""``msopt calibrate``: fit a simulator hardware entry to measured runs and write it as TOML.
+
+Measurements are CSV files in the reference format (``docs/simulator.md``) or run directories
+of real ``msopt optimize`` runs: each successful real evaluation of the journal is one measured
+run; its launch and benchmark are rendered again from the run's config.toml to read the engine
+knobs and the load, exactly as the simulated path reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from msopt.errors import ConfigError, MsoptError
+
+
+def register(sub: Any) -> None:
+    """Add the calibrate subcommand."""
+    p = sub.add_parser("calibrate", help="fit a simulator hardware entry to measured runs; write it as TOML")
+    p.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
+                   help="CSV files in the reference format, or run directories of real 'msopt optimize' runs")
+    p.add_argument("-e", "--engine", metavar="ENGINE", help="use only the runs of this engine (vllm, sglang, mindie)")
+    p.add_argument("--hardware", metavar="NAME",
+                   help="catalog name or TOML path to start from (default: the CSV's hardware column or the "
+                        "run's [simulator] hardware)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the hardware TOML to write")
+    p.add_argument("--name", metavar="NAME", help="name written into the TOML (default: the output file's stem)")
+    p.add_argument("--folds", type=int, default=5, metavar="K",
+                   help="cross-validation folds, rows grouped by configuration (0: skip; default 5)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="step-halvings of the search (default 3)")
+    p.add_argument("--regularization", type=float, default=0.001, metavar="W",
+                   help="pull toward the starting entry (default 0.001)")
+    p.add_argument("--prompts-per-slot", type=int, default=None, metavar="N",
+                   help="simulated requests per row = N x concurrency when a row does not say (default 10)")
+    p.add_argument("--engine-only", action="store_true",
+                   help="fit only the per-engine overheads ([engines.<engine>]); keep the shared roofline factors, "
+                        "so that the entry's other engines simulate as before")
+    p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def _sim_catalog(settings: Any) -> tuple[str | None, str | None, tuple[str, ...]]:
+    table = settings.section("simulator")
+    dirs = table.get("catalog_dirs", ())
+    return table.get("hardware"), table.get("model"), (dirs,) if isinstance(dirs, str) else tuple(dirs)
+
+
+def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any], str | None]:
+    """Measured runs of one ``msopt optimize`` run directory, and its ``[simulator] hardware``.
+
+    Raises:
+        ConfigError: the directory has no journal or config, or ``[simulator] model`` is not set.
+    """
+    import tempfile
+
+    from msopt.benchmarks import get_benchmark
+    from msopt.checks import is_finite
+    from msopt.engines import get_engine
+    from msopt.run.store import CONFIG, JOURNAL, RunStore
+    from msopt.run.validate import load
+    from msopt.sim.calibrate import Measurement
+    from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
+    from msopt.sim.workload import workload_from_mapping
+
+    if not (run_dir / JOURNAL).is_file() or not (run_dir / CONFIG).is_file():
+        raise ConfigError(f"{run_dir}: not a run directory ({JOURNAL} and {CONFIG} expected); give a run "
+                          "directory of 'msopt optimize' or a CSV file")
+    store = RunStore.open(run_dir)
+    settings = load(str(run_dir / CONFIG)).settings
+    hw_name, model, dirs = _sim_catalog(settings)
+    if not model:
+        raise ConfigError(f"{run_dir / CONFIG}: [simulator] model is not set; add model = \"<catalog name or "
+                          "TOML path>\" so that the runs can be simulated")
+    if dirs:
+        model = str(_resolve_model(model, dirs))
+    adapter = get_engine(settings.engine)
+    bench_name = str(settings.get("benchmark", "vllm_benchmark"))
+    bench = get_benchmark(bench_name)
+    base = dict(settings.section("simulator").get("workload", {}) or {})
+    out: list[Measurement] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in store.load_journal():
+            m = r.metrics
+            ttft, tpot, speed = (m.get("time_to_first_token"), m.get("time_per_output_token"),
+                                 m.get("generate_speed"))
+            if r.error or not r.real_evaluation or r.reused:
+                continue
+            if not (is_finite(ttft) and is_finite(tpot) and is_finite(speed) and min(ttft, tpot, speed) > 0):
+                continue
+            spec = adapter.render(r.values, settings.fields, settings.section(settings.engine), port=0,
+                                  devices=list(r.devices), workdir=Path(tmp))
+            knobs = knobs_from_launch(spec)
+            if engine is not None and knobs.engine != engine:
+                continue
+            argv, _ = bench.render(r.values, settings.fields, settings.section(bench_name), server=spec,
+                                   num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp))
+            wl = workload_from_mapping(base).with_overrides(benchmark_overrides(argv))
+            table = wl.as_mapping()
+            c = int(wl.concurrency or 0)
+            out.append(Measurement(
+                knobs=knobs, model=model, input_len=wl.input_len if isinstance(wl.input_len, int) else 0,
+                output_len=wl.output_len if isinstance(wl.output_len, int) else 0, concurrency=c,
+                ttft_s=float(ttft), tpot_s=float(tpot), tokens_per_s=float(speed),
+                weight_dtype=str(settings.section("simulator").get("weight_dtype", "bf16")),
+                kv_dtype=settings.section("simulator").get("kv_dtype"),
+                num_prompts=int(table["num_prompts"]), source=f"{run_dir / JOURNAL} eval {r.eval_id}",
+                workload=table,
+            ))
+    return out, hw_name
+
+
+def _resolve_model(model: str, dirs: Sequence[str]) -> Path:
+    from msopt.sim.specs import entry_path
+
+    return entry_path("models", model, dirs)
+
+
+def _fmt(err: Mapping[str, float]) -> str:
+    return (f"TTFT {err['ttft']:6.1%}  TPOT {err['tpot']:6.1%}  tokens/s {err['tokens_per_s']:6.1%}  "
+            f"refused {err['refused']}")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit, print MAPE before / after / cross-validated, write the hardware TOML."""
+    from msopt.sim.calibrate import PROMPTS_PER_SLOT, fit_hardware, load_measurements_csv
+    from msopt.sim.specs import hardware_toml, load_hardware
+
+    rows: list[Any] = []
+    hw_names: set[str] = set()
+    for item in args.measurements:
+        path = Path(item)
+        if path.is_dir():
+            found, hw_name = measurements_from_run(path, args.engine)
+            if hw_name:
+                hw_names.add(str(hw_name))
+        elif path.is_file():
+            found = load_measurements_csv(path, engine=args.engine)
+            import csv
+
+            with path.open(newline="") as f:
+                hw_names.update(r["hardware"] for r in csv.DictReader(f) if r.get("hardware"))
+        else:
+            raise ConfigError(f"measurements {item!r}: no such file or directory; give CSV files or run directories")
+        rows += found
+    if not rows:
+        raise ConfigError("no usable measurements (successful real evaluations or CSV rows"
+                          + (f" of engine {args.engine!r}" if args.engine else "") + "); nothing to calibrate")
+    if args.hardware:
+        start = load_hardware(args.hardware)
+    elif len(hw_names) == 1:
+        start = load_hardware(hw_names.pop())
+    else:
+        raise ConfigError(f"the measurements name hardware {sorted(hw_names) or 'none'}; pick the entry to fit "
+                          "with --hardware NAME")
+    if args.folds < 0 or args.rounds < 1 or args.regularization < 0:
+        raise ConfigError("--folds must be >= 0, --rounds >= 1 and --regularization >= 0")
+    out = Path(args.output)
+    if out.suffix != ".toml":
+        raise ConfigError(f"-o {args.output}: write a .toml file (it is used as [simulator] hardware = \"...\")")
+    progress = None if args.json else print
+    cal = fit_hardware(rows, start, regularization=args.regularization, rounds=args.rounds, folds=args.folds,
+                       prompts_per_slot=args.prompts_per_slot or PROMPTS_PER_SLOT, seed=args.seed,
+                       fit_shared=not args.engine_only, progress=progress)
+    name = args.name or out.stem
+    hw = replace(cal.hardware, name=name,
+                 description=f"{start.description} (calibrated by msopt calibrate on {len(rows)} runs)")
+    engines = sorted({r.engine for r in rows})
+    header = (f"Calibrated by `msopt calibrate` from {start.name} on {len(rows)} measured runs "
+              f"({', '.join(engines)}).\nMAPE before: {_fmt(cal.before)}\nMAPE after:  {_fmt(cal.after)}")
+    if cal.cross_validated:
+        header += f"\n{args.folds}-fold cross-validated: {_fmt(cal.cross_validated)}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(hardware_toml(hw, header), encoding="utf-8")
+    except OSError as exc:
+        raise MsoptError(f"-o {args.output}: cannot write ({exc.strerror or exc}); choose a writable path") from None
+    load_hardware(out)  # what [simulator] hardware = "<file>" will read
+    if args.json:
+        print(json.dumps({"rows": len(rows), "before": cal.before, "after": cal.after,
+                          "cross_validated": cal.cross_validated, "factors": cal.factors, "output": str(out)}))
+    else:
+        print(f"{len(rows)} measured runs ({', '.join(engines)}), starting from {start.name}")
+        print(f"MAPE before:            {_fmt(cal.before)}")
+        print(f"MAPE after (in-sample): {_fmt(cal.after)}")
+        if cal.cross_validated:
+            print(f"MAPE {args.folds}-fold cross-validated: {_fmt(cal.cross_validated)}")
+        print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.factors.items()))
+        print(f"wrote {out}; use it with [simulator] hardware = \"{out}\"")
+    return 0

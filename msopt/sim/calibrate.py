@@ -1,0 +1,393 @@
+"""Fit a hardware entry's efficiency factors to measured serving runs, and score the simulator.
+
+:func:`fit_hardware` is the one fitting function: measurements in, a fitted :class:`Hardware`
+out (shared roofline factors plus per-engine overheads in ``[engines.<engine>]``), regularised
+toward the catalog entry it starts from. ``msopt calibrate`` and the in-run refit call it.
+:func:`load_measurements_csv` reads the reference format of ``/work/shared/reference``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msopt.errors import ConfigError
+from msopt.sim.knobs import ENGINES, EngineKnobs
+from msopt.sim.simulator import simulate
+from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_model
+
+METRICS = ("ttft", "tpot", "tokens_per_s")
+#: requests simulated per row = this x concurrency (the measured runs' counts are unknown)
+PROMPTS_PER_SLOT = 10
+
+#: fitted factors: (hardware attribute, kind, step); "mul" factors move by x(1 +- step),
+#: "add" factors by +- step in their unit. Shared factors first, then per-engine ones.
+SHARED_PARAMS: tuple[tuple[str, str, float], ...] = (
+    ("compute_eff", "mul", 0.10),
+    ("memory_eff", "mul", 0.06),
+    ("comm_eff", "mul", 0.15),
+    ("allreduce_latency_us", "add", 4.0),
+)
+ENGINE_PARAMS: tuple[tuple[str, str, float], ...] = (
+    ("reserve_gib", "add", 0.5),
+    ("step_overhead_ms", "add", 1.0),
+    ("per_seq_overhead_us", "add", 8.0),
+    ("api_overhead_ms", "add", 2.0),
+    ("api_jitter_ms", "add", 3.0),
+    ("frontend_ms_per_req", "add", 1.0),
+    ("client_think_ms", "add", 3.0),
+)
+_CSV_COLUMNS = ("model", "hardware", "engine", "weight_dtype", "input_len", "output_len", "concurrency",
+                "tp", "pp", "ttft_ms", "tpot_ms")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured closed-loop benchmark run of one server configuration.
+
+    Attributes:
+        knobs: the server's engine knobs (engine, tp, pp, scheduler flags).
+        model: a catalog model name or TOML path.
+        input_len, output_len, concurrency: the fixed-length closed-loop load.
+        ttft_s, tpot_s: measured means, seconds.
+        tokens_per_s: measured output tokens/s (derived from TTFT/TPOT when not given).
+        weight_dtype, kv_dtype: as in :func:`simulate`.
+        num_prompts: requests in the run (None: ``PROMPTS_PER_SLOT x concurrency``).
+        source: where it came from (file:line), for messages.
+        workload: the full ``[simulator.workload]`` table when the run's load was richer than
+            fixed lengths (a run directory's); None: fixed lengths, closed loop.
+    """
+
+    knobs: EngineKnobs
+    model: str
+    input_len: int
+    output_len: int
+    concurrency: int
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s: float
+    weight_dtype: str = "bf16"
+    kv_dtype: str | None = None
+    num_prompts: int | None = None
+    source: str = ""
+    workload: Mapping[str, Any] | None = None
+
+    def workload_table(self, prompts_per_slot: int = PROMPTS_PER_SLOT) -> dict[str, Any]:
+        """The ``[simulator.workload]`` table to simulate this run with."""
+        if self.workload is not None:
+            table = dict(self.workload)
+            table.setdefault("num_prompts", self.num_prompts or prompts_per_slot * self.concurrency)
+            return table
+        return {"input_len": self.input_len, "output_len": self.output_len,
+                "num_prompts": self.num_prompts or prompts_per_slot * self.concurrency,
+                "concurrency": self.concurrency}
+
+    @property
+    def engine(self) -> str:
+        """The engine that served the run."""
+        return self.knobs.engine
+
+    @property
+    def configuration(self) -> tuple:
+        """The server configuration and load shape, without concurrency (a cross-validation group)."""
+        k = self.knobs
+        return (k.engine, self.model, self.weight_dtype, k.tp, k.pp, k.dp, k.max_num_seqs,
+                k.max_num_batched_tokens, k.memory_fraction, self.input_len, self.output_len)
+
+    def measured(self) -> np.ndarray:
+        """(ttft_s, tpot_s, tokens_per_s)."""
+        return np.array([self.ttft_s, self.tpot_s, self.tokens_per_s])
+
+
+def closed_loop_tokens_per_s(concurrency: int, output_len: int, ttft_s: float, tpot_s: float) -> float:
+    """The reference README's derived output throughput: ``c*out / (ttft + tpot*(out-1))``."""
+    return concurrency * output_len / (ttft_s + tpot_s * (output_len - 1))
+
+
+def _model_name(text: str) -> str:
+    """A catalog model name for a Hugging Face id or catalog name (as the CSV writes it)."""
+    names = list_models()
+    if text in names or text.endswith(".toml"):
+        return text
+    for name in names:
+        if load_model(name).hf_id.lower() == text.lower():
+            return name
+    raise ConfigError(f"model {text!r} is neither a catalog name ({', '.join(names)}) nor the hf_id of one; "
+                      "add a model TOML (see docs/simulator.md)")
+
+
+def load_measurements_csv(path: str | Path, engine: str | None = None) -> list[Measurement]:
+    """Read measured runs in the reference CSV format (columns of ``/work/shared/reference``).
+
+    Args:
+        path: the CSV file (``model, hardware, engine, weight_dtype, input_len, output_len,
+            concurrency, tp, pp, ttft_ms, tpot_ms``; optional ``tokens_per_s``, ``num_prompts``).
+        engine: keep only rows of this engine (None: all).
+
+    Raises:
+        ConfigError: a missing column or a malformed value; the message names file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"measurements file {str(path)!r} does not exist; give a CSV in the reference format")
+    out: list[Measurement] = []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in _CSV_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ConfigError(f"{path}: missing column(s) {missing}; the header needs {list(_CSV_COLUMNS)}")
+        models: dict[str, str] = {}
+        for line, row in enumerate(reader, start=2):
+            try:
+                eng = row["engine"].strip().lower()
+                if engine is not None and eng != engine:
+                    continue
+                if eng not in ENGINES:
+                    raise ValueError(f"engine {eng!r} is not one of {list(ENGINES)}")
+                if row["model"] not in models:
+                    models[row["model"]] = _model_name(row["model"])
+                c, out_len = int(row["concurrency"]), int(row["output_len"])
+                ttft, tpot = float(row["ttft_ms"]) / 1e3, float(row["tpot_ms"]) / 1e3
+                tok = row.get("tokens_per_s")
+                knobs = EngineKnobs(engine=eng, tp=int(row["tp"]), pp=int(row["pp"]),
+                                    block_size=1 if eng == "sglang" else 16, mixed_batch=eng == "vllm")
+                out.append(Measurement(
+                    knobs=knobs, model=models[row["model"]], input_len=int(row["input_len"]),
+                    output_len=out_len, concurrency=c, ttft_s=ttft, tpot_s=tpot,
+                    tokens_per_s=float(tok) if tok else closed_loop_tokens_per_s(c, out_len, ttft, tpot),
+                    weight_dtype=row["weight_dtype"] or "bf16",
+                    num_prompts=int(row["num_prompts"]) if row.get("num_prompts") else None,
+                    source=f"{path}:{line}",
+                ))
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{path}:{line}: {exc}; fix the row") from None
+    return out
+
+
+def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
+                          prompts_per_slot: int = PROMPTS_PER_SLOT, seed: int = 0,
+                          models: Mapping[str, ModelSpec] | None = None) -> np.ndarray:
+    """(n, 3) simulated (ttft_s, tpot_s, tokens/s) per measurement; NaN rows where the server fails.
+
+    Each row is simulated with fixed lengths (as measured), ``prompts_per_slot x concurrency``
+    requests unless the measurement gives its own count, and one seed for every row.
+    """
+    cache = dict(models or {})
+    out = np.full((len(measurements), 3), np.nan)
+    for j, m in enumerate(measurements):
+        if m.model not in cache:
+            cache[m.model] = load_model(m.model)
+        res = simulate(m.knobs, hw, cache[m.model], m.workload_table(prompts_per_slot),
+                       weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=seed)
+        if res.error is None:
+            out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
+    return out
+
+
+def mape(measurements: Sequence[Measurement], sim: np.ndarray) -> dict[str, float]:
+    """Mean absolute percentage error per metric, and ``refused`` (rows the simulator failed).
+
+    A refused row counts as 100 % error in every metric.
+    """
+    if not measurements:
+        return {**{k: math.nan for k in METRICS}, "refused": 0}
+    meas = np.array([m.measured() for m in measurements])
+    err = np.abs(sim - meas) / meas
+    refused = np.isnan(sim).any(axis=1)
+    err[refused] = 1.0
+    return {**{k: float(err[:, i].mean()) for i, k in enumerate(METRICS)}, "refused": int(refused.sum())}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What :func:`fit_hardware` returns.
+
+    Attributes:
+        hardware: the fitted entry (shared factors, ``engine_overrides`` per fitted engine).
+        before, after: MAPE per metric (and ``refused``) of the start and the fitted entry.
+        cross_validated: MAPE of each row predicted by a fit that never saw its configuration
+            (empty when ``folds`` < 2).
+        factors: fitted value per factor (``name`` or ``engine.name``).
+        evaluations: objective evaluations spent.
+    """
+
+    hardware: Hardware
+    before: dict[str, float]
+    after: dict[str, float]
+    cross_validated: dict[str, float] = field(default_factory=dict)
+    factors: dict[str, float] = field(default_factory=dict)
+    evaluations: int = 0
+
+
+def _objective(err: dict[str, float]) -> float:
+    return (err["ttft"] + err["tpot"] + err["tokens_per_s"]) / 3.0
+
+
+def _params(hw: Hardware, engines: Iterable[str], shared: bool = True) -> list[tuple[str, str | None, str, float]]:
+    """(attribute, engine or None, kind, step) of every fitted factor."""
+    out: list[tuple[str, str | None, str, float]] = [(a, None, k, s) for a, k, s in SHARED_PARAMS] if shared else []
+    for engine in sorted(set(engines)):
+        out += [(a, engine, k, s) for a, k, s in ENGINE_PARAMS]
+    return out
+
+
+def _get(hw: Hardware, attr: str, engine: str | None) -> float:
+    if engine is None:
+        return float(getattr(hw, attr))
+    return float(hw.engine_overrides.get(engine, {}).get(attr, getattr(hw, attr)))
+
+
+def _set(hw: Hardware, attr: str, engine: str | None, value: float) -> Hardware:
+    if engine is None:
+        kw: dict[str, Any] = {attr: value}
+        return replace(hw, **kw)
+    over = {e: dict(t) for e, t in hw.engine_overrides.items()}
+    over.setdefault(engine, {})[attr] = value
+    return replace(hw, engine_overrides=over)
+
+
+def _clip(attr: str, value: float) -> float:
+    if attr.endswith("_eff"):
+        return min(1.0, max(0.05, value))
+    return max(0.0, value)
+
+
+def fit_hardware(
+    measurements: Sequence[Measurement],
+    hardware: Hardware,
+    *,
+    regularization: float = 0.001,
+    rounds: int = 4,
+    folds: int = 0,
+    prompts_per_slot: int = PROMPTS_PER_SLOT,
+    seed: int = 0,
+    fit_shared: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Fit ``hardware``'s efficiency factors and per-engine overheads to measured runs.
+
+    A pattern search (coordinate steps that halve when no step improves) minimises the mean of
+    the TTFT, TPOT and tokens/s MAPEs plus ``regularization x sum(((x - x0) / step)^2)``,
+    which keeps factors the data do not pin near the catalog entry. Datasheet figures (peak
+    FLOPS, HBM bandwidth and size) are never changed; ``ENGINE_KEYS`` overheads are fitted per
+    engine present in the measurements and written to ``engine_overrides``.
+
+    Args:
+        measurements: measured runs (any engines; one hardware).
+        hardware: the catalog entry to start from and regularise toward.
+        regularization: weight of the pull toward the start values.
+        rounds: step-halvings of the search.
+        folds: > 1: also cross-validate, grouping rows by configuration (all concurrencies of a
+            server configuration and load shape are held out together).
+        prompts_per_slot: requests per row, x concurrency.
+        seed: the simulator seed (one for every row).
+        fit_shared: also fit the shared roofline factors (compute, memory, comm, all-reduce
+            latency); False keeps them and fits only the per-engine overheads, so that the
+            entry's other engines are unchanged.
+        progress: called with a line of text after each round (None: silent).
+
+    Returns:
+        A :class:`Calibration`.
+
+    Raises:
+        ConfigError: no measurements.
+    """
+    if not measurements:
+        raise ConfigError("no measurements to calibrate against; give a CSV or run directories with results")
+    cache: dict[str, ModelSpec] = {}
+
+    def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
+        return mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
+
+    fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared)
+    before = score(hardware, measurements)
+    after = score(fitted, measurements)
+    cv: dict[str, float] = {}
+    if folds > 1:
+        groups = sorted({m.configuration for m in measurements}, key=repr)
+        order = np.random.default_rng(seed).permutation(len(groups))
+        fold_of = {groups[g]: i % folds for i, g in enumerate(order)}
+        sim = np.full((len(measurements), 3), np.nan)
+        for k in range(min(folds, len(groups))):
+            train = [m for m in measurements if fold_of[m.configuration] != k]
+            test_idx = [j for j, m in enumerate(measurements) if fold_of[m.configuration] == k]
+            if not train or not test_idx:
+                continue
+            hw_k, n = _search(train, hardware, regularization, rounds, score, None, fit_shared)
+            evals += n
+            sim[test_idx] = simulate_measurements([measurements[j] for j in test_idx], hw_k,
+                                                  prompts_per_slot, seed, cache)
+            if progress:
+                progress(f"fold {k + 1}/{folds}: {len(train)} rows fitted, {len(test_idx)} held out")
+        cv = mape(measurements, sim)
+    params = _params(hardware, {m.engine for m in measurements}, fit_shared)
+    factors = {(f"{e}.{a}" if e else a): _get(fitted, a, e) for a, e, _, _ in params}
+    return Calibration(hardware=fitted, before=before, after=after, cross_validated=cv, factors=factors,
+                       evaluations=evals)
+
+
+def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: int,
+            score: Callable[[Hardware, Sequence[Measurement]], dict[str, float]],
+            progress: Callable[[str], None] | None, shared: bool = True) -> tuple[Hardware, int]:
+    params = _params(start, {m.engine for m in rows}, shared)
+    x0 = np.array([_get(start, a, e) for a, e, _, _ in params])
+    steps = np.array([s for _, _, _, s in params])
+    kinds = [k for _, _, k, _ in params]
+
+    def build(x: np.ndarray) -> Hardware:
+        hw = start
+        for (a, e, _, _), v in zip(params, x):
+            hw = _set(hw, a, e, v)
+        return hw
+
+    def penalty(x: np.ndarray) -> float:
+        z = np.empty(len(x))
+        for i, kind in enumerate(kinds):
+            z[i] = math.log(x[i] / x0[i]) / steps[i] if kind == "mul" else (x[i] - x0[i]) / steps[i]
+        return reg * float((z * z).sum())
+
+    def f(x: np.ndarray) -> float:
+        return _objective(score(build(x), rows)) + penalty(x)
+
+    x = x0.copy()
+    best = f(x)
+    evals = 1
+    scale = 1.0
+    for r in range(rounds):
+        improved = True
+        while improved:
+            improved = False
+            for i, (attr, _, kind, step) in enumerate(params):
+                for sign in (1.0, -1.0):
+                    cand = x.copy()
+                    delta = sign * step * scale
+                    cand[i] = _clip(attr, x[i] * (1.0 + delta) if kind == "mul" else x[i] + delta)
+                    if cand[i] == x[i]:
+                        continue
+                    val = f(cand)
+                    evals += 1
+                    if val < best - 1e-6:
+                        x, best, improved = cand, val, True
+                        break
+        if progress:
+            progress(f"round {r + 1}/{rounds}: objective {best:.4f} after {evals} evaluations")
+        scale /= 2.0
+    return build(x), evals
+
+
+__all__ = [
+    "ENGINE_KEYS",
+    "Calibration",
+    "Measurement",
+    "closed_loop_tokens_per_s",
+    "fit_hardware",
+    "load_measurements_csv",
+    "mape",
+    "simulate_measurements",
+]
