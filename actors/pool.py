@@ -25,7 +25,7 @@ from msopt.config import Settings
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
 
 log = logging.getLogger("msopt.pool")
 
@@ -157,6 +157,9 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
             resources[key] = float(slots * k)
     ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=num_gpus, resources=resources or None,
              include_dashboard=False, **kw)
+    from actors.guard import start_guard
+
+    start_guard()  # Ray's processes would outlive a driver killed by SIGKILL by a minute or more
     return True
 
 
@@ -218,11 +221,23 @@ class RayPool:
         self._reserve(pg_timeout)
         for slot in self.slots:
             self._spawn(slot)
-        infos = ray.get([s.actor.info.remote() for s in self.slots])
-        for slot, info in zip(self.slots, infos):
-            slot.info = info
+        refs = [s.actor.info.remote() for s in self.slots]
+        for slot, ref in zip(self.slots, refs):
+            slot.info = self._started_info(slot, ref)
             self._free.append(slot)
         self.startup_seconds = time.monotonic() - t0
+
+    def _started_info(self, slot: _Slot, ref: Any) -> dict[str, Any]:
+        """The info of a slot's new actor; an actor that dies while it starts is replaced
+        (up to MAX_ATTEMPTS times), not a traceback."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                return ray.get(ref)
+            except RayActorError:
+                self._replace(slot)
+                ref = slot.actor.info.remote()
+        raise ClusterError(f"actor {self._name(slot)} died {MAX_ATTEMPTS} times while starting; see Ray's logs "
+                           "(/tmp/ray/session_latest/logs) for why")
 
     # -- sizing ---------------------------------------------------------------------------
     def plan_size(self, settings: Settings, max_concurrent: int = 0) -> int:
@@ -380,12 +395,15 @@ class RayPool:
         except (RayActorError, GetTimeoutError) as exc:
             self._actor_died(slot, req, f"actor {self._name(slot)} died: {type(exc).__name__}")
             return
-        except RayError as exc:  # the evaluation raised: a bug, reported on the result
-            result = self._failed(req, f"evaluation raised: {exc}", slot)
+        except RayError as exc:  # the evaluation raised: a fault of the machinery, never a result
+            result = self._failed(req, f"evaluation raised: {describe_fault(exc)}", slot, fault=True)
+        if result.error and not self._followers_alive(slot):
+            # a node of the trial is lost: a fault of the cluster, as when the leader dies; the slot
+            # starts again on live nodes and the evaluation is submitted again
+            self._actor_died(slot, req, f"a follower node of {self._name(slot)} was lost ({result.error})")
+            return
         result.attempts += self._attempts.pop(req.eval_id, 0)
         self._done.append(result)
-        if result.error and not self._followers_alive(slot):
-            self._replace(slot)  # a node of the trial is lost: the slot starts again on live nodes
         self._free.append(slot)
 
     def _actor_died(self, slot: _Slot, req: EvalRequest, why: str) -> None:
@@ -396,7 +414,7 @@ class RayPool:
         if n < MAX_ATTEMPTS:
             self._queue.appendleft(req)
         else:
-            r = self._failed(req, f"{why} ({n} attempts)", slot)
+            r = self._failed(req, f"{why} ({n} attempts)", slot, fault=True)  # Ray's failure, not the config's
             r.attempts = n
             self._attempts.pop(req.eval_id, None)
             self._done.append(r)
@@ -416,7 +434,10 @@ class RayPool:
     def _name(self, slot: _Slot) -> str:
         return f"actor-{slot.index}"
 
-    def _failed(self, req: EvalRequest, error: str, slot: _Slot) -> EvaluationResult:
+    def _failed(self, req: EvalRequest, error: str, slot: _Slot, *, fault: bool = False) -> EvaluationResult:
+        if fault:
+            return fault_result(req, error, devices=self._devices(slot),
+                                actor=self._name(slot), real_evaluation=not self.simulate)
         now = time.time()
         return EvaluationResult(
             eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,

@@ -291,15 +291,58 @@ def check_repeated_flags(owned: Mapping[str, str], others: Any, where: str,
 UNPLACED = ("", "none", "others")
 
 
+#: A command-line flag: dashes, then letters, digits, '_', '.', '-' (no '=', quote, ';' or space).
+FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: An environment variable name the OS accepts: no '=', no NUL, not empty.
+_ENV_NAME = re.compile(r"[^=\x00]+")
+
+
 def check_flag_positions(fields: Sequence[FieldDecl], engine: str) -> None:
-    """Reject positions a command-line engine cannot place (dotted JSON paths, ...)."""
+    """Reject positions a command-line engine cannot place (dotted JSON paths, ``--x=1;y``, ...)."""
     for decl in fields:
         pos = decl.config_position
-        if pos == "env" or pos in UNPLACED or (pos.startswith("-") and len(pos) > 1 and " " not in pos):
+        if pos == "env" or pos in UNPLACED or FLAG.fullmatch(pos):
             continue
         raise decl.error(f"config_position {pos!r} is not usable with {engine}",
                          "use \"env\", a flag such as \"--max-num-seqs\", or \"none\" "
                          "(value only for $NAME in 'others')")
+
+
+def _check_no_nul(value: Any, where: str) -> None:
+    if isinstance(value, str) and "\x00" in value:
+        raise ConfigError(f"{where} holds a NUL character, which no command line or environment can carry; "
+                          "remove it")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_no_nul(str(k), f"{where}: a key")
+            _check_no_nul(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_no_nul(v, where)
+
+
+def check_launch(section: Mapping[str, Any], fields: Sequence[FieldDecl], engine: str,
+                 default_executable: Sequence[str] = ("server",)) -> None:
+    """Load-time checks of what every launch renders, so that no evaluation fails on them later:
+    ``command.executable`` a non-empty list of strings, ``command.others`` a command line with
+    balanced quotes, ``env`` names without '=' or NUL, no NUL in any string of the section.
+
+    Raises:
+        ConfigError: naming ``[<engine>...]``, the key and the fix.
+    """
+    _check_no_nul(dict(section), f"[{engine}]")
+    cmd = command_table(section, engine)
+    if "executable" in cmd:
+        executable(cmd, default_executable, engine, {})
+    split_others(cmd.get("others", ""), {}, f"[{engine}.command]")
+    extra = section.get("env", {})
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"[{engine}] 'env' must be a table of NAME = value; write [{engine}.env]")
+    names = [str(k) for k in extra] + [d.name for d in fields if d.config_position == "env"]
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"[{engine}.env] {name!r} is not a valid environment variable name (no '=' or NUL, "
+                              "not empty); rename it")
 
 
 class EngineAdapter:

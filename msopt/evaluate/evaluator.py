@@ -17,10 +17,10 @@ from msopt.checks import is_number
 from msopt.config import Settings
 from msopt.engines import get_engine
 from msopt.engines.base import TrialNode
-from msopt.errors import DecodeError, MsoptError, RefusedError, RetryableError
+from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
 from msopt.evaluate.runner import NodeLauncher, Runner, RunnerContext
 from msopt.evaluate.simulated import SimRunner
 from msopt.space import SearchSpace
@@ -88,7 +88,21 @@ class Evaluator:
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:
-        """Run one evaluation; never raises for a failed candidate (fitness = inf instead)."""
+        """Run one evaluation; never raises.
+
+        A failed candidate (the engine refused or crashed on it, the benchmark failed, the decode
+        could not be repaired) gets fitness = inf and its error: a measurement. Anything else (an
+        ``OSError`` of a full disk, a bad environment, a bug, a :class:`ConfigError` found late)
+        is a fault of the machinery: the result carries it in ``fault`` and the driver never
+        journals it as the configuration's fitness.
+        """
+        try:
+            return self._evaluate(req)
+        except Exception as exc:  # noqa: BLE001  every non-measurement is a fault, reported, not raised
+            return fault_result(req, describe_fault(exc), devices=self.devices, actor=self.actor,
+                                real_evaluation=not self.simulate)
+
+    def _evaluate(self, req: EvalRequest) -> EvaluationResult:
         started = time.time()
         result = EvaluationResult(
             eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
@@ -118,8 +132,12 @@ class Evaluator:
                 result.error = str(exc)
                 result.refused = True
                 break
-            except MsoptError as exc:
+            except EvaluationError as exc:
                 result.error = str(exc)
+                break
+            except Exception as exc:  # noqa: BLE001  not the configuration's doing: see evaluate()
+                result.fault = describe_fault(exc)
+                result.error = result.fault
                 break
             result.metrics = {m: metrics.get(m) for m in METRICS} | {
                 k: v for k, v in metrics.items() if k not in METRICS}

@@ -182,6 +182,37 @@ def _count_tokens(body: dict[str, Any], chat: bool) -> int:
     return max(1, len(text.split()))
 
 
+def _read_body(raw: bytes, charset: str | None, chat: bool) -> tuple[dict[str, Any], str | None]:
+    """The request's JSON object, or the reason for a 400: undecodable, not JSON, nested too
+    deeply, or fields of the wrong type (``messages``, ``prompt``, ``stream``, ``stream_options``)."""
+    try:
+        text = raw.decode(charset or "utf-8")
+    except LookupError:
+        return {}, f"unknown charset {charset!r}; send UTF-8"
+    except UnicodeDecodeError as exc:
+        return {}, f"request body is not valid {charset or 'utf-8'} ({exc.reason} at byte {exc.start})"
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        return {}, "request body is nested too deeply"
+    except ValueError:
+        return {}, "request body is not JSON"
+    if not isinstance(body, dict):
+        return {}, "request body must be a JSON object"
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+            return {}, "'messages' must be a list of objects"
+    elif not isinstance(body.get("prompt", ""), (str, list)):
+        return {}, "'prompt' must be a string or a list"
+    if not isinstance(body.get("stream", False), bool):
+        return {}, "'stream' must be true or false"
+    opts = body.get("stream_options")
+    if opts is not None and (not isinstance(opts, dict) or not isinstance(opts.get("include_usage", False), bool)):
+        return {}, "'stream_options' must be an object with a boolean 'include_usage'"
+    return body, None
+
+
 class SimServer:
     """The HTTP handlers and the batch state of one sim-serve process."""
 
@@ -233,12 +264,9 @@ class SimServer:
         """Serve one completion, streaming SSE chunks when ``stream`` is true."""
         from aiohttp import web
 
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error(400, "request body is not JSON")
-        if not isinstance(body, dict):
-            return self._error(400, "request body must be a JSON object")
+        body, problem = _read_body(await request.read(), request.charset, chat)
+        if problem is not None:
+            return self._error(400, problem)
         if body.get("model") not in (None, self.opts.served_model_name, self.opts.model):
             return self._error(404, f"The model `{body.get('model')}` does not exist.")
         prompt_tokens = _count_tokens(body, chat)
@@ -249,7 +277,7 @@ class SimServer:
             return self._error(400, f"This model's maximum context length is {self.opts.max_model_len} "
                                     f"tokens; the request asks for {prompt_tokens + max_tokens}")
         stream = bool(body.get("stream", False))
-        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage", False))
+        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage", False))  # checked above
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
         name = self.opts.served_model_name
@@ -297,16 +325,19 @@ class SimServer:
                     data = payload if isinstance(payload, str) else json.dumps(payload)
                     await resp.write(f"data: {data}\n\n".encode())
 
-                for i in range(max_tokens):
-                    if i:
-                        await asyncio.sleep(_pace(self.opts, prompt_tokens=prompt_tokens,
-                                                  running=self.running)[1])
-                    await send(chunk(" tok", "length" if i == max_tokens - 1 else None))
-                if usage_wanted:
-                    await send({"id": rid, "object": obj, "created": created, "model": name,
-                                "choices": [], "usage": usage})
-                await send("[DONE]")
-                await resp.write_eof()
+                try:
+                    for i in range(max_tokens):
+                        if i:
+                            await asyncio.sleep(_pace(self.opts, prompt_tokens=prompt_tokens,
+                                                      running=self.running)[1])
+                        await send(chunk(" tok", "length" if i == max_tokens - 1 else None))
+                    if usage_wanted:
+                        await send({"id": rid, "object": obj, "created": created, "model": name,
+                                    "choices": [], "usage": usage})
+                    await send("[DONE]")
+                    await resp.write_eof()
+                except ConnectionError:  # the client went away: one line, not a traceback
+                    print(f"msopt sim-serve: {rid}: the client dropped the stream", flush=True)
                 return resp
             finally:
                 self.running -= 1
