@@ -8,6 +8,7 @@ from typing import Any
 
 import ray
 
+from actors.nodes import RayNodeLauncher, node_address
 from msopt.config import Settings
 from msopt.engines.base import TrialNode
 from msopt.evaluate.evaluator import Evaluator
@@ -38,8 +39,6 @@ class EvaluatorActor:
         self.nodes: list[TrialNode] = []
         launcher = None
         if followers:
-            from actors.nodes import RayNodeLauncher, node_address
-
             infos = ray.get([f.info.remote() for f in followers])
             self.nodes = [TrialNode(0, node_address(), tuple(self.devices), ray.get_runtime_context().get_node_id())]
             self.nodes += [TrialNode(i + 1, str(info["address"]), tuple(info["devices"]), str(info["node"]))

@@ -19,8 +19,6 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from actors.evaluator import accelerator_key
-from msopt.config import Settings
 from msopt.engines.base import LaunchSpec
 from msopt.engines.process import ManagedProcess, staged_files, start_process
 from msopt.errors import EvaluationError
@@ -38,8 +36,8 @@ def node_address() -> str:
 class NodeAgent:
     """Holds the devices of one follower node of a trial and runs its server there."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
-        key = accelerator_key(settings)
+    def __init__(self, key: str | None, name: str) -> None:
+        """``key``: the Ray accelerator resource ("NPU", "GPU"), None for none."""
         ids = ray.get_runtime_context().get_accelerator_ids()
         self.devices = [str(d) for d in ids.get(key, [])] if key else []
         self.name = name

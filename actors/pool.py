@@ -312,7 +312,7 @@ class RayPool:
             from actors.nodes import NodeAgent
 
             slot.followers = [NodeAgent.options(**self._options(slot, b)).remote(  # type: ignore[attr-defined]
-                self.settings, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
+                self.key, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
         slot.actor = EvaluatorActor.options(**self._options(slot, 0)).remote(  # type: ignore[attr-defined]
             self.settings, self.simulate, self.run_dir, name, slot.followers)
         slot.info = None

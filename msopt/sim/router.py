@@ -17,8 +17,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from msopt.sim.serve import ARGV_FILE_ENV
-
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """The router flags msopt renders; others are ignored."""
@@ -34,13 +32,14 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def serve_router(argv: Sequence[str]) -> int:
-    """Run the stand-in router until SIGTERM/SIGINT."""
+def serve_router(argv: Sequence[str], argv_file: str | None = None) -> int:
+    """Run the stand-in router until SIGTERM/SIGINT; its argv goes to ``argv_file`` (a file, or
+    ``argv-<port>-router.json`` in a directory) when given."""
     import aiohttp
     from aiohttp import web
 
     args = parse(argv)
-    path = os.environ.get(ARGV_FILE_ENV)
+    path = argv_file
     if path:
         if os.path.isdir(path):
             path = os.path.join(path, f"argv-{args.port}-router.json")

@@ -351,7 +351,7 @@ def serve(argv: Sequence[str]) -> int:
     if "--pd-disaggregation" in argv:  # a stand-in for SGLang's PD router
         from msopt.sim.router import serve_router
 
-        return serve_router(argv)
+        return serve_router(argv, os.environ.get(ARGV_FILE_ENV))
     path = os.environ.get(ARGV_FILE_ENV)
     opts = parse_options(argv)
     opts = replace(opts, cost=_step_cost(opts, argv))  # priced once, from the full command line
