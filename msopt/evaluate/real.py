@@ -25,10 +25,10 @@ from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import NodeLauncher, RunnerContext
+from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext
 
 
-class RealRunner:
+class RealRunner(EngineRunner):
     """Launches the engine for each attempt and runs the configured benchmark against it.
 
     Args:
@@ -38,10 +38,7 @@ class RealRunner:
     """
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.engine_section = settings.section(settings.engine)
-        self.ctx = ctx
+        super().__init__(settings, engine, ctx)
         self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
         self.benchmark = get_benchmark(self.benchmark_name)
         self.health = HealthCheck.from_settings(settings)

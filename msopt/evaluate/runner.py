@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from msopt.config import Settings
+from msopt.engines import EngineAdapter
 from msopt.engines.base import LaunchSpec, TrialNode
 from msopt.evaluate.results import EvalRequest
 
@@ -65,6 +67,22 @@ class RunnerContext:
         path = self.run_dir / "logs" / f"eval-{req.eval_id:05d}-{kind}-a{attempt}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+
+class EngineRunner:
+    """What both runners hold: the settings, the engine adapter and its section, the context.
+
+    Args:
+        settings: the effective settings.
+        engine: the engine adapter that renders the launch.
+        ctx: the evaluator's run directory and devices.
+    """
+
+    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.engine_section = settings.section(settings.engine)
+        self.ctx = ctx
 
 
 class Runner(Protocol):

@@ -25,7 +25,7 @@ from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import RunnerContext
+from msopt.evaluate.runner import EngineRunner, RunnerContext
 from msopt.metrics import SIMULATED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -180,7 +180,7 @@ def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | No
     return argv or None
 
 
-class SimRunner:
+class SimRunner(EngineRunner):
     """Renders the engine's launch and runs it on the embedded simulator.
 
     Args:
@@ -190,10 +190,7 @@ class SimRunner:
     """
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.engine_section = settings.section(settings.engine)
-        self.ctx = ctx
+        super().__init__(settings, engine, ctx)
         self.sim = SimulatorSetup.from_settings(settings)
         self.model_facts = self._model_facts()
         # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
