@@ -157,7 +157,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             raise
     progress = None
     pool: EvaluatorPool | None = None
-    started_ray = False
+    started_ray: object = False  # what init_ray started (a LocalCluster for multi-node simulation)
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     term_before = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -215,9 +215,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             pool.close()
         store.close()
         if started_ray:
-            import ray
+            from actors.pool import shutdown_ray
 
-            ray.shutdown()
+            shutdown_ray(started_ray)
         signal.signal(signal.SIGTERM, term_before)
     _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best

@@ -60,6 +60,28 @@ class LaunchSpec:
         return f"http://{host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class TrialNode:
+    """One node of a trial that spans nodes, as the pool reserved it.
+
+    Attributes:
+        rank: the node's index in the trial (0: the leader, whose server the benchmark talks to).
+        address: the node's IP address (where the leader's rendezvous listens).
+        devices: the accelerator ids reserved on this node (as Ray assigned them there).
+        node_id: the cluster's id of the node (for the journal).
+    """
+
+    rank: int
+    address: str
+    devices: tuple[str, ...] = ()
+    node_id: str = ""
+
+
+def single_node(devices: Sequence[str] = ()) -> tuple[TrialNode, ...]:
+    """The one-node placement of a trial holding ``devices`` on this machine."""
+    return (TrialNode(0, "127.0.0.1", tuple(str(d) for d in devices)),)
+
+
 # -- helpers shared by the adapters -----------------------------------------------------------
 def plain(value: Any) -> Any:
     """A numpy scalar as the Python scalar it holds; anything else unchanged."""
@@ -349,6 +371,45 @@ class EngineAdapter:
     ) -> LaunchSpec:
         """Render the launch of one server with these values."""
         raise NotImplementedError
+
+    def render_nodes(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        port: int,
+        nodes: Sequence[TrialNode],
+        rendezvous_port: int,
+        workdir: Path | None = None,
+    ) -> list[LaunchSpec]:
+        """Render one launch per node of a trial (``nodes[0]`` is the leader, whose server the
+        benchmark talks to); with one node this is ``[render(...)]``.
+
+        ``rendezvous_port`` is a free port on the leader's node for the engine's own node-to-node
+        rendezvous (SGLang ``--dist-init-addr``, vLLM's data-parallel RPC or master port).
+
+        Raises:
+            EvaluationError: the engine has no multi-node form, or the values do not split over
+                the nodes.
+        """
+        if len(nodes) == 1:
+            return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
+                                workdir=workdir)]
+        raise EvaluationError(f"engine {self.name!r} has no multi-node launch; a trial of {len(nodes)} nodes "
+                              "needs vllm, sglang or mindie (or lower [cluster] devices_per_trial)")
+
+    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
+                  nodes: Sequence[TrialNode] = ()) -> Any:
+        """Render a prefill/decode-disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`) when the
+        section has a ``pd`` table; its instances are placed on ``nodes`` when the trial spans nodes.
+
+        Raises:
+            EvaluationError: the engine has no disaggregated launch.
+        """
+        raise EvaluationError(f"engine {self.name!r} has no prefill/decode-disaggregated launch in msopt; "
+                              "use sglang, or drop the [<engine>.pd] table")
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import is_int
+from msopt.sim.rendezvous import Placement, follow, lead, placement
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 
@@ -76,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-after", type=int, default=0, metavar="N",
                    help="crash (exit 1 at once) when the N-th completion request arrives: a fault to test "
                         "what msopt does when a server dies mid-benchmark; 0 never")
+    # multi-node placement (vLLM, SGLang): parsed here so they are not listed as ignored; the
+    # rendezvous reads them from the raw command line (msopt.sim.rendezvous)
+    for flag in ("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port", "--dist-init-addr",
+                 "--data-parallel-size-local", "-dpl", "--data-parallel-start-rank", "-dpr",
+                 "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp"):
+        p.add_argument(flag, dest="placement_" + flag.strip("-").replace("-", "_"), default=None,
+                       help=argparse.SUPPRESS)
+    p.add_argument("--headless", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--fail-node", type=int, default=0, metavar="R",
+                   help="node R (>= 1) of a multi-node instance exits 1 right after joining: a fault to test "
+                        "that a trial spanning nodes fails and is stopped on every node; 0 never")
     p.add_argument("--sim-hardware", default="atlas-800i-a2",
                    help="simulator hardware catalog entry (or TOML path) whose step timing paces tokens")
     p.add_argument("--sim-model", default=None,
@@ -210,6 +222,7 @@ class SimServer:
         self.requests = 0
         self.ready_at = time.monotonic() + opts.startup_delay
         self.slots: asyncio.Semaphore | None = None  # made inside the server's event loop
+        self.followers: list[Any] = []  # connections of the other nodes of a multi-node instance
 
     def app(self) -> Any:
         """The aiohttp application."""
@@ -335,15 +348,27 @@ def serve(argv: Sequence[str]) -> int:
     from aiohttp import web
 
     argv = list(argv)
+    if "--pd-disaggregation" in argv:  # a stand-in for SGLang's PD router
+        from msopt.sim.router import serve_router
+
+        return serve_router(argv, os.environ.get(ARGV_FILE_ENV))
     path = os.environ.get(ARGV_FILE_ENV)
     opts = parse_options(argv)
     opts = replace(opts, cost=_step_cost(opts, argv))  # priced once, from the full command line
+    if path and os.path.isdir(path):  # one file per server when several run at once
+        rank = placement(argv)
+        suffix = f"-node{rank.rank}" if rank is not None and rank.rank else ""
+        path = os.path.join(path, f"argv-{opts.port}{suffix}.json")
     if path:
-        if os.path.isdir(path):  # one file per server when several run at once
-            path = os.path.join(path, f"argv-{opts.port}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(argv, f)
+    place = placement(argv)
+    if place is not None and place.rank > 0:
+        return _follower(place, argv, path, opts)
     server = SimServer(opts)
+    if place is not None:
+        server.ready_at = float("inf")  # ready once every node has joined (see msopt.sim.rendezvous)
+        _lead_in_background(server, place, argv)
     print(f"msopt sim-serve: {opts.served_model_name} (tp={opts.tensor_parallel_size}, "
           f"pp={opts.pipeline_parallel_size}, dp={opts.data_parallel_size}, max_num_seqs="
           f"{opts.max_num_seqs}, time_scale={opts.time_scale}) on http://{opts.host}:{opts.port}",
@@ -352,6 +377,49 @@ def serve(argv: Sequence[str]) -> int:
         print(f"msopt sim-serve: ignoring {' '.join(opts.unknown)}", flush=True)
     web.run_app(server.app(), host=opts.host, port=opts.port, print=None, access_log=None,
                 handle_signals=True)
+    return 0
+
+
+def _lead_in_background(server: SimServer, place: Placement, argv: Sequence[str]) -> None:
+    """Rank 0: run the rendezvous beside the HTTP server; ready when it succeeds, exit 1 when not."""
+    import threading
+
+    def run() -> None:
+        conns, problem = lead(place, argv, timeout=max(60.0, server.opts.startup_delay + 60.0))
+        if problem:
+            print(f"RuntimeError: msopt sim-serve: multi-node start failed: {problem}", flush=True)
+            os._exit(1)
+        print(f"msopt sim-serve: all {place.nnodes} nodes joined at {place.host}:{place.port}", flush=True)
+        server.ready_at = time.monotonic() + server.opts.startup_delay
+        server.followers = conns  # kept open: the other nodes exit when this one is gone
+        for i, conn in enumerate(conns):  # like the engines: a lost node is fatal to the instance
+            threading.Thread(target=watch, args=(conn, i), daemon=True).start()
+
+    def watch(conn: Any, i: int) -> None:
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        print(f"RuntimeError: msopt sim-serve: a node of the instance is gone (connection {i + 1} of "
+              f"{place.nnodes - 1} closed)", flush=True)
+        os._exit(1)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def _follower(place: Placement, argv: Sequence[str], path: str | None, opts: SimServeOptions) -> int:
+    """Rank >= 1: join node 0, serve no HTTP, exit when node 0 is gone."""
+    print(f"msopt sim-serve: node {place.rank} of {place.nnodes} joining {place.host}:{place.port}", flush=True)
+    conn = follow(place, argv, timeout=max(60.0, opts.startup_delay + 60.0))
+    print(f"msopt sim-serve: node {place.rank} joined", flush=True)
+    if build_parser().parse_known_args(list(argv))[0].fail_node == place.rank:
+        print(f"RuntimeError: msopt sim-serve --fail-node {place.rank}: node {place.rank} exits", flush=True)
+        os._exit(1)
+    with conn:
+        while conn.recv(4096):
+            pass
+    print(f"msopt sim-serve: node 0 is gone; node {place.rank} exits", flush=True)
     return 0
 
 
