@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 
+from actors.nodes import RayNodeLauncher, node_address
 from msopt.config import Settings
+from msopt.engines.base import TrialNode
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 
@@ -27,18 +30,30 @@ class EvaluatorActor:
     this actor starts inherit them.
     """
 
-    def __init__(self, settings: Settings, simulate: bool, run_dir: str | None, name: str) -> None:
+    def __init__(self, settings: Settings, simulate: bool, run_dir: str | None, name: str,
+                 followers: Sequence[Any] = ()) -> None:
         key = accelerator_key(settings)
         ids = ray.get_runtime_context().get_accelerator_ids()
         self.devices = [str(d) for d in ids.get(key, [])] if key else []
         self.name = name
+        self.nodes: list[TrialNode] = []
+        launcher = None
+        if followers:
+            infos = ray.get([f.info.remote() for f in followers])
+            self.nodes = [TrialNode(0, node_address(), tuple(self.devices), ray.get_runtime_context().get_node_id())]
+            self.nodes += [TrialNode(i + 1, str(info["address"]), tuple(info["devices"]), str(info["node"]))
+                           for i, info in enumerate(infos)]
+            launcher = RayNodeLauncher(followers, infos)
         self.evaluator = Evaluator(settings, simulate=simulate, run_dir=run_dir, devices=self.devices,
-                                   actor=name)
+                                   actor=name, nodes=self.nodes, launcher=launcher)
 
     def info(self) -> dict[str, Any]:
-        """Process id, node and assigned devices (for the table and the tests)."""
+        """Process id, node and assigned devices (for the table and the tests); ``nodes`` lists
+        every node of a trial that spans nodes, this one first."""
         return {"pid": os.getpid(), "devices": self.devices, "name": self.name,
                 "node": ray.get_runtime_context().get_node_id(),
+                "nodes": [{"rank": n.rank, "address": n.address, "devices": list(n.devices), "node": n.node_id}
+                          for n in self.nodes],
                 "visible": {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")}}
 
     def evaluate(self, req: EvalRequest) -> EvaluationResult:

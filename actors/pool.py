@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -22,9 +22,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.evaluator import EvaluatorActor, accelerator_key
 from msopt.config import Settings
-from msopt.errors import MsoptError
+from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.placement import simulated_devices_per_node, split_trial
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
 
 log = logging.getLogger("msopt.pool")
 
@@ -42,6 +43,57 @@ def devices_per_trial(settings: Settings) -> int:
 
     products = SearchSpace.from_settings(settings).ternary_products()
     return int(products[0]) if products else 1
+
+
+def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:
+    """(nodes per trial, devices per node of a trial) for ``devices_per_trial`` on nodes of
+    ``per_node`` devices (``[cluster] devices_per_node`` wins over the cluster's own count).
+
+    Raises:
+        ClusterError: the devices cannot be split evenly over whole nodes.
+    """
+    configured = settings.section("cluster").get("devices_per_node")
+    try:
+        return split_trial(devices_per_trial(settings), int(configured) if configured else per_node)
+    except ConfigError as exc:
+        raise ClusterError(str(exc)) from None
+
+
+class LocalCluster:
+    """A local multi-node Ray test cluster (``ray.cluster_utils.Cluster``) on this machine, for a
+    simulated run whose trials span nodes; :meth:`shutdown` stops its raylets."""
+
+    def __init__(self, nodes: int, resources: dict[str, float], num_gpus: int | None) -> None:
+        from ray.cluster_utils import Cluster
+
+        args: dict[str, Any] = {"num_cpus": 2, "resources": resources or None, "num_gpus": num_gpus,
+                                "include_dashboard": False}
+        self.cluster = Cluster(initialize_head=True, head_node_args=args)
+        try:
+            for _ in range(nodes - 1):
+                self.cluster.add_node(**args)
+            self.cluster.wait_for_nodes()
+            ray.init(address=self.cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        except BaseException:
+            self.cluster.shutdown()
+            raise
+
+    def shutdown(self) -> None:
+        """Disconnect and stop every node of the cluster."""
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+#: Most nodes of the local test cluster a simulated multi-node run starts (each is a raylet).
+MAX_LOCAL_NODES = 4
+
+
+def shutdown_ray(started: object) -> None:
+    """Stop what :func:`init_ray` started (its return value when truthy)."""
+    if isinstance(started, LocalCluster):
+        started.shutdown()
+    elif started:
+        ray.shutdown()
 
 
 def quiet_ray_logs() -> None:
@@ -65,12 +117,15 @@ def _check_reachable(address: str, timeout: float = 10.0) -> None:
                            "head with 'ray start --head' (it prints the address to give) or drop --address") from None
 
 
-def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: int) -> bool:
-    """Connect to Ray; return True when this call started a local instance (stop it at the end).
+def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: int) -> bool | LocalCluster:
+    """Connect to Ray; return what this call started (truthy: stop it with :func:`shutdown_ray`).
 
     Without an address (and no RAY_ADDRESS) a local instance sized to this machine starts; for a
     simulated run it declares ``slots × devices_per_trial`` virtual accelerators, so the same
-    configuration that pins NPUs on a cluster runs here.
+    configuration that pins NPUs on a cluster runs here. When a simulated trial spans nodes
+    (``devices_per_trial`` above ``devices_per_node``), a local multi-node test cluster starts
+    instead: whole trials' worth of nodes of ``devices_per_node`` devices each, at most
+    :data:`MAX_LOCAL_NODES` nodes (or one trial's, if more).
     """
     quiet_ray_logs()
     if ray.is_initialized():
@@ -90,12 +145,21 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
     resources: dict[str, float] = {}
     num_gpus = None
     if simulate and key and k:
+        n, per = trial_nodes(settings, simulated_devices_per_node(settings))
+        if n > 1:
+            trials = max(1, min(slots, MAX_LOCAL_NODES // n))
+            node_res = {} if key == "GPU" else {key: float(per)}
+            return LocalCluster(trials * n, node_res, per if key == "GPU" else None)
+    if simulate and key and k:
         if key == "GPU":
             num_gpus = slots * k
         else:
             resources[key] = float(slots * k)
     ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=num_gpus, resources=resources or None,
              include_dashboard=False, **kw)
+    from actors.guard import start_guard
+
+    start_guard()  # Ray's processes would outlive a driver killed by SIGKILL by a minute or more
     return True
 
 
@@ -106,6 +170,21 @@ class _Slot:
     actor: Any = None
     info: dict[str, Any] | None = None
     generation: int = 0
+    followers: list[Any] = field(default_factory=list)
+
+
+def spread_groups(bundles: list[int], n: int) -> int:
+    """How many groups of ``n`` bundles on ``n`` distinct nodes fit, given bundles free per node."""
+    if n <= 1:
+        return sum(bundles)
+    left = sorted((b for b in bundles if b > 0), reverse=True)
+    groups = 0
+    while len(left) >= n:
+        for i in range(n):
+            left[i] -= 1
+        groups += 1
+        left = sorted((b for b in left if b > 0), reverse=True)
+    return groups
 
 
 class RayPool:
@@ -126,6 +205,8 @@ class RayPool:
         self.run_dir = run_dir
         self.key = accelerator_key(settings)
         self.k = devices_per_trial(settings) if self.key else 0
+        self.nodes_per_trial, self.per_node = (trial_nodes(settings, self._cluster_per_node()) if self.k
+                                               else (1, 0))
         self.time_limit = float(settings.get("particles_time_out", 3600))
         self._queue: deque[EvalRequest] = deque()
         self._inflight: dict[Any, tuple[_Slot, EvalRequest, float]] = {}
@@ -140,11 +221,23 @@ class RayPool:
         self._reserve(pg_timeout)
         for slot in self.slots:
             self._spawn(slot)
-        infos = ray.get([s.actor.info.remote() for s in self.slots])
-        for slot, info in zip(self.slots, infos):
-            slot.info = info
+        refs = [s.actor.info.remote() for s in self.slots]
+        for slot, ref in zip(self.slots, refs):
+            slot.info = self._started_info(slot, ref)
             self._free.append(slot)
         self.startup_seconds = time.monotonic() - t0
+
+    def _started_info(self, slot: _Slot, ref: Any) -> dict[str, Any]:
+        """The info of a slot's new actor; an actor that dies while it starts is replaced
+        (up to MAX_ATTEMPTS times), not a traceback."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                return ray.get(ref)
+            except RayActorError:
+                self._replace(slot)
+                ref = slot.actor.info.remote()
+        raise ClusterError(f"actor {self._name(slot)} died {MAX_ATTEMPTS} times while starting; see Ray's logs "
+                           "(/tmp/ray/session_latest/logs) for why")
 
     # -- sizing ---------------------------------------------------------------------------
     def plan_size(self, settings: Settings, max_concurrent: int = 0) -> int:
@@ -156,15 +249,23 @@ class RayPool:
                 cap = min(cap, c)
         if not self.key or self.k == 0:
             return max(1, cap)
-        per_node = [int(n.get("Resources", {}).get(self.key, 0) // self.k) for n in ray.nodes() if n.get("Alive")]
-        fit = sum(per_node)
+        bundles = [int(n.get("Resources", {}).get(self.key, 0) // self.per_node)
+                   for n in ray.nodes() if n.get("Alive")]
+        fit = spread_groups(bundles, self.nodes_per_trial)
         if fit == 0:
             have = {n.get("NodeManagerAddress"): n.get("Resources", {}).get(self.key, 0)
                     for n in ray.nodes() if n.get("Alive")}
-            raise ClusterError(f"no node of the Ray cluster has {self.k} {self.key} for one trial "
-                               f"(per node: {have}); lower [cluster] devices_per_trial, set [cluster] "
+            what = (f"no node of the Ray cluster has {self.k} {self.key} for one trial" if self.nodes_per_trial == 1
+                    else f"the Ray cluster has no room for one trial of {self.k} {self.key} "
+                         f"({self.nodes_per_trial} nodes of {self.per_node} each)")
+            raise ClusterError(f"{what} (per node: {have}); lower [cluster] devices_per_trial, set [cluster] "
                                f"accelerator, or use --simulate")
         return max(1, min(cap, fit))
+
+    def _cluster_per_node(self) -> int | None:
+        """The most accelerators of one alive node of the cluster (None when none has any)."""
+        counts = [int(n.get("Resources", {}).get(self.key, 0)) for n in ray.nodes() if n.get("Alive")]
+        return max(counts) if counts and max(counts) > 0 else None
 
     @property
     def size(self) -> int:
@@ -172,14 +273,16 @@ class RayPool:
 
     def _bundle(self) -> dict[str, float]:
         if self.key == "GPU":
-            return {"GPU": float(self.k)}
-        return {self.key: float(self.k)} if self.key else {}
+            return {"GPU": float(self.per_node)}
+        return {self.key: float(self.per_node)} if self.key else {}
 
     def _reserve(self, timeout: float) -> None:
         if not self.key or self.k == 0:
             return
+        n = self.nodes_per_trial
         for slot in self.slots:
-            slot.pg = placement_group([self._bundle()], strategy="STRICT_PACK")
+            # one trial's nodes are distinct (STRICT_SPREAD) and each bundle is a whole share of a node
+            slot.pg = placement_group([self._bundle()] * n, strategy="STRICT_SPREAD" if n > 1 else "STRICT_PACK")
         ready, _ = ray.wait([s.pg.ready() for s in self.slots if s.pg is not None], num_returns=len(self.slots),
                             timeout=timeout)
         if len(ready) < len(self.slots):
@@ -190,26 +293,54 @@ class RayPool:
                                f"placed within {timeout:.0f}s ({avail:g} {self.key} available); free devices "
                                f"or lower --max-concurrent")
 
-    def _spawn(self, slot: _Slot) -> None:
+    def _options(self, slot: _Slot, bundle: int) -> dict[str, Any]:
         opts: dict[str, Any] = {"num_cpus": 0}
         if self.key == "GPU":
-            opts["num_gpus"] = self.k
+            opts["num_gpus"] = self.per_node
         elif self.key and self.k:
-            opts["resources"] = {self.key: self.k}
+            opts["resources"] = {self.key: self.per_node}
         if slot.pg is not None:
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=slot.pg, placement_group_bundle_index=0)
+                placement_group=slot.pg, placement_group_bundle_index=bundle)
+        return opts
+
+    def _spawn(self, slot: _Slot) -> None:
         slot.generation += 1
         name = f"actor-{slot.index}" + (f".{slot.generation - 1}" if slot.generation > 1 else "")
-        slot.actor = EvaluatorActor.options(**opts).remote(  # type: ignore[attr-defined]  # a ray.remote class
-            self.settings, self.simulate, self.run_dir, name)
+        slot.followers = []
+        if self.nodes_per_trial > 1:
+            from actors.nodes import NodeAgent
+
+            slot.followers = [NodeAgent.options(**self._options(slot, b)).remote(  # type: ignore[attr-defined]
+                self.key, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
+        slot.actor = EvaluatorActor.options(**self._options(slot, 0)).remote(  # type: ignore[attr-defined]
+            self.settings, self.simulate, self.run_dir, name, slot.followers)
         slot.info = None
+
+    def _kill_followers(self, slot: _Slot) -> None:
+        for agent in slot.followers:
+            try:
+                ray.kill(agent, no_restart=True)
+            except RayError:
+                pass
+        slot.followers = []
+
+    def _followers_alive(self, slot: _Slot) -> bool:
+        """True when every follower of a multi-node slot still answers."""
+        if not slot.followers:
+            return True
+        try:
+            ray.get([a.poll.remote() for a in slot.followers], timeout=30)
+        except (RayError, GetTimeoutError):
+            return False
+        return True
 
     def _replace(self, slot: _Slot) -> None:
         try:
             ray.kill(slot.actor, no_restart=True)
         except RayError:
             pass
+        self._kill_followers(slot)
         self.replaced += 1
         self._spawn(slot)
 
@@ -224,8 +355,17 @@ class RayPool:
             req = self._queue.popleft()
             ref = slot.actor.evaluate.remote(req)
             self._inflight[ref] = (slot, req, time.monotonic())
-            devices = (slot.info or {}).get("devices", [])
-            self._started.append((req.eval_id, list(devices)))
+            self._started.append((req.eval_id, self._devices(slot)))
+
+    @staticmethod
+    def _devices(slot: _Slot) -> list[str]:
+        """The slot's devices as the journal lists them (``<node>:<device>`` when it spans nodes)."""
+        info = slot.info or {}
+        nodes = info.get("nodes") or []
+        if len(nodes) > 1:
+            return [f"{str(n.get('node', ''))[:8] or n.get('address')}:{d}"
+                    for n in nodes for d in n.get("devices", [])]
+        return list(info.get("devices", []))
 
     def running(self) -> list[tuple[int, list[str]]]:
         out, self._started = self._started, []
@@ -255,8 +395,13 @@ class RayPool:
         except (RayActorError, GetTimeoutError) as exc:
             self._actor_died(slot, req, f"actor {self._name(slot)} died: {type(exc).__name__}")
             return
-        except RayError as exc:  # the evaluation raised: a bug, reported on the result
-            result = self._failed(req, f"evaluation raised: {exc}", slot)
+        except RayError as exc:  # the evaluation raised: a fault of the machinery, never a result
+            result = self._failed(req, f"evaluation raised: {describe_fault(exc)}", slot, fault=True)
+        if result.error and not self._followers_alive(slot):
+            # a node of the trial is lost: a fault of the cluster, as when the leader dies; the slot
+            # starts again on live nodes and the evaluation is submitted again
+            self._actor_died(slot, req, f"a follower node of {self._name(slot)} was lost ({result.error})")
+            return
         result.attempts += self._attempts.pop(req.eval_id, 0)
         self._done.append(result)
         self._free.append(slot)
@@ -269,7 +414,7 @@ class RayPool:
         if n < MAX_ATTEMPTS:
             self._queue.appendleft(req)
         else:
-            r = self._failed(req, f"{why} ({n} attempts)", slot)
+            r = self._failed(req, f"{why} ({n} attempts)", slot, fault=True)  # Ray's failure, not the config's
             r.attempts = n
             self._attempts.pop(req.eval_id, None)
             self._done.append(r)
@@ -289,13 +434,16 @@ class RayPool:
     def _name(self, slot: _Slot) -> str:
         return f"actor-{slot.index}"
 
-    def _failed(self, req: EvalRequest, error: str, slot: _Slot) -> EvaluationResult:
+    def _failed(self, req: EvalRequest, error: str, slot: _Slot, *, fault: bool = False) -> EvaluationResult:
+        if fault:
+            return fault_result(req, error, devices=self._devices(slot),
+                                actor=self._name(slot), real_evaluation=not self.simulate)
         now = time.time()
         return EvaluationResult(
             eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
             position_in=list(req.position), position=list(req.position), values={},
             metrics={m: None for m in METRICS}, fitness=math.inf, error=error, attempts=1,
-            devices=list((slot.info or {}).get("devices", [])), actor=self._name(slot), started=now,
+            devices=self._devices(slot), actor=self._name(slot), started=now,
             finished=now, num_prompts=req.num_prompts, real_evaluation=not self.simulate, load=dict(req.load))
 
     def actor_infos(self) -> list[dict[str, Any]]:
@@ -308,6 +456,7 @@ class RayPool:
                 ray.kill(slot.actor, no_restart=True)
             except RayError:
                 pass
+            self._kill_followers(slot)
             if slot.pg is not None:
                 try:
                     remove_placement_group(slot.pg)

@@ -56,3 +56,11 @@ class RefusedError(EvaluationError):
     def __init__(self, message: str, rule: str = "") -> None:
         super().__init__(message)
         self.rule = rule
+
+
+class FaultError(MsoptError):
+    """A fault of the machinery (disk, environment, msopt, Ray), not a measurement of a configuration.
+
+    An evaluation that meets one is never journaled as that configuration's result: the driver
+    retries it a bounded number of times, then stops the run; ``--resume`` runs it again.
+    """

@@ -222,7 +222,27 @@ def test_event_from_result():
     r.reused = True
     assert ProgressEvent.from_result(r).kind == "reused"
     assert ProgressEvent.from_result(r, "done", text="t").text == "t"
-    assert set(EVENT_KINDS) == {"queued", "running", "done", "failed", "reused", "phase", "message"}
+    assert set(EVENT_KINDS) == {"queued", "running", "done", "failed", "reused", "phase", "message", "pick"}
+
+
+def test_refinement_shows_the_pick_not_the_luckiest_measurement():
+    """Once the driver names its pick (the best mean over re-measurements), the best-so-far line
+    shows it and a later lucky single measurement does not replace it: table and closing line agree."""
+    out = io.StringIO()
+    log = PlainLog(out, clock=Clock())
+    log.start(total=4, n_particles=2, dimensions=DIMS, run_dir="r")
+    log.update(done(24, 1, 0.3456))
+    log.update(ProgressEvent("pick", eval_id=49, phase="refine", values={"tp": 2}, fitness=0.3508))
+    assert out.getvalue().splitlines()[-1].endswith("recommended so far fitness=0.3508 (eval 49 refine) tp=2")
+    log.update(done(50, 0, 0.1))  # luckier, but not the pick
+    table = LiveTable(Console(file=io.StringIO(), width=120), clock=Clock())
+    table.start(total=4, n_particles=2, dimensions=DIMS, run_dir="r")
+    for e in (done(24, 1, 0.3456), ProgressEvent("pick", eval_id=49, phase="refine", values={"tp": 2},
+                                                 fitness=0.3508), done(50, 0, 0.1)):
+        table.update(e)
+    line = table._best_line().plain
+    assert line.startswith("recommended so far") and "eval 49" in line and "0.3508" in line
+    table.close(None)
 
 
 # -- make_progress -------------------------------------------------------------------------------

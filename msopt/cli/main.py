@@ -170,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+#: What str.splitlines() breaks at, escaped so that an error is one line whatever a value holds.
+_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break escaped (an error message quoting a user's value)."""
+    return text.strip().translate(_BREAKS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``msopt`` console script."""
     parser = build_parser()
@@ -177,11 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MsoptError as exc:
-        print(f"msopt: error: {exc}", file=sys.stderr)
+        print(f"msopt: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("msopt: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, optimize.Terminated)
+        print("msopt: terminated (SIGTERM)" if terminated else "msopt: interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except BrokenPipeError:  # output piped into `head` and closed early
         import os
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msopt.errors import ConfigError, MsoptError
+from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
     from msopt.run.pool import EvaluatorPool
@@ -81,15 +81,31 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     from msopt.run.validate import load
 
     if args.resume:
+        given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
+                                      ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
+                                      ("--mode", args.mode), ("--particles", args.particles),
+                                      ("--iters", args.iters)) if v is not None]
+        if given:
+            raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
+                              f"{', '.join(given)} (a different configuration is a new run: use -c)")
         store = RunStore.open(args.resume)
-        if args.config:
-            raise ConfigError("--resume takes the configuration saved in the run directory; drop -c")
-        return load(str(Path(args.resume) / "config.toml"), args.engine, environ={}), store
+        store.lock()  # before anything reads the journal: a second resume stops here
+        try:
+            store.check_config()
+            checked = load(str(Path(args.resume) / "config.toml"), None, environ={})
+        except BaseException:
+            store.close()
+            raise
+        return checked, store
     return load(args.config, args.engine, overrides=_overrides(args)), None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``ray job stop``): stops the run as Ctrl-C does, exit status 143."""
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def _one_line(exc: BaseException) -> str:
@@ -131,6 +147,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if store is None:
         output = Path(str(settings.get("output", "msopt_runs")))
         store = RunStore.create(output, settings, meta={"argv": sys.argv})
+        store.lock()
     else:
         previous = store.load_journal()
         store.rebuild_results_csv()
@@ -146,9 +163,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             raise
     progress = None
     pool: EvaluatorPool | None = None
-    started_ray = False
+    started_ray: object = False  # what init_ray started (a LocalCluster for multi-node simulation)
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
-    signal.signal(signal.SIGTERM, _interrupt)
+    term_before = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.no_ray:
             pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.run_dir))
@@ -162,6 +179,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
             try:
                 started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
+                signal.signal(signal.SIGTERM, _interrupt)  # ray.init installed its own (a dump and exit 1)
                 pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
                                max_concurrent=args.max_concurrent or 0)
             except MsoptError:
@@ -191,14 +209,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                    "capacity": [capacity_line(c) for c in outcome.capacity]}
         progress.close(summary)
         progress = None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if progress is not None:
             progress.close({"interrupted": True})
             progress = None
-        print(f"msopt: interrupted; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
-        return 130
-    except StoreError as exc:  # disk full, read-only filesystem, ...: every journaled result is safe
-        raise StoreError(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"msopt: {how}; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    except (StoreError, FaultError) as exc:  # disk full, a bad environment, ...: every journaled result is safe
+        raise type(exc)(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
                          f"msopt optimize --resume {store.run_dir}") from None
     finally:
         if progress is not None:
@@ -207,9 +226,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             pool.close()
         store.close()
         if started_ray:
-            import ray
+            from actors.pool import shutdown_ray
 
-            ray.shutdown()
+            shutdown_ray(started_ray)
+        signal.signal(signal.SIGTERM, term_before)
     _write_outputs(settings, store.run_dir, outcome.best)
     best = outcome.best
     from msopt.run.verdict import make_verdict

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +24,20 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+import tomli_w
+
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
+#: The largest configuration file read (a FIFO, a device or anything larger is refused).
+MAX_CONFIG_BYTES = 1024 * 1024
+#: How deep tables and arrays may nest in a configuration.
+MAX_DEPTH = 16
+#: The most ``target_field`` entries an engine section may declare.
+MAX_FIELDS = 256
 DEFAULTS_PATH = Path(__file__).with_name("defaults.toml")
 
 #: Top-level keys of the original tool's config.toml, accepted unchanged.
@@ -78,6 +87,7 @@ _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
         "accelerator": (lambda v: isinstance(v, str) and v.lower() in ("npu", "gpu", "none"),
                         "\"NPU\", \"GPU\" or \"none\""),
         "devices_per_trial": (lambda v: is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
+        "devices_per_node": (lambda v: is_int(v) and 1 <= v <= 4096, "an integer from 1 to 4096"),
         "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
     },
     "search": {
@@ -174,8 +184,20 @@ class Settings:
                         MappingProxyType(origin))
 
     def to_toml(self) -> str:
-        """The effective configuration as TOML text (saved in every run directory)."""
-        return dump_toml(thaw(self.data))
+        """The effective configuration as TOML text (saved in every run directory).
+
+        Raises:
+            ConfigError: the text would not read back as this configuration.
+        """
+        text = dump_toml(self.data)
+        try:
+            back = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"the effective configuration does not read back as TOML ({exc})") from None
+        if not same_toml(back, thaw(self.data)):
+            raise ConfigError("the effective configuration does not read back equal from TOML; "
+                              "report this as a bug with your -c file")
+        return text
 
     @property
     def n_particles(self) -> int:
@@ -251,7 +273,7 @@ def read_toml(path: Path, label: str = "config file") -> dict[str, Any]:
     if is_dir:
         raise ConfigError(f"{path}: is a directory, not a {label}; give the path of a .toml file")
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path, label)
     except PermissionError:
         raise ConfigError(denied) from None
     except OSError as exc:
@@ -262,11 +284,57 @@ def read_toml(path: Path, label: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
                           "save the file as UTF-8") from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}; fix the syntax there") from None
     except RecursionError:
         raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+    deepest = _depth(doc)
+    if deepest > MAX_DEPTH:
+        raise ConfigError(f"{path}: tables or arrays nested more than {MAX_DEPTH} levels deep, the most "
+                          "accepted; flatten the configuration")
+    return doc
+
+
+def _read_regular(path: Path, label: str) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_CONFIG_BYTES` (never a FIFO or a device,
+    which could block or never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file (a FIFO, a device or a socket); give the path of "
+                              f"a .toml file as the {label}")
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+        chunks = [data]
+        while data and sum(map(len, chunks)) <= MAX_CONFIG_BYTES:
+            data = os.read(fd, MAX_CONFIG_BYTES + 1)
+            chunks.append(data)
+        raw = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB, the most a {label} may hold; "
+                          "give the configuration file itself")
+    return raw
+
+
+def _depth(doc: Any) -> int:
+    """How deep tables and arrays nest in a parsed document (iterative: any depth is safe)."""
+    deepest, stack = 0, [(doc, 0)]
+    while stack:
+        value, d = stack.pop()
+        if isinstance(value, Mapping):
+            children: Iterable[Any] = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            return d
+        stack.extend((c, d + 1) for c in children)
+    return deepest
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any], source: str, origin: dict[str, str],
@@ -378,6 +446,9 @@ def load_settings(
     if not isinstance(raw_fields, list):
         raise ConfigError(f"{fsource}: '{eng}.target_field' must be an array of tables; "
                           f"write [[{eng}.target_field]]")
+    if len(raw_fields) > MAX_FIELDS:
+        raise ConfigError(f"{fsource}: '{eng}.target_field' declares {len(raw_fields)} fields; at most {MAX_FIELDS} "
+                          "are accepted: search fewer parameters (make the others constant in 'others')")
     fields = tuple(parse_field(r, source=fsource, section=eng, index=i) for i, r in enumerate(raw_fields))
     data["engine"] = eng
     settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
@@ -386,59 +457,27 @@ def load_settings(
     return settings
 
 
-# -- a small TOML writer for the effective configuration --------------------------------------
-def _toml_key(key: str) -> str:
-    if key and all(c.isalnum() or c in "-_" for c in key):
-        return key
-    return _toml_str(key)
+# -- the effective configuration as TOML ------------------------------------------------------
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """TOML text of nested mappings, written by tomli-w (any key, any string, datetimes).
+
+    Raises:
+        ConfigError: a value TOML cannot hold (None, an object), naming it.
+    """
+    try:
+        return tomli_w.dumps(thaw(data))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot write the effective configuration as TOML: {exc}") from None
 
 
-def _toml_str(s: str) -> str:
-    out = s.replace("\\", "\\\\").replace('"', '\\"')
-    out = out.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-    out = "".join(c if c >= " " or c in "\\" else f"\\u{ord(c):04x}" for c in out)
-    return f'"{out}"'
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return _toml_str(v)
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def _is_table_array(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, Mapping) for x in v)
-
-
-def dump_toml(data: Mapping[str, Any], prefix: str = "") -> str:
-    """Serialize nested dicts to TOML text (tables and arrays of tables as sections)."""
-    lines: list[str] = []
-    nested: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        if isinstance(value, Mapping) or _is_table_array(value):
-            nested.append((key, value))
-        else:
-            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-    out = "\n".join(lines) + ("\n" if lines else "")
-    for key, value in nested:
-        name = f"{prefix}{_toml_key(key)}"
-        if isinstance(value, Mapping):
-            out += f"\n[{name}]\n" + dump_toml(value, name + ".")
-        else:
-            for item in value:
-                out += f"\n[[{name}]]\n" + dump_toml(item, name + ".")
-    return out
+def same_toml(a: Any, b: Any) -> bool:
+    """Whether two parsed TOML documents are equal (NaN equal to NaN, int 1 unequal to float 1.0)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_toml(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_toml(x, y) for x, y in zip(a, b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)

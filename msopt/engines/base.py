@@ -60,6 +60,28 @@ class LaunchSpec:
         return f"http://{host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class TrialNode:
+    """One node of a trial that spans nodes, as the pool reserved it.
+
+    Attributes:
+        rank: the node's index in the trial (0: the leader, whose server the benchmark talks to).
+        address: the node's IP address (where the leader's rendezvous listens).
+        devices: the accelerator ids reserved on this node (as Ray assigned them there).
+        node_id: the cluster's id of the node (for the journal).
+    """
+
+    rank: int
+    address: str
+    devices: tuple[str, ...] = ()
+    node_id: str = ""
+
+
+def single_node(devices: Sequence[str] = ()) -> tuple[TrialNode, ...]:
+    """The one-node placement of a trial holding ``devices`` on this machine."""
+    return (TrialNode(0, "127.0.0.1", tuple(str(d) for d in devices)),)
+
+
 # -- helpers shared by the adapters -----------------------------------------------------------
 def plain(value: Any) -> Any:
     """A numpy scalar as the Python scalar it holds; anything else unchanged."""
@@ -269,15 +291,58 @@ def check_repeated_flags(owned: Mapping[str, str], others: Any, where: str,
 UNPLACED = ("", "none", "others")
 
 
+#: A command-line flag: dashes, then letters, digits, '_', '.', '-' (no '=', quote, ';' or space).
+FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: An environment variable name the OS accepts: no '=', no NUL, not empty.
+_ENV_NAME = re.compile(r"[^=\x00]+")
+
+
 def check_flag_positions(fields: Sequence[FieldDecl], engine: str) -> None:
-    """Reject positions a command-line engine cannot place (dotted JSON paths, ...)."""
+    """Reject positions a command-line engine cannot place (dotted JSON paths, ``--x=1;y``, ...)."""
     for decl in fields:
         pos = decl.config_position
-        if pos == "env" or pos in UNPLACED or (pos.startswith("-") and len(pos) > 1 and " " not in pos):
+        if pos == "env" or pos in UNPLACED or FLAG.fullmatch(pos):
             continue
         raise decl.error(f"config_position {pos!r} is not usable with {engine}",
                          "use \"env\", a flag such as \"--max-num-seqs\", or \"none\" "
                          "(value only for $NAME in 'others')")
+
+
+def _check_no_nul(value: Any, where: str) -> None:
+    if isinstance(value, str) and "\x00" in value:
+        raise ConfigError(f"{where} holds a NUL character, which no command line or environment can carry; "
+                          "remove it")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_no_nul(str(k), f"{where}: a key")
+            _check_no_nul(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_no_nul(v, where)
+
+
+def check_launch(section: Mapping[str, Any], fields: Sequence[FieldDecl], engine: str,
+                 default_executable: Sequence[str] = ("server",)) -> None:
+    """Load-time checks of what every launch renders, so that no evaluation fails on them later:
+    ``command.executable`` a non-empty list of strings, ``command.others`` a command line with
+    balanced quotes, ``env`` names without '=' or NUL, no NUL in any string of the section.
+
+    Raises:
+        ConfigError: naming ``[<engine>...]``, the key and the fix.
+    """
+    _check_no_nul(dict(section), f"[{engine}]")
+    cmd = command_table(section, engine)
+    if "executable" in cmd:
+        executable(cmd, default_executable, engine, {})
+    split_others(cmd.get("others", ""), {}, f"[{engine}.command]")
+    extra = section.get("env", {})
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"[{engine}] 'env' must be a table of NAME = value; write [{engine}.env]")
+    names = [str(k) for k in extra] + [d.name for d in fields if d.config_position == "env"]
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"[{engine}.env] {name!r} is not a valid environment variable name (no '=' or NUL, "
+                              "not empty); rename it")
 
 
 class EngineAdapter:
@@ -306,6 +371,45 @@ class EngineAdapter:
     ) -> LaunchSpec:
         """Render the launch of one server with these values."""
         raise NotImplementedError
+
+    def render_nodes(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        port: int,
+        nodes: Sequence[TrialNode],
+        rendezvous_port: int,
+        workdir: Path | None = None,
+    ) -> list[LaunchSpec]:
+        """Render one launch per node of a trial (``nodes[0]`` is the leader, whose server the
+        benchmark talks to); with one node this is ``[render(...)]``.
+
+        ``rendezvous_port`` is a free port on the leader's node for the engine's own node-to-node
+        rendezvous (SGLang ``--dist-init-addr``, vLLM's data-parallel RPC or master port).
+
+        Raises:
+            EvaluationError: the engine has no multi-node form, or the values do not split over
+                the nodes.
+        """
+        if len(nodes) == 1:
+            return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
+                                workdir=workdir)]
+        raise EvaluationError(f"engine {self.name!r} has no multi-node launch; a trial of {len(nodes)} nodes "
+                              "needs vllm, sglang or mindie (or lower [cluster] devices_per_trial)")
+
+    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
+                  nodes: Sequence[TrialNode] = ()) -> Any:
+        """Render a prefill/decode-disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`) when the
+        section has a ``pd`` table; its instances are placed on ``nodes`` when the trial spans nodes.
+
+        Raises:
+            EvaluationError: the engine has no disaggregated launch.
+        """
+        raise EvaluationError(f"engine {self.name!r} has no prefill/decode-disaggregated launch in msopt; "
+                              "use sglang, or drop the [<engine>.pd] table")
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it

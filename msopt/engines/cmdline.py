@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -10,6 +11,7 @@ from typing import Any, ClassVar
 from msopt.engines.base import (
     EngineAdapter,
     LaunchSpec,
+    TrialNode,
     check_flag_positions,
     check_repeated_flags,
     command_str,
@@ -21,7 +23,30 @@ from msopt.engines.base import (
     substitute,
     wait_start_time,
 )
+from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
+
+
+def flag_value(argv: Sequence[str], *names: str) -> str | None:
+    """The value the last of ``names`` takes in ``argv`` (``--x v`` or ``--x=v``), None if absent."""
+    found = None
+    items = list(argv)
+    for i, item in enumerate(items):
+        for name in names:
+            if item == name and i + 1 < len(items):
+                found = items[i + 1]
+            elif item.startswith(name + "="):
+                found = item.split("=", 1)[1]
+    return found
+
+
+def int_flag(argv: Sequence[str], default: int, *names: str) -> int:
+    """An integer flag of ``argv`` (its default when absent)."""
+    text = flag_value(argv, *names)
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        raise EvaluationError(f"{names[0]} = {text!r} is not an integer") from None
 
 
 class CommandLineAdapter(EngineAdapter):
@@ -68,6 +93,9 @@ class CommandLineAdapter(EngineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Every field must be ``env``, a flag, or unplaced; no flag is rendered twice (a field and
         ``others``, or two fields)."""
+        if "pd" in section:
+            raise ConfigError(f"[{self.name}.pd]: msopt has no prefill/decode-disaggregated launch for {self.name} "
+                              "(sglang has one); drop the table")
         check_flag_positions(fields, self.name)
         cmd = command_table(section, self.name)
         wait_start_time(section, self.name)
@@ -108,3 +136,33 @@ class CommandLineAdapter(EngineAdapter):
             model=model,
             ready_timeout=wait_start_time(section, self.name),
         )
+
+    #: Flags the multi-node form adds (refused in the rendered single-node argv, where they would clash).
+    node_flags: ClassVar[tuple[str, ...]] = ()
+
+    def node_args(self, argv: Sequence[str], node: TrialNode, nodes: Sequence[TrialNode],
+                  rendezvous_port: int) -> list[str]:
+        """The arguments that place one node's server in a multi-node instance."""
+        raise EvaluationError(f"engine {self.name!r} has no multi-node launch")
+
+    def render_nodes(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        port: int,
+        nodes: Sequence[TrialNode],
+        rendezvous_port: int,
+        workdir: Path | None = None,
+    ) -> list[LaunchSpec]:
+        """The same command line on every node plus that node's placement arguments."""
+        base = self.render(values, fields, section, port=port, devices=list(nodes[0].devices), workdir=workdir)
+        if len(nodes) == 1:
+            return [base]
+        clash = [a.split("=", 1)[0] for a in base.argv if a.split("=", 1)[0] in self.node_flags]
+        if clash:
+            raise EvaluationError(f"{', '.join(sorted(set(clash)))} in the {self.name} command line: msopt renders "
+                                  "them for a trial that spans nodes; remove them from 'others' and the fields")
+        return [replace(base, argv=base.argv + tuple(self.node_args(base.argv, node, nodes, rendezvous_port)))
+                for node in nodes]

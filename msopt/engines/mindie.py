@@ -22,6 +22,7 @@ from msopt.engines.base import (
     UNPLACED,
     EngineAdapter,
     LaunchSpec,
+    TrialNode,
     command_str,
     command_table,
     env_fields,
@@ -45,6 +46,10 @@ MODEL_CONFIG = ("BackendConfig", "ModelDeployConfig", "ModelConfig", 0)
 HTTPS_PATH = ("ServerConfig", "httpsEnabled")
 DEVICE_IDS = ("BackendConfig", "npuDeviceIds")
 INSTANCES = ("BackendConfig", "modelInstanceNumber")
+MULTI_NODE = ("BackendConfig", "multiNodesInferEnabled")
+INTER_NODE_TLS = ("BackendConfig", "interNodeTLSEnabled")
+#: the rank table file name msopt writes next to the config of a trial that spans nodes
+RANK_TABLE = "rank_table_file.json"
 
 #: Keys MindIE reads, by the object that holds them ("*": every element of a list), with the
 #: JSON type it checks. MindIE-LLM 8b4871a (master, 2026-04-23): the ParamSpec tables of
@@ -264,6 +269,9 @@ class MindieAdapter(EngineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering:
         known keys only, and no field that can give a fraction where MindIE wants an integer."""
+        if "pd" in section:
+            raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
+                              "roles run through ms_controller); drop the table")
         doc, _ = load_config(section, missing_ok=True)
         cmd = command_table(section, self.name)
         wait_start_time(section, self.name)
@@ -412,6 +420,80 @@ class MindieAdapter(EngineAdapter):
             model=str(get_path(doc, (*MODEL_CONFIG, "modelWeightPath"), "")),
             ready_timeout=wait_start_time(section, self.name),
         )
+
+
+    def render_nodes(
+        self,
+        values: Mapping[str, Any],
+        fields: Sequence[FieldDecl],
+        section: Mapping[str, Any],
+        *,
+        port: int,
+        nodes: Sequence[TrialNode],
+        rendezvous_port: int,
+        workdir: Path | None = None,
+    ) -> list[LaunchSpec]:
+        """One config.json per node (its own npuDeviceIds, ``multiNodesInferEnabled``) and one rank table.
+
+        MindIE-LLM (commit 8b4871a) docs/zh/user_guide/models/deepseek/deepseek_v3.2.md and
+        docs/zh/user_guide/user_manual/rank_table_file_configuration.md: the same config.json on
+        every node with ``multiNodesInferEnabled: true``; ``RANK_TABLE_FILE`` names a rank table of
+        ``server_count`` and ``server_list`` (``server_id``, ``container_ip``, ``device`` with
+        ``device_id``, ``device_ip``, ``rank_id``; the first server is the master); ``MASTER_IP``,
+        ``MIES_CONTAINER_IP`` (this node) and ``MASTER_PORT`` in the environment. The NPUs' RoCE
+        addresses (``hccn_tool -i N -ip -g``) come from ``[mindie] device_ips``
+        (node address -> list, one per device); without them ``device_ip`` is left out.
+        """
+        if len(nodes) == 1:
+            return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
+                                workdir=workdir)]
+        table = rank_table(nodes, section.get("device_ips"))
+        table_path = str(Path(workdir) / RANK_TABLE) if workdir is not None else RANK_TABLE
+        out = []
+        for node in nodes:
+            spec = self.render(values, fields, section, port=port, devices=list(node.devices), workdir=workdir)
+            files = {}
+            for target, doc in spec.files.items():
+                doc = copy.deepcopy(doc)
+                set_path(doc, MULTI_NODE, True)
+                set_path(doc, INTER_NODE_TLS, False)
+                files[target] = doc
+            files[table_path] = table
+            env = {**spec.env, "RANK_TABLE_FILE": table_path, "MASTER_IP": nodes[0].address,
+                   "MASTER_PORT": str(rendezvous_port), "MIES_CONTAINER_IP": node.address}
+            out.append(LaunchSpec(engine=spec.engine, argv=spec.argv, env=env, files=files, port=spec.port,
+                                  health_path=spec.health_path, host=spec.host,
+                                  served_model_name=spec.served_model_name, model=spec.model,
+                                  ready_timeout=spec.ready_timeout))
+        return out
+
+
+def rank_table(nodes: Sequence[TrialNode], device_ips: Any = None) -> dict[str, Any]:
+    """MindIE/HCCL's rank table for ``nodes`` (ranks numbered node by node, device by device).
+
+    Devices are numbered as the server sees them (0..n-1 on each node, as Ray remaps them).
+
+    Raises:
+        EvaluationError: ``device_ips`` is given but does not list one address per device of a node.
+    """
+    if device_ips is not None and not isinstance(device_ips, Mapping):
+        raise EvaluationError(f"[mindie] device_ips must be a table of node address = [RoCE IPs], got {device_ips!r}")
+    servers = []
+    rank = 0
+    for node in nodes:
+        ips = (device_ips or {}).get(node.address)
+        if ips is not None and (not isinstance(ips, (list, tuple)) or len(ips) != len(node.devices)):
+            raise EvaluationError(f"[mindie] device_ips.{node.address!r} must list {len(node.devices)} addresses "
+                                  f"(one per device of that node), got {ips!r}")
+        devices = []
+        for i in range(len(node.devices)):
+            entry = {"device_id": str(i), "rank_id": str(rank)}
+            if ips is not None:
+                entry["device_ip"] = str(ips[i])
+            devices.append(entry)
+            rank += 1
+        servers.append({"server_id": node.address, "container_ip": node.address, "device": devices})
+    return {"version": "1.0", "server_count": str(len(nodes)), "server_list": servers, "status": "completed"}
 
 
 def _fractional(decl: FieldDecl) -> bool:

@@ -223,9 +223,22 @@ def _mindie_int(model: Mapping[str, Any], key: str, default: int | None) -> int 
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
+def _mindie_nodes(c: Candidate) -> int:
+    """Nodes of a multi-node launch (``server_count`` of the rank table msopt rendered), else 1."""
+    for doc in c.spec.files.values():
+        if isinstance(doc, Mapping) and "server_list" in doc:
+            try:
+                return max(1, int(doc.get("server_count", 1)))
+            except (TypeError, ValueError):
+                return 1
+    return 1
+
+
 def _mindie_parallel(c: Candidate) -> tuple[int | None, int, int, int]:
     m = c.mindie_model
     world = _mindie_int(m, "worldSize", None)
+    if world is not None:
+        world *= _mindie_nodes(c)  # worldSize counts one node's devices; the rank table all of them
     tp = _mindie_int(m, "tp", world) or 1  # mapping.py: tp defaults to world_size
     return world, tp, _mindie_int(m, "dp", 1) or 1, _mindie_int(m, "pp", 1) or 1
 

@@ -16,11 +16,12 @@ from typing import Any
 from msopt.checks import is_number
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.errors import DecodeError, MsoptError, RefusedError, RetryableError
+from msopt.engines.base import TrialNode
+from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
-from msopt.evaluate.runner import Runner, RunnerContext
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
+from msopt.evaluate.runner import NodeLauncher, Runner, RunnerContext
 from msopt.evaluate.simulated import SimRunner
 from msopt.space import SearchSpace
 
@@ -55,6 +56,9 @@ class Evaluator:
         run_dir: the run directory (logs go to ``run_dir/logs``); None keeps no logs.
         devices: the accelerator ids this evaluator holds (as Ray assigned them).
         actor: a name for the journal.
+        nodes: every node of a trial that spans nodes (this one first); the journal then lists
+            each device as ``<node id>:<device>``.
+        launcher: starts the servers of the other nodes (see :class:`NodeLauncher`).
     """
 
     def __init__(
@@ -65,21 +69,40 @@ class Evaluator:
         run_dir: str | os.PathLike[str] | None = None,
         devices: Sequence[str] = (),
         actor: str | None = None,
+        nodes: Sequence[TrialNode] = (),
+        launcher: NodeLauncher | None = None,
     ) -> None:
         self.settings = settings
         self.simulate = bool(settings.get("simulate")) if simulate is None else simulate
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.devices = [str(d) for d in devices]
+        if len(nodes) > 1:
+            self.devices = [f"{n.node_id[:8] or n.address}:{d}" for n in nodes for d in n.devices]
         self.actor = actor
         self.space = SearchSpace.from_settings(settings)
         self.objective: Objective = make_objective(str(settings.get("objective", "default")), settings.data)
         self.engine = get_engine(settings.engine)
-        self.runner_context = RunnerContext(self.run_dir, tuple(self.devices))
+        self.runner_context = RunnerContext(self.run_dir, tuple(str(d) for d in devices),
+                                            tuple(nodes) if len(nodes) > 1 else (), launcher)
         self.runner: Runner = (SimRunner if self.simulate else RealRunner)(settings, self.engine, self.runner_context)
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:
-        """Run one evaluation; never raises for a failed candidate (fitness = inf instead)."""
+        """Run one evaluation; never raises.
+
+        A failed candidate (the engine refused or crashed on it, the benchmark failed, the decode
+        could not be repaired) gets fitness = inf and its error: a measurement. Anything else (an
+        ``OSError`` of a full disk, a bad environment, a bug, a :class:`ConfigError` found late)
+        is a fault of the machinery: the result carries it in ``fault`` and the driver never
+        journals it as the configuration's fitness.
+        """
+        try:
+            return self._evaluate(req)
+        except Exception as exc:  # noqa: BLE001  every non-measurement is a fault, reported, not raised
+            return fault_result(req, describe_fault(exc), devices=self.devices, actor=self.actor,
+                                real_evaluation=not self.simulate)
+
+    def _evaluate(self, req: EvalRequest) -> EvaluationResult:
         started = time.time()
         result = EvaluationResult(
             eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
@@ -109,8 +132,12 @@ class Evaluator:
                 result.error = str(exc)
                 result.refused = True
                 break
-            except MsoptError as exc:
+            except EvaluationError as exc:
                 result.error = str(exc)
+                break
+            except Exception as exc:  # noqa: BLE001  not the configuration's doing: see evaluate()
+                result.fault = describe_fault(exc)
+                result.error = result.fault
                 break
             result.metrics = {m: metrics.get(m) for m in METRICS} | {
                 k: v for k, v in metrics.items() if k not in METRICS}

@@ -9,6 +9,7 @@ evaluator tries again (up to its attempt limit).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import tempfile
@@ -24,10 +25,10 @@ from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import RunnerContext
+from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext
 
 
-class RealRunner:
+class RealRunner(EngineRunner):
     """Launches the engine for each attempt and runs the configured benchmark against it.
 
     Args:
@@ -37,10 +38,7 @@ class RealRunner:
     """
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.engine_section = settings.section(settings.engine)
-        self.ctx = ctx
+        super().__init__(settings, engine, ctx)
         self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
         self.benchmark = get_benchmark(self.benchmark_name)
         self.health = HealthCheck.from_settings(settings)
@@ -73,17 +71,31 @@ class RealRunner:
         workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=base))
         server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
-        spec = self.engine.render(values, settings.fields, self.engine_section, port=free_port(),
-                                  devices=list(self.ctx.devices), workdir=workdir)
+        if "pd" in self.engine_section:
+            return self._measure_pd(values, req, attempt, workdir, server_log, bench_log)
+        nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))
         try:
+            specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=free_port(),
+                                             nodes=nodes, rendezvous_port=free_port(), workdir=workdir)
+            spec = specs[0]
             check_rules(spec, values, self.engine_section)
+            if len(specs) > 1 and self.ctx.launcher is None:
+                raise EvaluationError(f"a trial of {len(specs)} nodes needs the Ray pool (no --no-ray) to start "
+                                      "its other nodes")
         except EvaluationError:
             if run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
+        launcher = self.ctx.launcher if len(specs) > 1 else None
+        follower_logs = [str(self.ctx.log_path(req, attempt, f"server-node{i}") or workdir / f"server-node{i}.log")
+                         for i in range(1, len(specs))]
         try:
+            if launcher is not None:
+                # every node starts at once, as the engines' own multi-node launches expect
+                launcher.start(specs[1:], follower_logs, str(workdir))
             with launched(spec, server_log, cwd=workdir) as proc:
+                self._followers_ok(launcher)
                 metrics = self.benchmark.run(
                     spec, values, settings.fields, settings.section(self.benchmark_name),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
@@ -93,13 +105,72 @@ class RealRunner:
                     # the process may not have been reaped yet: the closed port is the proof
                     raise EvaluationError(f"the server exited (code {proc.wait(5)}) during the benchmark; "
                                           f"see {server_log}")
+                self._followers_ok(launcher)
         except EvaluationError as exc:
+            if launcher is not None:
+                why = launcher.failure()
+                if why:  # a follower's end explains the leader's failure better than the leader
+                    exc = EvaluationError(f"{why} (leader: {exc})")
             raise self._classify(server_log, bench_log, exc) from None
         finally:
+            if launcher is not None:
+                launcher.stop()
             if run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
         return metrics
 
+    def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int, workdir: Path,
+                    server_log: Path, bench_log: Path) -> dict[str, Any]:
+        """A prefill/decode-disaggregated trial: every instance (each ready), then the router, then the
+        benchmark against the router; any process that ends fails the trial, and all are stopped."""
+        from msopt.engines.pd import without_pd
+
+        settings = self.settings
+        if len(self.ctx.nodes) > 1:
+            raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "
+                                  "keep [cluster] devices_per_trial within one node for a real PD run")
+        launch = self.engine.render_pd(values, settings.fields, self.engine_section,
+                                       ports=[free_port() for _ in range(64)], devices=list(self.ctx.devices),
+                                       workdir=workdir)
+        inner = without_pd(self.engine_section)
+        timeout = float(settings.get("particles_time_out", 3600))
+        try:
+            for spec in (*launch.prefill, *launch.decode):
+                check_rules(spec, values, inner)
+        except EvaluationError:
+            if self.ctx.run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        roles = [(f"prefill{i}", s) for i, s in enumerate(launch.prefill)]
+        roles += [(f"decode{i}", s) for i, s in enumerate(launch.decode)]
+        logs = {name: self.ctx.log_path(req, attempt, f"server-{name}") or workdir / f"server-{name}.log"
+                for name, _ in roles}
+        try:
+            with contextlib.ExitStack() as stack:
+                procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir))) for name, spec in roles]
+                router = stack.enter_context(launched(launch.router, server_log, cwd=workdir))
+                metrics = self.benchmark.run(
+                    launch.router, values, settings.fields, settings.section(self.benchmark_name),
+                    num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
+                    log_path=bench_log, timeout=timeout)
+                for name, proc in [*procs, ("router", router)]:
+                    if proc.poll() is not None:
+                        where = logs.get(name, server_log)
+                        raise EvaluationError(f"the {name} server exited (code {proc.returncode}) during the "
+                                              f"benchmark; see {where}")
+        except EvaluationError as exc:
+            raise self._classify(server_log, bench_log, exc) from None
+        finally:
+            if self.ctx.run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return metrics
+
+    @staticmethod
+    def _followers_ok(launcher: NodeLauncher | None) -> None:
+        """Fail the whole trial when a server on another node is gone."""
+        why = launcher.failure() if launcher is not None else None
+        if why:
+            raise EvaluationError(why)
 
 def _some_failed(metrics: Mapping[str, Any]) -> bool:
     rate = metrics.get("success_rate")

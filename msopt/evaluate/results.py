@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from msopt.metrics import METRICS
 from msopt.space.context import DecodeContext
 
-__all__ = ["METRICS", "PHASES", "EvalRequest", "EvaluationResult"]
+__all__ = ["METRICS", "PHASES", "EvalRequest", "EvaluationResult", "describe_fault", "fault_result"]
 
 #: Stages of a run; every evaluation is journaled with one of these.
 PHASES = ("baseline", "search", "refine", "capacity")
@@ -58,8 +59,10 @@ class EvaluationResult:
     repaired position that the driver writes back into the swarm. ``refused`` marks a candidate
     that breaks one of the engine's start-up rules (:mod:`msopt.engines.rules`): it was never
     launched and ``error`` holds the engine's message. Journals written before the field existed
-    read back with ``refused = False``. ``predicted`` holds the simulator prior's prediction for
-    the configuration (metrics and ``fitness``; None without a prior).
+    read back with ``refused = False``. ``fault`` is set when the machinery failed (disk,
+    environment, msopt, Ray) instead of the configuration: such a result is no measurement, and
+    the driver never journals it. ``predicted`` holds the simulator prior's prediction for the
+    configuration (metrics and ``fitness``; None without a prior).
     """
 
     eval_id: int
@@ -83,6 +86,7 @@ class EvaluationResult:
     warnings: list[str] = field(default_factory=list)
     load: dict[str, float] = field(default_factory=dict)
     refused: bool = False
+    fault: str | None = None
     predicted: dict[str, Any] | None = None
 
     @property
@@ -93,6 +97,8 @@ class EvaluationResult:
     def to_json(self, run_id: str) -> dict[str, Any]:
         """A JSON-safe dict (non-finite numbers become null) with the run id first."""
         d = {"run_id": run_id, **asdict(self)}
+        if d["fault"] is None:  # journaled results are measurements; keep their lines as they were
+            del d["fault"]
         d["fitness"] = _finite_or_none(self.fitness)
         d["metrics"] = {k: _finite_or_none(v) for k, v in self.metrics.items()}
         d["position_in"] = [_finite_or_none(float(x)) for x in self.position_in]
@@ -112,3 +118,21 @@ class EvaluationResult:
             kw["predicted"] = {k: (math.inf if k == "fitness" and v is None else v)
                                for k, v in dict(kw["predicted"]).items()}
         return cls(**kw)
+
+
+def fault_result(req: EvalRequest, fault: str, *, devices: list[str] | None = None, actor: str | None = None,
+                 real_evaluation: bool = True) -> EvaluationResult:
+    """A result that records a fault of the machinery for ``req`` (no measurement)."""
+    now = time.time()
+    return EvaluationResult(
+        eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+        position_in=[float(x) for x in req.position], position=[float(x) for x in req.position], values={},
+        metrics={m: None for m in METRICS}, fitness=math.inf, error=fault, devices=list(devices or []),
+        actor=actor, started=now, finished=now, num_prompts=req.num_prompts, real_evaluation=real_evaluation,
+        load=dict(req.load), fault=fault)
+
+
+def describe_fault(exc: BaseException) -> str:
+    """One line for an exception met as a fault: its type and the first line of its message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"

@@ -7,12 +7,34 @@ embedded simulator. Both take the same :class:`RunnerContext`, so the evaluator 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from msopt.config import Settings
+from msopt.engines import EngineAdapter
+from msopt.engines.base import LaunchSpec, TrialNode
 from msopt.evaluate.results import EvalRequest
+
+
+class NodeLauncher(Protocol):
+    """Starts and stops the servers of a multi-node trial on its other nodes (ranks >= 1).
+
+    ``actors`` implements it with one Ray actor per follower node; a runner never knows how.
+    """
+
+    def start(self, specs: Sequence[LaunchSpec], log_paths: Sequence[str], workdir: str) -> None:
+        """Start ``specs[i]`` on follower node ``i + 1`` (their files staged there), not waiting."""
+        ...
+
+    def failure(self) -> str | None:
+        """Why a follower's server is gone (exited, node lost), None while all run."""
+        ...
+
+    def stop(self) -> None:
+        """Stop every follower server started, restoring their staged files; never raises."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -21,11 +43,22 @@ class RunnerContext:
 
     Attributes:
         run_dir: the run directory (logs in ``run_dir/logs``); None keeps no logs.
-        devices: the accelerator ids the evaluator holds (as Ray assigned them).
+        devices: the accelerator ids the evaluator holds on its own node (as Ray assigned them).
+        nodes: every node of a trial that spans nodes, the leader (this one) first; empty for a
+            one-node trial.
+        launcher: starts the servers on ``nodes[1:]`` (required with two or more nodes on the
+            real path; the simulated path only renders them).
     """
 
     run_dir: Path | None = None
     devices: tuple[str, ...] = field(default_factory=tuple)
+    nodes: tuple[TrialNode, ...] = field(default_factory=tuple)
+    launcher: NodeLauncher | None = field(default=None, compare=False)
+
+    @property
+    def placement(self) -> tuple[TrialNode, ...]:
+        """The trial's nodes; one local node holding ``devices`` when it does not span nodes."""
+        return self.nodes or (TrialNode(0, "127.0.0.1", self.devices),)
 
     def log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:
         """``run_dir/logs/eval-<id>-<kind>-a<attempt>.log`` (None without a run directory)."""
@@ -34,6 +67,22 @@ class RunnerContext:
         path = self.run_dir / "logs" / f"eval-{req.eval_id:05d}-{kind}-a{attempt}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+
+class EngineRunner:
+    """What both runners hold: the settings, the engine adapter and its section, the context.
+
+    Args:
+        settings: the effective settings.
+        engine: the engine adapter that renders the launch.
+        ctx: the evaluator's run directory and devices.
+    """
+
+    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.engine_section = settings.section(settings.engine)
+        self.ctx = ctx
 
 
 class Runner(Protocol):

@@ -23,8 +23,9 @@ from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
+from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import RunnerContext
+from msopt.evaluate.runner import EngineRunner, RunnerContext
 from msopt.metrics import SIMULATED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -153,6 +154,21 @@ class SimulatorSetup:
         table["seed"] = int(table.get("seed", 0)) + int(seed_offset) + (self.run_seed << 32)
         return simulate_launch(spec, table, bench_argv)
 
+    def run_pd(self, launch: Any, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
+               seed_offset: int = 0, bench_argv: Sequence[str] | None = None) -> Any:
+        """Simulate one evaluation of a disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`)."""
+        from msopt.sim.simulator import simulate_disaggregated
+
+        table = thaw(self.table)
+        workload = dict(table.get("workload", {}))
+        if num_prompts is not None:
+            workload["num_prompts"] = int(num_prompts)
+        for key, v in (load or {}).items():
+            workload[key] = v
+        table["workload"] = workload
+        table["seed"] = int(table.get("seed", 0)) + int(seed_offset)
+        return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv)
+
     def emulate_wall_time(self, result: Any, elapsed: float) -> None:
         """Sleep so the evaluation takes the wall time a real one would (when enabled)."""
         if not self.emulate:
@@ -172,7 +188,7 @@ def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | No
     return argv or None
 
 
-class SimRunner:
+class SimRunner(EngineRunner):
     """Renders the engine's launch and runs it on the embedded simulator.
 
     Args:
@@ -182,12 +198,11 @@ class SimRunner:
     """
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        self.settings = settings
-        self.engine = engine
-        self.engine_section = settings.section(settings.engine)
-        self.ctx = ctx
+        super().__init__(settings, engine, ctx)
         self.sim = SimulatorSetup.from_settings(settings)
         self.model_facts = self._model_facts()
+        # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
+        self.virtual = virtual_nodes(settings)
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""
@@ -205,16 +220,57 @@ class SimRunner:
                 the real path checks, :mod:`msopt.engines.rules`).
             EvaluationError: the configuration fails as the engine would (out of memory, ...).
         """
-        spec = self.engine.render(values, self.settings.fields, self.engine_section, port=0,
-                                  devices=list(self.ctx.devices), workdir=self.ctx.run_dir)
+        if "pd" in self.engine_section:
+            return self._measure_pd(values, req, attempt)
+        nodes = self.ctx.nodes or self.virtual or self.ctx.placement
+        specs = self.engine.render_nodes(values, self.settings.fields, self.engine_section, port=0, nodes=nodes,
+                                         rendezvous_port=0, workdir=self.ctx.run_dir)
+        spec = specs[0]
         check_rules(spec, values, self.engine_section, model=self.model_facts)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
-            log.write_text("\n".join(["$ " + " ".join(spec.argv), *res.log_lines]) + "\n", encoding="utf-8")
+            cmds = ["$ " + " ".join(spec.argv)] if len(specs) == 1 else [
+                f"$ [node {n.rank} {n.address} devices {','.join(n.devices)}] " + " ".join(s.argv)
+                for n, s in zip(nodes, specs, strict=True)]
+            log.write_text("\n".join([*cmds, *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)
         if res.error:
             raise EvaluationError(res.error)
         return metrics_of(res)
+
+    def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
+        """A prefill/decode-disaggregated trial: every instance and the router rendered, both pools simulated."""
+        from msopt.engines.pd import without_pd
+
+        devices = list(self.ctx.devices) or [str(d) for d in range(_trial_devices(self.settings))]
+        nodes = self.ctx.nodes or self.virtual
+        launch = self.engine.render_pd(values, self.settings.fields, self.engine_section, ports=[0] * 1024,
+                                       devices=devices, workdir=self.ctx.run_dir, nodes=nodes)
+        inner = without_pd(self.engine_section)
+        for spec in (*launch.prefill, *launch.decode):
+            check_rules(spec, values, inner, model=self.model_facts)
+        t0 = time.monotonic()
+        res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,
+                              bench_argv=bench_argv_of(values, req))
+        log = self.ctx.log_path(req, attempt, "server")
+        if log is not None:
+            roles = [(f"prefill {i}", s) for i, s in enumerate(launch.prefill)]
+            roles += [(f"decode {i}", s) for i, s in enumerate(launch.decode)]
+            cmds = [f"$ [{name}{f' node {launch.nodes[j]}' if len(nodes) > 1 else ''}] "
+                    + " ".join(f"{k}={v}" for k, v in s.env.items()) + " " + " ".join(s.argv)
+                    for j, (name, s) in enumerate(roles)]
+            cmds.append("$ [router] " + " ".join(launch.router.argv))
+            log.write_text("\n".join([*cmds, *res.log_lines]) + "\n", encoding="utf-8")
+        self.sim.emulate_wall_time(res, time.monotonic() - t0)
+        if res.error:
+            raise EvaluationError(res.error)
+        return metrics_of(res)
+
+
+def _trial_devices(settings: Settings) -> int:
+    """``[cluster] devices_per_trial`` (0 when unset: the instances are not checked against it)."""
+    k = settings.section("cluster").get("devices_per_trial")
+    return int(k) if is_int(k) else 0

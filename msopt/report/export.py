@@ -49,12 +49,163 @@ def shell_script(argv: Sequence[str], env: Mapping[str, str], *, notes: Sequence
     return "\n".join(lines) + "\n"
 
 
+#: The rendezvous port an exported multi-node launch uses (vLLM's --master-port default).
+EXPORT_RENDEZVOUS_PORT = 29501
+
+
+def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[str], notes: Sequence[str]) -> str:
+    """:func:`shell_script` where the node addresses ``names`` become ``$NODE<r>_IP`` variables the
+    user sets (the script refuses to run without them)."""
+    def quote(text: str) -> str:
+        if not any(n in text for n in names):
+            return shlex.quote(text)
+        escaped = "".join("\\" + c if c in '\\"$`' else c for c in text)
+        for n in names:
+            escaped = escaped.replace(n, "${" + n + "}")
+        return '"' + escaped + '"'
+
+    used = [n for n in names if any(n in str(a) for a in [*argv, *env.values()])]
+    lines = ["#!/bin/sh", *(_comment(n) for n in notes)]
+    lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
+    lines += [f"export {k}={quote(str(v))}" for k, v in env.items() if _ENV_NAME.fullmatch(k)]
+    lines.append("exec " + " ".join(quote(str(a)) for a in argv))
+    return "\n".join(lines) + "\n"
+
+
+def _export_nodes(settings: Settings, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
+    """Per-node launch files of a configuration whose trials span nodes (none for one node)."""
+    from msopt.evaluate.placement import planned_nodes
+
+    engine = settings.engine
+    section = settings.section(engine)
+    ips = section.get("device_ips")
+    nodes = planned_nodes(settings, [str(k) for k in ips] if isinstance(ips, Mapping) else None)
+    if not nodes:
+        return []
+    adapter = get_engine(engine)
+    specs = adapter.render_nodes(values, settings.fields, section, port=port, nodes=nodes,
+                                 rendezvous_port=EXPORT_RENDEZVOUS_PORT, workdir=Path("."))
+    names = [n.address for n in nodes if n.address.startswith("NODE")]
+    written: list[Path] = []
+    record_nodes = []
+    for node, spec in zip(nodes, specs, strict=True):
+        files: dict[str, str] = {}
+        for target, doc in spec.files.items():
+            name = Path(target).name
+            if isinstance(doc, Mapping) and "BackendConfig" in doc:
+                name = BEST_CONFIG_JSON if node.rank == 0 else f"best_config_node{node.rank}.json"
+            path = out / name
+            atomic_write(path, (dumps(doc, indent=2) + "\n").encode("utf-8"))
+            if path not in written:
+                written.append(path)
+            files[str(target)] = name
+        sh = out / (BEST_COMMAND_SH if node.rank == 0 else f"best_command_node{node.rank}.sh")
+        notes = [*head, f"node {node.rank} of {len(nodes)}" + (" (the leader: clients and the benchmark talk to it)"
+                                                                if node.rank == 0 else "")]
+        if files:
+            notes.append("files: " + ", ".join(f"{v} -> {k}" for k, v in files.items()))
+            marked = [v for k, v in files.items() if any(n in dumps(spec.files[k]) for n in names)]
+            if marked:
+                notes.append(f"in {', '.join(marked)} replace {', '.join(names)} by the nodes' IP addresses "
+                             "(and add each NPU's device_ip, hccn_tool -i N -ip -g, or set [mindie] device_ips)")
+        env = {str(k): str(v) for k, v in spec.env.items()}
+        atomic_write(sh, _node_script([str(a) for a in spec.argv], env, names, notes).encode("utf-8"), mode=0o755)
+        written.append(sh)
+        record_nodes.append({"rank": node.rank, "address": node.address, "devices": list(node.devices),
+                             "argv": [str(a) for a in spec.argv], "env": env, "files": files, "script": sh.name})
+    record = {"engine": engine, "port": port, "values": dict(values), "nodes": record_nodes,
+              "rendezvous_port": EXPORT_RENDEZVOUS_PORT, "argv": record_nodes[0]["argv"],
+              "env": record_nodes[0]["env"], "files": record_nodes[0]["files"]}
+    atomic_write(out / BEST_COMMAND_JSON, (dumps(record, indent=2) + "\n").encode("utf-8"))
+    return [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON, *(p for p in written if p.name != BEST_COMMAND_SH)]
+
+
+def _quote(text: str, names: Sequence[str]) -> str:
+    """Shell-quote ``text``; node-address placeholders in it become ``${NODE<r>_IP}``."""
+    if not any(n in text for n in names):
+        return shlex.quote(text)
+    escaped = "".join("\\" + c if c in '\\"$`' else c for c in text)
+    for n in names:
+        escaped = escaped.replace(n, "${" + n + "}")
+    return '"' + escaped + '"'
+
+
+def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[str] = ()) -> str:
+    """A ``#!/bin/sh`` script that starts the prefill and decode instances placed on ``node`` in the
+    background and, on node 0, the router in the foreground (else it waits); leaving it stops them all.
+    Node addresses named in ``names`` are read from ``$NODE<r>_IP``."""
+    lines = ["#!/bin/sh", *(_comment(n) for n in notes)]
+    used = [n for n in names if n in " ".join(str(a) for s in (*launch.prefill, *launch.decode, launch.router)
+                                             for a in s.argv)]
+    lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
+    lines.append("trap 'kill 0' EXIT INT TERM")
+    where = launch.nodes or tuple(0 for _ in (*launch.prefill, *launch.decode))
+    roles = [("prefill", i, s) for i, s in enumerate(launch.prefill)]
+    roles += [("decode", i, s) for i, s in enumerate(launch.decode)]
+    for (role, i, spec), r in zip(roles, where, strict=True):
+        if r != node:
+            continue
+        env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
+        lines.append(_comment(f"{role} instance {i}"))
+        lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + " &")
+    if node == 0:
+        lines.append(_comment("the router: clients and benchmarks talk to it"))
+        lines.append(" ".join(_quote(str(a), names) for a in launch.router.argv))
+    else:
+        lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
+    """best_command.sh/.json of a prefill/decode-disaggregated configuration (none otherwise)."""
+    engine = settings.engine
+    section = settings.section(engine)
+    if "pd" not in section:
+        return []
+    from msopt.evaluate.placement import planned_nodes
+
+    k = settings.section("cluster").get("devices_per_trial")
+    devices = [str(d) for d in range(int(k))] if k else []
+    nodes = planned_nodes(settings)
+    names = [n.address for n in nodes]
+    # the router on the launch port, instances on the ports after it, bootstrap ports after those
+    ports = [port + 1 + i for i in range(256)]
+    launch = get_engine(engine).render_pd(values, settings.fields, section, ports=[*ports[:-1], port],
+                                          devices=devices, workdir=Path("."), nodes=nodes)
+    n = len(launch.prefill) + len(launch.decode)
+    if launch.router.port != port:  # the router takes the first port left: give it the launch port
+        ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
+        launch = get_engine(engine).render_pd(values, settings.fields, section, ports=ports, devices=devices,
+                                              workdir=Path("."), nodes=nodes)
+    notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
+             f"instance(s) and the router on port {launch.router.port}"]
+    record = {"engine": engine, "deployment": "pd", "port": launch.router.port, "values": dict(values),
+              **{role: [{"argv": [str(a) for a in s.argv], "env": {str(a): str(b) for a, b in s.env.items()},
+                         "port": s.port} for s in specs]
+                 for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))},
+              "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port},
+              "argv": [str(a) for a in launch.router.argv], "env": {}, "files": {}}
+    record["nodes"] = list(launch.nodes)
+    written = [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
+    for r in range(max(1, len(nodes))):
+        sh = out / (BEST_COMMAND_SH if r == 0 else f"best_command_node{r}.sh")
+        node_notes = notes + ([f"node {r} of {len(nodes)}"] if len(nodes) > 1 else [])
+        atomic_write(sh, pd_script(launch, node_notes, r, names).encode("utf-8"), mode=0o755)
+        if r:
+            written.append(sh)
+    atomic_write(out / BEST_COMMAND_JSON, (dumps(record, indent=2) + "\n").encode("utf-8"))
+    return written
+
+
 def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Path, *,
                 eval_id: Any = None, fitness: Any = None) -> list[Path]:
     """Render ``values`` with the engine adapter and write the ready-to-use files into ``run_dir``.
 
     Returns the paths written: best_command.sh, best_command.json and, for an engine configured
-    through a file (MindIE), best_config.json.
+    through a file (MindIE), best_config.json. When a trial spans nodes (``[cluster]
+    devices_per_trial`` over ``devices_per_node``), best_command.sh is node 0's launch and
+    best_command_node<r>.sh node r's, each reading the nodes' addresses from ``$NODE<r>_IP``;
+    MindIE adds best_config_node<r>.json and the rank table; best_command.json lists every node.
 
     Raises:
         MsoptError: the values cannot be rendered (the configuration changed since the run, ...).
@@ -64,6 +215,12 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
     engine = settings.engine
     port = launch_port(settings)
     adapter = get_engine(engine)
+    head = [f"msopt: the best configuration of run {out.name} ({engine}"
+            + (f", eval {eval_id}" if eval_id is not None else "")
+            + (f", fitness {fitness:.6g}" if isinstance(fitness, (int, float)) else "") + ")"]
+    multi = _export_pd(settings, values, out, port, head) or _export_nodes(settings, values, out, port, head)
+    if multi:  # a trial spans nodes: one script (and config) per node, node 0's under the usual names
+        return multi
     spec = adapter.render(values, settings.fields, settings.section(engine), port=port)
     argv = [str(a) for a in spec.argv]
     env = {str(k): str(v) for k, v in spec.env.items()}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from msopt.errors import DecodeError
+from msopt.errors import DecodeError, FaultError
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
 from msopt.run.leaderboard import values_key
 from msopt.run.pool import EvaluatorPool
@@ -39,6 +39,10 @@ Refusal = Callable[[Mapping[str, Any]], "str | None"]
 
 #: ``predict(values, position)``: the prior's prediction record for decoded values, or None.
 Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
+
+
+#: Times an evaluation that met a fault of the machinery is submitted again before the run stops.
+FAULT_RETRIES = 2
 
 
 def request_key(phase: str, particle: int | None, iteration: int) -> RequestKey:
@@ -78,6 +82,7 @@ class Dispatcher:
         self.followers: dict[int, list[tuple[EvalRequest, np.ndarray]]] = {}
         self.inflight: dict[int, EvalRequest] = {}
         self.decoded: dict[int, dict[str, Any]] = {}     # eval_id -> the driver's own decode of it
+        self.faults: dict[int, int] = {}                 # eval_id -> faults met (never journaled)
         self.launched = 0
         self.refused = 0
         self._refusal = refusal
@@ -175,7 +180,11 @@ class Dispatcher:
                 self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
                            iteration=req.iteration, devices=devices)
         out: list[EvaluationResult] = []
+        fault: FaultError | None = None
         for r in self.pool.wait(timeout):
+            if r.fault is not None and r.eval_id in self.inflight:
+                fault = fault or self._retry_fault(r)
+                continue
             req = self.inflight.pop(r.eval_id, None)
             if req is None:
                 continue  # a result for an evaluation already failed (timeout) or resubmitted
@@ -193,7 +202,24 @@ class Dispatcher:
                 fr = self._reused(r, freq, fpos)
                 self.finish(fr)
                 out.append(fr)
+        if fault is not None:  # the others of this batch are finished first: nothing measured is lost
+            raise fault
         return out
+
+    def _retry_fault(self, r: EvaluationResult) -> FaultError | None:
+        """Resubmit an evaluation that met a fault of the machinery, up to :data:`FAULT_RETRIES`
+        times; past that, the error that stops the run. A fault is never finished (journaled)."""
+        n = self.faults.get(r.eval_id, 0) + 1
+        self.faults[r.eval_id] = n
+        req = self.inflight[r.eval_id]
+        where = f"evaluation {r.eval_id} ({r.phase}" + (f", particle {r.particle}" if r.particle is not None else "")
+        if n <= FAULT_RETRIES:
+            self._emit("message", text=f"{where}): a fault, not a result ({r.fault}); "
+                                       f"running it again ({n + 1} of {FAULT_RETRIES + 1})")
+            self.pool.submit(req)
+            return None
+        return FaultError(f"{where}) stopped by a fault that is not the configuration's ({n} attempts): {r.fault}; "
+                          "it was not journaled")
 
     @property
     def outstanding(self) -> int:

@@ -235,6 +235,11 @@ class Driver:
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
                   text=load_text(r.load), replayed=not journal)  # not journaled again: replayed by --resume
+        if r.phase == "refine" and not r.failed:
+            pick = self.leaderboard.best()
+            if pick is not None:
+                self.emit("pick", eval_id=pick.eval_id, phase=pick.phase, particle=pick.particle,
+                          iteration=pick.iteration, values=pick.values, fitness=pick.fitness)
 
     def checkpoint(self, stage: str, **extra: Any) -> None:
         """Replace state.json with the swarm's state (no-op without a run directory)."""

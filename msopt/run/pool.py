@@ -12,6 +12,7 @@ from typing import Protocol
 
 from msopt.config import Settings
 from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
+from msopt.evaluate.results import describe_fault, fault_result
 
 
 class Evaluating(Protocol):
@@ -75,8 +76,14 @@ class InProcessPool:
             req = self._requests.get()
             if req is None:
                 return
-            self._started.put((req.eval_id, list(getattr(evaluator, "devices", []))))
-            self._results.put(evaluator.evaluate(req))
+            devices = list(getattr(evaluator, "devices", []))
+            self._started.put((req.eval_id, devices))
+            try:
+                result = evaluator.evaluate(req)
+            except Exception as exc:  # noqa: BLE001  a worker that died would leave the driver waiting forever
+                result = fault_result(req, describe_fault(exc), devices=devices,
+                                      actor=getattr(evaluator, "actor", None))
+            self._results.put(result)
 
     def submit(self, req: EvalRequest) -> None:
         self._requests.put(req)

@@ -173,6 +173,15 @@ def _devices(settings: Settings, devices: int | None) -> Check:
     if key is None or k == 0:
         return Check("devices", True, "no accelerators requested ([cluster] accelerator / devices_per_trial)")
     have = count_devices(key) if devices is None else devices
+    per_node = settings.section("cluster").get("devices_per_node")
+    if per_node and k > int(per_node):  # a trial that spans nodes needs its share on each
+        from msopt.evaluate.placement import split_trial
+
+        n, share = split_trial(k, int(per_node))
+        if have < share:
+            return Check("devices", False, f"{have} {key}(s) on this node, a trial needs {share} on each of {n} "
+                         f"nodes ([cluster] devices_per_trial = {k}, devices_per_node = {per_node})")
+        return Check("devices", True, f"{have} {key}(s), a trial takes {share} here and on {n - 1} other node(s)")
     if have < k:
         return Check("devices", False, f"{have} {key}(s) on this node, a trial needs [cluster] devices_per_trial "
                      f"= {k}; use a node with more or lower devices_per_trial")

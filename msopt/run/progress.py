@@ -26,7 +26,7 @@ from msopt.checks import is_finite, is_number
 from msopt.space.fields import show_value
 
 #: The kinds of :class:`ProgressEvent`.
-EVENT_KINDS = ("queued", "running", "done", "failed", "reused", "phase", "message")
+EVENT_KINDS = ("queued", "running", "done", "failed", "reused", "phase", "message", "pick")
 
 #: Kinds that finish an evaluation.
 FINISHED_KINDS = ("done", "failed", "reused")
@@ -40,7 +40,9 @@ class ProgressEvent:
     """Something that happened to one evaluation, or to the run.
 
     Attributes:
-        kind: one of :data:`EVENT_KINDS`.
+        kind: one of :data:`EVENT_KINDS`; "pick" names the current recommendation (during
+            refinement: the re-measured configuration with the best mean), shown instead of the
+            best single measurement from then on, so the table and the closing line agree.
         eval_id: the evaluation (None for "phase" and "message").
         phase: the run stage ("baseline", "search", "refine", "capacity").
         particle: the swarm particle, None outside the search.
@@ -213,6 +215,7 @@ class _Tracker:
         self.replayed = 0
         self.steps: dict[str, float | None] = {}
         self.best: ProgressEvent | None = None
+        self.picked = False  # self.best is the driver's recommendation (a "pick" event)
         self.started_at: dict[int, float] = {}
         self.running: set[int] = set()
         self.last_concurrency = 0
@@ -253,6 +256,9 @@ class _Tracker:
             return
         if ev.kind == "message":
             self.messages = (self.messages + [ev.text or ""])[-3:]
+            return
+        if ev.kind == "pick":
+            self.best, self.picked = ev, True
             return
         if ev.phase and (self.phase is None or ev.kind in ("queued", "running")):
             self.phase = ev.phase
@@ -302,6 +308,8 @@ class _Tracker:
             fit = ev.fitness
             if ev.phase == "capacity":
                 pass  # fitness at a varied load is not comparable with the search's
+            elif self.picked:
+                pass  # the recommendation is the driver's pick now, not the luckiest measurement
             elif is_finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
                 self.best = ev
             if self.finished > self.total:
@@ -427,6 +435,8 @@ class PlainLog(Progress):
             return f"phase {ev.phase or '-'}" + (f": {ev.text}" if ev.text else "")
         if ev.kind == "message":
             return ev.text or ""
+        if ev.kind == "pick":
+            return self._t.best_text(40, ev, "recommended so far")
         head = [f"eval {ev.eval_id}" if ev.eval_id is not None else "eval -"]
         if ev.phase:
             head.append(ev.phase)
@@ -576,7 +586,8 @@ class LiveTable(Progress):
         short = short_names(list(b.values))
         where = f"eval {b.eval_id}" + (f" p{b.particle}" if b.particle is not None else f" {b.phase or ''}")
         vals = " ".join(f"{short[k]}={compact_value(v, t.steps.get(k))}" for k, v in b.values.items())
-        return Text(f"best so far {_fitness(b.fitness)} ({where.strip()}): {vals}", style="bold green",
+        label = "recommended so far" if t.picked else "best so far"
+        return Text(f"{label} {_fitness(b.fitness)} ({where.strip()}): {vals}", style="bold green",
                     no_wrap=True, overflow="ellipsis")
 
     def render(self) -> RenderableType:

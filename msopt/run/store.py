@@ -37,6 +37,7 @@ RESULTS_CSV = "results.csv"
 CONFIG = "config.toml"
 RUN_META = "run.json"
 BEST = "best.json"
+LOCK = ".lock"
 LOGS = "logs"
 
 #: Columns after the metrics and the field columns, in order.
@@ -189,6 +190,47 @@ def _csv_text(rows: Iterable[Sequence[str]]) -> str:
     return buf.getvalue()
 
 
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list) and any(isinstance(v, Mapping) for v in value):
+        for i, v in enumerate(value):
+            _flatten(v, f"{prefix}[{i}]", out)
+    else:
+        out[prefix] = value
+
+
+def config_changes(original: str, current: str, *, limit: int = 5) -> list[str]:
+    """What differs between two TOML texts, one item per dotted key (``n_particles: 3 -> 4``).
+
+    At most ``limit`` items, then how many more; an unparsable ``current`` is one item.
+    """
+    import tomllib
+
+    from msopt.config.settings import same_toml
+
+    try:
+        new = tomllib.loads(current)
+    except tomllib.TOMLDecodeError as exc:
+        return [f"it is no longer valid TOML ({exc})"]
+    old_flat: dict[str, Any] = {}
+    new_flat: dict[str, Any] = {}
+    _flatten(tomllib.loads(original), "", old_flat)
+    _flatten(new, "", new_flat)
+    out = []
+    for key in sorted(old_flat.keys() | new_flat.keys()):
+        if key not in new_flat:
+            out.append(f"{key} removed")
+        elif key not in old_flat:
+            out.append(f"{key} added")
+        elif not same_toml(old_flat[key], new_flat[key]):
+            out.append(f"{key}: {old_flat[key]!r} -> {new_flat[key]!r}")
+    if len(out) > limit:
+        out = out[:limit] + [f"{len(out) - limit} more"]
+    return out
+
+
 class _IdSet:
     """The journaled eval ids, compact: a bitmap for the dense ids a run uses (one bit each), a
     set for any other. A set of ints costs about 90 bytes per evaluation; long runs stay flat."""
@@ -231,6 +273,7 @@ class RunStore:
         self.meta: dict[str, Any] = dict(meta)
         self.warnings: list[str] = []
         self._fd: int | None = None
+        self._lock_fd: int | None = None
         self._ids = _IdSet()
         self._csv_stale = False
         self._columns = csv_columns(self.field_names)
@@ -290,7 +333,9 @@ class RunStore:
         info.update(meta or {})
         info["run_id"] = rid
         try:
-            atomic_write(run_dir / CONFIG, settings.to_toml().encode("utf-8"), resume=False)
+            text = settings.to_toml()
+            info["config_toml"] = text  # what the journal was made with: resume compares config.toml to it
+            atomic_write(run_dir / CONFIG, text.encode("utf-8"), resume=False)
             atomic_write(run_dir / RUN_META, (dumps(info, indent=2) + "\n").encode("utf-8"), resume=False)
             store = cls(run_dir, info)
             atomic_write(run_dir / RESULTS_CSV, _csv_text([store._columns]).encode("utf-8"), resume=False)
@@ -577,12 +622,75 @@ class RunStore:
             raise _write_error(logs, exc, "the logs directory") from None
         return logs / f"eval-{int(eval_id):05d}-{kind}-a{int(attempt)}.log"
 
+    def check_config(self) -> None:
+        """Check that config.toml is still the configuration the journal was made with.
+
+        Run directories written before run.json kept ``config_toml`` are not checked.
+
+        Raises:
+            StoreError: config.toml was edited; the message says what changed and how to restore it.
+        """
+        original = self.meta.get("config_toml")
+        if not isinstance(original, str):
+            return
+        try:
+            current = self.config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{self.config_path}: cannot read it ({exc}); restore it from run.json's "
+                             "'config_toml'") from None
+        changes = config_changes(original, current)
+        if changes:
+            raise StoreError(f"{self.config_path}: changed since the run started ({'; '.join(changes)}); the "
+                             "journal was made with the original, which run.json keeps as 'config_toml': restore "
+                             "it to resume, or start a new run with -c")
+
+    # -- ownership ---------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Own the run directory: an exclusive ``flock`` on ``.lock``, held until :meth:`close`.
+
+        The kernel drops the lock when the owner dies (even by SIGKILL), so a stale lock never
+        blocks a resume.
+
+        Raises:
+            StoreError: another process owns the run (its pid in the message), or the lock file
+                cannot be written.
+        """
+        if self._lock_fd is not None:
+            return
+        import fcntl
+
+        path = self.run_dir / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+        except OSError as exc:
+            raise _write_error(path, exc, "the lock file") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            try:
+                owner = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StoreError(f"{self.run_dir}: the run is in use by another msopt optimize (pid {owner}); "
+                                 "wait for it to end or stop it, then --resume") from None
+            raise StoreError(f"{path}: cannot lock the run directory: {exc.strerror or exc}") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError:
+            pass  # the pid is only for the message of a second owner; the lock itself holds
+        self._lock_fd = fd
+
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the journal; a later :meth:`append` reopens it."""
+        """Close the journal and give up the lock; a later :meth:`append` reopens the journal."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            os.close(fd)  # closing the last descriptor releases the flock
 
     def __enter__(self) -> RunStore:
         return self

@@ -5,7 +5,9 @@ declarations. :func:`validate` then asks each component to check its own part, i
 run uses them, and returns what it built so the caller does not build it again:
 
 1. the search space (the field model), the swarm options, the objective, ``[capacity]``;
-2. the engine adapter (registered name, its ``[<engine>]`` section and every field's position);
+2. the engine adapter (registered name, its ``[<engine>]`` section and every field's position),
+   what every launch renders (executable, ``others``, ``env`` names), ``[health_check]``, and
+   field names that would collide with results.csv's columns;
 3. the simulator's ``[simulator]`` table for a simulated run, else the benchmark adapter and its
    section (``BenchmarkAdapter.check``);
 4. that the objective's and the capacity stage's metrics are ones the benchmark produces.
@@ -23,12 +25,15 @@ from typing import Any
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
 from msopt.config import DEFAULTS_PATH, Settings, load_settings
 from msopt.engines import ENGINES, EngineAdapter, get_engine
+from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
+from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
 from msopt.evaluate.prior import prior_options
 from msopt.evaluate.simulated import SimulatorSetup
-from msopt.metrics import PERCENTILES, SIMULATED
+from msopt.metrics import METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
+from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, swarm_options
 from msopt.space import SearchSpace
 
@@ -137,7 +142,19 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     except ConfigError as exc:
         text = str(exc)
         where = settings.table_source(settings.engine)
-        raise ConfigError(text if text.startswith(where) else f"{where}: [{settings.engine}]: {text}") from None
+        named = any(text.startswith(src) for src in settings.sources)  # a field's error names its file
+        raise ConfigError(text if named else f"{where}: [{settings.engine}]: {text}") from None
+    try:
+        check_launch(section, settings.fields, settings.engine, getattr(engine, "default_executable", ("server",)))
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.table_source(settings.engine)}: {exc}") from None
+    HealthCheck.from_settings(settings)  # a bad pattern fails here, not in every actor
+    taken = set(METRICS) | set(TAIL_COLUMNS)
+    for decl in settings.fields:
+        if decl.name in taken:
+            raise ConfigError(f"{decl.where}: the field name '{decl.name}' is a column of results.csv already "
+                              "(a metric or msopt's own) and would lose its values there; rename the field, "
+                              f"e.g. to '{decl.name}_value'")
     benchmark: BenchmarkAdapter | None = None
     simulator: SimulatorSetup | None = None
     bench_name = str(settings.get("benchmark"))

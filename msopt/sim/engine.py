@@ -49,6 +49,7 @@ def run_replica(
     frontend_tok_s: float = 0.0,
     jitter: np.ndarray | None = None,
     think: np.ndarray | None = None,
+    prefilled: bool = False,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -65,6 +66,9 @@ def run_replica(
         frontend_tok_s: API-server time per prompt token (tokenization).
         jitter: per-request random client/network delay added between send and the server.
         time_scale: multiplies every step time (per-run noise).
+        prefilled: the prompts' KV arrives from a prefill instance (a decode instance of a
+            disaggregated deployment): admission allocates the whole prompt's blocks and the
+            admission step samples the first token here, with no prompt compute.
     """
     n = len(in_len)
     bs = knobs.block_size
@@ -86,8 +90,8 @@ def run_replica(
     long_cap = int(knobs.long_prefill_token_threshold or 0)
     in_len = in_len.astype(np.int64)
     out_len = out_len.astype(np.int64)
-    ctx = np.zeros(n, np.int64)  # tokens whose K/V are in the cache
-    prompt_left = in_len.copy()  # tokens still to prefill
+    ctx = in_len.copy() if prefilled else np.zeros(n, np.int64)  # tokens whose K/V are in the cache
+    prompt_left = np.zeros(n, np.int64) if prefilled else in_len.copy()  # tokens still to prefill
     out_left = out_len.copy()  # tokens still to sample
     blocks = np.zeros(n, np.int64)
     first = np.full(n, np.nan)
@@ -96,7 +100,7 @@ def run_replica(
     srv = np.full(n, np.inf)
     ok = np.ones(n, bool)
     rejected = in_len + out_len > max_model_len
-    if not chunked:
+    if not chunked and not prefilled:
         rejected |= in_len > budget0
     if reserve_full:
         rejected |= -(-(in_len + out_len) // bs) > num_blocks

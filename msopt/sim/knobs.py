@@ -41,6 +41,14 @@ class EngineKnobs:
         max_preempt_count: preemptions allowed per step (None: unlimited; 0: reserve whole sequence).
         long_prefill_token_threshold: vLLM: most prompt tokens one request prefills per step
             while other requests are running or waiting (0: no limit, vLLM's default).
+        expert_parallel: vLLM ``--enable-expert-parallel`` (experts spread over the MoE world).
+        ep: expert-parallel size set explicitly (SGLang ``--ep-size``, MindIE ``moe_ep``); None: the
+            engine's rule (:func:`msopt.sim.moe.layout_of`).
+        moe_tp: MoE tensor-parallel size set explicitly (MindIE ``moe_tp``); None: the engine's rule.
+        dp_attention: the dp ranks share one set of MoE layers (SGLang ``--enable-dp-attention``;
+            vLLM and MindIE always do so for an MoE model). ``tp`` is then each rank's attention TP.
+        nnodes: nodes one instance spans (vLLM ``--nnodes`` or DP ranks over nodes, SGLang
+            ``--nnodes``, MindIE ``multiNodesInferEnabled`` with a rank table).
         ignored: flags/keys read from the launch that the simulator does not model.
     """
 
@@ -63,6 +71,11 @@ class EngineKnobs:
     max_queue_delay_s: float = 0.005
     max_preempt_count: int | None = None
     long_prefill_token_threshold: int = 0
+    expert_parallel: bool = False
+    ep: int | None = None
+    moe_tp: int | None = None
+    dp_attention: bool = False
+    nnodes: int = 1
     ignored: tuple[str, ...] = field(default=())
 
     def resolved(self, hbm_gib: float) -> EngineKnobs:
@@ -179,6 +192,7 @@ _VLLM_INT = MappingProxyType({
     "--block-size": "block_size",
     "--max-model-len": "max_model_len",
     "--long-prefill-token-threshold": "long_prefill_token_threshold",
+    "--nnodes": "nnodes", "-n": "nnodes",
 })
 
 _SGLANG_INT = MappingProxyType({
@@ -189,6 +203,8 @@ _SGLANG_INT = MappingProxyType({
     "--chunked-prefill-size": "max_num_batched_tokens",
     "--context-length": "max_model_len",
     "--page-size": "block_size",
+    "--ep-size": "ep", "--ep": "ep", "--expert-parallel-size": "ep",
+    "--nnodes": "nnodes",
 })
 
 
@@ -207,6 +223,15 @@ def _knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
             kw["chunked_prefill"] = text not in ("0", "false", "no", "off")
         elif flag == "--no-enable-chunked-prefill":
             kw["chunked_prefill"] = False
+        elif flag in ("--enable-expert-parallel", "-ep"):
+            text = str(value).strip().lower()
+            kw["expert_parallel"] = text not in ("0", "false", "no", "off")
+        elif flag == "--no-enable-expert-parallel":
+            kw["expert_parallel"] = False
+        elif flag in ("--data-parallel-size-local", "-dpl", "--data-parallel-start-rank", "-dpr",
+                      "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp", "--headless",
+                      "--node-rank", "-r", "--master-addr", "--master-port", "--data-parallel-backend", "-dpb"):
+            pass  # where this process sits in a multi-node instance: the instance is simulated whole
         elif flag not in ignored:
             ignored.append(flag)
     kw["mixed_batch"] = kw.get("chunked_prefill", True)
@@ -223,8 +248,20 @@ def _knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
             kw["memory_fraction"] = _as_float(flag, value)
         elif flag == "--enable-mixed-chunk":
             kw["mixed_batch"] = _as_bool(flag, value)
+        elif flag == "--enable-dp-attention":
+            kw["dp_attention"] = _as_bool(flag, value)
+        elif flag in ("--node-rank", "--dist-init-addr"):
+            pass  # where this process sits in a multi-node instance: the instance is simulated whole
         elif flag not in ignored:
             ignored.append(flag)
+    if kw.get("dp_attention") and kw.get("dp", 1) > 1:
+        # sglang/srt/server_args.py: with DP attention --tp-size is the world and each of the
+        # --dp-size attention ranks holds tp/dp devices
+        world, dp = kw.get("tp", 1), kw["dp"]
+        if world % dp:
+            raise SimulationError(f"--tp-size {world} is not divisible by --dp-size {dp}: with "
+                                  "--enable-dp-attention each attention rank holds tp/dp devices")
+        kw["tp"] = world // dp
     if kw.get("max_num_batched_tokens", 0) == -1:  # SGLang: -1 disables chunking
         kw["max_num_batched_tokens"] = None
         kw["chunked_prefill"] = False
@@ -276,9 +313,17 @@ def _knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
     deploy = backend.get("ModelDeployConfig", {}) or {}
     models = deploy.get("ModelConfig") or [{}]
     model0 = models[0] if isinstance(models, Sequence) and models else {}
-    for key, name in (("tp", "tp"), ("dp", "dp"), ("pp", "pp")):
+    for key, name in (("tp", "tp"), ("dp", "dp"), ("pp", "pp"), ("moe_ep", "ep"), ("moe_tp", "moe_tp")):
         if key in model0:
             kw[name] = _as_int(f"BackendConfig.ModelDeployConfig.ModelConfig[0].{key}", model0[key])
+    if kw.get("dp", 1) > 1:
+        kw["dp_attention"] = True  # MindIE's dp ranks live in one instance and share its MoE layers
+    if backend.get("multiNodesInferEnabled") is True:
+        world = kw.get("tp", 1) * kw.get("dp", 1) * kw.get("pp", 1)
+        ids = backend.get("npuDeviceIds") or [[]]
+        local = len(ids[0]) if isinstance(ids, Sequence) and ids and isinstance(ids[0], Sequence) else 0
+        if local:
+            kw["nnodes"] = max(1, -(-world // local))
     if "maxSeqLen" in deploy:
         kw["max_model_len"] = _as_int("BackendConfig.ModelDeployConfig.maxSeqLen", deploy["maxSeqLen"])
     # MindIE reads npuMemSize from ModelConfig (model_deploy_config.cpp, g_modelParamsConstraint);

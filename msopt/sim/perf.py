@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
+from msopt.sim.moe import MoeCost, layout_of
 from msopt.sim.specs import Hardware, ModelSpec, dtype_bytes
 
 GIB = float(1 << 30)
@@ -42,6 +43,10 @@ class StepCost:
     tensor-parallel all-reduces per layer. With pp > 1 the batch is split into up to pp
     microbatches; an iteration takes pp stage-times of one microbatch (a full pipeline), so
     pipeline stages add throughput, not latency, once there are pp or more sequences.
+
+    An MoE model's linear layers are priced in two parts: the dense part (attention, dense and
+    shared-expert MLPs) as above, and the routed experts by :class:`~msopt.sim.moe.MoeCost`
+    (expert weights touched, expert FLOPs, all-to-all), which depends on the step's token count.
     """
 
     def __init__(self, hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
@@ -55,17 +60,25 @@ class StepCost:
         bw = hw.hbm_tb_s * 1e12 * hw.memory_eff
         layers = model.layers / pp
         lm_head = model.vocab * model.hidden
+        dense_layer = model.dense_params / model.layers  # every layer's params but routed experts
         # per device, per stage
-        self.w_time = (model.layer_params * layers + lm_head / pp) * wb / tp / bw
-        self.lin_flop_time = 2.0 * model.layer_params * layers / tp / flops  # per token
+        self.w_time = (dense_layer * layers + lm_head / pp) * wb / tp / bw
+        self.lin_flop_time = 2.0 * dense_layer * layers / tp / flops  # per token
         self.head_flop_time = 2.0 * lm_head / pp / tp / flops  # per sampled sequence
-        kv_heads_dev = max(1.0, model.kv_heads / tp)
-        kv_tok_bytes = 2.0 * layers * kv_heads_dev * model.head_dim * kb
+        kv_tok_bytes = layers * model.kv_elems_per_token_layer(tp) * kb
         self.kv_read_time = kv_tok_bytes / bw  # per token of context read
-        self.attn_flop_time = 4.0 * model.heads * model.head_dim * layers / tp / attn_flops  # per pair
+        if model.is_mla:
+            # MLA computed as multi-head attention over the up-projected K (nope + rope) and V, as the
+            # engines do for prefill; decode reads the latent (kv_read_time) and is bound by that
+            pair_flops = 2.0 * model.heads * (model.head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        else:
+            pair_flops = 4.0 * model.heads * model.head_dim
+        self.attn_flop_time = pair_flops * layers / tp / attn_flops  # per pair
         self.attn_coef = max(self.kv_read_time, self.attn_flop_time)
+        self.moe = MoeCost(hw, model, layout_of(knobs, model), pp, weight_dtype) if model.is_moe else None
         if tp > 1:
-            link = hw.intra_node_gb_s * 1e9 * hw.comm_eff
+            # tensor parallelism over nodes (SGLang --tp 16 on two nodes) all-reduces over the network
+            link = (hw.intra_node_gb_s if tp <= hw.devices_per_node else hw.inter_node_gb_s) * 1e9 * hw.comm_eff
             ar_bytes = model.hidden * 2.0  # bf16 activations, per token, per all-reduce
             # two all-reduces per layer (attention output, MLP output); a ring sends 2(tp-1)/tp
             self.comm_fixed = 2.0 * layers * hw.allreduce_latency_us * 1e-6
@@ -98,6 +111,8 @@ class StepCost:
         """
         m = min(self.pp, max(n_seqs, 1))
         lin = max(self.w_time, (self.lin_flop_time * n_tokens + self.head_flop_time * n_logits) / m)
+        if self.moe is not None:
+            lin += self.moe.time(n_tokens / m)
         attn = max(self.kv_read_time * kv_read_tokens, self.attn_flop_time * attn_pairs) / m
         comm = self.comm_fixed + self.comm_tok * n_tokens / m
         stage = lin + attn + comm
@@ -108,6 +123,8 @@ class StepCost:
         """(a, b) with a decode-only step of ``n`` sequences attending ``S`` tokens = a + b*S."""
         m = min(self.pp, max(n, 1))
         lin = max(self.w_time, (self.lin_flop_time + self.head_flop_time) * n / m)
+        if self.moe is not None:
+            lin += self.moe.time(n / m)
         comm = self.comm_fixed + self.comm_tok * n / m
         a = self.pp * (lin + comm) + self.p2p_fixed + self.p2p_tok * n / m + self.overhead + self.per_seq * n
         b = self.pp * self.attn_coef / m
@@ -119,7 +136,10 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
     """Split device memory into weights, activations, reserve and KV cache (per device)."""
     tp, pp = knobs.tp, knobs.pp
     wb = dtype_bytes(weight_dtype)
-    weights = model.total_params * wb / (tp * pp) / GIB
+    layout = layout_of(knobs, model)
+    # dense part split over the attention TP group; routed experts over the whole MoE group
+    weights = ((model.dense_params + model.embed_params) / (tp * pp)
+               + model.routed_params / (layout.world * pp)) * wb / GIB
     tokens = knobs.max_num_batched_tokens or 8192
     seqs = knobs.max_num_seqs or 256
     # widest live tensors of a full-budget forward pass (bf16) plus fp32 sampler logits
@@ -135,8 +155,7 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
         kv = knobs.kv_cache_gib
     else:
         kv = usable - weights - activation - reserve
-    kv_heads_dev = max(1.0, model.kv_heads / tp)
-    per_token = 2.0 * model.layers / pp * kv_heads_dev * model.head_dim * dtype_bytes(kv_dtype)
+    per_token = model.layers / pp * model.kv_elems_per_token_layer(tp) * dtype_bytes(kv_dtype)
     blocks = max(0, math.floor(kv * GIB / (per_token * knobs.block_size))) if kv > 0 else 0
     return MemoryPlan(
         weights_gib=weights, activation_gib=activation, reserve_gib=reserve, usable_gib=usable,

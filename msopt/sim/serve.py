@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import is_int
+from msopt.sim.rendezvous import Placement, follow, lead, placement
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 
@@ -76,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-after", type=int, default=0, metavar="N",
                    help="crash (exit 1 at once) when the N-th completion request arrives: a fault to test "
                         "what msopt does when a server dies mid-benchmark; 0 never")
+    # multi-node placement (vLLM, SGLang): parsed here so they are not listed as ignored; the
+    # rendezvous reads them from the raw command line (msopt.sim.rendezvous)
+    for flag in ("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port", "--dist-init-addr",
+                 "--data-parallel-size-local", "-dpl", "--data-parallel-start-rank", "-dpr",
+                 "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp"):
+        p.add_argument(flag, dest="placement_" + flag.strip("-").replace("-", "_"), default=None,
+                       help=argparse.SUPPRESS)
+    p.add_argument("--headless", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--fail-node", type=int, default=0, metavar="R",
+                   help="node R (>= 1) of a multi-node instance exits 1 right after joining: a fault to test "
+                        "that a trial spanning nodes fails and is stopped on every node; 0 never")
     p.add_argument("--sim-hardware", default="atlas-800i-a2",
                    help="simulator hardware catalog entry (or TOML path) whose step timing paces tokens")
     p.add_argument("--sim-model", default=None,
@@ -170,6 +182,37 @@ def _count_tokens(body: dict[str, Any], chat: bool) -> int:
     return max(1, len(text.split()))
 
 
+def _read_body(raw: bytes, charset: str | None, chat: bool) -> tuple[dict[str, Any], str | None]:
+    """The request's JSON object, or the reason for a 400: undecodable, not JSON, nested too
+    deeply, or fields of the wrong type (``messages``, ``prompt``, ``stream``, ``stream_options``)."""
+    try:
+        text = raw.decode(charset or "utf-8")
+    except LookupError:
+        return {}, f"unknown charset {charset!r}; send UTF-8"
+    except UnicodeDecodeError as exc:
+        return {}, f"request body is not valid {charset or 'utf-8'} ({exc.reason} at byte {exc.start})"
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        return {}, "request body is nested too deeply"
+    except ValueError:
+        return {}, "request body is not JSON"
+    if not isinstance(body, dict):
+        return {}, "request body must be a JSON object"
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+            return {}, "'messages' must be a list of objects"
+    elif not isinstance(body.get("prompt", ""), (str, list)):
+        return {}, "'prompt' must be a string or a list"
+    if not isinstance(body.get("stream", False), bool):
+        return {}, "'stream' must be true or false"
+    opts = body.get("stream_options")
+    if opts is not None and (not isinstance(opts, dict) or not isinstance(opts.get("include_usage", False), bool)):
+        return {}, "'stream_options' must be an object with a boolean 'include_usage'"
+    return body, None
+
+
 class SimServer:
     """The HTTP handlers and the batch state of one sim-serve process."""
 
@@ -179,6 +222,7 @@ class SimServer:
         self.requests = 0
         self.ready_at = time.monotonic() + opts.startup_delay
         self.slots: asyncio.Semaphore | None = None  # made inside the server's event loop
+        self.followers: list[Any] = []  # connections of the other nodes of a multi-node instance
 
     def app(self) -> Any:
         """The aiohttp application."""
@@ -220,12 +264,9 @@ class SimServer:
         """Serve one completion, streaming SSE chunks when ``stream`` is true."""
         from aiohttp import web
 
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error(400, "request body is not JSON")
-        if not isinstance(body, dict):
-            return self._error(400, "request body must be a JSON object")
+        body, problem = _read_body(await request.read(), request.charset, chat)
+        if problem is not None:
+            return self._error(400, problem)
         if body.get("model") not in (None, self.opts.served_model_name, self.opts.model):
             return self._error(404, f"The model `{body.get('model')}` does not exist.")
         prompt_tokens = _count_tokens(body, chat)
@@ -236,7 +277,7 @@ class SimServer:
             return self._error(400, f"This model's maximum context length is {self.opts.max_model_len} "
                                     f"tokens; the request asks for {prompt_tokens + max_tokens}")
         stream = bool(body.get("stream", False))
-        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage", False))
+        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage", False))  # checked above
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
         name = self.opts.served_model_name
@@ -284,16 +325,19 @@ class SimServer:
                     data = payload if isinstance(payload, str) else json.dumps(payload)
                     await resp.write(f"data: {data}\n\n".encode())
 
-                for i in range(max_tokens):
-                    if i:
-                        await asyncio.sleep(_pace(self.opts, prompt_tokens=prompt_tokens,
-                                                  running=self.running)[1])
-                    await send(chunk(" tok", "length" if i == max_tokens - 1 else None))
-                if usage_wanted:
-                    await send({"id": rid, "object": obj, "created": created, "model": name,
-                                "choices": [], "usage": usage})
-                await send("[DONE]")
-                await resp.write_eof()
+                try:
+                    for i in range(max_tokens):
+                        if i:
+                            await asyncio.sleep(_pace(self.opts, prompt_tokens=prompt_tokens,
+                                                      running=self.running)[1])
+                        await send(chunk(" tok", "length" if i == max_tokens - 1 else None))
+                    if usage_wanted:
+                        await send({"id": rid, "object": obj, "created": created, "model": name,
+                                    "choices": [], "usage": usage})
+                    await send("[DONE]")
+                    await resp.write_eof()
+                except ConnectionError:  # the client went away: one line, not a traceback
+                    print(f"msopt sim-serve: {rid}: the client dropped the stream", flush=True)
                 return resp
             finally:
                 self.running -= 1
@@ -304,15 +348,27 @@ def serve(argv: Sequence[str]) -> int:
     from aiohttp import web
 
     argv = list(argv)
+    if "--pd-disaggregation" in argv:  # a stand-in for SGLang's PD router
+        from msopt.sim.router import serve_router
+
+        return serve_router(argv, os.environ.get(ARGV_FILE_ENV))
     path = os.environ.get(ARGV_FILE_ENV)
     opts = parse_options(argv)
     opts = replace(opts, cost=_step_cost(opts, argv))  # priced once, from the full command line
+    if path and os.path.isdir(path):  # one file per server when several run at once
+        rank = placement(argv)
+        suffix = f"-node{rank.rank}" if rank is not None and rank.rank else ""
+        path = os.path.join(path, f"argv-{opts.port}{suffix}.json")
     if path:
-        if os.path.isdir(path):  # one file per server when several run at once
-            path = os.path.join(path, f"argv-{opts.port}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(argv, f)
+    place = placement(argv)
+    if place is not None and place.rank > 0:
+        return _follower(place, argv, path, opts)
     server = SimServer(opts)
+    if place is not None:
+        server.ready_at = float("inf")  # ready once every node has joined (see msopt.sim.rendezvous)
+        _lead_in_background(server, place, argv)
     print(f"msopt sim-serve: {opts.served_model_name} (tp={opts.tensor_parallel_size}, "
           f"pp={opts.pipeline_parallel_size}, dp={opts.data_parallel_size}, max_num_seqs="
           f"{opts.max_num_seqs}, time_scale={opts.time_scale}) on http://{opts.host}:{opts.port}",
@@ -321,6 +377,49 @@ def serve(argv: Sequence[str]) -> int:
         print(f"msopt sim-serve: ignoring {' '.join(opts.unknown)}", flush=True)
     web.run_app(server.app(), host=opts.host, port=opts.port, print=None, access_log=None,
                 handle_signals=True)
+    return 0
+
+
+def _lead_in_background(server: SimServer, place: Placement, argv: Sequence[str]) -> None:
+    """Rank 0: run the rendezvous beside the HTTP server; ready when it succeeds, exit 1 when not."""
+    import threading
+
+    def run() -> None:
+        conns, problem = lead(place, argv, timeout=max(60.0, server.opts.startup_delay + 60.0))
+        if problem:
+            print(f"RuntimeError: msopt sim-serve: multi-node start failed: {problem}", flush=True)
+            os._exit(1)
+        print(f"msopt sim-serve: all {place.nnodes} nodes joined at {place.host}:{place.port}", flush=True)
+        server.ready_at = time.monotonic() + server.opts.startup_delay
+        server.followers = conns  # kept open: the other nodes exit when this one is gone
+        for i, conn in enumerate(conns):  # like the engines: a lost node is fatal to the instance
+            threading.Thread(target=watch, args=(conn, i), daemon=True).start()
+
+    def watch(conn: Any, i: int) -> None:
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        print(f"RuntimeError: msopt sim-serve: a node of the instance is gone (connection {i + 1} of "
+              f"{place.nnodes - 1} closed)", flush=True)
+        os._exit(1)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def _follower(place: Placement, argv: Sequence[str], path: str | None, opts: SimServeOptions) -> int:
+    """Rank >= 1: join node 0, serve no HTTP, exit when node 0 is gone."""
+    print(f"msopt sim-serve: node {place.rank} of {place.nnodes} joining {place.host}:{place.port}", flush=True)
+    conn = follow(place, argv, timeout=max(60.0, opts.startup_delay + 60.0))
+    print(f"msopt sim-serve: node {place.rank} joined", flush=True)
+    if build_parser().parse_known_args(list(argv))[0].fail_node == place.rank:
+        print(f"RuntimeError: msopt sim-serve --fail-node {place.rank}: node {place.rank} exits", flush=True)
+        os._exit(1)
+    with conn:
+        while conn.recv(4096):
+            pass
+    print(f"msopt sim-serve: node 0 is gone; node {place.rank} exits", flush=True)
     return 0
 
 

@@ -12,6 +12,7 @@ from msopt.engines.base import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import ENGINES, EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
@@ -38,9 +39,13 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
                 f"number of KV heads ({model.kv_heads}).")
     if knobs.pp > model.layers:
         return f"ValueError: pipeline parallel size ({knobs.pp}) exceeds the number of layers ({model.layers})."
-    if knobs.tp > hw.devices_per_node:
+    if knobs.tp > hw.devices_per_node and knobs.nnodes < 2:
         return (f"ValueError: tensor parallel size ({knobs.tp}) exceeds the {hw.devices_per_node} devices "
-                f"of one {hw.name} node; tensor parallelism across nodes is not simulated, use pp for that.")
+                f"of one {hw.name} node; span nodes (--nnodes, a multi-node trial) or use pp for that.")
+    if model.is_moe:
+        problem = layout_problem(model, layout_of(knobs, model))
+        if problem:
+            return problem
     if knobs.engine == "vllm" and max_model_len > model.max_position:
         return (f"ValueError: User-specified max_model_len ({max_model_len}) is greater than the derived "
                 f"max_model_len (max_position_embeddings={model.max_position}). Decrease max_model_len.")
@@ -149,6 +154,12 @@ def simulate(
         f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
         f"dp={knobs.dp} x tp={knobs.tp} x pp={knobs.pp} {hw.name} ({hw.memory_kind} devices)",
     ]
+    if spec.is_moe:
+        lay = layout_of(knobs, spec)
+        log.append(f"INFO [msopt.sim] MoE: {spec.experts} experts (top-{spec.experts_per_token}) over "
+                   f"{lay.world} devices per group: ep={lay.ep} x moe_tp={lay.moe_tp}, "
+                   f"{lay.group} attention DP rank(s) of tp={lay.tp}"
+                   + (f", {knobs.nnodes} nodes" if knobs.nnodes > 1 else ""))
     if ignored:
         log.append(f"INFO [msopt.sim] not modelled, ignored: {' '.join(ignored)}")
     problem = _startup_problem(knobs, hw, spec, max_model_len)
@@ -258,3 +269,51 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
     return simulate(knobs_from_launch(spec), hw, model, wl,
                     weight_dtype=str(sim_table.get("weight_dtype", "bf16")),
                     kv_dtype=sim_table.get("kv_dtype"), seed=seed, noise=float(noise))
+
+
+def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, int],
+                           sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None) -> SimResult:
+    """Simulate a prefill/decode-disaggregated deployment: ``counts[0]`` instances launched as
+    ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``.
+
+    Raises:
+        ConfigError: a missing or invalid ``[simulator]`` key.
+        SimulationError: a launch cannot be read.
+    """
+    from msopt.sim.pd import Pool, simulate_pd
+
+    unknown = set(sim_table) - SIM_KEYS
+    if unknown:
+        raise ConfigError(f"simulator: unknown key(s) {sorted(unknown)}; valid keys: {sorted(SIM_KEYS)}")
+    dirs = sim_table.get("catalog_dirs", ())
+    dirs = (dirs,) if isinstance(dirs, str) else dirs
+    hw = load_hardware(sim_table["hardware"], dirs)
+    spec = load_model(sim_table["model"], dirs)
+    wl = workload_from_mapping(sim_table.get("workload", {}))
+    if bench_argv:
+        wl = wl.with_overrides(benchmark_overrides(bench_argv))
+    weight_dtype = str(sim_table.get("weight_dtype", "bf16"))
+    kv_dtype = sim_table.get("kv_dtype") or ("fp16" if weight_dtype == "fp16" else "bf16")
+    noise = float(sim_table.get("noise", 0.0))
+    hw.peak_flops(weight_dtype)
+    hw = hw.for_engine(prefill.engine)
+    pools = [Pool("prefill", knobs_from_launch(prefill).resolved(hw.hbm_gib), int(counts[0])),
+             Pool("decode", knobs_from_launch(decode).resolved(hw.hbm_gib), int(counts[1]))]
+    log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
+           f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
+
+    def problem_of(knobs: EngineKnobs) -> tuple[str | None, MemoryPlan | None]:
+        max_len = int(knobs.max_model_len or spec.max_position)
+        problem = _startup_problem(knobs, hw, spec, max_len)
+        if problem:
+            return problem, None
+        mem = plan_memory(hw, spec, knobs, weight_dtype, kv_dtype)
+        return _memory_problem(knobs, hw, mem, max_len, spec), mem
+
+    seq = np.random.SeedSequence(int(sim_table.get("seed", 0)))
+    rng_len, rng_arr, rng_noise = (np.random.default_rng(s) for s in seq.spawn(3))
+    in_len, out_len = wl.sample_lengths(rng_len)
+    arrival = wl.sample_arrivals(rng_arr)
+    scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal())) if noise > 0 else 1.0
+    return simulate_pd(pools[0], pools[1], hw, spec, wl, in_len, out_len, arrival, weight_dtype=weight_dtype,
+                       kv_dtype=str(kv_dtype), scale=scale, log=log, problem_of=problem_of)

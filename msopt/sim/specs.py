@@ -112,6 +112,17 @@ class ModelSpec:
         params_b: published parameter count, billions (for checks and docs).
         max_position: the longest context the model supports (vLLM's default max_model_len).
         tie_embeddings: whether lm_head shares the embedding matrix.
+        attention: "gqa" (grouped-query, also MHA/MQA) or "mla" (multi-head latent attention;
+            ``head_dim`` is then qk_nope_head_dim).
+        q_lora_rank, kv_lora_rank, qk_rope_head_dim, v_head_dim: MLA's low-rank projections.
+        experts, experts_per_token, shared_experts, moe_ffn: routed experts per MoE layer, top-k,
+            always-on shared experts, one expert's intermediate size (0 experts: a dense model).
+        dense_layers: leading layers with a dense MLP of width ``ffn`` (DeepSeek's
+            first_k_dense_replace); the other layers are MoE.
+        topk_group: group-limited routing (DeepSeek's n_group/topk_group): a token's experts lie in at
+            most this many expert groups, hence on at most this many nodes when a node holds a group;
+            0: unlimited.
+        active_params_b: published activated parameters per token, billions (for checks and docs).
     """
 
     name: str
@@ -126,15 +137,80 @@ class ModelSpec:
     params_b: float
     max_position: int
     tie_embeddings: bool = False
+    attention: str = "gqa"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    experts: int = 0
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    moe_ffn: int = 0
+    dense_layers: int = 0
+    topk_group: int = 0
+    active_params_b: float = 0.0
 
     @property
-    def layer_params(self) -> int:
-        """Parameters of one decoder layer (attention projections and gated MLP)."""
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model (routed experts in its MLP layers)."""
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (DeepSeek-V2/V3): one compressed KV latent per token."""
+        return self.attention == "mla"
+
+    @property
+    def attn_params(self) -> int:
+        """Parameters of one layer's attention projections."""
+        if self.is_mla:
+            # DeepSeek-V3 modeling: q_a (hidden x q_lora), q_b (q_lora x heads*(nope+rope)),
+            # kv_a (hidden x (kv_lora+rope)), kv_b (kv_lora x heads*(nope+v)), o (heads*v x hidden);
+            # head_dim is qk_nope_head_dim here
+            qk = self.head_dim + self.qk_rope_head_dim
+            q = (self.hidden * self.q_lora_rank + self.q_lora_rank * self.heads * qk if self.q_lora_rank
+                 else self.hidden * self.heads * qk)
+            kv = (self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
+                  + self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim))
+            return q + kv + self.heads * self.v_head_dim * self.hidden
         q = self.hidden * self.heads * self.head_dim
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
-        mlp = 3 * self.hidden * self.ffn
-        return q + kv + o + mlp
+        return q + kv + o
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is routed experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one expert (a gated MLP of width ``moe_ffn``)."""
+        return 3 * self.hidden * self.moe_ffn
+
+    @property
+    def routed_params(self) -> int:
+        """Parameters of all routed experts of the whole model (what expert parallelism splits)."""
+        return self.moe_layers * self.experts * self.expert_params
+
+    @property
+    def dense_params(self) -> int:
+        """Parameters every token uses in every layer, summed over layers: attention, dense MLPs,
+        shared experts and routers (everything but the routed experts and the embeddings)."""
+        dense_mlp = (self.layers - self.moe_layers) * 3 * self.hidden * self.ffn
+        shared = self.moe_layers * (self.shared_experts * self.expert_params + self.hidden * self.experts)
+        return self.layers * self.attn_params + dense_mlp + shared
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer on average (attention projections and MLP or experts)."""
+        return (self.dense_params + self.routed_params) // self.layers
+
+    @property
+    def active_layer_params(self) -> int:
+        """Parameters one token uses in one decoder layer on average (top-k experts only)."""
+        routed = self.moe_layers * self.experts_per_token * self.expert_params
+        return (self.dense_params + routed) // self.layers
 
     @property
     def embed_params(self) -> int:
@@ -147,8 +223,23 @@ class ModelSpec:
         return self.layers * self.layer_params + self.embed_params
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
-        """KV-cache bytes per token over all layers, whole model (not per device)."""
+        """KV-cache bytes per token over all layers, whole model (not per device).
+
+        MLA caches one latent of ``kv_lora_rank + qk_rope_head_dim`` per layer instead of K and V.
+        """
+        if self.is_mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(kv_dtype)
         return 2.0 * self.layers * self.kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+
+    def kv_elems_per_token_layer(self, tp: int) -> float:
+        """KV-cache elements one device holds per token and layer under attention TP ``tp``.
+
+        GQA splits KV heads over tp (at least one head per device); MLA's latent is not split
+        by heads, so every TP rank holds the whole latent (vLLM/SGLang MLA backends).
+        """
+        if self.is_mla:
+            return float(self.kv_lora_rank + self.qk_rope_head_dim)
+        return 2.0 * max(1.0, self.kv_heads / tp) * self.head_dim
 
 
 def dtype_bytes(dtype: str) -> float:
@@ -345,13 +436,31 @@ def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) 
     for k, v in values.items():
         if v < 1:
             raise ConfigError(f"{path}: {k} = {v} must be >= 1")
+    attention = str(d.get("attention", "gqa"))
+    if attention not in ("gqa", "mla"):
+        raise ConfigError(f"{path}: attention = {attention!r}: use \"gqa\" or \"mla\"")
+    opt = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "experts", "experts_per_token",
+           "shared_experts", "moe_ffn", "dense_layers", "topk_group")
+    extra = {k: _get(d, path, k, cast=int) if k in d else 0 for k in opt}
     model = ModelSpec(
         name=str(d.get("name", path.stem)),
         hf_id=str(d.get("hf_id", "")),
         params_b=_get(d, path, "params_b", default=0.0),
+        active_params_b=_get(d, path, "active_params_b", default=0.0),
         tie_embeddings=bool(d.get("tie_embeddings", False)),
+        attention=attention,
         **values,
+        **extra,
     )
     if model.heads % model.kv_heads:
         raise ConfigError(f"{path}: heads ({model.heads}) must be a multiple of kv_heads ({model.kv_heads})")
+    if model.is_mla and not (model.kv_lora_rank and model.qk_rope_head_dim and model.v_head_dim):
+        raise ConfigError(f"{path}: attention = \"mla\" needs kv_lora_rank, qk_rope_head_dim and v_head_dim")
+    if model.is_moe and not (model.experts_per_token and model.moe_ffn):
+        raise ConfigError(f"{path}: experts = {model.experts} needs experts_per_token and moe_ffn")
+    if model.is_moe and not 0 < model.experts_per_token <= model.experts:
+        raise ConfigError(f"{path}: experts_per_token ({model.experts_per_token}) must be in 1..experts "
+                          f"({model.experts})")
+    if model.dense_layers >= model.layers and model.is_moe:
+        raise ConfigError(f"{path}: dense_layers ({model.dense_layers}) must be below layers ({model.layers})")
     return model

@@ -81,10 +81,17 @@ def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.full(n, int(spec), dtype=np.int64)
 
 
-def _positive_int(table: Mapping[str, Any], key: str, where: str) -> int:
+#: Upper bounds, checked at load time: a simulated evaluation of MAX_PROMPTS prompts takes about
+#: 180 MB and 5 s; lengths up to a 1 Mi-token context.
+MAX_PROMPTS = 1_000_000
+MAX_CONCURRENCY = 1_000_000
+MAX_LENGTH = 1_048_576
+
+
+def _positive_int(table: Mapping[str, Any], key: str, where: str, most: int = MAX_LENGTH) -> int:
     value = table[key]
-    if not is_number(value) or value != int(value) or value < 1:
-        raise ConfigError(f"{where}.{key} = {value!r}: must be an integer >= 1")
+    if not is_number(value) or not 1 <= value <= most or value != int(value):
+        raise ConfigError(f"{where}.{key} = {value!r}: must be an integer from 1 to {most}")
     return int(value)
 
 
@@ -104,9 +111,12 @@ def _length(table: Mapping[str, Any], key: str, where: str) -> LengthSpec:
         for k in ("mean", "sigma"):
             if k not in value:
                 raise ConfigError(f"{where}.{key}: lognormal needs keys mean and sigma (missing {k!r})")
-        if not float(value["mean"]) >= 1 or not float(value["sigma"]) >= 0:
+        mean, sigma = value["mean"], value["sigma"]
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (mean, sigma)) or \
+                not 1 <= mean <= MAX_LENGTH or not 0 <= sigma <= 10:
             raise ConfigError(
-                f"{where}.{key}: lognormal needs mean >= 1 and sigma >= 0, got {dict(value)!r}"
+                f"{where}.{key}: lognormal needs mean from 1 to {MAX_LENGTH} and sigma from 0 to 10, "
+                f"got {dict(value)!r}"
             )
     else:
         raise ConfigError(
@@ -130,10 +140,10 @@ def workload_from_mapping(table: Mapping[str, Any], where: str = "simulator.work
         if key in table:
             kwargs[key] = _length(table, key, where)
     if "num_prompts" in table:
-        kwargs["num_prompts"] = _positive_int(table, "num_prompts", where)
+        kwargs["num_prompts"] = _positive_int(table, "num_prompts", where, MAX_PROMPTS)
     has_c, has_r = "concurrency" in table, "request_rate" in table
     if has_c:
-        kwargs["concurrency"] = _positive_int(table, "concurrency", where)
+        kwargs["concurrency"] = _positive_int(table, "concurrency", where, MAX_CONCURRENCY)
     elif has_r:
         kwargs["concurrency"] = None
     if has_r:

@@ -174,6 +174,9 @@ class IntType(FieldType):
         v = _num(self.decl, raw, key)
         if v != int(v):
             raise self.decl.error(f"'{key}' = {raw!r} is not an integer", f"write an integer for {key}")
+        if key == "value" and not self.lo <= v <= self.hi:
+            raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.lo}, {self.hi}]",
+                                  "give a value within the bounds, or widen them")
         return int(v)
 
 
@@ -204,7 +207,11 @@ class FloatType(FieldType):
         return float(lo) if v < lo else float(hi) if v > hi else v
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        return float(_num(self.decl, raw, key))
+        v = float(_num(self.decl, raw, key))
+        if key == "value" and not self.decl.min <= v <= self.decl.max:
+            raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.decl.min}, {self.decl.max}]",
+                                  "give a value within the bounds, or widen them")
+        return v
 
 
 @DTYPES.register("bool")
@@ -437,7 +444,11 @@ class RatioType(FieldType):
         return float(min(max(float(raw), self.decl.min), self.decl.max))
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        return float(_num(self.decl, raw, key))
+        v = float(_num(self.decl, raw, key))
+        if key == "value" and not self.decl.min <= v <= self.decl.max:
+            raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.decl.min}, {self.decl.max}]",
+                                  "give a value within the bounds, or widen them")
+        return v
 
 
 class _Derived(FieldType):

@@ -84,7 +84,8 @@ def test_max_concurrent_caps_the_pool(ray_session, tmp_path):
 def test_too_many_devices_per_trial_is_a_clear_error(ray_session, tmp_path):
     from actors.pool import ClusterError, RayPool
 
-    with pytest.raises(ClusterError, match="no node of the Ray cluster has 16 NPU"):
+    # 16 on a cluster of one 8-NPU node: a trial would span two nodes, and there is one
+    with pytest.raises(ClusterError, match=r"no room for one trial of 16 NPU \(2 nodes of 8 each\)"):
         RayPool(settings_for(tmp_path, k=16), simulate=True)
 
 

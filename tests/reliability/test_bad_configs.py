@@ -109,6 +109,8 @@ def test_unreadable_config(capsys: pytest.CaptureFixture[str]) -> None:
         shutil.copyfile(REPO / "configs" / "quickstart.toml", path)
         path.chmod(0)
         argv = ["optimize", "-c", str(path), "--plain", "-o", str(out)]
+        import msopt.run.store  # noqa: F401  imported as root: uid 65534 cannot read root's site-packages
+        import msopt.run.validate  # noqa: F401
         if os.geteuid() == 0:
             os.seteuid(65534)
             try:
