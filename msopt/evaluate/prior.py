@@ -20,8 +20,8 @@ import numpy as np
 
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
-from msopt.engines.rules import ModelFacts, check_rules
-from msopt.errors import ConfigError, DecodeError, MsoptError, RefusedError
+from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
+from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import make_objective
 from msopt.evaluate.results import EvalRequest
@@ -44,12 +44,22 @@ def _devices(settings: Settings) -> list[str]:
     return [str(i) for i in range(int(n))] if isinstance(n, int) and n > 0 else []
 
 
+class _AnyEnvironment(dict):
+    """The server's environment as the driver's pre-check sees it: every variable set. Rules on
+    the environment (MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
+    its evaluator checks them there, with its own environment."""
+
+    def get(self, key: Any, default: Any = None) -> Any:  # noqa: D102
+        return super().get(key, "set")
+
+
 class CandidateScreen:
     """The engine's start-up rules, checked in the driver before a candidate is dispatched.
 
     Renders the launch as the evaluator would (device ids ``0..devices_per_trial-1`` stand in
-    for the ones an actor gets) and runs :func:`msopt.engines.rules.check_rules` with the
-    simulated model's facts (simulated run) or the model directory's config.json (real run).
+    for the ones an actor gets) and checks the engine's rules with the simulated model's facts
+    (simulated run) or the model directory's config.json (real run). Rules on the server's
+    environment are left to the evaluator, which knows the environment the server gets.
     """
 
     def __init__(self, settings: Settings, *, simulate: bool | None = None) -> None:
@@ -76,10 +86,15 @@ class CandidateScreen:
         try:
             spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                       devices=list(self.devices), workdir=None)
-            check_rules(spec, values, self.section, model=self.model)
+            cand = Candidate(spec, dict(values), self.section,
+                             self.model if self.model is not None else model_facts(spec.model),
+                             _AnyEnvironment(spec.env))
+            hit = broken_rule(cand)
             out = None
-        except RefusedError as exc:
-            out = str(exc)
+            if hit is not None:
+                rule, message = hit
+                out = (f"{spec.engine} refuses this configuration at start-up: {message} "
+                       f"[rule {rule.id}, {rule.source}, {rule.version}]")
         except MsoptError:
             out = None  # anything else is the evaluator's to report
         self._seen[key] = out
