@@ -153,7 +153,7 @@ def test_optimize_writes_a_self_contained_report(vllm_run: dict) -> None:
     assert "warning" not in vllm_run["stderr"]
     page = (run / REPORT_HTML).read_text(encoding="utf-8")
     images = re.findall(r'<img [^>]*src="([^"]*)"', page)
-    assert len(images) == 3
+    assert len(images) == 4  # fitness, parallel coordinates, Pareto front, and the simulator prior's errors
     for src in images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG_MAGIC

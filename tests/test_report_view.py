@@ -111,7 +111,7 @@ def test_report_renders_in_a_real_browser(vllm_run: dict, tmp_path: Path) -> Non
         assert browser.title.startswith("msopt report")
         images = browser.execute_script(
             "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth, i.naturalHeight])")
-        assert len(images) == 3
+        assert len(images) == 4  # fitness, parallel coordinates, Pareto front, the simulator prior
         for alt, complete, width, height in images:
             assert complete and width > 300 and height > 200, (alt, width, height)
         errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]

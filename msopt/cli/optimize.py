@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
         p.add_argument("--max-concurrent", type=int, metavar="N", help="cap on concurrent evaluations")
         p.add_argument("--particles", type=int, metavar="N", help="swarm size (n_particles)")
         p.add_argument("--iters", type=int, metavar="N", help="swarm iterations (iters)")
+        p.add_argument("--max-launches", type=int, metavar="N",
+                       help="launch budget (max_launches): baseline, search and re-measurements together; "
+                            "failures count, reuse and start-up refusals are free; 0: iters decides")
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")
@@ -52,7 +55,8 @@ def register(sub: Any) -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for flag, key in (("particles", "n_particles"), ("iters", "iters"), ("seed", "seed"), ("mode", "mode"),
-                      ("benchmark", "benchmark"), ("output", "output")):
+                      ("benchmark", "benchmark"), ("output", "output"),
+                      ("max_launches", "max_launches")):
         v = getattr(args, flag)
         if v is not None:
             out[key] = v
@@ -64,6 +68,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--iters {out['iters']} must be >= 0")
     if "seed" in out and out["seed"] < 0:
         raise ConfigError(f"--seed {out['seed']} must be >= 0")
+    if "max_launches" in out and out["max_launches"] < 0:
+        raise ConfigError(f"--max-launches {out['max_launches']} must be >= 0 (0: no budget)")
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent {args.max_concurrent} must be >= 1")
     return out
@@ -183,9 +189,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 raise
         print(f"run directory: {store.run_dir}", flush=True)
         progress = make_progress(True if args.plain else None)
-        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked)
+        from msopt.evaluate.prior import make_prior
+
+        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
+                        prior=make_prior(settings, checked.space))
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
+        if driver.max_launches > 0:
+            total = driver.max_launches
         space = driver.space
         varying = [f.name for f in settings.fields if f.name in space.names or f.name in space.derived]
         progress.start(total=total, n_particles=settings.n_particles, dimensions=varying,
@@ -245,6 +256,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
         print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
         print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
+    if best.predicted is not None and best.predicted.get("fitness") is not None:
+        print(f"the simulator prior predicted fitness {best.predicted['fitness']:.4f} for it "
+              f"(generate_speed {best.predicted.get('generate_speed') or 0:.1f} tok/s; prior.json: its picks)")
     print(f"launch it: {store.run_dir / 'best_command.sh'}")
     print(store.run_dir)
     return 0

@@ -51,6 +51,7 @@ ORIGINAL_KEYS = (
 MSOPT_KEYS = (
     "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
     "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
+    "max_launches", "search",
 )
 TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
 
@@ -74,6 +75,7 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "duplicate_policy": (lambda v: v in ("reuse", "rerun"), "\"reuse\" or \"rerun\""),
     "objective": (lambda v: isinstance(v, str) and v != "", "an objective name such as \"default\""),
     "seed": (lambda v: is_int(v) and 0 <= v < 2**63, "a non-negative integer"),
+    "max_launches": (lambda v: is_int(v) and 0 <= v <= 10_000_000, "an integer from 0 (no budget) to 10000000"),
     "particles_time_out": (lambda v: is_finite(v) and 0 < v <= 1e7, "a positive number of seconds"),
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
 }
@@ -88,11 +90,20 @@ _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
         "devices_per_node": (lambda v: is_int(v) and 1 <= v <= 4096, "an integer from 1 to 4096"),
         "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
     },
+    "search": {
+        "searcher": (lambda v: isinstance(v, str) and v != "", "a searcher name such as \"swarm\""),
+        "prior": (lambda v: v in ("auto", "simulator", "none"), "\"auto\", \"simulator\" or \"none\""),
+        "prior_evaluations": (lambda v: is_int(v) and 0 <= v <= 1_000_000, "an integer from 0 to 1000000"),
+        "prior_picks": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
+        "screen": (lambda v: is_int(v) and 0 <= v <= 64, "an integer from 0 (off) to 64"),
+        "explore": (lambda v: is_finite(v) and 0 <= v <= 1, "a number from 0 to 1"),
+        "refit": (lambda v: isinstance(v, bool), "true or false"),
+    },
     "data_storage": {
         "pso_top_k": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
     },
 }
-_STRICT_TABLES = ("cluster",)
+_STRICT_TABLES = ("cluster", "search")
 
 
 def _freeze(value: Any) -> Any:

@@ -30,6 +30,8 @@ class EvalRequest:
         context: the DecodeContext the actor decodes with.
         num_prompts: prompts to send (``sample_size`` caps it during the search); None: configured.
         load: benchmark load overrides for this evaluation, e.g. {"request_rate": 4.0}.
+        predicted: what the simulator prior predicted for this configuration (its metrics and
+            ``fitness``), or None; journaled beside the measured metrics.
     """
 
     eval_id: int
@@ -40,6 +42,7 @@ class EvalRequest:
     context: DecodeContext | None = None
     num_prompts: int | None = None
     load: Mapping[str, float] = field(default_factory=dict)
+    predicted: Mapping[str, Any] | None = None
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -58,7 +61,8 @@ class EvaluationResult:
     launched and ``error`` holds the engine's message. Journals written before the field existed
     read back with ``refused = False``. ``fault`` is set when the machinery failed (disk,
     environment, msopt, Ray) instead of the configuration: such a result is no measurement, and
-    the driver never journals it.
+    the driver never journals it. ``predicted`` holds the simulator prior's prediction for the
+    configuration (metrics and ``fitness``; None without a prior).
     """
 
     eval_id: int
@@ -83,6 +87,7 @@ class EvaluationResult:
     load: dict[str, float] = field(default_factory=dict)
     refused: bool = False
     fault: str | None = None
+    predicted: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -98,6 +103,8 @@ class EvaluationResult:
         d["metrics"] = {k: _finite_or_none(v) for k, v in self.metrics.items()}
         d["position_in"] = [_finite_or_none(float(x)) for x in self.position_in]
         d["position"] = [_finite_or_none(float(x)) for x in self.position]
+        if self.predicted is not None:
+            d["predicted"] = {k: _finite_or_none(v) for k, v in self.predicted.items()}
         return d
 
     @classmethod
@@ -107,6 +114,9 @@ class EvaluationResult:
         kw["fitness"] = math.inf if d.get("fitness") is None else float(d["fitness"])
         kw["position_in"] = [math.nan if x is None else float(x) for x in d.get("position_in", [])]
         kw["position"] = [math.nan if x is None else float(x) for x in d.get("position", [])]
+        if kw.get("predicted") is not None:
+            kw["predicted"] = {k: (math.inf if k == "fitness" and v is None else v)
+                               for k, v in dict(kw["predicted"]).items()}
         return cls(**kw)
 
 

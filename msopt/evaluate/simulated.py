@@ -51,6 +51,7 @@ class SimulatorSetup:
     time_scale: float
     eval_seconds: float | None
     where: str
+    run_seed: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SimulatorSetup:
@@ -128,12 +129,19 @@ class SimulatorSetup:
             workload_from_mapping(workload)
         except ConfigError as exc:
             raise ConfigError(f"{settings.table_source('simulator.workload')}: {exc}") from None
-        return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where("hardware"))
+        run_seed = settings.get("seed", 0)
+        return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where("hardware"),
+                   int(run_seed) if is_int(run_seed) else 0)
 
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,
             seed_offset: int = 0, bench_argv: Sequence[str] | None = None) -> Any:
-        """Simulate one evaluation; ``bench_argv`` is the benchmark's rendered command line."""
+        """Simulate one evaluation; ``bench_argv`` is the benchmark's rendered command line.
+
+        The simulator's seed is ``[simulator] seed`` + ``seed_offset`` (the eval id) + the run's
+        top-level ``seed`` (``--seed``) shifted past any eval id, so two runs that differ only in
+        ``--seed`` draw different workloads and noise, and seed 0 keeps the seeds of earlier runs.
+        """
         from msopt.sim import simulate_launch
 
         table = thaw(self.table)
@@ -143,7 +151,7 @@ class SimulatorSetup:
         for key, v in (load or {}).items():
             workload[key] = v
         table["workload"] = workload
-        table["seed"] = int(table.get("seed", 0)) + int(seed_offset)
+        table["seed"] = int(table.get("seed", 0)) + int(seed_offset) + (self.run_seed << 32)
         return simulate_launch(spec, table, bench_argv)
 
     def run_pd(self, launch: Any, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,

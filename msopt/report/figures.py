@@ -2,7 +2,8 @@
 
 - ``report_fitness.png``: fitness of every evaluation and the running best, failures marked;
 - ``report_parallel.png``: parallel coordinates of the dimensions, coloured by fitness;
-- ``report_pareto.png``: generate_speed against TPOT with the SLOs and the Pareto front.
+- ``report_pareto.png``: generate_speed against TPOT with the SLOs and the Pareto front;
+- ``report_prior.png`` (runs with the simulator prior): its prediction error over the run.
 """
 
 from __future__ import annotations
@@ -310,3 +311,71 @@ def plot_pareto(data: RunData) -> bytes:
     fig.legend(loc="lower center", ncols=3, fontsize=8, frameon=False)  # outside: never over points
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.22, top=0.92)
     return _png(fig)
+
+
+#: The prior's figure: what the simulator predicted against what was measured.
+PRIOR_PNG = "report_prior.png"
+
+
+def _predicted_pairs(data: RunData, key: str) -> list[tuple[int, float, float]]:
+    """(eval id, predicted, measured) of ``key`` (a metric or ``fitness``) for every launched,
+    successful evaluation with a finite prediction."""
+    out = []
+    for r in data.results:
+        if r.reused or r.failed or not r.predicted:
+            continue
+        pred = r.predicted.get(key)
+        meas = r.fitness if key == "fitness" else r.metrics.get(key)
+        if isinstance(pred, (int, float)) and isinstance(meas, (int, float)) and math.isfinite(pred) \
+                and math.isfinite(meas) and meas != 0:
+            out.append((r.eval_id, float(pred), float(meas)))
+    return out
+
+
+def plot_prior(data: RunData) -> bytes | None:
+    """The simulator prior's relative prediction error over the run (generate_speed, TTFT, TPOT,
+    fitness), and predicted against measured generate_speed; None when nothing was predicted."""
+    if not any(r.predicted for r in data.results):
+        return None
+    fig = _figure(11, 4.5)
+    ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    order = {r.eval_id: k for k, r in enumerate(x for x in data.results if not x.reused)}
+    for key, marker in (("generate_speed", "o"), ("time_to_first_token", "s"), ("time_per_output_token", "^"),
+                        ("fitness", "x")):
+        pairs = _predicted_pairs(data, key)
+        if pairs:
+            ax.plot([order[p[0]] for p in pairs], [(p[1] - p[2]) / abs(p[2]) for p in pairs], marker, ms=4,
+                    alpha=0.7, label=key, linestyle="none")
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    ax.set_xlabel("evaluation, in order (reused ones left out)")
+    ax.set_ylabel("(predicted − measured) / measured")
+    ax.set_title("prediction error of the simulator prior over the run")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    speed = _predicted_pairs(data, "generate_speed")
+    if speed:
+        ax2.scatter([p[2] for p in speed], [p[1] for p in speed], s=14, c=[p[0] for p in speed], cmap="viridis")
+        lo = min(min(p[1] for p in speed), min(p[2] for p in speed))
+        hi = max(max(p[1] for p in speed), max(p[2] for p in speed))
+        ax2.plot([lo, hi], [lo, hi], color="0.5", lw=0.8)
+        ax2.set_xlabel("measured generate_speed (tok/s)")
+        ax2.set_ylabel("predicted generate_speed (tok/s)")
+        ax2.set_title("predicted against measured (colour: eval id)")
+    else:
+        _empty(ax2, "no successful launch with a prediction")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def prior_summary(data: RunData) -> dict[str, Any] | None:
+    """The median absolute relative error of the prior's predictions (generate_speed, fitness)
+    and how many launches had one; None when nothing was predicted."""
+    speed, fit = _predicted_pairs(data, "generate_speed"), _predicted_pairs(data, "fitness")
+    if not speed and not fit:
+        return None
+
+    def med(pairs: list[tuple[int, float, float]]) -> float | None:
+        errs = sorted(abs(p[1] - p[2]) / abs(p[2]) for p in pairs)
+        return errs[len(errs) // 2] if errs else None
+
+    return {"launches": max(len(speed), len(fit)), "speed_error": med(speed), "fitness_error": med(fit)}

@@ -28,7 +28,16 @@ from msopt.report.data import (
     load_run,
 )
 from msopt.report.export import export_run_best
-from msopt.report.figures import best_id, fmt, plot_fitness, plot_parallel, plot_pareto
+from msopt.report.figures import (
+    PRIOR_PNG,
+    best_id,
+    fmt,
+    plot_fitness,
+    plot_parallel,
+    plot_pareto,
+    plot_prior,
+    prior_summary,
+)
 from msopt.run.store import atomic_write
 from msopt.run.verdict import BROKEN, MET, make_verdict
 from msopt.space.fields import show_value
@@ -187,6 +196,21 @@ def _verdict(data: RunData) -> str:
     return "\n".join(parts)
 
 
+def _prior_block(data: RunData) -> str:
+    """A paragraph on the simulator prior (issue 17): how far its predictions were off."""
+    summary = prior_summary(data)
+    if summary is None:
+        return ""
+
+    def pct(x: Any) -> str:
+        return "n/a" if x is None else f"{100 * x:.0f} %"
+
+    return (f"<p>The simulator prior predicted every launched configuration (the journal's "
+            f"<code>predicted</code> beside the measured metrics; its top predictions in <code>prior.json</code>): "
+            f"median error {pct(summary['speed_error'])} on generate_speed and {pct(summary['fitness_error'])} "
+            f"on fitness over {summary['launches']} successful launch(es).</p>")
+
+
 def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str, Any] | None) -> str:
     """The report page; ``images`` (file name -> PNG bytes) are embedded as data URIs."""
     n, ok = len(data.results), len(data.ok)
@@ -230,7 +254,9 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
             parts.append(f"<pre>{_e(command['script'])}</pre>")
     captions = {FITNESS_PNG: "Best fitness against evaluations",
                 PARALLEL_PNG: "Parallel coordinates of the dimensions",
-                PARETO_PNG: "generate_speed against TPOT, Pareto front"}
+                PARETO_PNG: "generate_speed against TPOT, Pareto front",
+                PRIOR_PNG: "What the simulator prior predicted"}
+    parts.append(_prior_block(data))
     for name, png in images.items():
         b64 = base64.b64encode(png).decode("ascii")
         parts.append(f"<h2>{_e(captions.get(name, name))}</h2>")
@@ -267,6 +293,9 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
                          "'pip install matplotlib' (a dependency of msopt) and run 'msopt report "
                          f"{data.run_dir}'") from None
     images = {FITNESS_PNG: plot_fitness(data), PARALLEL_PNG: plot_parallel(data), PARETO_PNG: plot_pareto(data)}
+    prior_png = plot_prior(data)
+    if prior_png is not None:
+        images[PRIOR_PNG] = prior_png
     for name, png in images.items():
         atomic_write(data.run_dir / name, png)
     command = None

@@ -10,15 +10,16 @@ the stage sees it.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from msopt.errors import DecodeError, FaultError
-from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
 from msopt.run.leaderboard import values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import load_text
@@ -32,6 +33,12 @@ Finish = Callable[[EvaluationResult, bool], None]
 
 #: ``emit(kind, **fields)``: a progress event.
 Emit = Callable[..., None]
+
+#: ``refusal(values)``: the engine's start-up refusal of decoded values, or None.
+Refusal = Callable[[Mapping[str, Any]], "str | None"]
+
+#: ``predict(values, position)``: the prior's prediction record for decoded values, or None.
+Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
 
 
 #: Times an evaluation that met a fault of the machinery is submitted again before the run stops.
@@ -53,10 +60,15 @@ class Dispatcher:
         previous: results already journaled (``--resume``): replayed, not re-run.
         finish: called with every finished result (see :data:`Finish`).
         emit: progress events (see :data:`Emit`).
+        refusal: the engine's start-up rules (see :data:`Refusal`): a refused candidate is
+            finished at once as refused (fitness ``inf``), never submitted and not counted in
+            :attr:`launched`; the same configuration asked again gets that result back (reused).
+        predict: the prior's prediction (see :data:`Predict`), journaled with the result.
     """
 
     def __init__(self, pool: EvaluatorPool, space: SearchSpace, *, reuse: bool,
-                 previous: Sequence[EvaluationResult], finish: Finish, emit: Emit) -> None:
+                 previous: Sequence[EvaluationResult], finish: Finish, emit: Emit,
+                 refusal: Refusal | None = None, predict: Predict | None = None) -> None:
         self.pool = pool
         self.space = space
         self.reuse = reuse
@@ -72,6 +84,10 @@ class Dispatcher:
         self.decoded: dict[int, dict[str, Any]] = {}     # eval_id -> the driver's own decode of it
         self.faults: dict[int, int] = {}                 # eval_id -> faults met (never journaled)
         self.launched = 0
+        self.refused = 0
+        self._refusal = refusal
+        self._predict = predict
+        self.refusals: dict[str, EvaluationResult] = {}  # values key -> the refused result
 
     def finish(self, r: EvaluationResult, journal: bool = True) -> None:
         """Record one finished result: the ``finish`` callback, then the duplicate cache."""
@@ -99,6 +115,13 @@ class Dispatcher:
         if prev is not None:
             return self.replay(prev, req.eval_id)
         key, position, values = self._pre_decode(req)
+        if self._predict is not None and key is not None and req.predicted is None:
+            req = replace(req, predicted=self._predict(values, position))
+        if key is not None and self._refusal is not None:
+            refused = self._refused(req, key, position, values)
+            if refused is not None:
+                self.finish(refused)
+                return refused
         if self.reuse and key is not None and req.phase == "search":
             done = self.cache.get(key)
             if done is not None:
@@ -119,13 +142,35 @@ class Dispatcher:
                    values=values, text=load_text(req.load))
         return None
 
+    def _refused(self, req: EvalRequest, key: str, position: np.ndarray,
+                 values: dict[str, Any]) -> EvaluationResult | None:
+        """The refused result of a candidate that breaks a start-up rule, or None."""
+        done = self.refusals.get(key)
+        if done is not None:
+            return self._reused(done, req, position)
+        assert self._refusal is not None
+        message = self._refusal(values)
+        if message is None:
+            return None
+        now = time.time()
+        r = EvaluationResult(eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+                             position_in=[float(x) for x in req.position], position=position.tolist(),
+                             values=dict(values), metrics={m: None for m in METRICS}, fitness=math.inf,
+                             error=message, attempts=0, started=now, finished=now, num_prompts=req.num_prompts,
+                             load=dict(req.load), refused=True,
+                             predicted=dict(req.predicted) if req.predicted is not None else None)
+        self.refusals[key] = r
+        self.refused += 1
+        return r
+
     @staticmethod
     def _reused(done: EvaluationResult, req: EvalRequest, position: np.ndarray) -> EvaluationResult:
         now = time.time()
         return replace(done, eval_id=req.eval_id, phase=req.phase, particle=req.particle,
                        iteration=req.iteration, position_in=[float(x) for x in req.position],
                        position=position.tolist(), reused=True, attempts=0, devices=[], actor=None,
-                       started=now, finished=now, num_prompts=req.num_prompts)
+                       started=now, finished=now, num_prompts=req.num_prompts,
+                       predicted=dict(req.predicted) if req.predicted is not None else done.predicted)
 
     def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
         """Wait for finished evaluations (and their followers); finish them."""
@@ -146,6 +191,8 @@ class Dispatcher:
             values = self.decoded.pop(r.eval_id, None)
             if not r.values and values:  # the actor died or timed out before it could say
                 r.values = dict(values)
+            if r.predicted is None and req.predicted is not None:
+                r.predicted = dict(req.predicted)
             self.finish(r)
             out.append(r)
             for key, leader in list(self.leaders.items()):

@@ -37,6 +37,7 @@ import numpy as np
 from msopt.config import Settings
 from msopt.errors import ConfigError
 from msopt.evaluate.evaluator import configured_num_prompts, search_num_prompts
+from msopt.evaluate.prior import CandidateScreen, SimulatorPrior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run import stages
 from msopt.run.capacity import CapacityOptions, capacity_options
@@ -47,8 +48,9 @@ from msopt.run.records import best_record, capacity_line, capacity_record, load_
 from msopt.run.stages import ProgressSink
 from msopt.run.validate import Validated
 from msopt.search import swarm_options
+from msopt.search.searcher import Searcher, SearcherSetup, SwarmSearcher, make_searcher
 from msopt.search.swarm import Swarm
-from msopt.space import SearchSpace
+from msopt.space import DecodeContext, SearchSpace
 
 # re-exported: their home is msopt.run.records
 __all__ = ["Driver", "RunOutcome", "best_record", "capacity_line", "capacity_record"]
@@ -63,6 +65,7 @@ class RunOutcome:
     failures: int
     reused: int
     launched: int
+    refused: int = 0
     results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
     capacity: list[dict[str, Any]] = field(default_factory=list)
 
@@ -92,11 +95,19 @@ class Driver:
             there is no store, whose journal otherwise is the record (long runs stay flat).
         validated: what :func:`msopt.run.validate.validate` returned for ``settings``: its search
             space, swarm options and capacity options are used instead of being built again.
+        prior: the simulator prior (:class:`msopt.evaluate.prior.SimulatorPrior`, see
+            :func:`msopt.evaluate.prior.make_prior`): searched here when it has not been, the
+            swarm starts from the baseline plus its diverse top predictions, every request carries
+            its prediction to the journal and, with ``[search] screen``, each particle's move is
+            picked among several by the prior. None: no prior.
+        screen: check the engine's start-up rules before dispatching (default true): a refused
+            candidate is never launched, costs nothing and is answered again without a check.
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
                  progress: ProgressSink | None = None, previous: Sequence[EvaluationResult] = (),
-                 keep_results: bool | None = None, validated: Validated | None = None) -> None:
+                 keep_results: bool | None = None, validated: Validated | None = None,
+                 prior: SimulatorPrior | None = None, screen: bool = True) -> None:
         if validated is not None and validated.settings is not settings:
             raise ValueError("Driver: 'validated' must be the validation of these settings")
         self.settings = settings
@@ -107,6 +118,7 @@ class Driver:
         self.mode = str(settings.get("mode", "sync"))
         self.n = settings.n_particles
         self.iters = settings.iters
+        self.max_launches = int(settings.get("max_launches", 0) or 0)
         self.seed = int(settings.get("seed", 0))
         self.reuse = settings.get("duplicate_policy", "reuse") == "reuse"
         self.top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
@@ -116,17 +128,87 @@ class Driver:
                                                   else capacity_options(settings))
         self.capacity: list[dict[str, Any]] = []
         options = validated.swarm if validated is not None else swarm_options(settings)
+        self.prior = prior
+        self.prior_picks: list[dict[str, Any]] = []
+        init = self._initial_positions(options.n_particles, options.seed)
         low, high = self.space.bounds
-        self.swarm = Swarm(low, high, options, init_position=self.space.default_position(),
-                           steps=self.space.steps)
+        name = str(settings.section("search").get("searcher", "swarm"))
+        self.searcher: Searcher = make_searcher(name, SearcherSetup(
+            low=low, high=high, options=options, mode=self.mode if self.mode in ("sync", "async") else "sync",
+            init_positions=init, steps=self.space.steps, context=lambda i, c: DecodeContext(i, self.n, c)))
+        if prior is not None and isinstance(self.searcher, SwarmSearcher):
+            self._attach_screen(self.searcher, options.seed)
         self.keep_results = store is None if keep_results is None else bool(keep_results)
         self.results: list[EvaluationResult] = []
         self.evaluations = 0
         self.failures = 0
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
+        checker = CandidateScreen(settings) if screen else None
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous,
-                                     finish=self.finish, emit=self.emit)
+                                     finish=self.finish, emit=self.emit,
+                                     refusal=checker.refusal if checker is not None else None,
+                                     predict=self._predict if prior is not None else None)
+
+    # -- the prior --------------------------------------------------------------------------
+    def _initial_positions(self, n: int, seed: int | None) -> np.ndarray:
+        """Particle 0 at the default configuration; with a prior, particles 1..k at its picks."""
+        default = self.space.default_position()
+        rows = [default]
+        if self.prior is not None:
+            if not self.prior.searched:
+                self.prior.search(self.prior.options.evaluations, np.random.default_rng(
+                    np.random.SeedSequence([int(seed or 0), 0x9121])))
+            want = self.prior.options.picks
+            k = n - 1 if want is None else min(int(want), n - 1)
+            base = self.space.decode(default, None).values
+            for p in self.prior.picks(k, exclude=[base]):
+                rows.append(p.position)
+                self.prior_picks.append({"values": dict(p.values), **p.record()})
+        return np.array(rows, dtype=float)
+
+    def learn(self) -> None:
+        """After an iteration: refit the prior to this run's measurements (``[search] refit``)."""
+        if self.prior is not None and self.prior.options.refit and self.prior.refit():
+            self.emit("phase", phase="search", text=f"prior refitted to {len(self.prior.observed)} measured "
+                      f"configuration(s) (refit {self.prior.refits})")
+
+    def prior_record(self) -> dict[str, Any]:
+        """What the prior did: its simulated evaluations, the picks the swarm started from, and its
+        best prediction (what the prior alone would recommend, with zero launches)."""
+        assert self.prior is not None
+        best = next((p for p in self.prior.ranked() if np.isfinite(p.fitness)), None)
+        return {"evaluations": self.prior.search_evaluations, "predictions": self.prior.evaluations,
+                "refits": self.prior.refits, "picks": self.prior_picks,
+                "best": None if best is None else {"values": dict(best.values), **best.record()}}
+
+    def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
+        assert self.prior is not None
+        return self.prior.predict(values, position).record()
+
+    def _attach_screen(self, searcher: SwarmSearcher, seed: int | None) -> None:
+        opts = self.prior.options if self.prior is not None else None
+        if opts is None or opts.screen <= 1:
+            return
+        prior = self.prior
+        assert prior is not None
+
+        def score(candidates: np.ndarray) -> np.ndarray:
+            out = np.full(len(candidates), np.inf)
+            for k, x in enumerate(candidates):
+                p = prior.predict_position(x)
+                if p is not None:
+                    out[k] = p.fitness
+            return out
+
+        searcher.swarm.set_screen(opts.screen, opts.explore, score)
+
+    @property
+    def swarm(self) -> Swarm:
+        """The particle swarm of the default searcher."""
+        if not isinstance(self.searcher, SwarmSearcher):
+            raise AttributeError(f"the {self.searcher.name!r} searcher has no swarm")
+        return self.searcher.swarm
 
     # -- recording ------------------------------------------------------------------------
     def emit(self, kind: str, **kw: Any) -> None:
@@ -147,6 +229,8 @@ class Driver:
         self.failures += r.failed
         self.reused += r.reused
         self.leaderboard.add(r)
+        if self.prior is not None and not r.reused and not r.failed and r.phase in ("baseline", "search"):
+            self.prior.observe(r.values, r.metrics)
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
@@ -162,7 +246,14 @@ class Driver:
         if self.store is None:
             return
         self.store.save_state({"stage": stage, "mode": self.mode, "seed": self.seed,
-                               "swarm": self.swarm.to_state(), "evaluations": self.evaluations, **extra})
+                               "searcher": self.searcher.name, **self._searcher_state(),
+                               "evaluations": self.evaluations, "launched": self.launched, **extra})
+
+    def _searcher_state(self) -> dict[str, Any]:
+        # the swarm's state stays under "swarm", as state.json always had it
+        if isinstance(self.searcher, SwarmSearcher):
+            return {"swarm": self.searcher.swarm.to_state()}
+        return {"searcher_state": self.searcher.to_state()}
 
     # -- transport (the dispatcher's) -------------------------------------------------------
     def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
@@ -223,6 +314,10 @@ class Driver:
         """Run every stage and return the outcome."""
         if self.mode not in ("sync", "async"):
             raise ConfigError(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        if self.prior_picks:
+            done = self.prior.search_evaluations if self.prior else 0
+            self.emit("phase", phase="prior", text=f"simulator prior: {done} simulated evaluations, "
+                      f"{len(self.prior_picks)} particles start at its top predictions")
         self.run_baseline()
         if self.mode == "async":
             self.run_async()
@@ -232,6 +327,8 @@ class Driver:
         self.run_capacity()
         best = self.best()
         self.checkpoint("done")
+        if self.store is not None and self.prior is not None:
+            self.store.write_json("prior.json", self.prior_record())
         if self.store is not None and self.capacity:
             self.store.write_json("capacity.json", capacity_record(self.capacity, self.capacity_options,
                                                                    self.settings))
@@ -241,4 +338,5 @@ class Driver:
                 record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
             self.store.write_best(record)
         return RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
-                          launched=self.launched, results=list(self.results), capacity=list(self.capacity))
+                          launched=self.launched, refused=self.dispatcher.refused, results=list(self.results),
+                          capacity=list(self.capacity))

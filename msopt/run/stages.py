@@ -2,8 +2,9 @@
 the ``pso_top_k`` best (refine), and the capacity search.
 
 Each stage is a function of a :class:`RunContext` (the :class:`~msopt.run.driver.Driver`): it
-asks the swarm, sends requests through the context's dispatcher and reads the leaderboard. Eval
-ids are a function of (phase, particle, iteration), so a resumed run asks for the same ids.
+asks the searcher (:mod:`msopt.search.searcher`), sends requests through the context's
+dispatcher and reads the leaderboard. Eval ids are a function of (phase, particle, iteration),
+so a resumed run asks for the same ids.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_ver
 from msopt.run.dispatcher import Dispatcher
 from msopt.run.leaderboard import Leaderboard
 from msopt.run.records import finite
-from msopt.search.swarm import Swarm
+from msopt.search.searcher import Searcher, Trial
 from msopt.space import DecodeContext, SearchSpace
 
 
@@ -37,7 +38,7 @@ class RunContext(Protocol):
 
     settings: Settings
     space: SearchSpace
-    swarm: Swarm
+    searcher: Searcher
     dispatcher: Dispatcher
     leaderboard: Leaderboard
     capacity_options: CapacityOptions
@@ -46,6 +47,7 @@ class RunContext(Protocol):
     top_k: int
     search_prompts: int | None
     evaluations: int
+    max_launches: int
 
     @property
     def progress(self) -> ProgressSink | None: ...
@@ -53,6 +55,24 @@ class RunContext(Protocol):
     def emit(self, kind: str, **kw: Any) -> None: ...
 
     def checkpoint(self, stage: str, **extra: Any) -> None: ...
+
+    def learn(self) -> None: ...
+
+
+def search_budget(ctx: RunContext) -> int | None:
+    """Launches the baseline and the search may use together: ``max_launches`` less the
+    ``pso_top_k`` re-measurements (None: no budget, the search runs ``iters`` iterations)."""
+    if ctx.max_launches <= 0:
+        return None
+    return max(1, ctx.max_launches - max(ctx.top_k, 0))
+
+
+def max_rounds(ctx: RunContext) -> int:
+    """The most evaluations a lane is asked for: ``iters``, or with a launch budget (reuse and
+    refusals cost nothing, so the search goes on past ``iters``) 4 × max_launches / lanes."""
+    if ctx.max_launches <= 0:
+        return ctx.iters
+    return max(ctx.iters, -(-4 * ctx.max_launches // ctx.n))
 
 
 def eval_id(ctx: RunContext, particle: int, count: int) -> int:
@@ -67,6 +87,18 @@ def search_request(ctx: RunContext, particle: int, count: int, position: np.ndar
                        context=DecodeContext(particle, ctx.n, count), num_prompts=ctx.search_prompts)
 
 
+def trial_request(ctx: RunContext, trial: Trial) -> EvalRequest:
+    """The request of a searcher's trial."""
+    return EvalRequest(eval_id=eval_id(ctx, trial.lane, trial.count), phase="search", particle=trial.lane,
+                       iteration=trial.count, position=tuple(float(x) for x in trial.position),
+                       context=trial.context, num_prompts=ctx.search_prompts)
+
+
+def _budget_left(ctx: RunContext) -> bool:
+    budget = search_budget(ctx)
+    return budget is None or ctx.dispatcher.launched < budget
+
+
 def baseline(ctx: RunContext) -> EvaluationResult:
     """Evaluate the default configuration (every field at its ``value``)."""
     ctx.emit("phase", phase="baseline", text="default configuration")
@@ -77,58 +109,90 @@ def baseline(ctx: RunContext) -> EvaluationResult:
 
 
 def sync_swarm(ctx: RunContext) -> None:
-    """Iterations: every particle evaluated concurrently, told in particle order."""
-    for it in range(ctx.iters):
-        ctx.emit("phase", phase="search", text=f"iteration {it + 1}/{ctx.iters}")
-        positions = ctx.swarm.ask()
-        reqs = [search_request(ctx, i, it, positions[i]) for i in range(ctx.n)]
-        got = ctx.dispatcher.run_all(reqs)
-        ordered = [got[req.eval_id] for req in reqs]
-        ctx.swarm.tell(np.array([r.fitness for r in ordered]),
-                       np.array([r.position for r in ordered], dtype=float))
+    """Iterations: every trial of a generation evaluated concurrently, told in the order asked.
+
+    With a launch budget the generation that reaches it dispatches its trials in order only
+    while launches are left; the rest are never sent and the generation is not told.
+    """
+    rounds = max_rounds(ctx)
+    budget = search_budget(ctx)
+    for it in range(rounds):
+        if not _budget_left(ctx):
+            break
+        text = (f"iteration {it + 1}/{ctx.iters}" if budget is None
+                else f"iteration {it + 1}, {ctx.dispatcher.launched}/{budget} launches before the re-measurement")
+        ctx.emit("phase", phase="search", text=text)
+        trials = ctx.searcher.ask()
+        if not trials:
+            break
+        reqs = [trial_request(ctx, t) for t in trials]
+        got: dict[int, EvaluationResult] = {}
+        sent: list[EvalRequest] = []
+        for req in reqs:
+            if not _budget_left(ctx):
+                break
+            sent.append(req)
+            r = ctx.dispatcher.dispatch(req)
+            if r is not None:
+                got[r.eval_id] = r
+        while any(q.eval_id not in got for q in sent):
+            for r in ctx.dispatcher.collect():
+                got[r.eval_id] = r
+        if len(sent) < len(reqs):
+            break
+        for t, req in zip(trials, reqs):
+            r = got[req.eval_id]
+            ctx.searcher.tell(t.id, r.fitness, list(r.position))
+        ctx.learn()
         ctx.checkpoint("search", iteration=it + 1)
 
 
 def async_swarm(ctx: RunContext) -> None:
-    """Each particle is told and moved as soon as its own result arrives, then dispatched again."""
-    ctx.emit("phase", phase="search", text=f"async, {ctx.iters} evaluations per particle")
-    swarm, dispatcher = ctx.swarm, ctx.dispatcher
+    """Each trial is told as soon as its own result arrives, and its lane asked and dispatched again."""
+    rounds = max_rounds(ctx)
+    ctx.emit("phase", phase="search", text=f"async, {rounds} evaluations per particle"
+             + ("" if ctx.max_launches <= 0 else f" at most, {search_budget(ctx)} launches before the re-measurement"))
+    searcher, dispatcher = ctx.searcher, ctx.dispatcher
+    waiting: dict[int, Trial] = {t.lane: t for t in searcher.ask()}
     # replay the journal's search results in the order they were told
     for prev in dispatcher.replay_order:
         if prev.phase != "search" or prev.particle is None:
             continue
-        i = prev.particle
-        if int(swarm.evaluation_counts[i]) != prev.iteration:
+        t = waiting.get(prev.particle)
+        if t is None or t.count != prev.iteration:
             continue
-        dispatcher.replay(prev, eval_id(ctx, i, prev.iteration))
-        _tell_async(ctx, prev)
+        dispatcher.replay(prev, eval_id(ctx, t.lane, t.count))
+        _tell_async(ctx, t, prev)
+        waiting.update((u.lane, u) for u in searcher.ask())
     dispatcher.replay_order = []
-    for i in range(ctx.n):
-        c = int(swarm.evaluation_counts[i])
-        if c < ctx.iters:
-            _dispatch_async(ctx, i, c)
+    in_flight: dict[int, Trial] = {}
+    for t in sorted(waiting.values(), key=lambda t: t.lane):
+        _dispatch_async(ctx, t, in_flight, rounds)
     while dispatcher.outstanding:
         for r in dispatcher.collect():
-            if r.phase == "search" and r.particle is not None:
-                _tell_async(ctx, r)
-                c = int(swarm.evaluation_counts[r.particle])
-                if c < ctx.iters:
-                    _dispatch_async(ctx, r.particle, c)
+            t = in_flight.pop(r.eval_id, None) if r.phase == "search" else None
+            if t is not None:
+                _tell_async(ctx, t, r)
+                for u in searcher.ask():
+                    _dispatch_async(ctx, u, in_flight, rounds)
 
 
-def _dispatch_async(ctx: RunContext, i: int, count: int) -> None:
-    r = ctx.dispatcher.dispatch(search_request(ctx, i, count, ctx.swarm.ask_one(i)))
-    while r is not None:  # replayed or reused at once: tell and go on with this particle
-        _tell_async(ctx, r)
-        count = int(ctx.swarm.evaluation_counts[i])
-        if count >= ctx.iters:
+def _dispatch_async(ctx: RunContext, t: Trial | None, in_flight: dict[int, Trial], rounds: int) -> None:
+    while t is not None and t.count < rounds and _budget_left(ctx):
+        req = trial_request(ctx, t)
+        r = ctx.dispatcher.dispatch(req)
+        if r is None:
+            in_flight[req.eval_id] = t
             return
-        r = ctx.dispatcher.dispatch(search_request(ctx, i, count, ctx.swarm.ask_one(i)))
+        _tell_async(ctx, t, r)  # replayed, reused or refused at once: tell and go on with this lane
+        t = next((u for u in ctx.searcher.ask() if u.lane == t.lane), None)
 
 
-def _tell_async(ctx: RunContext, r: EvaluationResult) -> None:
-    assert r.particle is not None
-    ctx.swarm.tell_one(r.particle, r.fitness, np.asarray(r.position, dtype=float))
+def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
+    ctx.searcher.tell(t.id, r.fitness, list(r.position))
+    told = sum(ctx.searcher.lane_count(i) for i in range(ctx.searcher.lanes))
+    if told % ctx.searcher.lanes == 0:  # an iteration's worth of results: learn from them
+        ctx.learn()
     ctx.checkpoint("search")
 
 
@@ -138,11 +202,11 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
         return []
     picked = ctx.leaderboard.picked()
     if ctx.progress is not None and len(picked) < ctx.top_k:
-        ctx.progress.set_total(1 + ctx.n * ctx.iters + len(picked))
+        ctx.progress.set_total(ctx.evaluations + len(picked))
     if not picked:
         return []
     ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")
-    base = 1 + ctx.iters * ctx.n
+    base = 1 + max_rounds(ctx) * ctx.n
     reqs = [EvalRequest(eval_id=base + k, phase="refine", particle=None, iteration=k,
                         position=tuple(r.position), context=None, num_prompts=None)
             for k, r in enumerate(picked)]
@@ -168,7 +232,7 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
              text=f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
                   + ("s" if len(configs) > 1 else ""))
     searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
-    next_id = 1 + ctx.iters * ctx.n + max(ctx.top_k, 0)
+    next_id = 1 + max_rounds(ctx) * ctx.n + max(ctx.top_k, 0)
     while True:
         reqs: list[tuple[int, EvalRequest]] = []
         for rank, (r, s) in enumerate(zip(configs, searches)):

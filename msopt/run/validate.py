@@ -29,11 +29,12 @@ from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
+from msopt.evaluate.prior import prior_options
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
-from msopt.search import SwarmOptions, swarm_options
+from msopt.search import SEARCHERS, SwarmOptions, swarm_options
 from msopt.space import SearchSpace
 
 
@@ -121,6 +122,11 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
                           "all constant or derived), so a search would evaluate one configuration over and over; "
                           "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
     swarm = swarm_options(settings)
+    prior_options(settings)
+    searcher = settings.section("search").get("searcher", "swarm")
+    if searcher not in SEARCHERS:
+        raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
+                          f"(valid: {', '.join(SEARCHERS.names())})")
     try:
         objective = make_objective(str(settings.get("objective", "default")), settings.data)
     except ConfigError as exc:

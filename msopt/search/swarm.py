@@ -37,7 +37,7 @@ reuses without a launch), so the search stops finding anything new long before t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -456,6 +456,10 @@ class Swarm:
             others start uniformly at random inside the bounds.
         steps: the mutation step per dimension (``SearchSpace.steps``: one candidate, or a
             tenth of the range where there are many); default a tenth of each range.
+        init_positions: where particles ``0..k-1`` start (k rows, k <= n_particles; the
+            baseline and the prior's picks); applied after ``init_position``, which it overrides
+            for particle 0. The random draws are the same with or without it, so the other
+            particles start where they would have.
     """
 
     def __init__(
@@ -465,6 +469,7 @@ class Swarm:
         options: SwarmOptions,
         init_position: Any = None,
         steps: Any = None,
+        init_positions: Any = None,
     ) -> None:
         self._setup(low, high, options, steps)
         n, d = options.n_particles, self._low.size
@@ -474,6 +479,12 @@ class Swarm:
             positions[0] = self._sanitize(
                 np.asarray(init_position, dtype=float).reshape(-1), positions[0], "init_position"
             )
+        if init_positions is not None:
+            rows = np.asarray(init_positions, dtype=float).reshape(-1, d)
+            if rows.shape[0] > n:
+                raise ValueError(f"init_positions has {rows.shape[0]} rows for {n} particles")
+            for k, row in enumerate(rows):
+                positions[k] = self._sanitize(row, positions[k], "init_positions")
         velocities = (self._rng.random((n, d)) * 2.0 - 1.0) * _INIT_VELOCITY * self._width
         self._positions = positions
         self._velocities = np.clip(velocities, -self._vmax, self._vmax)
@@ -483,6 +494,7 @@ class Swarm:
         self._gbest_fit = math.inf
         self._counts = np.zeros(n, dtype=np.int64)
         self._stalls = np.zeros(n, dtype=np.int64)
+        self._screen: tuple[int, float, Callable[[np.ndarray], np.ndarray]] | None = None
 
     def _setup(self, low: Any, high: Any, options: SwarmOptions, steps: Any = None) -> None:
         low = np.array(low, dtype=float).reshape(-1)
@@ -721,6 +733,7 @@ class Swarm:
                 raise ValueError(f"unsupported bit generator {rng_state.get('bit_generator')!r}")
             rng.bit_generator.state = rng_state
             swarm._rng = rng
+            swarm._screen = None
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -759,6 +772,16 @@ class Swarm:
             self._gbest_fit = float(self._pbest_fit[best])
             self._gbest_pos = self._pbest_pos[best].copy()
 
+    def set_screen(self, k: int, explore: float, score: Callable[[np.ndarray], np.ndarray] | None) -> None:
+        """Screen moves: each move draws ``k`` candidate moves, ``score`` (lower is better, one
+        value per row of a k × d array; a model's predicted fitness) ranks them and the best is
+        taken; with probability ``explore`` the first candidate is taken unranked. ``k <= 1`` or
+        ``score = None``: no screening. The screen is not part of :meth:`to_state` (the caller
+        attaches it again after :meth:`from_state`)."""
+        if not 0.0 <= explore <= 1.0:
+            raise ValueError(f"explore must be in [0, 1], got {explore!r}")
+        self._screen = (int(k), float(explore), score) if score is not None and k > 1 else None
+
     def _move(self, rows: np.ndarray, t: int) -> None:
         """Move particles ``rows`` with the coefficients of move ``t``."""
         opts = self._options
@@ -767,6 +790,24 @@ class Swarm:
         c2 = opts.coefficient("c2", t, self._rng)
         x = self._positions[rows]
         v = self._velocities[rows]
+        nx, nv = self._step(rows, x, v, w, c1, c2)
+        screen = self._screen
+        if screen is not None:
+            k, explore, score = screen
+            cands = [(nx, nv)] + [self._step(rows, x, v, w, c1, c2) for _ in range(k - 1)]
+            unranked = self._rng.random(rows.size) < explore
+            for r in range(rows.size):
+                if unranked[r]:
+                    continue
+                s = np.asarray(score(np.array([c[0][r] for c in cands])), dtype=float)
+                j = int(np.argmin(np.where(np.isnan(s), np.inf, s))) if np.any(np.isfinite(s)) else 0
+                nx[r], nv[r] = cands[j][0][r], cands[j][1][r]
+        self._positions[rows] = nx
+        self._velocities[rows] = nv
+
+    def _step(self, rows: np.ndarray, x: np.ndarray, v: np.ndarray, w: float, c1: float,
+              c2: float) -> tuple[np.ndarray, np.ndarray]:
+        """One candidate move of ``rows`` from ``x``, ``v``: velocity update, boundary, mutation."""
         r1 = self._rng.random(x.shape)
         r2 = self._rng.random(x.shape)
         # A failed (inf) attractor says nothing about where good configurations are.
@@ -777,30 +818,30 @@ class Swarm:
         with np.errstate(over="ignore", invalid="ignore"):
             v = w * v + c1 * r1 * cognitive + c2 * r2 * social
         v = np.clip(np.nan_to_num(v, nan=0.0), -self._vmax, self._vmax)
-        if opts.boundary == "absorb":
+        if self._options.boundary == "absorb":
             x, v = self._absorb(x + v, v)
         else:
             x, v = self._reflect(x + v, v)
-        self._positions[rows] = x
-        self._velocities[rows] = v
-        self._mutate(rows)
+        return self._mutated(x), v
 
-    def _mutate(self, rows: np.ndarray) -> None:
-        """Move each of ``rows``, with probability ``mutation``, one step along a random dimension."""
+    def _mutated(self, x: np.ndarray) -> np.ndarray:
+        """``x`` with each row, with probability ``mutation``, moved one step along a random dimension."""
         p = self._options.mutation
         movable = np.flatnonzero(self._steps > 0)
         if p <= 0 or movable.size == 0:
-            return
-        hit = rows[self._rng.random(rows.size) < p]
+            return x
+        x = x.copy()
+        hit = np.flatnonzero(self._rng.random(x.shape[0]) < p)
         if hit.size == 0:
-            return
+            return x
         dims = movable[self._rng.integers(0, movable.size, size=hit.size)]
         signs = np.where(self._rng.random(hit.size) < 0.5, -1.0, 1.0)
         for i, j, sign in zip(hit, dims, signs):
-            x = self._positions[i, j] + sign * self._steps[j]
-            if not self._low[j] <= x <= self._high[j]:
-                x = self._positions[i, j] - sign * self._steps[j]
-            self._positions[i, j] = min(max(x, self._low[j]), self._high[j])
+            y = x[i, j] + sign * self._steps[j]
+            if not self._low[j] <= y <= self._high[j]:
+                y = x[i, j] - sign * self._steps[j]
+            x[i, j] = min(max(y, self._low[j]), self._high[j])
+        return x
 
     def _restart_stalled(self, rows: np.ndarray) -> None:
         """Re-draw the particles of ``rows`` that stalled ``restart_patience`` times in a row."""

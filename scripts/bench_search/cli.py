@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -20,9 +21,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(PACKAGE_DOC or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds per method and problem")
     parser.add_argument("--first-seed", type=int, default=0, help="the table's seeds: FIRST_SEED, FIRST_SEED + 1, ...")
-    parser.add_argument("--budgets", default="50,200")
+    parser.add_argument("--budgets", default="20,50")
     parser.add_argument("--problems", default="all", help="comma-separated indices (0-based) or 'all'")
-    parser.add_argument("--methods", default="all", help="comma-separated method names or 'all'")
+    parser.add_argument("--methods", default="default",
+                        help="comma-separated method names, 'default' (msopt, the prior alone, GPSampler, TPE, "
+                             "CMA-ES, random) or 'all'")
+    parser.add_argument("--no-gap", action="store_true",
+                        help="score on the simulator as the prior knows it instead of the hidden reality")
     parser.add_argument("--noise", type=float, default=0.03)
     parser.add_argument("--cache", default=str(ROOT / ".bench_cache"))
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
@@ -34,18 +39,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     budgets = sorted(int(b) for b in args.budgets.split(","))
     problems = PROBLEMS if args.problems == "all" else tuple(PROBLEMS[int(i)] for i in args.problems.split(","))
-    methods = METHODS if args.methods == "all" else tuple(
-        m for m in METHODS if m.name in {s.strip() for s in args.methods.split(",")})
-    command = "python scripts/bench_search.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.methods in ("all", "default"):
+        methods = tuple(m for m in METHODS if args.methods == "all" or m.default)
+    else:
+        names = {s.strip() for s in args.methods.split(",")}
+        unknown = names - {m.name for m in METHODS}
+        if unknown:
+            parser.error(f"unknown method(s) {sorted(unknown)}; valid: {', '.join(m.name for m in METHODS)}")
+        methods = tuple(m for m in METHODS if m.name in names)
+    gap = not args.no_gap
+    command = "python scripts/bench_search.py " + shlex.join(argv if argv is not None else sys.argv[1:])
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     t_start = time.time()
-    tables = {p.name: table(PROBLEMS.index(p), args.cache) for p in problems}
+    tables = {p.name: table(PROBLEMS.index(p), args.cache, gap) for p in problems}
     results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
     prints = {m.name: ("" if args.no_result_cache else fingerprint(m.name)) for m in methods}
-    tasks = [(PROBLEMS.index(p), m.name, seed, tuple(budgets), args.noise, args.cache, prints[m.name])
+    tasks = [(PROBLEMS.index(p), m.name, seed, tuple(budgets), args.noise, args.cache, prints[m.name], gap)
              for p in problems for m in methods for seed in range(args.first_seed, args.first_seed + args.seeds)]
     done: dict[tuple[str, str], int] = {}
     t_pm: dict[tuple[str, str], float] = {}
@@ -86,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--ablation-seeds must be START:STOP or 'none', got {args.ablation_seeds!r}")
         log(f"  ablation: {len(ABLATION)} msopt variants on seeds {start}..{stop - 1}")
         args.ablation_range = (start, stop)
-        args.ablation = ablation_table(run_ablation(range(start, stop), budgets, problems, args.cache, args.jobs),
-                                       budgets)
+        args.ablation = ablation_table(run_ablation(range(start, stop), budgets, problems, args.cache, args.jobs,
+                                                    gap), budgets)
     text = render(tables, results, methods, budgets, args, command, time.time() - t_start)
     print(text)
     if args.out != "-":

@@ -1,7 +1,8 @@
-"""The methods compared, one adapter each: msopt (sync, sync without write-back, async) through its
-own Driver, and the peers (Optuna TPE and CMA-ES, Nevergrad PSO and NGOpt, pyswarms, random search)
-over the same search space. Each runs until ``budget`` launches (msopt's duplicate reuse is free)
-and returns nothing or (launches, pick): the oracle's launch list is the record.
+"""The methods compared, one adapter each: msopt through its public API (``Driver.run`` with a
+launch budget and the simulator prior), the prior alone, and the peers (Optuna GPSampler, TPE and
+CMA-ES, random search; Nevergrad PSO and NGOpt and pyswarms on request) over the same search
+space. Each runs until ``budget`` launches (msopt's duplicate reuse and refused candidates are
+free) and returns nothing or (launches, pick): the oracle's launch list is the record.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from msopt.config import Settings
 from msopt.errors import DecodeError
+from msopt.evaluate.prior import SimulatorPrior, make_prior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
@@ -57,87 +60,81 @@ class Variant:
     Attributes:
         label: the row's name.
         pso_options: ``[pso_options]`` keys overriding the packaged defaults.
-        top_k: ``pso_top_k`` (the search gets ``budget − top_k`` launches).
-        pick: ``"mean"``: Driver.best() (best mean over each configuration's measurements, as
-            shipped); ``"last"``: the best single re-measured result (msopt before the change).
+        top_k: ``pso_top_k`` (re-measured inside the budget).
+        search: ``[search]`` keys overriding the packaged defaults (prior, screen, prior_picks).
     """
 
     label: str
     pso_options: tuple[tuple[str, Any], ...] = ()
     top_k: int = REFINE_TOP_K
-    pick: str = "mean"
+    search: tuple[tuple[str, Any], ...] = ()
 
 
 SHIPPED = Variant("shipped")
+FIXED_PRIOR = Variant("fixed prior", search=(("refit", False),))
 
 
 def _msopt_settings(table: Table, budget: int, seed: int, mode: str, variant: Variant = SHIPPED) -> Settings:
+    """msopt as its user configures it (the catalog's hardware, not the hidden reality), with a
+    launch budget: ``max_launches = budget`` (baseline, search and re-measurements together)."""
     iters = max(1, math.ceil((budget - variant.top_k - 1) / N_PARTICLES))
-    options = {**table.settings.section("pso_options"), **dict(variant.pso_options)}
-    return table.settings.replace(n_particles=N_PARTICLES, iters=iters, seed=seed, mode=mode,
-                                  duplicate_policy="reuse", data_storage={"pso_top_k": variant.top_k},
-                                  pso_options=options)
+    options = {**table.user_settings.section("pso_options"), **dict(variant.pso_options)}
+    search = {**table.user_settings.section("search"), **dict(variant.search)}
+    return table.user_settings.replace(n_particles=N_PARTICLES, iters=iters, seed=seed, mode=mode,
+                                       duplicate_policy="reuse", data_storage={"pso_top_k": variant.top_k},
+                                       pso_options=options, max_launches=budget, search=search)
 
 
-def _msopt_pick(table: Table, drv: Driver, variant: Variant = SHIPPED) -> int:
-    """msopt's recommendation, Driver.best(): of the re-measured configurations the one with the
-    best mean fitness over its measurements (else the best of all). Variant pick ``"last"``: the
-    best single re-measured result instead."""
-    best = drv.best()
-    if variant.pick == "last" and drv.leaderboard.refined:
-        best = min(drv.leaderboard.refined, key=lambda r: (r.fitness, r.eval_id))
+@cache
+def _prior_memo(problem: str) -> dict[str, Any]:
+    """The simulations of a problem's prior, shared by the runs of one process (the same numbers
+    each run would compute; see SimulatorPrior's ``memo``)."""
+    return {}
+
+
+def _prior(table: Table, settings: Settings) -> SimulatorPrior | None:
+    prior = make_prior(settings, table.space)
+    if prior is None:
+        return None
+    return SimulatorPrior(settings, table.space, options=prior.options, memo=_prior_memo(table.problem.name))
+
+
+def _pick(table: Table, best: EvaluationResult | None) -> int:
     return -1 if best is None else table.index.get(table_key(table.space, best.values), -1)
 
 
 Launches = list[tuple[int, float]]
 
 
-def run_msopt_sync(table: Table, oracle: Oracle, budget: int, seed: int,
-                   writeback: bool = True, variant: Variant = SHIPPED) -> tuple[Launches, int]:
-    """Driver over an InProcessPool: baseline, whole iterations, then Driver.run_refine().
-
-    The search runs until ``budget − pso_top_k`` launches; as reuse costs nothing it goes on past
-    the planned ``iters`` (ceil((budget − pso_top_k − 1) / n_particles), which only sets the
-    coefficient schedules' horizon), at most 4 × budget proposals. The iteration that reaches the
-    search budget dispatches its particles in order only while launches are left; the rest are
-    never proposed, so the driver (its top-k board included) sees exactly the search budget.
-    Then the top ``pso_top_k`` distinct configurations are measured again (one launch each) and
-    msopt's pick is Driver.best().
-    """
-    settings = _msopt_settings(table, budget, seed, "sync", variant)
-    search_budget = budget - variant.top_k
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
+def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = "sync",
+              variant: Variant = SHIPPED) -> tuple[Launches, int]:
+    """msopt through its public API: ``Driver(settings, pool, prior=...).run()`` with
+    ``max_launches = budget`` over an in-process pool whose evaluator asks the oracle; the pick
+    is the run's recommendation (``RunOutcome.best``). Async results come back one at a time in
+    dispatch order (:class:`_InOrderPool`), as from evaluations of equal duration."""
+    settings = _msopt_settings(table, budget, seed, mode, variant)
+    pool: Any = (InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
+                 if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
     try:
-        drv = Driver(settings, pool)
-        drv.run_baseline()
-        it = 0
-        while drv.launched < search_budget and (it + 1) * drv.n < 4 * budget:
-            positions = drv.swarm.ask()
-            reqs = [drv.search_request(i, it, positions[i]) for i in range(drv.n)]
-            got: dict[int, EvaluationResult] = {}
-            sent: list[EvalRequest] = []
-            for req in reqs:
-                if drv.launched >= search_budget:
-                    break
-                sent.append(req)
-                r = drv.dispatch(req)
-                if r is not None:
-                    got[r.eval_id] = r
-            while any(q.eval_id not in got for q in sent):
-                for r in drv.collect():
-                    got[r.eval_id] = r
-            if len(sent) < len(reqs):
-                break  # the search budget is spent in the middle of this iteration: no tell
-            ordered = [got[r.eval_id] for r in reqs]
-            fit = np.array([r.fitness for r in ordered])
-            drv.swarm.tell(fit, np.array([r.position for r in ordered], dtype=float) if writeback else None)
-            it += 1
-        if len(oracle.launches) > search_budget:
-            raise RuntimeError(f"msopt launched {len(oracle.launches)} > {search_budget} in its search")
-        drv.run_refine()
-        return list(oracle.launches), _msopt_pick(table, drv, variant)
+        out = Driver(settings, pool, prior=_prior(table, settings)).run()
     finally:
         pool.close()
+    if len(oracle.launches) > budget:
+        raise RuntimeError(f"msopt launched {len(oracle.launches)} > {budget}")
+    return list(oracle.launches), _pick(table, out.best)
+
+
+def run_prior_alone(table: Table, oracle: Oracle, budget: int, seed: int) -> tuple[Launches, int]:
+    """Zero launches: the configuration the simulator prior predicts best (as msopt's run of
+    this seed searches it), scored on the hidden reality."""
+    settings = _msopt_settings(table, budget, seed, "sync")
+    prior = _prior(table, settings)
+    if prior is None:
+        return [], -1
+    prior.search(prior.options.evaluations, np.random.default_rng(np.random.SeedSequence([seed, 0x9121])))
+    best = next((p for p in prior.ranked() if math.isfinite(p.fitness)), None)
+    pick = -1 if best is None else table.index.get(table_key(table.space, best.values), -1)
+    return [], pick
 
 
 class _InOrderPool:
@@ -167,40 +164,6 @@ class _InOrderPool:
 
     def close(self) -> None:
         self._queue.clear()
-
-
-def run_msopt_async(table: Table, oracle: Oracle, budget: int, seed: int,
-                    variant: Variant = SHIPPED) -> tuple[Launches, int]:
-    """Driver's async loop (write-back on) until ``budget − pso_top_k`` launches, then
-    Driver.run_refine(); the pick is Driver.best(). Results come back one at a time in dispatch
-    order (:class:`_InOrderPool`), as from evaluations of equal duration."""
-    settings = _msopt_settings(table, budget, seed, "async", variant)
-    search_budget = budget - variant.top_k
-    pool = _InOrderPool(OracleEvaluator(oracle))
-    try:
-        drv = Driver(settings, pool)
-        drv.run_baseline()
-        cap = 4 * budget // drv.n + 1   # proposals per particle, reuse included
-
-        def dispatch(i: int) -> None:
-            while drv.launched < search_budget and int(drv.swarm.evaluation_counts[i]) < cap:
-                c = int(drv.swarm.evaluation_counts[i])
-                r = drv.dispatch(drv.search_request(i, c, drv.swarm.ask_one(i)))
-                if r is None:
-                    return
-                drv.swarm.tell_one(i, r.fitness, np.asarray(r.position, dtype=float))
-
-        for i in range(drv.n):
-            dispatch(i)
-        while drv.outstanding:
-            for r in drv.collect():
-                if r.phase == "search":
-                    drv.swarm.tell_one(r.particle, r.fitness, np.asarray(r.position, dtype=float))
-                    dispatch(r.particle)
-        drv.run_refine()
-        return list(oracle.launches), _msopt_pick(table, drv, variant)
-    finally:
-        pool.close()
 
 
 def run_random(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
@@ -254,6 +217,26 @@ def run_tpe(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
                 trial.set_constraint(k, v)
         else:
             trial.set_user_attr("constraints", list(cons.values()))
+        study.tell(trial, penalty(f))
+
+
+def run_gp(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
+    """Optuna's GPSampler (Gaussian-process BO, log EI) over the candidate indices, the default
+    first (enqueued); our decode repairs an invalid tp·pp; a failure is told the penalty."""
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker (--jobs): threads only contend on a shared machine
+    optuna = _optuna_quiet()
+    space = table.space
+    cands = [d.candidates for d in space.dimensions]
+    study = optuna.create_study(sampler=optuna.samplers.GPSampler(seed=seed))
+    default = space.decode(space.default_position(), None).values
+    study.enqueue_trial({n: list(c).index(default[n]) for n, c in zip(space.names, cands)})
+    penalty = _Penalty()
+    while len(oracle.launches) < budget:
+        trial = study.ask()
+        proposed = {n: c[trial.suggest_int(n, 0, len(c) - 1)] for n, c in zip(space.names, cands)}
+        f, _, _ = oracle.launch(_decode_values(space, space.encode(proposed)))
         study.tell(trial, penalty(f))
 
 
@@ -340,41 +323,42 @@ def run_pyswarms(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
 @dataclass(frozen=True)
 class Method:
     name: str
-    run: Callable[..., None]
-    budget_free: bool   # behaviour does not depend on the budget: the 50 run is a prefix of the 200 run
+    run: Callable[..., Any]
+    budget_free: bool   # behaviour does not depend on the budget: the 20 run is a prefix of the 50 run
     how: str
+    default: bool = True  # run unless --methods names it
 
 
 METHODS = (
-    Method("msopt sync", run_msopt_sync, False,
-           "Driver over InProcessPool, 10 particles, write-back on, duplicate reuse (free); refine top 3"),
-    Method("msopt sync (no write-back)", lambda *a: run_msopt_sync(*a, writeback=False), False,
-           "as above, but Swarm.tell without the repaired positions"),
-    Method("msopt async", run_msopt_async, False,
-           "Driver's async loop, 10 particles, one result at a time in dispatch order; refine top 3"),
+    Method("msopt", lambda *a: run_msopt(*a), False,
+           "as shipped: Driver(...).run() with max_launches = budget; simulator prior (baseline + diverse top "
+           "predictions), refitted after every iteration, screened moves (4 per particle, 25 % unranked), "
+           "10 particles, reuse and refusals free; refine top 3", default=False),
+    Method("msopt (fixed prior)", lambda *a: run_msopt(*a, variant=FIXED_PRIOR), False,
+           "as shipped but the prior is not refitted ([search] refit = false): 100× cheaper to benchmark"),
+    Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
+           "as above, async: one result at a time in dispatch order", default=False),
+    Method("simulator prior alone", run_prior_alone, False,
+           "zero launches: the prior's best prediction, as msopt searches it for this seed"),
+    Method("Optuna GPSampler", run_gp, True, "Gaussian-process BO on candidate indices; default enqueued"),
     Method("Optuna TPE", run_tpe, True,
            "multivariate TPE on candidate indices; constraints (constraints_func / Trial.set_constraint)"),
     Method("Optuna CMA-ES", run_cmaes, True, "CmaEsSampler on the position box, x0 = default"),
-    Method("Nevergrad PSO", run_ng_pso, False, "ConfiguredPSO(popsize=10) on the position box"),
-    Method("Nevergrad NGOpt", run_ngopt, False, "NGOpt on ordered choices (TransitionChoice)"),
-    Method("pyswarms GBest", run_pyswarms, False, "GlobalBestPSO, c1 = c2 = 2, w = 1.8, 10 particles"),
+    Method("Nevergrad PSO", run_ng_pso, False, "ConfiguredPSO(popsize=10) on the position box", default=False),
+    Method("Nevergrad NGOpt", run_ngopt, False, "NGOpt on ordered choices (TransitionChoice)", default=False),
+    Method("pyswarms GBest", run_pyswarms, False, "GlobalBestPSO, c1 = c2 = 2, w = 1.8, 10 particles",
+           default=False),
     Method("random search", run_random, True, "uniform on the position box"),
 )
 
 
-_BEFORE = (("boundary", "reflect"), ("restart_patience", 0), ("c2", 1.5), ("mutation", 0.0))
 ABLATION: tuple[tuple[float, tuple[str, ...], Variant], ...] = (
-    (0.03, ("sync", "async"), Variant("before: reflect, no restart, c2 = 1.5, best single re-measurement",
-                                      _BEFORE, pick="last")),
-    (0.03, ("sync", "async"), Variant("+ stall restart (restart_patience = 3)", _BEFORE[::2] + _BEFORE[3:],
-                                      pick="last")),
-    (0.03, ("sync", "async"), Variant("+ absorbing boundary", _BEFORE[2:], pick="last")),
-    (0.03, ("sync", "async"), Variant("+ c2 = 2.0", _BEFORE[3:], pick="last")),
-    (0.03, ("sync", "async"), Variant("+ pick by mean fitness", _BEFORE[3:])),
-    (0.03, ("sync", "async"), Variant("+ step mutation 0.5 (shipped)")),
-    (0.06, ("sync",), Variant("noise 0.06: best single re-measurement", pick="last")),
-    (0.06, ("sync",), Variant("noise 0.06: pick by mean fitness (shipped)")),
-    (0.06, ("sync",), Variant("noise 0.06: pick by mean fitness, pso_top_k = 5", top_k=5)),
+    (0.03, ("sync",), Variant("no prior: the swarm alone (msopt before issue 17, with a launch budget)",
+                              search=(("prior", "none"),))),
+    (0.03, ("sync",), Variant("+ prior: baseline + diverse top predictions (no screening, no refit)",
+                              search=(("screen", 0), ("refit", False)))),
+    (0.03, ("sync",), Variant("+ screened moves (fixed prior: no refit)", search=(("refit", False),))),
+    (0.03, ("sync",), Variant("fixed prior, picks for only 4 of the 10 particles",
+                              search=(("refit", False), ("prior_picks", 4)))),
 )
-"""The ablation's rows: (noise, modes, variant). Each row adds one change to the row above it,
-from msopt before this benchmark to msopt as shipped; the noise 0.06 rows compare final picks."""
+"""The ablation's rows: (noise, modes, variant). Each row changes one thing of the shipped msopt."""

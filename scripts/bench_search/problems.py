@@ -1,5 +1,11 @@
 """The benchmark's problems: a vLLM search space on a simulated model / hardware / workload, and
-the table of every valid configuration's noise-free metrics and fitness (cached under ``--cache``)."""
+the table of every valid configuration's noise-free metrics and fitness (cached under ``--cache``).
+
+With a reality gap (:class:`Gap`, the default of the command line) the table is "reality": the
+simulator with hidden perturbations msopt's prior does not know (the hardware's compute and
+memory-bandwidth efficiency, its per-step overhead and KV reserve, and one start-up rule of
+another engine version), while msopt is configured as its user would configure it, with the
+catalog's hardware (:attr:`Table.user_settings`)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -48,7 +55,76 @@ class Problem:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(self.toml().encode()).hexdigest()[:16]
+        """The table's cache key: the problem's configuration and the simulator's code and catalog."""
+        return hashlib.sha256(self.toml().encode() + simulator_fingerprint().encode()).hexdigest()[:16]
+
+
+@cache
+def simulator_fingerprint() -> str:
+    """A hash of the simulator's code and catalog: a table is stale once they change."""
+    root = Path(__file__).resolve().parents[2] / "msopt" / "sim"
+    h = hashlib.sha256()
+    for f in sorted([*root.glob("*.py"), *root.glob("catalog/*/*.toml")]):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A problem's hidden reality: factors on the hardware's efficiency, a KV reserve, a rule.
+
+    Attributes:
+        compute, memory: factors on ``[efficiency] compute`` and ``memory`` (0.75 to 1.25).
+        overhead: factor on ``step_overhead_ms`` (0.5 to 2, log-uniform).
+        reserve_gib: added to ``[memory] reserve_gib`` (another KV reserve).
+        rule: index into :data:`HIDDEN_RULES`: the start-up rule of another engine version.
+    """
+
+    compute: float
+    memory: float
+    overhead: float
+    reserve_gib: float
+    rule: int
+
+    @classmethod
+    def of(cls, problem: Problem) -> Gap:
+        """The problem's gap, drawn from its name (the same on every machine)."""
+        rng = np.random.default_rng(int(hashlib.sha256(problem.name.encode()).hexdigest()[:8], 16))
+        u = [float(x) for x in rng.random(5)]
+        return cls(compute=round(0.75 + 0.5 * u[0], 3), memory=round(0.75 + 0.5 * u[1], 3),
+                   overhead=round(math.exp(math.log(0.5) + u[2] * math.log(4.0)), 3),
+                   reserve_gib=round(-1.0 + 5.0 * u[3], 2), rule=int(u[4] * len(HIDDEN_RULES)))
+
+    def describe(self) -> str:
+        return (f"compute ×{self.compute}, memory ×{self.memory}, step overhead ×{self.overhead}, "
+                f"KV reserve {self.reserve_gib:+.2f} GiB, rule: {HIDDEN_RULES[self.rule][0]}")
+
+    def hardware_toml(self, hardware: str) -> str:
+        """The perturbed hardware entry, as a TOML file's text."""
+        from msopt.config import dump_toml, read_toml
+        from msopt.sim.specs import CATALOG_DIR
+
+        doc = read_toml(CATALOG_DIR / "hardware" / f"{hardware}.toml")
+        eff, mem = doc["efficiency"], doc["memory"]
+        eff["compute"] = round(eff["compute"] * self.compute, 4)
+        eff["memory"] = round(eff["memory"] * self.memory, 4)
+        eff["step_overhead_ms"] = round(eff["step_overhead_ms"] * self.overhead, 4)
+        mem["reserve_gib"] = round(max(0.0, mem["reserve_gib"] + self.reserve_gib), 3)
+        doc["name"] = f"{hardware}-reality"
+        return dump_toml(doc)
+
+
+#: Start-up rules of "another engine version" that msopt's rule table does not have:
+#: (description, predicate on the decoded values; True = the engine refuses to start).
+HIDDEN_RULES: tuple[tuple[str, Callable[[Mapping[str, Any]], bool]], ...] = (
+    ("pipeline parallelism refuses max_num_seqs > 128", lambda v: v["pp"] > 1 and v["max_num_seqs"] > 128),
+    ("gpu_memory_utilization 0.95 refused with tp >= 4",
+     lambda v: v["gpu_memory_utilization"] >= 0.95 and v["tp"] >= 4),
+    ("without chunked prefill max_num_batched_tokens must be >= 8192",
+     lambda v: not v["enable_chunked_prefill"] and v["max_num_batched_tokens"] < 8192),
+    ("max_num_seqs 512 refused with max_num_batched_tokens < 4096",
+     lambda v: v["max_num_seqs"] >= 512 and v["max_num_batched_tokens"] < 4096),
+)
 
 
 PROBLEMS = (
@@ -64,23 +140,45 @@ def table_key(space: SearchSpace, values: Mapping[str, Any]) -> tuple:
     return tuple(values[n] for n in space.names)
 
 
-class Table:
-    """Every valid configuration of a problem with its noise-free metrics and fitness."""
+def _write(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        # atomic: --jobs workers build the same table at once and must never read half a file
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
 
-    def __init__(self, problem: Problem, cache_dir: Path, log: Callable[[str], None]) -> None:
+
+class Table:
+    """Every valid configuration of a problem with its noise-free metrics and fitness.
+
+    Args:
+        problem: the problem.
+        cache_dir: where the table is cached.
+        log: progress lines.
+        gap: the hidden reality (None: the table is the simulator as msopt's prior knows it).
+    """
+
+    def __init__(self, problem: Problem, cache_dir: Path, log: Callable[[str], None], gap: Gap | None = None) -> None:
         self.problem = problem
+        self.gap = gap
         cache_dir.mkdir(parents=True, exist_ok=True)
         cfg = cache_dir / f"{problem.key}.toml"
         text = problem.toml()
-        if not cfg.exists() or cfg.read_text(encoding="utf-8") != text:
-            # atomic: --jobs workers build the same table at once and must never read half a file
-            tmp = cfg.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, cfg)
-        self.settings: Settings = load_settings(str(cfg), environ={})
+        _write(cfg, text)
+        self.user_settings: Settings = load_settings(str(cfg), environ={})
+        key = problem.key
+        if gap is not None:
+            key = hashlib.sha256(f"{problem.key} {gap!r}".encode()).hexdigest()[:16]
+            hw = cache_dir / f"{key}-hardware.toml"
+            _write(hw, gap.hardware_toml(problem.hardware))
+            rcfg = cache_dir / f"{key}.toml"
+            _write(rcfg, text.replace(f'hardware = "{problem.hardware}"', f'hardware = "{hw}"'))
+            self.settings: Settings = load_settings(str(rcfg), environ={})
+        else:
+            self.settings = self.user_settings
         self.space = SearchSpace.from_settings(self.settings)
         self.objective = make_objective("default", self.settings.data)
-        path = cache_dir / f"{problem.key}.json"
+        path = cache_dir / f"{key}.json"
         if path.exists():
             rows = json.loads(path.read_text(encoding="utf-8"))
         else:
@@ -119,6 +217,8 @@ class Table:
                 continue  # tp·pp does not divide the world size: not a valid configuration
             seen.add(key)
             r = evaluator.evaluate(EvalRequest(len(rows), "search", None, 0, tuple(d.position.tolist())))
+            if self.gap is not None and HIDDEN_RULES[self.gap.rule][1](r.values):
+                r.fitness, r.error = math.inf, f"refused by this engine version: {HIDDEN_RULES[self.gap.rule][0]}"
             rows.append({"key": list(key), "values": r.values,
                          "metrics": {m: r.metrics.get(m) for m in METRICS},
                          "fitness": r.fitness if math.isfinite(r.fitness) else None, "error": r.error})

@@ -24,9 +24,9 @@ from pathlib import Path
 from . import methods as methods_mod
 from . import oracle as oracle_mod
 from . import problems as problems_mod
-from .methods import ABLATION, METHODS, N_PARTICLES, REFINE_TOP_K, Launches, run_msopt_async, run_msopt_sync
+from .methods import ABLATION, METHODS, N_PARTICLES, REFINE_TOP_K, Launches, run_msopt
 from .oracle import Oracle
-from .problems import PROBLEMS, TEMPLATE, Problem, Table
+from .problems import PROBLEMS, TEMPLATE, Gap, Problem, Table
 from .score import score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,17 +37,21 @@ _COMMON_FILES = ("msopt/space/*.py", "msopt/evaluate/objective.py", "msopt/evalu
                  "msopt/metrics.py")
 _MSOPT_FILES = ("msopt/search/*.py", "msopt/run/driver.py", "msopt/run/dispatcher.py", "msopt/run/leaderboard.py",
                 "msopt/run/stages.py", "msopt/run/pool.py", "msopt/config/*.py", "msopt/config/*.toml",
-                "msopt/evaluate/evaluator.py")
+                "msopt/evaluate/evaluator.py", "msopt/evaluate/prior.py", "msopt/evaluate/simulated.py",
+                "msopt/sim/*.py", "msopt/sim/catalog/*/*.toml", "msopt/engines/*.py")
 
 #: The msopt-side helpers of methods.py that msopt's own methods depend on.
-_MSOPT_HELPERS = ("run_msopt_sync", "run_msopt_async", "_InOrderPool", "Variant", "_msopt_settings", "_msopt_pick",
-                  "_ng_run", "_optuna_quiet")
+_MSOPT_HELPERS = ("run_msopt", "run_prior_alone", "_InOrderPool", "Variant", "_msopt_settings", "_pick", "_prior",
+                  "_prior_memo", "_ng_run", "_optuna_quiet")
 
 
 @cache
-def table(index: int, cache_dir: str) -> Table:
-    """Problem ``index``'s table (built once per process; cached on disk under ``cache_dir``)."""
-    return Table(PROBLEMS[index], Path(cache_dir), lambda msg: print(msg, file=sys.stderr, flush=True))
+def table(index: int, cache_dir: str, gap: bool = True) -> Table:
+    """Problem ``index``'s table (built once per process; cached on disk under ``cache_dir``):
+    its hidden reality (:class:`Gap`) by default, else the simulator as the prior knows it."""
+    problem = PROBLEMS[index]
+    return Table(problem, Path(cache_dir), lambda msg: print(msg, file=sys.stderr, flush=True),
+                 Gap.of(problem) if gap else None)
 
 
 @cache
@@ -86,17 +90,17 @@ def run_task(task: tuple) -> tuple[str, str, float, dict[int, dict[str, float]],
 
     Returns (problem, method, seconds, budget -> score, whether it was read from the result
     cache); ``task``'s fingerprint is computed once, in the main process ("" for no cache)."""
-    index, mname, seed, budgets, noise, cache_dir, fp = task
+    index, mname, seed, budgets, noise, cache_dir, fp, gap = task
     # nevergrad clips the penalty told for a failure (10 x the worst fitness) at 5e20, once per tell
     warnings.filterwarnings("ignore", message="Clipping very high value")
-    tab = table(index, cache_dir)
+    tab = table(index, cache_dir, gap)
     method = next(m for m in METHODS if m.name == mname)
     path = None
     runs: dict[int, tuple[Launches, int | None]] | None = None
     secs = 0.0
     cached = False
     if fp:
-        tag = hashlib.sha256(repr((tab.problem.key, mname, seed, budgets, noise)).encode()).hexdigest()[:16]
+        tag = hashlib.sha256(repr((tab.problem.key, tab.gap, mname, seed, budgets, noise)).encode()).hexdigest()[:16]
         path = Path(cache_dir) / "results" / fp / f"{tag}.json"
         if path.exists():
             got = json.loads(path.read_text(encoding="utf-8"))
@@ -130,22 +134,21 @@ def run_task(task: tuple) -> tuple[str, str, float, dict[int, dict[str, float]],
 
 def ablation_task(task: tuple) -> tuple[int, str, dict[int, dict[str, float]]]:
     """One (problem, ablation row, mode, seed) at every budget."""
-    index, row, mode, seed, budgets, cache_dir = task
+    index, row, mode, seed, budgets, cache_dir, gap = task
     noise, _, variant = ABLATION[row]
-    tab = table(index, cache_dir)
-    run = run_msopt_sync if mode == "sync" else run_msopt_async
+    tab = table(index, cache_dir, gap)
     out = {}
     for b in budgets:
         oracle = Oracle(tab, seed, noise)
-        launches, pick = run(tab, oracle, b, seed, variant=variant)
+        launches, pick = run_msopt(tab, oracle, b, seed, mode=mode, variant=variant)
         out[b] = score(tab, launches, b, pick)
     return row, mode, out
 
 
 def run_ablation(seeds: range, budgets: Sequence[int], problems: Sequence[Problem], cache_dir: str,
-                 jobs: int) -> dict[tuple[int, str, int], list[dict[str, float]]]:
+                 jobs: int, gap: bool = True) -> dict[tuple[int, str, int], list[dict[str, float]]]:
     """Run every ablation row on ``seeds``: (row, mode, budget) -> the scores of its runs."""
-    tasks = [(PROBLEMS.index(p), row, mode, seed, tuple(budgets), cache_dir)
+    tasks = [(PROBLEMS.index(p), row, mode, seed, tuple(budgets), cache_dir, gap)
              for row, (_, modes, _) in enumerate(ABLATION) for mode in modes for p in problems for seed in seeds]
     got: dict[tuple[int, str, int], list[dict[str, float]]] = {}
     if jobs <= 1:

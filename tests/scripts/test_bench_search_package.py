@@ -51,5 +51,5 @@ def test_report_fills_every_field(pkg):
     assert "$" not in text
     assert text.startswith("# Search quality: msopt vs peer optimizers\n")
     assert "## Method" in text and "### Ablation" in text and "| t |" in text and "Seeds 100–101" in text
-    assert "- **50 launches**: msopt sync 0.000 (100%)" in text
+    assert "- **50 launches**: msopt 0.000 (100%)" in text
     assert text.endswith(f"| {methods[-1].name} | {methods[-1].how} |\n")

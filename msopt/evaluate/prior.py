@@ -1,0 +1,453 @@
+"""What the driver knows before a launch: the engine's start-up rules and the simulator's prediction.
+
+- :class:`CandidateScreen` renders a candidate as an evaluator would and checks the engine's
+  start-up rules (:mod:`msopt.engines.rules`), so a refused candidate is never dispatched.
+- :class:`SimulatorPrior` predicts a configuration's metrics and fitness with the embedded
+  simulator (noise off) for the run's own model, hardware, workload and objective, and searches
+  the run's space on it before the first launch (:meth:`SimulatorPrior.search`), so the swarm
+  starts from the baseline plus diverse top predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from msopt.config import Settings, thaw
+from msopt.engines import get_engine
+from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
+from msopt.errors import ConfigError, DecodeError, MsoptError
+from msopt.evaluate.evaluator import search_num_prompts
+from msopt.evaluate.objective import make_objective
+from msopt.evaluate.results import EvalRequest
+from msopt.evaluate.simulated import SimulatorSetup, bench_argv_of, metrics_of
+from msopt.space import SearchSpace
+
+__all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
+           "prior_applies", "prior_options"]
+
+#: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
+PRIOR_MODES = ("auto", "simulator", "none")
+
+
+def _key(values: Mapping[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _devices(settings: Settings) -> list[str]:
+    n = settings.section("cluster").get("devices_per_trial", 0)
+    return [str(i) for i in range(int(n))] if isinstance(n, int) and n > 0 else []
+
+
+class _AnyEnvironment(dict):
+    """The server's environment as the driver's pre-check sees it: every variable set. Rules on
+    the environment (MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
+    its evaluator checks them there, with its own environment."""
+
+    def get(self, key: Any, default: Any = None) -> Any:  # noqa: D102
+        return super().get(key, "set")
+
+
+class CandidateScreen:
+    """The engine's start-up rules, checked in the driver before a candidate is dispatched.
+
+    Renders the launch as the evaluator would (device ids ``0..devices_per_trial-1`` stand in
+    for the ones an actor gets) and checks the engine's rules with the simulated model's facts
+    (simulated run) or the model directory's config.json (real run). Rules on the server's
+    environment are left to the evaluator, which knows the environment the server gets.
+    """
+
+    def __init__(self, settings: Settings, *, simulate: bool | None = None) -> None:
+        self.settings = settings
+        self.engine = get_engine(settings.engine)
+        self.section = settings.section(settings.engine)
+        self.devices = _devices(settings)
+        sim = bool(settings.get("simulate")) if simulate is None else simulate
+        self.model: ModelFacts | None = None
+        if sim:
+            from msopt.sim import load_model
+
+            table = settings.section("simulator")
+            dirs = table.get("catalog_dirs", ())
+            m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+            self.model = ModelFacts(attention_heads=m.heads, max_position=m.max_position)
+        self._seen: dict[str, str | None] = {}
+
+    def refusal(self, values: Mapping[str, Any]) -> str | None:
+        """The engine's refusal of ``values`` (its message and rule), or None when it would start."""
+        key = _key(values)
+        if key in self._seen:
+            return self._seen[key]
+        try:
+            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                      devices=list(self.devices), workdir=None)
+            cand = Candidate(spec, dict(values), self.section,
+                             self.model if self.model is not None else model_facts(spec.model),
+                             _AnyEnvironment(spec.env))
+            hit = broken_rule(cand)
+            out = None
+            if hit is not None:
+                rule, message = hit
+                out = (f"{spec.engine} refuses this configuration at start-up: {message} "
+                       f"[rule {rule.id}, {rule.source}, {rule.version}]")
+        except MsoptError:
+            out = None  # anything else is the evaluator's to report
+        self._seen[key] = out
+        return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The simulator's prediction for one configuration."""
+
+    values: dict[str, Any]
+    position: np.ndarray
+    fitness: float
+    metrics: dict[str, float | None]
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What the journal holds beside the measured metrics: the metrics and ``fitness``."""
+        return {**self.metrics, "fitness": self.fitness if math.isfinite(self.fitness) else None}
+
+
+@dataclass(frozen=True)
+class PriorOptions:
+    """``[search]`` keys of the prior.
+
+    Attributes:
+        mode: one of :data:`PRIOR_MODES`.
+        evaluations: simulated evaluations of the prior search.
+        picks: how many particles besides the baseline start at the prior's top predictions
+            (None: all of them).
+        screen: moves a particle proposes per evaluation, the prior ranks them and the best
+            predicted is taken (0 or 1: no screening).
+        explore: the chance a screened particle takes its first proposal unranked instead, so a
+            wrong model cannot trap the search.
+        refit: after each iteration, refit the simulator's efficiency factors to the run's own
+            measurements (:func:`msopt.sim.calibrate.fit_hardware`, regularised toward the
+            catalog) and predict with the refitted hardware from then on.
+    """
+
+    mode: str = "auto"
+    evaluations: int = 600
+    picks: int | None = None
+    screen: int = 4
+    explore: float = 0.25
+    refit: bool = True
+
+
+def prior_options(settings: Settings) -> PriorOptions:
+    """The prior's options from ``[search]``.
+
+    Raises:
+        ConfigError: naming the file and the key.
+    """
+    table = settings.section("search")
+    where = settings.table_source("search")
+    mode = table.get("prior", "auto")
+    if mode not in PRIOR_MODES:
+        raise ConfigError(f"{where}: [search] prior must be one of {', '.join(PRIOR_MODES)}, got {mode!r}")
+    n = table.get("prior_evaluations", 600)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1_000_000:
+        raise ConfigError(f"{where}: [search] prior_evaluations must be an integer from 0 to 1000000, got {n!r}")
+    picks = table.get("prior_picks")
+    if picks is not None and (isinstance(picks, bool) or not isinstance(picks, int) or picks < 0):
+        raise ConfigError(f"{where}: [search] prior_picks must be a non-negative integer, got {picks!r}")
+    screen = table.get("screen", 4)
+    if isinstance(screen, bool) or not isinstance(screen, int) or not 0 <= screen <= 64:
+        raise ConfigError(f"{where}: [search] screen must be an integer from 0 to 64, got {screen!r}")
+    explore = table.get("explore", 0.25)
+    if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0 <= explore <= 1:
+        raise ConfigError(f"{where}: [search] explore must be a number from 0 to 1, got {explore!r}")
+    refit = table.get("refit", True)
+    if not isinstance(refit, bool):
+        raise ConfigError(f"{where}: [search] refit must be true or false, got {refit!r}")
+    return PriorOptions(str(mode), int(n), picks, int(screen), float(explore), refit)
+
+
+def prior_applies(settings: Settings, options: PriorOptions) -> bool:
+    """Whether the run uses the simulator prior.
+
+    ``"simulator"``: always. ``"auto"``: when the simulator describes the run, i.e. a simulated
+    run, or a real run whose ``[simulator]`` hardware and model were set in a configuration file
+    (the packaged defaults describe nobody's cluster). The engine must be one the simulator models.
+    """
+    if options.mode == "none" or options.evaluations <= 0:
+        return False
+    if settings.engine not in ("vllm", "sglang", "mindie"):
+        return options.mode == "simulator"
+    if options.mode == "simulator" or settings.get("simulate"):
+        return True
+    return all(settings.where(f"simulator.{k}") not in ("<defaults>", str(_defaults_path()))
+               for k in ("hardware", "model"))
+
+
+def _defaults_path() -> Any:
+    from msopt.config.settings import DEFAULTS_PATH
+
+    return DEFAULTS_PATH
+
+
+class SimulatorPrior:
+    """The embedded simulator as a model of the run (noise off), and a search of the space on it.
+
+    Args:
+        settings: the run's settings: its ``[simulator]`` hardware, model and workload (the
+            search's ``num_prompts``), its engine section and fields, its objective.
+        space: the run's search space.
+        screen: the start-up rules (refused candidates are predicted as failures).
+        simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
+        options: the ``[search]`` options (default: read from ``settings``).
+        memo: simulations shared between priors of the same settings and simulator (repeated
+            runs of one problem, as in scripts/bench_search): a configuration found there is not
+            simulated again. What each prior has predicted (its search) stays its own.
+    """
+
+    def __init__(self, settings: Settings, space: SearchSpace, screen: CandidateScreen | None = None,
+                 simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None,
+                 memo: dict[str, Prediction] | None = None) -> None:
+        self.settings = settings
+        self.options = options if options is not None else prior_options(settings)
+        self.searched = False
+        self.space = space
+        self.engine = get_engine(settings.engine)
+        self.section = settings.section(settings.engine)
+        self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True)
+        setup = SimulatorSetup.from_settings(settings)
+        table = thaw(setup.table) if simulator is None else thaw(simulator)
+        self.table = table
+        self.objective = make_objective(str(settings.get("objective", "default")), settings.data)
+        self.num_prompts = search_num_prompts(settings)
+        from msopt.sim import load_hardware, load_model, workload_from_mapping
+
+        dirs = table.get("catalog_dirs", ())
+        self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
+        self.catalog_hardware = load_hardware(table["hardware"], self.dirs)
+        self.hardware = self.catalog_hardware
+        self.model_spec = load_model(table["model"], self.dirs)
+        workload = dict(table.get("workload", {}))
+        if self.num_prompts is not None:
+            workload["num_prompts"] = int(self.num_prompts)
+        self.workload_table = workload
+        self.workload = workload_from_mapping(workload)
+        self.refits = 0
+        self.search_evaluations = 0
+        self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
+        self.devices = _devices(settings)
+        self.evaluations = 0
+        self._cache: dict[str, Prediction] = {}
+        self._memo = memo
+
+    def predict(self, values: Mapping[str, Any], position: Sequence[float] | np.ndarray | None = None) -> Prediction:
+        """The prediction for decoded ``values`` (cached per configuration)."""
+        key = _key(values)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        pos = np.asarray(position if position is not None else self.space.encode(
+            {n: values[n] for n in self.space.names if n in values}), dtype=float)
+        self.evaluations += 1
+        pred = self._memo.get(key) if self._memo is not None else None
+        if pred is None:
+            refusal = self.screen.refusal(values)
+            if refusal is not None:
+                pred = Prediction(dict(values), pos, math.inf, {}, refusal)
+            else:
+                pred = self._simulate(values, pos)
+            if self._memo is not None:
+                self._memo[key] = pred
+        self._cache[key] = pred
+        return pred
+
+    def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
+        from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
+        from msopt.sim.simulator import simulate
+
+        try:
+            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                      devices=list(self.devices), workdir=None)
+            req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
+            argv = bench_argv_of(values, req)
+            wl = self.workload.with_overrides(benchmark_overrides(argv)) if argv else self.workload
+            res = simulate(knobs_from_launch(spec), self.hardware, self.model_spec, wl,
+                           weight_dtype=str(self.table.get("weight_dtype", "bf16")),
+                           kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)), noise=0.0)
+        except MsoptError as exc:
+            return Prediction(dict(values), pos, math.inf, {}, str(exc))
+        metrics = metrics_of(res)
+        if res.error:
+            return Prediction(dict(values), pos, math.inf, metrics, str(res.error))
+        fit = float(self.objective(metrics))
+        return Prediction(dict(values), pos, fit if math.isfinite(fit) else math.inf, metrics, None)
+
+    def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+        """Remember one launched, successful measurement of ``values`` for :meth:`refit`."""
+        ttft, tpot, speed = (metrics.get("time_to_first_token"), metrics.get("time_per_output_token"),
+                             metrics.get("generate_speed"))
+        nums = [x for x in (ttft, tpot, speed) if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
+        if len(nums) == 3:
+            key = _key(values)
+            self._observed.pop(key, None)
+            self._observed[key] = (dict(values), float(ttft), float(tpot), float(speed))  # type: ignore[arg-type]
+
+    @property
+    def observed(self) -> list[dict[str, Any]]:
+        """The configurations measured so far (what :meth:`refit` fits)."""
+        return [v for v, *_ in self._observed.values()]
+
+    def refit(self, max_rows: int = 8, rounds: int = 1) -> bool:
+        """Refit the hardware's efficiency factors to the measurements observed so far (the
+        ``max_rows`` most recent distinct configurations) with
+        :func:`msopt.sim.calibrate.fit_hardware` (regularised toward the catalog entry, which
+        every refit starts from again); predictions are made with the refitted entry from then
+        on. Returns whether a refit happened (it needs two measured configurations)."""
+        from msopt.sim.calibrate import Measurement, fit_hardware
+        from msopt.sim.knobs import knobs_from_launch
+        from msopt.sim.specs import entry_path
+
+        rows = list(self._observed.values())[-max_rows:]
+        if len(rows) < 2:
+            return False
+        model = str(self.table["model"])
+        if self.dirs:
+            model = str(entry_path("models", model, self.dirs))
+        wl = self.workload
+        measurements = []
+        for values, ttft, tpot, speed in rows:
+            try:
+                spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                          devices=list(self.devices), workdir=None)
+                knobs = knobs_from_launch(spec)
+            except MsoptError:
+                continue
+            measurements.append(Measurement(
+                knobs=knobs, model=model, input_len=wl.input_len if isinstance(wl.input_len, int) else 0,
+                output_len=wl.output_len if isinstance(wl.output_len, int) else 0,
+                concurrency=int(wl.concurrency or 0), ttft_s=ttft, tpot_s=tpot, tokens_per_s=speed,
+                weight_dtype=str(self.table.get("weight_dtype", "bf16")), kv_dtype=self.table.get("kv_dtype"),
+                num_prompts=int(self.workload_table.get("num_prompts", 0)) or None, workload=self.workload_table))
+        if len(measurements) < 2:
+            return False
+        cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)))
+        self.hardware = cal.hardware
+        self._cache = {}
+        self._memo = None  # the shared simulations are of the catalog entry
+        self.refits += 1
+        return True
+
+    def predict_position(self, position: Sequence[float] | np.ndarray) -> Prediction | None:
+        """The prediction for a position (decoded without a context); None if it does not decode."""
+        try:
+            d = self.space.decode(np.asarray(position, dtype=float), None)
+        except DecodeError:
+            return None
+        return self.predict(d.values, d.position)
+
+    def search(self, evaluations: int, rng: np.random.Generator) -> list[Prediction]:
+        """Search the space on the simulator; every prediction made, best first.
+
+        Uniform samples (half the budget, the default configuration among them), then a
+        first-improvement hill climb from each of the best distinct configurations, one step
+        (``SearchSpace.steps``) up or down along one dimension at a time, until the budget of
+        simulated evaluations is spent or no climb improves.
+        """
+        low, high = self.space.bounds
+        steps = self.space.steps
+        start = self.evaluations
+        self.predict_position(self.space.default_position())
+        tries = 0
+        while self.evaluations - start < evaluations // 2 and tries < 20 * evaluations:
+            tries += 1
+            self.predict_position(low + rng.random(low.size) * (high - low))
+        self.searched = True
+        climbed: set[str] = set()
+        improved = True
+        while improved and self.evaluations - start < evaluations:
+            improved = False
+            ranked = self.ranked()
+            for p in ranked[:8]:
+                if not math.isfinite(p.fitness) or _key(p.values) in climbed:
+                    continue
+                climbed.add(_key(p.values))
+                improved = True
+                for j in rng.permutation(low.size):
+                    for sign in (-1.0, 1.0):
+                        if self.evaluations - start >= evaluations or steps[j] <= 0:
+                            continue
+                        x = p.position.copy()
+                        x[j] = min(max(x[j] + sign * steps[j], low[j]), high[j])
+                        self.predict_position(x)
+                break
+        self.search_evaluations += self.evaluations - start
+        return self.ranked()
+
+    def ranked(self) -> list[Prediction]:
+        """Every prediction made so far, best first (failures last)."""
+        return sorted(self._cache.values(), key=lambda p: p.fitness)
+
+    def layout_names(self) -> tuple[str, ...]:
+        """The fields of the parallel layout: every ternary_factories field and its sources."""
+        from msopt.space.dtypes import TernaryFactoriesType
+
+        names: list[str] = []
+        for n in self.space.field_names:
+            t = self.space.field_type(n)
+            if isinstance(t, TernaryFactoriesType):
+                names += [*t.targets, n]
+        return tuple(dict.fromkeys(names))
+
+    def picks(self, k: int, exclude: Sequence[Mapping[str, Any]] = ()) -> list[Prediction]:
+        """Up to ``k`` diverse top predictions, best first: for half of them the best of each
+        distinct parallel layout (:meth:`layout_names`), layouts in the order of their best, then
+        further top predictions that differ from every pick (and from ``exclude``, the baseline)
+        in at least ``max(2, dimensions // 3)`` searched values (every one in a smaller space):
+        starts in several basins, not around one optimum."""
+        names = self.space.names
+        layout = self.layout_names()
+        need = min(len(names), max(2, len(names) // 3))
+        ranked = [p for p in self.ranked() if math.isfinite(p.fitness)]
+        chosen: list[Prediction] = []
+        taken = [tuple(v.get(n) for n in names) for v in exclude]
+        if layout:
+            seen_layouts: set[tuple[Any, ...]] = set()
+            for p in ranked:
+                lay = tuple(p.values.get(n) for n in layout)
+                if lay in seen_layouts:
+                    continue
+                seen_layouts.add(lay)
+                t = tuple(p.values.get(n) for n in names)
+                if len(chosen) < (k + 1) // 2 and t not in taken:
+                    chosen.append(p)
+                    taken.append(t)
+        for p in ranked:
+            if len(chosen) >= k:
+                break
+            t = tuple(p.values.get(n) for n in names)
+            if all(sum(a != b for a, b in zip(t, u)) >= need for u in taken):
+                chosen.append(p)
+                taken.append(t)
+        return sorted(chosen, key=lambda p: p.fitness)
+
+def make_prior(settings: Settings, space: SearchSpace | None = None) -> SimulatorPrior | None:
+    """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
+
+    Raises:
+        ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
+            does not describe a model and hardware of the catalogs.
+    """
+    options = prior_options(settings)
+    if not prior_applies(settings, options):
+        return None
+    try:
+        return SimulatorPrior(settings, space if space is not None else SearchSpace.from_settings(settings),
+                              options=options)
+    except ConfigError:
+        if options.mode == "simulator":
+            raise
+        return None  # "auto": the simulator cannot describe this run

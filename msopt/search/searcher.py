@@ -1,0 +1,208 @@
+"""The searcher seam: what proposes the next positions, as ask/tell over opaque trial ids.
+
+In the spirit of Nevergrad's ask/tell and Ray Tune's ``Searcher.suggest`` /
+``on_trial_complete``: :meth:`Searcher.ask` hands out :class:`Trial` objects (an opaque id, a
+position in the search space's box, the :class:`~msopt.space.DecodeContext` to decode it with,
+and the lane and count that name its evaluation), :meth:`Searcher.tell` gives back the fitness
+(lower is better, ``inf`` for a failed or refused candidate) and the repaired position that was
+really evaluated (write-back). :meth:`Searcher.to_state` / ``from_state`` checkpoint it.
+
+The driver holds the searcher and drives it the same way in both modes: ask, dispatch, tell in
+the order the trials were asked (sync) or as results arrive (async). The particle swarm
+(:class:`SwarmSearcher`, name ``"swarm"``) is the default; a plugin registers a factory in
+:data:`SEARCHERS` (entry-point group ``msopt.searchers``) with the signature of
+:func:`make_swarm_searcher`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from msopt.errors import ConfigError
+from msopt.registry import Registry
+from msopt.search.swarm import Swarm, SwarmOptions
+from msopt.space import DecodeContext
+
+__all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "make_searcher"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One position to evaluate.
+
+    Attributes:
+        id: opaque to the driver; unique within the searcher.
+        position: one float per dimension, inside the box.
+        context: the DecodeContext an evaluator decodes the position with.
+        lane: the particle (or other lane) proposing it: with ``count`` it names the evaluation
+            (its eval id and its resume key).
+        count: the lane's evaluation count (0-based).
+    """
+
+    id: int
+    position: np.ndarray
+    context: DecodeContext | None
+    lane: int
+    count: int
+
+
+@runtime_checkable
+class Searcher(Protocol):
+    """What the driver needs of a searcher."""
+
+    name: str
+
+    @property
+    def lanes(self) -> int:
+        """How many trials can be in flight at once (a swarm's particles)."""
+
+    def ask(self) -> list[Trial]:
+        """Trials to evaluate now (empty while the searcher waits for results)."""
+
+    def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:
+        """The fitness of a trial and the repaired position really evaluated."""
+
+    def lane_count(self, lane: int) -> int:
+        """How many trials of ``lane`` have been told."""
+
+    def to_state(self) -> dict[str, Any]:
+        """The searcher as JSON-serialisable data."""
+
+
+@dataclass(frozen=True)
+class SearcherSetup:
+    """What a searcher factory gets.
+
+    Attributes:
+        low, high: the box.
+        options: the swarm's options (lanes = ``n_particles``, the seed).
+        mode: ``"sync"`` (whole generations) or ``"async"`` (each lane alone).
+        init_positions: starting positions, row ``k`` for lane ``k`` (the baseline, then the
+            prior's picks); lanes without one start at random.
+        steps: the search space's step per dimension.
+        n_dims: the number of dimensions.
+        context: ``context(lane, count)``: the DecodeContext of a lane's evaluation.
+    """
+
+    low: np.ndarray
+    high: np.ndarray
+    options: SwarmOptions
+    mode: str
+    init_positions: np.ndarray | None
+    steps: np.ndarray | None
+    context: Callable[[int, int], DecodeContext | None]
+
+
+class SwarmSearcher:
+    """The particle swarm as a :class:`Searcher`.
+
+    Sync: :meth:`ask` gives every particle's trial once all of the previous generation was told;
+    the tells are buffered and handed to :meth:`Swarm.tell` together (write-back first), so the
+    swarm moves exactly as before. Async: :meth:`ask` gives a trial for every particle not in
+    flight; each tell is :meth:`Swarm.tell_one`.
+    """
+
+    name = "swarm"
+
+    def __init__(self, swarm: Swarm, mode: str, context: Callable[[int, int], DecodeContext | None]) -> None:
+        if mode not in ("sync", "async"):
+            raise ConfigError(f"mode must be 'sync' or 'async', got {mode!r}")
+        self.swarm = swarm
+        self.mode = mode
+        self._context = context
+        self._pending: dict[int, tuple[int, int]] = {}   # trial id -> (lane, count) asked, not told
+        self._told: dict[int, tuple[float, np.ndarray | None]] = {}  # sync: lane -> told, this generation
+
+    @property
+    def lanes(self) -> int:  # noqa: D102
+        return self.swarm.n_particles
+
+    def trial_id(self, lane: int, count: int) -> int:
+        """The id of lane ``lane``'s ``count``-th trial (ids are a function of both)."""
+        return count * self.lanes + lane
+
+    def lane_count(self, lane: int) -> int:  # noqa: D102
+        return int(self.swarm.evaluation_counts[lane])
+
+    def _trial(self, lane: int) -> Trial:
+        count = self.lane_count(lane)
+        tid = self.trial_id(lane, count)
+        self._pending[tid] = (lane, count)
+        return Trial(tid, self.swarm.ask_one(lane), self._context(lane, count), lane, count)
+
+    def ask(self) -> list[Trial]:  # noqa: D102
+        if self.mode == "sync":
+            if self._pending or self._told:
+                return []
+            return [self._trial(i) for i in range(self.lanes)]
+        busy = {lane for lane, _ in self._pending.values()}
+        return [self._trial(i) for i in range(self.lanes) if i not in busy]
+
+    def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:  # noqa: D102
+        if trial_id not in self._pending:
+            raise KeyError(f"trial {trial_id} was not asked or was already told")
+        lane, _ = self._pending.pop(trial_id)
+        pos = None if position is None else np.asarray(position, dtype=float)
+        if self.mode == "async":
+            self.swarm.tell_one(lane, fitness, pos)
+            return
+        self._told[lane] = (float(fitness), pos)
+        if len(self._told) < self.lanes:
+            return
+        fit = np.array([self._told[i][0] for i in range(self.lanes)])
+        rows = [self._told[i][1] for i in range(self.lanes)]
+        self._told = {}
+        if any(r is None for r in rows):
+            self.swarm.tell(fit)
+        else:
+            self.swarm.tell(fit, np.array(rows, dtype=float))
+
+    @property
+    def best_position(self) -> np.ndarray | None:
+        """The best position told so far."""
+        return self.swarm.best_position
+
+    @property
+    def best_fitness(self) -> float:
+        """The best fitness told so far."""
+        return self.swarm.best_fitness
+
+    def to_state(self) -> dict[str, Any]:  # noqa: D102
+        return {"searcher": self.name, "mode": self.mode, "swarm": self.swarm.to_state()}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any],
+                   context: Callable[[int, int], DecodeContext | None]) -> SwarmSearcher:
+        """Rebuild from :meth:`to_state` (trials asked but not told are asked again)."""
+        return cls(Swarm.from_state(state["swarm"]), str(state["mode"]), context)
+
+
+def make_swarm_searcher(setup: SearcherSetup) -> SwarmSearcher:
+    """The default searcher: a :class:`Swarm` over the box, lanes starting at ``init_positions``."""
+    swarm = Swarm(setup.low, setup.high, setup.options, init_position=None, steps=setup.steps,
+                  init_positions=setup.init_positions)
+    return SwarmSearcher(swarm, setup.mode, setup.context)
+
+
+SEARCHERS: Registry[Callable[[SearcherSetup], Searcher]] = Registry("searcher", "msopt.searchers")
+"""Searcher factories by name (``[search] searcher``); entry-point group ``msopt.searchers``."""
+SEARCHERS.register("swarm", make_swarm_searcher)
+
+
+def make_searcher(name: str, setup: SearcherSetup) -> Searcher:
+    """Build the searcher registered as ``name``.
+
+    Raises:
+        ConfigError: no searcher of that name (the message lists the valid ones).
+    """
+    from msopt.errors import RegistryError
+
+    try:
+        factory = SEARCHERS.get(name)
+    except RegistryError as exc:
+        raise ConfigError(f"[search] searcher: {exc}") from None
+    return factory(setup)

@@ -1,0 +1,244 @@
+"""The simulator prior: its search, its diverse picks, where the swarm starts, what is journaled."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from msopt.config import load_settings
+from msopt.errors import ConfigError
+from msopt.evaluate.prior import CandidateScreen, SimulatorPrior, make_prior, prior_applies, prior_options
+from msopt.evaluate.results import EvaluationResult
+from msopt.run.driver import Driver
+from msopt.run.pool import InProcessPool
+from msopt.space import SearchSpace
+from tests.driver_helpers import FormulaEvaluator
+
+CFG = """
+simulate = {simulate}
+engine = "vllm"
+n_particles = 5
+iters = 2
+seed = 4
+sample_size = 24
+{extra}
+[data_storage]
+pso_top_k = 1
+[cluster]
+devices_per_trial = 8
+[simulator]
+hardware = "h100-sxm"
+model = "llama-3.1-8b"
+[simulator.workload]
+input_len = 512
+output_len = 64
+num_prompts = 24
+concurrency = 16
+[[vllm.target_field]]
+name = "tp"
+config_position = "--tensor-parallel-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [1, 2, 4, 8]
+value = 1
+[[vllm.target_field]]
+name = "pp"
+config_position = "--pipeline-parallel-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [1, 2]
+value = 1
+[[vllm.target_field]]
+name = "dp"
+config_position = "--data-parallel-size"
+min = 0
+max = 0
+dtype = "ternary_factories"
+dtype_param = {{ target_names = ["tp", "pp"], product = 8 }}
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [8, 32, 128]
+value = 32
+[[vllm.target_field]]
+name = "max_num_batched_tokens"
+config_position = "--max-num-batched-tokens"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [16, 2048, 8192]
+value = 8192
+"""
+
+
+def settings_of(write_toml, simulate="true", extra=""):
+    return load_settings(str(write_toml(CFG.format(simulate=simulate, extra=extra))), environ={})
+
+
+def test_prior_search_ranks_and_picks_distinct_layouts(write_toml):
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings, space)
+    ranked = prior.search(60, np.random.default_rng(0))
+    fits = [p.fitness for p in ranked]
+    assert fits == sorted(fits) and math.isfinite(fits[0])
+    assert 0 < prior.evaluations <= 60
+    assert prior.layout_names() == ("tp", "pp", "dp")
+    # tokens 16 < seqs 32: vLLM refuses it at start-up; the prior predicts a failure, not a number
+    refused = prior.predict({**ranked[0].values, "max_num_seqs": 32, "max_num_batched_tokens": 16})
+    assert refused.fitness == math.inf and "max_num_batched_tokens" in (refused.error or "")
+    picks = prior.picks(4, exclude=[space.decode(space.default_position()).values])
+    assert len(picks) == 4
+    layouts = [(p.values["tp"], p.values["pp"]) for p in picks]
+    assert len(set(layouts)) >= 2  # half of the picks: the best of distinct layouts
+    assert [p.fitness for p in picks] == sorted(p.fitness for p in picks)
+
+
+def test_memo_is_shared_and_results_are_the_same(write_toml):
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    memo: dict = {}
+    a = SimulatorPrior(settings, space, memo=memo)
+    first = a.search(30, np.random.default_rng(1))
+    b = SimulatorPrior(settings, space, memo=memo)
+    second = b.search(30, np.random.default_rng(1))
+    assert [p.values for p in first] == [p.values for p in second]
+    assert [p.fitness for p in first] == [p.fitness for p in second]
+
+
+def test_prior_applies(write_toml):
+    sim = settings_of(write_toml)
+    assert prior_applies(sim, prior_options(sim))
+    off = settings_of(write_toml, extra='[search]\nprior = "none"')
+    assert not prior_applies(off, prior_options(off)) and make_prior(off) is None
+    # a real run whose [simulator] was set in its file: on; with the packaged defaults only: off
+    real = settings_of(write_toml, simulate="false")
+    assert prior_applies(real, prior_options(real))
+    text = CFG.format(simulate="false", extra="")
+    text = text[:text.index("[simulator]")] + text[text.index("[[vllm.target_field]]"):]
+    bare = load_settings(str(write_toml(text, "bare.toml")), environ={})
+    assert not prior_applies(bare, prior_options(bare))
+
+
+def test_bad_search_keys_are_config_errors(write_toml):
+    with pytest.raises(ConfigError, match="prior"):
+        settings_of(write_toml, extra='[search]\nprior = "maybe"')
+    with pytest.raises(ConfigError, match="unknown key|valid keys|not a known"):
+        settings_of(write_toml, extra='[search]\npriors = "none"')
+
+
+def test_driver_starts_at_picks_and_journals_predictions(write_toml):
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    prior = make_prior(settings, space)
+    assert prior is not None
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
+        space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
+    driver = Driver(settings, pool, prior=prior)
+    assert driver.prior_picks and len(driver.prior_picks) == 4
+    out = driver.run()
+    pool.close()
+    first = {r.particle: r for r in out.results if r.phase == "search" and r.iteration == 0}
+    for k, pick in enumerate(driver.prior_picks, start=1):
+        assert {n: first[k].values[n] for n in space.names} == {n: pick["values"][n] for n in space.names}
+        assert first[k].predicted is not None
+        assert first[k].predicted["fitness"] == pytest.approx(pick["fitness"])
+    launched = [r for r in out.results if not r.reused and not r.refused]
+    assert all(r.predicted is not None and "generate_speed" in r.predicted for r in launched)
+    back = EvaluationResult.from_json(launched[0].to_json("run"))
+    assert back.predicted == launched[0].predicted
+
+
+def test_screen_checks_rules_with_the_simulated_model(write_toml):
+    settings = settings_of(write_toml)
+    screen = CandidateScreen(settings)
+    ok = {"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 32, "max_num_batched_tokens": 2048}
+    assert screen.refusal(ok) is None
+    assert "max_num_batched_tokens" in (screen.refusal({**ok, "max_num_batched_tokens": 16}) or "")
+
+
+def test_report_shows_the_prior(write_toml, tmp_path):
+    from msopt.report.figures import PRIOR_PNG
+    from msopt.report.html import write_report
+    from msopt.run.store import RunStore
+
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    store = RunStore.create(tmp_path / "runs", settings)
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, lambda v: v["tp"]))
+    Driver(settings, pool, store=store, prior=make_prior(settings, space)).run()
+    pool.close()
+    store.close()
+    page = write_report(store.run_dir, export=False).read_text()
+    assert "simulator prior predicted every launched configuration" in page
+    assert (store.run_dir / PRIOR_PNG).stat().st_size > 0
+
+
+def test_refit_learns_from_measurements(write_toml):
+    """Measurements 30 % slower than the catalog predicts: after a refit the predictions of the
+    measured configurations are closer to what was measured."""
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings, space)
+    ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:4]
+    assert len(ranked) == 4
+    slow = {}
+    for p in ranked:
+        m = p.metrics
+        slow[json_key(p.values)] = {"generate_speed": m["generate_speed"] * 0.7,
+                                    "time_to_first_token": m["time_to_first_token"] / 0.7,
+                                    "time_per_output_token": m["time_per_output_token"] / 0.7}
+        prior.observe(p.values, slow[json_key(p.values)])
+    assert prior.refit(rounds=1) and prior.refits == 1
+
+    def error() -> float:
+        return sum(abs(prior.predict(p.values).metrics["generate_speed"] / slow[json_key(p.values)]["generate_speed"]
+                       - 1) for p in ranked)
+
+    after = error()
+    assert after < 4 * 0.3 / 0.7  # before the refit every prediction was 1/0.7 - 1 = 43 % too fast
+    assert prior.hardware != prior.catalog_hardware
+
+
+def json_key(values):
+    import json
+
+    return json.dumps(values, sort_keys=True)
+
+
+def test_refit_needs_two_measurements(write_toml):
+    settings = settings_of(write_toml)
+    prior = SimulatorPrior(settings, SearchSpace.from_settings(settings))
+    prior.observe({"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
+                  {"generate_speed": 100.0, "time_to_first_token": 0.1, "time_per_output_token": 0.01})
+    prior.observe({"tp": 2, "pp": 1, "dp": 4, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
+                  {"generate_speed": None, "time_to_first_token": 0.1, "time_per_output_token": 0.01})
+    assert prior.refit() is False and prior.hardware == prior.catalog_hardware
+
+
+def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
+    """A simulated run with noise refits its prior after iterations; the same seed, the same run."""
+    settings = load_settings(str(write_toml(CFG.format(simulate="true", extra="max_launches = 14").replace(
+        '[simulator]\n', '[simulator]\nnoise = 0.03\n'), "noisy.toml")), environ={})
+    space = SearchSpace.from_settings(settings)
+
+    def run():
+        pool = InProcessPool(settings, size=1)
+        driver = Driver(settings, pool, prior=make_prior(settings, space))
+        out = driver.run()
+        pool.close()
+        return driver, [(r.eval_id, r.fitness, r.reused, r.refused) for r in out.results]
+
+    first, journal = run()
+    assert first.prior is not None and first.prior.refits >= 1
+    assert first.prior_record()["refits"] == first.prior.refits
+    _, again = run()
+    assert again == journal
+    assert sum(1 for _, _, reused, refused in journal if not reused and not refused) <= 14
