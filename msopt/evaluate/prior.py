@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
@@ -154,16 +155,16 @@ def prior_options(settings: Settings) -> PriorOptions:
     if mode not in PRIOR_MODES:
         raise ConfigError(f"{where}: [search] prior must be one of {', '.join(PRIOR_MODES)}, got {mode!r}")
     n = table.get("prior_evaluations", 600)
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1_000_000:
+    if not is_int(n) or not 0 <= n <= 1_000_000:
         raise ConfigError(f"{where}: [search] prior_evaluations must be an integer from 0 to 1000000, got {n!r}")
     picks = table.get("prior_picks")
-    if picks is not None and (isinstance(picks, bool) or not isinstance(picks, int) or picks < 0):
+    if picks is not None and (not is_int(picks) or picks < 0):
         raise ConfigError(f"{where}: [search] prior_picks must be a non-negative integer, got {picks!r}")
     screen = table.get("screen", 4)
-    if isinstance(screen, bool) or not isinstance(screen, int) or not 0 <= screen <= 64:
+    if not is_int(screen) or not 0 <= screen <= 64:
         raise ConfigError(f"{where}: [search] screen must be an integer from 0 to 64, got {screen!r}")
     explore = table.get("explore", 0.25)
-    if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0 <= explore <= 1:
+    if not is_number(explore) or not 0 <= explore <= 1:
         raise ConfigError(f"{where}: [search] explore must be a number from 0 to 1, got {explore!r}")
     refit = table.get("refit", True)
     if not isinstance(refit, bool):

@@ -112,7 +112,7 @@ def _length(table: Mapping[str, Any], key: str, where: str) -> LengthSpec:
             if k not in value:
                 raise ConfigError(f"{where}.{key}: lognormal needs keys mean and sigma (missing {k!r})")
         mean, sigma = value["mean"], value["sigma"]
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (mean, sigma)) or \
+        if not all(is_number(v) for v in (mean, sigma)) or \
                 not 1 <= mean <= MAX_LENGTH or not 0 <= sigma <= 10:
             raise ConfigError(
                 f"{where}.{key}: lognormal needs mean from 1 to {MAX_LENGTH} and sigma from 0 to 10, "
