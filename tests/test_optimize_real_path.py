@@ -12,9 +12,10 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
+
+from tests.procs import recorded, started, survivors
 
 CONFIG = """
 engine = "vllm"
@@ -59,22 +60,11 @@ num_prompts = 16
 """
 
 
-def _processes_with(token: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if token in (d / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(d.name))
-            except OSError:
-                continue
-    return pids
-
-
 @pytest.mark.slow  # a whole run through sim-serve
 def test_optimize_builtin_through_sim_serve(tmp_path):
     token = f"e2e-{uuid.uuid4().hex[:8]}"
-    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
     cfg = tmp_path / "cfg.toml"
     (tmp_path / "Qwen3-8B").mkdir()  # preflight checks the model path; sim-serve picks qwen3-8b by its name
     cfg.write_text(CONFIG.format(exe=exe, token=token, model=tmp_path / "Qwen3-8B"))
@@ -97,7 +87,7 @@ def test_optimize_builtin_through_sim_serve(tmp_path):
     seqs_seen = {int(a[a.index("--max-num-seqs") + 1]) for a in seen}
     assert {r["values"]["max_num_seqs"] for r in launched} <= seqs_seen
     assert any(p.name.startswith("eval-") and "server" in p.name for p in (run / "logs").iterdir())
-    assert _processes_with(token) == []  # every server stopped
+    assert started(pids) and survivors(pids) == []  # every server stopped
 
 
 def test_optimize_runs_the_cheap_preflight_before_the_baseline(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from msopt.sim.rendezvous import instance_key, placement
+from tests.procs import recorded, started, survivors
 
 REPO = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).with_name("cluster_run.py")
@@ -64,18 +65,6 @@ num_prompts = 8
 """
 
 
-def _processes_with(token: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if token in (d / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(d.name))
-            except OSError:
-                continue
-    return pids
-
-
 def _run(tmp_path: Path, cmd: list[str], nodes: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(HELPER), str(nodes), "8", "--", *cmd], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=900)
@@ -99,7 +88,9 @@ def test_sglang_trials_span_two_nodes_through_sim_serve(tmp_path, fault):
     token = f"mn-{uuid.uuid4().hex[:8]}"
     (tmp_path / "DeepSeek-V3").mkdir()
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"]), token=token,
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    cfg.write_text(CONFIG.format(exe=exe, token=token,
                                  model=tmp_path / "DeepSeek-V3", extra="--fail-node 1" if fault else ""))
     argv_dir = tmp_path / "argv"
     argv_dir.mkdir()
@@ -125,7 +116,7 @@ def test_sglang_trials_span_two_nodes_through_sim_serve(tmp_path, fault):
     for port, lead in leaders.items():
         assert placement(lead).rank == 0 and placement(followers[port]).rank == 1
         assert instance_key(lead) == instance_key(followers[port])
-    assert _processes_with(token) == []  # every node's server stopped
+    assert started(pids) and survivors(pids) == []  # every node's server stopped
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from msopt.engines import get_engine
 from msopt.engines.base import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError
 from msopt.sim.simulator import simulate_disaggregated
+from tests.procs import recorded, started, survivors
 
 REPO = Path(__file__).resolve().parents[2]
 PD_CONFIG = REPO / "configs" / "pd_h200_sglang.toml"
@@ -161,7 +162,8 @@ num_prompts = 8
 def test_pd_trial_through_sim_serve_and_its_router(tmp_path):
     token = f"pd-{uuid.uuid4().hex[:8]}"
     (tmp_path / "Qwen3-8B").mkdir()
-    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(REAL.format(exe=exe, token=token, model=tmp_path / "Qwen3-8B"))
     argv_dir = tmp_path / "argv"
@@ -180,6 +182,4 @@ def test_pd_trial_through_sim_serve_and_its_router(tmp_path):
     modes = [a[a.index("--disaggregation-mode") + 1] for a in servers]
     assert modes.count("decode") == len(routers) and modes.count("prefill") >= len(routers)
     assert any(p.name.endswith("server-decode0-a1.log") for p in (run / "logs").iterdir())
-    pids = [d for d in Path("/proc").iterdir() if d.name.isdigit()
-            and token in (d / "cmdline").read_bytes().decode(errors="replace")] if Path("/proc").is_dir() else []
-    assert pids == []
+    assert started(pids) and survivors(pids) == []  # every instance and the router stopped

@@ -19,13 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import recorded, started, survivors
+
 pytestmark = pytest.mark.slow  # real servers and benchmarks, a driver killed ten times
 
 REPO = Path(__file__).resolve().parents[2]
-SIM_SERVE = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
-# every process a test starts carries its token on the command line ({token} below), and a test
-# looks for that token only: other tests and other runs on the machine sleep too
-HANG = json.dumps([sys.executable, "-c", "import time, sys; time.sleep(600)", "{token}"])
+# every process a test starts goes through tests/record_pid.py into the test's own pid directory,
+# and a test looks at those processes only: other tests and other runs on the machine sleep too
+SIM_SERVE_ARGV = [sys.executable, "-m", "msopt.cli", "sim-serve"]
+HANG_ARGV = [sys.executable, "-c", "import time, sys; time.sleep(600)", "{token}"]
 
 BASE = """
 engine = "vllm"
@@ -64,34 +66,27 @@ num_prompts = 8
 """
 
 
-def processes_with(token: str) -> list[int]:
-    """This machine's processes whose command line holds ``token`` (a test's own uuid)."""
-    assert token.startswith("fault-") and len(token) > 10, "look for a test's own token only"
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if token.encode() in (d / "cmdline").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
-
-
-def run_optimize(tmp_path: Path, *, benchmark="builtin", server=SIM_SERVE, bench=HANG, server_flags="",
-                 wait=30, time_out=120) -> tuple[subprocess.CompletedProcess, Path, str]:
+def run_optimize(tmp_path: Path, *, benchmark="builtin", server=SIM_SERVE_ARGV, bench=HANG_ARGV, server_flags="",
+                 wait=30, time_out=120) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """Run optimize with ``server`` and ``bench`` (argv lists; ``{token}`` becomes the test's own token),
+    each through the pid recorder; return the result, the run directory and the pid directory."""
     token = f"fault-{uuid.uuid4().hex[:8]}"
+    pids = tmp_path / "pids"
+
+    def exe(argv: list[str]) -> str:
+        return json.dumps(recorded([a.replace("{token}", token) for a in argv], pids))
+
     cfg = tmp_path / "cfg.toml"
     (tmp_path / "Qwen3-8B").mkdir()  # optimize's preflight checks the model path
-    cfg.write_text(BASE.format(benchmark=benchmark, server=server.replace("{token}", token),
-                               bench=bench.replace("{token}", token), server_flags=server_flags,
+    cfg.write_text(BASE.format(benchmark=benchmark, server=exe(server),
+                               bench=exe(bench), server_flags=server_flags,
                                wait=wait, time_out=time_out, token=token, model=tmp_path / "Qwen3-8B"))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
                           "--max-concurrent", "2", "-o", str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=600)
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1, out.stderr
-    return out, runs[0], token
+    return out, runs[0], pids
 
 
 def journal(run: Path) -> list[dict]:
@@ -102,18 +97,18 @@ def journal(run: Path) -> list[dict]:
 
 
 def test_server_never_ready(tmp_path):
-    never = json.dumps([sys.executable, "-c", "import time; time.sleep(600)", "{token}", "--"])
-    out, run, token = run_optimize(tmp_path, server=never, wait=2)
+    never = [sys.executable, "-c", "import time; time.sleep(600)", "{token}", "--"]
+    out, run, pids = run_optimize(tmp_path, server=never, wait=2)
     assert out.returncode == 1, out.stderr  # nothing succeeded: said, not crashed
     lines = journal(run)
     assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
     launched = [x for x in lines if not x["reused"]]
     assert launched and all(x["fitness"] is None and "ready" in x["error"] for x in launched)
-    assert processes_with(token) == []
+    assert started(pids) and survivors(pids) == []
 
 
 def test_server_crashes_mid_benchmark(tmp_path):
-    out, run, token = run_optimize(tmp_path, server_flags="--fail-after 3")
+    out, run, pids = run_optimize(tmp_path, server_flags="--fail-after 3")
     assert out.returncode == 1, out.stderr
     lines = journal(run)
     assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
@@ -121,17 +116,17 @@ def test_server_crashes_mid_benchmark(tmp_path):
         if not x["reused"]:
             assert x["fitness"] is None and x["error"]
             assert x["attempts"] == 3  # a lost connection is retryable; the crash repeats
-    assert processes_with(token) == []
+    assert started(pids) and survivors(pids) == []
 
 
 def test_benchmark_hangs(tmp_path):
-    out, run, token = run_optimize(tmp_path, benchmark="vllm_benchmark", bench=HANG, time_out=3)
+    out, run, pids = run_optimize(tmp_path, benchmark="vllm_benchmark", bench=HANG_ARGV, time_out=3)
     assert out.returncode == 1, out.stderr
     lines = journal(run)
     assert sorted(x["eval_id"] for x in lines) == [0, 1, 2]
     launched = [x for x in lines if not x["reused"]]
     assert all("did not finish" in x["error"] for x in launched)
-    assert processes_with(token) == []
+    assert started(pids) and survivors(pids) == []
 
 
 KILL_CFG = """
