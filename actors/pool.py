@@ -26,23 +26,13 @@ from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
+from msopt.run.pool import devices_per_trial
 
 log = logging.getLogger("msopt.pool")
 
 
 class ClusterError(MsoptError):
     """The Ray cluster cannot host the pool (missing resources, unreachable address)."""
-
-
-def devices_per_trial(settings: Settings) -> int:
-    """``[cluster] devices_per_trial``; default: the ternary_factories product, else 1."""
-    value = settings.section("cluster").get("devices_per_trial")
-    if value is not None:  # checked at load time: an integer from 0 to 4096
-        return int(value)
-    from msopt.space import SearchSpace
-
-    products = SearchSpace.from_settings(settings).ternary_products()
-    return int(products[0]) if products else 1
 
 
 def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from msopt.config import Settings, thaw
 from msopt.engines import get_engine
 from msopt.engines.base import LaunchSpec, flag_name
 from msopt.errors import MsoptError
+from msopt.run.pool import devices_per_trial
 from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
@@ -161,11 +162,7 @@ def trial_devices(settings: Settings) -> tuple[str | None, int]:
     cluster = settings.section("cluster")
     acc = str(cluster.get("accelerator", "NPU"))
     key = None if acc.lower() == "none" else acc.upper()
-    k = cluster.get("devices_per_trial")
-    if k is None:
-        products = SearchSpace.from_settings(settings).ternary_products()
-        k = int(products[0]) if products else 1
-    return key, int(k)
+    return key, devices_per_trial(settings)
 
 
 def _devices(settings: Settings, devices: int | None) -> Check:
