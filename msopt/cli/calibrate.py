@@ -35,10 +35,15 @@ def register(sub: Any) -> None:
     p.add_argument("--regularization", type=float, default=0.001, metavar="W",
                    help="pull toward the starting entry (default 0.001)")
     p.add_argument("--prompts-per-slot", type=int, default=None, metavar="N",
-                   help="simulated requests per row = N x concurrency when a row does not say (default 10)")
+                   help="simulated requests per row = N x concurrency when a row does not say (default 20, as "
+                        "aiconfigurator's benchmark script ran the reference rows)")
     p.add_argument("--engine-only", action="store_true",
                    help="fit only the per-engine overheads ([engines.<engine>]); keep the shared roofline factors, "
                         "so that the entry's other engines simulate as before")
+    p.add_argument("--launch-rule", default="aiconfigurator", metavar="RULE",
+                   help="server flags of CSV rows without a server_args column: 'aiconfigurator' (the flags "
+                        "NVIDIA aiconfigurator's generator sets, which produced the reference CSVs; the default) or "
+                        "'engine-defaults' (rows measured against a server started with its defaults)")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -127,9 +132,12 @@ def _fmt(err: Mapping[str, float]) -> str:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit, print MAPE before / after / cross-validated, write the hardware TOML."""
-    from msopt.sim.calibrate import PROMPTS_PER_SLOT, fit_hardware, load_measurements_csv
+    from msopt.run.store import atomic_write
+    from msopt.sim.calibrate import LAUNCH_RULES, PROMPTS_PER_SLOT, fit_hardware, load_measurements_csv
     from msopt.sim.specs import hardware_toml, load_hardware
 
+    if args.launch_rule not in LAUNCH_RULES:
+        raise ConfigError(f"--launch-rule {args.launch_rule!r} is not one of {', '.join(LAUNCH_RULES.names())}")
     rows: list[Any] = []
     hw_names: set[str] = set()
     for item in args.measurements:
@@ -139,7 +147,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             if hw_name:
                 hw_names.add(str(hw_name))
         elif path.is_file():
-            found = load_measurements_csv(path, engine=args.engine)
+            found = load_measurements_csv(path, engine=args.engine, launch_rule=args.launch_rule)
             import csv
 
             with path.open(newline="") as f:
@@ -171,14 +179,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                  description=f"{start.description} (calibrated by msopt calibrate on {len(rows)} runs)")
     engines = sorted({r.engine for r in rows})
     header = (f"Calibrated by `msopt calibrate` from {start.name} on {len(rows)} measured runs "
-              f"({', '.join(engines)}).\nMAPE before: {_fmt(cal.before)}\nMAPE after:  {_fmt(cal.after)}")
+              f"({', '.join(engines)}; CSV rows launched by the {args.launch_rule!r} rule).\nMAPE before: {_fmt(cal.before)}\nMAPE after:  {_fmt(cal.after)}")
     if cal.cross_validated:
         header += f"\n{args.folds}-fold cross-validated: {_fmt(cal.cross_validated)}"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(hardware_toml(hw, header), encoding="utf-8")
-    except OSError as exc:
-        raise MsoptError(f"-o {args.output}: cannot write ({exc.strerror or exc}); choose a writable path") from None
+        # replaced whole or not at all: an interrupted write never leaves half a TOML
+        atomic_write(out, hardware_toml(hw, header).encode("utf-8"), mode=0o644, resume=False)
+    except (OSError, MsoptError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise MsoptError(f"-o {args.output}: cannot write ({why or exc}); choose a writable path") from None
     load_hardware(out)  # what [simulator] hardware = "<file>" will read
     if args.json:
         print(json.dumps({"rows": len(rows), "before": cal.before, "after": cal.after,

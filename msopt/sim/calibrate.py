@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,14 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from msopt.errors import ConfigError
-from msopt.sim.knobs import ENGINES, EngineKnobs
+from msopt.errors import ConfigError, MsoptError
+from msopt.registry import Registry
+from msopt.sim.knobs import ENGINES, EngineKnobs, knobs_from_argv
 from msopt.sim.simulator import simulate
 from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_model
 
 METRICS = ("ttft", "tpot", "tokens_per_s")
-#: requests simulated per row = this x concurrency (the measured runs' counts are unknown)
-PROMPTS_PER_SLOT = 10
+#: requests simulated per row = this x concurrency, for rows that do not give their count: the
+#: reference rows were benchmarked by aiconfigurator's script, ``aiperf profile --num-requests
+#: $((concurrency * BENCH_MULTI_ROUND))`` with ``BENCH_MULTI_ROUND`` 20 by default, after a
+#: 2 x concurrency warm-up that aiperf waits out (aiconfigurator 0.12.0
+#: generator/config/backend_templates/benchmark/bench_run.sh.j2; its Kubernetes template uses 50)
+PROMPTS_PER_SLOT = 20
 
 #: fitted factors: (hardware attribute, kind, step); "mul" factors move by x(1 +- step),
 #: "add" factors by +- step in their unit. Shared factors first, then per-engine ones.
@@ -43,6 +49,52 @@ ENGINE_PARAMS: tuple[tuple[str, str, float], ...] = (
     ("frontend_ms_per_req", "add", 1.0),
     ("client_think_ms", "add", 3.0),
 )
+#: A launch rule: the server flags a measured row was launched with, from its load
+#: ``(engine, input_len, output_len, concurrency)``, for rows that do not record their flags.
+LaunchRule = Callable[[str, int, int, int], list[str]]
+LAUNCH_RULES: Registry[LaunchRule] = Registry("launch rule")
+#: the rule ``load_measurements_csv`` and ``msopt calibrate`` apply by default
+DEFAULT_LAUNCH_RULE = "aiconfigurator"
+
+
+@LAUNCH_RULES.register("engine-defaults")
+def _engine_defaults(engine: str, input_len: int, output_len: int, concurrency: int) -> list[str]:
+    """No flags beyond the layout: the engine's own defaults (``vllm serve MODEL -tp N``)."""
+    return []
+
+
+@LAUNCH_RULES.register("aiconfigurator")
+def _aiconfigurator(engine: str, input_len: int, output_len: int, concurrency: int) -> list[str]:
+    """The flags NVIDIA aiconfigurator's generator sets for an aggregated run of batch size ``c``.
+
+    The reference CSVs are rows of aiconfigurator's ``silicon_sample.csv``; its generator renders
+    vLLM's ``--max-num-seqs`` from the batch size, ``--max-num-batched-tokens`` = batch size +
+    ISL + 1500 and ``--max-model-len`` = ISL + OSL + 1500, and SGLang's
+    ``--max-running-requests`` and ``--max-prefill-tokens`` = ISL + 1500 (aiconfigurator
+    0.5.0 to 0.12.0, ``generator/rule_plugin/{vllm,sglang}.rule`` and
+    ``generator/rule_plugin/benchmark/*.rule``; ``backend_config_mapping.yaml`` maps
+    ``max_num_tokens`` to vLLM's ``max-num-batched-tokens``).
+    """
+    c, isl, osl = int(concurrency), int(input_len), int(output_len)
+    if engine == "vllm":
+        return ["--max-num-seqs", str(c), "--max-num-batched-tokens", str(c + isl + 1500),
+                "--max-model-len", str(isl + osl + 1500)]
+    if engine == "sglang":
+        return ["--max-running-requests", str(c), "--max-prefill-tokens", str(isl + 1500)]
+    return []
+
+
+def row_knobs(engine: str, tp: int, pp: int, argv: Sequence[str]) -> EngineKnobs:
+    """The knobs of one measured row: its layout plus the server flags it was launched with.
+
+    Raises:
+        MsoptError: a flag value the engine would refuse to parse.
+    """
+    if engine == "mindie":
+        return EngineKnobs(engine=engine, tp=tp, pp=pp)
+    return replace(knobs_from_argv(engine, list(argv)), tp=tp, pp=pp)
+
+
 _CSV_COLUMNS = ("model", "hardware", "engine", "weight_dtype", "input_len", "output_len", "concurrency",
                 "tp", "pp", "ttft_ms", "tpot_ms")
 
@@ -122,17 +174,26 @@ def _model_name(text: str) -> str:
                       "add a model TOML (see docs/simulator.md)")
 
 
-def load_measurements_csv(path: str | Path, engine: str | None = None) -> list[Measurement]:
+def load_measurements_csv(path: str | Path, engine: str | None = None,
+                          launch_rule: str = DEFAULT_LAUNCH_RULE) -> list[Measurement]:
     """Read measured runs in the reference CSV format (columns of ``/work/shared/reference``).
 
     Args:
         path: the CSV file (``model, hardware, engine, weight_dtype, input_len, output_len,
-            concurrency, tp, pp, ttft_ms, tpot_ms``; optional ``tokens_per_s``, ``num_prompts``).
+            concurrency, tp, pp, ttft_ms, tpot_ms``; optional ``tokens_per_s``, ``num_prompts``
+            and ``server_args``, the server's flags as one shell-quoted string).
         engine: keep only rows of this engine (None: all).
+        launch_rule: a :data:`LAUNCH_RULES` name: the server flags of rows without
+            ``server_args`` (default: aiconfigurator's, which produced the reference rows).
 
     Raises:
-        ConfigError: a missing column or a malformed value; the message names file and line.
+        ConfigError: a missing column, a malformed value or an unknown rule; the message names
+            file and line.
     """
+    try:
+        rule = LAUNCH_RULES.get(launch_rule)
+    except MsoptError as exc:
+        raise ConfigError(f"{exc}; pass one of them as the launch rule") from None
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"measurements file {str(path)!r} does not exist; give a CSV in the reference format")
@@ -155,17 +216,19 @@ def load_measurements_csv(path: str | Path, engine: str | None = None) -> list[M
                 c, out_len = int(row["concurrency"]), int(row["output_len"])
                 ttft, tpot = float(row["ttft_ms"]) / 1e3, float(row["tpot_ms"]) / 1e3
                 tok = row.get("tokens_per_s")
-                knobs = EngineKnobs(engine=eng, tp=int(row["tp"]), pp=int(row["pp"]),
-                                    block_size=1 if eng == "sglang" else 16, mixed_batch=eng == "vllm")
+                in_len = int(row["input_len"])
+                given = (row.get("server_args") or "").strip()
+                argv = shlex.split(given) if given else rule(eng, in_len, out_len, c)
+                knobs = row_knobs(eng, int(row["tp"]), int(row["pp"]), argv)
                 out.append(Measurement(
-                    knobs=knobs, model=models[row["model"]], input_len=int(row["input_len"]),
+                    knobs=knobs, model=models[row["model"]], input_len=in_len,
                     output_len=out_len, concurrency=c, ttft_s=ttft, tpot_s=tpot,
                     tokens_per_s=float(tok) if tok else closed_loop_tokens_per_s(c, out_len, ttft, tpot),
                     weight_dtype=row["weight_dtype"] or "bf16",
                     num_prompts=int(row["num_prompts"]) if row.get("num_prompts") else None,
                     source=f"{path}:{line}",
                 ))
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, MsoptError) as exc:
                 raise ConfigError(f"{path}:{line}: {exc}; fix the row") from None
     return out
 
@@ -382,12 +445,15 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
 
 
 __all__ = [
+    "DEFAULT_LAUNCH_RULE",
     "ENGINE_KEYS",
+    "LAUNCH_RULES",
     "Calibration",
     "Measurement",
     "closed_loop_tokens_per_s",
     "fit_hardware",
     "load_measurements_csv",
     "mape",
+    "row_knobs",
     "simulate_measurements",
 ]

@@ -88,6 +88,12 @@ def run_replica(
     # vLLM caps one request's prefill chunk at long_prefill_token_threshold when anyone else is
     # running or waiting (vllm 0.33.0 vllm/v1/core/sched/scheduler.py, schedule())
     long_cap = int(knobs.long_prefill_token_threshold or 0)
+    # SGLang's PrefillAdder stops adding requests once the batch's prompt tokens reach
+    # --max-prefill-tokens (less the decodes mixed in); with chunking on, the request that
+    # crosses the bound is not cut for it (sglang 0.5.23 srt/managers/schedule_policy.py,
+    # PrefillAdder.budget_state and _update_prefill_budget; default 16384 in
+    # srt/arg_groups/fields/schedule.py)
+    input_cap = int(knobs.max_prefill_tokens or 16384) if knobs.engine == "sglang" else 0
     in_len = in_len.astype(np.int64)
     out_len = out_len.astype(np.int64)
     ctx = in_len.copy() if prefilled else np.zeros(n, np.int64)  # tokens whose K/V are in the cache
@@ -142,6 +148,7 @@ def run_replica(
         ``blocked``: admission stopped by the KV cache or max_num_seqs (stays so while decoding).
         """
         nonlocal free
+        input_left = input_cap - (budget0 - budget) if input_cap else 0
         for i in partial:
             if budget <= 0:
                 return budget, False
@@ -160,7 +167,10 @@ def run_replica(
             free -= need
             pf.append((i, chunk, int(ctx[i])))
             budget -= chunk
+            input_left -= chunk
         while waiting and budget > 0 and len(pf) < max_pf:
+            if input_cap and input_left <= 0:
+                return budget, False
             if len(running) >= mns:
                 return budget, True
             i = waiting[0]
@@ -183,6 +193,7 @@ def run_replica(
             free -= need
             pf.append((i, chunk, int(ctx[i])))
             budget -= chunk
+            input_left -= chunk
         return budget, False
 
     while done < n:

@@ -41,6 +41,9 @@ class EngineKnobs:
         max_preempt_count: preemptions allowed per step (None: unlimited; 0: reserve whole sequence).
         long_prefill_token_threshold: vLLM: most prompt tokens one request prefills per step
             while other requests are running or waiting (0: no limit, vLLM's default).
+        max_prefill_tokens: SGLang ``--max-prefill-tokens``: a prefill batch stops taking new
+            requests once its prompt tokens reach this (the request that crosses it still runs
+            whole); None: SGLang's default 16384. Not used by the other engines.
         expert_parallel: vLLM ``--enable-expert-parallel`` (experts spread over the MoE world).
         ep: expert-parallel size set explicitly (SGLang ``--ep-size``, MindIE ``moe_ep``); None: the
             engine's rule (:func:`msopt.sim.moe.layout_of`).
@@ -71,6 +74,7 @@ class EngineKnobs:
     max_queue_delay_s: float = 0.005
     max_preempt_count: int | None = None
     long_prefill_token_threshold: int = 0
+    max_prefill_tokens: int | None = None
     expert_parallel: bool = False
     ep: int | None = None
     moe_tp: int | None = None
@@ -201,6 +205,7 @@ _SGLANG_INT = MappingProxyType({
     "--pp-size": "pp", "--pipeline-parallel-size": "pp",
     "--max-running-requests": "max_num_seqs",
     "--chunked-prefill-size": "max_num_batched_tokens",
+    "--max-prefill-tokens": "max_prefill_tokens",
     "--context-length": "max_model_len",
     "--page-size": "block_size",
     "--ep-size": "ep", "--ep": "ep", "--expert-parallel-size": "ep",
@@ -334,6 +339,19 @@ def _knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 
+def knobs_from_argv(engine: str, argv: Sequence[str]) -> EngineKnobs:
+    """Read the modelled knobs from a vLLM or SGLang server command line (flags only).
+
+    Raises:
+        SimulationError: not vLLM or SGLang, or a malformed knob value.
+    """
+    if engine == "vllm":
+        return _knobs_vllm(argv)
+    if engine == "sglang":
+        return _knobs_sglang(argv)
+    raise SimulationError(f"knobs come from a command line for vllm and sglang, not {engine!r}")
+
+
 def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
     """Read the modelled knobs from a rendered launch, as the engine itself would.
 
@@ -343,10 +361,8 @@ def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
     Raises:
         SimulationError: an unknown engine or a malformed knob value.
     """
-    if spec.engine == "vllm":
-        return _knobs_vllm(spec.argv)
-    if spec.engine == "sglang":
-        return _knobs_sglang(spec.argv)
+    if spec.engine in ("vllm", "sglang"):
+        return knobs_from_argv(spec.engine, spec.argv)
     if spec.engine == "mindie":
         return _knobs_mindie(spec.files)
     raise SimulationError(f"the simulator models engines {list(ENGINES)}, not {spec.engine!r}")

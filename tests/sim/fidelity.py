@@ -1,7 +1,8 @@
 """Simulator vs the 90 measured vLLM runs (Qwen3-32B, H100 SXM): shared by the test and the docs.
 
-Run ``python -m tests.sim.fidelity`` from the repository root to print the per-row table and
-the MAPE figures quoted in docs/simulator.md.
+Run ``python -m tests.sim.fidelity [SPREAD [RULE]]`` from the repository root to print the
+per-row table and the MAPE figures quoted in docs/simulator.md (defaults: fixed lengths, the
+aiconfigurator launch rule).
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ from pathlib import Path
 
 import numpy as np
 
-from msopt.sim import EngineKnobs, Hardware, ModelSpec, load_hardware, load_model, simulate
+from msopt.sim import Hardware, ModelSpec, load_hardware, load_model, simulate
+from msopt.sim.calibrate import LAUNCH_RULES, row_knobs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_measured_qwen3_32b_h100.csv"
-#: requests per row = PROMPTS_PER_SLOT x concurrency: enough for steady state, fast enough for CI
-PROMPTS_PER_SLOT = 5
-#: relative spread of output lengths (uniform +-). With exactly equal lengths, requests that
-#: start together finish together and stay in lock-step forever (one long prefill step per
-#: group); the measured TPOTs (longer at short outputs: each request's decode is interrupted by
-#: the others' prefills one at a time) show the real runs drift out of lock-step. A +-10% spread
-#: (EOS, tokenizer round-trips) is the tie-breaker; docs/simulator.md also gives the 0% figures.
-OUTPUT_SPREAD = 0.1
+#: requests per row = PROMPTS_PER_SLOT x concurrency, as msopt.sim.calibrate simulates a row
+#: (the TTFT figure depends on it: docs/simulator.md, "Run length")
+PROMPTS_PER_SLOT = 20
+#: relative spread of output lengths (uniform +-); 0: exactly the fixed lengths that were
+#: measured. The runs were launched with the flags aiconfigurator's generator sets
+#: (msopt.sim.calibrate.LAUNCH_RULES["aiconfigurator"]), and with those flags fixed lengths
+#: need no spread; a spread can still be given to see its effect.
+OUTPUT_SPREAD = 0.0
+#: how the rows' servers were launched (a msopt.sim.calibrate.LAUNCH_RULES name)
+LAUNCH_RULE = "aiconfigurator"
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,9 @@ def load_rows(path: Path = DATA) -> list[Row]:
 
 
 def simulate_rows(rows: list[Row], hw: Hardware | None = None, model: ModelSpec | None = None,
-                  prompts_per_slot: int = PROMPTS_PER_SLOT, spread: float = OUTPUT_SPREAD) -> np.ndarray:
-    """(n, 3) array of simulated (ttft_s, tpot_s, output tokens/s) per row, vLLM defaults."""
+                  prompts_per_slot: int = PROMPTS_PER_SLOT, spread: float = OUTPUT_SPREAD,
+                  launch_rule: str = LAUNCH_RULE) -> np.ndarray:
+    """(n, 3) array of simulated (ttft_s, tpot_s, output tokens/s) per row, launched by ``launch_rule``."""
     hw = hw or load_hardware("h100-sxm")
     model = model or load_model("qwen3-32b")
     out = np.empty((len(rows), 3))
@@ -65,8 +70,9 @@ def simulate_rows(rows: list[Row], hw: Hardware | None = None, model: ModelSpec 
         if spread > 0:
             out_len = {"dist": "uniform", "low": max(2, round(row.output_len * (1 - spread))),
                        "high": round(row.output_len * (1 + spread))}
+        argv = LAUNCH_RULES.get(launch_rule)("vllm", row.input_len, row.output_len, row.concurrency)
         res = simulate(
-            EngineKnobs(engine="vllm", tp=row.tp), hw, model,
+            row_knobs("vllm", row.tp, 1, argv), hw, model,
             {"input_len": row.input_len, "output_len": out_len,
              "num_prompts": prompts_per_slot * row.concurrency, "concurrency": row.concurrency},
         )
@@ -87,15 +93,16 @@ def main() -> None:
     import sys
 
     spread = float(sys.argv[1]) if len(sys.argv) > 1 else OUTPUT_SPREAD
+    rule = sys.argv[2] if len(sys.argv) > 2 else LAUNCH_RULE
     rows = load_rows()
-    sim = simulate_rows(rows, spread=spread)
+    sim = simulate_rows(rows, spread=spread, launch_rule=rule)
     print(f"{'in':>5} {'out':>5} {'c':>4} {'tp':>3} | {'ttft ms':>17} | {'tpot ms':>13} | {'tok/s':>13}")
     for r, s in zip(rows, sim):
         print(f"{r.input_len:5d} {r.output_len:5d} {r.concurrency:4d} {r.tp:3d} | "
               f"{r.ttft_s*1e3:8.1f} {s[0]*1e3:8.1f} | {r.tpot_s*1e3:6.1f} {s[1]*1e3:6.1f} | "
               f"{r.tokens_per_s:6.0f} {s[2]:6.0f}")
     m = mape(rows, sim)
-    print(f"output spread +-{spread:.0%}, {PROMPTS_PER_SLOT} x concurrency prompts per row")
+    print(f"launch rule {rule}, output spread +-{spread:.0%}, {PROMPTS_PER_SLOT} x concurrency prompts per row")
     print(f"MAPE over {len(rows)} rows: TTFT {m['ttft']:.1%}  TPOT {m['tpot']:.1%}  "
           f"tokens/s {m['tokens_per_s']:.1%}")
 

@@ -14,6 +14,7 @@ from msopt.cli.main import main
 from msopt.errors import ConfigError
 from msopt.sim import EngineKnobs, load_hardware, simulate
 from msopt.sim.calibrate import (
+    LAUNCH_RULES,
     Measurement,
     fit_hardware,
     load_measurements_csv,
@@ -189,3 +190,52 @@ def test_cli_calibrate_from_a_run_directory(tmp_path: Path, capsys: pytest.Captu
     after = float(text.split("MAPE after (in-sample):")[1].split("TTFT")[1].split("%")[0])
     assert before > 15 and after < before
     assert load_hardware(out).name == "fit"
+
+
+def test_aiconfigurator_rule_renders_the_generators_flags():
+    """aiconfigurator 0.5.0-0.12.0 generator/rule_plugin/vllm.rule: tokens = batch + ISL + 1500."""
+    rule = LAUNCH_RULES.get("aiconfigurator")
+    assert rule("vllm", 1024, 128, 64) == ["--max-num-seqs", "64", "--max-num-batched-tokens", "2588",
+                                           "--max-model-len", "2652"]
+    assert rule("sglang", 4096, 512, 8) == ["--max-running-requests", "8", "--max-prefill-tokens", "5596"]
+    vl = load_measurements_csv(VLLM_CSV)
+    assert {(m.knobs.max_num_seqs, m.knobs.max_num_batched_tokens) for m in vl[:1]} == {
+        (vl[0].concurrency, vl[0].concurrency + vl[0].input_len + 1500)}
+    sg = load_measurements_csv(SGLANG_CSV)
+    assert all(m.knobs.max_prefill_tokens == m.input_len + 1500 for m in sg)
+    plain = load_measurements_csv(VLLM_CSV, launch_rule="engine-defaults")
+    assert all(m.knobs.max_num_batched_tokens is None and m.knobs.max_num_seqs is None for m in plain)
+    assert [m.knobs.tp for m in plain] == [m.knobs.tp for m in vl]
+
+
+def test_server_args_column_wins_over_the_rule(tmp_path: Path):
+    lines = VLLM_CSV.read_text().splitlines()
+    path = tmp_path / "flags.csv"
+    path.write_text("\n".join([lines[0] + ",server_args", lines[1] + ",\"--max-num-batched-tokens 512 "
+                               "--max-num-seqs 4\"", lines[2] + ","]) + "\n")
+    given, ruled = load_measurements_csv(path)
+    assert (given.knobs.max_num_batched_tokens, given.knobs.max_num_seqs) == (512, 4)
+    assert ruled.knobs.max_num_batched_tokens == ruled.concurrency + ruled.input_len + 1500
+    path.write_text("\n".join([lines[0] + ",server_args", lines[1] + ",--max-num-seqs lots"]) + "\n")
+    with pytest.raises(ConfigError, match=r"flags\.csv:2: .*max-num-seqs"):
+        load_measurements_csv(path)
+
+
+def test_launch_rule_changes_what_is_simulated():
+    """The reference rows were launched with aiconfigurator's flags; with vLLM's own defaults the
+    simulated TTFT is far off (docs/simulator.md has both figures)."""
+    hw = load_hardware("h100-sxm")
+    rows = [m for m in load_measurements_csv(VLLM_CSV) if m.input_len == 1024 and m.concurrency >= 64]
+    plain = load_measurements_csv(VLLM_CSV, launch_rule="engine-defaults")
+    plain = [m for m in plain if m.input_len == 1024 and m.concurrency >= 64]
+    ruled = mape(rows, simulate_measurements(rows, hw, prompts_per_slot=4))["ttft"]
+    default = mape(plain, simulate_measurements(plain, hw, prompts_per_slot=4))["ttft"]
+    assert ruled < default
+
+
+def test_cli_calibrate_rejects_an_unknown_launch_rule(tmp_path: Path, capsys: pytest.CaptureFixture):
+    rc = main(["calibrate", str(_small_csv(tmp_path)), "--launch-rule", "aiconfigurater", "-o",
+               str(tmp_path / "x.toml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "aiconfigurator" in err and "engine-defaults" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.toml").exists()

@@ -117,3 +117,20 @@ def test_sglang_default_memory_fraction_follows_the_device_and_tp():
     # reserved 512 + 1.5 x 8192 + 1/8 x 1024 + 2 x 256 MB = 13440 MB of 80998 MB
     assert h100 == pytest.approx(round((79.1 * 1024 - 13440) / (79.1 * 1024), 3))
     assert k.resolved(79.1).memory_fraction > EngineKnobs(engine="sglang", tp=8).resolved(79.1).memory_fraction
+
+
+def test_sglang_max_prefill_tokens_bounds_a_prefill_batch():
+    """sglang srt/managers/schedule_policy.py: a prefill batch stops taking requests at
+    --max-prefill-tokens, so a burst of prompts is prefilled in more, smaller batches: the first
+    prompts get their first token sooner, the last later, and decodes are interrupted more."""
+    from msopt.sim import simulate
+
+    knobs = knobs_from_launch(LaunchSpec(engine="sglang", argv=["--tp-size", "4", "--max-prefill-tokens", "2048"]))
+    assert knobs.max_prefill_tokens == 2048 and "--max-prefill-tokens" not in knobs.ignored
+    wl = {"input_len": 1024, "output_len": 16, "num_prompts": 32, "concurrency": 32}
+    capped = simulate(knobs, "h100-sxm", "qwen3-32b", wl)
+    free = simulate(EngineKnobs(engine="sglang", tp=4), "h100-sxm", "qwen3-32b", wl)
+    assert capped.error is None and free.error is None
+    assert capped.ttft_p50 < free.ttft_p50
+    assert capped.ttft_p99 > free.ttft_p99
+    assert capped.time_per_output_token > free.time_per_output_token
