@@ -179,7 +179,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                  description=f"{start.description} (calibrated by msopt calibrate on {len(rows)} runs)")
     engines = sorted({r.engine for r in rows})
     header = (f"Calibrated by `msopt calibrate` from {start.name} on {len(rows)} measured runs "
-              f"({', '.join(engines)}; CSV rows launched by the {args.launch_rule!r} rule).\nMAPE before: {_fmt(cal.before)}\nMAPE after:  {_fmt(cal.after)}")
+              f"({', '.join(engines)}; CSV rows launched by the {args.launch_rule!r} rule).\n"
+              f"MAPE before: {_fmt(cal.before)}\nMAPE after:  {_fmt(cal.after)}")
     if cal.cross_validated:
         header += f"\n{args.folds}-fold cross-validated: {_fmt(cal.cross_validated)}"
     try:
