@@ -35,8 +35,8 @@ def register(sub: Any) -> None:
     p.add_argument("--regularization", type=float, default=0.001, metavar="W",
                    help="pull toward the starting entry (default 0.001)")
     p.add_argument("--prompts-per-slot", type=int, default=None, metavar="N",
-                   help="simulated requests per row = N x concurrency when a row does not say (default 20, as "
-                        "aiconfigurator's benchmark script ran the reference rows)")
+                   help="simulated requests per row = N x concurrency when a row does not say (default 10, as "
+                        "aiconfigurator's eval pipeline measured the reference rows)")
     p.add_argument("--engine-only", action="store_true",
                    help="fit only the per-engine overheads ([engines.<engine>]); keep the shared roofline factors, "
                         "so that the entry's other engines simulate as before")

@@ -26,11 +26,12 @@ from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_
 
 METRICS = ("ttft", "tpot", "tokens_per_s")
 #: requests simulated per row = this x concurrency, for rows that do not give their count: the
-#: reference rows were benchmarked by aiconfigurator's script, ``aiperf profile --num-requests
-#: $((concurrency * BENCH_MULTI_ROUND))`` with ``BENCH_MULTI_ROUND`` 20 by default, after a
-#: 2 x concurrency warm-up that aiperf waits out (aiconfigurator 0.12.0
-#: generator/config/backend_templates/benchmark/bench_run.sh.j2; its Kubernetes template uses 50)
-PROMPTS_PER_SLOT = 20
+#: reference rows come from aiconfigurator's gap analysis, whose ``aiconfigurator eval`` measured
+#: each deployed configuration with ``aiperf profile --request-count $((c * 10))`` after a
+#: ``--warmup-request-count $((c * 2))`` that aiperf waits out (aiconfigurator 0.5.0-0.7.0
+#: aiconfigurator/eval/benchmarks/genai_perf_runner.py; its later benchmark scripts send 20 x c,
+#: its Kubernetes template 50 x c)
+PROMPTS_PER_SLOT = 10
 
 #: fitted factors: (hardware attribute, kind, step); "mul" factors move by x(1 +- step),
 #: "add" factors by +- step in their unit. Shared factors first, then per-engine ones.

@@ -19,7 +19,7 @@ from msopt.sim.calibrate import LAUNCH_RULES, row_knobs
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_measured_qwen3_32b_h100.csv"
 #: requests per row = PROMPTS_PER_SLOT x concurrency, as msopt.sim.calibrate simulates a row
 #: (the TTFT figure depends on it: docs/simulator.md, "Run length")
-PROMPTS_PER_SLOT = 20
+PROMPTS_PER_SLOT = 10
 #: relative spread of output lengths (uniform +-); 0: exactly the fixed lengths that were
 #: measured. The runs were launched with the flags aiconfigurator's generator sets
 #: (msopt.sim.calibrate.LAUNCH_RULES["aiconfigurator"]), and with those flags fixed lengths
