@@ -66,3 +66,32 @@ def test_swarm_draws_again_when_every_move_is_refused():
     nothing.set_refused(lambda x: True)
     nothing.tell(np.arange(4, dtype=float))  # every draw refused: the first move stands
     assert np.all((nothing.positions >= 0) & (nothing.positions <= 1))
+
+
+def test_a_configuration_refused_at_launch_is_not_proposed_again(write_toml):
+    """A refusal the driver's pre-check cannot know (the evaluator's: a rule on the machine's
+    environment, say) is known from then on: the swarm does not propose that configuration again."""
+    from dataclasses import replace
+
+    text = CFG.format(simulate="true", extra="").replace("iters = 2", "iters = 8")
+    settings = load_settings(str(write_toml(text + '\n[search]\nprior = "none"\n')), environ={})
+    space = SearchSpace.from_settings(settings)
+
+    class RefusesTp1(FormulaEvaluator):
+        def evaluate(self, req):
+            r = super().evaluate(req)
+            if r.values.get("tp") == 1 and r.phase == "search":
+                return replace(r, fitness=float("inf"), refused=True, error="refused at start-up here")
+            return r
+
+    # tp 1 scores best: the swarm is pulled toward configurations that are refused at launch
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: RefusesTp1(
+        space, lambda v: v["tp"] + v["max_num_seqs"] / 100))
+    out = Driver(settings, pool).run()
+    pool.close()
+    iterations: dict[str, set[int]] = {}
+    for r in out.results:
+        if r.refused:
+            iterations.setdefault(values_key(r.values), set()).add(r.iteration)
+    # two particles of one generation may propose it before its refusal is known; never later
+    assert iterations and all(len(its) == 1 for its in iterations.values()), iterations
