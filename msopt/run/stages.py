@@ -61,12 +61,12 @@ class RunContext(Protocol):
 
 def extra_remeasurements(ctx: RunContext) -> int:
     """With a launch budget and ``pso_top_k`` > 1: re-measurements beyond one per ``pso_top_k``
-    configuration, a tenth of the budget less one, spent on the two best by mean fitness (close
+    configuration, a quarter of the budget less one, spent on the two best by mean fitness (close
     contenders are told apart by more than one measurement each; the search under a budget
     usually finds the optimum early and loses it to noise in the pick). 0 without a budget."""
     if ctx.max_launches <= 0 or ctx.top_k < 2:
         return 0
-    return max(0, ctx.max_launches // 10 - 1)
+    return max(0, ctx.max_launches // 4 - 1)
 
 
 def search_budget(ctx: RunContext) -> int | None:
