@@ -240,6 +240,8 @@ class SimulatorPrior:
         self.refits = 0
         self.search_evaluations = 0
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
+        self._observed_fitness: dict[str, float] = {}
+        self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
         self.devices = _devices(settings)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
@@ -296,25 +298,42 @@ class SimulatorPrior:
             key = _key(values)
             self._observed.pop(key, None)
             self._observed[key] = (dict(values), float(ttft), float(tpot), float(speed))  # type: ignore[arg-type]
+            try:
+                f = float(self.objective(metrics))
+            except (MsoptError, TypeError, ValueError):
+                f = math.inf
+            self._observed_fitness[key] = f if math.isfinite(f) else math.inf
+
+    def _measured_fitness(self, row: tuple[dict[str, Any], float, float, float]) -> float:
+        """The run's objective on a measured row, as measured (its last measurement)."""
+        return self._observed_fitness.get(_key(row[0]), math.inf)
 
     @property
     def observed(self) -> list[dict[str, Any]]:
         """The configurations measured so far (what :meth:`refit` fits)."""
         return [v for v, *_ in self._observed.values()]
 
-    def refit(self, max_rows: int = 8, rounds: int = 1) -> bool:
-        """Refit the hardware's efficiency factors to the measurements observed so far (the
-        ``max_rows`` most recent distinct configurations) with
-        :func:`msopt.sim.calibrate.fit_hardware` (regularised toward the catalog entry, which
-        every refit starts from again); predictions are made with the refitted entry from then
-        on. Returns whether a refit happened (it needs two measured configurations)."""
+    def refit(self, max_rows: int = 5, rounds: int = 1, max_evaluations: int = 24) -> bool:
+        """Refit the hardware's efficiency factors to the measurements observed so far with
+        :func:`msopt.sim.calibrate.fit_hardware` (regularised toward the catalog entry);
+        predictions are made with the refitted entry from then on.
+
+        The fit is kept cheap beside a launch: it uses the ``max_rows`` distinct configurations
+        that measured best (where the screen must rank right), is skipped while those rows are
+        the ones of the last refit, and starts from the last refit's factors with half steps and
+        at most ``max_evaluations`` fit evaluations (the first refit starts at the catalog entry
+        with full steps, unbounded). Returns whether a refit happened (it needs two measured
+        configurations)."""
         from msopt.sim.calibrate import Measurement, fit_hardware
         from msopt.sim.knobs import knobs_from_launch
         from msopt.sim.specs import entry_path
 
-        rows = list(self._observed.values())[-max_rows:]
+        rows = sorted(self._observed.values(), key=self._measured_fitness)[:max_rows]
         if len(rows) < 2:
             return False
+        fitted_on = tuple((_key(v), t, p, g) for v, t, p, g in rows)
+        if fitted_on == self._fitted_on:
+            return False  # nothing new among the rows it fits
         model = str(self.table["model"])
         if self.dirs:
             model = str(entry_path("models", model, self.dirs))
@@ -335,7 +354,11 @@ class SimulatorPrior:
                 num_prompts=int(self.workload_table.get("num_prompts", 0)) or None, workload=self.workload_table))
         if len(measurements) < 2:
             return False
-        cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)))
+        warm = self.refits > 0
+        cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)),
+                           start=self.hardware if warm else None, start_scale=0.5 if warm else 1.0,
+                           max_evaluations=max_evaluations if warm else None)
+        self._fitted_on = fitted_on
         self.hardware = cal.hardware
         self._cache = {}
         self._memo = None  # the shared simulations are of the catalog entry

@@ -35,14 +35,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from msopt.config import Settings
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, DecodeError
 from msopt.evaluate.evaluator import configured_num_prompts, search_num_prompts
 from msopt.evaluate.prior import CandidateScreen, SimulatorPrior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run import stages
 from msopt.run.capacity import CapacityOptions, capacity_options
 from msopt.run.dispatcher import Dispatcher
-from msopt.run.leaderboard import Leaderboard
+from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import best_record, capacity_line, capacity_record, load_text
 from msopt.run.stages import ProgressSink
@@ -145,6 +145,10 @@ class Driver:
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
         checker = CandidateScreen(settings) if screen else None
+        self.checker = checker
+        self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
+        if isinstance(self.searcher, SwarmSearcher):
+            self.searcher.swarm.set_refused(self.known_refusal)
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous,
                                      finish=self.finish, emit=self.emit,
                                      refusal=checker.refusal if checker is not None else None,
@@ -185,6 +189,18 @@ class Driver:
     def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
         assert self.prior is not None
         return self.prior.predict(values, position).record()
+
+    def known_refusal(self, position: np.ndarray) -> bool:
+        """Whether ``position`` (decoded without a context) is a configuration known to be refused:
+        one that breaks the engine's start-up rules (with the pre-check on), or one refused
+        before in this run (by the rules or at launch). The swarm never proposes it."""
+        try:
+            values = self.space.decode(np.asarray(position, dtype=float), None).values
+        except DecodeError:
+            return False
+        if values_key(values) in self.refused_keys:
+            return True
+        return self.checker is not None and self.checker.refusal(values) is not None
 
     def _attach_screen(self, searcher: SwarmSearcher, seed: int | None) -> None:
         opts = self.prior.options if self.prior is not None else None
@@ -229,6 +245,8 @@ class Driver:
         self.failures += r.failed
         self.reused += r.reused
         self.leaderboard.add(r)
+        if r.refused and r.values:
+            self.refused_keys.add(values_key(r.values))
         if self.prior is not None and not r.reused and not r.failed and r.phase in ("baseline", "search"):
             self.prior.observe(r.values, r.metrics)
         kind = "reused" if r.reused else ("failed" if r.failed else "done")

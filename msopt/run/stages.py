@@ -59,12 +59,23 @@ class RunContext(Protocol):
     def learn(self) -> None: ...
 
 
+def extra_remeasurements(ctx: RunContext) -> int:
+    """With a launch budget and ``pso_top_k`` > 1: re-measurements beyond one per ``pso_top_k``
+    configuration, a quarter of the budget less one, spent on the two best by mean fitness (close
+    contenders are told apart by more than one measurement each; the search under a budget
+    usually finds the optimum early and loses it to noise in the pick). 0 without a budget."""
+    if ctx.max_launches <= 0 or ctx.top_k < 2:
+        return 0
+    return max(0, ctx.max_launches // 4 - 1)
+
+
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
-    ``pso_top_k`` re-measurements (None: no budget, the search runs ``iters`` iterations)."""
+    ``pso_top_k`` re-measurements and the extra ones (:func:`extra_remeasurements`) (None: no
+    budget, the search runs ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
-    return max(1, ctx.max_launches - max(ctx.top_k, 0))
+    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx))
 
 
 def max_rounds(ctx: RunContext) -> int:
@@ -197,7 +208,9 @@ def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
 
 
 def refine(ctx: RunContext) -> list[EvaluationResult]:
-    """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
+    """Measure the best ``pso_top_k`` distinct configurations again with the full workload; with
+    a launch budget, then re-measure the two best by mean fitness (:func:`extra_remeasurements`),
+    both each round, while the budget allows."""
     if ctx.top_k <= 0:
         return []
     picked = ctx.leaderboard.picked()
@@ -211,7 +224,22 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
                         position=tuple(r.position), context=None, num_prompts=None)
             for k, r in enumerate(picked)]
     got = ctx.dispatcher.run_all(reqs)
-    return [got[q.eval_id] for q in reqs]
+    out = [got[q.eval_id] for q in reqs]
+    extra = extra_remeasurements(ctx)
+    k = ctx.top_k
+    while extra > 0 and ctx.max_launches > ctx.dispatcher.launched:
+        top = ctx.leaderboard.by_mean(ctx.leaderboard.refined)[:2]
+        if len(top) < 2:
+            break
+        ctx.emit("phase", phase="refine", text="the two best by mean fitness again")
+        reqs = [EvalRequest(eval_id=base + k + j, phase="refine", particle=None, iteration=k + j,
+                            position=tuple(r.position), context=None, num_prompts=None)
+                for j, r in enumerate(top)][:min(extra, ctx.max_launches - ctx.dispatcher.launched)]
+        got = ctx.dispatcher.run_all(reqs)
+        out += [got[q.eval_id] for q in reqs]
+        k += len(reqs)
+        extra -= len(reqs)
+    return out
 
 
 def capacity(ctx: RunContext) -> list[dict[str, Any]]:
@@ -232,7 +260,7 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
              text=f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
                   + ("s" if len(configs) > 1 else ""))
     searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
-    next_id = 1 + max_rounds(ctx) * ctx.n + max(ctx.top_k, 0)
+    next_id = 1 + max_rounds(ctx) * ctx.n + max(ctx.top_k, 0) + extra_remeasurements(ctx)
     while True:
         reqs: list[tuple[int, EvalRequest]] = []
         for rank, (r, s) in enumerate(zip(configs, searches)):

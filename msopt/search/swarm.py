@@ -67,6 +67,8 @@ BOUNDARIES: tuple[str, ...] = ("reflect", "absorb")
 """How a move that leaves the box is brought back (``[pso_options] boundary``)."""
 _INIT_VELOCITY = 0.1  # initial speed: up to a tenth of each dimension's range
 _DEFAULT_STEP = 0.1  # a mutation step where none is given: a tenth of the dimension's range
+#: Moves (or restarts) drawn again, at most, when every candidate is a known refusal (set_refused).
+REFUSED_REDRAWS = 16
 _STATE_VERSION = 1
 
 
@@ -495,6 +497,7 @@ class Swarm:
         self._counts = np.zeros(n, dtype=np.int64)
         self._stalls = np.zeros(n, dtype=np.int64)
         self._screen: tuple[int, float, Callable[[np.ndarray], np.ndarray]] | None = None
+        self._refused: Callable[[np.ndarray], bool] | None = None
 
     def _setup(self, low: Any, high: Any, options: SwarmOptions, steps: Any = None) -> None:
         low = np.array(low, dtype=float).reshape(-1)
@@ -734,6 +737,7 @@ class Swarm:
             rng.bit_generator.state = rng_state
             swarm._rng = rng
             swarm._screen = None
+            swarm._refused = None
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -776,11 +780,23 @@ class Swarm:
         """Screen moves: each move draws ``k`` candidate moves, ``score`` (lower is better, one
         value per row of a k × d array; a model's predicted fitness) ranks them and the best is
         taken; with probability ``explore`` the first candidate is taken unranked. ``k <= 1`` or
-        ``score = None``: no screening. The screen is not part of :meth:`to_state` (the caller
-        attaches it again after :meth:`from_state`)."""
+        ``score = None``: no screening. Candidates :meth:`set_refused` knows as refused are left
+        out of both picks. The screen is not part of :meth:`to_state` (the caller attaches it
+        again after :meth:`from_state`)."""
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {explore!r}")
         self._screen = (int(k), float(explore), score) if score is not None and k > 1 else None
+
+    def set_refused(self, refused: Callable[[np.ndarray], bool] | None) -> None:
+        """Never propose a position ``refused`` says is known to be refused (a configuration that
+        breaks the engine's start-up rules, or that was refused at launch): a move draws among the
+        candidate moves that are not, drawing up to :data:`REFUSED_REDRAWS` more when every one
+        is, and a stalled particle's restart is drawn again the same way. ``None``: no check. Not
+        part of :meth:`to_state` (the caller attaches it again after :meth:`from_state`)."""
+        self._refused = refused
+
+    def _allowed(self, x: np.ndarray) -> bool:
+        return self._refused is None or not self._refused(x)
 
     def _move(self, rows: np.ndarray, t: int) -> None:
         """Move particles ``rows`` with the coefficients of move ``t``."""
@@ -792,16 +808,29 @@ class Swarm:
         v = self._velocities[rows]
         nx, nv = self._step(rows, x, v, w, c1, c2)
         screen = self._screen
-        if screen is not None:
-            k, explore, score = screen
+        if screen is not None or self._refused is not None:
+            k, explore, score = screen if screen is not None else (1, 1.0, None)
             cands = [(nx, nv)] + [self._step(rows, x, v, w, c1, c2) for _ in range(k - 1)]
-            unranked = self._rng.random(rows.size) < explore
+            unranked = self._rng.random(rows.size) < explore if screen is not None else np.ones(rows.size, bool)
             for r in range(rows.size):
-                if unranked[r]:
-                    continue
-                s = np.asarray(score(np.array([c[0][r] for c in cands])), dtype=float)
-                j = int(np.argmin(np.where(np.isnan(s), np.inf, s))) if np.any(np.isfinite(s)) else 0
-                nx[r], nv[r] = cands[j][0][r], cands[j][1][r]
+                mine = [(c[0][r], c[1][r]) for c in cands]
+                ok = [j for j, (cx, _) in enumerate(mine) if self._allowed(cx)]
+                redraws = 0
+                while not ok and redraws < REFUSED_REDRAWS:
+                    one = rows[r:r + 1]
+                    cx, cv = self._step(one, x[r:r + 1], v[r:r + 1], w, c1, c2)
+                    mine.append((cx[0], cv[0]))
+                    redraws += 1
+                    if self._allowed(cx[0]):
+                        ok = [len(mine) - 1]
+                if not ok:
+                    continue  # every draw is a known refusal: the first stands (refused again, free)
+                j = ok[0]
+                if not unranked[r] and score is not None and len(ok) > 1:
+                    s = np.asarray(score(np.array([mine[i][0] for i in ok])), dtype=float)
+                    if np.any(np.isfinite(s)):
+                        j = ok[int(np.argmin(np.where(np.isnan(s), np.inf, s)))]
+                nx[r], nv[r] = mine[j]
         self._positions[rows] = nx
         self._velocities[rows] = nv
 
@@ -852,7 +881,14 @@ class Swarm:
         if stalled.size == 0:
             return
         shape = (stalled.size, self.dimensions)
-        self._positions[stalled] = self._low + self._rng.random(shape) * self._width
+        fresh = self._low + self._rng.random(shape) * self._width
+        if self._refused is not None:
+            for r in range(stalled.size):
+                for _ in range(REFUSED_REDRAWS):
+                    if self._allowed(fresh[r]):
+                        break
+                    fresh[r] = self._low + self._rng.random(self.dimensions) * self._width
+        self._positions[stalled] = fresh
         v = (self._rng.random(shape) * 2.0 - 1.0) * _INIT_VELOCITY * self._width
         self._velocities[stalled] = np.clip(v, -self._vmax, self._vmax)
         self._stalls[stalled] = 0

@@ -333,6 +333,9 @@ def fit_hardware(
     seed: int = 0,
     fit_shared: bool = True,
     progress: Callable[[str], None] | None = None,
+    start: Hardware | None = None,
+    start_scale: float = 1.0,
+    max_evaluations: int | None = None,
 ) -> Calibration:
     """Fit ``hardware``'s efficiency factors and per-engine overheads to measured runs.
 
@@ -355,6 +358,12 @@ def fit_hardware(
             latency); False keeps them and fits only the per-engine overheads, so that the
             entry's other engines are unchanged.
         progress: called with a line of text after each round (None: silent).
+        start: where the search starts (a warm start: an earlier fit of the same entry); the
+            pull is still toward ``hardware`` (None: start at ``hardware``).
+        start_scale: the first round's steps, as a fraction of the factors' steps (a warm start
+            needs only the finer steps).
+        max_evaluations: stop the search after this many objective evaluations (None: when
+            the last round's steps no longer improve).
 
     Returns:
         A :class:`Calibration`.
@@ -369,7 +378,8 @@ def fit_hardware(
     def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
         return mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
 
-    fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared)
+    fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared,
+                            start, start_scale, max_evaluations)
     before = score(hardware, measurements)
     after = score(fitted, measurements)
     cv: dict[str, float] = {}
@@ -398,9 +408,11 @@ def fit_hardware(
 
 def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: int,
             score: Callable[[Hardware, Sequence[Measurement]], dict[str, float]],
-            progress: Callable[[str], None] | None, shared: bool = True) -> tuple[Hardware, int]:
+            progress: Callable[[str], None] | None, shared: bool = True, warm: Hardware | None = None,
+            scale: float = 1.0, max_evals: int | None = None) -> tuple[Hardware, int]:
     params = _params(start, {m.engine for m in rows}, shared)
     x0 = np.array([_get(start, a, e) for a, e, _, _ in params])
+    x_start = x0 if warm is None else np.array([_get(warm, a, e) for a, e, _, _ in params])
     steps = np.array([s for _, _, _, s in params])
     kinds = [k for _, _, k, _ in params]
 
@@ -419,10 +431,9 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
     def f(x: np.ndarray) -> float:
         return _objective(score(build(x), rows)) + penalty(x)
 
-    x = x0.copy()
+    x = x_start.copy()
     best = f(x)
     evals = 1
-    scale = 1.0
     for r in range(rounds):
         improved = True
         while improved:
@@ -432,7 +443,7 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
                     cand = x.copy()
                     delta = sign * step * scale
                     cand[i] = _clip(attr, x[i] * (1.0 + delta) if kind == "mul" else x[i] + delta)
-                    if cand[i] == x[i]:
+                    if cand[i] == x[i] or (max_evals is not None and evals >= max_evals):
                         continue
                     val = f(cand)
                     evals += 1

@@ -332,10 +332,11 @@ class Method:
 METHODS = (
     Method("msopt", lambda *a: run_msopt(*a), False,
            "as shipped: Driver(...).run() with max_launches = budget; simulator prior (baseline + diverse top "
-           "predictions), refitted after every iteration, screened moves (4 per particle, 25 % unranked), "
-           "10 particles, reuse and refusals free; refine top 3", default=False),
+           "predictions), refitted after an iteration that measured a new top-5 configuration, screened moves "
+           "(4 per particle, 25 % unranked), 10 particles, reuse and refusals free; refine top 3, then the "
+           "two best by mean again (a quarter of the budget less one)", default=False),
     Method("msopt (fixed prior)", lambda *a: run_msopt(*a, variant=FIXED_PRIOR), False,
-           "as shipped but the prior is not refitted ([search] refit = false): 100× cheaper to benchmark"),
+           "as shipped but the prior is not refitted ([search] refit = false): cheaper to benchmark"),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
            "as above, async: one result at a time in dispatch order", default=False),
     Method("simulator prior alone", run_prior_alone, False,

@@ -242,3 +242,44 @@ def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
     _, again = run()
     assert again == journal
     assert sum(1 for _, _, reused, refused in journal if not reused and not refused) <= 14
+
+
+def test_refit_is_skipped_without_new_rows_and_warm_afterwards(write_toml):
+    """The refit fits the best-measured configurations; with none new among them it does not run
+    again; a later one starts from the last fit (capped), not from the catalog."""
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings, space)
+    ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:3]
+    for p in ranked[:2]:
+        m = p.metrics
+        prior.observe(p.values, {"generate_speed": m["generate_speed"] * 0.7,
+                                 "time_to_first_token": m["time_to_first_token"] / 0.7,
+                                 "time_per_output_token": m["time_per_output_token"] / 0.7})
+    assert prior.refit() and prior.refits == 1
+    first = prior.hardware
+    assert not prior.refit() and prior.refits == 1 and prior.hardware is first
+    m = ranked[2].metrics
+    prior.observe(ranked[2].values, {"generate_speed": m["generate_speed"] * 0.7,
+                                     "time_to_first_token": m["time_to_first_token"] / 0.7,
+                                     "time_per_output_token": m["time_per_output_token"] / 0.7})
+    assert prior.refit(max_evaluations=3) and prior.refits == 2
+
+
+def test_a_budget_remeasures_the_two_best_again(write_toml):
+    """With max_launches and pso_top_k 3: a quarter of the budget less one goes to re-measuring the
+    two best by mean fitness; the budget holds; without a budget only the top 3 are re-measured."""
+    base = settings_of(write_toml)
+    space = SearchSpace.from_settings(base)
+
+    def refine_count(**kw):
+        settings = base.replace(data_storage={"pso_top_k": 3}, **kw)
+        pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
+            space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
+        out = Driver(settings, pool, prior=make_prior(settings, space)).run()
+        pool.close()
+        return sum(r.phase == "refine" for r in out.results), out.launched
+
+    refined, launched = refine_count(max_launches=30)
+    assert refined == 3 + 30 // 4 - 1 and launched <= 30
+    assert refine_count()[0] == 3
