@@ -144,30 +144,26 @@ class SimulatorSetup:
         """
         from msopt.sim import simulate_launch
 
-        table = thaw(self.table)
-        workload = dict(table.get("workload", {}))
-        if num_prompts is not None:
-            workload["num_prompts"] = int(num_prompts)
-        for key, v in (load or {}).items():
-            workload[key] = v
-        table["workload"] = workload
-        table["seed"] = int(table.get("seed", 0)) + int(seed_offset) + (self.run_seed << 32)
-        return simulate_launch(spec, table, bench_argv)
+        return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv)
 
     def run_pd(self, launch: Any, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
                seed_offset: int = 0, bench_argv: Sequence[str] | None = None) -> Any:
         """Simulate one evaluation of a disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`)."""
         from msopt.sim.simulator import simulate_disaggregated
 
+        table = self._table(num_prompts, load, seed_offset)
+        return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv)
+
+    def _table(self, num_prompts: int | None, load: Mapping[str, float] | None, seed_offset: int) -> dict[str, Any]:
+        """The ``[simulator]`` table of one evaluation: its load over the workload, and its seed."""
         table = thaw(self.table)
         workload = dict(table.get("workload", {}))
         if num_prompts is not None:
             workload["num_prompts"] = int(num_prompts)
-        for key, v in (load or {}).items():
-            workload[key] = v
+        workload.update(load or {})
         table["workload"] = workload
-        table["seed"] = int(table.get("seed", 0)) + int(seed_offset)
-        return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv)
+        table["seed"] = int(table.get("seed", 0)) + int(seed_offset) + (self.run_seed << 32)
+        return table
 
     def emulate_wall_time(self, result: Any, elapsed: float) -> None:
         """Sleep so the evaluation takes the wall time a real one would (when enabled)."""

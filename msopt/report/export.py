@@ -56,19 +56,11 @@ EXPORT_RENDEZVOUS_PORT = 29501
 def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[str], notes: Sequence[str]) -> str:
     """:func:`shell_script` where the node addresses ``names`` become ``$NODE<r>_IP`` variables the
     user sets (the script refuses to run without them)."""
-    def quote(text: str) -> str:
-        if not any(n in text for n in names):
-            return shlex.quote(text)
-        escaped = "".join("\\" + c if c in '\\"$`' else c for c in text)
-        for n in names:
-            escaped = escaped.replace(n, "${" + n + "}")
-        return '"' + escaped + '"'
-
     used = [n for n in names if any(n in str(a) for a in [*argv, *env.values()])]
     lines = ["#!/bin/sh", *(_comment(n) for n in notes)]
     lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
-    lines += [f"export {k}={quote(str(v))}" for k, v in env.items() if _ENV_NAME.fullmatch(k)]
-    lines.append("exec " + " ".join(quote(str(a)) for a in argv))
+    lines += [f"export {k}={_quote(str(v), names)}" for k, v in env.items() if _ENV_NAME.fullmatch(k)]
+    lines.append("exec " + " ".join(_quote(str(a), names) for a in argv))
     return "\n".join(lines) + "\n"
 
 
