@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from msopt.checks import is_finite, is_int
+from msopt.config.original import map_health_check, map_vllm_env_flags, refuse_no_equivalent
 
 try:
     import tomllib
@@ -45,7 +46,7 @@ ORIGINAL_KEYS = (
     "n_particles", "iters", "ttft_penalty", "tpot_penalty", "success_rate_penalty", "ttft_slo",
     "tpot_slo", "success_rate_slo", "generate_speed_target", "sample_size", "service",
     "pso_options", "pso_strategy", "data_storage", "health_check", "mindie", "vllm",
-    "vllm_benchmark", "ais_bench", "kubectl",
+    "vllm_benchmark", "ais_bench", "kubectl", "wait_start_time",
 )
 #: Top-level keys msopt adds.
 MSOPT_KEYS = (
@@ -78,6 +79,7 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "max_launches": (lambda v: is_int(v) and 0 <= v <= 10_000_000, "an integer from 0 (no budget) to 10000000"),
     "particles_time_out": (lambda v: is_finite(v) and 0 < v <= 1e7, "a positive number of seconds"),
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
+    "wait_start_time": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
 }
 
 #: Keys of the tables whose values are checked at load time: (type check, rule). ``_strict``
@@ -431,8 +433,9 @@ def load_settings(
     origin: dict[str, str] = {}
     extra = tuple(sections)
     for source, layer in layers:
+        refuse_no_equivalent(layer, source)
         _check_keys(layer, source, extra)
-        _merge(data, layer, source, origin)
+        _merge(data, map_health_check(layer, source), source, origin)
     _check_scalars(data, origin)
 
     eng = engine or data.get("engine") or "vllm"
@@ -441,6 +444,9 @@ def load_settings(
         have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]
         raise ConfigError(f"{layers[-1][0]}: engine '{eng}' has no [{eng}] section; "
                           f"use -e with one of: {', '.join(have) or 'vllm'}, or add [[{eng}.target_field]]")
+    _place_wait_start_time(data, origin, eng)
+    map_vllm_env_flags(data)
+    section = data[eng]
     raw_fields = section.get("target_field", [])
     fsource = origin.get(f"{eng}.target_field", origin.get(eng, layers[-1][0]))
     if not isinstance(raw_fields, list):
@@ -455,6 +461,18 @@ def load_settings(
                         str(cpath) if cpath else None, MappingProxyType(origin))
     SearchSpace(fields)  # the field model checks itself now, not during the search
     return settings
+
+
+def _place_wait_start_time(data: dict[str, Any], origin: dict[str, str], engine: str) -> None:
+    """The original's top-level ``wait_start_time`` is the searched engine's readiness timeout
+    (``[<engine>] wait_start_time`` wins where both are set)."""
+    if "wait_start_time" not in data:
+        return
+    value = data.pop("wait_start_time")
+    section = data[engine]
+    if "wait_start_time" not in section:
+        section["wait_start_time"] = value
+        origin[f"{engine}.wait_start_time"] = origin.get("wait_start_time", "<defaults>")
 
 
 # -- the effective configuration as TOML ------------------------------------------------------

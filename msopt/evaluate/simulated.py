@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msopt.benchmarks.base import unpaced
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
@@ -179,7 +180,8 @@ def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | No
     argv: list[str] = []
     if "CONCURRENCY" in values and values["CONCURRENCY"] is not None and "concurrency" not in req.load:
         argv += ["--max-concurrency", str(values["CONCURRENCY"])]
-    if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load:
+    if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load \
+            and not unpaced("REQUESTRATE", values["REQUESTRATE"]):
         argv += ["--request-rate", str(values["REQUESTRATE"])]
     return argv or None
 
