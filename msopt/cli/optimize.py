@@ -43,6 +43,10 @@ def register(sub: Any) -> None:
         p.add_argument("--max-launches", type=int, metavar="N",
                        help="launch budget (max_launches): baseline, search and re-measurements together; "
                             "failures count, reuse and start-up refusals are free; 0: iters decides")
+        p.add_argument("--backup", action="store_true", default=None,
+                       help="keep what every evaluation launched: its command line, environment and files (MindIE's "
+                            "config.json as edited) in RUN_DIR/backup/, and the originals of files edited in place "
+                            "(backup = true)")
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")
@@ -62,6 +66,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             out[key] = v
     if args.simulate:
         out["simulate"] = True
+    if args.backup:
+        out["backup"] = True
     if "n_particles" in out and not 1 <= out["n_particles"] <= 100_000:
         raise ConfigError(f"--particles {out['n_particles']} must be from 1 to 100000")
     if "iters" in out and out["iters"] < 0:
@@ -84,7 +90,7 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
                                       ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
                                       ("--mode", args.mode), ("--particles", args.particles),
-                                      ("--iters", args.iters)) if v is not None]
+                                      ("--iters", args.iters), ("--backup", args.backup)) if v is not None]
         if given:
             raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
                               f"{', '.join(given)} (a different configuration is a new run: use -c)")

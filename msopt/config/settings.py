@@ -52,7 +52,7 @@ ORIGINAL_KEYS = (
 MSOPT_KEYS = (
     "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
     "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
-    "max_launches", "search",
+    "max_launches", "search", "backup",
 )
 TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
 
@@ -79,6 +79,7 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "max_launches": (lambda v: is_int(v) and 0 <= v <= 10_000_000, "an integer from 0 (no budget) to 10000000"),
     "particles_time_out": (lambda v: is_finite(v) and 0 < v <= 1e7, "a positive number of seconds"),
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
+    "backup": (lambda v: isinstance(v, bool), "true or false"),
     "wait_start_time": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
 }
 
