@@ -14,8 +14,9 @@ unchanged:
   ``--max-num-batched-tokens $MAX_NUM_BATCHED_TOKENS --max-num-seqs $MAX_NUM_SEQS``
   (``VllmCommand.command``), become those flags unless the user's own command refers to them;
 - the top-level ``wait_start_time`` goes to the searched engine's section;
-- every other top-level key of the original's Settings that msopt has no equivalent for is
-  refused in one line that says what to use instead (:data:`NO_EQUIVALENT`).
+- every other key of the original's Settings that msopt has no equivalent for, and which would
+  otherwise be read by nobody, is refused in one line that says what to use instead
+  (:data:`NO_EQUIVALENT`, :data:`NO_EQUIVALENT_IN`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,25 @@ NO_EQUIVALENT: dict[str, str] = {
                      "cluster (--address)",
 }
 
+_CONCURRENCY = ("the original's AISBench concurrency automation (after the baseline, CONCURRENCY's max = the "
+                "measured Concurrency x best_concurrency_coefficient, at least best_concurrency_threshold, at most "
+                "Max Concurrency; optimizer/plugins/benchmark.py get_best_concurrency); give CONCURRENCY the bounds "
+                "to search, and [capacity] finds the highest load within the SLOs")
+_PERFORMANCE = ("the original's choice of the AISBench statistic for TTFT/TPOT; msopt's fitness holds the mean to "
+                "ttft_slo/tpot_slo, and [capacity] percentile = 90 (or 50, 99) holds the capacity stage to a "
+                "percentile")
+
+#: Keys of the original's tables with no msopt equivalent: (table, key) -> what to do instead.
+NO_EQUIVALENT_IN: dict[tuple[str, str], str] = {
+    ("ais_bench", "best_concurrency_coefficient"): _CONCURRENCY,
+    ("ais_bench", "best_concurrency_threshold"): _CONCURRENCY,
+    ("ais_bench", "performance_config"): _PERFORMANCE,
+    ("vllm_benchmark", "performance_config"): _PERFORMANCE,
+}
+#: ``performance_config`` as msopt measures anyway (the original's default): accepted.
+_MEAN = {"time_to_first_token": {"metric": "TTFT", "algorithm": "average"},
+         "time_per_output_token": {"metric": "TPOT", "algorithm": "average"}}
+
 _VAR = re.compile(r"\$\{([^}]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -74,6 +94,21 @@ def refuse_no_equivalent(layer: Mapping[str, Any], source: str) -> None:
         if key in NO_EQUIVALENT:
             raise ConfigError(f"{source}: '{key}' is a key of the original tool with no msopt equivalent "
                               f"({NO_EQUIVALENT[key]}); drop it (docs/migrating.md)")
+    for (table, key), why in NO_EQUIVALENT_IN.items():
+        section = layer.get(table)
+        if not isinstance(section, Mapping) or key not in section:
+            continue
+        if key == "performance_config" and _is_mean(section[key]):
+            continue
+        raise ConfigError(f"{source}: [{table}] '{key}' is a key of the original tool with no msopt equivalent "
+                          f"({why}); drop it (docs/migrating.md)")
+
+
+def _is_mean(value: Any) -> bool:
+    """A ``performance_config`` that asks for what msopt measures: the mean TTFT and TPOT."""
+    if not isinstance(value, Mapping) or not set(value) <= set(_MEAN):
+        return False
+    return all(isinstance(v, Mapping) and {**_MEAN[k], **v} == _MEAN[k] for k, v in value.items())
 
 
 def map_health_check(layer: Mapping[str, Any], source: str) -> dict[str, Any]:
