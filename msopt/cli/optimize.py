@@ -26,8 +26,9 @@ def register(sub: Any) -> None:
                            if name == "optimize" else "alias of optimize (the original tool's name)")
         p.add_argument("-c", "--config", metavar="FILE", help="configuration file (highest layer)")
         p.add_argument("-e", "--engine", metavar="ENGINE", help="engine section to search (vllm, mindie, sglang)")
-        p.add_argument("-b", "--benchmark", metavar="BENCHMARK",
-                       help="benchmark adapter (vllm_benchmark, ais_bench, builtin)")
+        p.add_argument("-b", "--benchmark", "--benchmark_policy", dest="benchmark", metavar="BENCHMARK",
+                       help="benchmark adapter (vllm_benchmark, ais_bench, builtin); --benchmark_policy is the "
+                            "original tool's spelling")
         p.add_argument("--simulate", action="store_true", default=None,
                        help="evaluate with the embedded simulator instead of launching the engine")
         p.add_argument("-o", "--output", metavar="DIR", help="parent directory of run directories")
@@ -53,7 +54,28 @@ def register(sub: Any) -> None:
         p.add_argument("--no-preflight", action="store_true",
                        help="skip the quick preflight checks (executable, model path, config.json, fixed "
                             "ports) this machine runs before a real run's baseline")
+        # the original tool's flags (ms_serviceparam_optimizer optimizer/optimizer.py arg_parse,
+        # msserviceprofiler@9582f434): what msopt does anyway is accepted, the rest refused in one line
+        p.add_argument("-lb", "--load_breakpoint", action="store_true", help=argparse.SUPPRESS)
+        p.add_argument("-d", "--deploy_policy", choices=("single", "multiple"), help=argparse.SUPPRESS)
+        p.add_argument("--pd", choices=("competition", "disaggregation"), help=argparse.SUPPRESS)
         p.set_defaults(func=cmd_optimize)
+
+
+def _original_flags(args: argparse.Namespace) -> None:
+    """Refuse the original tool's flags msopt has another way for (docs/migrating.md); accept
+    ``-d single`` and ``--pd competition``, which are what msopt does."""
+    if args.load_breakpoint:
+        raise ConfigError("-lb/--load_breakpoint: msopt continues a named run: msopt optimize --resume RUN_DIR "
+                          "(run directories are under -o/output, the newest sorts last)")
+    if args.deploy_policy == "multiple":
+        raise ConfigError("-d/--deploy_policy multiple: msopt needs no master/slave processes; run the trials on a "
+                          "Ray cluster (--address auto) and let one trial span nodes with [cluster] devices_per_trial "
+                          "above devices_per_node (docs/engines.md, 'Trials that span nodes')")
+    if args.pd == "disaggregation":
+        from msopt.run.validate import MINDIE_PD_UNSUPPORTED
+
+        raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -85,6 +107,8 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     """The validated settings of a new run (with the command-line overrides) or of ``--resume``."""
     from msopt.run.store import RunStore
     from msopt.run.validate import load
+
+    _original_flags(args)
 
     if args.resume:
         given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
