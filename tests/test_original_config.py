@@ -50,6 +50,19 @@ def test_validate_accepts_it_for_both_engines(engine):
         assert dims == ["MAX_NUM_BATCHED_TOKENS", "MAX_NUM_SEQS", "CONCURRENCY"]
 
 
+def test_validate_says_what_it_read_in_the_original_spelling():
+    out = msopt("validate", "-c", str(ORIGINAL), "-e", "vllm")
+    assert out.returncode == 0, out.stderr
+    notes = [line for line in out.stdout.splitlines() if line.startswith("original tool: ")]
+    assert len(notes) == 4
+    assert "[health_check.*_errors.*_patterns] (the original tool's spelling) read as" in notes[0]
+    assert notes[1].endswith("'MAX_NUM_BATCHED_TOKENS' (config_position = \"env\") rendered as "
+                             "--max-num-batched-tokens, as the original tool's vLLM command did")
+    assert "'MAX_NUM_SEQS'" in notes[2] and "REQUESTRATE can only be 0: no request rate (unpaced)" in notes[3]
+    plain = msopt("validate", "-c", str(Path(__file__).parent.parent / "configs" / "quickstart.toml"))
+    assert plain.returncode == 0 and "original tool" not in plain.stdout
+
+
 @pytest.mark.parametrize("engine,bench", [("mindie", "ais_bench"), ("vllm", "vllm_benchmark")])
 def test_it_loads_with_the_benchmark_each_engine_used(engine, bench):
     checked = load(str(ORIGINAL), engine, environ={}, overrides={"benchmark": bench})

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from msopt.checks import is_finite, is_int
-from msopt.config.original import map_health_check, map_vllm_env_flags, refuse_no_equivalent
+from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
 
 try:
     import tomllib
@@ -137,6 +137,8 @@ class Settings:
         sources: the files merged, lowest layer first.
         config_path: the ``-c`` file, if any.
         origin: dotted key -> the file that set it (top-level keys and sections).
+        notes: what loading changed to read the original tool's spellings (``msopt validate``
+            prints them).
     """
 
     data: Mapping[str, Any]
@@ -145,10 +147,11 @@ class Settings:
     sources: tuple[str, ...]
     config_path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:  # mapping proxies do not pickle; Ray ships Settings
         return (_rebuild_settings, (thaw(self.data), self.engine, self.fields, self.sources,
-                                    self.config_path, dict(self.origin)))
+                                    self.config_path, dict(self.origin), self.notes))
 
     def get(self, key: str, default: Any = None) -> Any:
         """A top-level value."""
@@ -184,7 +187,7 @@ class Settings:
         origin.update({k: "<command line>" for k in top_level})
         _check_scalars(data, origin)
         return Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
-                        MappingProxyType(origin))
+                        MappingProxyType(origin), self.notes)
 
     def to_toml(self) -> str:
         """The effective configuration as TOML text (saved in every run directory).
@@ -248,8 +251,9 @@ class Settings:
 
 
 def _rebuild_settings(data: dict[str, Any], engine: str, fields: tuple[FieldDecl, ...],
-                      sources: tuple[str, ...], config_path: str | None, origin: dict[str, str]) -> Settings:
-    return Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin))
+                      sources: tuple[str, ...], config_path: str | None, origin: dict[str, str],
+                      notes: tuple[str, ...] = ()) -> Settings:
+    return Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin), notes)
 
 
 def resolve_config_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Path:
@@ -433,10 +437,15 @@ def load_settings(
     data: dict[str, Any] = {}
     origin: dict[str, str] = {}
     extra = tuple(sections)
+    notes: list[str] = []
     for source, layer in layers:
         refuse_no_equivalent(layer, source)
         _check_keys(layer, source, extra)
-        _merge(data, map_health_check(layer, source), source, origin)
+        mapped = map_health_check(layer, source)
+        if mapped != layer:
+            notes.append(f"{source}: [health_check.*_errors.*_patterns] (the original tool's spelling) read as "
+                         "[health_check.service|benchmark.fatal|retryable]")
+        _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
 
     eng = engine or data.get("engine") or "vllm"
@@ -445,8 +454,13 @@ def load_settings(
         have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]
         raise ConfigError(f"{layers[-1][0]}: engine '{eng}' has no [{eng}] section; "
                           f"use -e with one of: {', '.join(have) or 'vllm'}, or add [[{eng}.target_field]]")
+    if "wait_start_time" in data:
+        notes.append(f"top-level wait_start_time (the original tool's) read as [{eng}] wait_start_time")
     _place_wait_start_time(data, origin, eng)
-    map_vllm_env_flags(data)
+    if eng == "vllm":
+        notes += [f"[[vllm.target_field]] '{name}' (config_position = \"env\") rendered as "
+                  f"{VLLM_IMPLICIT_FLAGS[name]}, as the original tool's vLLM command did"
+                  for name in map_vllm_env_flags(data)]
     section = data[eng]
     raw_fields = section.get("target_field", [])
     fsource = origin.get(f"{eng}.target_field", origin.get(eng, layers[-1][0]))
@@ -457,9 +471,12 @@ def load_settings(
         raise ConfigError(f"{fsource}: '{eng}.target_field' declares {len(raw_fields)} fields; at most {MAX_FIELDS} "
                           "are accepted: search fewer parameters (make the others constant in 'others')")
     fields = tuple(parse_field(r, source=fsource, section=eng, index=i) for i, r in enumerate(raw_fields))
+    notes += [f"{d.where}: REQUESTRATE can only be {d.max:g}: no request rate (unpaced), as the original tool "
+              "dropped --request-rate for a rate <= 0" for d in fields
+              if d.name == "REQUESTRATE" and d.dtype in ("int", "float") and d.max <= 0]
     data["engine"] = eng
     settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
-                        str(cpath) if cpath else None, MappingProxyType(origin))
+                        str(cpath) if cpath else None, MappingProxyType(origin), tuple(notes))
     SearchSpace(fields)  # the field model checks itself now, not during the search
     return settings
 
