@@ -4,6 +4,7 @@ spellings: what each becomes in msopt, and the one line for what msopt does not 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -269,3 +270,44 @@ def test_the_original_flags_that_are_msopts_behaviour_are_accepted():
 
     checked, store = _load(args)
     assert store is None and checked.settings.get("benchmark") == "ais_bench"
+
+
+#: Every flag of the original's ``msserviceprofiler optimizer`` and ``train`` (optimizer/optimizer.py and
+#: train/source_to_train.py ``arg_parse``, msserviceprofiler@9582f434).
+ORIGINAL_FLAGS = ("-lb", "--load_breakpoint", "-d", "--deploy_policy", "--backup", "--pd", "-b", "--benchmark_policy",
+                  "-e", "--engine", "-c", "--config", "-i", "-o", "-t")
+#: The top-level fields of the original's ``Settings`` (config/config.py) and of its tables.
+ORIGINAL_SETTINGS = ("output", "simulator_output", "pso_options", "pso_strategy", "particles_time_out",
+                     "wait_start_time", "n_particles", "iters", "ftol", "ftol_iter", "ttft_penalty", "tpot_penalty",
+                     "success_rate_penalty", "ttft_slo", "tpot_slo", "success_rate_slo", "slo_coefficient",
+                     "generate_speed_target", "sample_size", "mem_coefficient", "max_fine_tune",
+                     "scaling_coefficient", "step_size", "theory_guided_enable", "service", "communication",
+                     "latency_model", "vllm", "mindie", "kubectl", "ais_bench", "vllm_benchmark", "data_storage",
+                     "health_check", "store_dir", "config_path", "config_bak_path", "process_name", "work_path",
+                     "best_concurrency_coefficient", "best_concurrency_threshold", "performance_config",
+                     "host_ip", "host_port", "max_out_len", "output_path", "result_dir", "serving", "dataset_path",
+                     "work_dir", "kubectl_single_path", "config_single_pd_path", "delete_path")
+
+
+def _keys(table, prefix=""):
+    for key, value in table.items():
+        if isinstance(value, dict):
+            yield from _keys(value, f"{prefix}{key}.")
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for entry in value:
+                yield from _keys(entry, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def test_migrating_md_takes_every_key_and_flag_of_the_original():
+    from msopt.config import read_toml
+
+    doc = (Path(__file__).parent.parent / "docs" / "migrating.md").read_text(encoding="utf-8")
+
+    def absent(words):
+        return sorted(w for w in words if not re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", doc))
+
+    keys = {k.split(".")[-1] for k in _keys(read_toml(ORIGINAL))}
+    assert len(keys) > 30 and absent(keys) == []
+    assert absent(ORIGINAL_FLAGS) == [] and absent(ORIGINAL_SETTINGS) == []
