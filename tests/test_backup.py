@@ -151,3 +151,24 @@ def test_optimize_backup_flag_records_every_launched_evaluation(tmp_path):
         argv = launch["argv"]
         assert argv[argv.index("--max-num-seqs") + 1] == str(rec["values"]["max_num_seqs"])
     assert "backup = true" in (run / "config.toml").read_text()  # --resume keeps it
+
+
+def test_a_backup_that_cannot_be_written_fails_the_evaluation_in_one_line(tmp_path):
+    runner, run, conf = _mindie(tmp_path, backup=True)
+    (run / "backup").write_text("a file where the directory belongs")
+    pristine = conf.read_bytes()
+    with pytest.raises(EvaluationError) as exc:
+        runner.measure({"max_batch_size": 60}, EvalRequest(2, "search", 0, 0, (60.0,)), 1)
+    assert str(exc.value).startswith(f"backup = true: cannot write the launch record into {run / 'backup'}: ")
+    assert "\n" not in str(exc.value) and conf.read_bytes() == pristine
+    assert not list((run / "logs").glob("*"))  # nothing was launched
+
+
+def test_resume_takes_backup_from_the_run_not_the_flag():
+    from msopt.cli.main import build_parser
+    from msopt.cli.optimize import _load
+    from msopt.errors import ConfigError
+
+    args = build_parser().parse_args(["optimize", "--resume", "/nonexistent/run", "--backup"])
+    with pytest.raises(ConfigError, match="drop --backup"):
+        _load(args)
