@@ -22,6 +22,13 @@ REQUEST_RATE_FIELD = "REQUESTRATE"
 LOAD_KEYS = ("concurrency", "request_rate")
 
 
+def unpaced(name: str, value: Any) -> bool:
+    """A REQUESTRATE field of 0 or less sets no request rate, as in the original tool, which then
+    dropped ``--request-rate`` (ms_serviceparam_optimizer optimizer/interfaces/custom_process.py,
+    ``NON_POSITIVE_INVALID_FIELDS``, msserviceprofiler@9582f434)."""
+    return name == REQUEST_RATE_FIELD and is_number(value) and value <= 0
+
+
 def resolve_load(values: Mapping[str, Any], fields: Sequence[FieldDecl], defaults: Mapping[str, Any],
                  load: Mapping[str, float], where: str) -> tuple[int | None, float | None]:
     """Concurrency and request rate: ``load`` > the CONCURRENCY/REQUESTRATE fields > ``defaults``.
@@ -37,7 +44,7 @@ def resolve_load(values: Mapping[str, Any], fields: Sequence[FieldDecl], default
     def pick(load_key: str, field: str, *keys: str) -> Any:
         if load.get(load_key) is not None:
             return plain(load[load_key])
-        if field in names and values.get(field) is not None:
+        if field in names and values.get(field) is not None and not unpaced(field, values[field]):
             return plain(values[field])
         for k in keys:
             if defaults.get(k) is not None:

@@ -87,6 +87,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  constant: {', '.join(const)}")
     for line in checked.engine.notes(settings.section(settings.engine)):
         print(f"{settings.engine}: {line}")
+    for line in settings.notes:
+        print(f"original tool: {line}")
     return 0
 
 

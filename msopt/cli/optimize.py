@@ -26,8 +26,9 @@ def register(sub: Any) -> None:
                            if name == "optimize" else "alias of optimize (the original tool's name)")
         p.add_argument("-c", "--config", metavar="FILE", help="configuration file (highest layer)")
         p.add_argument("-e", "--engine", metavar="ENGINE", help="engine section to search (vllm, mindie, sglang)")
-        p.add_argument("-b", "--benchmark", metavar="BENCHMARK",
-                       help="benchmark adapter (vllm_benchmark, ais_bench, builtin)")
+        p.add_argument("-b", "--benchmark", "--benchmark_policy", dest="benchmark", metavar="BENCHMARK",
+                       help="benchmark adapter (vllm_benchmark, ais_bench, builtin); --benchmark_policy is the "
+                            "original tool's spelling")
         p.add_argument("--simulate", action="store_true", default=None,
                        help="evaluate with the embedded simulator instead of launching the engine")
         p.add_argument("-o", "--output", metavar="DIR", help="parent directory of run directories")
@@ -43,13 +44,38 @@ def register(sub: Any) -> None:
         p.add_argument("--max-launches", type=int, metavar="N",
                        help="launch budget (max_launches): baseline, search and re-measurements together; "
                             "failures count, reuse and start-up refusals are free; 0: iters decides")
+        p.add_argument("--backup", action="store_true", default=None,
+                       help="keep what every evaluation launched: its command line, environment and files (MindIE's "
+                            "config.json as edited) in RUN_DIR/backup/, and the originals of files edited in place "
+                            "(backup = true)")
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")
         p.add_argument("--no-preflight", action="store_true",
                        help="skip the quick preflight checks (executable, model path, config.json, fixed "
                             "ports) this machine runs before a real run's baseline")
+        # the original tool's flags (ms_serviceparam_optimizer optimizer/optimizer.py arg_parse,
+        # msserviceprofiler@9582f434): what msopt does anyway is accepted, the rest refused in one line
+        p.add_argument("-lb", "--load_breakpoint", action="store_true", help=argparse.SUPPRESS)
+        p.add_argument("-d", "--deploy_policy", choices=("single", "multiple"), help=argparse.SUPPRESS)
+        p.add_argument("--pd", choices=("competition", "disaggregation"), help=argparse.SUPPRESS)
         p.set_defaults(func=cmd_optimize)
+
+
+def _original_flags(args: argparse.Namespace) -> None:
+    """Refuse the original tool's flags msopt has another way for (docs/migrating.md); accept
+    ``-d single`` and ``--pd competition``, which are what msopt does."""
+    if args.load_breakpoint:
+        raise ConfigError("-lb/--load_breakpoint: msopt continues a named run: msopt optimize --resume RUN_DIR "
+                          "(run directories are under -o/output, the newest sorts last)")
+    if args.deploy_policy == "multiple":
+        raise ConfigError("-d/--deploy_policy multiple: msopt needs no master/slave processes; run the trials on a "
+                          "Ray cluster (--address auto) and let one trial span nodes with [cluster] devices_per_trial "
+                          "above devices_per_node (docs/engines.md, 'Trials that span nodes')")
+    if args.pd == "disaggregation":
+        from msopt.run.validate import MINDIE_PD_UNSUPPORTED
+
+        raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,6 +88,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             out[key] = v
     if args.simulate:
         out["simulate"] = True
+    if args.backup:
+        out["backup"] = True
     if "n_particles" in out and not 1 <= out["n_particles"] <= 100_000:
         raise ConfigError(f"--particles {out['n_particles']} must be from 1 to 100000")
     if "iters" in out and out["iters"] < 0:
@@ -80,11 +108,13 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     from msopt.run.store import RunStore
     from msopt.run.validate import load
 
+    _original_flags(args)
+
     if args.resume:
         given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
                                       ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
                                       ("--mode", args.mode), ("--particles", args.particles),
-                                      ("--iters", args.iters)) if v is not None]
+                                      ("--iters", args.iters), ("--backup", args.backup)) if v is not None]
         if given:
             raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
                               f"{', '.join(given)} (a different configuration is a new run: use -c)")

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from msopt.checks import is_finite, is_int
+from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
 
 try:
     import tomllib
@@ -45,13 +46,13 @@ ORIGINAL_KEYS = (
     "n_particles", "iters", "ttft_penalty", "tpot_penalty", "success_rate_penalty", "ttft_slo",
     "tpot_slo", "success_rate_slo", "generate_speed_target", "sample_size", "service",
     "pso_options", "pso_strategy", "data_storage", "health_check", "mindie", "vllm",
-    "vllm_benchmark", "ais_bench", "kubectl",
+    "vllm_benchmark", "ais_bench", "kubectl", "wait_start_time",
 )
 #: Top-level keys msopt adds.
 MSOPT_KEYS = (
     "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
     "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
-    "max_launches", "search",
+    "max_launches", "search", "backup",
 )
 TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
 
@@ -78,6 +79,8 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "max_launches": (lambda v: is_int(v) and 0 <= v <= 10_000_000, "an integer from 0 (no budget) to 10000000"),
     "particles_time_out": (lambda v: is_finite(v) and 0 < v <= 1e7, "a positive number of seconds"),
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
+    "backup": (lambda v: isinstance(v, bool), "true or false"),
+    "wait_start_time": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
 }
 
 #: Keys of the tables whose values are checked at load time: (type check, rule). ``_strict``
@@ -134,6 +137,8 @@ class Settings:
         sources: the files merged, lowest layer first.
         config_path: the ``-c`` file, if any.
         origin: dotted key -> the file that set it (top-level keys and sections).
+        notes: what loading changed to read the original tool's spellings (``msopt validate``
+            prints them).
     """
 
     data: Mapping[str, Any]
@@ -142,10 +147,11 @@ class Settings:
     sources: tuple[str, ...]
     config_path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:  # mapping proxies do not pickle; Ray ships Settings
         return (_rebuild_settings, (thaw(self.data), self.engine, self.fields, self.sources,
-                                    self.config_path, dict(self.origin)))
+                                    self.config_path, dict(self.origin), self.notes))
 
     def get(self, key: str, default: Any = None) -> Any:
         """A top-level value."""
@@ -181,7 +187,7 @@ class Settings:
         origin.update({k: "<command line>" for k in top_level})
         _check_scalars(data, origin)
         return Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
-                        MappingProxyType(origin))
+                        MappingProxyType(origin), self.notes)
 
     def to_toml(self) -> str:
         """The effective configuration as TOML text (saved in every run directory).
@@ -245,8 +251,9 @@ class Settings:
 
 
 def _rebuild_settings(data: dict[str, Any], engine: str, fields: tuple[FieldDecl, ...],
-                      sources: tuple[str, ...], config_path: str | None, origin: dict[str, str]) -> Settings:
-    return Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin))
+                      sources: tuple[str, ...], config_path: str | None, origin: dict[str, str],
+                      notes: tuple[str, ...] = ()) -> Settings:
+    return Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin), notes)
 
 
 def resolve_config_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Path:
@@ -430,9 +437,15 @@ def load_settings(
     data: dict[str, Any] = {}
     origin: dict[str, str] = {}
     extra = tuple(sections)
+    notes: list[str] = []
     for source, layer in layers:
+        refuse_no_equivalent(layer, source)
         _check_keys(layer, source, extra)
-        _merge(data, layer, source, origin)
+        mapped = map_health_check(layer, source)
+        if mapped != layer:
+            notes.append(f"{source}: [health_check.*_errors.*_patterns] (the original tool's spelling) read as "
+                         "[health_check.service|benchmark.fatal|retryable]")
+        _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
 
     eng = engine or data.get("engine") or "vllm"
@@ -441,6 +454,14 @@ def load_settings(
         have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]
         raise ConfigError(f"{layers[-1][0]}: engine '{eng}' has no [{eng}] section; "
                           f"use -e with one of: {', '.join(have) or 'vllm'}, or add [[{eng}.target_field]]")
+    if "wait_start_time" in data:
+        notes.append(f"top-level wait_start_time (the original tool's) read as [{eng}] wait_start_time")
+    _place_wait_start_time(data, origin, eng)
+    if eng == "vllm":
+        notes += [f"[[vllm.target_field]] '{name}' (config_position = \"env\") rendered as "
+                  f"{VLLM_IMPLICIT_FLAGS[name]}, as the original tool's vLLM command did"
+                  for name in map_vllm_env_flags(data)]
+    section = data[eng]
     raw_fields = section.get("target_field", [])
     fsource = origin.get(f"{eng}.target_field", origin.get(eng, layers[-1][0]))
     if not isinstance(raw_fields, list):
@@ -450,11 +471,26 @@ def load_settings(
         raise ConfigError(f"{fsource}: '{eng}.target_field' declares {len(raw_fields)} fields; at most {MAX_FIELDS} "
                           "are accepted: search fewer parameters (make the others constant in 'others')")
     fields = tuple(parse_field(r, source=fsource, section=eng, index=i) for i, r in enumerate(raw_fields))
+    notes += [f"{d.where}: REQUESTRATE can only be {d.max:g}: no request rate (unpaced), as the original tool "
+              "dropped --request-rate for a rate <= 0" for d in fields
+              if d.name == "REQUESTRATE" and d.dtype in ("int", "float") and d.max <= 0]
     data["engine"] = eng
     settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
-                        str(cpath) if cpath else None, MappingProxyType(origin))
+                        str(cpath) if cpath else None, MappingProxyType(origin), tuple(notes))
     SearchSpace(fields)  # the field model checks itself now, not during the search
     return settings
+
+
+def _place_wait_start_time(data: dict[str, Any], origin: dict[str, str], engine: str) -> None:
+    """The original's top-level ``wait_start_time`` is the searched engine's readiness timeout
+    (``[<engine>] wait_start_time`` wins where both are set)."""
+    if "wait_start_time" not in data:
+        return
+    value = data.pop("wait_start_time")
+    section = data[engine]
+    if "wait_start_time" not in section:
+        section["wait_start_time"] = value
+        origin[f"{engine}.wait_start_time"] = origin.get("wait_start_time", "<defaults>")
 
 
 # -- the effective configuration as TOML ------------------------------------------------------

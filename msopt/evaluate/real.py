@@ -87,6 +87,7 @@ class RealRunner(EngineRunner):
             if run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
+        self.backup(req, attempt, [("server" if i == 0 else f"node{i}", s) for i, s in enumerate(specs)])
         launcher = self.ctx.launcher if len(specs) > 1 else None
         follower_logs = [str(self.ctx.log_path(req, attempt, f"server-node{i}") or workdir / f"server-node{i}.log")
                          for i in range(1, len(specs))]
@@ -143,6 +144,7 @@ class RealRunner(EngineRunner):
             raise
         roles = [(f"prefill{i}", s) for i, s in enumerate(launch.prefill)]
         roles += [(f"decode{i}", s) for i, s in enumerate(launch.decode)]
+        self.backup(req, attempt, [*roles, ("router", launch.router)])
         logs = {name: self.ctx.log_path(req, attempt, f"server-{name}") or workdir / f"server-{name}.log"
                 for name, _ in roles}
         try:

@@ -84,6 +84,19 @@ class EngineRunner:
         self.engine_section = settings.section(settings.engine)
         self.ctx = ctx
 
+    def backup(self, req: EvalRequest, attempt: int, launches: Sequence[tuple[str, LaunchSpec]]) -> None:
+        """With ``backup = true`` (``--backup``), record what this attempt launches in the run
+        directory (:mod:`msopt.evaluate.backup`)."""
+        if self.settings.get("backup") and self.ctx.run_dir is not None:
+            from msopt.errors import EvaluationError
+            from msopt.evaluate.backup import write_backup
+
+            try:
+                write_backup(self.ctx.run_dir, req, attempt, launches)
+            except OSError as exc:
+                raise EvaluationError(f"backup = true: cannot write the launch record into "
+                                      f"{self.ctx.run_dir / 'backup'}: {exc.strerror or exc}") from None
+
 
 class Runner(Protocol):
     """Measures one configuration.

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msopt.benchmarks.base import unpaced
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
@@ -179,7 +180,8 @@ def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | No
     argv: list[str] = []
     if "CONCURRENCY" in values and values["CONCURRENCY"] is not None and "concurrency" not in req.load:
         argv += ["--max-concurrency", str(values["CONCURRENCY"])]
-    if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load:
+    if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load \
+            and not unpaced("REQUESTRATE", values["REQUESTRATE"]):
         argv += ["--request-rate", str(values["REQUESTRATE"])]
     return argv or None
 
@@ -223,6 +225,7 @@ class SimRunner(EngineRunner):
                                          rendezvous_port=0, workdir=self.ctx.run_dir)
         spec = specs[0]
         check_rules(spec, values, self.engine_section, model=self.model_facts)
+        self.backup(req, attempt, [("server" if i == 0 else f"node{i}", s) for i, s in enumerate(specs)])
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))
@@ -248,6 +251,9 @@ class SimRunner(EngineRunner):
         inner = without_pd(self.engine_section)
         for spec in (*launch.prefill, *launch.decode):
             check_rules(spec, values, inner, model=self.model_facts)
+        self.backup(req, attempt, [*[(f"prefill{i}", s) for i, s in enumerate(launch.prefill)],
+                                   *[(f"decode{i}", s) for i, s in enumerate(launch.decode)],
+                                   ("router", launch.router)])
         t0 = time.monotonic()
         res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,
                               bench_argv=bench_argv_of(values, req))
