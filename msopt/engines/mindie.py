@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -405,8 +406,13 @@ class MindieAdapter(EngineAdapter):
         if found is None:
             text = ("no MindIE installation found ($MIES_INSTALL_PATH/bin/mindieservice_daemon, "
                     f"{DEFAULT_INSTALL_PATH}/bin/mindieservice_daemon, or {PIP_WRAPPER} on PATH)")
-            return ("install", given is not None, text + ("; using [mindie.command] executable" if given else
-                    "; install MindIE here, set $MIES_INSTALL_PATH, or set [mindie.command] executable"))
+            if given:
+                return ("install", True, text + "; using [mindie.command] executable")
+            on_path = shutil.which(self.default_executable[0])
+            if on_path:
+                return ("install", True, text + f"; using {on_path} from PATH")
+            return ("install", False, text + "; install MindIE here, set $MIES_INSTALL_PATH, or set "
+                    "[mindie.command] executable")
         conf = found.config or "<site-packages>/mindie_llm/conf/config.json (package directory not found)"
         text = f"{found.layout} layout, found by {found.how}: {found.executable}; it reads {conf}"
         if found.layout == "pip":
