@@ -212,3 +212,24 @@ def test_the_launch_uses_the_installation_found(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert get_engine("mindie").render({}, [], {}, port=40500).argv == ("mindieservice_daemon",)
+
+
+def test_the_shipped_examples_trials_share_nothing_on_a_node(tmp_path) -> None:
+    # configs/mindie_real.toml says trials may share a node: their config copies and ports must all differ
+    from msopt.config import load_settings, thaw
+    from msopt.space import SearchSpace
+
+    settings = load_settings(Path(__file__).parents[2] / "configs" / "mindie_real.toml")
+    section = thaw(settings.section("mindie"))
+    section["config_path"] = str(SHIPPED)  # the installed path is not on this machine
+    space = SearchSpace.from_settings(settings)
+    values = dict(space.decode(space.default_position()).values)
+    specs = []
+    for name, port in (("a", 40601), ("b", 40602)):
+        (tmp_path / name).mkdir()
+        specs.append(get_engine("mindie").render(values, settings.fields, section, port=port,
+                                                 devices=list("01234567"), workdir=tmp_path / name))
+    a, b = specs
+    assert set(a.files).isdisjoint(b.files) and str(SHIPPED) not in a.files
+    ports = [{server_config(s)[k] for k in ("port", "managementPort", "metricsPort")} for s in specs]
+    assert ports == [{40601}, {40602}]
