@@ -122,9 +122,9 @@ def serve_mindie(argv: Sequence[str]) -> int:
     p.add_argument("--config-file", default=None, help="the config.json (as the daemon's own flag)")
     p.add_argument("--expert-parallel", default=None, help="accepted, as by the daemon")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds of 'model load' before binding")
-    p.add_argument("--time-scale", type=float, default=1.0)
-    p.add_argument("--sim-hardware", default="atlas-800i-a2")
-    p.add_argument("--sim-model", default=None)
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated delay")
+    p.add_argument("--sim-hardware", default="atlas-800i-a2", help="simulator hardware catalog entry")
+    p.add_argument("--sim-model", default=None, help="simulator model catalog entry (default qwen3-8b)")
     args = p.parse_args(list(argv))  # the daemon refuses unknown arguments too (llm_daemon.cpp:365-373)
     path = config_path(args.config_file, os.environ)
     try:

@@ -233,3 +233,33 @@ def test_the_shipped_examples_trials_share_nothing_on_a_node(tmp_path) -> None:
     assert set(a.files).isdisjoint(b.files) and str(SHIPPED) not in a.files
     ports = [{server_config(s)[k] for k in ("port", "managementPort", "metricsPort")} for s in specs]
     assert ports == [{40601}, {40602}]
+
+
+def test_the_real_runner_gives_a_multi_node_mindie_leader_its_own_ports(tmp_path, monkeypatch) -> None:
+    from msopt.config import load_settings
+    from msopt.engines.mindie import MindieAdapter
+    from msopt.evaluate.real import RealRunner
+    from msopt.evaluate.results import EvalRequest
+    from msopt.evaluate.runner import RunnerContext
+    from msopt.space import SearchSpace
+
+    conf = tmp_path / "m.toml"
+    conf.write_text(f'engine = "mindie"\nbenchmark = "builtin"\n[cluster]\naccelerator = "none"\n'
+                    f'[mindie]\nconfig_path = "{SHIPPED}"\n')
+    seen: dict = {}
+    original = MindieAdapter.render_nodes
+
+    def spy(self, *args, **kwargs):
+        seen.update(kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MindieAdapter, "render_nodes", spy)
+    nodes = (TrialNode(0, "127.0.0.1", tuple("0123")), TrialNode(1, "127.0.0.2", tuple("0123")))
+    settings = load_settings(conf)
+    space = SearchSpace.from_settings(settings)
+    values = dict(space.decode(space.default_position()).values)
+    runner = RealRunner(settings, get_engine("mindie"), RunnerContext(run_dir=tmp_path, nodes=nodes))
+    with pytest.raises(EvaluationError, match="needs the Ray pool"):  # rendered, then stopped: no launcher here
+        runner.measure(values, EvalRequest(0, "baseline", None, 0, ()), 1)
+    ports = [seen["port"], seen["rendezvous_port"], *seen["leader_ports"]]
+    assert len(seen["leader_ports"]) == 1 and all(1024 < p < 65536 for p in ports)
