@@ -35,7 +35,7 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
-from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, find_install
+from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -339,14 +339,19 @@ class MindieAdapter(EngineAdapter):
             out.append("ServerConfig.httpsEnabled: false (plain HTTP)")
         out.append("BackendConfig.npuDeviceIds and ModelConfig[0].worldSize: set from the trial's devices "
                    "(worldSize from a field when one sets it)")
+        out.append("ServerConfig.port, managementPort and metricsPort: the trial's own port, managementIpAddress = "
+                   "ipAddress (MindIE's single-port mode: trials on one node share no port)")
+        found = find_install()
+        out.append(f"MindIE here: {found.layout} layout, {found.executable}" if found is not None else
+                   "MindIE here: none found ('msopt preflight' checks the nodes)")
         return out
 
     def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
         """The installation and its layout; config.json: set, present, valid, writable (or readable
         with ``config_env``); what happens to HTTPS; the addresses MindIE will listen on."""
-        out: list[tuple[str, bool, str]] = [self._install_check(section)]
-        raw, private = section.get("config_path"), bool(section.get("config_env"))
         found = find_install(probe=True)
+        out: list[tuple[str, bool, str]] = [self._install_check(section, found)]
+        raw, private = section.get("config_path"), bool(section.get("config_env"))
         if not raw:
             if private:
                 return [*out, ("config.json", True, "no config_path: every trial writes the built-in template "
@@ -398,11 +403,10 @@ class MindieAdapter(EngineAdapter):
                 "this node") + moved))
         return out
 
-    def _install_check(self, section: Mapping[str, Any]) -> tuple[str, bool, str]:
-        """Which installation layout is here, and where it reads its config.json."""
+    def _install_check(self, section: Mapping[str, Any], found: MindieInstall | None) -> tuple[str, bool, str]:
+        """Which installation layout is here (``found``), and where it reads its config.json."""
         cmd = section.get("command", {})
         given = cmd.get("executable") if isinstance(cmd, Mapping) else None
-        found = find_install(probe=True)
         if found is None:
             text = ("no MindIE installation found ($MIES_INSTALL_PATH/bin/mindieservice_daemon, "
                     f"{DEFAULT_INSTALL_PATH}/bin/mindieservice_daemon, or {PIP_WRAPPER} on PATH)")
@@ -539,7 +543,7 @@ class MindieAdapter(EngineAdapter):
                 set_path(doc, INTER_NODE_TLS, False)
                 set_path(doc, HOST_PATH, node.address)
                 set_path(doc, MANAGEMENT_HOST, node.address)
-                if leader_ports:
+                if leader_ports and int(leader_ports[0]) != int(port):  # equal: single_port moved it aside
                     set_path(doc, MULTI_NODE_PORT, int(leader_ports[0]))
                 files[target] = doc
             files[table_path] = table
