@@ -82,6 +82,8 @@ KNOWN_KEYS: Mapping[tuple[str, ...], Mapping[str, str]] = MappingProxyType({
         "layerwiseDisaggregated": "bool", "layerwiseDisaggregatedRoleType": "string",
         "layerwiseDisaggregatedMasterIpAddress": "string", "layerwiseDisaggregatedSlaveIpAddress": "array",
         "layerwiseDisaggregatedDataPort": "int32_t", "layerwiseDisaggregatedCrtlPort": "array"}),
+    # ServerConfig's interCommTLSEnabled and interCommPort are read by LoadOptionalParameters
+    # (server_config.cpp:342-349), outside the ParamSpec table.
     # server_config.cpp:332-338 reads npuUsageThreshold from here only; the top-level
     # ServerConfig.npuUsageThreshold of its ParamSpec table (line 50) is type-checked and never read.
     ("ServerConfig", "HealthCheckConfig"): MappingProxyType({"npuUsageThreshold": "uint32_t"}),
