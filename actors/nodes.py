@@ -43,6 +43,7 @@ class NodeAgent:
         self.name = name
         self._proc: ManagedProcess | None = None
         self._files: contextlib.ExitStack | None = None
+        self._grace = 10.0  # the started spec's stop_grace
 
     def info(self) -> dict[str, Any]:
         """Process id, node, address and devices."""
@@ -59,6 +60,7 @@ class NodeAgent:
         try:
             stack.enter_context(staged_files(spec.files))
             self._proc = start_process(spec.argv, dict(spec.env), log_path, cwd=workdir)
+            self._grace = spec.stop_grace
         except BaseException:
             stack.close()
             raise
@@ -74,7 +76,7 @@ class NodeAgent:
         files, self._files = self._files, None
         try:
             if proc is not None:
-                proc.stop()
+                proc.stop(self._grace)
         finally:
             if files is not None:
                 files.close()

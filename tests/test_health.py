@@ -22,6 +22,15 @@ def test_defaults_classify_common_failures() -> None:
         hc.check([], "nope")
 
 
+def test_mindie_busy_port_is_a_port_clash_not_a_bad_configuration() -> None:
+    # MindIE-LLM 8b4871a http_server.cpp:232-237 then 400-405: the bind check logs strerror, then this line
+    hc = HealthCheck.default()
+    v = hc.check(["Socket bind failed, bind_result is -1. Address already in use",
+                  "Management or Business or Metrics Http server listen port is occupied",
+                  "Failed to init endpoint! Please check the service log or console output."])
+    assert (v.kind, v.error_type) == ("retryable", "port")
+
+
 def test_fatal_wins_and_latest_line_is_reported() -> None:
     hc = HealthCheck.from_mapping({"service": {"fatal": {"oom": ["oom!"]},
                                                "retryable": {"port": ["in use"]}}})

@@ -152,3 +152,47 @@ def test_requests_beyond_max_num_seqs_queue(tmp_path: Path) -> None:
     first, second = sorted(records, key=lambda r: r.ttft)
     # one request: ttft ~0.02 s + 5 steps of ~0.02 s; the queued one waits all of that
     assert second.ttft >= first.latency * 0.9 and second.ttft > 0.1
+
+
+def test_mindie_stand_in_groups_its_http_servers_as_mindie_does() -> None:
+    # MindIE-LLM 8b4871a http_server.cpp:411-443, server_config.cpp:298-305 and 618-636
+    from msopt.sim.mindie_serve import config_path, listeners
+
+    one = {"ipAddress": "127.0.0.1", "managementIpAddress": "127.0.0.1", "port": 5, "managementPort": 5,
+           "metricsPort": 5}
+    assert listeners(one, {}) == [("127.0.0.1", 5, ("business", "management", "metrics"))]
+    shipped = {"ipAddress": "127.0.0.1", "managementIpAddress": "127.0.0.2", "port": 1025, "managementPort": 1026,
+               "metricsPort": 1027}
+    assert [(h, p) for h, p, _ in listeners(shipped, {})] == [("127.0.0.1", 1025), ("127.0.0.2", 1026),
+                                                               ("127.0.0.2", 1027)]
+    no_mgmt = {"ipAddress": "127.0.0.1", "port": 7, "metricsPort": 8}  # managementPort defaults to port
+    assert listeners(no_mgmt, {}) == [("127.0.0.1", 7, ("business", "management")),
+                                      ("127.0.0.1", 8, ("metrics",))]
+    env = {"MIES_CONTAINER_IP": "127.0.0.5", "MIES_CONTAINER_MANAGEMENT_IP": "127.0.0.5"}
+    assert listeners(one, env) == [("127.0.0.5", 5, ("business", "management", "metrics"))]
+    assert listeners(one, {"MIES_CONTAINER_IP": "127.0.0.5"})[0][:2] == ("127.0.0.5", 5)  # mgmt stays .1
+    assert config_path("/x/c.json", {"MIES_CONFIG_JSON_PATH": "/y"}) == Path("/x/c.json")
+    assert config_path(None, {"MIES_CONFIG_JSON_PATH": "/y", "MIES_INSTALL_PATH": "/z"}) == Path("/y")
+    assert config_path(None, {"MIES_INSTALL_PATH": "/z"}) == Path("/z/conf/config.json")
+
+
+def test_mindie_stand_in_refuses_a_busy_port_with_mindies_message(tmp_path: Path) -> None:
+    import socket
+
+    doc = json.loads((Path(__file__).parents[1] / "msopt/engines/mindie_config.json").read_text())
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        doc["ServerConfig"].update(ipAddress="127.0.0.1", managementIpAddress="127.0.0.1", port=free_port(),
+                                   managementPort=free_port(), metricsPort=taken)
+        conf = tmp_path / "config.json"
+        conf.write_text(json.dumps(doc))
+        proc = start_process([sys.executable, "-m", "msopt.cli.serve", "--mindie", "--config-file", str(conf)],
+                             {}, tmp_path / "m.log")
+        try:
+            assert proc.wait(60) == 1
+        finally:
+            proc.stop()
+    log = (tmp_path / "m.log").read_text()
+    assert "Management or Business or Metrics Http server listen port is occupied" in log

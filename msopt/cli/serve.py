@@ -11,7 +11,7 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     """Run the OpenAI-compatible stand-in server with vLLM's command line."""
     from msopt.sim.serve import build_parser, serve
 
-    if any(a in ("-h", "--help") for a in args.serve_args):
+    if any(a in ("-h", "--help") for a in args.serve_args) and "--mindie" not in args.serve_args:
         build_parser().print_help()
         return 0
     return serve(args.serve_args)
@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "sim-serve", prefix_chars="+", add_help=False,
         help="OpenAI-compatible stand-in server taking vLLM's serve command line "
-             "(msopt sim-serve MODEL --port P ... ; --help for its flags)")
+             "(msopt sim-serve MODEL --port P ... ; --help for its flags; --mindie: MindIE's daemon)")
     p.add_argument("serve_args", nargs="*", metavar="ARG")
     p.set_defaults(func=cmd_sim_serve)
 

@@ -17,6 +17,8 @@ from msopt.space.fields import FieldDecl
 
 #: Seconds to wait for a server to answer its health path when nothing is configured.
 DEFAULT_WAIT_START_TIME = 600.0
+#: Seconds between SIGTERM and SIGKILL when stopping a server whose engine declares nothing longer.
+DEFAULT_STOP_GRACE = 10.0
 
 _VAR = re.compile(r"\$\{([^}]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -36,6 +38,8 @@ class LaunchSpec:
         served_model_name: the model name clients send.
         model: the model (path or hub id) the server loads; benchmarks need it for the tokenizer.
         ready_timeout: seconds to wait for readiness (the section's ``wait_start_time``).
+        stop_grace: seconds between SIGTERM and SIGKILL when the server is stopped (the engine
+            adapter's :attr:`EngineAdapter.stop_grace`).
     """
 
     engine: str
@@ -48,6 +52,7 @@ class LaunchSpec:
     served_model_name: str = ""
     model: str = ""
     ready_timeout: float = DEFAULT_WAIT_START_TIME
+    stop_grace: float = DEFAULT_STOP_GRACE
 
     @property
     def base_url(self) -> str:
@@ -358,6 +363,13 @@ class EngineAdapter:
     health_path: ClassVar[str] = "/health"
     #: The port the engine's server listens on when its configuration names none.
     default_port: ClassVar[int] = 8000
+    #: Seconds the server needs after SIGTERM to stop its own children before msopt sends SIGKILL;
+    #: carried on every LaunchSpec the adapter renders (``LaunchSpec.stop_grace``).
+    stop_grace: ClassVar[float] = DEFAULT_STOP_GRACE
+    #: Free ports a multi-node launch needs on the leader's node besides ``port`` and
+    #: ``rendezvous_port``; the runner allocates them as it allocates those and passes them to
+    #: :meth:`render_nodes` as ``leader_ports`` (only when this is not 0).
+    leader_ports: ClassVar[int] = 0
 
     def render(
         self,
@@ -382,12 +394,14 @@ class EngineAdapter:
         nodes: Sequence[TrialNode],
         rendezvous_port: int,
         workdir: Path | None = None,
+        leader_ports: Sequence[int] = (),
     ) -> list[LaunchSpec]:
         """Render one launch per node of a trial (``nodes[0]`` is the leader, whose server the
         benchmark talks to); with one node this is ``[render(...)]``.
 
         ``rendezvous_port`` is a free port on the leader's node for the engine's own node-to-node
-        rendezvous (SGLang ``--dist-init-addr``, vLLM's data-parallel RPC or master port).
+        rendezvous (SGLang ``--dist-init-addr``, vLLM's data-parallel RPC or master port);
+        ``leader_ports`` are :attr:`leader_ports` more (empty where the caller has none to give).
 
         Raises:
             EvaluationError: the engine has no multi-node form, or the values do not split over

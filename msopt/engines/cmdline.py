@@ -155,6 +155,7 @@ class CommandLineAdapter(EngineAdapter):
         nodes: Sequence[TrialNode],
         rendezvous_port: int,
         workdir: Path | None = None,
+        leader_ports: Sequence[int] = (),
     ) -> list[LaunchSpec]:
         """The same command line on every node plus that node's placement arguments."""
         base = self.render(values, fields, section, port=port, devices=list(nodes[0].devices), workdir=workdir)

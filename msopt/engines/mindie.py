@@ -10,8 +10,10 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +35,7 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
+from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -42,6 +45,11 @@ TEMPLATE_PATH = Path(__file__).with_name("mindie_config.json")
 
 PORT_PATH = ("ServerConfig", "port")
 HOST_PATH = ("ServerConfig", "ipAddress")
+MANAGEMENT_PORT = ("ServerConfig", "managementPort")
+METRICS_PORT = ("ServerConfig", "metricsPort")
+MANAGEMENT_HOST = ("ServerConfig", "managementIpAddress")
+INFER_MODE = ("ServerConfig", "inferMode")
+MULTI_NODE_PORT = ("BackendConfig", "multiNodesInferPort")
 MODEL_CONFIG = ("BackendConfig", "ModelDeployConfig", "ModelConfig", 0)
 HTTPS_PATH = ("ServerConfig", "httpsEnabled")
 DEVICE_IDS = ("BackendConfig", "npuDeviceIds")
@@ -66,13 +74,19 @@ KNOWN_KEYS: Mapping[tuple[str, ...], Mapping[str, str]] = MappingProxyType({
         "managementTlsCert": "string", "managementTlsCrlPath": "string", "managementTlsCrlFiles": "array",
         "managementTlsCaFile": "array", "managementTlsPk": "string", "metricsTlsCert": "string",
         "metricsTlsCrlPath": "string", "metricsTlsCrlFiles": "array", "metricsTlsCaFile": "array",
-        "metricsTlsPk": "string", "fullTextEnabled": "bool", "npuUsageThreshold": "uint32_t",
-        "inferMode": "string", "allowAllZeroIpListening": "bool", "openAiSupport": "string",
+        "metricsTlsPk": "string", "fullTextEnabled": "bool", "HealthCheckConfig": "object",
+        "interCommTLSEnabled": "bool", "interCommPort": "int32_t", "inferMode": "string",
+        "allowAllZeroIpListening": "bool", "openAiSupport": "string",
         "metricsPort": "int32_t", "tokenTimeout": "int32_t", "e2eTimeout": "int32_t",
         "maxRequestLength": "uint32_t", "distDPServerEnabled": "bool", "maxJsonDepth": "uint32_t",
         "layerwiseDisaggregated": "bool", "layerwiseDisaggregatedRoleType": "string",
         "layerwiseDisaggregatedMasterIpAddress": "string", "layerwiseDisaggregatedSlaveIpAddress": "array",
         "layerwiseDisaggregatedDataPort": "int32_t", "layerwiseDisaggregatedCrtlPort": "array"}),
+    # ServerConfig's interCommTLSEnabled and interCommPort are read by LoadOptionalParameters
+    # (server_config.cpp:342-349), outside the ParamSpec table.
+    # server_config.cpp:332-338 reads npuUsageThreshold from here only; the top-level
+    # ServerConfig.npuUsageThreshold of its ParamSpec table (line 50) is type-checked and never read.
+    ("ServerConfig", "HealthCheckConfig"): MappingProxyType({"npuUsageThreshold": "uint32_t"}),
     ("BackendConfig",): MappingProxyType({
         "backendName": "string", "tokenizerProcessNumber": "uint32_t", "multiNodesInferEnabled": "bool",
         "multiNodesInferPort": "int32_t", "interNodeTLSEnabled": "bool", "interNodeTlsCaPath": "string",
@@ -103,6 +117,10 @@ KNOWN_KEYS: Mapping[tuple[str, ...], Mapping[str, str]] = MappingProxyType({
         "layerwiseDisaggregated": "object"}),
 })
 INTEGER_TYPES = ("uint32_t", "int32_t")
+#: Keys MindIE accepts in one place but reads in another: ``path -> where it is read``.
+MOVED_KEYS: Mapping[tuple[str, ...], str] = MappingProxyType({
+    ("ServerConfig", "npuUsageThreshold"): "ServerConfig.HealthCheckConfig.npuUsageThreshold",
+})
 
 
 def key_table(path: Sequence[str | int]) -> Mapping[str, str] | None:
@@ -183,6 +201,10 @@ def set_path(doc: Any, path: Sequence[str | int], value: Any, decl: FieldDecl | 
         elif isinstance(node, dict):
             key = str(key)
             table = key_table(path[:i])
+            moved = MOVED_KEYS.get(tuple(str(p) for p in path[:i + 1]))
+            if moved is not None and last:
+                raise fail(f"MindIE does not read {key!r} at {here} (MindIE-LLM 8b4871a server_config.cpp:332-338); "
+                           f"use {moved!r}")
             if key not in node and (not last or table is None or key not in table):
                 known = sorted(set(node) | set(table or ()))
                 hint = close_matches(key, known)
@@ -249,8 +271,16 @@ class MindieAdapter(EngineAdapter):
 
     name = "mindie"
     health_path = "/v1/models"
+    #: Used when neither ``[mindie.command] executable`` nor an installation (:func:`find_install`) is found.
     default_executable = ("mindieservice_daemon",)
     default_port = 1025
+    #: On SIGTERM the daemon waits 5 s for its endpoint (EP_STOP_WAIT_TIME, llm_daemon.cpp:41, 209), then
+    #: SIGTERMs its process group and waits up to 15 s for it (SUB_PROCESS_WAIT_TIME, llm_daemon.cpp:45,
+    #: 174) before SIGKILL and abort() (llm_daemon.cpp:177-184), MindIE-LLM 8b4871a: 20 s and a margin.
+    stop_grace = 30.0
+    #: Free ports a multi-node launch needs on the leader besides ``port`` and ``rendezvous_port``:
+    #: ``BackendConfig.multiNodesInferPort``, the master's gRPC port (src/executor/grpc_communicator.cpp:152-199).
+    leader_ports = 1
 
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """``[mindie.command] port``, else ``ServerConfig.port`` of the config.json, else 1025."""
@@ -272,7 +302,12 @@ class MindieAdapter(EngineAdapter):
         if "pd" in section:
             raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
                               "roles run through ms_controller); drop the table")
-        doc, _ = load_config(section, missing_ok=True)
+        doc, src = load_config(section, missing_ok=True)
+        if str(get_path(doc, INFER_MODE, "standard")).lower() == "dmi":
+            raise ConfigError(f"[mindie] config_path {src}: ServerConfig.inferMode is \"dmi\", MindIE's "
+                              "prefill/decode role (it binds the fixed interCommPort, endpoint.cpp:91-92), which "
+                              "msopt does not launch; point config_path at a config.json with inferMode "
+                              "\"standard\"")
         cmd = command_table(section, self.name)
         wait_start_time(section, self.name)
         split_others(cmd.get("others", ""), {}, f"[{self.name}.command]")
@@ -306,56 +341,92 @@ class MindieAdapter(EngineAdapter):
             out.append("ServerConfig.httpsEnabled: false (plain HTTP)")
         out.append("BackendConfig.npuDeviceIds and ModelConfig[0].worldSize: set from the trial's devices "
                    "(worldSize from a field when one sets it)")
+        out.append("ServerConfig.port, managementPort and metricsPort: the trial's own port, managementIpAddress = "
+                   "ipAddress (MindIE's single-port mode: trials on one node share no port)")
+        found = find_install()
+        out.append(f"MindIE here: {found.layout} layout, {found.executable}" if found is not None else
+                   "MindIE here: none found ('msopt preflight' checks the nodes)")
         return out
 
     def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
-        """config.json: set, present, valid, writable (or readable with ``config_env``); what
-        happens to HTTPS; MindIE's fixed management and metrics ports free."""
+        """The installation and its layout; config.json: set, present, valid, writable (or readable
+        with ``config_env``); what happens to HTTPS; the addresses MindIE will listen on."""
+        found = find_install(probe=True)
+        out: list[tuple[str, bool, str]] = [self._install_check(section, found)]
         raw, private = section.get("config_path"), bool(section.get("config_env"))
         if not raw:
             if private:
-                return [("config.json", True, "no config_path: every trial writes the built-in template into "
-                         f"its work directory and points ${section.get('config_env')} at it")]
-            return [("config.json", False, "[mindie] config_path is not set, so msopt cannot edit the "
-                     "config.json MindIE reads; point it at <mindie-service>/conf/config.json")]
+                return [*out, ("config.json", True, "no config_path: every trial writes the built-in template "
+                               f"into its work directory and points ${section.get('config_env')} at it")]
+            where = found.config if found is not None and found.config else "<mindie-service>/conf/config.json"
+            return [*out, ("config.json", False, "[mindie] config_path is not set, so msopt cannot edit the "
+                           f"config.json MindIE reads; set config_path = \"{where}\"")]
         path = Path(str(raw)).expanduser()
         if not path.exists():
-            return [("config.json", False, f"{path} does not exist on this node; install MindIE Service here "
-                     "or fix [mindie] config_path")]
+            return [*out, ("config.json", False, f"{path} does not exist on this node; install MindIE here "
+                           "or fix [mindie] config_path")]
         try:
             doc, _ = load_config(section)
         except ConfigError as exc:
-            return [("config.json", False, str(exc))]
-        out: list[tuple[str, bool, str]] = []
+            return [*out, ("config.json", False, str(exc))]
         if private:
             ok = os.access(path, os.R_OK)
             out.append(("config.json", ok, f"{path} is " + ("readable (trials edit private copies)" if ok else
                                                               "not readable by this user")))
         else:
             ok = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-            out.append(("config.json", ok, f"{path} " + (
+            detail = f"{path} " + (
                 "is writable (msopt edits it per trial and keeps config.json.msopt-backup)" if ok else
                 "or its directory is not writable by this user: msopt edits it per trial and writes a "
-                "backup beside it; fix the permissions or set [mindie] config_env")))
+                "backup beside it; fix the permissions or set [mindie] config_env")
+            if ok and found is not None and found.config and Path(found.config).resolve() != path.resolve():
+                ok = False
+                detail = (f"{path} is not the config.json the {found.layout} installation here reads "
+                          f"({found.config}), so its edits would tune nothing; set config_path to that file, or "
+                          "set [mindie] config_env = \"MIES_CONFIG_JSON_PATH\" to have each trial read its own copy")
+            out.append(("config.json", ok, detail))
         https = get_path(doc, HTTPS_PATH)
         out.append(("https", True, "ServerConfig.httpsEnabled is true: msopt sets it to false in the edited "
                     "config (plain HTTP on the trial's port)" if https is True else
                     "ServerConfig.httpsEnabled is false (plain HTTP)"))
-        host = str(get_path(doc, HOST_PATH, "127.0.0.1"))
-        for key in ("managementPort", "metricsPort"):
-            port = get_path(doc, ("ServerConfig", key))
-            if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                try:
-                    sock.bind((host, port))
-                    free = True
-                except OSError:
-                    free = False
-            out.append(("port", free, f"{port} (ServerConfig.{key}) is " + (
-                "free" if free else "in use on this node: another MindIE (or something else) holds it; one "
-                "MindIE per node, or give each its own ports")))
+        cmd = section.get("command", {})
+        host = str(cmd.get("host") if isinstance(cmd, Mapping) and cmd.get("host") else
+                   get_path(doc, HOST_PATH, "127.0.0.1"))
+        # A trial serves on ipAddress, and management and metrics on managementIpAddress, which msopt sets
+        # equal (single-port mode); MindIE listens on both (http_server.cpp:251, 267, 284).
+        file_mgmt = get_path(doc, MANAGEMENT_HOST)
+        for key, addr in (("ipAddress", host), ("managementIpAddress", host)):
+            ok, why = _bindable(addr)
+            moved = (f" (the file has {file_mgmt}; msopt serves management and metrics on the trial's own port "
+                     "at ipAddress, MindIE's single-port mode)" if key == "managementIpAddress" and file_mgmt
+                     not in (None, host) else "")
+            out.append(("address", ok, f"ServerConfig.{key} {addr} " + (
+                "can be bound on this node" if ok else f"cannot be bound on this node ({why}); use an address of "
+                "this node") + moved))
         return out
+
+    def _install_check(self, section: Mapping[str, Any], found: MindieInstall | None) -> tuple[str, bool, str]:
+        """Which installation layout is here (``found``), and where it reads its config.json."""
+        cmd = section.get("command", {})
+        given = cmd.get("executable") if isinstance(cmd, Mapping) else None
+        if found is None:
+            text = ("no MindIE installation found ($MIES_INSTALL_PATH/bin/mindieservice_daemon, "
+                    f"{DEFAULT_INSTALL_PATH}/bin/mindieservice_daemon, or {PIP_WRAPPER} on PATH)")
+            if given:
+                return ("install", True, text + "; using [mindie.command] executable")
+            on_path = shutil.which(self.default_executable[0])
+            if on_path:
+                return ("install", True, text + f"; using {on_path} from PATH")
+            return ("install", False, text + "; install MindIE here, set $MIES_INSTALL_PATH, or set "
+                    "[mindie.command] executable")
+        conf = found.config or "<site-packages>/mindie_llm/conf/config.json (package directory not found)"
+        text = f"{found.layout} layout, found by {found.how}: {found.executable}; it reads {conf}"
+        if found.layout == "pip":
+            text += (" unless $MIES_CONFIG_JSON_PATH names another (src/utils/common_util.cpp:264-282); "
+                     f"{PIP_WRAPPER} sets MINDIE_LLM_HOME_PATH and LD_LIBRARY_PATH and execs the daemon")
+        if given:
+            text += f"; [mindie.command] executable {given!r} is used instead"
+        return ("install", True, text)
 
     def render(
         self,
@@ -388,6 +459,7 @@ class MindieAdapter(EngineAdapter):
                 if value is not None:  # an undetermined derived value keeps the file's own
                     set_path(doc, parse_path(decl.config_position, decl), value, decl)
         set_path(doc, PORT_PATH, int(port))
+        single_port(doc, int(port))
         if get_path(doc, HTTPS_PATH) is True:
             # Readiness and the benchmarks speak plain HTTP (docs/engines.md, "MindIE and HTTPS").
             set_path(doc, HTTPS_PATH, False)
@@ -406,7 +478,7 @@ class MindieAdapter(EngineAdapter):
             target = path
         else:
             target = str(Path(workdir) / "config.json") if workdir is not None else "config.json"
-        argv = executable(cmd, self.default_executable, self.name, values)
+        argv = executable(cmd, self.installed_executable(), self.name, values)
         argv += split_others(cmd.get("others", ""), values, f"[{self.name}.command]")
         return LaunchSpec(
             engine=self.name,
@@ -419,8 +491,14 @@ class MindieAdapter(EngineAdapter):
             served_model_name=str(get_path(doc, (*MODEL_CONFIG, "modelName"), "")),
             model=str(get_path(doc, (*MODEL_CONFIG, "modelWeightPath"), "")),
             ready_timeout=wait_start_time(section, self.name),
+            stop_grace=self.stop_grace,
         )
 
+    def installed_executable(self) -> tuple[str, ...]:
+        """What starts MindIE here when ``[mindie.command] executable`` is not set: the installation
+        :func:`find_install` finds, else :attr:`default_executable` (looked up on PATH)."""
+        found = find_install()
+        return (found.executable,) if found is not None else tuple(self.default_executable)
 
     def render_nodes(
         self,
@@ -432,6 +510,7 @@ class MindieAdapter(EngineAdapter):
         nodes: Sequence[TrialNode],
         rendezvous_port: int,
         workdir: Path | None = None,
+        leader_ports: Sequence[int] = (),
     ) -> list[LaunchSpec]:
         """One config.json per node (its own npuDeviceIds, ``multiNodesInferEnabled``) and one rank table.
 
@@ -443,6 +522,13 @@ class MindieAdapter(EngineAdapter):
         ``MIES_CONTAINER_IP`` (this node) and ``MASTER_PORT`` in the environment. The NPUs' RoCE
         addresses (``hccn_tool -i N -ip -g``) come from ``[mindie] device_ips``
         (node address -> list, one per device); without them ``device_ip`` is left out.
+
+        ``MIES_CONTAINER_IP`` replaces ``ipAddress`` and ``MIES_CONTAINER_MANAGEMENT_IP`` replaces
+        ``managementIpAddress`` (server_config.cpp:618-636), so each node's config.json names its own
+        address for both (single-port mode needs them equal, http_server.cpp:411-413) and the leader's
+        launch has that address as its host: readiness and the benchmark go where the server listens.
+        ``multiNodesInferPort`` (the master's gRPC server, grpc_communicator.cpp:152-199) is
+        ``leader_ports[0]`` when given, so trials whose leaders share a node do not collide.
         """
         if len(nodes) == 1:
             return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
@@ -457,15 +543,42 @@ class MindieAdapter(EngineAdapter):
                 doc = copy.deepcopy(doc)
                 set_path(doc, MULTI_NODE, True)
                 set_path(doc, INTER_NODE_TLS, False)
+                set_path(doc, HOST_PATH, node.address)
+                set_path(doc, MANAGEMENT_HOST, node.address)
+                if leader_ports and int(leader_ports[0]) != int(port):  # equal: single_port moved it aside
+                    set_path(doc, MULTI_NODE_PORT, int(leader_ports[0]))
                 files[target] = doc
             files[table_path] = table
             env = {**spec.env, "RANK_TABLE_FILE": table_path, "MASTER_IP": nodes[0].address,
-                   "MASTER_PORT": str(rendezvous_port), "MIES_CONTAINER_IP": node.address}
-            out.append(LaunchSpec(engine=spec.engine, argv=spec.argv, env=env, files=files, port=spec.port,
-                                  health_path=spec.health_path, host=spec.host,
-                                  served_model_name=spec.served_model_name, model=spec.model,
-                                  ready_timeout=spec.ready_timeout))
+                   "MASTER_PORT": str(rendezvous_port), "MIES_CONTAINER_IP": node.address,
+                   "MIES_CONTAINER_MANAGEMENT_IP": node.address}
+            out.append(replace(spec, env=env, files=files, host=node.address))
         return out
+
+
+def single_port(doc: dict[str, Any], port: int) -> None:
+    """Serve business, management and metrics on ``port`` (MindIE's single-port mode).
+
+    MindIE-LLM 8b4871a http_server.cpp:400-405 refuses to start when any of ``port``,
+    ``managementPort``, ``metricsPort`` is taken, and a shipped config.json fixes the latter two
+    (1026, 1027), so a second trial on a node would fail. With ``managementIpAddress == ipAddress``
+    and ``port == managementPort == metricsPort`` MindIE runs one HTTP server with every resource
+    on it (http_server.cpp:411-414, ALL_SAME; no management certificates checked,
+    server_config.cpp:353-359), so a trial needs only the one port msopt gives it.
+    ``interCommPort`` is bound only with ``inferMode`` "dmi" (endpoint.cpp:91-92,
+    grpc_handler.cpp:176-177), which :meth:`MindieAdapter.check` refuses, and
+    ``multiNodesInferPort`` only by the master of a multi-node launch (grpc_communicator.cpp:152-199,
+    set per trial in :meth:`MindieAdapter.render_nodes`); MindIE refuses ``port ==
+    multiNodesInferPort`` (config_manager_impl.cpp:312-315), so that one moves aside when equal.
+    """
+    server = doc.get("ServerConfig")
+    if not isinstance(server, dict):
+        return
+    set_path(doc, MANAGEMENT_PORT, port)
+    set_path(doc, METRICS_PORT, port)
+    set_path(doc, MANAGEMENT_HOST, str(server.get("ipAddress", "127.0.0.1")))
+    if isinstance(doc.get("BackendConfig"), dict) and get_path(doc, MULTI_NODE_PORT) == port:
+        set_path(doc, MULTI_NODE_PORT, port + 1 if port < 65535 else port - 1)
 
 
 def rank_table(nodes: Sequence[TrialNode], device_ips: Any = None) -> dict[str, Any]:
@@ -494,6 +607,17 @@ def rank_table(nodes: Sequence[TrialNode], device_ips: Any = None) -> dict[str, 
             rank += 1
         servers.append({"server_id": node.address, "container_ip": node.address, "device": devices})
     return {"version": "1.0", "server_count": str(len(nodes)), "server_list": servers, "status": "completed"}
+
+
+def _bindable(host: str) -> tuple[bool, str]:
+    """Whether a listener could bind ``host`` (any free port) on this node, and why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as exc:
+            return False, exc.strerror or str(exc)
+    return True, ""
 
 
 def _fractional(decl: FieldDecl) -> bool:

@@ -355,7 +355,7 @@ def launched(
     cwd: str | os.PathLike[str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     timeout: float | None = None,
-    grace: float = 10.0,
+    grace: float | None = None,
 ) -> Iterator[ManagedProcess]:
     """Stage a LaunchSpec's files, start its argv, wait until ready; stop and restore on exit.
 
@@ -365,7 +365,8 @@ def launched(
         cwd: the server's working directory.
         extra_env: more environment on top of ``spec.env``.
         timeout: readiness timeout; default ``spec.ready_timeout``.
-        grace: seconds between SIGTERM and SIGKILL when stopping.
+        grace: seconds between SIGTERM and SIGKILL when stopping; default ``spec.stop_grace`` (what
+            the engine adapter declares).
 
     Raises:
         EvaluationError: the server could not start or did not become ready (it is stopped and
@@ -378,4 +379,4 @@ def launched(
                        spec.ready_timeout if timeout is None else timeout, proc)
             yield proc
         finally:
-            proc.stop(grace)
+            proc.stop(getattr(spec, "stop_grace", 10.0) if grace is None else grace)

@@ -288,6 +288,67 @@ def _mindie_device_ids(c: Candidate) -> str | None:
     return None
 
 
+_CONFIG_MANAGER = "src/config_manager/config_manager_impl.cpp"
+
+
+def _mindie_schedule(c: Candidate, key: str) -> int | None:
+    """``BackendConfig.ScheduleConfig.<key>`` as an integer, None when absent or not a number."""
+    backend = c.mindie_config.get("BackendConfig", {})
+    schedule = backend.get("ScheduleConfig", {}) if isinstance(backend, Mapping) else {}
+    return _mindie_int(schedule, key, None) if isinstance(schedule, Mapping) else None
+
+
+def _mindie_models(c: Candidate) -> list[Mapping[str, Any]]:
+    """Every element of ``ModelConfig`` (MindIE checks each, config_manager_impl.cpp:320)."""
+    try:
+        models = c.mindie_config["BackendConfig"]["ModelDeployConfig"]["ModelConfig"]
+    except (KeyError, TypeError):
+        return []
+    return [m for m in models if isinstance(m, Mapping)] if isinstance(models, list) else []
+
+
+def _mindie_prefill_tokens(c: Candidate) -> str | None:
+    # config_manager_impl.cpp:318-332 (8b4871a): maxPrefillTokens < ModelDeployConfig.maxInputTokenLen is
+    # refused unless ScheduleConfig.templateType is "Mix".
+    backend = c.mindie_config.get("BackendConfig", {})
+    deploy = backend.get("ModelDeployConfig", {}) if isinstance(backend, Mapping) else {}
+    schedule = backend.get("ScheduleConfig", {}) if isinstance(backend, Mapping) else {}
+    tokens = _mindie_schedule(c, "maxPrefillTokens")
+    longest = _mindie_int(deploy, "maxInputTokenLen", None) if isinstance(deploy, Mapping) else None
+    template = schedule.get("templateType") if isinstance(schedule, Mapping) else None
+    if tokens is None or longest is None or template in (None, "Mix") or not _mindie_models(c):
+        return None
+    if tokens < longest:
+        return "The value of maxPrefillTokens should not be less than maxInputTokenLen."
+    return None
+
+
+def _mindie_iter_times(c: Candidate) -> str | None:
+    # config_manager_impl.cpp:321-324 (8b4871a)
+    if _mindie_schedule(c, "maxIterTimes") == 0 and _mindie_models(c):
+        return "The value of ScheduleParam.maxIterTimes can not be 0."
+    return None
+
+
+def _mindie_preempt_cpu_mem(c: Candidate) -> str | None:
+    # config_manager_impl.cpp:325-328 (8b4871a): swapping preempted sequences out needs host memory
+    preempt = _mindie_schedule(c, "maxPreemptCount")
+    if preempt is None or preempt == 0:
+        return None
+    if any(_mindie_int(m, "cpuMemSize", None) == 0 for m in _mindie_models(c)):
+        return "The value of modelParam.cpuMemSize can not be 0 when maxPreemptCount is not 0."
+    return None
+
+
+def _mindie_preempt_batch(c: Candidate) -> str | None:
+    # src/config_manager/schedule_config.cpp:276-281 (8b4871a)
+    preempt, batch = _mindie_schedule(c, "maxPreemptCount"), _mindie_schedule(c, "maxBatchSize")
+    if preempt is not None and batch is not None and preempt > batch:
+        return ("The maxPreemptCount cannot be set greater than maxBatchsize, please set 'maxPreemptCount' to be "
+                "not greater than 'maxBatchsize' in config.json.")
+    return None
+
+
 #: Every engine's start-up rules; see the module docstring.
 RULES: tuple[Rule, ...] = (
     Rule("vllm.batched_tokens_vs_max_model_len", "vllm", _vllm_batched_vs_model_len,
@@ -306,6 +367,14 @@ RULES: tuple[Rule, ...] = (
          MINDIE_VERSION),
     Rule("mindie.npu_device_ids", "mindie", _mindie_device_ids,
          "src/config_manager/backend_config.cpp (BackendConfigManager::InitFromJson)", MINDIE_VERSION),
+    Rule("mindie.max_prefill_tokens_vs_max_input_token_len", "mindie", _mindie_prefill_tokens,
+         f"{_CONFIG_MANAGER}:329-332 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
+    Rule("mindie.max_iter_times_nonzero", "mindie", _mindie_iter_times,
+         f"{_CONFIG_MANAGER}:321-324 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
+    Rule("mindie.preempt_needs_cpu_mem", "mindie", _mindie_preempt_cpu_mem,
+         f"{_CONFIG_MANAGER}:325-328 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
+    Rule("mindie.max_preempt_count_vs_max_batch_size", "mindie", _mindie_preempt_batch,
+         "src/config_manager/schedule_config.cpp:276-281 (ScheduleConfigManager::CheckParam)", MINDIE_VERSION),
 )
 
 

@@ -179,6 +179,7 @@ class PatternSource:
 
 _VLLM = "vLLM 0.33.0"
 _SGLANG = "SGLang 0.5.23"
+_MINDIE = "MindIE-LLM 8b4871a"
 
 #: Every pattern of ``[health_check]`` in msopt/config/defaults.toml, with its source; the tests
 #: check that the two agree and that every sample is classified as filed.
@@ -222,6 +223,10 @@ PATTERN_SOURCES: tuple[PatternSource, ...] = (
     PatternSource("service", "retryable", "port", "is not available in",
                   f"{_SGLANG} sglang/srt/utils/network.py (wait_port_available)",
                   "ValueError: port at 30000 is not available in 30 seconds. port is used by a process already."),
+    PatternSource("service", "retryable", "port", "listen port is occupied",
+                  f"{_MINDIE} src/server/endpoint/http_wrapper/http_server.cpp:400-405 (HttpServer::HttpServerInit: "
+                  "a port MindIE is to listen on cannot be bound; a race with another trial, so try again)",
+                  "[ERROR] [endpoint] Management or Business or Metrics Http server listen port is occupied"),
     PatternSource("service", "retryable", "connection", "Connection reset by peer", "OS errno 104 (ECONNRESET)",
                   "ConnectionResetError: [Errno 104] Connection reset by peer"),
     PatternSource("service", "retryable", "device_busy", "Device or resource busy", "OS errno 16 (EBUSY)",

@@ -76,8 +76,10 @@ class RealRunner(EngineRunner):
         nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))
         try:
+            more = self.engine.leader_ports if len(nodes) > 1 else 0
+            extra = {"leader_ports": [free_port() for _ in range(more)]} if more else {}
             specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=free_port(),
-                                             nodes=nodes, rendezvous_port=free_port(), workdir=workdir)
+                                             nodes=nodes, rendezvous_port=free_port(), workdir=workdir, **extra)
             spec = specs[0]
             check_rules(spec, values, self.engine_section)
             if len(specs) > 1 and self.ctx.launcher is None:

@@ -2,7 +2,8 @@
 
 :func:`node_checks` runs every check on this machine and returns one :class:`Check` per item:
 the executable (and, in the full set, its version), the model path, the engine adapter's own
-checks (MindIE: config.json, its writability, HTTPS, its fixed ports), the fixed ports a launch
+checks (MindIE: the installation layout, config.json, its writability, HTTPS, the addresses it
+listens on), the fixed ports a launch
 binds, and the accelerator count against ``[cluster] devices_per_trial``. With a Ray cluster the
 same function runs as one task per node (``actors/preflight.py``). ``msopt optimize`` runs the
 cheap part (:data:`CHEAP`) before the baseline.
@@ -30,7 +31,7 @@ from msopt.run.pool import devices_per_trial
 from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
-CHEAP = frozenset({"executable", "model", "config.json", "https", "port"})
+CHEAP = frozenset({"executable", "model", "config.json", "https", "port", "install", "address"})
 #: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
 TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
 #: Seconds a version query may take (importing an engine can take a while).

@@ -11,6 +11,8 @@ run at once; the rest queue.
 When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there as a JSON list (into
 ``argv-<port>.json`` when it names a directory),
 so a test can check what the server was launched with.
+
+With ``--mindie`` it stands in for MindIE's daemon instead (:mod:`msopt.sim.mindie_serve`).
 """
 
 from __future__ import annotations
@@ -348,6 +350,10 @@ def serve(argv: Sequence[str]) -> int:
     from aiohttp import web
 
     argv = list(argv)
+    if "--mindie" in argv:  # a stand-in for MindIE's daemon, reading its config.json
+        from msopt.sim.mindie_serve import serve_mindie
+
+        return serve_mindie(argv)
     if "--pd-disaggregation" in argv:  # a stand-in for SGLang's PD router
         from msopt.sim.router import serve_router
 

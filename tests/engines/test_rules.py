@@ -98,6 +98,49 @@ def test_mindie_rules() -> None:
     assert refusal(mindie(4, 4, ids=[[0, 1, 2, 3], [4, 5, 6, 7]])) == "mindie.npu_device_ids"
 
 
+def mindie_schedule(schedule: dict, deploy: dict | None = None, cpu_mem: Any = 5) -> LaunchSpec:
+    """A one-instance MindIE config.json with these ScheduleConfig and ModelDeployConfig keys."""
+    base = {"templateType": "Standard", "maxPrefillTokens": 8192, "maxIterTimes": 512, "maxPreemptCount": 0,
+            "maxBatchSize": 200}
+    model = {"worldSize": 8, "tp": 8, "dp": 1, "pp": 1, "cpuMemSize": cpu_mem}
+    doc = {"BackendConfig": {"modelInstanceNumber": 1, "npuDeviceIds": [list(range(8))],
+                             "ScheduleConfig": {**base, **schedule},
+                             "ModelDeployConfig": {"maxInputTokenLen": 2048, **(deploy or {}),
+                                                   "ModelConfig": [model]}}}
+    return LaunchSpec("mindie", ("mindieservice_daemon",), files={"config.json": doc})
+
+
+@pytest.mark.parametrize(("schedule", "deploy", "cpu_mem", "expected"), [
+    ({}, None, 5, None),  # MindIE's shipped values
+    ({"maxPrefillTokens": 1024}, None, 5, "mindie.max_prefill_tokens_vs_max_input_token_len"),
+    ({"maxPrefillTokens": 2048}, None, 5, None),  # equal is allowed ("less than" refuses)
+    ({"maxPrefillTokens": 1024, "templateType": "Mix"}, None, 5, None),  # Mix is exempt
+    ({"maxPrefillTokens": 8192}, {"maxInputTokenLen": 16384}, 5, "mindie.max_prefill_tokens_vs_max_input_token_len"),
+    ({"maxIterTimes": 0}, None, 5, "mindie.max_iter_times_nonzero"),
+    ({"maxIterTimes": 1}, None, 5, None),
+    ({"maxPreemptCount": 4}, None, 0, "mindie.preempt_needs_cpu_mem"),
+    ({"maxPreemptCount": 4}, None, 5, None),
+    ({"maxPreemptCount": 0}, None, 0, None),  # MindIE's own shipped default: cpuMemSize 0, no preemption
+    ({"maxPreemptCount": 300}, None, 5, "mindie.max_preempt_count_vs_max_batch_size"),
+    ({"maxPreemptCount": 200}, None, 5, None),
+])
+def test_mindie_schedule_rules(schedule: dict, deploy: dict | None, cpu_mem: Any, expected: str | None) -> None:
+    # MindIE-LLM 8b4871a src/config_manager/config_manager_impl.cpp:318-332, schedule_config.cpp:276-281
+    assert refusal(mindie_schedule(schedule, deploy, cpu_mem)) == expected
+
+
+def test_mindie_schedule_rule_messages_are_mindies_own() -> None:
+    cases = [({"maxPrefillTokens": 1024}, 5, "The value of maxPrefillTokens should not be less than maxInputTokenLen."),
+             ({"maxIterTimes": 0}, 5, "The value of ScheduleParam.maxIterTimes can not be 0."),
+             ({"maxPreemptCount": 4}, 0,
+              "The value of modelParam.cpuMemSize can not be 0 when maxPreemptCount is not 0.")]
+    for schedule, cpu_mem, message in cases:
+        with pytest.raises(RefusedError) as info:
+            check_rules(mindie_schedule(schedule, cpu_mem=cpu_mem), {}, {}, model=ModelFacts(), environ={})
+        assert message in str(info.value)
+        assert "config_manager_impl.cpp" in str(info.value) and "8b4871a" in str(info.value)
+
+
 def test_model_facts_read_the_models_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 40,
                                                       "max_position_embeddings": 40960}))

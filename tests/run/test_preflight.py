@@ -128,3 +128,65 @@ def test_tls_flags_fail_the_https_check(tmp_path: Path) -> None:
     path = config(tmp_path, model=str(tmp_path / "model"), others="--ssl-keyfile k.pem --ssl-certfile c.pem")
     line = {c.name: c for c in node_checks(load_settings(path), full=False)}["https"].line()
     assert line.startswith("FAIL https: --ssl-keyfile, --ssl-certfile in 'others'")
+
+
+def _mindie_toml(tmp_path: Path, conf: Path, extra: str = "") -> Path:
+    path = tmp_path / "mi.toml"
+    path.write_text(f'engine = "mindie"\n[cluster]\naccelerator = "none"\n[mindie]\nconfig_path = "{conf}"\n{extra}')
+    return path
+
+
+def _fake_run_package(root: Path) -> Path:
+    daemon = root / "bin" / "mindieservice_daemon"
+    daemon.parent.mkdir(parents=True)
+    daemon.write_text("#!/bin/sh\nexit 0\n")
+    daemon.chmod(0o755)
+    (root / "conf").mkdir()
+    (root / "conf" / "config.json").write_bytes((Path(__file__).parents[1] / "data/engines/mindie_config.json")
+                                                .read_bytes())
+    return daemon
+
+
+def test_mindie_preflight_reports_the_layout_it_found(tmp_path: Path, monkeypatch) -> None:
+    daemon = _fake_run_package(tmp_path / "mindie-service")
+    monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "mindie-service"))
+    conf = tmp_path / "mindie-service" / "conf" / "config.json"
+    by = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)), full=False)}
+    assert by["install"].ok and "mindie-service layout, found by $MIES_INSTALL_PATH" in by["install"].detail
+    assert by["executable"].ok and by["executable"].detail == str(daemon)  # the found daemon is launched
+    assert by["config.json"].ok
+    # a config_path the found installation does not read would tune nothing
+    other = tmp_path / "other.json"
+    other.write_bytes(conf.read_bytes())
+    line = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)), full=False)}["config.json"]
+    assert not line.ok and f"not the config.json the mindie-service installation here reads ({conf})" in line.detail
+    private = _mindie_toml(tmp_path, other, 'config_env = "MIES_CONFIG_JSON_PATH"\n')
+    assert {c.name: c for c in node_checks(load_settings(private), full=False)}["config.json"].ok
+    # the pip layout: mindie_llm_server on PATH, its package's conf/config.json
+    monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
+    venv = tmp_path / "venv"
+    wrapper = venv / "bin" / "mindie_llm_server"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text("#!/bin/sh\nexit 0\n")
+    wrapper.chmod(0o755)
+    pkg = venv / "lib" / "python3.11" / "site-packages" / "mindie_llm"
+    (pkg / "conf").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:/usr/bin:/bin")
+    by = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)), full=False)}
+    assert by["install"].ok and "pip layout, found by mindie_llm_server on PATH" in by["install"].detail
+    assert str(pkg / "conf" / "config.json") in by["install"].detail
+    assert by["executable"].detail == str(wrapper)
+
+
+def test_mindie_preflight_binds_the_addresses_it_listens_on(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
+    conf = tmp_path / "config.json"
+    conf.write_bytes((Path(__file__).parents[1] / "data/engines/mindie_config.json").read_bytes())
+    by = [c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)), full=False) if c.name == "address"]
+    assert [c.ok for c in by] == [True, True]
+    assert "managementIpAddress 127.0.0.1" in by[1].detail and "the file has 127.0.0.2" in by[1].detail
+    far = _mindie_toml(tmp_path, conf, '[mindie.command]\nhost = "192.0.2.1"\n')  # TEST-NET-1: not this node's
+    by = [c for c in node_checks(load_settings(far), full=False) if c.name == "address"]
+    assert not any(c.ok for c in by) and "cannot be bound on this node" in by[0].detail
+    assert not {c.name: c for c in node_checks(load_settings(far), full=False)}["install"].ok
