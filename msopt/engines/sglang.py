@@ -28,7 +28,6 @@ from msopt.engines.pd import (
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
-
 #: Data-parallel replicas, and attention data parallelism inside the tensor-parallel group
 #: (sglang/srt/arg_groups/fields/parallel.py 0.5.23: ``dp_size``, ``attn_dp_size`` and their aliases).
 DP_FLAGS = ("--dp-size", "--data-parallel-size", "--dp")
