@@ -87,6 +87,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  constant: {', '.join(const)}")
     for line in checked.engine.notes(settings.section(settings.engine)):
         print(f"{settings.engine}: {line}")
+    from msopt.engines.rules import advisories
+
+    for line in advisories(settings.engine, settings.fields, settings.section(settings.engine)):
+        print(f"warning: {line}")
     return 0
 
 

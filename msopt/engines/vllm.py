@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
@@ -51,6 +50,10 @@ DEFAULT_VERSION = "0.33.0"
 PLATFORMS = ("cuda", "ascend")
 #: vLLM version -> the vllm-ascend release built on it (vllm-ascend 0.23.0.post1 Dockerfile:42 VLLM_TAG)
 ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1"})
+#: keys older vllm-ascend releases read, gone by 0.23.0.post1 (vllm-ascend PRs #4814 "Drop torchair",
+#: #4623 "Drop ascend scheduler"); still in many guides
+REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 dropped torchair",
+                                 "ascend_scheduler_config": "vllm-ascend PR #4623 dropped the ascend scheduler"})
 #: config_position prefix of a key of ``--additional-config``
 ADDITIONAL = "additional_config."
 #: CANN: "the system occupies 16 ports starting from the specified port", 1024..65520; default
@@ -60,7 +63,6 @@ HCCL_DEFAULT_BASE = 60000
 HCCL_MAX_BASE = 65520
 
 
-@lru_cache(maxsize=None)
 def flag_table(version: str) -> Mapping[str, bool]:
     """flag -> negatable (``--no-<flag>`` exists) for vLLM ``version`` (one of :data:`VLLM_VERSIONS`)."""
     path = FLAGS_DIR / f"vllm-{version}.txt"
@@ -72,7 +74,6 @@ def flag_table(version: str) -> Mapping[str, bool]:
     return MappingProxyType(out)
 
 
-@lru_cache(maxsize=None)
 def additional_config_keys(release: str) -> frozenset[str]:
     """The dotted ``--additional-config`` keys vllm-ascend ``release`` reads."""
     path = FLAGS_DIR / f"vllm-ascend-{release}-additional-config.txt"
@@ -263,7 +264,7 @@ class VllmAdapter(CommandLineAdapter):
                 _set(doc, decl.config_position[len(ADDITIONAL):].split("."), value, decl)
         argv = spec.argv + (("--additional-config", json.dumps(doc, separators=(",", ":"), sort_keys=True))
                             if doc else ())
-        return replace(spec, argv=argv, env=self._hccl_env(spec.env, section, devices))
+        return replace(spec, argv=argv, env=self._hccl_env(spec.env, section, devices, fields))
 
     def render_nodes(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
                      port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
@@ -273,14 +274,18 @@ class VllmAdapter(CommandLineAdapter):
                                      rendezvous_port=rendezvous_port, workdir=workdir)
         if target(section)[0] != "ascend" or len(nodes) == 1:
             return specs
-        return [replace(s, env=self._hccl_env(s.env, section, n.devices)) for s, n in zip(specs, nodes)]
+        return [replace(s, env=self._hccl_env(s.env, section, n.devices, fields)) for s, n in zip(specs, nodes)]
 
-    def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any],
-                  devices: Sequence[str]) -> dict[str, str]:
-        """``env`` with this trial's ``HCCL_IF_BASE_PORT`` unless the user set it ([vllm.env] wins)."""
+    def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any], devices: Sequence[str],
+                  fields: Sequence[FieldDecl]) -> dict[str, str]:
+        """``env`` with this trial's ``HCCL_IF_BASE_PORT`` unless the user sets it ([vllm.env] or an env
+        field of that name wins)."""
         out = dict(env)
         start = section.get("hccl_base_port", HCCL_DEFAULT_BASE)
-        if start is False or "HCCL_IF_BASE_PORT" in out:
+        extra = section.get("env", {})
+        user = (isinstance(extra, Mapping) and "HCCL_IF_BASE_PORT" in extra) or any(
+            d.name == "HCCL_IF_BASE_PORT" and d.config_position == "env" for d in fields)
+        if start is False or user:
             return out
         if not is_int(start) or not 1024 <= start <= HCCL_MAX_BASE:
             raise ConfigError(f"[vllm] 'hccl_base_port' must be a port from 1024 to {HCCL_MAX_BASE} (or false), "
@@ -324,12 +329,11 @@ def _check_key(path: str, known: frozenset[str], release: str, where: str) -> No
         if key not in known:
             pool = sorted(k for k in known if k.count(".") == depth - 1)
             hint = close_matches(key, pool)
+            fix = (f"it is gone ({REMOVED_KEYS[key]}): remove it" if key in REMOVED_KEYS else
+                   f"did you mean {hint[0]!r}?" if hint else "remove it")
             raise ConfigError(f"{where}: additional_config key {key!r} is not read by vllm-ascend {release}, which "
-                              "ignores unknown keys silently ("
-                              f"msopt/engines/flags/vllm-ascend-{release}-additional-config.txt, from "
-                              "vllm_ascend/ascend_config.py); " + (f"did you mean {hint[0]!r}?" if hint else
-                                                                    "remove it (torchair_graph_config and "
-                                                                    "ascend_scheduler_config are gone)"))
+                              "ignores unknown keys silently (msopt/engines/flags/vllm-ascend-"
+                              f"{release}-additional-config.txt, from vllm_ascend/ascend_config.py); {fix}")
 
 
 def _set(doc: dict[str, Any], parts: Sequence[str], value: Any, decl: FieldDecl) -> None:
