@@ -16,7 +16,8 @@ literal starting with ``--`` given to an ``add_argument`` call, plus ``--<field>
 annotated field of ``BaseFrontendArgs`` / ``FrontendArgs`` (they are registered in a loop). A flag
 is marked ``negatable`` (``--no-<flag>`` exists, argparse.BooleanOptionalAction) when its call
 passes that action, or when it spreads ``**x_kwargs["name"]`` and ``EngineArgs.name`` (or the
-frontend field) is annotated with ``bool`` and not ``str`` (``get_kwargs`` in arg_utils.py).
+frontend field, or else the config class field of that name in ``vllm/config/*.py``) is annotated
+with ``bool`` and not ``str`` (``get_kwargs`` in arg_utils.py).
 
 SGLang (``sglang/srt/arg_groups/fields/*.py``, ``sglang/srt/server_args.py``): every field
 annotated ``A[T, "help"]`` or ``A[T, Arg(...)]`` (not ``no_cli=True``) as ``--field-name`` or
@@ -72,8 +73,9 @@ def _spread_key(call: ast.Call) -> str | None:
     return None
 
 
-#: Where vLLM's frontend (server) arguments live: 0.33 and later, then 0.23.
-_VLLM_FRONTEND = ("vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/openai/cli_args.py")
+#: Where vLLM's frontend (server) arguments live: 0.33, 0.32, 0.23.
+_VLLM_FRONTEND = ("vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/launchers/cli_args.py",
+                  "vllm/entrypoints/openai/cli_args.py")
 
 
 def vllm_flags(wheel: zipfile.ZipFile) -> dict[str, bool]:
@@ -82,6 +84,13 @@ def vllm_flags(wheel: zipfile.ZipFile) -> dict[str, bool]:
     names = set(wheel.namelist())
     front = ast.parse(wheel.read(next(p for p in _VLLM_FRONTEND if p in names)))
     engine_fields = _fields(engine, ("EngineArgs",))
+    # a group's **x_kwargs["name"] may come from a config class (get_kwargs(MambaConfig)): its fields
+    config_fields: dict[str, ast.expr] = {}
+    for name in sorted(n for n in wheel.namelist() if n.startswith("vllm/config/") and n.endswith(".py")):
+        tree = ast.parse(wheel.read(name))
+        classes = tuple(c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef))
+        for k, v in _fields(tree, classes).items():
+            config_fields.setdefault(k, v)
     front_fields = _fields(front, ("BaseFrontendArgs", "FrontendArgs"))
     flags: dict[str, bool] = {}
     for tree in (engine, front):
@@ -92,7 +101,7 @@ def vllm_flags(wheel: zipfile.ZipFile) -> dict[str, bool]:
             action = next((ast.unparse(k.value) for k in call.keywords if k.arg == "action"), "")
             key = _spread_key(call)
             negatable = "BooleanOptionalAction" in action or (
-                key is not None and _is_bool(engine_fields.get(key)))
+                key is not None and _is_bool(engine_fields.get(key, config_fields.get(key))))
             for n in names:
                 flags[n] = flags.get(n, False) or negatable
     for name, ann in front_fields.items():

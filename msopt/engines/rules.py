@@ -159,8 +159,9 @@ class Rule:
     version: str
 
 
-# -- vLLM 0.33.0 ------------------------------------------------------------------------------
-VLLM_VERSION = "vllm 0.33.0"
+# -- vLLM 0.33.0, and 0.23.0 (vllm-ascend 0.23.0.post1): the same checks and messages in both
+# (0.23.0 vllm/config/scheduler.py:259-278, vllm/config/model.py:1190-1195) -------------------
+VLLM_VERSION = "vllm 0.33.0 and 0.23.0"
 
 
 def _vllm_max_model_len(c: Candidate) -> int | None:
