@@ -1,12 +1,14 @@
 """AISBench: the model and dataset configs msopt writes for each evaluation, checked against what
 AISBench 29c363e loads and validates (tests/data/ais_bench/conformance.json says where each fact
-comes from). AISBench itself needs torch and dozens of packages, so the generated files are run as
+comes from). AISBench itself needs torch and dozens of packages, so the generated files are loaded with
+AISBench's own loader (mmengine's Config.fromfile, when mmengine-lite is installed) and also run as
 Python with stand-ins for exactly the names AISBench's own configs import, and then checked with
 AISBench's rules (config_manager.py, cli/utils.py, datasets/synthetic.py) as data.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import runpy
 import sys
@@ -40,7 +42,9 @@ def ais_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, type]]:
     made: dict[str, type] = {}
     parts = {name.rsplit(".", i)[0] for name in CONF["imports"] for i in range(name.count(".") + 1)}
     for mod in sorted(parts):
-        monkeypatch.setitem(sys.modules, mod, types.ModuleType(mod))
+        stub = types.ModuleType(mod)
+        stub.__spec__ = importlib.machinery.ModuleSpec(mod, None, is_package=True)
+        monkeypatch.setitem(sys.modules, mod, stub)
     for mod, names in CONF["imports"].items():
         for n in names:
             made[n] = type(n, (), {})
@@ -175,3 +179,29 @@ def test_bad_ais_bench_settings_are_refused_in_one_line(command, model, match) -
 @pytest.mark.parametrize("name", ["mindie_real", "deepseek_v3_atlas_multinode"])
 def test_shipped_ais_bench_configs_validate(name: str) -> None:
     validate(load_settings(ROOT / "configs" / f"{name}.toml"))
+
+
+@pytest.mark.parametrize(("template", "kind"), [("vllm_api_stream_chat", "tokenid"), ("vllm_api_general", "string"),
+                                                ("mindie_stream_api_general", "tokenid")])
+def test_aisbench_loader_reads_the_generated_configs(ais_names, server_spec, tmp_path, template: str,
+                                                     kind: str) -> None:
+    """AISBench's own loader: ais_bench/benchmark/cli/config_manager.py (29c363e) reads every model and
+    dataset config with mmengine's ``Config.fromfile`` (AISBench requires mmengine-lite), which turns
+    the configs' ``from ais_bench... import X`` into lazy objects, imported on access (here from the
+    stand-in modules), as for AISBench's stock files."""
+    config = pytest.importorskip("mmengine.config")
+    argv, _ = render({"command": {"model_template": template, "dataset_type": kind, "input_len": 300,
+                                  "output_len": 20}}, tmp_path, server_spec, n=9)
+    cdir = Path(argv[argv.index("--config-dir") + 1])
+    cfg = config.Config.fromfile(str(cdir / "models" / f"{MODEL_NAME}.py"))
+    assert "models" in cfg  # _load_models_config: "does not contain 'models' param" otherwise
+    (model,) = cfg["models"]
+    stock = CONF["model_templates"][template]
+    assert model["type"] is ais_names[stock["type"]]  # imported from ais_bench.benchmark.models
+    assert set(model) - {"type", "pred_postprocessor"} == set(stock["keys"])
+    assert (model["host_port"], model["batch_size"], model["max_out_len"]) == (8123, 32, 20)
+    dcfg = config.Config.fromfile(str(cdir / "datasets" / f"{DATASET_NAME}.py"))
+    datasets = [d for k in dcfg.keys() if k.endswith(CONF["datasets_key_suffix"]) for d in dcfg[k]]
+    assert len(datasets) == 1 and datasets[0]["type"] is ais_names["SyntheticDataset"]
+    check_synthetic(datasets[0]["config"])
+    assert datasets[0]["config"]["RequestCount"] == 9 and datasets[0]["config"]["Type"] == kind
