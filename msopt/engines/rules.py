@@ -311,6 +311,40 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def rules_for(engine: str) -> tuple[Rule, ...]:
+    """The start-up rules of ``engine`` (none for an engine without a table, e.g. a plugin)."""
+    return tuple(r for r in RULES if r.engine == engine)
+
+
+def broken_rule(candidate: Candidate) -> tuple[Rule, str] | None:
+    """The first rule of the candidate's engine it breaks, with the engine's message, or None."""
+    for rule in rules_for(candidate.spec.engine):
+        message = rule.refuses(candidate)
+        if message is not None:
+            return rule, message
+    return None
+
+
+def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[str, Any], *,
+                model: ModelFacts | None = None, environ: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`RefusedError` (the engine's message, the rule id) for a refused candidate.
+
+    Args:
+        spec: the rendered launch.
+        values: the decoded values.
+        section: the engine's section.
+        model: facts of the model; default: read from ``<spec.model>/config.json`` when local.
+        environ: the server's environment; default: this process's plus ``spec.env``.
+    """
+    env = {**(os.environ if environ is None else environ), **spec.env}
+    cand = Candidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
+    hit = broken_rule(cand)
+    if hit is not None:
+        rule, message = hit
+        raise RefusedError(f"{spec.engine} refuses this configuration at start-up: {message} "
+                           f"[rule {rule.id}, {rule.source}, {rule.version}]", rule.id)
+
+
 # -- advisories: fields that tune nothing, reported by `msopt validate` -------------------------
 @dataclass(frozen=True)
 class Advisory:
@@ -406,37 +440,3 @@ def advisories(engine: str, fields: Sequence[FieldDecl], section: Mapping[str, A
             if text is not None:
                 out.append(f"{text} [advisory {adv.id}, {adv.source}, {adv.version}]")
     return out
-
-
-def rules_for(engine: str) -> tuple[Rule, ...]:
-    """The start-up rules of ``engine`` (none for an engine without a table, e.g. a plugin)."""
-    return tuple(r for r in RULES if r.engine == engine)
-
-
-def broken_rule(candidate: Candidate) -> tuple[Rule, str] | None:
-    """The first rule of the candidate's engine it breaks, with the engine's message, or None."""
-    for rule in rules_for(candidate.spec.engine):
-        message = rule.refuses(candidate)
-        if message is not None:
-            return rule, message
-    return None
-
-
-def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[str, Any], *,
-                model: ModelFacts | None = None, environ: Mapping[str, str] | None = None) -> None:
-    """Raise :class:`RefusedError` (the engine's message, the rule id) for a refused candidate.
-
-    Args:
-        spec: the rendered launch.
-        values: the decoded values.
-        section: the engine's section.
-        model: facts of the model; default: read from ``<spec.model>/config.json`` when local.
-        environ: the server's environment; default: this process's plus ``spec.env``.
-    """
-    env = {**(os.environ if environ is None else environ), **spec.env}
-    cand = Candidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
-    hit = broken_rule(cand)
-    if hit is not None:
-        rule, message = hit
-        raise RefusedError(f"{spec.engine} refuses this configuration at start-up: {message} "
-                           f"[rule {rule.id}, {rule.source}, {rule.version}]", rule.id)
