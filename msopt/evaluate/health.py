@@ -177,9 +177,9 @@ class PatternSource:
     sample: str
 
 
+_ASCEND = "vllm-ascend 0.23.0.post1"
 _VLLM = "vLLM 0.33.0"
 _SGLANG = "SGLang 0.5.23"
-_ASCEND = "vllm-ascend 0.23.0.post1"
 
 #: Every pattern of ``[health_check]`` in msopt/config/defaults.toml, with its source; the tests
 #: check that the two agree and that every sample is classified as filed.
