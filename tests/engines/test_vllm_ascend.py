@@ -154,6 +154,7 @@ def test_block_size_advisory_for_vllm_ascend() -> None:
     assert "only matters in candidates" in searched
 
 
+@pytest.mark.slow
 def test_validate_prints_the_block_size_warning(tmp_path: Path) -> None:
     text = (ROOT / "configs" / "vllm_real.toml").read_text() + """
 [[vllm.target_field]]
