@@ -20,6 +20,12 @@ cli/config_manager.py:_load_models_config / _load_datasets_config):
   evaluation and ``TokenIdConfig.RequestSize`` = ``input_len`` (``dataset_type = "tokenid"``) or
   ``StringConfig`` uniform lengths ``input_len`` / ``output_len`` (``"string"``).
 
+The original tool (ms_serviceparam_optimizer optimizer/plugins/benchmark.py) found the installed
+model config with ``ais_bench --models M --search`` and rewrote its ``request_rate = ...,`` and
+``batch_size = ...,`` in place by regular expression before each run (host and port stayed as the
+user had edited them); one shared file cannot serve trials that run side by side, hence one
+generated config per evaluation.
+
 A user's own ``models`` / ``datasets`` (configs that read ``MSOPT_SERVER_PORT`` etc. from the
 environment, which msopt still exports) replace the generated ones; AISBench's stock names are
 refused, since they would measure the wrong server or ten 10-token requests.
@@ -94,6 +100,9 @@ STOCK_SYNTHETIC = frozenset({"synthetic_gen", "synthetic_gen_tokenid", "syntheti
 #: Model-config keys msopt sets for every evaluation (``[ais_bench.model]`` may not set them).
 OWNED_MODEL_KEYS = ("attr", "type", "abbr", "path", "model", "stream", "request_rate", "host_ip", "host_port",
                     "url", "max_out_len", "batch_size")
+#: ``batch_size`` when no CONCURRENCY field, ``max_concurrency`` or stage sets one: the original tool's
+#: default (ms_serviceparam_optimizer optimizer/plugins/benchmark.py, ``AisBench.before_run``).
+DEFAULT_BATCH_SIZE = 1000
 #: Names of the generated files under ``--config-dir`` (unique, so AISBench's search matches one file).
 MODEL_NAME, DATASET_NAME = "msopt_model", "msopt_synthetic"
 CONFIG_DIR = "ais_bench_configs"
@@ -177,7 +186,7 @@ def model_config(section: Mapping[str, Any], server: LaunchSpec, *, concurrency:
     if "api_key" in extra:
         keys["api_key"] = ""
     keys |= {"host_ip": host, "host_port": int(server.port), "url": "", "max_out_len": output_len,
-             "batch_size": int(concurrency or 1),
+             "batch_size": int(concurrency or DEFAULT_BATCH_SIZE),
              "trust_remote_code": _bool(cmd, "trust_remote_code", False, where),
              "generation_kwargs": {"temperature": 0.01, "ignore_eos": _bool(cmd, "ignore_eos", True, where)}}
     own = section.get("model", {})
