@@ -233,6 +233,11 @@ class VllmAdapter(CommandLineAdapter):
                                   "platform = \"ascend\" (or pass --additional-config in 'others')")
             check_repeated_flags({"--additional-config": "the additional_config.* fields and [vllm] "
                                   "additional_config"}, cmd.get("others", ""), "[vllm.command] 'others'")
+            for d in plain:
+                if d.config_position == "--additional-config":
+                    raise d.error("config_position '--additional-config' beside additional_config.* fields or "
+                                  "[vllm.additional_config] would render the flag twice",
+                                  "give each key its own additional_config.<key> field")
             release = ASCEND_RELEASES[str(version)]
             known = additional_config_keys(release)
             for path, where in [*((p, "[vllm.additional_config]") for p in _paths(table)),

@@ -109,6 +109,8 @@ def test_additional_config_needs_ascend_and_is_not_repeated_in_others() -> None:
     with pytest.raises(ConfigError, match="repeats --additional-config"):
         vllm.check(field, {**ASCEND, "command": {"others": "--additional-config {}"}})
     vllm.check([], {**ASCEND, "command": {"others": "--additional-config {}"}})  # 'others' alone is the user's
+    with pytest.raises(ConfigError, match="render the flag twice"):
+        vllm.check([*field, decl("raw", "--additional-config", "enum", dtype_param=["{}"])], ASCEND)
     # a key vllm-ascend reads whose sub-keys msopt does not list stays open below it
     vllm.check([decl("y", "additional_config.hamming_sparse.enabled", "bool", min=0, max=1)], ASCEND)
     assert "layer_sharding" in additional_config_keys("0.23.0.post1")
