@@ -1,15 +1,36 @@
 """AISBench (``ais_bench --mode perf``) against the server under test.
 
-AISBench takes the server's address and the client concurrency from its model configuration
-file (a Python file: ``host_ip``, ``host_port``, ``batch_size``, ``request_rate``), not from its
-command line. msopt therefore exports them for that file to read::
+AISBench takes the server's address, the client concurrency and the request rate from its model
+configuration file (a Python file under ``configs/models``), not from its command line, and its
+stock files cannot serve msopt (AISBench 29c363e): ``configs/models/vllm_api/vllm_api_stream_chat.py``
+hard-codes ``host_port=8080`` and ``batch_size=1``; the default dataset ``synthetic_gen`` is the
+token-id kind, which needs ``path`` in the model config ("[path] in model config is required for
+synthetic(tokenid) and sharegpt dataset", cli/utils.py:53-63), and then generates
+``RequestCount`` 10 requests of ``RequestSize`` 10 tokens (datasets/synthetic/synthetic_config.py),
+which ``--num-prompts`` only slices (cli/utils.py:66-75). So msopt writes, for every evaluation, a
+model config and a synthetic dataset config of its own under ``<result dir>/ais_bench_configs``
+and points AISBench at them with ``--config-dir`` (searched before AISBench's own configs,
+cli/config_manager.py:_load_models_config / _load_datasets_config):
 
-    MSOPT_SERVER_HOST, MSOPT_SERVER_PORT, MSOPT_SERVER_URL, MSOPT_MODEL,
-    MSOPT_SERVED_MODEL_NAME, MSOPT_CONCURRENCY, MSOPT_REQUEST_RATE
+- ``models/msopt_model.py``: the stock template's keys (``model_template``, default
+  ``vllm_api_stream_chat``) with ``host_ip``/``host_port`` of the trial's server, ``batch_size`` =
+  the concurrency, ``request_rate`` (0: no pacing, AISBench's tasks/utils.py), ``path`` = the model
+  directory (its tokenizer), ``model`` = the served model name, ``max_out_len`` = ``output_len``;
+- ``datasets/msopt_synthetic.py``: ``SyntheticDataset`` with ``RequestCount`` = the prompts of this
+  evaluation and ``TokenIdConfig.RequestSize`` = ``input_len`` (``dataset_type = "tokenid"``) or
+  ``StringConfig`` uniform lengths ``input_len`` / ``output_len`` (``"string"``).
 
-e.g. ``host_port=int(os.environ["MSOPT_SERVER_PORT"])`` (see docs/engines.md).
+The original tool (ms_serviceparam_optimizer optimizer/plugins/benchmark.py) found the installed
+model config with ``ais_bench --models M --search`` and rewrote its ``request_rate = ...,`` and
+``batch_size = ...,`` in place by regular expression before each run (host and port stayed as the
+user had edited them); one shared file cannot serve trials that run side by side, hence one
+generated config per evaluation.
 
-Assumed result layout (AISBench 3.x): ``<work-dir>/<timestamp>/performances/<abbr>/<dataset>.csv``
+A user's own ``models`` / ``datasets`` (configs that read ``MSOPT_SERVER_PORT`` etc. from the
+environment, which msopt still exports) replace the generated ones; AISBench's stock names are
+refused, since they would measure the wrong server or ten 10-token requests.
+
+Result layout (AISBench 3.x): ``<work-dir>/<timestamp>/performances/<abbr>/<dataset>.csv``
 (per-request statistics: columns ``Performance Parameters, Stage, Average, ...``, rows ``TTFT``,
 ``TPOT`` with values such as ``2006.0 ms``) and ``<dataset>.json`` (common metrics: ``Total
 Requests``, ``Success Requests``, ``Request Throughput``, ``Output Token Throughput``, each a
@@ -18,12 +39,16 @@ number, a string with a unit, or ``{"total": value}``). The newest pair is read.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from msopt.benchmarks.base import (
@@ -41,25 +66,213 @@ from msopt.engines.base import (
     env_fields,
     executable,
     format_value,
+    plain,
     split_others,
     substitute,
 )
 from msopt.engines.process import tail
 from msopt.errors import ConfigError, EvaluationError
+from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")
 _SCALE_TO_SECONDS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # AISBench latencies are ms
 
 
-def _names(cmd: Mapping[str, Any], key: str, default: str, where: str,
-           values: Mapping[str, Any]) -> list[str]:
-    value = cmd.get(key, default)
+#: AISBench 29c363e, ais_bench/benchmark/configs/models/*/<name>.py: the stock service-API model
+#: configs msopt's generated one can mirror: (class, abbr, stream, extra keys of that file).
+MODEL_TEMPLATES: Mapping[str, tuple[str, str, bool | None, tuple[str, ...]]] = MappingProxyType({
+    "vllm_api_stream_chat": ("VLLMCustomAPIChat", "vllm-api-stream-chat", True, ("model", "api_key", "postprocess")),
+    "vllm_api_general_chat": ("VLLMCustomAPIChat", "vllm-api-general-chat", False,
+                              ("model", "api_key", "postprocess")),
+    "vllm_api_general": ("VLLMCustomAPI", "vllm-api-general", False, ("model", "api_key")),
+    "vllm_api_general_stream": ("VLLMCustomAPI", "vllm-api-general-stream", True, ("model", "api_key")),
+    "mindie_stream_api_general": ("MindieStreamApi", "mindie-stream-api", None, ()),
+})
+#: Stock configs that hard-code ``host_port=8080`` / ``batch_size=1`` (AISBench 29c363e,
+#: configs/models/{vllm,mindie,tgi,triton}_api/*.py): refused as ``models``.
+STOCK_MODELS = frozenset({*MODEL_TEMPLATES, "vllm_api_stream_chat_multiturn", "vllm_api_function_call_chat",
+                          "tgi_api_general", "tgi_stream_api_general", "triton_api_general",
+                          "triton_stream_api_general"})
+#: Stock synthetic dataset configs (RequestCount 10, RequestSize 10; AISBench 29c363e
+#: configs/datasets/synthetic/): refused as ``datasets``.
+STOCK_SYNTHETIC = frozenset({"synthetic_gen", "synthetic_gen_tokenid", "synthetic_gen_string"})
+#: Model-config keys msopt sets for every evaluation (``[ais_bench.model]`` may not set them).
+OWNED_MODEL_KEYS = ("attr", "type", "abbr", "path", "model", "stream", "request_rate", "host_ip", "host_port",
+                    "url", "max_out_len", "batch_size")
+#: ``batch_size`` when no CONCURRENCY field, ``max_concurrency`` or stage sets one: the original tool's
+#: default (ms_serviceparam_optimizer optimizer/plugins/benchmark.py, ``AisBench.before_run``).
+DEFAULT_BATCH_SIZE = 1000
+#: Names of the generated files under ``--config-dir`` (unique, so AISBench's search matches one file).
+MODEL_NAME, DATASET_NAME = "msopt_model", "msopt_synthetic"
+CONFIG_DIR = "ais_bench_configs"
+DATASET_TYPES = ("tokenid", "string")
+#: AISBench's bounds on synthetic lengths and counts, [1, 2**20] (datasets/synthetic.py, check_range).
+_MAX_SYNTHETIC = 2 ** 20
+_COMMAND_KEYS = ("executable", "models", "datasets", "mode", "num_prompts", "others", "max_concurrency",
+                 "concurrency", "request_rate", "model_template", "dataset_type", "input_len", "output_len",
+                 "prefix_len", "ignore_eos", "tokenizer", "trust_remote_code")
+
+
+def _names(cmd: Mapping[str, Any], key: str, where: str, values: Mapping[str, Any]) -> list[str] | None:
+    value = cmd.get(key)
+    if value is None:
+        return None
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{where}: '{key}' must be a task name or a list of them, got {value!r}")
     return [substitute(v, values) for v in value]
+
+
+def _py(value: Any, where: str) -> str:
+    """``value`` as a Python literal for a generated config file (TOML's plain types only)."""
+    value = plain(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {value!r} is not a finite number")
+        return repr(value)
+    if isinstance(value, Mapping):
+        for k in value:
+            if not isinstance(k, str) or not k.isidentifier():
+                raise ConfigError(f"{where}: key {k!r} is not a Python identifier AISBench's dict() accepts")
+        return "dict(" + ", ".join(f"{k}={_py(v, f'{where}.{k}')}" for k, v in value.items()) + ")"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_py(v, where) for v in value) + "]"
+    raise ConfigError(f"{where}: {value!r} is not a string, number, boolean, array or table")
+
+
+def _length(cmd: Mapping[str, Any], key: str, default: int, where: str, low: int = 1) -> int:
+    value = cmd.get(key, default)
+    if not is_int(value) or not low <= value <= _MAX_SYNTHETIC:
+        raise ConfigError(f"{where}: '{key}' must be an integer from {low} to {_MAX_SYNTHETIC} (AISBench's "
+                          f"synthetic bounds), got {value!r}")
+    return int(value)
+
+
+def _bool(cmd: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = cmd.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: '{key}' must be true or false, got {value!r}")
+    return value
+
+
+def model_config(section: Mapping[str, Any], server: LaunchSpec, *, concurrency: int | None,
+                 request_rate: float | None) -> str:
+    """The text of the generated ``models/msopt_model.py`` for one evaluation.
+
+    Raises:
+        ConfigError: a bad ``[ais_bench.command]`` key or ``[ais_bench.model]`` table.
+    """
+    where = "[ais_bench.command]"
+    cmd = command_table(section, "ais_bench")
+    template = cmd.get("model_template", "vllm_api_stream_chat")
+    if template not in MODEL_TEMPLATES:
+        raise ConfigError(f"{where}: 'model_template' {template!r} is not one msopt knows; valid: "
+                          f"{', '.join(sorted(MODEL_TEMPLATES))}")
+    cls, abbr, stream, extra = MODEL_TEMPLATES[str(template)]
+    output_len = _length(cmd, "output_len", 256, where)
+    host = server.base_url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+    rate = 0.0 if request_rate is None or not math.isfinite(request_rate) else float(request_rate)
+    tokenizer = str(cmd.get("tokenizer", server.model))
+    keys: dict[str, Any] = {"abbr": abbr, "path": tokenizer}
+    if "model" in extra:
+        keys["model"] = server.served_model_name
+    if stream is not None:
+        keys["stream"] = stream
+    keys |= {"request_rate": rate, "use_timestamp": False, "retry": 2}
+    if "api_key" in extra:
+        keys["api_key"] = ""
+    keys |= {"host_ip": host, "host_port": int(server.port), "url": "", "max_out_len": output_len,
+             "batch_size": int(concurrency or DEFAULT_BATCH_SIZE),
+             "trust_remote_code": _bool(cmd, "trust_remote_code", False, where),
+             "generation_kwargs": {"temperature": 0.01, "ignore_eos": _bool(cmd, "ignore_eos", True, where)}}
+    own = section.get("model", {})
+    if not isinstance(own, Mapping):
+        raise ConfigError("[ais_bench] 'model' must be a table of AISBench model-config keys; write [ais_bench.model]")
+    for k, v in own.items():
+        if k in OWNED_MODEL_KEYS:
+            raise ConfigError(f"[ais_bench.model] '{k}' is set by msopt for every evaluation (the trial's server, "
+                              f"load and lengths); remove it (output length: [ais_bench.command] output_len)")
+        keys[str(k)] = {**keys[k], **v} if isinstance(v, Mapping) and isinstance(keys.get(k), Mapping) else v
+    lines = [f"# Generated by msopt for one evaluation, after AISBench 29c363e configs/models/*/{template}.py",
+             f"from ais_bench.benchmark.models import {cls}"]
+    if "postprocess" in extra:
+        lines.append("from ais_bench.benchmark.utils.postprocess.model_postprocessors import "
+                     "extract_non_reasoning_content")
+    lines += ["", "models = [", "    dict(", '        attr="service",', f"        type={cls},"]
+    lines += [f"        {k}={_py(v, f'[ais_bench.model] {k}')}," for k, v in keys.items()]
+    if "postprocess" in extra:
+        lines.append("        pred_postprocessor=dict(type=extract_non_reasoning_content),")
+    lines += ["    )", "]", ""]
+    return "\n".join(lines)
+
+
+def synthetic_config(section: Mapping[str, Any], count: int) -> dict[str, Any]:
+    """The ``synthetic_config`` of the generated dataset: ``count`` requests of the configured lengths
+    (AISBench 29c363e datasets/synthetic.py: ``_check_synthetic_config`` and the type's check)."""
+    where = "[ais_bench.command]"
+    cmd = command_table(section, "ais_bench")
+    kind = cmd.get("dataset_type", "tokenid")
+    if kind not in DATASET_TYPES:
+        raise ConfigError(f"{where}: 'dataset_type' must be one of {', '.join(DATASET_TYPES)}, got {kind!r}")
+    input_len = _length(cmd, "input_len", 1024, where)
+    if not 1 <= count <= _MAX_SYNTHETIC:
+        raise ConfigError(f"{where}: {count} prompts is outside AISBench's synthetic RequestCount "
+                          f"[1, {_MAX_SYNTHETIC}]")
+    out: dict[str, Any] = {"Type": kind, "RequestCount": int(count),
+                           "TrustRemoteCode": _bool(cmd, "trust_remote_code", False, where)}
+    if kind == "tokenid":
+        prefix = _length(cmd, "prefix_len", 0, where, low=0)
+        if prefix > input_len:
+            raise ConfigError(f"{where}: 'prefix_len' {prefix} exceeds input_len {input_len} (PrefixLen must be "
+                              "within [0, RequestSize])")
+        out["TokenIdConfig"] = {"RequestSize": input_len, "PrefixLen": prefix}
+    else:
+        output_len = _length(cmd, "output_len", 256, where)
+        out["StringConfig"] = {
+            "Input": {"Method": "uniform", "Params": {"MinValue": input_len, "MaxValue": input_len}},
+            "Output": {"Method": "uniform", "Params": {"MinValue": output_len, "MaxValue": output_len}}}
+    return out
+
+
+def dataset_config(section: Mapping[str, Any], count: int) -> str:
+    """The text of the generated ``datasets/msopt_synthetic.py`` (after AISBench 29c363e
+    configs/datasets/synthetic/synthetic_gen_tokenid.py and synthetic_gen_string.py)."""
+    cfg = synthetic_config(section, count)
+    columns = ["question"] if cfg["Type"] == "tokenid" else ["question", "max_out_len"]
+    return "\n".join([
+        "# Generated by msopt for one evaluation, after AISBench 29c363e configs/datasets/synthetic/",
+        "from ais_bench.benchmark.openicl.icl_prompt_template import PromptTemplate",
+        "from ais_bench.benchmark.openicl.icl_retriever import ZeroRetriever",
+        "from ais_bench.benchmark.openicl.icl_inferencer import GenInferencer",
+        "from ais_bench.benchmark.datasets import SyntheticDataset, MATHEvaluator, math_postprocess_v2",
+        "",
+        f"synthetic_config = {_py(cfg, '[ais_bench.command]')}",
+        f"synthetic_reader_cfg = dict(input_columns={columns!r}, output_column='answer')",
+        "synthetic_infer_cfg = dict(prompt_template=dict(type=PromptTemplate, template='{question}'),",
+        "                           retriever=dict(type=ZeroRetriever), inferencer=dict(type=GenInferencer))",
+        "synthetic_eval_cfg = dict(evaluator=dict(type=MATHEvaluator, version='v2'),",
+        "                          pred_postprocessor=dict(type=math_postprocess_v2))",
+        "synthetic_datasets = [dict(abbr='synthetic', type=SyntheticDataset, config=synthetic_config,",
+        "                           reader_cfg=synthetic_reader_cfg, infer_cfg=synthetic_infer_cfg,",
+        "                           eval_cfg=synthetic_eval_cfg)]",
+        ""])
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def parse_quantity(value: Any) -> tuple[float, str] | None:
@@ -78,18 +291,43 @@ def parse_quantity(value: Any) -> tuple[float, str] | None:
 
 
 class AisBench(BenchmarkAdapter):
-    """AISBench performance mode: ``ais_bench --models M --datasets D --mode perf --work-dir W``."""
+    """AISBench performance mode: ``ais_bench --models M --datasets D --mode perf --work-dir W
+    --config-dir C`` with msopt's generated model and dataset configs in C (see the module docstring)."""
 
     name = "ais_bench"
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
-        """``others`` must not repeat a flag msopt renders."""
+        """Known keys only; no stock model or synthetic config by name; ``others`` must not repeat
+        a flag msopt renders; the generated configs must render."""
         cmd = command_table(section, self.name)
         where = f"[{self.name}.command]"
-        owned = {"--models": f"{where} models", "--datasets": f"{where} datasets", "--mode": f"{where} mode",
+        for key in cmd:
+            if key not in _COMMAND_KEYS:
+                hint = close_matches(str(key), _COMMAND_KEYS)
+                raise ConfigError(f"{where}: '{key}' is not an ais_bench key; " + (
+                    f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(_COMMAND_KEYS)}"))
+        for name in _names(cmd, "models", where, {}) or []:
+            if name in STOCK_MODELS:
+                raise ConfigError(f"{where}: models = {name!r} is AISBench's stock config, which hard-codes "
+                                  "host_port 8080 and batch_size 1 (configs/models at 29c363e), so it would not reach "
+                                  "the trial's server; remove 'models' (msopt then writes the trial's own model "
+                                  "config, see model_template) or name a copy that reads $MSOPT_SERVER_PORT")
+        for name in _names(cmd, "datasets", where, {}) or []:
+            if name in STOCK_SYNTHETIC:
+                raise ConfigError(f"{where}: datasets = {name!r} is AISBench's stock synthetic config: "
+                                  "RequestCount 10 of RequestSize 10 tokens, which --num-prompts only slices "
+                                  "(datasets/synthetic/synthetic_config.py, cli/utils.py at 29c363e); remove "
+                                  "'datasets' (msopt then generates num_prompts requests of input_len/output_len)")
+        owned = {"--models": f"{where} models (or msopt's generated {MODEL_NAME})",
+                 "--datasets": f"{where} datasets (or msopt's generated {DATASET_NAME})",
+                 "--mode": f"{where} mode",
                  "--work-dir": "msopt (the evaluation's result directory, which it reads)",
+                 "--config-dir": "msopt (the directory of the generated model and dataset configs)",
                  "--num-prompts": f"{where} num_prompts (sample_size during the search)"}
         check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
+        probe = LaunchSpec(engine="probe", argv=("probe",), port=8000, model="/model", served_model_name="m")
+        model_config(section, probe, concurrency=1, request_rate=None)
+        synthetic_config(section, 1)
 
     def render(
         self,
@@ -102,20 +340,31 @@ class AisBench(BenchmarkAdapter):
         load: Mapping[str, float],
         result_dir: Path,
     ) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The ``ais_bench`` command line; the server address and load go into the environment."""
+        """The ``ais_bench`` command line; writes the evaluation's model and dataset configs under
+        ``result_dir/ais_bench_configs``; the server address and load also go into the environment."""
         where = f"[{self.name}.command]"
         cmd = command_table(section, self.name)
         sv = server_values(server)
         subst = {**sv, **values}
         conc, rate = resolve_load(values, fields, cmd, load, where)
+        n = num_prompts if num_prompts is not None else cmd.get("num_prompts", 1000)
+        if not is_int(n) or n < 1:
+            raise ConfigError(f"{where}: 'num_prompts' must be a positive integer, got {n!r}")
+        models = _names(cmd, "models", where, subst)
+        datasets = _names(cmd, "datasets", where, subst)
+        config_dir = Path(result_dir) / CONFIG_DIR
+        if models is None:
+            _write(config_dir / "models" / f"{MODEL_NAME}.py",
+                   model_config(section, server, concurrency=conc, request_rate=rate))
+        if datasets is None:
+            _write(config_dir / "datasets" / f"{DATASET_NAME}.py", dataset_config(section, int(n)))
         argv = executable(cmd, ("ais_bench",), self.name, subst)
-        argv += ["--models", *_names(cmd, "models", "vllm_api_stream_chat", where, subst)]
-        argv += ["--datasets", *_names(cmd, "datasets", "synthetic_gen", where, subst)]
+        argv += ["--models", *(models or [MODEL_NAME])]
+        argv += ["--datasets", *(datasets or [DATASET_NAME])]
         argv += ["--mode", str(cmd.get("mode", "perf")), "--work-dir", str(result_dir)]
-        n = num_prompts if num_prompts is not None else cmd.get("num_prompts")
-        if n is not None:
-            if not is_int(n) or n < 1:
-                raise ConfigError(f"{where}: 'num_prompts' must be a positive integer, got {n!r}")
+        if models is None or datasets is None:
+            argv += ["--config-dir", str(config_dir)]
+        if datasets is not None:  # a real dataset: keep its first n prompts (the generated one holds exactly n)
             argv += ["--num-prompts", str(n)]
         argv += split_others(cmd.get("others", ""), subst, where)
         env = {**sv, **env_fields(values, fields, section, self.name)}

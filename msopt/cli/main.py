@@ -89,6 +89,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{settings.engine}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
+    from msopt.engines.rules import advisories
+
+    for line in advisories(settings.engine, settings.fields, settings.section(settings.engine)):
+        print(f"warning: {line}")
     return 0
 
 

@@ -116,7 +116,8 @@ def count(pd: Mapping[str, Any], key: str, values: Mapping[str, Any]) -> int:
 
 
 def instance_devices(argv: Sequence[str]) -> int:
-    """Devices one SGLang/vLLM instance occupies: tp x pp (x dp without DP attention)."""
+    """Devices one SGLang/vLLM instance occupies: tp x pp x dp replicas (SGLang's ``--attn-dp-size`` and
+    the deprecated ``--dp-size N --enable-dp-attention`` split tp, adding none)."""
     from msopt.engines.cmdline import int_flag
 
     tp = int_flag(argv, 1, "--tp-size", "--tp", "--tensor-parallel-size", "-tp")

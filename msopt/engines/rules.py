@@ -21,6 +21,7 @@ from typing import Any
 
 from msopt.engines.base import LaunchSpec
 from msopt.errors import RefusedError
+from msopt.space.fields import FieldDecl
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,9 @@ class Rule:
     version: str
 
 
-# -- vLLM 0.33.0 ------------------------------------------------------------------------------
-VLLM_VERSION = "vllm 0.33.0"
+# -- vLLM 0.33.0, and 0.23.0 (vllm-ascend 0.23.0.post1): the same checks and messages in both
+# (0.23.0 vllm/config/scheduler.py:259-278, vllm/config/model.py:1190-1195) -------------------
+VLLM_VERSION = "vllm 0.33.0 and 0.23.0"
 
 
 def _vllm_max_model_len(c: Candidate) -> int | None:
@@ -410,3 +412,100 @@ def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[st
         rule, message = hit
         raise RefusedError(f"{spec.engine} refuses this configuration at start-up: {message} "
                            f"[rule {rule.id}, {rule.source}, {rule.version}]", rule.id)
+
+
+# -- advisories: fields that tune nothing, reported by `msopt validate` -------------------------
+@dataclass(frozen=True)
+class Advisory:
+    """A configuration an engine accepts but that cannot do what it says (a dead dimension).
+
+    Attributes:
+        id: unique, ``<engine>.<what>``.
+        engine: the engine's registered name.
+        warns: the warning for these fields and section, else None.
+        source: the engine's source file that makes it so.
+        version: the engine version that source was read at.
+    """
+
+    id: str
+    engine: str
+    warns: Callable[[Sequence[FieldDecl], Mapping[str, Any]], str | None]
+    source: str
+    version: str
+
+
+def _field_values(decl: FieldDecl) -> list[Any] | None:
+    """The values a field can take as far as its declaration says (None: a range of numbers)."""
+    if decl.constant is not None:
+        return [decl.constant]
+    if decl.dtype == "enum" and isinstance(decl.dtype_param, (list, tuple)):
+        return list(decl.dtype_param)
+    if decl.min == decl.max:
+        return [decl.value if decl.value is not None else decl.min]
+    return None
+
+
+def _switch(flag: str, fields: Sequence[FieldDecl], others: Sequence[str], default: bool) -> bool | None:
+    """A vLLM boolean flag: True/False when fixed, None when a field searches it."""
+    for decl in fields:
+        if decl.config_position == flag:
+            vals = _field_values(decl) if decl.dtype != "bool" or decl.constant is not None else None
+            if vals is None and decl.dtype == "bool" and decl.min == decl.max:
+                vals = [bool(decl.min)]
+            return bool(vals[0]) if vals and len({bool(v) for v in vals}) == 1 else None
+    state = default
+    for item in others:
+        if item == flag:
+            state = True
+        elif item == "--no-" + flag[2:]:
+            state = False
+    return state
+
+
+_ASCEND_SOURCE = "vllm_ascend/utils.py:1402-1406 (refresh_block_size)"
+
+
+def _ascend_block_size(fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> str | None:
+    from msopt.engines.base import command_table, split_others
+    from msopt.engines.vllm import target
+
+    if target(section)[0] != "ascend":
+        return None
+    decl = next((d for d in fields if d.config_position == "--block-size"), None)
+    if decl is None:
+        return None
+    vals = _field_values(decl)
+    if vals is not None and all(v == 128 for v in vals):
+        return None
+    others = split_others(command_table(section, "vllm").get("others", ""), {}, "[vllm.command]")
+    # both on by default for generate models: vLLM 0.23.0 vllm/engine/arg_utils.py
+    # (_set_default_chunked_prefill_and_prefix_caching_args)
+    states = {name: _switch(flag, fields, others, True) for name, flag in (
+        ("prefix caching", "--enable-prefix-caching"), ("chunked prefill", "--enable-chunked-prefill"))}
+    if all(v is False for v in states.values()):
+        return None
+    on = [n for n, v in states.items() if v]
+    why = (f"{' and '.join(on)} {'is' if len(on) == 1 else 'are'} on" if on else
+           "it only matters in candidates where the searched prefix caching and chunked prefill are both off")
+    return (f"field '{decl.name}' ({decl.where}) at --block-size tunes nothing: vllm-ascend 0.23.0.post1 sets the "
+            f"block size to 128 whenever prefix caching or chunked prefill is on, and {why} "
+            "(both default on, vLLM 0.23.0 vllm/engine/arg_utils.py); make it a constant 128, or pass "
+            "--no-enable-prefix-caching --no-enable-chunked-prefill")
+
+
+#: Every engine's advisories (printed by ``msopt validate`` as ``warning:`` lines).
+ADVISORIES: tuple[Advisory, ...] = (
+    Advisory("vllm.ascend_block_size_forced_128", "vllm", _ascend_block_size, _ASCEND_SOURCE,
+             "vllm-ascend 0.23.0.post1"),
+)
+
+
+def advisories(engine: str, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> list[str]:
+    """The warnings of ``engine``'s advisories for this configuration, each naming its source."""
+    out = []
+    for adv in ADVISORIES:
+        if adv.engine == engine:
+            text = adv.warns(fields, section)
+            if text is not None:
+                out.append(f"{text} [advisory {adv.id}, {adv.source}, {adv.version}]")
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from msopt.engines.base import ENGINES, TrialNode
+from msopt.engines.base import ENGINES, LaunchSpec, TrialNode
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
 from msopt.engines.pd import (
     ROLES,
@@ -27,6 +27,54 @@ from msopt.engines.pd import (
 )
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
+
+#: Data-parallel replicas, and attention data parallelism inside the tensor-parallel group
+#: (sglang/srt/arg_groups/fields/parallel.py 0.5.23: ``dp_size``, ``attn_dp_size`` and their aliases).
+DP_FLAGS = ("--dp-size", "--data-parallel-size", "--dp")
+ATTN_DP_FLAGS = ("--attn-dp-size", "--attention-data-parallel-size")
+#: sglang/srt/server_args.py:416-424 (0.5.23): a deprecated store-true alias, "Use --attn-dp-size <dp-size>
+#: instead of --dp-size <dp-size> --enable-dp-attention"
+DEPRECATED_DP_ATTENTION = "--enable-dp-attention"
+
+
+def _drop(items: Sequence[str], names: Sequence[str]) -> tuple[list[str], int | None]:
+    """``items`` without the ``names`` flags and their values; where the last of them stood."""
+    out: list[str] = []
+    at = None
+    skip = False
+    for item in items:
+        if skip:
+            skip = False
+            continue
+        name = item.split("=", 1)[0]
+        if name in names:
+            at = len(out)
+            skip = "=" not in item
+            continue
+        out.append(item)
+    return out, at
+
+
+def current_dp_spelling(argv: Sequence[str]) -> list[str]:
+    """``--dp-size N --enable-dp-attention`` rewritten as SGLang 0.5.23 resolves it: ``--attn-dp-size N``.
+
+    sglang/srt/arg_groups/parallel_hook.py (``_handle_deprecated_dp_attention``, 0.5.23): when
+    ``attn_dp_size`` is 1 the flag moves ``dp_size`` to ``attn_dp_size`` and sets ``dp_size = 1``; next to
+    ``--attn-dp-size`` it adds nothing. Attention DP groups live inside the tp group, so a launch
+    occupies ``tp x pp x dp_size`` devices either way.
+    """
+    items = list(argv)
+    if DEPRECATED_DP_ATTENTION not in items:
+        return items
+    items = [a for a in items if a != DEPRECATED_DP_ATTENTION]
+    if int_flag(items, 1, *ATTN_DP_FLAGS) != 1:
+        return items
+    dp = int_flag(items, 1, *DP_FLAGS)
+    items, at = _drop(items, (*DP_FLAGS, *ATTN_DP_FLAGS))
+    if dp > 1:
+        at = len(items) if at is None else at
+        items[at:at] = ["--attn-dp-size", str(dp)]
+    return items
 
 
 class SglangAdapter(CommandLineAdapter):
@@ -43,6 +91,13 @@ class SglangAdapter(CommandLineAdapter):
                                 "--data-parallel-size": "--dp-size", "--model": "--model-path"})
 
 
+    def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+               port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:
+        """As every command-line engine, with the deprecated ``--enable-dp-attention`` (a field or
+        ``others``) rendered in its current spelling (:func:`current_dp_spelling`)."""
+        spec = super().render(values, fields, section, port=port, devices=devices, workdir=workdir)
+        return replace(spec, argv=tuple(current_dp_spelling(spec.argv)))
+
     # sglang/srt/server_args.py 0.5.23: --nnodes, --node-rank, --dist-init-addr HOST:PORT on every node;
     # ranks >= 1 run the scheduler only (no HTTP server)
     node_flags = ("--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr")
@@ -51,16 +106,15 @@ class SglangAdapter(CommandLineAdapter):
                   rendezvous_port: int) -> list[str]:
         """``--nnodes N --node-rank r --dist-init-addr LEADER:PORT``; tp x pp must fill the nodes."""
         n = len(nodes)
+        argv = current_dp_spelling(argv)
         tp = int_flag(argv, 1, "--tp-size", "--tp", "--tensor-parallel-size")
         pp = int_flag(argv, 1, "--pp-size", "--pipeline-parallel-size")
-        dp_attention = "--enable-dp-attention" in argv
-        dp = int_flag(argv, 1, "--dp-size", "--dp", "--data-parallel-size")
-        world = tp * pp * (1 if dp_attention else dp)
+        dp = int_flag(argv, 1, *DP_FLAGS)  # replicas; --attn-dp-size groups live inside tp
+        world = tp * pp * dp
         per_node = len(node.devices)
         if per_node and world != per_node * n:
-            raise EvaluationError(f"SGLang world {world} (tp {tp} x pp {pp}"
-                                  + ("" if dp_attention else f" x dp {dp}")
-                                  + f") does not equal the trial's {n} nodes x {per_node} devices")
+            raise EvaluationError(f"SGLang world {world} (tp {tp} x pp {pp} x dp {dp}) does not equal the "
+                                  f"trial's {n} nodes x {per_node} devices")
         host = nodes[0].address
         addr = f"[{host}]:{rendezvous_port}" if ":" in host else f"{host}:{rendezvous_port}"
         return ["--nnodes", str(n), "--node-rank", str(node.rank), "--dist-init-addr", addr]

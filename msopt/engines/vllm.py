@@ -1,18 +1,150 @@
 """vLLM: ``vllm serve MODEL --host H --port P --served-model-name N --flag value ... others``.
 
-Flags: vLLM 0.33.0 (``vllm/engine/arg_utils.py``, ``vllm/entrypoints/common/cli_args.py``; the
-table msopt's tests check against is tests/data/engines/vllm_flags.txt).
+Flags: one table per supported vLLM version, read from its wheel by scripts/engine_flags.py
+(msopt/engines/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
+``vllm/entrypoints/common/cli_args.py``) and 0.23.0, the vLLM vllm-ascend 0.23.0.post1 builds on
+(its Dockerfile's ``ARG VLLM_TAG=v0.23.0``; ``vllm/entrypoints/openai/cli_args.py``). ``[vllm]
+version`` names the table the rendered flags are checked against at load time; ``msopt
+preflight`` checks them against the installed version's.
+
+``[vllm] platform = "ascend"`` is vllm-ascend (version 0.23.0 unless set): a field whose
+``config_position`` is ``additional_config.<key>[.<key>...]`` sets that key of the one
+``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
+the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
+additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
+it. Each trial gets its own ``HCCL_IF_BASE_PORT`` range (:func:`hccl_base_port`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import PurePath
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path, PurePath
 from types import MappingProxyType
+from typing import Any
 
-from msopt.engines.base import ENGINES, TrialNode
+from msopt.checks import is_int
+from msopt.engines.base import (
+    ENGINES,
+    LaunchSpec,
+    TrialNode,
+    check_repeated_flags,
+    command_table,
+    flag_name,
+    split_others,
+    value_of,
+)
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
-from msopt.errors import EvaluationError
+from msopt.errors import ConfigError, EvaluationError
+from msopt.registry import close_matches
+from msopt.space.fields import FieldDecl
+
+FLAGS_DIR = Path(__file__).with_name("flags")
+#: vLLM versions with a flag table (msopt/engines/flags/vllm-<version>.txt)
+VLLM_VERSIONS = ("0.23.0", "0.33.0")
+#: the vLLM version msopt's rules and docs are written for when ``[vllm] version`` is not set
+DEFAULT_VERSION = "0.33.0"
+PLATFORMS = ("cuda", "ascend")
+#: vLLM version -> the vllm-ascend release built on it (vllm-ascend 0.23.0.post1 Dockerfile:42 VLLM_TAG)
+ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1"})
+#: keys older vllm-ascend releases read, gone by 0.23.0.post1 (vllm-ascend PRs #4814 "Drop torchair",
+#: #4623 "Drop ascend scheduler"); still in many guides
+REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 dropped torchair",
+                                 "ascend_scheduler_config": "vllm-ascend PR #4623 dropped the ascend scheduler"})
+#: config_position prefix of a key of ``--additional-config``
+ADDITIONAL = "additional_config."
+#: CANN: "the system occupies 16 ports starting from the specified port", 1024..65520; default
+#: 60000-60015 (HCCL_IF_BASE_PORT, CANN environment variable reference envref_07_0074)
+HCCL_PORTS_PER_TRIAL = 16
+HCCL_DEFAULT_BASE = 60000
+HCCL_MAX_BASE = 65520
+
+
+def flag_table(version: str) -> Mapping[str, bool]:
+    """flag -> negatable (``--no-<flag>`` exists) for vLLM ``version`` (one of :data:`VLLM_VERSIONS`)."""
+    path = FLAGS_DIR / f"vllm-{version}.txt"
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, *rest = line.split()
+            out[name] = rest == ["negatable"]
+    return MappingProxyType(out)
+
+
+def additional_config_keys(release: str) -> frozenset[str]:
+    """The dotted ``--additional-config`` keys vllm-ascend ``release`` reads."""
+    path = FLAGS_DIR / f"vllm-ascend-{release}-additional-config.txt"
+    return frozenset(line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+                     if line.strip() and not line.startswith("#"))
+
+
+def unknown_flags(flags: Sequence[str], version: str) -> list[str]:
+    """The ``--flags`` vLLM ``version``'s parser does not declare (``--no-x`` only where x is negatable)."""
+    table = flag_table(version)
+    out = []
+    for f in flags:
+        if f in table or not f.startswith("--"):  # short aliases (-tp, -O3) are not in the tables
+            continue
+        if f.startswith("--no-") and table.get("--" + f[5:], False):
+            continue
+        out.append(f)
+    return out
+
+
+def installed_version(text: str) -> str | None:
+    """``0.23.0`` from what ``vllm --version`` printed (``0.23.0``, ``vllm 0.23.0+empty``, ...)."""
+    m = re.search(r"(\d+\.\d+\.\d+)", text)
+    return m.group(1) if m else None
+
+
+def check_installed_flags(argv: Sequence[str], version_text: str, exe_len: int) -> tuple[bool, str]:
+    """``msopt preflight``: the launch's flags against the table of the installed vLLM version."""
+    version = installed_version(version_text)
+    flags = [f for f in map(flag_name, argv[exe_len:]) if f is not None]
+    if version is None or version not in VLLM_VERSIONS:
+        return True, (f"installed vLLM {version or 'unknown'} has no flag table in msopt (tables: "
+                      f"{', '.join(VLLM_VERSIONS)}); the flags are not checked")
+    bad = unknown_flags(flags, version)
+    if bad:
+        return False, (f"vLLM {version} (installed) has no {', '.join(bad)}: the server would stop with "
+                       "'unrecognized arguments'; fix the fields or 'others' (and [vllm] version) for this version")
+    return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/flags/vllm-{version}.txt)"
+
+
+def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``([vllm] platform, [vllm] version)``; the version is None when unset (not checked at load time),
+    except on ascend, where it defaults to the one vLLM version msopt knows vllm-ascend for."""
+    platform = section.get("platform", "cuda")
+    if platform not in PLATFORMS:
+        raise ConfigError(f"[vllm] 'platform' must be one of {', '.join(PLATFORMS)}, got {platform!r}; "
+                          "\"ascend\" is vllm-ascend")
+    version = section.get("version")
+    if platform == "ascend" and version is None:
+        version = next(iter(ASCEND_RELEASES))
+    if version is not None and version not in VLLM_VERSIONS:
+        raise ConfigError(f"[vllm] 'version' {version!r} has no flag table in msopt; valid: {', '.join(VLLM_VERSIONS)} "
+                          "(scripts/engine_flags.py makes one from a wheel)")
+    if platform == "ascend" and version not in ASCEND_RELEASES:
+        raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
+                          f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")
+    return str(platform), (str(version) if version is not None else None)
+
+
+def hccl_base_port(devices: Sequence[str], start: int = HCCL_DEFAULT_BASE) -> int | None:
+    """The first of the 16 HCCL host ports of the trial holding ``devices`` on a node.
+
+    Trials on one node hold disjoint devices, so ``start + 16 x min(device id)`` never overlaps
+    another trial's range (HCCL's default, 60000, for the trial on device 0); None without
+    integer device ids.
+    """
+    ids = [int(d) for d in devices if str(d).strip().isdigit()]
+    if not ids or len(ids) != len(devices):
+        return None
+    base = start + HCCL_PORTS_PER_TRIAL * min(ids)
+    return base if base <= HCCL_MAX_BASE else None
 
 
 def is_vllm_serve(exe: Sequence[str]) -> bool:
@@ -76,6 +208,148 @@ class VllmAdapter(CommandLineAdapter):
         out = ["--nnodes", str(n), "--node-rank", str(node.rank), "--master-addr", leader,
                "--master-port", str(rendezvous_port)]
         return out + (["--headless"] if node.rank else [])
+
+
+    # -- vllm-ascend: the structured --additional-config, its keys, HCCL ports --------------------
+    def _split(self, fields: Sequence[FieldDecl]) -> tuple[list[FieldDecl], list[FieldDecl]]:
+        extra = [d for d in fields if d.config_position.startswith(ADDITIONAL)]
+        return [d for d in fields if d not in extra], extra
+
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+        """As every command-line engine, plus: ``[vllm] platform``/``version`` valid; every rendered
+        flag in that version's table (when the version is set); ``additional_config.*`` fields and
+        the ``[vllm] additional_config`` table only on ascend, with keys vllm-ascend reads."""
+        platform, version = target(section)
+        plain, extra = self._split(fields)
+        super().check(plain, section)
+        table = section.get("additional_config", {})
+        if not isinstance(table, Mapping):
+            raise ConfigError("[vllm] 'additional_config' must be a table of vllm-ascend keys; write "
+                              "[vllm.additional_config]")
+        cmd = command_table(section, self.name)
+        if extra or table:
+            if platform != "ascend":
+                raise ConfigError("[vllm] additional_config keys are checked only for vllm-ascend: set [vllm] "
+                                  "platform = \"ascend\" (or pass --additional-config in 'others')")
+            check_repeated_flags({"--additional-config": "the additional_config.* fields and [vllm] "
+                                  "additional_config"}, cmd.get("others", ""), "[vllm.command] 'others'")
+            for d in plain:
+                if d.config_position == "--additional-config":
+                    raise d.error("config_position '--additional-config' beside additional_config.* fields or "
+                                  "[vllm.additional_config] would render the flag twice",
+                                  "give each key its own additional_config.<key> field")
+            release = ASCEND_RELEASES[str(version)]
+            known = additional_config_keys(release)
+            for path, where in [*((p, "[vllm.additional_config]") for p in _paths(table)),
+                                *((d.config_position[len(ADDITIONAL):], d.where) for d in extra)]:
+                _check_key(path, known, release, where)
+        if version is not None:
+            flags = [d.config_position for d in plain if d.config_position.startswith("-")]
+            flags += [f for f in map(flag_name, split_others(cmd.get("others", ""), {}, "[vllm.command]"))
+                      if f is not None]
+            bad = unknown_flags(flags, version)
+            if bad:
+                raise ConfigError(f"[vllm] version {version}: vLLM {version} has no {', '.join(bad)} "
+                                  f"(msopt/engines/flags/vllm-{version}.txt, read from its wheel); remove or "
+                                  "rename it in the fields or [vllm.command] others")
+
+    def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+               port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:
+        """The command line; on ascend with the one ``--additional-config`` JSON item and
+        ``HCCL_IF_BASE_PORT`` for this trial's devices."""
+        platform, _ = target(section)
+        plain, extra = self._split(fields)
+        spec = super().render(values, plain, section, port=port, devices=devices, workdir=workdir)
+        if platform != "ascend":
+            return spec
+        doc = copy.deepcopy(dict(section.get("additional_config", {})))
+        for decl in extra:
+            value = value_of(values, decl)
+            if value is not None:
+                _set(doc, decl.config_position[len(ADDITIONAL):].split("."), value, decl)
+        argv = spec.argv + (("--additional-config", json.dumps(doc, separators=(",", ":"), sort_keys=True))
+                            if doc else ())
+        return replace(spec, argv=argv, env=self._hccl_env(spec.env, section, devices, fields))
+
+    def render_nodes(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                     port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+                     workdir: Path | None = None) -> list[LaunchSpec]:
+        """As every command-line engine; on ascend each node's HCCL ports follow its own devices."""
+        specs = super().render_nodes(values, fields, section, port=port, nodes=nodes,
+                                     rendezvous_port=rendezvous_port, workdir=workdir)
+        if target(section)[0] != "ascend" or len(nodes) == 1:
+            return specs
+        return [replace(s, env=self._hccl_env(s.env, section, n.devices, fields)) for s, n in zip(specs, nodes)]
+
+    def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any], devices: Sequence[str],
+                  fields: Sequence[FieldDecl]) -> dict[str, str]:
+        """``env`` with this trial's ``HCCL_IF_BASE_PORT`` unless the user sets it ([vllm.env] or an env
+        field of that name wins)."""
+        out = dict(env)
+        start = section.get("hccl_base_port", HCCL_DEFAULT_BASE)
+        extra = section.get("env", {})
+        user = (isinstance(extra, Mapping) and "HCCL_IF_BASE_PORT" in extra) or any(
+            d.name == "HCCL_IF_BASE_PORT" and d.config_position == "env" for d in fields)
+        if start is False or user:
+            return out
+        if not is_int(start) or not 1024 <= start <= HCCL_MAX_BASE:
+            raise ConfigError(f"[vllm] 'hccl_base_port' must be a port from 1024 to {HCCL_MAX_BASE} (or false), "
+                              f"got {start!r}")
+        base = hccl_base_port(devices, int(start))
+        if base is not None:
+            out["HCCL_IF_BASE_PORT"] = str(base)
+        return out
+
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """What msopt adds on ascend (``msopt validate``)."""
+        platform, version = target(section)
+        if platform != "ascend":
+            return [f"flags checked against vLLM {version}" if version else
+                    f"flags not checked at load time (set [vllm] version: {', '.join(VLLM_VERSIONS)})"]
+        return [f"vllm-ascend {ASCEND_RELEASES[str(version)]} on vLLM {version}: flags checked against "
+                f"msopt/engines/flags/vllm-{version}.txt",
+                "HCCL_IF_BASE_PORT: per trial, [vllm] hccl_base_port (60000) + 16 x the trial's first device id "
+                "(16 ports each), unless [vllm.env] sets it"]
+
+
+def _paths(table: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths of ``table``'s keys, descending into sub-tables (a sub-table is also a path)."""
+    out = []
+    for k, v in table.items():
+        path = f"{prefix}{k}"
+        out.append(path)
+        if isinstance(v, Mapping):
+            out += _paths(v, path + ".")
+    return out
+
+
+def _check_key(path: str, known: frozenset[str], release: str, where: str) -> None:
+    """Refuse a key vllm-ascend does not read; below a known sub-table's keys nothing is checked."""
+    parts = path.split(".")
+    for depth in range(1, min(len(parts), 2) + 1):
+        key = ".".join(parts[:depth])
+        subs = {k for k in known if "." in k}
+        if depth == 2 and not any(k.startswith(parts[0] + ".") for k in subs):
+            return  # a sub-table whose keys msopt does not list (e.g. layer_sharding, hamming_sparse)
+        if key not in known:
+            pool = sorted(k for k in known if k.count(".") == depth - 1)
+            hint = close_matches(key, pool)
+            fix = (f"it is gone ({REMOVED_KEYS[key]}): remove it" if key in REMOVED_KEYS else
+                   f"did you mean {hint[0]!r}?" if hint else "remove it")
+            raise ConfigError(f"{where}: additional_config key {key!r} is not read by vllm-ascend {release}, which "
+                              "ignores unknown keys silently (msopt/engines/flags/vllm-ascend-"
+                              f"{release}-additional-config.txt, from vllm_ascend/ascend_config.py); {fix}")
+
+
+def _set(doc: dict[str, Any], parts: Sequence[str], value: Any, decl: FieldDecl) -> None:
+    node = doc
+    for part in parts[:-1]:
+        nxt = node.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise decl.error(f"additional_config.{'.'.join(parts)} goes below {part!r}, which [vllm.additional_config] "
+                             "sets to a value", "make it a table or move the field")
+        node = nxt
+    node[parts[-1]] = value
 
 
 ENGINES.register("vllm", VllmAdapter)

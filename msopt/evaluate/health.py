@@ -177,6 +177,7 @@ class PatternSource:
     sample: str
 
 
+_ASCEND = "vllm-ascend 0.23.0.post1"
 _VLLM = "vLLM 0.33.0"
 _SGLANG = "SGLang 0.5.23"
 _MINDIE = "MindIE-LLM 8b4871a"
@@ -231,6 +232,25 @@ PATTERN_SOURCES: tuple[PatternSource, ...] = (
                   "ConnectionResetError: [Errno 104] Connection reset by peer"),
     PatternSource("service", "retryable", "device_busy", "Device or resource busy", "OS errno 16 (EBUSY)",
                   "RuntimeError: open /dev/davinci0 failed: Device or resource busy"),
+    PatternSource("service", "retryable", "device_busy", "is less than desired GPU memory utilization",
+                  f"{_ASCEND} vllm_ascend/worker/worker.py:470-479 (NPUWorker.init_device; also {_VLLM} "
+                  "vllm/v1/worker/utils.py:766): memory held by another process, e.g. a stopping trial",
+                  "ValueError: Free memory on device (12.5/61.0 GiB) on startup is less than desired GPU memory "
+                  "utilization (0.9, 54.9 GiB). Decrease GPU memory utilization or reduce GPU memory used by "
+                  "other processes."),
+    PatternSource("service", "retryable", "hccl", "Failed to bind the IP port",
+                  "CANN HCCL error EJ0003, as vllm-ascend logs it (vllm-project/vllm-ascend issue #405: the "
+                  "second tp=4 server on a node, host port 60000)",
+                  "[rank0]: EJ0003: [PID: 159] 2025-03-26-17:01:02.816.428 Failed to bind the IP port. Reason: "
+                  "The IP address and port have been bound already."),
+    PatternSource("service", "retryable", "hccl", "Communication_Error_Bind_IP_Port",
+                  f"CANN HCCL error name ({_ASCEND} .agents/skills/vllm-ascend-model-adapter/references/"
+                  "troubleshooting.md:26 for EJ0003; vllm-ascend PR #16205 for EI0019 on ports 60000+)",
+                  "RuntimeError: Communication_Error_Bind_IP_Port(EI0019)"),
+    PatternSource("service", "retryable", "hccl", "HCCL error",
+                  f"{_ASCEND} vllm_ascend/distributed/device_communicators/pyhccl_wrapper.py:216 (HCCL_CHECK: "
+                  'raise RuntimeError(f"HCCL error: {error_str}"))',
+                  "RuntimeError: HCCL error: unhandled system error"),
     PatternSource("benchmark", "fatal", "context_length", "maximum context length",
                   f"{_VLLM} vllm/renderers/params.py",
                   "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."),

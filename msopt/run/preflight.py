@@ -209,7 +209,13 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
     exe_check, module = _executable(spec.argv)
     checks.insert(0, exe_check)
     if full and exe_check.ok:
-        checks.insert(1, _version(spec.argv, module))
+        version = _version(spec.argv, module)
+        checks.insert(1, version)
+        if settings.engine == "vllm" and version.detail.startswith("vllm "):
+            # the flags the installed vLLM's parser declares (msopt/engines/flags/vllm-<version>.txt)
+            from msopt.engines.vllm import check_installed_flags
+
+            checks.insert(2, Check("flags", *check_installed_flags(spec.argv, version.detail[5:], exe_len)))
     checks.append(_model(spec))
     tls = [f for f in map(flag_name, spec.argv[exe_len:]) if f in TLS_FLAGS]
     if tls:

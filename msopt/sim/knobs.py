@@ -255,10 +255,18 @@ def _knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
             kw["mixed_batch"] = _as_bool(flag, value)
         elif flag == "--enable-dp-attention":
             kw["dp_attention"] = _as_bool(flag, value)
+        elif flag in ("--attn-dp-size", "--attention-data-parallel-size"):
+            kw["attn_dp"] = _as_int(flag, value)  # sglang 0.5.23's spelling of --dp-size N --enable-dp-attention
         elif flag in ("--node-rank", "--dist-init-addr"):
             pass  # where this process sits in a multi-node instance: the instance is simulated whole
         elif flag not in ignored:
             ignored.append(flag)
+    attn_dp = kw.pop("attn_dp", 1)
+    if attn_dp > 1:
+        if kw.get("dp", 1) > 1:
+            raise SimulationError(f"--attn-dp-size {attn_dp} beside --dp-size {kw['dp']} replicas is not modelled; "
+                                  "simulate one replica")
+        kw["dp"], kw["dp_attention"] = attn_dp, True
     if kw.get("dp_attention") and kw.get("dp", 1) > 1:
         # sglang/srt/server_args.py: with DP attention --tp-size is the world and each of the
         # --dp-size attention ranks holds tp/dp devices

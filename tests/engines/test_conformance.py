@@ -1,7 +1,8 @@
 """Conformance: what msopt renders agrees with what the engines accept.
 
-The flag tables (tests/data/engines/vllm_flags.txt, sglang_flags.txt) were read from the vLLM
-0.33.0 and SGLang 0.5.23 wheels by scripts/engine_flags.py; MindIE's shipped config.json
+The flag tables (msopt/engines/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
+also reads at load time and in preflight, and tests/data/engines/sglang_flags.txt) were read from the
+wheels by scripts/engine_flags.py; MindIE's shipped config.json
 (tests/data/engines/mindie_config.json) comes from MindIE-LLM's src/server/conf/config.json. Each
 file's header says where it comes from and how to refresh it.
 """
@@ -28,10 +29,15 @@ DATA = ROOT / "tests" / "data" / "engines"
 CONFIGS = ROOT / "configs"
 
 
-def flag_table(engine: str) -> dict[str, bool]:
+def table_path(engine: str, version: str = "0.33.0") -> Path:
+    return ROOT / "msopt" / "engines" / "flags" / f"vllm-{version}.txt" if engine == "vllm" \
+        else DATA / f"{engine}_flags.txt"
+
+
+def flag_table(engine: str, version: str = "0.33.0") -> dict[str, bool]:
     """flag -> negatable, from the table's non-comment lines."""
     out = {}
-    for line in (DATA / f"{engine}_flags.txt").read_text().splitlines():
+    for line in table_path(engine, version).read_text().splitlines():
         if line and not line.startswith("#"):
             name, *rest = line.split()
             out[name] = rest == ["negatable"]
@@ -39,10 +45,10 @@ def flag_table(engine: str) -> dict[str, bool]:
 
 
 def test_flag_tables_say_where_they_come_from() -> None:
-    for engine, version in (("vllm", "0.33.0"), ("sglang", "0.5.23")):
-        head = (DATA / f"{engine}_flags.txt").read_text().splitlines()[:3]
+    for engine, version in (("vllm", "0.33.0"), ("vllm", "0.23.0"), ("sglang", "0.5.23")):
+        head = table_path(engine, version).read_text().splitlines()[:3]
         assert head[0].startswith(f"# {engine} {version}:") and "scripts/engine_flags.py" in head[1]
-        table = flag_table(engine)
+        table = flag_table(engine, version)
         assert "--host" in table and "--port" in table and "--served-model-name" in table
 
 

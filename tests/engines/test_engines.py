@@ -149,6 +149,27 @@ def test_sglang_argv_layout() -> None:
                          "--max-running-requests", "64")
 
 
+def test_sglang_renders_dp_attention_in_its_current_spelling() -> None:
+    # sglang 0.5.23 server_args.py:416-424: --enable-dp-attention is a deprecated alias of --attn-dp-size
+    from msopt.engines.pd import instance_devices
+    from msopt.engines.sglang import current_dp_spelling
+
+    fields = [decl("tp", "--tp-size"), decl("dp", "--dp-size"), decl("attn", "--enable-dp-attention", "bool")]
+    sg = get_engine("sglang")
+    spec = sg.render({"tp": 8, "dp": 4, "attn": True}, fields, {"command": {"model": "M"}}, port=3)
+    tail = list(spec.argv[spec.argv.index("--served-model-name") + 2:])
+    assert tail == ["--tp-size", "8", "--attn-dp-size", "4"] and instance_devices(spec.argv) == 8
+    off = sg.render({"tp": 8, "dp": 4, "attn": False}, fields, {"command": {"model": "M"}}, port=3)
+    assert list(off.argv[-4:]) == ["--tp-size", "8", "--dp-size", "4"] and instance_devices(off.argv) == 32
+    # in 'others', with the alias spelling, or next to an explicit --attn-dp-size (then the flag adds nothing)
+    others = sg.render({"tp": 4}, [decl("tp", "--tp-size")],
+                       {"command": {"others": "--data-parallel-size=2 --enable-dp-attention --ep-size 4"}}, port=3)
+    assert list(others.argv[-6:]) == ["--tp-size", "4", "--attn-dp-size", "2", "--ep-size", "4"]
+    assert current_dp_spelling(["--tp-size", "8", "--attn-dp-size", "2", "--dp-size", "2", "--enable-dp-attention"]) \
+        == ["--tp-size", "8", "--attn-dp-size", "2", "--dp-size", "2"]
+    assert current_dp_spelling(["--tp-size", "8", "--enable-dp-attention"]) == ["--tp-size", "8"]
+
+
 def test_wait_start_time_and_health_path_from_section() -> None:
     spec = get_engine("vllm").render({}, [], {"wait_start_time": 42, "health_path": "/ping"}, port=1)
     assert spec.ready_timeout == 42.0 and spec.health_path == "/ping"

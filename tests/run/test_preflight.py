@@ -190,3 +190,23 @@ def test_mindie_preflight_binds_the_addresses_it_listens_on(tmp_path: Path, monk
     by = [c for c in node_checks(load_settings(far), full=False) if c.name == "address"]
     assert not any(c.ok for c in by) and "cannot be bound on this node" in by[0].detail
     assert not {c.name: c for c in node_checks(load_settings(far), full=False)}["install"].ok
+
+
+@pytest.mark.parametrize(("version", "ok"), [("0.23.0", False), ("0.33.0", True), ("0.30.1", True)])
+def test_flags_are_checked_against_the_installed_vllm_version(tmp_path: Path, version: str, ok: bool) -> None:
+    # --max-num-scheduled-tokens exists in vLLM 0.33.0 and not in 0.23.0 (msopt/engines/flags/vllm-*.txt)
+    fake = tmp_path / "bin" / "vllm"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho {version}\n")
+    fake.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"), others="--max-num-scheduled-tokens 64")
+    path.write_text(path.read_text().replace(f"executable = {EXE!r}".replace("'", '"'),
+                                             f'executable = ["{fake}", "serve"]'))
+    checks = {c.name: c for c in node_checks(load_settings(path))}
+    assert checks["version"].detail == f"vllm {version}"
+    assert checks["flags"].ok is ok, checks["flags"].detail
+    if not ok:
+        assert "vLLM 0.23.0 (installed) has no --max-num-scheduled-tokens" in checks["flags"].detail
+    elif version == "0.30.1":
+        assert "no flag table" in checks["flags"].detail

@@ -133,3 +133,12 @@ def test_deepseek_config_searches_layouts_whose_relations_hold():
         assert values["tp"] * values["dp"] == 16 and values["moe_ep"] * values["moe_tp"] == 16
         seen.add((values["tp"], values["moe_ep"]))
     assert len(seen) > 4
+
+
+def test_sglang_attn_dp_size_is_read_as_the_deprecated_dp_attention_spelling():
+    # sglang 0.5.23 parallel_hook.py: --dp-size N --enable-dp-attention resolves to --attn-dp-size N
+    new = launch("sglang", "--tp-size", "16", "--attn-dp-size", "8", "--ep-size", "16")
+    old = launch("sglang", "--tp-size", "16", "--dp-size", "8", "--enable-dp-attention", "--ep-size", "16")
+    assert (new.tp, new.dp, new.dp_attention) == (old.tp, old.dp, old.dp_attention) == (2, 8, True)
+    with pytest.raises(SimulationError, match="not modelled"):
+        launch("sglang", "--tp-size", "8", "--attn-dp-size", "2", "--dp-size", "2")

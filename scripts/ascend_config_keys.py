@@ -1,0 +1,112 @@
+"""Regenerate the table of vllm-ascend's ``--additional-config`` keys from its sdist.
+
+vllm-ascend reads ``--additional-config`` (a JSON object) with ``dict.get`` and ignores every other
+key, so msopt refuses keys this table does not hold. Read statically (``ast``), without installing
+vllm-ascend or torch::
+
+    SOC_VERSION=ascend910b1 pip download --no-deps --no-build-isolation -d /tmp/va vllm-ascend==0.23.0.post1
+    python scripts/ascend_config_keys.py /tmp/va/vllm_ascend-0.23.0.post1.tar.gz \\
+        > msopt/engines/flags/vllm-ascend-0.23.0.post1-additional-config.txt
+
+(metadata needs ``setuptools_scm`` and ``SOC_VERSION``; no build runs.)
+
+Top-level keys: every string literal read from ``additional_config`` anywhere in ``vllm_ascend/``
+(``additional_config.get("k", ...)``, ``additional_config["k"]``, ``"k" in additional_config``,
+``AscendConfig._get_config_value(additional_config, "k", ...)``). Keys of a sub-table: what the
+class ``AscendConfig.__init__`` hands it to reads (vllm_ascend/ascend_config.py): the literals of
+``<param>.get("k")`` / ``kwargs.get("k")`` in that class, its ``__init__`` parameters when it is
+called with ``**table``, and the keys of its ``_defaults`` dict.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tarfile
+
+#: sub-table key -> the class of vllm_ascend/ascend_config.py that reads it
+SUB_TABLES = {
+    "xlite_graph_config": "XliteGraphConfig", "ascend_compilation_config": "AscendCompilationConfig",
+    "ascend_fusion_config": "AscendFusionConfig", "finegrained_tp_config": "FinegrainedTPConfig",
+    "eplb_config": "EplbConfig", "weight_prefetch_config": "WeightPrefetchConfig",
+    "profiling_chunk_config": "ProfilingChunkConfig", "rejection_sampler_config": "RejectionSamplerConfig",
+}
+_SKIP_PARAMS = {"self", "vllm_config", "kwargs"}
+
+
+def _is_additional(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "additional_config") or (
+        isinstance(node, ast.Attribute) and node.attr == "additional_config")
+
+
+def _str(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def top_keys(tree: ast.AST) -> set[str]:
+    """Literal keys read from ``additional_config`` in one module."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "get" and _is_additional(node.func.value) and node.args:
+                out.add(_str(node.args[0]) or "")
+            if node.func.attr == "_get_config_value" and len(node.args) > 1 and _is_additional(node.args[0]):
+                out.add(_str(node.args[1]) or "")
+        elif isinstance(node, ast.Subscript) and _is_additional(node.value):
+            out.add(_str(node.slice) or "")
+        elif isinstance(node, ast.Compare) and any(_is_additional(c) for c in node.comparators):
+            out.add(_str(node.left) or "")
+    return out - {""}
+
+
+def class_keys(tree: ast.AST, name: str) -> set[str]:
+    """Keys the class ``name`` reads from the table it is given."""
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    out: set[str] = set()
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    params = [a.arg for a in init.args.args] if init else []
+    dict_params = {p for p in params if p not in _SKIP_PARAMS}
+    kwargs_style = init is not None and init.args.kwarg is not None
+    if kwargs_style:
+        out |= dict_params  # called as Cls(**table): its parameters are the table's keys
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.args \
+                and (node.func.value.id in dict_params | {"kwargs", "config"}):
+            out.add(_str(node.args[0]) or "")
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_defaults" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            out |= {_str(k) or "" for k in node.value.keys}
+    return out - {""}
+
+
+def main(argv: list[str]) -> int:
+    """``ascend_config_keys.py SDIST``: print the table (header, then one dotted key a line)."""
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    keys: set[str] = set()
+    with tarfile.open(argv[0]) as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and "/vllm_ascend/" in m.name and m.name.endswith(".py")]
+        root = members[0].name.split("/")[0]
+        for m in members:
+            f = tar.extractfile(m)
+            if f is None:
+                continue
+            tree = ast.parse(f.read())
+            keys |= top_keys(tree)
+            if m.name.endswith("/vllm_ascend/ascend_config.py"):
+                config_tree = tree
+    for sub, cls in SUB_TABLES.items():
+        keys.add(sub)
+        keys |= {f"{sub}.{k}" for k in class_keys(config_tree, cls)}
+    print(f"# {root}: the keys of --additional-config it reads, from vllm_ascend/**/*.py (ascend_config.py)")
+    print(f"# generated by scripts/ascend_config_keys.py from {argv[0].rsplit('/', 1)[-1]}; see that script to refresh")
+    print("# one key a line; 'table.key' = a key of that sub-table; any other key is ignored by vllm-ascend")
+    for k in sorted(keys):
+        print(k)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
