@@ -273,10 +273,10 @@ class VllmAdapter(CommandLineAdapter):
 
     def render_nodes(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
                      port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
-                     workdir: Path | None = None) -> list[LaunchSpec]:
+                     workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
         """As every command-line engine; on ascend each node's HCCL ports follow its own devices."""
         specs = super().render_nodes(values, fields, section, port=port, nodes=nodes,
-                                     rendezvous_port=rendezvous_port, workdir=workdir)
+                                     rendezvous_port=rendezvous_port, workdir=workdir, leader_ports=leader_ports)
         if target(section)[0] != "ascend" or len(nodes) == 1:
             return specs
         return [replace(s, env=self._hccl_env(s.env, section, n.devices, fields)) for s, n in zip(specs, nodes)]
