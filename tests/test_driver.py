@@ -258,3 +258,25 @@ def test_reused_result_is_not_a_second_measurement(write_toml):
                                replace(first, eval_id=2, reused=True), replace(first, eval_id=3, reused=True),
                                _measured(4, "refine", 24, 2.0)])
     assert driver.mean_fitness(driver.best()) == (pytest.approx(1.5), 2)
+
+
+def test_mean_weighs_the_builtin_workload(write_toml):
+    # a real run with the builtin benchmark: its workload is [builtin] num_prompts (it has no
+    # [builtin.command] table); the search was capped at 100 prompts, the re-measurement sent 400
+    driver = _fed(write_toml, [
+        _measured(0, "baseline", 16, 3.0, 100),
+        _measured(1, "search", 24, 1.0, 100),
+        _measured(2, "refine", 24, 2.0, None),
+    ], prefix='benchmark = "builtin"\nsample_size = 100\n', extra="[builtin]\nnum_prompts = 400\n")
+    assert driver.full_prompts == 400 and driver.search_prompts == 100
+    assert driver.mean_fitness(driver.best()) == (pytest.approx((100 * 1.0 + 400 * 2.0) / 500), 2)
+
+
+def test_simulated_workload_is_the_simulators(write_toml):
+    # simulated, the simulator serves [simulator.workload], whatever the benchmark's section says
+    from msopt.evaluate import configured_num_prompts
+
+    settings = load_settings(str(write_toml("simulate = true\n" + config_text("reuse", "sync")
+                                            + "[vllm_benchmark.command]\nnum_prompts = 50\n"
+                                            + "[simulator.workload]\nnum_prompts = 300\n")), environ={})
+    assert configured_num_prompts(settings) == 300

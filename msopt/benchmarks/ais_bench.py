@@ -82,6 +82,15 @@ class AisBench(BenchmarkAdapter):
 
     name = "ais_bench"
 
+    def num_prompts(self, section: Mapping[str, Any]) -> int | None:
+        """``[ais_bench.command] num_prompts``; None without one (AISBench's dataset decides)."""
+        n = command_table(section, self.name).get("num_prompts")
+        if n is None:
+            return None
+        if not is_int(n) or n < 1:
+            raise ConfigError(f"[{self.name}.command]: 'num_prompts' must be a positive integer, got {n!r}")
+        return int(n)
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """``others`` must not repeat a flag msopt renders."""
         cmd = command_table(section, self.name)
@@ -112,7 +121,7 @@ class AisBench(BenchmarkAdapter):
         argv += ["--models", *_names(cmd, "models", "vllm_api_stream_chat", where, subst)]
         argv += ["--datasets", *_names(cmd, "datasets", "synthetic_gen", where, subst)]
         argv += ["--mode", str(cmd.get("mode", "perf")), "--work-dir", str(result_dir)]
-        n = num_prompts if num_prompts is not None else cmd.get("num_prompts")
+        n = num_prompts if num_prompts is not None else self.num_prompts(section)
         if n is not None:
             if not is_int(n) or n < 1:
                 raise ConfigError(f"{where}: 'num_prompts' must be a positive integer, got {n!r}")

@@ -20,6 +20,22 @@ def values_key(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, default=str)
 
 
+def measurement_weight(r: EvaluationResult, full_prompts: int | None) -> float:
+    """A measurement's weight in its configuration's mean: the prompts it served (a search capped
+    by ``sample_size`` measured fewer than a re-measurement with the full workload); a result
+    without a count of its own served ``full_prompts`` (the full workload,
+    :func:`msopt.evaluate.configured_num_prompts`); 1 when neither is known."""
+    prompts = r.num_prompts if r.num_prompts is not None else full_prompts
+    return float(prompts) if prompts else 1.0
+
+
+def weighted_mean(results: Sequence[EvaluationResult], full_prompts: int | None) -> tuple[float, int]:
+    """The weighted mean fitness of ``results`` (measurements of one configuration, see
+    :func:`measurement_weight`) and how many there are."""
+    weights = [measurement_weight(r, full_prompts) for r in results]
+    return sum(w * r.fitness for w, r in zip(weights, results)) / sum(weights), len(results)
+
+
 def rank(r: EvaluationResult) -> tuple[float, int]:
     """Sort key of a result: lower fitness first, the earlier evaluation on a tie."""
     return (r.fitness, r.eval_id)
@@ -80,13 +96,9 @@ class Leaderboard:
             self.tally.pop(worst, None)
 
     def _count(self, key: str, r: EvaluationResult) -> None:
-        """Add a successful measurement to its configuration's running mean.
-
-        Weighted by the prompts it served (a search capped by ``sample_size`` measured fewer
-        than a re-measurement with the full workload); weight 1 when the count is unknown.
-        """
-        prompts = r.num_prompts if r.num_prompts is not None else self.full_prompts
-        weight = float(prompts) if prompts else 1.0
+        """Add a successful measurement to its configuration's running mean, weighted as
+        :func:`measurement_weight` says."""
+        weight = measurement_weight(r, self.full_prompts)
         t = self.tally.setdefault(key, [0.0, 0.0, 0])
         t[0] += weight * r.fitness
         t[1] += weight
