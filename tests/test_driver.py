@@ -280,3 +280,21 @@ def test_simulated_workload_is_the_simulators(write_toml):
                                             + "[vllm_benchmark.command]\nnum_prompts = 50\n"
                                             + "[simulator.workload]\nnum_prompts = 300\n")), environ={})
     assert configured_num_prompts(settings) == 300
+
+
+def test_remeasurements_carry_their_num_prompts(write_toml, tmp_path):
+    # refine rows of results.csv name the workload they were measured with (it was empty)
+    import csv
+
+    from msopt.run.store import RunStore
+
+    settings, driver = make(write_toml, dup="reuse")
+    driver.store = RunStore.create(str(tmp_path), settings)
+    out = driver.run()
+    driver.pool.close()
+    assert driver.full_prompts == 1000  # [vllm_benchmark.command] num_prompts' default
+    refine = [r for r in out.results if r.phase == "refine"] if out.results else []
+    with (driver.store.run_dir / "results.csv").open() as f:
+        rows = [row for row in csv.DictReader(f) if row["phase"] == "refine"]
+    assert rows and all(row["num_prompts"] == "1000" for row in rows)
+    assert all(r.num_prompts == 1000 for r in refine)

@@ -46,6 +46,7 @@ class RunContext(Protocol):
     iters: int
     top_k: int
     search_prompts: int | None
+    full_prompts: int | None
     evaluations: int
     max_launches: int
 
@@ -221,7 +222,7 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
     ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")
     base = 1 + max_rounds(ctx) * ctx.n
     reqs = [EvalRequest(eval_id=base + k, phase="refine", particle=None, iteration=k,
-                        position=tuple(r.position), context=None, num_prompts=None)
+                        position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
             for k, r in enumerate(picked)]
     got = ctx.dispatcher.run_all(reqs)
     out = [got[q.eval_id] for q in reqs]
@@ -233,7 +234,7 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
             break
         ctx.emit("phase", phase="refine", text="the two best by mean fitness again")
         reqs = [EvalRequest(eval_id=base + k + j, phase="refine", particle=None, iteration=k + j,
-                            position=tuple(r.position), context=None, num_prompts=None)
+                            position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
                 for j, r in enumerate(top)][:min(extra, ctx.max_launches - ctx.dispatcher.launched)]
         got = ctx.dispatcher.run_all(reqs)
         out += [got[q.eval_id] for q in reqs]
@@ -268,7 +269,8 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
                 value: float | int = int(load) if opts.integer else float(load)
                 reqs.append((rank, EvalRequest(eval_id=next_id, phase="capacity", particle=rank,
                                                iteration=s.used + j, position=tuple(r.position),
-                                               context=None, num_prompts=None, load={opts.load: value})))
+                                               context=None, num_prompts=ctx.full_prompts,
+                                               load={opts.load: value})))
                 next_id += 1
         if not reqs:
             break
