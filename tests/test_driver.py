@@ -298,3 +298,14 @@ def test_remeasurements_carry_their_num_prompts(write_toml, tmp_path):
         rows = [row for row in csv.DictReader(f) if row["phase"] == "refine"]
     assert rows and all(row["num_prompts"] == "1000" for row in rows)
     assert all(r.num_prompts == 1000 for r in refine)
+
+
+def test_reused_result_never_counts_even_as_a_first(write_toml):
+    # a reuse that reaches the board before any measurement of its own (its original was counted
+    # elsewhere or evicted) is still not a measurement
+    from dataclasses import replace
+
+    first = _measured(1, "search", 24, 1.0)
+    driver = _fed(write_toml, [_measured(0, "baseline", 16, 3.0), replace(first, eval_id=2, reused=True),
+                               _measured(4, "refine", 24, 2.0)])
+    assert driver.mean_fitness(driver.best()) == (pytest.approx(2.0), 1)

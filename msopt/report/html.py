@@ -39,7 +39,7 @@ from msopt.report.figures import (
     plot_prior,
     prior_summary,
 )
-from msopt.run.leaderboard import weighted_mean
+from msopt.run.leaderboard import is_measurement, weighted_mean
 from msopt.run.store import atomic_write
 from msopt.run.verdict import BROKEN, MET, make_verdict
 from msopt.space.fields import show_value
@@ -80,7 +80,7 @@ def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:
     the recommended evaluation); the others follow by mean fitness; ``k`` rows in all."""
     groups: dict[str, list[EvaluationResult]] = {}
     for r in data.ok:
-        if r.phase != "capacity":  # a probe at another load is not a measurement of the same thing
+        if is_measurement(r):  # not a reuse (no new measurement), not a probe at another load
             groups.setdefault(_key(r.values), []).append(r)
     bid = best_id(data)
     full = configured_num_prompts(data.settings)

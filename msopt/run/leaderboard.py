@@ -20,6 +20,15 @@ def values_key(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, default=str)
 
 
+def is_measurement(r: EvaluationResult) -> bool:
+    """Whether ``r`` is a measurement of its configuration at the run's workload: it succeeded,
+    it is not a duplicate's reuse (that is the earlier measurement again, at no cost) and not a
+    capacity probe (a probe at another load measures something else). Every count of
+    measurements (the leaderboard's mean, best.json, the report's table) counts only these; a
+    result replayed by ``--resume`` is counted once, as the journal holds it once."""
+    return not r.failed and not r.reused and r.phase != "capacity"
+
+
 def measurement_weight(r: EvaluationResult, full_prompts: int | None) -> float:
     """A measurement's weight in its configuration's mean: the prompts it served (a search capped
     by ``sample_size`` measured fewer than a re-measurement with the full workload); a result
@@ -89,7 +98,8 @@ class Leaderboard:
                 self._count(key, r)
             return
         self.board[key] = r
-        self._count(key, r)
+        if not r.reused:
+            self._count(key, r)
         if len(self.board) > self.top_k:
             worst = max(self.board, key=lambda k: rank(self.board[k]))
             del self.board[worst]
