@@ -3,8 +3,22 @@ the ``pso_top_k`` best (refine), and the capacity search.
 
 Each stage is a function of a :class:`RunContext` (the :class:`~msopt.run.driver.Driver`): it
 asks the searcher (:mod:`msopt.search.searcher`), sends requests through the context's
-dispatcher and reads the leaderboard. Eval ids are a function of (phase, particle, iteration),
-so a resumed run asks for the same ids.
+dispatcher and reads the leaderboard.
+
+Eval ids. The baseline is 0; a search trial's id is a function of its lane and count,
+``1 + count × n + lane`` (:func:`eval_id`), because async lanes are dispatched in the order their
+results happen to arrive, and the simulator seeds each evaluation by its id: an id that followed
+the dispatch order would make a simulated async run, and a resumed one, depend on timing. The ids
+after the search (re-measurements, capacity probes) follow on contiguously from the highest id the
+search asked for (:attr:`Dispatcher.next_id`), so a budget that stops the search early leaves no
+gap there. A search stopped by a launch budget in the middle of an iteration leaves the ids of
+that iteration's unsent trials unused: those are the only gaps. Resume replays by the key
+(phase, particle, iteration), not by the id; the ids come out the same because the same requests
+are asked for in the same order.
+
+A launch budget (``max_launches``) counts every launch of every stage, replayed ones included
+(:attr:`Dispatcher.spent`): the baseline, the search, the re-measurements and the capacity probes
+together never exceed it. Reuse and start-up refusals cost nothing.
 """
 
 from __future__ import annotations
@@ -70,13 +84,37 @@ def extra_remeasurements(ctx: RunContext) -> int:
     return max(0, ctx.max_launches // 4 - 1)
 
 
+def capacity_reserve(ctx: RunContext) -> int:
+    """With a launch budget and the capacity stage on: the launches kept for its probes,
+    ``max_probes`` per configuration, at most half the budget. 0 without a budget."""
+    opts = ctx.capacity_options
+    if ctx.max_launches <= 0 or not opts.enabled:
+        return 0
+    return min(opts.max_probes * max(ctx.top_k, 1), ctx.max_launches // 2)
+
+
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
-    ``pso_top_k`` re-measurements and the extra ones (:func:`extra_remeasurements`) (None: no
-    budget, the search runs ``iters`` iterations)."""
+    ``pso_top_k`` re-measurements, the extra ones (:func:`extra_remeasurements`) and the capacity
+    stage's share (:func:`capacity_reserve`), at least 1 (None: no budget, the search runs
+    ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
-    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx))
+    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx) - capacity_reserve(ctx))
+
+
+def expected_evaluations(ctx: RunContext) -> int:
+    """Evaluations a run without a launch budget makes before the capacity stage (whose probes
+    are added as it goes): the baseline, ``iters`` × ``n`` searches, the ``pso_top_k``
+    re-measurements."""
+    return 1 + ctx.n * ctx.iters + max(ctx.top_k, 0)
+
+
+def launches_left(ctx: RunContext) -> int | None:
+    """Launches the budget still allows (None: no budget)."""
+    if ctx.max_launches <= 0:
+        return None
+    return max(0, ctx.max_launches - ctx.dispatcher.spent)
 
 
 def max_rounds(ctx: RunContext) -> int:
@@ -108,7 +146,7 @@ def trial_request(ctx: RunContext, trial: Trial) -> EvalRequest:
 
 def _budget_left(ctx: RunContext) -> bool:
     budget = search_budget(ctx)
-    return budget is None or ctx.dispatcher.launched < budget
+    return budget is None or ctx.dispatcher.spent < budget
 
 
 def baseline(ctx: RunContext) -> EvaluationResult:
@@ -132,7 +170,7 @@ def sync_swarm(ctx: RunContext) -> None:
         if not _budget_left(ctx):
             break
         text = (f"iteration {it + 1}/{ctx.iters}" if budget is None
-                else f"iteration {it + 1}, {ctx.dispatcher.launched}/{budget} launches before the re-measurement")
+                else f"iteration {it + 1}, {ctx.dispatcher.spent}/{budget} launches before the re-measurement")
         ctx.emit("phase", phase="search", text=text)
         trials = ctx.searcher.ask()
         if not trials:
@@ -211,36 +249,43 @@ def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
 def refine(ctx: RunContext) -> list[EvaluationResult]:
     """Measure the best ``pso_top_k`` distinct configurations again with the full workload; with
     a launch budget, then re-measure the two best by mean fitness (:func:`extra_remeasurements`),
-    both each round, while the budget allows."""
+    both each round, while the budget allows. Under a budget too small for every pick, the best
+    ones go first."""
     if ctx.top_k <= 0:
         return []
     picked = ctx.leaderboard.picked()
+    left = launches_left(ctx)
+    if left is not None:
+        picked = picked[:left]
     if ctx.progress is not None and len(picked) < ctx.top_k:
         ctx.progress.set_total(ctx.evaluations + len(picked))
     if not picked:
         return []
     ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")
-    base = 1 + max_rounds(ctx) * ctx.n
-    reqs = [EvalRequest(eval_id=base + k, phase="refine", particle=None, iteration=k,
-                        position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
-            for k, r in enumerate(picked)]
-    got = ctx.dispatcher.run_all(reqs)
-    out = [got[q.eval_id] for q in reqs]
+    out = _remeasure(ctx, picked, 0)
     extra = extra_remeasurements(ctx)
-    k = ctx.top_k
-    while extra > 0 and ctx.max_launches > ctx.dispatcher.launched:
+    k = len(out)
+    while extra > 0 and (launches_left(ctx) or 0) > 0:
         top = ctx.leaderboard.by_mean(ctx.leaderboard.refined)[:2]
         if len(top) < 2:
             break
         ctx.emit("phase", phase="refine", text="the two best by mean fitness again")
-        reqs = [EvalRequest(eval_id=base + k + j, phase="refine", particle=None, iteration=k + j,
-                            position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
-                for j, r in enumerate(top)][:min(extra, ctx.max_launches - ctx.dispatcher.launched)]
-        got = ctx.dispatcher.run_all(reqs)
-        out += [got[q.eval_id] for q in reqs]
-        k += len(reqs)
-        extra -= len(reqs)
+        got = _remeasure(ctx, top[:min(extra, launches_left(ctx) or 0)], k)
+        out += got
+        k += len(got)
+        extra -= len(got)
     return out
+
+
+def _remeasure(ctx: RunContext, configs: list[EvaluationResult], first: int) -> list[EvaluationResult]:
+    """Re-measure ``configs`` with the full workload, together, as refine iterations ``first``,
+    ``first + 1``, ... (the resume key) and the next eval ids."""
+    base = ctx.dispatcher.next_id
+    reqs = [EvalRequest(eval_id=base + j, phase="refine", particle=None, iteration=first + j,
+                        position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
+            for j, r in enumerate(configs)]
+    got = ctx.dispatcher.run_all(reqs)
+    return [got[q.eval_id] for q in reqs]
 
 
 def capacity(ctx: RunContext) -> list[dict[str, Any]]:
@@ -261,7 +306,7 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
              text=f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
                   + ("s" if len(configs) > 1 else ""))
     searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
-    next_id = 1 + max_rounds(ctx) * ctx.n + max(ctx.top_k, 0) + extra_remeasurements(ctx)
+    next_id = ctx.dispatcher.next_id
     while True:
         reqs: list[tuple[int, EvalRequest]] = []
         for rank, (r, s) in enumerate(zip(configs, searches)):
@@ -272,7 +317,8 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
                                                context=None, num_prompts=ctx.full_prompts,
                                                load={opts.load: value})))
                 next_id += 1
-        if not reqs:
+        left = launches_left(ctx)
+        if not reqs or (left is not None and len(reqs) > left):  # a round the budget cannot pay: stop
             break
         if ctx.progress is not None:
             left = sum(opts.max_probes - s.used for s in searches if s.next_loads())
