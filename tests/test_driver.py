@@ -56,9 +56,12 @@ def test_sync_run_stages_and_counts(write_toml):
     _, driver = make(write_toml, dup="rerun")
     out = driver.run()
     phases = [r.phase for r in out.results]
-    assert phases.count("baseline") == 1 and phases.count("search") == 24 and phases.count("refine") == 2
+    # the baseline once more beside the two re-measured, as often as the recommendation
+    assert phases.count("baseline") == 2 and phases.count("search") == 24 and phases.count("refine") == 2
     assert out.best is not None and out.best.phase == "refine"
-    assert sorted(r.eval_id for r in out.results) == list(range(27))
+    assert sorted(r.eval_id for r in out.results) == list(range(28))
+    again = [r for r in out.results if r.phase == "baseline"][1]
+    assert (again.eval_id, again.iteration, again.num_prompts) == (27, 1, driver.full_prompts)
     driver.pool.close()
 
 
@@ -309,3 +312,22 @@ def test_reused_result_never_counts_even_as_a_first(write_toml):
     driver = _fed(write_toml, [_measured(0, "baseline", 16, 3.0), replace(first, eval_id=2, reused=True),
                                _measured(4, "refine", 24, 2.0)])
     assert driver.mean_fitness(driver.best()) == (pytest.approx(2.0), 1)
+
+
+@pytest.mark.parametrize("cut", [25, 26, 27])
+def test_baseline_remeasurement_resumes_exactly(write_toml, cut):
+    # the baseline re-measured in the refine stage is replayed by its key ("baseline", None, 1)
+    _, driver = make(write_toml, dup="rerun")
+    full = driver.run()
+    driver.pool.close()
+    journal = sorted(full.results, key=lambda r: r.eval_id)
+    assert [(r.phase, r.iteration) for r in journal[25:]] == [("refine", 0), ("refine", 1), ("baseline", 1)]
+    settings = driver.settings
+    space = SearchSpace.from_settings(settings)
+    seen: list = []
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    again = Driver(settings, pool, previous=journal[:cut], keep_results=True).run()
+    pool.close()
+    assert len(seen) == 28 - cut
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.num_prompts)
+    assert sorted(map(key, again.results)) == sorted(map(key, full.results))

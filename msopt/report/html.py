@@ -196,6 +196,8 @@ def _verdict(data: RunData) -> str:
     parts.append("<table>" + "".join(rows) + "</table>")
     parts.append(f"<p>{_e(v.throughput_line()[0].upper() + v.throughput_line()[1:])}; "
                  f"{_e(v.fitness_line())}.</p>")
+    if v.comparison_line():
+        parts.append(f"<p>{_e(v.comparison_line()[0].upper() + v.comparison_line()[1:])}.</p>")
     return "\n".join(parts)
 
 

@@ -248,7 +248,8 @@ class Driver:
         self.leaderboard.add(r)
         if r.refused and r.values:
             self.refused_keys.add(values_key(r.values))
-        if self.prior is not None and not r.reused and not r.failed and r.phase in ("baseline", "search"):
+        own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)  # not a re-measurement
+        if self.prior is not None and not r.reused and not r.failed and own:
             self.prior.observe(r.values, r.metrics)
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,

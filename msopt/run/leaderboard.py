@@ -3,7 +3,9 @@ board) with the running mean of their measurements (the tally), the re-measured 
 capacity probes, and from them the recommendation (:meth:`Leaderboard.best`).
 
 Memory stays flat over long runs: the board holds at most ``pso_top_k`` configurations, the
-refined results at most ``pso_top_k``, the probes at most ``max_probes`` per configuration.
+refined results at most ``pso_top_k`` (and the extra re-measurements of a budget), the probes
+at most ``max_probes`` per configuration, the full-workload counts one per board configuration
+and one for the baseline.
 """
 
 from __future__ import annotations
@@ -67,20 +69,46 @@ class Leaderboard:
         self.probes: dict[int, EvaluationResult] = {}      # capacity probes (<= max_probes per config)
         self.board: dict[str, EvaluationResult] = {}       # the pso_top_k best distinct configurations
         self.tally: dict[str, list[float]] = {}  # board key -> [sum of weight·fitness, sum of weights, count]
+        self.baseline: EvaluationResult | None = None      # the baseline's own measurement, when it succeeded
+        self.baseline_remeasured = 0                       # the baseline's re-measurements asked for so far
+        self.full_counts: dict[str, int] = {}  # board keys and the baseline's -> measurements with the full workload
 
     def add(self, r: EvaluationResult) -> None:
-        """Rank one finished evaluation (failed ones are only counted by the driver)."""
+        """Rank one finished evaluation (failed ones are only counted by the driver).
+
+        A re-measurement of the baseline (phase "baseline", iteration >= 1, see
+        :func:`msopt.run.stages.refine`) is only counted for the comparison with the
+        recommendation (:meth:`full_count`): it does not compete with the search's results.
+        """
+        if r.phase == "baseline" and r.iteration > 0:
+            self.baseline_remeasured = max(self.baseline_remeasured, r.iteration)
         if r.phase == "capacity":
             self.probes[r.eval_id] = r
-        elif not r.failed:
-            key = values_key(r.values)
-            if r.phase == "refine":
-                self.refined.append(r)
-                self._count(key, r)
-            elif r.phase in ("baseline", "search"):
-                if self.search_best is None or rank(r) < rank(self.search_best):
-                    self.search_best = r
-                self._rank_for_refine(key, r)
+            return
+        if r.failed:
+            return
+        key = values_key(r.values)
+        if r.phase == "refine":
+            self.refined.append(r)
+            self._count(key, r)
+        elif r.phase == "search" or (r.phase == "baseline" and r.iteration == 0):
+            if r.phase == "baseline":
+                self.baseline = r
+            if self.search_best is None or rank(r) < rank(self.search_best):
+                self.search_best = r
+            self._rank_for_refine(key, r)
+        baseline_key = values_key(self.baseline.values) if self.baseline is not None else None
+        if is_measurement(r) and self.is_full(r) and (key in self.board or key == baseline_key):
+            self.full_counts[key] = self.full_counts.get(key, 0) + 1
+
+    def is_full(self, r: EvaluationResult) -> bool:
+        """Whether ``r`` served the full workload (a result without a count of its own did)."""
+        return r.num_prompts is None or r.num_prompts == self.full_prompts
+
+    def full_count(self, values: Mapping[str, Any]) -> int:
+        """How many successful measurements with the full workload the configuration ``values``
+        has (kept for the board's configurations and the baseline's)."""
+        return self.full_counts.get(values_key(values), 0)
 
     def _rank_for_refine(self, key: str, r: EvaluationResult) -> None:
         """Keep the ``pso_top_k`` best distinct configurations, each with its best result.
@@ -104,6 +132,8 @@ class Leaderboard:
             worst = max(self.board, key=lambda k: rank(self.board[k]))
             del self.board[worst]
             self.tally.pop(worst, None)
+            if self.baseline is None or worst != values_key(self.baseline.values):
+                self.full_counts.pop(worst, None)
 
     def _count(self, key: str, r: EvaluationResult) -> None:
         """Add a successful measurement to its configuration's running mean, weighted as

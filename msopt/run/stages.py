@@ -23,6 +23,7 @@ together never exceed it. Reuse and start-up refusals cost nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,7 +32,7 @@ from msopt.config import Settings
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict
 from msopt.run.dispatcher import Dispatcher
-from msopt.run.leaderboard import Leaderboard
+from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.records import finite
 from msopt.search.searcher import Searcher, Trial
 from msopt.space import DecodeContext, SearchSpace
@@ -93,21 +94,33 @@ def capacity_reserve(ctx: RunContext) -> int:
     return min(opts.max_probes * max(ctx.top_k, 1), ctx.max_launches // 2)
 
 
+def baseline_reserve(ctx: RunContext) -> int:
+    """With a launch budget: the launches kept for re-measuring the baseline beside the
+    recommendation (:func:`refine`): one, and one more per round of extra re-measurements. 0
+    without a budget, without ``pso_top_k`` or when the baseline failed (it is not measured again).
+    When the baseline turns out to be one of the picks, the first of these may go unused."""
+    base = ctx.leaderboard.baseline
+    if ctx.max_launches <= 0 or ctx.top_k <= 0 or base is None:
+        return 0
+    return 1 + -(-extra_remeasurements(ctx) // 2)
+
+
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
-    ``pso_top_k`` re-measurements, the extra ones (:func:`extra_remeasurements`) and the capacity
-    stage's share (:func:`capacity_reserve`), at least 1 (None: no budget, the search runs
-    ``iters`` iterations)."""
+    ``pso_top_k`` re-measurements, the extra ones (:func:`extra_remeasurements`), the baseline's
+    (:func:`baseline_reserve`) and the capacity stage's share (:func:`capacity_reserve`), at
+    least 1 (None: no budget, the search runs ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
-    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx) - capacity_reserve(ctx))
+    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx) - baseline_reserve(ctx)
+               - capacity_reserve(ctx))
 
 
 def expected_evaluations(ctx: RunContext) -> int:
     """Evaluations a run without a launch budget makes before the capacity stage (whose probes
     are added as it goes): the baseline, ``iters`` × ``n`` searches, the ``pso_top_k``
-    re-measurements."""
-    return 1 + ctx.n * ctx.iters + max(ctx.top_k, 0)
+    re-measurements and the baseline's beside them."""
+    return 1 + ctx.n * ctx.iters + (ctx.top_k + 1 if ctx.top_k > 0 else 0)
 
 
 def launches_left(ctx: RunContext) -> int | None:
@@ -247,43 +260,92 @@ def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
 
 
 def refine(ctx: RunContext) -> list[EvaluationResult]:
-    """Measure the best ``pso_top_k`` distinct configurations again with the full workload; with
-    a launch budget, then re-measure the two best by mean fitness (:func:`extra_remeasurements`),
-    both each round, while the budget allows. Under a budget too small for every pick, the best
-    ones go first."""
+    """Measure the best ``pso_top_k`` distinct configurations again with the full workload, and
+    the baseline configuration beside them; with a launch budget, then re-measure the two best by
+    mean fitness (:func:`extra_remeasurements`), both each round, while the budget allows; last,
+    measure the baseline again until it has as many measurements with the full workload as the
+    recommendation (:meth:`Leaderboard.full_count`), so the verdict compares like with like and
+    can tell a gain from the noise (:mod:`msopt.run.verdict`). Under a budget too small for every
+    pick, the best ones go first, then the baseline.
+
+    The baseline's re-measurements are phase "baseline", iterations 1, 2, ... (the resume key);
+    none is made when the baseline failed, nor beside the picks when it is one of them (it is then
+    re-measured as a pick). Returns the re-measurements of the picks.
+    """
     if ctx.top_k <= 0:
         return []
     picked = ctx.leaderboard.picked()
+    base = ctx.leaderboard.baseline
+    beside = base is not None and values_key(base.values) not in {values_key(r.values) for r in picked}
     left = launches_left(ctx)
     if left is not None:
         picked = picked[:left]
+        beside = beside and left > len(picked)
     if ctx.progress is not None and len(picked) < ctx.top_k:
-        ctx.progress.set_total(ctx.evaluations + len(picked))
+        ctx.progress.set_total(ctx.evaluations + len(picked) + beside)
     if not picked:
         return []
-    ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")
-    out = _remeasure(ctx, picked, 0)
+    ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload"
+             + (", the baseline beside them" if beside else ""))
+    got = _remeasure(ctx, picked, 0, [base] if beside and base is not None else [])
+    out = got[:len(picked)]
     extra = extra_remeasurements(ctx)
     k = len(out)
     while extra > 0 and (launches_left(ctx) or 0) > 0:
-        top = ctx.leaderboard.by_mean(ctx.leaderboard.refined)[:2]
-        if len(top) < 2:
+        ranked = ctx.leaderboard.by_mean(ctx.leaderboard.refined)
+        if len(ranked) < 2:
+            break
+        top = ranked[:min(2, extra)]
+        while top and (launches_left(ctx) or 0) < len(top) + _baseline_owed(ctx, base, len(top)):
+            top = top[:-1]  # keep what the baseline will be owed
+        if not top:
             break
         ctx.emit("phase", phase="refine", text="the two best by mean fitness again")
-        got = _remeasure(ctx, top[:min(extra, launches_left(ctx) or 0)], k)
+        got = _remeasure(ctx, top, k)
         out += got
         k += len(got)
         extra -= len(got)
+    if base is not None:
+        owed = _baseline_owed(ctx, base, 0)
+        left = launches_left(ctx)
+        owed = owed if left is None else min(owed, left)
+        if owed > 0:
+            ctx.emit("phase", phase="refine", text=f"the baseline {owed} more time(s), as often as the recommendation")
+            if ctx.progress is not None:
+                ctx.progress.set_total(ctx.evaluations + owed)
+            _remeasure(ctx, [], 0, [base] * owed)
     return out
 
 
-def _remeasure(ctx: RunContext, configs: list[EvaluationResult], first: int) -> list[EvaluationResult]:
+def _baseline_owed(ctx: RunContext, base: EvaluationResult | None, coming: int) -> int:
+    """Measurements the baseline lacks to match the recommendation's with the full workload (with
+    ``coming`` re-measurements about to run: as many as the most measured re-measured
+    configuration could have after them); 0 when the recommendation is the baseline's."""
+    if base is None:
+        return 0
+    lb = ctx.leaderboard
+    rec = lb.best()
+    if rec is not None and values_key(rec.values) == values_key(base.values) and not coming:
+        return 0
+    most = max((lb.full_count(r.values) for r in lb.refined), default=0) + (1 if coming else 0)
+    if not coming:
+        most = lb.full_count(rec.values) if rec is not None else 0
+    return max(0, most - lb.full_count(base.values))
+
+
+def _remeasure(ctx: RunContext, configs: Sequence[EvaluationResult], first: int,
+               baseline: Sequence[EvaluationResult] = ()) -> list[EvaluationResult]:
     """Re-measure ``configs`` with the full workload, together, as refine iterations ``first``,
-    ``first + 1``, ... (the resume key) and the next eval ids."""
+    ``first + 1``, ... (the resume key), and ``baseline`` (the baseline, as often as it is
+    listed) beside them as the baseline's next iterations; the next eval ids, in that order."""
     base = ctx.dispatcher.next_id
     reqs = [EvalRequest(eval_id=base + j, phase="refine", particle=None, iteration=first + j,
                         position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
             for j, r in enumerate(configs)]
+    done = ctx.leaderboard.baseline_remeasured
+    reqs += [EvalRequest(eval_id=base + len(configs) + j, phase="baseline", particle=None, iteration=done + j + 1,
+                         position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
+             for j, r in enumerate(baseline)]
     got = ctx.dispatcher.run_all(reqs)
     return [got[q.eval_id] for q in reqs]
 

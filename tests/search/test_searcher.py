@@ -141,7 +141,11 @@ def test_max_launches_caps_every_launch(write_toml, mode):
     assert out.launched >= 12  # the search goes on past iters while launches are left
     phases = [req.phase for req, _ in seen]
     # pso_top_k 2 re-measured once, then the two best again with a quarter of the budget less one
-    assert phases.count("refine") == 2 + (14 // 4 - 1) and phases.count("baseline") == 1
+    assert phases.count("refine") == 2 + (14 // 4 - 1)
+    # the baseline beside them, then as often as the recommendation (with the full workload)
+    board = driver.leaderboard
+    assert phases.count("baseline") >= 2
+    assert board.full_count(out.best.values) == board.full_count(board.baseline.values)
 
 
 def test_refused_candidates_are_never_launched_and_answered_again(write_toml):
@@ -209,9 +213,9 @@ def test_the_budget_counts_every_launch_of_every_stage(write_toml, mode, budget)
 def test_a_resumed_budget_run_spends_only_what_is_left(write_toml, cut):
     seen: list = []
     _, full = _budget_run(write_toml, 9, refused_baseline=False, seen=seen)
-    assert len(seen) == 9
+    assert 8 <= len(seen) <= 9
     again: list = []
     driver, resumed = _budget_run(write_toml, 9, refused_baseline=False, previous=full.results[:cut], seen=again)
-    assert resumed.launches == 9 and len(again) == 9 - sum(not r.reused for r in full.results[:cut])
+    assert resumed.launches == len(seen) and len(again) == len(seen) - sum(not r.reused for r in full.results[:cut])
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.reused)
     assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
