@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from msopt.checks import is_finite, is_number
+from msopt.run.durations import estimate_eta, format_duration  # re-exported: part of this module's API
 from msopt.space.fields import show_value
 
 #: The kinds of :class:`ProgressEvent`.
@@ -90,29 +91,6 @@ class ProgressEvent:
         )
         kw.update(overrides)
         return cls(kind, **kw)
-
-
-def estimate_eta(mean_duration: float | None, remaining: int, concurrency: int) -> float | None:
-    """Seconds until ``remaining`` evaluations finish, ``concurrency`` at a time.
-
-    Returns:
-        None while no duration is known; 0 when nothing remains.
-    """
-    if remaining <= 0:
-        return 0.0
-    if mean_duration is None or not math.isfinite(mean_duration) or mean_duration < 0:
-        return None
-    return mean_duration * remaining / max(int(concurrency), 1)
-
-
-def format_duration(seconds: float | None) -> str:
-    """``MM:SS``, or ``H:MM:SS`` from one hour on; "--:--" when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return "--:--"
-    s = max(int(round(seconds)), 0)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -206,9 +184,7 @@ class _Tracker:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.t0 = clock()
-        self.total = 0  # evaluations expected; 0: not known (under a launch budget)
-        self.budget = 0  # max_launches (0: none)
-        self.launches = 0
+        self.total, self.budget, self.launches = 0, 0, 0  # expected evaluations (0: not known), max_launches
         self.n_particles = 0
         self.dimensions: list[str] = []
         self.run_dir = ""
@@ -350,10 +326,8 @@ class _Tracker:
         return text + (f"; {extra}" if extra else "")
 
     def counts_text(self) -> str:
-        parts = [f"{self.finished}/{self.total} evaluations" if self.total else f"{self.finished} evaluations"]
-        if self.budget:
-            parts.append(f"{self.launches}/{self.budget} launches")
-        parts.append(f"{self.failures} failed")
+        parts = [f"{self.finished}/{self.total} evaluations" if self.total else f"{self.finished} evaluations",
+                 *([f"{self.launches}/{self.budget} launches"] if self.budget else []), f"{self.failures} failed"]
         if self.reused:
             parts.append(f"{self.reused} reused")
         if self.replayed:
