@@ -79,7 +79,8 @@ def extra_remeasurements(ctx: RunContext) -> int:
     """With a launch budget and ``pso_top_k`` > 1: re-measurements beyond one per ``pso_top_k``
     configuration, a quarter of the budget less one, spent on the two best by mean fitness (close
     contenders are told apart by more than one measurement each; the search under a budget
-    usually finds the optimum early and loses it to noise in the pick). 0 without a budget."""
+    usually finds the optimum early and loses it to noise in the pick) and on the baseline, as
+    often as the recommendation (:func:`refine`). 0 without a budget."""
     if ctx.max_launches <= 0 or ctx.top_k < 2:
         return 0
     return max(0, ctx.max_launches // 4 - 1)
@@ -95,14 +96,15 @@ def capacity_reserve(ctx: RunContext) -> int:
 
 
 def baseline_reserve(ctx: RunContext) -> int:
-    """With a launch budget: the launches kept for re-measuring the baseline beside the
-    recommendation (:func:`refine`): one, and one more per round of extra re-measurements. 0
-    without a budget, without ``pso_top_k`` or when the baseline failed (it is not measured again).
-    When the baseline turns out to be one of the picks, the first of these may go unused."""
+    """With a launch budget: the launch kept for measuring the baseline beside the re-measured
+    picks (:func:`refine`; its later re-measurements come out of :func:`extra_remeasurements`).
+    0 without a budget, without ``pso_top_k``, when the baseline failed (it is not measured
+    again) or while it is on the board (it would be re-measured as one of the picks). It follows
+    the board, so a resumed run computes the same."""
     base = ctx.leaderboard.baseline
     if ctx.max_launches <= 0 or ctx.top_k <= 0 or base is None:
         return 0
-    return 1 + -(-extra_remeasurements(ctx) // 2)
+    return 0 if values_key(base.values) in ctx.leaderboard.board else 1
 
 
 def search_budget(ctx: RunContext) -> int | None:
@@ -289,14 +291,14 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
              + (", the baseline beside them" if beside else ""))
     got = _remeasure(ctx, picked, 0, [base] if beside and base is not None else [])
     out = got[:len(picked)]
-    extra = extra_remeasurements(ctx)
+    extra = extra_remeasurements(ctx)  # the baseline's later re-measurements come out of it too
     k = len(out)
     while extra > 0 and (launches_left(ctx) or 0) > 0:
         ranked = ctx.leaderboard.by_mean(ctx.leaderboard.refined)
         if len(ranked) < 2:
             break
-        top = ranked[:min(2, extra)]
-        while top and (launches_left(ctx) or 0) < len(top) + _baseline_owed(ctx, base, len(top)):
+        top = ranked[:2]
+        while top and len(top) + _baseline_owed(ctx, base, len(top)) > min(extra, launches_left(ctx) or 0):
             top = top[:-1]  # keep what the baseline will be owed
         if not top:
             break
