@@ -41,8 +41,9 @@ def register(sub: Any) -> None:
         p.add_argument("--particles", type=int, metavar="N", help="swarm size (n_particles)")
         p.add_argument("--iters", type=int, metavar="N", help="swarm iterations (iters)")
         p.add_argument("--max-launches", type=int, metavar="N",
-                       help="launch budget (max_launches): baseline, search and re-measurements together; "
-                            "failures count, reuse and start-up refusals are free; 0: iters decides")
+                       help="launch budget (max_launches): baseline, search, re-measurements (the baseline's "
+                            "too) and capacity probes together, a resumed run's journal included; failures "
+                            "count, reuse and start-up refusals are free; 0: iters decides")
         p.add_argument("--plain", action="store_true", help="one plain line per event instead of the live table")
         p.add_argument("--no-ray", action="store_true",
                        help="evaluate in threads of this process (debugging; no device pinning)")

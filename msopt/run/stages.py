@@ -283,7 +283,7 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
     if left is not None:
         picked = picked[:left]
         beside = beside and left > len(picked)
-    if ctx.progress is not None and len(picked) < ctx.top_k:
+    if ctx.progress is not None:  # fewer picks than pso_top_k, or no baseline beside them
         ctx.progress.set_total(ctx.evaluations + len(picked) + beside)
     if not picked:
         return []

@@ -215,11 +215,10 @@ class Verdict:
             return line + f"; the baseline (configured values) failed: {(b.error or '').splitlines()[0][:120]}"
         bspeed = b.metrics.get(GENERATE_SPEED)
         if self.baseline_met:
-            gain = ""
-            if self.best_speeds is not None and self.baseline_speeds is not None:
-                gain = f" ({self.gain_text()})"
-            elif isinstance(speed, (int, float)) and isinstance(bspeed, (int, float)) and bspeed > 0:
-                gain = f" ({(speed / bspeed - 1) * 100:+.1f} %)"
+            gain = ""  # with measurements to compare like with like, the comparison line gives the gain
+            numbers = isinstance(speed, (int, float)) and isinstance(bspeed, (int, float)) and bspeed > 0
+            if numbers and not self.comparison_line():
+                gain = f" ({(speed / bspeed - 1) * 100:+.1f} %)"  # type: ignore[operator]
             return line + f"; baseline {tokens_per_s(bspeed)} within the SLOs{gain}"
         broken = ", ".join(c.text().removesuffix(f" {BROKEN}") for c in self.baseline_checks if not c.met)
         return line + f"; baseline {tokens_per_s(bspeed)} breaks {broken}"
