@@ -232,6 +232,8 @@ def test_run_directory_holds_the_capacity(write_toml, tmp_path):
     assert len(cap_rows) == sum(len(c["probes"]) for c in cap["configurations"])
     assert all(json.loads(r["load"])["concurrency"] >= 1 for r in cap_rows)
     assert all(r["load"] == "" for r in rows if r["phase"] != "capacity")
+    # probes and re-measurements name the workload they served ([simulator.workload] num_prompts)
+    assert all(r["num_prompts"] == "48" for r in rows if r["phase"] in ("capacity", "refine"))
 
 
 # -- which load, when on, validation -------------------------------------------------------------

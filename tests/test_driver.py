@@ -56,9 +56,12 @@ def test_sync_run_stages_and_counts(write_toml):
     _, driver = make(write_toml, dup="rerun")
     out = driver.run()
     phases = [r.phase for r in out.results]
-    assert phases.count("baseline") == 1 and phases.count("search") == 24 and phases.count("refine") == 2
+    # the baseline once more beside the two re-measured, as often as the recommendation
+    assert phases.count("baseline") == 2 and phases.count("search") == 24 and phases.count("refine") == 2
     assert out.best is not None and out.best.phase == "refine"
-    assert sorted(r.eval_id for r in out.results) == list(range(27))
+    assert sorted(r.eval_id for r in out.results) == list(range(28))
+    again = [r for r in out.results if r.phase == "baseline"][1]
+    assert (again.eval_id, again.iteration, again.num_prompts) == (27, 1, driver.full_prompts)
     driver.pool.close()
 
 
@@ -258,3 +261,73 @@ def test_reused_result_is_not_a_second_measurement(write_toml):
                                replace(first, eval_id=2, reused=True), replace(first, eval_id=3, reused=True),
                                _measured(4, "refine", 24, 2.0)])
     assert driver.mean_fitness(driver.best()) == (pytest.approx(1.5), 2)
+
+
+def test_mean_weighs_the_builtin_workload(write_toml):
+    # a real run with the builtin benchmark: its workload is [builtin] num_prompts (it has no
+    # [builtin.command] table); the search was capped at 100 prompts, the re-measurement sent 400
+    driver = _fed(write_toml, [
+        _measured(0, "baseline", 16, 3.0, 100),
+        _measured(1, "search", 24, 1.0, 100),
+        _measured(2, "refine", 24, 2.0, None),
+    ], prefix='benchmark = "builtin"\nsample_size = 100\n', extra="[builtin]\nnum_prompts = 400\n")
+    assert driver.full_prompts == 400 and driver.search_prompts == 100
+    assert driver.mean_fitness(driver.best()) == (pytest.approx((100 * 1.0 + 400 * 2.0) / 500), 2)
+
+
+def test_simulated_workload_is_the_simulators(write_toml):
+    # simulated, the simulator serves [simulator.workload], whatever the benchmark's section says
+    from msopt.evaluate import configured_num_prompts
+
+    settings = load_settings(str(write_toml("simulate = true\n" + config_text("reuse", "sync")
+                                            + "[vllm_benchmark.command]\nnum_prompts = 50\n"
+                                            + "[simulator.workload]\nnum_prompts = 300\n")), environ={})
+    assert configured_num_prompts(settings) == 300
+
+
+def test_remeasurements_carry_their_num_prompts(write_toml, tmp_path):
+    # refine rows of results.csv name the workload they were measured with (it was empty)
+    import csv
+
+    from msopt.run.store import RunStore
+
+    settings, driver = make(write_toml, dup="reuse")
+    driver.store = RunStore.create(str(tmp_path), settings)
+    out = driver.run()
+    driver.pool.close()
+    assert driver.full_prompts == 1000  # [vllm_benchmark.command] num_prompts' default
+    refine = [r for r in out.results if r.phase == "refine"] if out.results else []
+    with (driver.store.run_dir / "results.csv").open() as f:
+        rows = [row for row in csv.DictReader(f) if row["phase"] == "refine"]
+    assert rows and all(row["num_prompts"] == "1000" for row in rows)
+    assert all(r.num_prompts == 1000 for r in refine)
+
+
+def test_reused_result_never_counts_even_as_a_first(write_toml):
+    # a reuse that reaches the board before any measurement of its own (its original was counted
+    # elsewhere or evicted) is still not a measurement
+    from dataclasses import replace
+
+    first = _measured(1, "search", 24, 1.0)
+    driver = _fed(write_toml, [_measured(0, "baseline", 16, 3.0), replace(first, eval_id=2, reused=True),
+                               _measured(4, "refine", 24, 2.0)])
+    assert driver.mean_fitness(driver.best()) == (pytest.approx(2.0), 1)
+
+
+@pytest.mark.parametrize("cut", [25, 26, 27])
+def test_baseline_remeasurement_resumes_exactly(write_toml, cut):
+    # the baseline re-measured in the refine stage is replayed by its key ("baseline", None, 1)
+    _, driver = make(write_toml, dup="rerun")
+    full = driver.run()
+    driver.pool.close()
+    journal = sorted(full.results, key=lambda r: r.eval_id)
+    assert [(r.phase, r.iteration) for r in journal[25:]] == [("refine", 0), ("refine", 1), ("baseline", 1)]
+    settings = driver.settings
+    space = SearchSpace.from_settings(settings)
+    seen: list = []
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    again = Driver(settings, pool, previous=journal[:cut], keep_results=True).run()
+    pool.close()
+    assert len(seen) == 28 - cut
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.num_prompts)
+    assert sorted(map(key, again.results)) == sorted(map(key, full.results))

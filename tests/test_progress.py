@@ -489,3 +489,18 @@ def test_an_interrupted_run_says_so():
         log.close(summary)
         last = out.getvalue().splitlines()[-1]
         assert last.startswith(f"[00:00] {word}0/9 evaluations") and "interrupted=" not in last
+
+
+def test_a_launch_budget_is_counted_as_launches_and_a_reused_failure_as_a_failure():
+    # issue 25: "1 evaluations" in the header, then "4/4 evaluations, 1 failed" beside failures=2
+    out = io.StringIO()
+    log = PlainLog(out, clock=Clock())
+    log.start(total=0, n_particles=4, dimensions=DIMS, run_dir="/r", launches=1)
+    log.update(ProgressEvent("failed", eval_id=0, phase="baseline", fitness=math.inf, error="refused"))
+    log.update(ProgressEvent("reused", eval_id=1, phase="search", particle=0, fitness=math.inf))
+    log.update(ProgressEvent("done", eval_id=2, phase="search", particle=1, fitness=0.3, launched=True))
+    log.close({"evaluations": 3, "failures": 2, "reused": 1, "launches": 1})
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("run /r: at most 1 launch, 4 particles, dimensions: tp, pp, max_num_seqs")
+    assert "finished: 3 evaluations, 1/1 launches, 2 failed, 1 reused;" in lines[-1]
+    assert lines[-1].endswith("evaluations=3 failures=2 reused=1 launches=1")

@@ -174,6 +174,19 @@ def test_top_table_lists_the_best_configuration(vllm_run: dict) -> None:
     assert "&#9733;" in cells[0]
 
 
+def test_top_table_mean_is_the_leaderboards(vllm_run: dict) -> None:
+    # the search served sample_size 32 prompts, the re-measurement the full 48: the table's mean is
+    # best.json's (the leaderboard's weighted mean), not the plain average of the two
+    from msopt.report.figures import fmt
+
+    best = vllm_run["best"]
+    page = (vllm_run["run"] / REPORT_HTML).read_text(encoding="utf-8")
+    table = page[page.index("<h2>Top configurations</h2>"):]
+    (row,) = re.findall(r'<tr class="best">(.*?)</tr>', table)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert cells[4] == f"{fmt(best['mean_fitness'])} ({best['measurements']})"
+
+
 def test_recommendation_states_its_mean_everywhere(vllm_run: dict) -> None:
     best = vllm_run["best"]
     assert best["phase"] == "refine" and best["measurements"] == 2
@@ -239,6 +252,29 @@ def test_zero_successful_evaluations_still_report(tmp_path: Path) -> None:
     for name in PNGS:
         assert_png(store.run_dir / name)
     assert not (store.run_dir / BEST_COMMAND_SH).exists()  # no best, nothing to launch
+
+
+def test_a_reused_result_is_not_a_measurement_in_the_table(tmp_path: Path) -> None:
+    # one launch, then the same configuration asked again and reused: one measurement, "(1)"
+    from dataclasses import replace
+
+    from msopt.report.data import load_run
+    from msopt.report.html import _top
+
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(small_quickstart())
+    settings = load_settings(str(cfg), environ={})
+    space = SearchSpace.from_settings(settings)
+    store = RunStore.create(tmp_path / "out", settings, run_id="reuse")
+    d = space.decode(space.default_position(), None)
+    metrics = {"generate_speed": 900.0, "time_to_first_token": 0.5, "time_per_output_token": 0.01,
+               "success_rate": 1.0, "throughput": 3.0}
+    first = _result(1, d.position, d.values, metrics, 0.7102)
+    store.append(first)
+    store.append(replace(first, eval_id=2, iteration=1, reused=True, attempts=0))
+    store.close()
+    (row,) = _top(load_run(store.run_dir), 5)
+    assert row[0].eval_id == 1 and row[1:] == (pytest.approx(0.7102), 1)
 
 
 def test_empty_journal_reports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

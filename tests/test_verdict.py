@@ -27,7 +27,7 @@ SETTINGS = load(QUICK).settings
 
 
 def test_the_issues_example_reads_as_a_verdict():
-    base = result(0, "baseline", 1.2, 0.0239, 9318.0, fitness=106.0)
+    base = result(0, "baseline", 1.2, 0.0239, 9318.0, fitness=106.0, tp=1)
     best = result(49, "refine", 2.1, 0.0185, 6910.0, fitness=0.3508, tp=2, gpu_memory_utilization=0.7963799099058896)
     v = make_verdict(SETTINGS, [base, failed(1), best], best, mean_fitness=0.3482, measurements=2)
     assert v.met and v.met_count == 1 and not v.baseline_met
@@ -35,16 +35,62 @@ def test_the_issues_example_reads_as_a_verdict():
     assert lines[0] == "verdict: the recommended configuration meets every SLO"
     assert "  TTFT 2.1 s ≤ 2.5 s ✓" in lines and "  TPOT 18.5 ms ≤ 20 ms ✓" in lines
     assert "  success rate 100 % ≥ 100 % ✓" in lines
-    assert lines[-1] == "  throughput: 6,910 tok/s within the SLOs; baseline 9,318 tok/s breaks TPOT 23.9 ms > 20 ms"
+    assert lines[-2] == "  throughput: 6,910 tok/s within the SLOs; baseline 9,318 tok/s breaks TPOT 23.9 ms > 20 ms"
+    assert lines[-1] == ("  vs baseline, full workload: 6,910 tok/s (1 measurement) against 9,318 tok/s "
+                         "(1 measurement): -25.8 %, one measurement each: noise not measured")
     assert v.shown_values() == "tp=2, gpu_memory_utilization=0.80"  # the quick start's step 0.01
     assert "lower is better" in v.fitness_line() and "mean of 2 measurements 0.3482" in v.fitness_line()
 
 
 def test_a_gain_over_a_baseline_within_the_slos_is_a_percentage():
-    base = result(0, "baseline", 1.0, 0.015, 5000.0)
-    best = result(7, "search", 1.0, 0.016, 6000.0)
+    base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
+    best = result(7, "search", 1.0, 0.016, 6000.0, tp=2)
     v = make_verdict(SETTINGS, [base, best], best)
-    assert v.throughput_line().endswith("baseline 5,000 tok/s within the SLOs (+20.0 %)")
+    # the gain is the comparison line's, over the measurements with the full workload
+    assert v.throughput_line().endswith("baseline 5,000 tok/s within the SLOs")
+    assert v.comparison_line().endswith(": +20.0 %, one measurement each: noise not measured")
+    capacity = result(8, "capacity", 1.0, 0.016, 6000.0, tp=2)  # at another load: nothing like to compare
+    assert make_verdict(SETTINGS, [base, best, capacity], capacity).throughput_line().endswith(
+        "baseline 5,000 tok/s within the SLOs (+20.0 %)")
+
+
+def again(r: EvaluationResult, eval_id: int, speed: float, phase: str = "refine", iteration: int = 1,
+          num_prompts: int | None = None) -> EvaluationResult:
+    from dataclasses import replace
+
+    return replace(r, eval_id=eval_id, phase=phase, iteration=iteration, num_prompts=num_prompts,
+                   metrics=r.metrics | {"generate_speed": speed})
+
+
+def test_a_gain_inside_the_spread_is_within_noise():
+    # issue 25: one baseline measurement against the re-measured recommendation read +14.6 %;
+    # both measured twice with the full workload, the ranges overlap
+    base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
+    best = result(7, "search", 1.0, 0.016, 5400.0, tp=2)
+    results = [base, best, again(best, 8, 5100.0), again(base, 9, 5300.0, phase="baseline")]
+    v = make_verdict(SETTINGS, results, results[2])
+    assert (v.best_speeds.values, v.baseline_speeds.values) == ((5400.0, 5100.0), (5000.0, 5300.0))
+    assert v.gain_text() == "+1.9 %, within noise"
+    assert v.lines()[-1] == ("  vs baseline, full workload: 5,250 ± 150 tok/s (2 measurements) against "
+                             "5,150 ± 150 tok/s (2 measurements): +1.9 %, within noise")
+    assert v.throughput_line().endswith("baseline 5,000 tok/s within the SLOs")  # its own measurement
+
+
+def test_a_gain_beyond_the_spread_is_not_noise_and_capped_searches_are_not_compared():
+    base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
+    capped = again(result(7, "search", 1.0, 0.016, 9000.0, tp=2), 7, 9000.0, "search", 0, num_prompts=64)
+    results = [base, capped, again(capped, 8, 6000.0), again(capped, 9, 6100.0, iteration=2),
+               again(base, 10, 5050.0, phase="baseline"), again(base, 11, 4950.0, phase="baseline", iteration=2)]
+    v = make_verdict(SETTINGS, results, results[3])
+    assert v.best_speeds.values == (6000.0, 6100.0)  # not the search's 64 prompts (the full workload is 640)
+    assert v.gain_text() == "+21.0 %"
+
+
+def test_the_baseline_configuration_recommended_is_no_gain():
+    base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
+    v = make_verdict(SETTINGS, [base, again(base, 5, 5600.0)], again(base, 5, 5600.0))
+    assert v.same_configuration and v.gain_text() == "the baseline configuration itself"
+    assert v.lines()[-1] == "  vs baseline: the recommendation is the baseline configuration (nothing gained)"
 
 
 def test_no_configuration_met_the_slos_is_loud():

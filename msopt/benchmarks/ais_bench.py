@@ -296,6 +296,14 @@ class AisBench(BenchmarkAdapter):
 
     name = "ais_bench"
 
+    def num_prompts(self, section: Mapping[str, Any]) -> int | None:
+        """``[ais_bench.command] num_prompts``, default 1000: the requests of the dataset msopt generates,
+        or the first ones of the user's own ``datasets`` (``--num-prompts``)."""
+        n = command_table(section, self.name).get("num_prompts", 1000)
+        if not is_int(n) or n < 1:
+            raise ConfigError(f"[{self.name}.command]: 'num_prompts' must be a positive integer, got {n!r}")
+        return int(n)
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Known keys only; no stock model or synthetic config by name; ``others`` must not repeat
         a flag msopt renders; the generated configs must render."""
@@ -347,7 +355,7 @@ class AisBench(BenchmarkAdapter):
         sv = server_values(server)
         subst = {**sv, **values}
         conc, rate = resolve_load(values, fields, cmd, load, where)
-        n = num_prompts if num_prompts is not None else cmd.get("num_prompts", 1000)
+        n = num_prompts if num_prompts is not None else self.num_prompts(section)
         if not is_int(n) or n < 1:
             raise ConfigError(f"{where}: 'num_prompts' must be a positive integer, got {n!r}")
         models = _names(cmd, "models", where, subst)

@@ -112,6 +112,12 @@ class BenchmarkAdapter:
         """The metrics from what the benchmark wrote (None: not measured)."""
         raise NotImplementedError
 
+    def num_prompts(self, section: Mapping[str, Any]) -> int | None:
+        """The prompts one uncapped run sends (the full workload), read from this benchmark's own
+        ``[<benchmark>]`` section as :meth:`render` reads it; None when the tool decides and msopt
+        cannot know. The leaderboard weighs a measurement without a count of its own by it."""
+        return None
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a ``[<benchmark>]`` section this benchmark cannot run; every
         command runs it at load time (:func:`msopt.run.validate.validate`)."""

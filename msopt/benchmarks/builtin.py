@@ -94,6 +94,11 @@ def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:
     return [float(x) for x in np.random.default_rng([seed, 1]).exponential(1.0 / rate, size=n - 1)]
 
 
+def workload_prompts(section: Mapping[str, Any]) -> int:
+    """``[builtin] num_prompts`` (default 200): the prompts of one uncapped run."""
+    return positive_int(section, "num_prompts", 200, "[builtin]")
+
+
 def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: Mapping[str, Any],
                         fields: Sequence[FieldDecl], num_prompts: int | None,
                         load: Mapping[str, float]) -> LoadParams:
@@ -122,7 +127,7 @@ def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: 
         url=server.base_url,
         model=server.served_model_name or server.model,
         endpoint=endpoint,
-        num_prompts=int(num_prompts) if num_prompts is not None else positive_int(section, "num_prompts", 200, where),
+        num_prompts=int(num_prompts) if num_prompts is not None else workload_prompts(section),
         input_len=positive_int(section, "input_len", 1024, where),
         output_len=output_len,
         max_tokens=positive_int(section, "max_tokens", output_len, where),
@@ -306,6 +311,10 @@ class BuiltinBenchmark(BenchmarkAdapter):
     """msopt's in-process OpenAI-compatible load generator (``[builtin]`` table)."""
 
     name = "builtin"
+
+    def num_prompts(self, section: Mapping[str, Any]) -> int:
+        """``[builtin] num_prompts`` (default 200)."""
+        return workload_prompts(section)
 
     def render(
         self,

@@ -48,6 +48,10 @@ class VllmBenchmark(BenchmarkAdapter):
 
     name = "vllm_benchmark"
 
+    def num_prompts(self, section: Mapping[str, Any]) -> int:
+        """``[vllm_benchmark.command] num_prompts`` (default 1000)."""
+        return positive_int(command_table(section, self.name), "num_prompts", 1000, f"[{self.name}.command]")
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """``others`` must not repeat a flag msopt renders (the load above all: a capacity search
         sets ``--max-concurrency`` / ``--request-rate`` itself)."""
@@ -82,7 +86,7 @@ class VllmBenchmark(BenchmarkAdapter):
         cmd = command_table(section, self.name)
         sv = server_values(server)
         subst = {**sv, **values}
-        n = num_prompts if num_prompts is not None else positive_int(cmd, "num_prompts", 1000, where)
+        n = num_prompts if num_prompts is not None else self.num_prompts(section)
         conc, rate = resolve_load(values, fields, cmd, load, where)
         argv = executable(cmd, ("vllm", "bench", "serve"), self.name, subst)
         argv += ["--backend", command_str(cmd, "backend", "vllm", self.name),

@@ -42,8 +42,9 @@ def register(sub: Any) -> None:
         p.add_argument("--particles", type=int, metavar="N", help="swarm size (n_particles)")
         p.add_argument("--iters", type=int, metavar="N", help="swarm iterations (iters)")
         p.add_argument("--max-launches", type=int, metavar="N",
-                       help="launch budget (max_launches): baseline, search and re-measurements together; "
-                            "failures count, reuse and start-up refusals are free; 0: iters decides")
+                       help="launch budget (max_launches): baseline, search, re-measurements (the baseline's "
+                            "too) and capacity probes together, a resumed run's journal included; failures "
+                            "count, reuse and start-up refusals are free; 0: iters decides")
         p.add_argument("--backup", action="store_true", default=None,
                        help="keep what every evaluation launched: its command line, environment and files (MindIE's "
                             "config.json as edited) in RUN_DIR/backup/, and the originals of files edited in place "
@@ -223,19 +224,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
                         prior=make_prior(settings, checked.space))
-        top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
-        total = 1 + settings.n_particles * settings.iters + top_k
-        if driver.max_launches > 0:
-            total = driver.max_launches
         space = driver.space
         varying = [f.name for f in settings.fields if f.name in space.names or f.name in space.derived]
-        progress.start(total=total, n_particles=settings.n_particles, dimensions=varying,
-                       run_dir=str(store.run_dir), steps={f.name: f.step for f in settings.fields})
+        # under a launch budget the number of evaluations is not known (reuse and refusals are free)
+        progress.start(total=0 if driver.max_launches > 0 else driver.expected_evaluations(),
+                       n_particles=settings.n_particles, dimensions=varying, run_dir=str(store.run_dir),
+                       steps={f.name: f.step for f in settings.fields}, launches=driver.max_launches)
         outcome = driver.run()
         from msopt.run.records import capacity_line
 
         summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
-                   "reused": outcome.reused, "run_dir": str(store.run_dir),
+                   "reused": outcome.reused, "launches": outcome.launches, "run_dir": str(store.run_dir),
                    "capacity": [capacity_line(c) for c in outcome.capacity]}
         progress.close(summary)
         progress = None

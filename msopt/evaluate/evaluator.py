@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from msopt.checks import is_number
+from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import get_engine
 from msopt.engines.base import TrialNode
@@ -30,12 +30,16 @@ MAX_ATTEMPTS = 3
 
 
 def configured_num_prompts(settings: Settings) -> int | None:
-    """The full workload's num_prompts: the benchmark command's, else the simulator's."""
-    bench = settings.section(str(settings.get("benchmark", "")))
-    n = (bench.get("command") or {}).get("num_prompts") if isinstance(bench.get("command"), Mapping) else None
+    """The full workload's num_prompts, the one definition the driver, the leaderboard, the
+    records and the report use: simulated, the simulator's ``[simulator.workload]``; else what the
+    benchmark adapter says its own section sends (:meth:`BenchmarkAdapter.num_prompts`: builtin's
+    ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
     if settings.get("simulate"):
-        n = settings.section("simulator").get("workload", {}).get("num_prompts", n)
-    return int(n) if is_number(n) else None
+        from msopt.sim.workload import workload_from_mapping
+
+        return workload_from_mapping(settings.section("simulator").get("workload", {})).num_prompts
+    name = str(settings.get("benchmark", ""))
+    return get_benchmark(name).num_prompts(settings.section(name))
 
 
 def search_num_prompts(settings: Settings) -> int | None:

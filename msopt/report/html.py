@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt.errors import MsoptError
+from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.metrics import METRICS
 from msopt.report.data import (
@@ -38,6 +39,7 @@ from msopt.report.figures import (
     plot_prior,
     prior_summary,
 )
+from msopt.run.leaderboard import is_measurement, weighted_mean
 from msopt.run.store import atomic_write
 from msopt.run.verdict import BROKEN, MET, make_verdict
 from msopt.space.fields import show_value
@@ -78,15 +80,16 @@ def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:
     the recommended evaluation); the others follow by mean fitness; ``k`` rows in all."""
     groups: dict[str, list[EvaluationResult]] = {}
     for r in data.ok:
-        if r.phase != "capacity":  # a probe at another load is not a measurement of the same thing
+        if is_measurement(r):  # not a reuse (no new measurement), not a probe at another load
             groups.setdefault(_key(r.values), []).append(r)
     bid = best_id(data)
+    full = configured_num_prompts(data.settings)
     rows = []
     first = None
     for rs in groups.values():
-        mean = sum(r.fitness for r in rs) / len(rs)
+        mean, n = weighted_mean(rs, full)  # the leaderboard's mean: weighted by the prompts served
         rec = next((r for r in rs if r.eval_id == bid), None)
-        row = (rec or min(rs, key=lambda r: (r.fitness, r.eval_id)), mean, len(rs))
+        row = (rec or min(rs, key=lambda r: (r.fitness, r.eval_id)), mean, n)
         if rec is not None:
             first = row
         else:
@@ -193,6 +196,8 @@ def _verdict(data: RunData) -> str:
     parts.append("<table>" + "".join(rows) + "</table>")
     parts.append(f"<p>{_e(v.throughput_line()[0].upper() + v.throughput_line()[1:])}; "
                  f"{_e(v.fitness_line())}.</p>")
+    if v.comparison_line():
+        parts.append(f"<p>{_e(v.comparison_line()[0].upper() + v.comparison_line()[1:])}.</p>")
     return "\n".join(parts)
 
 

@@ -45,6 +45,12 @@ Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
 FAULT_RETRIES = 2
 
 
+def was_launched(r: EvaluationResult) -> bool:
+    """Whether ``r`` cost a launch (was submitted to the pool): not a duplicate's reuse and not a
+    candidate the start-up rules refused before dispatch (``refused`` with no attempt)."""
+    return not r.reused and not (r.refused and r.attempts == 0)
+
+
 def request_key(phase: str, particle: int | None, iteration: int) -> RequestKey:
     """The key under which a request's result is journaled and found again on resume."""
     return (phase, particle, iteration)
@@ -84,6 +90,8 @@ class Dispatcher:
         self.decoded: dict[int, dict[str, Any]] = {}     # eval_id -> the driver's own decode of it
         self.faults: dict[int, int] = {}                 # eval_id -> faults met (never journaled)
         self.launched = 0
+        self.replayed_launches = 0  # journaled results (--resume) that cost a launch in the run resumed
+        self.next_id = 0  # one past the highest eval id asked for so far (replayed ones too)
         self.refused = 0
         self._refusal = refusal
         self._predict = predict
@@ -98,6 +106,8 @@ class Dispatcher:
     def replay(self, prev: EvaluationResult, eval_id: int) -> EvaluationResult:
         """Finish a journaled result again as evaluation ``eval_id`` (not journaled twice)."""
         self.previous.pop(request_key(prev.phase, prev.particle, prev.iteration), None)
+        self.next_id = max(self.next_id, eval_id + 1)
+        self.replayed_launches += was_launched(prev)
         r = replace(prev, eval_id=eval_id)
         self.finish(r, journal=False)
         return r
@@ -114,6 +124,7 @@ class Dispatcher:
         prev = self.previous.get(request_key(req.phase, req.particle, req.iteration))
         if prev is not None:
             return self.replay(prev, req.eval_id)
+        self.next_id = max(self.next_id, req.eval_id + 1)
         key, position, values = self._pre_decode(req)
         if self._predict is not None and key is not None and req.predicted is None:
             req = replace(req, predicted=self._predict(values, position))
@@ -220,6 +231,12 @@ class Dispatcher:
             return None
         return FaultError(f"{where}) stopped by a fault that is not the configuration's ({n} attempts): {r.fault}; "
                           "it was not journaled")
+
+    @property
+    def spent(self) -> int:
+        """Launches of the whole run, what a launch budget counts: the ones submitted here and the
+        ones the replayed journal records (a resumed run spends only what is left)."""
+        return self.launched + self.replayed_launches
 
     @property
     def outstanding(self) -> int:

@@ -41,7 +41,7 @@ from msopt.evaluate.prior import CandidateScreen, SimulatorPrior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run import stages
 from msopt.run.capacity import CapacityOptions, capacity_options
-from msopt.run.dispatcher import Dispatcher
+from msopt.run.dispatcher import Dispatcher, was_launched
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import best_record, capacity_line, capacity_record, load_text
@@ -66,6 +66,7 @@ class RunOutcome:
     reused: int
     launched: int
     refused: int = 0
+    launches: int = 0  # what a launch budget counts: ``launched`` plus the launches --resume replayed
     results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
     capacity: list[dict[str, Any]] = field(default_factory=list)
 
@@ -247,12 +248,14 @@ class Driver:
         self.leaderboard.add(r)
         if r.refused and r.values:
             self.refused_keys.add(values_key(r.values))
-        if self.prior is not None and not r.reused and not r.failed and r.phase in ("baseline", "search"):
+        own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)  # not a re-measurement
+        if self.prior is not None and not r.reused and not r.failed and own:
             self.prior.observe(r.values, r.metrics)
         kind = "reused" if r.reused else ("failed" if r.failed else "done")
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
-                  text=load_text(r.load), replayed=not journal)  # not journaled again: replayed by --resume
+                  text=load_text(r.load), replayed=not journal,  # not journaled again: replayed by --resume
+                  launched=was_launched(r))
         if r.phase == "refine" and not r.failed:
             pick = self.leaderboard.best()
             if pick is not None:
@@ -265,7 +268,8 @@ class Driver:
             return
         self.store.save_state({"stage": stage, "mode": self.mode, "seed": self.seed,
                                "searcher": self.searcher.name, **self._searcher_state(),
-                               "evaluations": self.evaluations, "launched": self.launched, **extra})
+                               "evaluations": self.evaluations, "launched": self.launched,
+                               "launches": self.dispatcher.spent, **extra})
 
     def _searcher_state(self) -> dict[str, Any]:
         # the swarm's state stays under "swarm", as state.json always had it
@@ -295,6 +299,10 @@ class Driver:
     def search_request(self, particle: int, count: int, position: np.ndarray) -> EvalRequest:
         """The request to evaluate ``position`` as particle ``particle``'s ``count``-th search."""
         return stages.search_request(self, particle, count, position)
+
+    def expected_evaluations(self) -> int:
+        """Evaluations a run without a launch budget makes: see :func:`stages.expected_evaluations`."""
+        return stages.expected_evaluations(self)
 
     # -- stages ---------------------------------------------------------------------------
     def run_baseline(self) -> EvaluationResult:
@@ -352,9 +360,17 @@ class Driver:
                                                                    self.settings))
         if self.store is not None and best is not None:
             record = best_record(best, self.settings, self.mean_fitness(best) if best.phase == "refine" else None)
+            record["counts"] = self.counts()
             if self.capacity:
                 record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
             self.store.write_best(record)
         return RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
                           launched=self.launched, refused=self.dispatcher.refused, results=list(self.results),
-                          capacity=list(self.capacity))
+                          capacity=list(self.capacity), launches=self.dispatcher.spent)
+
+    def counts(self) -> dict[str, int]:
+        """The run's counters as best.json and the closing line give them: evaluations (journal
+        lines, replayed ones included), failures (reused ones included), reused, launches (what
+        ``max_launches`` counts, replayed ones included; 0 in max_launches: no budget)."""
+        return {"evaluations": self.evaluations, "failures": self.failures, "reused": self.reused,
+                "launches": self.dispatcher.spent, "max_launches": self.max_launches}

@@ -3,7 +3,9 @@ board) with the running mean of their measurements (the tally), the re-measured 
 capacity probes, and from them the recommendation (:meth:`Leaderboard.best`).
 
 Memory stays flat over long runs: the board holds at most ``pso_top_k`` configurations, the
-refined results at most ``pso_top_k``, the probes at most ``max_probes`` per configuration.
+refined results at most ``pso_top_k`` (and the extra re-measurements of a budget), the probes
+at most ``max_probes`` per configuration, the full-workload counts one per board configuration
+and one for the baseline.
 """
 
 from __future__ import annotations
@@ -18,6 +20,31 @@ from msopt.evaluate.results import EvaluationResult
 def values_key(values: Mapping[str, Any]) -> str:
     """One configuration's identity: its decoded values as canonical JSON."""
     return json.dumps(values, sort_keys=True, default=str)
+
+
+def is_measurement(r: EvaluationResult) -> bool:
+    """Whether ``r`` is a measurement of its configuration at the run's workload: it succeeded,
+    it is not a duplicate's reuse (that is the earlier measurement again, at no cost) and not a
+    capacity probe (a probe at another load measures something else). Every count of
+    measurements (the leaderboard's mean, best.json, the report's table) counts only these; a
+    result replayed by ``--resume`` is counted once, as the journal holds it once."""
+    return not r.failed and not r.reused and r.phase != "capacity"
+
+
+def measurement_weight(r: EvaluationResult, full_prompts: int | None) -> float:
+    """A measurement's weight in its configuration's mean: the prompts it served (a search capped
+    by ``sample_size`` measured fewer than a re-measurement with the full workload); a result
+    without a count of its own served ``full_prompts`` (the full workload,
+    :func:`msopt.evaluate.configured_num_prompts`); 1 when neither is known."""
+    prompts = r.num_prompts if r.num_prompts is not None else full_prompts
+    return float(prompts) if prompts else 1.0
+
+
+def weighted_mean(results: Sequence[EvaluationResult], full_prompts: int | None) -> tuple[float, int]:
+    """The weighted mean fitness of ``results`` (measurements of one configuration, see
+    :func:`measurement_weight`) and how many there are."""
+    weights = [measurement_weight(r, full_prompts) for r in results]
+    return sum(w * r.fitness for w, r in zip(weights, results)) / sum(weights), len(results)
 
 
 def rank(r: EvaluationResult) -> tuple[float, int]:
@@ -42,20 +69,46 @@ class Leaderboard:
         self.probes: dict[int, EvaluationResult] = {}      # capacity probes (<= max_probes per config)
         self.board: dict[str, EvaluationResult] = {}       # the pso_top_k best distinct configurations
         self.tally: dict[str, list[float]] = {}  # board key -> [sum of weight·fitness, sum of weights, count]
+        self.baseline: EvaluationResult | None = None      # the baseline's own measurement, when it succeeded
+        self.baseline_remeasured = 0                       # the baseline's re-measurements asked for so far
+        self.full_counts: dict[str, int] = {}  # board keys and the baseline's -> measurements with the full workload
 
     def add(self, r: EvaluationResult) -> None:
-        """Rank one finished evaluation (failed ones are only counted by the driver)."""
+        """Rank one finished evaluation (failed ones are only counted by the driver).
+
+        A re-measurement of the baseline (phase "baseline", iteration >= 1, see
+        :func:`msopt.run.stages.refine`) is only counted for the comparison with the
+        recommendation (:meth:`full_count`): it does not compete with the search's results.
+        """
+        if r.phase == "baseline" and r.iteration > 0:
+            self.baseline_remeasured = max(self.baseline_remeasured, r.iteration)
         if r.phase == "capacity":
             self.probes[r.eval_id] = r
-        elif not r.failed:
-            key = values_key(r.values)
-            if r.phase == "refine":
-                self.refined.append(r)
-                self._count(key, r)
-            elif r.phase in ("baseline", "search"):
-                if self.search_best is None or rank(r) < rank(self.search_best):
-                    self.search_best = r
-                self._rank_for_refine(key, r)
+            return
+        if r.failed:
+            return
+        key = values_key(r.values)
+        if r.phase == "refine":
+            self.refined.append(r)
+            self._count(key, r)
+        elif r.phase == "search" or (r.phase == "baseline" and r.iteration == 0):
+            if r.phase == "baseline":
+                self.baseline = r
+            if self.search_best is None or rank(r) < rank(self.search_best):
+                self.search_best = r
+            self._rank_for_refine(key, r)
+        baseline_key = values_key(self.baseline.values) if self.baseline is not None else None
+        if is_measurement(r) and self.is_full(r) and (key in self.board or key == baseline_key):
+            self.full_counts[key] = self.full_counts.get(key, 0) + 1
+
+    def is_full(self, r: EvaluationResult) -> bool:
+        """Whether ``r`` served the full workload (a result without a count of its own did)."""
+        return r.num_prompts is None or r.num_prompts == self.full_prompts
+
+    def full_count(self, values: Mapping[str, Any]) -> int:
+        """How many successful measurements with the full workload the configuration ``values``
+        has (kept for the board's configurations and the baseline's)."""
+        return self.full_counts.get(values_key(values), 0)
 
     def _rank_for_refine(self, key: str, r: EvaluationResult) -> None:
         """Keep the ``pso_top_k`` best distinct configurations, each with its best result.
@@ -73,20 +126,19 @@ class Leaderboard:
                 self._count(key, r)
             return
         self.board[key] = r
-        self._count(key, r)
+        if not r.reused:
+            self._count(key, r)
         if len(self.board) > self.top_k:
             worst = max(self.board, key=lambda k: rank(self.board[k]))
             del self.board[worst]
             self.tally.pop(worst, None)
+            if self.baseline is None or worst != values_key(self.baseline.values):
+                self.full_counts.pop(worst, None)
 
     def _count(self, key: str, r: EvaluationResult) -> None:
-        """Add a successful measurement to its configuration's running mean.
-
-        Weighted by the prompts it served (a search capped by ``sample_size`` measured fewer
-        than a re-measurement with the full workload); weight 1 when the count is unknown.
-        """
-        prompts = r.num_prompts if r.num_prompts is not None else self.full_prompts
-        weight = float(prompts) if prompts else 1.0
+        """Add a successful measurement to its configuration's running mean, weighted as
+        :func:`measurement_weight` says."""
+        weight = measurement_weight(r, self.full_prompts)
         t = self.tally.setdefault(key, [0.0, 0.0, 0])
         t[0] += weight * r.fitness
         t[1] += weight

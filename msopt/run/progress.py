@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from msopt.checks import is_finite, is_number
+from msopt.run.durations import estimate_eta, format_duration  # re-exported: part of this module's API
 from msopt.space.fields import show_value
 
 #: The kinds of :class:`ProgressEvent`.
@@ -55,6 +56,7 @@ class ProgressEvent:
         text: free text (the phase's description, a message, why a result was reused).
         duration: seconds the evaluation took, if known (else measured from its "running" event).
         replayed: the result comes from the journal of the run being resumed, not a new run.
+        launched: the evaluation cost a launch (not a reuse, not refused before dispatch).
     """
 
     kind: str
@@ -70,6 +72,7 @@ class ProgressEvent:
     text: str | None = None
     duration: float | None = None
     replayed: bool = False
+    launched: bool = False
 
     @classmethod
     def from_result(cls, result: Any, kind: str | None = None, **overrides: Any) -> ProgressEvent:
@@ -88,29 +91,6 @@ class ProgressEvent:
         )
         kw.update(overrides)
         return cls(kind, **kw)
-
-
-def estimate_eta(mean_duration: float | None, remaining: int, concurrency: int) -> float | None:
-    """Seconds until ``remaining`` evaluations finish, ``concurrency`` at a time.
-
-    Returns:
-        None while no duration is known; 0 when nothing remains.
-    """
-    if remaining <= 0:
-        return 0.0
-    if mean_duration is None or not math.isfinite(mean_duration) or mean_duration < 0:
-        return None
-    return mean_duration * remaining / max(int(concurrency), 1)
-
-
-def format_duration(seconds: float | None) -> str:
-    """``MM:SS``, or ``H:MM:SS`` from one hour on; "--:--" when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return "--:--"
-    s = max(int(round(seconds)), 0)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -204,7 +184,7 @@ class _Tracker:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.t0 = clock()
-        self.total = 0
+        self.total, self.budget, self.launches = 0, 0, 0  # expected evaluations (0: not known), max_launches
         self.n_particles = 0
         self.dimensions: list[str] = []
         self.run_dir = ""
@@ -226,10 +206,10 @@ class _Tracker:
         self.messages: list[str] = []
 
     def start(self, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
-              steps: Mapping[str, float | None] | None = None) -> None:
+              steps: Mapping[str, float | None] | None = None, launches: int = 0) -> None:
         self.steps = dict(steps or {})
         self.t0 = self.clock()
-        self.total = max(int(total), 0)
+        self.total, self.budget = max(int(total), 0), max(int(launches), 0)
         self.n_particles = max(int(n_particles), 0)
         self.dimensions = [str(d) for d in dimensions]
         self.run_dir = str(run_dir)
@@ -294,8 +274,9 @@ class _Tracker:
             self.finished += 1
             began = self.started_at.pop(ev.eval_id, None) if ev.eval_id is not None else None
             self.running.discard(ev.eval_id)  # type: ignore[arg-type]
-            if ev.kind == "failed":
-                self.failures += 1
+            self.failures += ev.kind == "failed" or (ev.kind == "reused" and isinstance(ev.fitness, float)
+                                                     and not math.isfinite(ev.fitness))  # a failure reused
+            self.launches += ev.launched
             if ev.kind == "reused" or ev.replayed:
                 self.reused += ev.kind == "reused"  # no run: its duration would bias the ETA
             else:
@@ -312,7 +293,7 @@ class _Tracker:
                 pass  # the recommendation is the driver's pick now, not the luckiest measurement
             elif is_finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
                 self.best = ev
-            if self.finished > self.total:
+            if self.total and self.finished > self.total:
                 self.total = self.finished
 
     def mean_duration(self) -> float | None:
@@ -320,7 +301,8 @@ class _Tracker:
 
     def eta(self) -> float | None:
         concurrency = len(self.running) or self.last_concurrency or 1
-        return estimate_eta(self.mean_duration(), self.total - self.finished, concurrency)
+        left = self.budget - self.launches if self.budget and not self.total else self.total - self.finished
+        return estimate_eta(self.mean_duration(), left, concurrency)
 
     def best_text(self, width: int = 16, result: Any = None, label: str = "best") -> str:
         """``<label> fitness=... (eval N ...) values``: the best result shown so far, or ``result``."""
@@ -344,7 +326,8 @@ class _Tracker:
         return text + (f"; {extra}" if extra else "")
 
     def counts_text(self) -> str:
-        parts = [f"{self.finished}/{self.total} evaluations", f"{self.failures} failed"]
+        parts = [f"{self.finished}/{self.total} evaluations" if self.total else f"{self.finished} evaluations",
+                 *([f"{self.launches}/{self.budget} launches"] if self.budget else []), f"{self.failures} failed"]
         if self.reused:
             parts.append(f"{self.reused} reused")
         if self.replayed:
@@ -358,9 +341,10 @@ class Progress:
     """Receives the driver's events; the base class shows nothing (quiet runs, tests)."""
 
     def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
-              steps: Mapping[str, float | None] | None = None) -> None:
-        """The run begins: ``total`` evaluations expected (it may change: :meth:`set_total`);
-        ``dimensions``: the fields whose values vary; ``steps``: a float field's display step."""
+              steps: Mapping[str, float | None] | None = None, launches: int = 0) -> None:
+        """The run begins: ``total`` evaluations expected (0: not known; it may change:
+        :meth:`set_total`); ``dimensions``: the fields whose values vary; ``steps``: a float
+        field's display step; ``launches``: the launch budget (0: none)."""
 
     def update(self, event: ProgressEvent) -> None:
         """Record one event; cheap, never blocks on rendering."""
@@ -414,11 +398,12 @@ class PlainLog(Progress):
             pass
 
     def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
-              steps: Mapping[str, float | None] | None = None) -> None:
+              steps: Mapping[str, float | None] | None = None, launches: int = 0) -> None:
         with self._lock:
-            self._t.start(total, n_particles, dimensions, run_dir, steps)
+            self._t.start(total, n_particles, dimensions, run_dir, steps, launches)
             dims = ", ".join(self._t.dimensions) or "none"
-            self._emit(f"run {run_dir}: {total} evaluations, {n_particles} particles, dimensions: {dims}")
+            what = f"at most {launches} launch{'es' if launches != 1 else ''}" if launches else f"{total} evaluations"
+            self._emit(f"run {run_dir}: {what}, {n_particles} particles, dimensions: {dims}")
 
     def set_total(self, total: int) -> None:
         with self._lock:
@@ -503,9 +488,9 @@ class LiveTable(Progress):
         self._live: Live | None = None
 
     def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
-              steps: Mapping[str, float | None] | None = None) -> None:
+              steps: Mapping[str, float | None] | None = None, launches: int = 0) -> None:
         with self._lock:
-            self._t.start(total, n_particles, dimensions, run_dir, steps)
+            self._t.start(total, n_particles, dimensions, run_dir, steps, launches)
         if self._live is None:
             self._live = Live(console=self.console, get_renderable=self.render, auto_refresh=True,
                               refresh_per_second=self._refresh, transient=False,

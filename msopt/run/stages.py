@@ -3,12 +3,27 @@ the ``pso_top_k`` best (refine), and the capacity search.
 
 Each stage is a function of a :class:`RunContext` (the :class:`~msopt.run.driver.Driver`): it
 asks the searcher (:mod:`msopt.search.searcher`), sends requests through the context's
-dispatcher and reads the leaderboard. Eval ids are a function of (phase, particle, iteration),
-so a resumed run asks for the same ids.
+dispatcher and reads the leaderboard.
+
+Eval ids. The baseline is 0; a search trial's id is a function of its lane and count,
+``1 + count × n + lane`` (:func:`eval_id`), because async lanes are dispatched in the order their
+results happen to arrive, and the simulator seeds each evaluation by its id: an id that followed
+the dispatch order would make a simulated async run, and a resumed one, depend on timing. The ids
+after the search (re-measurements, capacity probes) follow on contiguously from the highest id the
+search asked for (:attr:`Dispatcher.next_id`), so a budget that stops the search early leaves no
+gap there. A search stopped by a launch budget in the middle of an iteration leaves the ids of
+that iteration's unsent trials unused: those are the only gaps. Resume replays by the key
+(phase, particle, iteration), not by the id; the ids come out the same because the same requests
+are asked for in the same order.
+
+A launch budget (``max_launches``) counts every launch of every stage, replayed ones included
+(:attr:`Dispatcher.spent`): the baseline, the search, the re-measurements and the capacity probes
+together never exceed it. Reuse and start-up refusals cost nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,7 +32,7 @@ from msopt.config import Settings
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict
 from msopt.run.dispatcher import Dispatcher
-from msopt.run.leaderboard import Leaderboard
+from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.records import finite
 from msopt.search.searcher import Searcher, Trial
 from msopt.space import DecodeContext, SearchSpace
@@ -46,6 +61,7 @@ class RunContext(Protocol):
     iters: int
     top_k: int
     search_prompts: int | None
+    full_prompts: int | None
     evaluations: int
     max_launches: int
 
@@ -63,19 +79,57 @@ def extra_remeasurements(ctx: RunContext) -> int:
     """With a launch budget and ``pso_top_k`` > 1: re-measurements beyond one per ``pso_top_k``
     configuration, a quarter of the budget less one, spent on the two best by mean fitness (close
     contenders are told apart by more than one measurement each; the search under a budget
-    usually finds the optimum early and loses it to noise in the pick). 0 without a budget."""
+    usually finds the optimum early and loses it to noise in the pick) and on the baseline, as
+    often as the recommendation (:func:`refine`). 0 without a budget."""
     if ctx.max_launches <= 0 or ctx.top_k < 2:
         return 0
     return max(0, ctx.max_launches // 4 - 1)
 
 
+def capacity_reserve(ctx: RunContext) -> int:
+    """With a launch budget and the capacity stage on: the launches kept for its probes,
+    ``max_probes`` per configuration, at most half the budget. 0 without a budget."""
+    opts = ctx.capacity_options
+    if ctx.max_launches <= 0 or not opts.enabled:
+        return 0
+    return min(opts.max_probes * max(ctx.top_k, 1), ctx.max_launches // 2)
+
+
+def baseline_reserve(ctx: RunContext) -> int:
+    """With a launch budget: the launch kept for measuring the baseline beside the re-measured
+    picks (:func:`refine`; its later re-measurements come out of :func:`extra_remeasurements`).
+    0 without a budget, without ``pso_top_k``, when the baseline failed (it is not measured
+    again) or while it is on the board (it would be re-measured as one of the picks). It follows
+    the board, so a resumed run computes the same."""
+    base = ctx.leaderboard.baseline
+    if ctx.max_launches <= 0 or ctx.top_k <= 0 or base is None:
+        return 0
+    return 0 if values_key(base.values) in ctx.leaderboard.board else 1
+
+
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
-    ``pso_top_k`` re-measurements and the extra ones (:func:`extra_remeasurements`) (None: no
-    budget, the search runs ``iters`` iterations)."""
+    ``pso_top_k`` re-measurements, the extra ones (:func:`extra_remeasurements`), the baseline's
+    (:func:`baseline_reserve`) and the capacity stage's share (:func:`capacity_reserve`), at
+    least 1 (None: no budget, the search runs ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
-    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx))
+    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx) - baseline_reserve(ctx)
+               - capacity_reserve(ctx))
+
+
+def expected_evaluations(ctx: RunContext) -> int:
+    """Evaluations a run without a launch budget makes before the capacity stage (whose probes
+    are added as it goes): the baseline, ``iters`` × ``n`` searches, the ``pso_top_k``
+    re-measurements and the baseline's beside them."""
+    return 1 + ctx.n * ctx.iters + (ctx.top_k + 1 if ctx.top_k > 0 else 0)
+
+
+def launches_left(ctx: RunContext) -> int | None:
+    """Launches the budget still allows (None: no budget)."""
+    if ctx.max_launches <= 0:
+        return None
+    return max(0, ctx.max_launches - ctx.dispatcher.spent)
 
 
 def max_rounds(ctx: RunContext) -> int:
@@ -107,7 +161,7 @@ def trial_request(ctx: RunContext, trial: Trial) -> EvalRequest:
 
 def _budget_left(ctx: RunContext) -> bool:
     budget = search_budget(ctx)
-    return budget is None or ctx.dispatcher.launched < budget
+    return budget is None or ctx.dispatcher.spent < budget
 
 
 def baseline(ctx: RunContext) -> EvaluationResult:
@@ -131,7 +185,7 @@ def sync_swarm(ctx: RunContext) -> None:
         if not _budget_left(ctx):
             break
         text = (f"iteration {it + 1}/{ctx.iters}" if budget is None
-                else f"iteration {it + 1}, {ctx.dispatcher.launched}/{budget} launches before the re-measurement")
+                else f"iteration {it + 1}, {ctx.dispatcher.spent}/{budget} launches before the re-measurement")
         ctx.emit("phase", phase="search", text=text)
         trials = ctx.searcher.ask()
         if not trials:
@@ -208,38 +262,94 @@ def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
 
 
 def refine(ctx: RunContext) -> list[EvaluationResult]:
-    """Measure the best ``pso_top_k`` distinct configurations again with the full workload; with
-    a launch budget, then re-measure the two best by mean fitness (:func:`extra_remeasurements`),
-    both each round, while the budget allows."""
+    """Measure the best ``pso_top_k`` distinct configurations again with the full workload, and
+    the baseline configuration beside them; with a launch budget, then re-measure the two best by
+    mean fitness (:func:`extra_remeasurements`), both each round, while the budget allows; last,
+    measure the baseline again until it has as many measurements with the full workload as the
+    recommendation (:meth:`Leaderboard.full_count`), so the verdict compares like with like and
+    can tell a gain from the noise (:mod:`msopt.run.verdict`). Under a budget too small for every
+    pick, the best ones go first, then the baseline.
+
+    The baseline's re-measurements are phase "baseline", iterations 1, 2, ... (the resume key);
+    none is made when the baseline failed, nor beside the picks when it is one of them (it is then
+    re-measured as a pick). Returns the re-measurements of the picks.
+    """
     if ctx.top_k <= 0:
         return []
     picked = ctx.leaderboard.picked()
-    if ctx.progress is not None and len(picked) < ctx.top_k:
-        ctx.progress.set_total(ctx.evaluations + len(picked))
+    base = ctx.leaderboard.baseline
+    beside = base is not None and values_key(base.values) not in {values_key(r.values) for r in picked}
+    left = launches_left(ctx)
+    if left is not None:
+        picked = picked[:left]
+        beside = beside and left > len(picked)
+    if ctx.progress is not None:  # fewer picks than pso_top_k, or no baseline beside them
+        ctx.progress.set_total(ctx.evaluations + len(picked) + beside)
     if not picked:
         return []
-    ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload")
-    base = 1 + max_rounds(ctx) * ctx.n
-    reqs = [EvalRequest(eval_id=base + k, phase="refine", particle=None, iteration=k,
-                        position=tuple(r.position), context=None, num_prompts=None)
-            for k, r in enumerate(picked)]
-    got = ctx.dispatcher.run_all(reqs)
-    out = [got[q.eval_id] for q in reqs]
-    extra = extra_remeasurements(ctx)
-    k = ctx.top_k
-    while extra > 0 and ctx.max_launches > ctx.dispatcher.launched:
-        top = ctx.leaderboard.by_mean(ctx.leaderboard.refined)[:2]
-        if len(top) < 2:
+    ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload"
+             + (", the baseline beside them" if beside else ""))
+    got = _remeasure(ctx, picked, 0, [base] if beside and base is not None else [])
+    out = got[:len(picked)]
+    extra = extra_remeasurements(ctx)  # the baseline's later re-measurements come out of it too
+    k = len(out)
+    while extra > 0 and (launches_left(ctx) or 0) > 0:
+        ranked = ctx.leaderboard.by_mean(ctx.leaderboard.refined)
+        if len(ranked) < 2:
+            break
+        top = ranked[:2]
+        while top and len(top) + _baseline_owed(ctx, base, len(top)) > min(extra, launches_left(ctx) or 0):
+            top = top[:-1]  # keep what the baseline will be owed
+        if not top:
             break
         ctx.emit("phase", phase="refine", text="the two best by mean fitness again")
-        reqs = [EvalRequest(eval_id=base + k + j, phase="refine", particle=None, iteration=k + j,
-                            position=tuple(r.position), context=None, num_prompts=None)
-                for j, r in enumerate(top)][:min(extra, ctx.max_launches - ctx.dispatcher.launched)]
-        got = ctx.dispatcher.run_all(reqs)
-        out += [got[q.eval_id] for q in reqs]
-        k += len(reqs)
-        extra -= len(reqs)
+        got = _remeasure(ctx, top, k)
+        out += got
+        k += len(got)
+        extra -= len(got)
+    if base is not None:
+        owed = _baseline_owed(ctx, base, 0)
+        left = launches_left(ctx)
+        owed = owed if left is None else min(owed, left)
+        if owed > 0:
+            ctx.emit("phase", phase="refine", text=f"the baseline {owed} more time(s), as often as the recommendation")
+            if ctx.progress is not None:
+                ctx.progress.set_total(ctx.evaluations + owed)
+            _remeasure(ctx, [], 0, [base] * owed)
     return out
+
+
+def _baseline_owed(ctx: RunContext, base: EvaluationResult | None, coming: int) -> int:
+    """Measurements the baseline lacks to match the recommendation's with the full workload (with
+    ``coming`` re-measurements about to run: as many as the most measured re-measured
+    configuration could have after them); 0 when the recommendation is the baseline's."""
+    if base is None:
+        return 0
+    lb = ctx.leaderboard
+    rec = lb.best()
+    if rec is not None and values_key(rec.values) == values_key(base.values) and not coming:
+        return 0
+    most = max((lb.full_count(r.values) for r in lb.refined), default=0) + (1 if coming else 0)
+    if not coming:
+        most = lb.full_count(rec.values) if rec is not None else 0
+    return max(0, most - lb.full_count(base.values))
+
+
+def _remeasure(ctx: RunContext, configs: Sequence[EvaluationResult], first: int,
+               baseline: Sequence[EvaluationResult] = ()) -> list[EvaluationResult]:
+    """Re-measure ``configs`` with the full workload, together, as refine iterations ``first``,
+    ``first + 1``, ... (the resume key), and ``baseline`` (the baseline, as often as it is
+    listed) beside them as the baseline's next iterations; the next eval ids, in that order."""
+    base = ctx.dispatcher.next_id
+    reqs = [EvalRequest(eval_id=base + j, phase="refine", particle=None, iteration=first + j,
+                        position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
+            for j, r in enumerate(configs)]
+    done = ctx.leaderboard.baseline_remeasured
+    reqs += [EvalRequest(eval_id=base + len(configs) + j, phase="baseline", particle=None, iteration=done + j + 1,
+                         position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
+             for j, r in enumerate(baseline)]
+    got = ctx.dispatcher.run_all(reqs)
+    return [got[q.eval_id] for q in reqs]
 
 
 def capacity(ctx: RunContext) -> list[dict[str, Any]]:
@@ -260,7 +370,7 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
              text=f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
                   + ("s" if len(configs) > 1 else ""))
     searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
-    next_id = 1 + max_rounds(ctx) * ctx.n + max(ctx.top_k, 0) + extra_remeasurements(ctx)
+    next_id = ctx.dispatcher.next_id
     while True:
         reqs: list[tuple[int, EvalRequest]] = []
         for rank, (r, s) in enumerate(zip(configs, searches)):
@@ -268,9 +378,11 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
                 value: float | int = int(load) if opts.integer else float(load)
                 reqs.append((rank, EvalRequest(eval_id=next_id, phase="capacity", particle=rank,
                                                iteration=s.used + j, position=tuple(r.position),
-                                               context=None, num_prompts=None, load={opts.load: value})))
+                                               context=None, num_prompts=ctx.full_prompts,
+                                               load={opts.load: value})))
                 next_id += 1
-        if not reqs:
+        left = launches_left(ctx)
+        if not reqs or (left is not None and len(reqs) > left):  # a round the budget cannot pay: stop
             break
         if ctx.progress is not None:
             left = sum(opts.max_probes - s.used for s in searches if s.next_loads())

@@ -3,6 +3,13 @@
 One computation, shown at the end of ``msopt optimize`` and at the top of report.html: each SLO
 with the measured value, the limit and met / broken; the throughput within the SLOs against the
 baseline's; and a loud line when no evaluation met every SLO.
+
+The gain over the baseline compares like with like: every measurement with the full workload of
+the recommended configuration against every one of the baseline configuration (the refine stage
+measures the baseline as often as the recommendation, :func:`msopt.run.stages.refine`), each as
+its mean ± half its range (:class:`Spread`). A difference inside the two ranges together is
+"within noise": one server repeats within a few percent from run to run, far more on a loaded
+machine.
 """
 
 from __future__ import annotations
@@ -13,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.config import Settings
+from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.metrics import GENERATE_SPEED, SUCCESS_RATE, TIME_PER_OUTPUT_TOKEN, TIME_TO_FIRST_TOKEN
+from msopt.run.leaderboard import is_measurement, values_key
 from msopt.space.fields import show_value
 
 MET = "✓"
@@ -101,6 +110,42 @@ def tokens_per_s(v: float | None) -> str:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity (generate_speed, tok/s).
+
+    Attributes:
+        values: the measurements, in eval order.
+    """
+
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        """Their mean."""
+        return sum(self.values) / len(self.values)
+
+    @property
+    def half_range(self) -> float:
+        """Half the distance between the largest and the smallest (0 for one measurement)."""
+        return (max(self.values) - min(self.values)) / 2
+
+    def text(self) -> str:
+        """"8,660 ± 41 tok/s (2 measurements)", or "8,660 tok/s (1 measurement)"."""
+        n = len(self.values)
+        if n == 1:
+            return f"{tokens_per_s(self.mean)} (1 measurement)"
+        return f"{self.mean:,.0f} ± {self.half_range:,.0f} tok/s ({n} measurements)"
+
+
+def within_noise(a: Spread, b: Spread) -> bool | None:
+    """Whether the means of ``a`` and ``b`` differ by no more than their half-ranges together
+    (their ranges overlap); None when neither was measured twice (no noise measured)."""
+    if len(a.values) < 2 and len(b.values) < 2:
+        return None
+    return abs(a.mean - b.mean) <= a.half_range + b.half_range
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The verdict of a run.
 
@@ -114,6 +159,10 @@ class Verdict:
         values: the recommended values as displayed (each at its field's precision).
         mean_fitness: the recommended configuration's mean fitness over its measurements.
         measurements: how many measurements that mean covers.
+        best_speeds: generate_speed of every measurement with the full workload of the recommended
+            configuration (none for a capacity probe: its load is not the baseline's).
+        baseline_speeds: the same of the baseline configuration.
+        same_configuration: the recommendation is the baseline configuration.
     """
 
     best: EvaluationResult | None
@@ -125,6 +174,9 @@ class Verdict:
     values: tuple[tuple[str, str], ...]
     mean_fitness: float | None = None
     measurements: int = 1
+    best_speeds: Spread | None = None
+    baseline_speeds: Spread | None = None
+    same_configuration: bool = False
 
     @property
     def met(self) -> bool:
@@ -163,12 +215,38 @@ class Verdict:
             return line + f"; the baseline (configured values) failed: {(b.error or '').splitlines()[0][:120]}"
         bspeed = b.metrics.get(GENERATE_SPEED)
         if self.baseline_met:
-            gain = ""
-            if isinstance(speed, (int, float)) and isinstance(bspeed, (int, float)) and bspeed > 0:
-                gain = f" ({(speed / bspeed - 1) * 100:+.1f} %)"
+            gain = ""  # with measurements to compare like with like, the comparison line gives the gain
+            numbers = isinstance(speed, (int, float)) and isinstance(bspeed, (int, float)) and bspeed > 0
+            if numbers and not self.comparison_line():
+                gain = f" ({(speed / bspeed - 1) * 100:+.1f} %)"  # type: ignore[operator]
             return line + f"; baseline {tokens_per_s(bspeed)} within the SLOs{gain}"
         broken = ", ".join(c.text().removesuffix(f" {BROKEN}") for c in self.baseline_checks if not c.met)
         return line + f"; baseline {tokens_per_s(bspeed)} breaks {broken}"
+
+    def gain_text(self) -> str:
+        """The mean gain over the baseline with the full workload and whether it is noise:
+        "+3.2 %, within noise", "+14.6 %", "−6.0 %, one measurement each: noise not measured"."""
+        a, b = self.best_speeds, self.baseline_speeds
+        if self.same_configuration:
+            return "the baseline configuration itself"
+        if a is None or b is None or b.mean <= 0:
+            return ""
+        text = f"{(a.mean / b.mean - 1) * 100:+.1f} %"
+        noise = within_noise(a, b)
+        if noise is None:
+            return text + ", one measurement each: noise not measured"
+        return text + (", within noise" if noise else "")
+
+    def comparison_line(self) -> str:
+        """The recommendation against the baseline, each over its measurements with the full
+        workload: "vs baseline, full workload: 8,660 ± 41 tok/s (2 measurements) against 9,318 ±
+        12 tok/s (2 measurements): −7.1 %"; "" when there is nothing to compare."""
+        if self.same_configuration:
+            return "vs baseline: the recommendation is the baseline configuration (nothing gained)"
+        a, b = self.best_speeds, self.baseline_speeds
+        if a is None or b is None:
+            return ""
+        return f"vs baseline, full workload: {a.text()} against {b.text()}: {self.gain_text()}"
 
     def fitness_line(self) -> str:
         """The recommendation's fitness, saying that lower is better."""
@@ -187,6 +265,8 @@ class Verdict:
             return out
         out += [f"  {c.text()}" for c in self.checks]
         out.append(f"  {self.throughput_line()}")
+        if self.comparison_line():
+            out.append(f"  {self.comparison_line()}")
         return out
 
     def shown_values(self) -> str:
@@ -197,9 +277,14 @@ class Verdict:
 def make_verdict(settings: Settings, results: Sequence[EvaluationResult], best: EvaluationResult | None, *,
                  mean_fitness: float | None = None, measurements: int = 1) -> Verdict:
     """Judge a run from its evaluations and its recommended one."""
-    baseline = next((r for r in results if r.phase == "baseline"), None)
+    baseline = next((r for r in results if r.phase == "baseline" and r.iteration == 0), None)
     steps = {f.name: f.step for f in settings.fields}
     values = tuple((k, show_value(v, steps.get(k))) for k, v in best.values.items()) if best else ()
+    ours = theirs = None
+    same = False
+    if best is not None and baseline is not None and not baseline.failed and best.phase != "capacity":
+        same = values_key(best.values) == values_key(baseline.values)
+        ours, theirs = full_workload_speeds(settings, results, best), full_workload_speeds(settings, results, baseline)
     return Verdict(
         best=best,
         checks=tuple(slo_checks(settings, best.metrics)) if best else (),
@@ -210,4 +295,20 @@ def make_verdict(settings: Settings, results: Sequence[EvaluationResult], best: 
         values=values,
         mean_fitness=mean_fitness,
         measurements=measurements,
+        best_speeds=ours,
+        baseline_speeds=theirs,
+        same_configuration=same,
     )
+
+
+def full_workload_speeds(settings: Settings, results: Sequence[EvaluationResult],
+                         of: EvaluationResult) -> Spread | None:
+    """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of
+    ``of``'s configuration with the full workload (:func:`msopt.evaluate.configured_num_prompts`;
+    a result without a count of its own served it); None when there is none."""
+    full = configured_num_prompts(settings)
+    key = values_key(of.values)
+    speeds = tuple(float(s) for r in results
+                   if is_measurement(r) and (r.num_prompts is None or r.num_prompts == full)
+                   and isinstance(s := r.metrics.get(GENERATE_SPEED), (int, float)) and values_key(r.values) == key)
+    return Spread(speeds) if speeds else None

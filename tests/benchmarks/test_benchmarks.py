@@ -177,3 +177,24 @@ def test_ais_bench_parse(tmp_path: Path) -> None:
     assert parse_quantity("1.5 s") == (1.5, "s") and parse_quantity(True) is None
     with pytest.raises(EvaluationError, match="performances"):
         get_benchmark("ais_bench").parse(tmp_path / "none", tmp_path / "log")
+
+
+def _sent_prompts(name: str, argv: tuple[str, ...]) -> int | None:
+    if name == "builtin":
+        return int(json.loads(argv[-1])["num_prompts"])
+    return int(argv[argv.index("--num-prompts") + 1]) if "--num-prompts" in argv else None
+
+
+@pytest.mark.parametrize("given", [None, 37])
+@pytest.mark.parametrize("name", BENCHMARKS.names())
+def test_workload_is_what_the_benchmark_sends(name: str, given: int | None, server_spec: LaunchSpec,
+                                              tmp_path: Path) -> None:
+    """``num_prompts(section)`` (the full workload the leaderboard weighs by) is what a run
+    without a cap sends: its own section's count, or its own default."""
+    bench = get_benchmark(name)
+    section: dict[str, Any] = {} if given is None else (
+        {"num_prompts": given} if name == "builtin" else {"command": {"num_prompts": given}})
+    argv, _ = bench.render({}, [], section, server=server_spec, num_prompts=None, load={}, result_dir=tmp_path)
+    assert bench.num_prompts(section) == _sent_prompts(name, argv)
+    if given is not None:
+        assert bench.num_prompts(section) == given
