@@ -120,11 +120,18 @@ def test_optimize_no_ray_vllm_bench_serve_with_a_capacity_stage(tmp_path: Path, 
         assert_metrics_equal(rec["metrics"], expected_from_vllm_bench(data), f"eval {rec['eval_id']}")
         if rec["phase"] == "capacity":  # the probe ran at its load: vllm bench serve says so itself
             assert data["max_concurrency"] == rec["load"]["concurrency"], (data["max_concurrency"], rec["load"])
-    cap = json.loads((run_dir / "capacity.json").read_text())
-    assert cap, "capacity.json is empty"
-    probed = {r["load"]["concurrency"] for r in measured if r["phase"] == "capacity"}
-    text = json.dumps(cap)
-    assert any(f"{p}" in text for p in probed) or '"sustainable_load": 0' in text, text
+    (conf,) = json.loads((run_dir / "capacity.json").read_text())["configurations"]
+    probes = {p["eval_id"]: p for p in conf["probes"]}
+    by_id = {r["eval_id"]: r for r in measured if r["phase"] == "capacity"}
+    assert sorted(probes) == sorted(by_id)
+    slo = read_toml(cfg, "test config")
+    for eval_id, probe in probes.items():  # passed exactly when the real engine's metrics meet the SLOs
+        m = by_id[eval_id]["metrics"]
+        meets = m["time_to_first_token"] <= slo["ttft_slo"] and m["time_per_output_token"] <= slo["tpot_slo"] \
+            and m["success_rate"] >= slo["success_rate_slo"]
+        assert probe["passed"] == meets and probe["load"] == by_id[eval_id]["load"]["concurrency"], (probe, m)
+    passed = [p["load"] for p in probes.values() if p["passed"]]
+    assert conf["sustainable_load"] == (max(passed) if passed else 0.0), conf
 
 
 def test_optimize_with_ray_and_the_builtin_benchmark(tmp_path: Path, vllm_cpu: VllmCpu) -> None:
