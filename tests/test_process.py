@@ -18,6 +18,7 @@ import pytest
 
 from msopt.engines.process import (
     BACKUP_SUFFIX,
+    ProcessRegistry,
     _alive,
     free_port,
     group_members,
@@ -272,3 +273,84 @@ def test_launched_stages_files_starts_waits_and_cleans_up(tmp_path: Path) -> Non
     with pytest.raises(EvaluationError, match="(?s)status 2.*boom"), launched(bad, tmp_path / "b.log"):
         pass
     assert conf.read_text() == '{"port": 1}'
+
+
+ORPHAN_KIDS = f"""
+    import os, signal, subprocess, sys, time
+    # like vLLM's CPU workers: renamed, and deaf to SIGTERM once orphaned
+    code = ('import os, signal, time; parent = os.getppid(); '
+            'signal.signal(signal.SIGTERM, lambda *a: os._exit(0) if os.getppid() == parent else None); '
+            'open("/proc/self/comm", "w").write("VLLM::Worker"); time.sleep(120)')
+    kids = [subprocess.Popen([{PY!r}, '-c', code]) for _ in range(2)]
+    print(' '.join(str(k.pid) for k in kids), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_group_has_a_watcher_that_stop_takes_down(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    proc = start_process(py("import time; print('up', flush=True); time.sleep(60)"), {}, log)
+    assert wait_for(lambda: "up" in log.read_text())
+    watcher = proc.watcher_pid
+    assert watcher is not None and os.getpgid(watcher) == proc.pgid
+    assert sorted(group_members(proc.pgid)) == sorted([proc.pid, watcher])
+    assert proc.stop(grace=5) == -signal.SIGTERM  # the watcher ignores SIGTERM yet costs no grace
+    assert group_members(proc.pgid) == [] and not _alive(watcher)
+
+
+def test_orphaned_workers_die_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    """The launcher (an actor, a --no-ray driver) is killed -9: the parent-death signal reaches only
+    the server, so its renamed, SIGTERM-deaf workers would be orphaned; the watcher kills them."""
+    pidfile = tmp_path / "pid"
+    log = tmp_path / "k.log"
+    code = f"""
+        import time, sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from msopt.engines.process import start_process
+        p = start_process({py(ORPHAN_KIDS)!r}, {{}}, {str(log)!r})
+        open({str(pidfile)!r}, 'w').write(str(p.pid))
+        time.sleep(60)
+    """
+    launcher = subprocess.Popen(py(code))
+    try:
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text() != "" and
+                        len(log.read_text().split()) == 2, 30)
+        server = int(pidfile.read_text())
+        kids = [int(x) for x in log.read_text().split()]
+        assert all(_alive(k) and os.getpgid(k) == server for k in kids)
+        launcher.kill()
+        launcher.wait()
+        assert wait_for(lambda: group_members(server) == [], 30), group_members(server)
+        assert not any(_alive(k) for k in [server, *kids])
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_registry_close_stops_running_servers_and_refuses_new_ones(tmp_path: Path) -> None:
+    registry = ProcessRegistry()
+    log = tmp_path / "r.log"
+    procs = [start_process(py(ORPHAN_KIDS), {}, tmp_path / f"r{i}.log", registry=registry) for i in range(2)]
+    assert wait_for(lambda: all(len(p.log_path.read_text().split()) == 2 for p in procs), 30)
+    assert sorted(p.pid for p in registry.live()) == sorted(p.pid for p in procs)
+    for p in procs:
+        p.grace = 1.0
+    registry.close()
+    assert registry.live() == []
+    for p in procs:
+        assert p.returncode is not None and group_members(p.pgid) == []
+    with pytest.raises(EvaluationError, match="stopping"):
+        start_process(py("import time; time.sleep(60)"), {}, log, registry=registry)
+    assert not log.exists() or log.read_text() == ""
+
+
+def test_stop_from_two_threads_stops_once(tmp_path: Path) -> None:
+    proc = start_process(py("import time; time.sleep(60)"), {}, tmp_path / "t2.log")
+    codes: list[int | None] = []
+    threads = [threading.Thread(target=lambda: codes.append(proc.stop(grace=5))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [-signal.SIGTERM, -signal.SIGTERM] and group_members(proc.pgid) == []
+

@@ -94,7 +94,7 @@ class RealRunner(EngineRunner):
             if launcher is not None:
                 # every node starts at once, as the engines' own multi-node launches expect
                 launcher.start(specs[1:], follower_logs, str(workdir))
-            with launched(spec, server_log, cwd=workdir) as proc:
+            with launched(spec, server_log, cwd=workdir, registry=self.ctx.processes) as proc:
                 self._followers_ok(launcher)
                 metrics = self.benchmark.run(
                     spec, values, settings.fields, settings.section(self.benchmark_name),
@@ -147,8 +147,10 @@ class RealRunner(EngineRunner):
                 for name, _ in roles}
         try:
             with contextlib.ExitStack() as stack:
-                procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir))) for name, spec in roles]
-                router = stack.enter_context(launched(launch.router, server_log, cwd=workdir))
+                reg = self.ctx.processes
+                procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir, registry=reg)))
+                         for name, spec in roles]
+                router = stack.enter_context(launched(launch.router, server_log, cwd=workdir, registry=reg))
                 metrics = self.benchmark.run(
                     launch.router, values, settings.fields, settings.section(self.benchmark_name),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
