@@ -354,3 +354,18 @@ def test_stop_from_two_threads_stops_once(tmp_path: Path) -> None:
         t.join()
     assert codes == [-signal.SIGTERM, -signal.SIGTERM] and group_members(proc.pgid) == []
 
+
+def test_a_server_dying_before_ready_says_why_on_the_first_line(tmp_path: Path) -> None:
+    """Issue 25, bug 7: progress lines and tables show an error's first line; it must carry the
+    log's crash line, not stop at "ends with:"."""
+    log = tmp_path / "dead.log"
+    code = ("import sys; print('INFO loading'); print('Traceback (most recent call last):'); "
+            "print('  File \"x.py\", line 1'); print('ValueError: max_model_len 4096 exceeds 2048'); "
+            "print('INFO shutting down'); sys.exit(1)")
+    proc = start_process(py(code), {}, log)
+    with pytest.raises(EvaluationError) as err:
+        wait_ready("127.0.0.1", free_port(), "/health", 60, proc, interval=0.1)
+    first, *rest = str(err.value).splitlines()
+    assert "status 1 before" in first and "ValueError: max_model_len 4096 exceeds 2048" in first
+    assert str(log) in first and rest[-1] == "INFO shutting down"
+    proc.stop()

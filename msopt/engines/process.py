@@ -26,6 +26,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -380,6 +381,25 @@ def tail(log_path: str | os.PathLike[str], n: int = 50) -> list[str]:
     return list(deque(lines, maxlen=n))
 
 
+_CRASH_LINE = re.compile(r"(Error|Exception|error:|FATAL|Fatal|Traceback|Killed|Aborted)")
+
+
+def crash_line(lines: Sequence[str]) -> str:
+    """The line of a log's end that says why it stopped: the last one naming an error, else the last
+    non-empty one ("" for none)."""
+    kept = [ln.strip() for ln in lines if ln.strip()]
+    named = [ln for ln in kept if _CRASH_LINE.search(ln) and not ln.startswith("Traceback")]
+    return named[-1] if named else (kept[-1] if kept else "")
+
+
+def exit_report(what: str, log_path: str | os.PathLike[str], lines: Sequence[str]) -> str:
+    """``what``, the log's crash line and the log's path on the first line (the one progress lines
+    and tables show), then the log's last lines (kept whole in the journal)."""
+    why = crash_line(lines)
+    head = f"{what}: {why} (log {log_path})" if why else f"{what}; its log {log_path} is empty"
+    return head + ("\nlog ends with:\n" + "\n".join(lines) if lines else "")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` right now (the OS picks it; each actor asks for its own)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -420,9 +440,8 @@ def wait_ready(
     last = "no answer"
     while True:
         if proc is not None and proc.poll() is not None:
-            raise EvaluationError(
-                f"server exited with status {proc.returncode} before {url} was ready; log "
-                f"{proc.log_path} ends with:\n" + "\n".join(proc.tail(log_lines)))
+            raise EvaluationError(exit_report(f"server exited with status {proc.returncode} before {url} was ready",
+                                              proc.log_path, proc.tail(log_lines)))
         try:
             with opener.open(url, timeout=min(5.0, max(0.1, deadline - time.monotonic()))) as r:
                 if r.status == 200:
