@@ -27,6 +27,7 @@ import ctypes.util
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -46,6 +47,9 @@ from msopt.errors import EvaluationError
 _PR_SET_PDEATHSIG = 1
 LOG_MODE = 0o644
 BACKUP_SUFFIX = ".msopt-backup"
+#: Prefix of the lines msopt writes at the top of every log it starts (argv, env, cwd); health
+#: checks and crash lines skip them.
+LOG_HEADER = "[msopt] "
 
 
 def _pdeath_guard() -> Callable[[], None] | None:
@@ -345,10 +349,13 @@ def start_process(
         raise EvaluationError("cannot start an empty command line")
     if registry is not None:
         registry.check_open()
+    changed = {str(k): str(v) for k, v in (env or {}).items()}
     full_env = dict(os.environ)
-    full_env.update({str(k): str(v) for k, v in (env or {}).items()})
+    full_env.update(changed)
+    workdir = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     fd = open_log(log_path)
     try:
+        os.write(fd, log_header(args, changed, workdir).encode("utf-8", "replace"))
         popen = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
             cwd=os.fspath(cwd) if cwd is not None else None, process_group=0,
@@ -363,6 +370,20 @@ def start_process(
     if registry is not None:
         registry.add(proc)
     return proc
+
+
+def log_header(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
+    """The lines that open a log: the exact argv (JSON, and as a shell line to paste), the
+    environment msopt set on top of its own, and the working directory; one line each (the shell
+    line is left out when an item holds a line break, the JSON argv has it exactly)."""
+    command = shlex.join(argv)
+    if "\n" in command or "\r" in command:
+        command = "(see argv: an item holds a line break)"
+    return "".join(f"{LOG_HEADER}{k}: {v}\n" for k, v in (
+        ("argv", json.dumps(list(argv), ensure_ascii=False)),
+        ("command", command),
+        ("env", json.dumps(dict(env), ensure_ascii=False, sort_keys=True)),
+        ("cwd", cwd.replace("\n", "\\n"))))
 
 
 def tail(log_path: str | os.PathLike[str], n: int = 50) -> list[str]:
@@ -387,7 +408,7 @@ _CRASH_LINE = re.compile(r"(Error|Exception|error:|FATAL|Fatal|Traceback|Killed|
 def crash_line(lines: Sequence[str]) -> str:
     """The line of a log's end that says why it stopped: the last one naming an error, else the last
     non-empty one ("" for none)."""
-    kept = [ln.strip() for ln in lines if ln.strip()]
+    kept = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(LOG_HEADER)]
     named = [ln for ln in kept if _CRASH_LINE.search(ln) and not ln.startswith("Traceback")]
     return named[-1] if named else (kept[-1] if kept else "")
 
@@ -396,7 +417,7 @@ def exit_report(what: str, log_path: str | os.PathLike[str], lines: Sequence[str
     """``what``, the log's crash line and the log's path on the first line (the one progress lines
     and tables show), then the log's last lines (kept whole in the journal)."""
     why = crash_line(lines)
-    head = f"{what}: {why} (log {log_path})" if why else f"{what}; its log {log_path} is empty"
+    head = f"{what}: {why} (log {log_path})" if why else f"{what}; its log {log_path} holds no output"
     return head + ("\nlog ends with:\n" + "\n".join(lines) if lines else "")
 
 
