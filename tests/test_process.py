@@ -20,6 +20,7 @@ import pytest
 from msopt.engines.process import (
     BACKUP_SUFFIX,
     LOG_HEADER,
+    PortLease,
     ProcessRegistry,
     _alive,
     free_port,
@@ -395,3 +396,33 @@ def test_every_log_opens_with_the_argv_the_changed_env_and_the_cwd(tmp_path: Pat
     assert lines[3] == f"{LOG_HEADER}cwd: {work}"
     assert lines[4:] == ["served"]
     assert "HOME" not in lines[2]  # only what msopt set, not the inherited environment
+
+
+def test_port_leases_from_a_range_never_share_a_port(tmp_path: Path) -> None:
+    """Issue 25, bug 9: [cluster] ports; two trials at once (threads here, actors alike) never collide."""
+    base = free_port()
+    lo, hi = (base, base + 3) if base + 3 <= 65535 else (base - 3, base)
+    got: list[list[int]] = []
+
+    def trial() -> None:
+        with PortLease((lo, hi)) as lease:
+            ports = [lease.take(), lease.take()]
+            got.append(ports)
+            barrier.wait()  # both hold their ports at once
+
+    barrier = threading.Barrier(2)
+    threads = [threading.Thread(target=trial) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    taken = [p for ports in got for p in ports]
+    held = [p for p in taken if lo <= p <= hi]
+    assert len(held) == 4 and len(set(held)) == 4
+    with PortLease((lo, hi)) as a, PortLease((lo, hi)) as b:
+        first = [a.take() for _ in range(2)] + [b.take() for _ in range(2)]
+        assert sorted(first) == list(range(lo, hi + 1))
+        with pytest.raises(EvaluationError, match=r'no free port left in \[cluster\] ports = "'):
+            b.take()
+    with PortLease((lo, hi)) as c:  # given back on close
+        assert lo <= c.take() <= hi

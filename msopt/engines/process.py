@@ -428,6 +428,79 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _bindable(port: int, host: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class PortLease:
+    """Ports for one trial: OS-picked ones, or, with ``[cluster] ports``, ports of that range each
+    held for the lease's lifetime.
+
+    A port of the range is taken only when it can be bound now *and* its lock is won: an exclusive
+    ``flock`` on ``<tmp>/msopt-ports-<uid>/<port>.lock``, held until :meth:`close` (or the holder's
+    death, when the kernel drops it). Threads (``--no-ray``) and actors on one node each open their
+    own lock file, so two trials running at once never get the same port, even before either
+    server has bound it.
+
+    Args:
+        ports: ``(low, high)`` of ``[cluster] ports``; None: the OS picks (:func:`free_port`).
+        host: where the servers bind.
+    """
+
+    def __init__(self, ports: tuple[int, int] | None = None, host: str = "127.0.0.1") -> None:
+        self.ports = ports
+        self.host = host
+        self._held: dict[int, int] = {}
+
+    def take(self) -> int:
+        """One more port for this trial.
+
+        Raises:
+            EvaluationError: every port of the range is in use or held by another trial.
+        """
+        if self.ports is None:
+            return free_port(self.host)
+        import fcntl
+        import random
+
+        lo, hi = self.ports
+        where = Path(tempfile.gettempdir()) / f"msopt-ports-{os.getuid()}"
+        where.mkdir(mode=0o700, exist_ok=True)
+        start = random.SystemRandom().randrange(lo, hi + 1)  # concurrent trials start apart
+        for i in range(hi - lo + 1):
+            port = lo + (start - lo + i) % (hi - lo + 1)
+            if port in self._held or not _bindable(port, self.host):
+                continue
+            fd = os.open(where / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._held[port] = fd
+            return port
+        raise EvaluationError(f"no free port left in [cluster] ports = \"{lo}-{hi}\" ({len(self._held)} held by "
+                              "this trial, the rest in use or held by other trials); widen the range or lower "
+                              "max_concurrent_trials")
+
+    def close(self) -> None:
+        """Give every port back."""
+        held, self._held = self._held, {}
+        for fd in held.values():
+            os.close(fd)
+
+    def __enter__(self) -> PortLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _client_host(host: str) -> str:
     if host in ("", "0.0.0.0"):
         return "127.0.0.1"

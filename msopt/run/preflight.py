@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msopt.checks import port_range
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
 from msopt.engines.base import LaunchSpec, flag_name
@@ -30,7 +31,9 @@ from msopt.run.pool import devices_per_trial
 from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
-CHEAP = frozenset({"executable", "model", "config.json", "https", "port"})
+CHEAP = frozenset({"executable", "model", "config.json", "https", "port", "ports"})
+#: Ports one trial takes from ``[cluster] ports`` (the server's and a rendezvous port).
+PORTS_PER_TRIAL = 2
 #: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
 TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
 #: Seconds a version query may take (importing an engine can take a while).
@@ -130,6 +133,22 @@ def _error_line(*texts: str) -> str:
         if lines:
             return lines[-1]
     return "no output"
+
+
+def _port_range(settings: Settings, host: str) -> Check | None:
+    """Enough ports of ``[cluster] ports`` free here for the trials that may run at once."""
+    rng = port_range(settings.section("cluster").get("ports"))
+    if rng is None:
+        return None
+    lo, hi = rng
+    cap = int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
+    trials = min(settings.n_particles, cap) if cap else settings.n_particles
+    need = PORTS_PER_TRIAL * trials
+    free = sum(1 for p in range(lo, hi + 1) if port_free(p, host))
+    if free < need:
+        return Check("ports", False, f"{free} of [cluster] ports = \"{lo}-{hi}\" are free on this node, {trials} "
+                     f"concurrent trial(s) take {need}; widen the range or lower max_concurrent_trials")
+    return Check("ports", True, f"{free} of {lo}-{hi} free, {trials} concurrent trial(s) take {need}")
 
 
 def _model(spec: LaunchSpec) -> Check:
@@ -240,6 +259,9 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         free = port_free(port, host)
         checks.append(Check("port", free, f"{port} ({where} in 'others') is " + (
             "free" if free else "in use on this node; stop what holds it or choose another port")))
+    ports = _port_range(settings, host)
+    if ports is not None:
+        checks.append(ports)
     if full:
         checks.append(_devices(settings, devices))
     if not full:
