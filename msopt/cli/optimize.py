@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
+    from msopt.config import Settings
     from msopt.run.pool import EvaluatorPool
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
@@ -163,6 +164,30 @@ def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
               f"msopt report {run_dir}", file=sys.stderr)
 
 
+def _real_prior_table(settings: Settings, *, ray_nodes: bool, run_dir: Path) -> dict[str, Any] | None:
+    """A real run's prior: its model from the model's config.json and its hardware from the nodes
+    (a Ray task per node, or this machine), unless ``[simulator]`` sets them; prints what it uses."""
+    from msopt.evaluate.prior import prior_options
+    from msopt.run.prior_source import prior_source, user_set
+
+    if prior_options(settings).mode == "none":
+        return None
+    probes: list[tuple[str, dict[str, str]]] | None = None
+    if not user_set(settings, "hardware"):
+        if ray_nodes:
+            from actors.preflight import cluster_hardware
+
+            probes = cluster_hardware()
+        else:
+            from msopt.run.preflight import hardware_probe
+
+            probes = [("", hardware_probe())]
+    source = prior_source(settings, probes, run_dir)
+    for line in source.lines:
+        print(line, flush=True)
+    return source.table
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     checked, store = _load(args)
@@ -221,8 +246,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress = make_progress(True if args.plain else None)
         from msopt.evaluate.prior import make_prior
 
+        table = None if simulate else _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
-                        prior=make_prior(settings, checked.space))
+                        prior=make_prior(settings, checked.space, simulator=table))
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
         if driver.max_launches > 0:
