@@ -72,8 +72,12 @@ def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]
     node, first = seen[0]
     choice = hardware_for(first, dirs)
     others = sorted({d.line() for _, d in seen if d != first})
-    where = f"{first.source} on {len(seen)} node(s)" if len(seen) > 1 else f"{first.source} on {node or 'this node'}"
-    text = f"hardware {choice.how}, {where}"
+    where = f"{len(seen)} nodes" if len(seen) > 1 else (f"node {node}" if node else "this node")
+    if choice.catalog:
+        text = f"hardware {choice.catalog} (catalog entry) for {first.what()} from {first.source} on {where}"
+    else:
+        text = (f"hardware {choice.hardware.name} (a roofline entry: {choice.figures}; refitted to the run's "
+                f"launches) for {first.what()} from {first.source} on {where}")
     if others:
         text += f" (other nodes differ: {'; '.join(others)}; the prior models the first)"
     if choice.catalog:

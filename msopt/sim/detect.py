@@ -70,10 +70,13 @@ class Detected:
 
     def line(self) -> str:
         """``8 x NVIDIA H100 80GB HBM3 (79.6 GiB) from nvidia-smi``."""
+        return f"{self.what()} from {self.source}"
+
+    def what(self) -> str:
+        """``8 x NVIDIA H100 80GB HBM3 (79.6 GiB)``."""
         if self.kind == "CPU":
-            return (f"{self.name}, {self.cores} core(s) at {self.ghz:.2f} GHz, {self.memory_gib:.1f} GiB from "
-                    f"{self.source}")
-        return f"{self.count} x {self.name} ({self.memory_gib:.1f} GiB) from {self.source}"
+            return f"{self.name}, {self.cores} core(s) at {self.ghz:.2f} GHz, {self.memory_gib:.1f} GiB"
+        return f"{self.count} x {self.name} ({self.memory_gib:.1f} GiB)"
 
 
 def parse_nvidia_smi(text: str) -> list[tuple[str, float]]:
@@ -184,12 +187,14 @@ class HardwareChoice:
         basis: for a roofline entry, the catalog entry whose efficiencies (and, without datasheet
             figures, peak figures) it took.
         how: one line: what was taken from where.
+        figures: for a roofline entry, where its figures came from.
     """
 
     hardware: Any
     catalog: str
     basis: str
     how: str
+    figures: str = ""
 
 
 def _nearest(kind: str, memory_gib: float, extra_dirs: Iterable[str | Path]) -> Any | None:
@@ -252,4 +257,4 @@ def hardware_for(found: Detected, extra_dirs: Sequence[str | Path] = ()) -> Hard
                 break
     hw = replace(hw, description=f"{found.name} as detected ({found.source}); {figures}")
     return HardwareChoice(hw, "", basis, f"roofline entry {name} for {found.line()} ({figures}; the in-run "
-                          "refit fits it to the run's measurements)")
+                          "refit fits it to the run's measurements)", figures)

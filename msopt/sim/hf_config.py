@@ -24,7 +24,7 @@ from typing import Any
 
 from msopt.errors import ConfigError
 
-__all__ = ["ConfigModel", "architecture", "config_path", "match_catalog", "model_from_config",
+__all__ = ["ConfigModel", "architecture", "config_path", "hub_cache_config", "match_catalog", "model_from_config",
            "read_config_model", "weight_dtype_of"]
 
 #: torch dtype names -> the simulator's dtypes (float32 weights are served as bf16 by default)
@@ -60,8 +60,25 @@ class ConfigModel:
         return ", ".join([head, *parts])
 
 
+def hub_cache_config(repo_id: str) -> Path | None:
+    """The config.json of a Hugging Face hub id in the local hub cache (``$HF_HUB_CACHE``, else
+    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; huggingface_hub's layout
+    ``models--ORG--NAME/snapshots/REVISION/``), the newest snapshot's; None when not cached."""
+    import os
+
+    if repo_id.count("/") != 1 or repo_id.startswith(("/", ".", "~")):
+        return None
+    home = os.environ.get("HF_HOME")
+    root = Path(os.environ.get("HF_HUB_CACHE") or (Path(home) / "hub" if home else
+                                                   Path.home() / ".cache" / "huggingface" / "hub"))
+    snaps = root / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    found = sorted(snaps.glob("*/config.json"), key=lambda p: p.stat().st_mtime) if snaps.is_dir() else []
+    return found[-1] if found else None
+
+
 def config_path(model: str | Path) -> Path | None:
-    """The config.json of a model directory (or the file itself), None when there is none."""
+    """The config.json of a model directory (or the file itself), else of a Hugging Face hub id in
+    the local hub cache (:func:`hub_cache_config`); None when there is none."""
     if not str(model):
         return None
     p = Path(str(model)).expanduser()
@@ -69,7 +86,7 @@ def config_path(model: str | Path) -> Path | None:
         return p
     if p.is_dir() and (p / "config.json").is_file():
         return p / "config.json"
-    return None
+    return hub_cache_config(str(model))
 
 
 def _read(path: Path) -> dict[str, Any]:
