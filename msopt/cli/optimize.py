@@ -247,8 +247,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         from msopt.evaluate.prior import make_prior
 
         table = None if simulate else _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
+        prior = make_prior(settings, checked.space, simulator=table)
+        if prior is not None:  # its search takes a while before the first launch: say how far it is
+            prior.report = lambda text: print(text, flush=True)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
-                        prior=make_prior(settings, checked.space, simulator=table))
+                        prior=prior)
         top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
         total = 1 + settings.n_particles * settings.iters + top_k
         if driver.max_launches > 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,6 +250,8 @@ class SimulatorPrior:
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
         self._memo = memo
+        #: called with a line of text while :meth:`search` runs (None: silent); msopt optimize prints it
+        self.report: Callable[[str], None] | None = None
 
     def predict(self, values: Mapping[str, Any], position: Sequence[float] | np.ndarray | None = None) -> Prediction:
         """The prediction for decoded ``values`` (cached per configuration)."""
@@ -388,11 +390,25 @@ class SimulatorPrior:
         low, high = self.space.bounds
         steps = self.space.steps
         start = self.evaluations
+        every = max(1, evaluations // 4)
+        said = 0
+
+        def tell(phase: str) -> None:
+            nonlocal said
+            done = self.evaluations - start
+            if self.report is not None and done // every > said:
+                said = done // every
+                self.report(f"simulator prior: {done}/{evaluations} simulated evaluations ({phase})")
+
+        if self.report is not None:
+            self.report(f"simulator prior: searching the space on the simulator ({evaluations} simulated "
+                        "evaluations) ...")
         self.predict_position(self.space.default_position())
         tries = 0
         while self.evaluations - start < evaluations // 2 and tries < 20 * evaluations:
             tries += 1
             self.predict_position(low + rng.random(low.size) * (high - low))
+            tell("uniform samples")
         self.searched = True
         climbed: set[str] = set()
         improved = True
@@ -411,6 +427,7 @@ class SimulatorPrior:
                         x = p.position.copy()
                         x[j] = min(max(x[j] + sign * steps[j], low[j]), high[j])
                         self.predict_position(x)
+                        tell("hill climbs")
                 break
         self.search_evaluations += self.evaluations - start
         return self.ranked()

@@ -384,9 +384,15 @@ def fit_hardware(
     if not measurements:
         raise ConfigError("no measurements to calibrate against; give a CSV or run directories with results")
     cache: dict[str, ModelSpec] = {}
+    # the simulator is deterministic: a hardware scored on the same rows again (the search's
+    # start and best, "before" and "after" below) is looked up, not simulated again
+    scored: dict[tuple[str, tuple[int, ...]], dict[str, float]] = {}
 
     def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
-        return mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
+        key = (repr(hw), tuple(map(id, rows)))
+        if key not in scored:
+            scored[key] = mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
+        return dict(scored[key])
 
     fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared,
                             start, start_scale, max_evaluations)
