@@ -81,9 +81,9 @@ GENERIC = Variant("generic roofline, refit", generic=True)
 def generic_hardware(hardware: str) -> str:
     """A TOML path: the problem's hardware as msopt sees a part outside its catalog. The roofline
     entry :func:`msopt.sim.detect.hardware_for` would build for it, from the nearest *other*
-    catalog entry by memory (any kind: Atlas has no other NPU entry), with the part's own memory,
-    devices per node and memory kind: every peak figure and efficiency is another part's, for the
-    in-run refit to learn."""
+    catalog entry by memory of the same kind (of any kind where there is none: Atlas is the only
+    NPU entry), with the part's own memory, devices per node and memory kind: every peak figure
+    and efficiency is another part's, for the in-run refit to learn."""
     import tempfile
     from dataclasses import replace
     from pathlib import Path
@@ -92,7 +92,8 @@ def generic_hardware(hardware: str) -> str:
 
     own = load_hardware(hardware)
     others = [load_hardware(n) for n in list_hardware() if n != hardware]
-    base = min(others, key=lambda h: (abs(h.hbm_gib - own.hbm_gib), h.name))
+    same = [h for h in others if h.memory_kind == own.memory_kind] or others
+    base = min(same, key=lambda h: (abs(h.hbm_gib - own.hbm_gib), h.name))
     hw = replace(base, name=f"generic-{hardware}", memory_kind=own.memory_kind, hbm_gib=own.hbm_gib,
                  devices_per_node=own.devices_per_node,
                  description=f"{own.name} as an unknown part: figures and efficiencies of {base.name}")
