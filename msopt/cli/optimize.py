@@ -177,7 +177,10 @@ def _real_prior_table(settings: Settings, *, ray_nodes: bool, run_dir: Path) -> 
         if ray_nodes:
             from actors.preflight import cluster_hardware
 
-            probes = cluster_hardware()
+            try:
+                probes = cluster_hardware()
+            except Exception as exc:  # noqa: BLE001  a node that cannot be probed costs the prior, not the run
+                print(f"prior: the nodes could not be probed for their hardware ({_one_line(exc)})", flush=True)
         else:
             from msopt.run.preflight import hardware_probe
 
