@@ -39,3 +39,23 @@ def cluster_checks(settings: Settings, *, full: bool = True) -> list[Check]:
     for result in ray.get(refs, timeout=NODE_TIMEOUT):
         out.extend(result)
     return out
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _hardware_probe() -> dict[str, str]:
+    from msopt.run.preflight import hardware_probe
+
+    return hardware_probe()
+
+
+def cluster_hardware() -> list[tuple[str, dict[str, str]]]:
+    """:func:`~msopt.run.preflight.hardware_probe` on every alive node of the connected cluster, as
+    ``(node address, probe)`` (one Ray task per node, pinned there as :func:`cluster_checks` does)."""
+    refs, names = [], []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        refs.append(_hardware_probe.options(scheduling_strategy=strategy).remote())
+        names.append(str(node.get("NodeManagerAddress", node["NodeID"][:8])))
+    return list(zip(names, ray.get(refs, timeout=NODE_TIMEOUT))) if refs else []

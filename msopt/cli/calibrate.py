@@ -78,10 +78,17 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     store = RunStore.open(run_dir)
     settings = load(str(run_dir / CONFIG)).settings
     hw_name, model, dirs = _sim_catalog(settings)
+    from msopt.run.prior_source import user_set
+    from msopt.sim.hf_config import config_path
+
+    found = None if user_set(settings, "model") else config_path(
+        get_engine(settings.engine).model_path(settings.section(settings.engine)))
+    if found is not None:  # the model the run served, from its config.json (not the packaged default)
+        model = str(found.parent)
     if not model:
         raise ConfigError(f"{run_dir / CONFIG}: [simulator] model is not set; add model = \"<catalog name or "
                           "TOML path>\" so that the runs can be simulated")
-    if dirs:
+    if dirs and found is None:
         model = str(_resolve_model(model, dirs))
     adapter = get_engine(settings.engine)
     bench_name = str(settings.get("benchmark", "vllm_benchmark"))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
+    from msopt.config import Settings
     from msopt.run.pool import EvaluatorPool
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
@@ -177,6 +178,33 @@ def _write_outputs(settings: Any, run_dir: Path, best: Any) -> None:
               f"msopt report {run_dir}", file=sys.stderr)
 
 
+def _real_prior_table(settings: Settings, *, ray_nodes: bool, run_dir: Path) -> dict[str, Any] | None:
+    """A real run's prior: its model from the model's config.json and its hardware from the nodes
+    (a Ray task per node, or this machine), unless ``[simulator]`` sets them; prints what it uses."""
+    from msopt.evaluate.prior import prior_options
+    from msopt.run.prior_source import prior_source, user_set
+
+    if prior_options(settings).mode == "none":
+        return None
+    probes: list[tuple[str, dict[str, str]]] | None = None
+    if not user_set(settings, "hardware"):
+        if ray_nodes:
+            from actors.preflight import cluster_hardware
+
+            try:
+                probes = cluster_hardware()
+            except Exception as exc:  # noqa: BLE001  a node that cannot be probed costs the prior, not the run
+                print(f"prior: the nodes could not be probed for their hardware ({_one_line(exc)})", flush=True)
+        else:
+            from msopt.run.preflight import hardware_probe
+
+            probes = [("", hardware_probe())]
+    source = prior_source(settings, probes, run_dir)
+    for line in source.lines:
+        print(line, flush=True)
+    return source.table
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     checked, store = _load(args)
@@ -236,8 +264,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress = make_progress(True if args.plain else None)
         from msopt.evaluate.prior import make_prior
 
+        table = None if simulate else _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
+        prior = make_prior(settings, checked.space, simulator=table)
+        if prior is not None:  # its search takes a while before the first launch: say how far it is
+            prior.report = lambda text: print(text, flush=True)
         driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
-                        prior=make_prior(settings, checked.space))
+                        prior=prior)
         space = driver.space
         varying = [f.name for f in settings.fields if f.name in space.names or f.name in space.derived]
         # under a launch budget the number of evaluations is not known (reuse and refusals are free)

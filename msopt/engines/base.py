@@ -449,6 +449,13 @@ class EngineAdapter:
         (``msopt preflight``; the generic ones are in :mod:`msopt.run.preflight`); none by default."""
         return []
 
+    def model_path(self, section: Mapping[str, Any]) -> str:
+        """The model (a local directory or a hub id) a launch loads, as configured: ``[<engine>.command]
+        model``; "" when none is set. The simulator prior reads the model's config.json there."""
+        cmd = section.get("command", {})
+        value = cmd.get("model", "") if isinstance(cmd, Mapping) else ""
+        return value if isinstance(value, str) else ""
+
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """The port a user's server should listen on (exported launch files): ``[<engine>.command]
         port``, else :attr:`default_port`."""

@@ -65,6 +65,10 @@ class CommandLineAdapter(EngineAdapter):
     #: Other spellings the engine's parser accepts for a flag msopt may render.
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
+    def model_path(self, section: Mapping[str, Any]) -> str:
+        """``[<engine>.command] model``, else the adapter's default model."""
+        return super().model_path(section) or self.default_model
+
     def model_args(self, exe: Sequence[str], model: str) -> list[str]:
         """How the model is passed after the executable."""
         return [self.model_flag, model] if self.model_flag else [model]

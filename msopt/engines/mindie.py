@@ -494,6 +494,17 @@ class MindieAdapter(EngineAdapter):
             stop_grace=self.stop_grace,
         )
 
+    def model_path(self, section: Mapping[str, Any]) -> str:
+        """``[mindie.command] model``, else ModelConfig[0].modelWeightPath of the config.json template."""
+        given = super().model_path(section)
+        if given:
+            return given
+        try:
+            doc, _ = load_config(section)
+        except ConfigError:
+            return ""
+        return str(get_path(doc, (*MODEL_CONFIG, "modelWeightPath"), "") or "")
+
     def installed_executable(self) -> tuple[str, ...]:
         """What starts MindIE here when ``[mindie.command] executable`` is not set: the installation
         :func:`find_install` finds, else :attr:`default_executable` (looked up on PATH)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +59,13 @@ class CandidateScreen:
 
     Renders the launch as the evaluator would (device ids ``0..devices_per_trial-1`` stand in
     for the ones an actor gets) and checks the engine's rules with the simulated model's facts
-    (simulated run) or the model directory's config.json (real run). Rules on the server's
+    (simulated run, or ``simulator``: the prior's own ``[simulator]`` table) or the model
+    directory's config.json (real run). Rules on the server's
     environment are left to the evaluator, which knows the environment the server gets.
     """
 
-    def __init__(self, settings: Settings, *, simulate: bool | None = None) -> None:
+    def __init__(self, settings: Settings, *, simulate: bool | None = None,
+                 simulator: Mapping[str, Any] | None = None) -> None:
         self.settings = settings
         self.engine = get_engine(settings.engine)
         self.section = settings.section(settings.engine)
@@ -73,7 +75,7 @@ class CandidateScreen:
         if sim:
             from msopt.sim import load_model
 
-            table = settings.section("simulator")
+            table = settings.section("simulator") if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
             self.model = ModelFacts(attention_heads=m.heads, max_position=m.max_position)
@@ -172,18 +174,20 @@ def prior_options(settings: Settings) -> PriorOptions:
     return PriorOptions(str(mode), int(n), picks, int(screen), float(explore), refit)
 
 
-def prior_applies(settings: Settings, options: PriorOptions) -> bool:
+def prior_applies(settings: Settings, options: PriorOptions, described: bool = False) -> bool:
     """Whether the run uses the simulator prior.
 
     ``"simulator"``: always. ``"auto"``: when the simulator describes the run, i.e. a simulated
-    run, or a real run whose ``[simulator]`` hardware and model were set in a configuration file
-    (the packaged defaults describe nobody's cluster). The engine must be one the simulator models.
+    run, a real run whose model and hardware were found (``described``:
+    :func:`msopt.run.prior_source.prior_source`), or one whose ``[simulator]`` hardware and model
+    were set in a configuration file (the packaged defaults describe nobody's cluster). The engine
+    must be one the simulator models.
     """
     if options.mode == "none" or options.evaluations <= 0:
         return False
     if settings.engine not in ("vllm", "sglang", "mindie"):
         return options.mode == "simulator"
-    if options.mode == "simulator" or settings.get("simulate"):
+    if options.mode == "simulator" or settings.get("simulate") or described:
         return True
     return all(settings.where(f"simulator.{k}") not in ("<defaults>", str(_defaults_path()))
                for k in ("hardware", "model"))
@@ -219,9 +223,9 @@ class SimulatorPrior:
         self.space = space
         self.engine = get_engine(settings.engine)
         self.section = settings.section(settings.engine)
-        self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True)
-        setup = SimulatorSetup.from_settings(settings)
-        table = thaw(setup.table) if simulator is None else thaw(simulator)
+        setup = SimulatorSetup.from_settings(settings) if simulator is None else None
+        table = thaw(setup.table) if setup is not None else thaw(simulator)
+        self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True, simulator=table)
         self.table = table
         self.objective = make_objective(str(settings.get("objective", "default")), settings.data)
         self.num_prompts = search_num_prompts(settings)
@@ -246,6 +250,8 @@ class SimulatorPrior:
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
         self._memo = memo
+        #: called with a line of text while :meth:`search` runs (None: silent); msopt optimize prints it
+        self.report: Callable[[str], None] | None = None
 
     def predict(self, values: Mapping[str, Any], position: Sequence[float] | np.ndarray | None = None) -> Prediction:
         """The prediction for decoded ``values`` (cached per configuration)."""
@@ -384,11 +390,25 @@ class SimulatorPrior:
         low, high = self.space.bounds
         steps = self.space.steps
         start = self.evaluations
+        every = max(1, evaluations // 4)
+        said = 0
+
+        def tell(phase: str) -> None:
+            nonlocal said
+            done = self.evaluations - start
+            if self.report is not None and done // every > said:
+                said = done // every
+                self.report(f"simulator prior: {done}/{evaluations} simulated evaluations ({phase})")
+
+        if self.report is not None:
+            self.report(f"simulator prior: searching the space on the simulator ({evaluations} simulated "
+                        "evaluations) ...")
         self.predict_position(self.space.default_position())
         tries = 0
         while self.evaluations - start < evaluations // 2 and tries < 20 * evaluations:
             tries += 1
             self.predict_position(low + rng.random(low.size) * (high - low))
+            tell("uniform samples")
         self.searched = True
         climbed: set[str] = set()
         improved = True
@@ -407,6 +427,7 @@ class SimulatorPrior:
                         x = p.position.copy()
                         x[j] = min(max(x[j] + sign * steps[j], low[j]), high[j])
                         self.predict_position(x)
+                        tell("hill climbs")
                 break
         self.search_evaluations += self.evaluations - start
         return self.ranked()
@@ -458,19 +479,26 @@ class SimulatorPrior:
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
 
-def make_prior(settings: Settings, space: SearchSpace | None = None) -> SimulatorPrior | None:
+def make_prior(settings: Settings, space: SearchSpace | None = None,
+               simulator: Mapping[str, Any] | None = None) -> SimulatorPrior | None:
     """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
+
+    Args:
+        settings: the run's settings.
+        space: its search space (default: built from ``settings``).
+        simulator: the ``[simulator]`` table the prior models (a real run's, found by
+            :func:`msopt.run.prior_source.prior_source`); None: the run's own table.
 
     Raises:
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
             does not describe a model and hardware of the catalogs.
     """
     options = prior_options(settings)
-    if not prior_applies(settings, options):
+    if not prior_applies(settings, options, described=simulator is not None):
         return None
     try:
         return SimulatorPrior(settings, space if space is not None else SearchSpace.from_settings(settings),
-                              options=options)
+                              simulator=simulator, options=options)
     except ConfigError:
         if options.mode == "simulator":
             raise

@@ -4,7 +4,8 @@
 the executable (and, in the full set, its version), the model path, the engine adapter's own
 checks (MindIE: the installation layout, config.json, its writability, HTTPS, the addresses it
 listens on), the fixed ports a launch
-binds, and the accelerator count against ``[cluster] devices_per_trial``. With a Ray cluster the
+binds, the accelerator count against ``[cluster] devices_per_trial``, and (full set) the hardware
+the simulator prior would use (:func:`hardware_probe`: nvidia-smi, npu-smi, lscpu). With a Ray cluster the
 same function runs as one task per node (``actors/preflight.py``). ``msopt optimize`` runs the
 cheap part (:data:`CHEAP`) before the baseline.
 """
@@ -252,6 +253,53 @@ def _devices(settings: Settings, devices: int | None) -> Check:
     return Check("devices", True, f"{have} {key}(s), {have // k} trial(s) of {k} fit")
 
 
+#: The tools :func:`hardware_probe` runs, and the seconds each may take.
+HARDWARE_TOOLS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("nvidia-smi", ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader")),
+    ("npu-smi", ("npu-smi", "info")),
+    ("lscpu", ("lscpu",)),
+)
+PROBE_TIMEOUT = 20.0
+
+
+def hardware_probe() -> dict[str, str]:
+    """What this machine's tools say about its hardware: the stdout of each of
+    :data:`HARDWARE_TOOLS` found on PATH (absent keys: no such tool, or it failed), and
+    ``meminfo`` (/proc/meminfo). :func:`msopt.sim.detect.detect_devices` reads it."""
+    out: dict[str, str] = {}
+    for key, argv in HARDWARE_TOOLS:
+        exe = shutil.which(argv[0])
+        if exe is None:
+            continue
+        try:
+            done = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=PROBE_TIMEOUT,
+                                  check=False, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            out[key] = done.stdout
+    try:
+        out["meminfo"] = Path("/proc/meminfo").read_text(encoding="utf-8")
+    except OSError:
+        pass
+    return out
+
+
+def _hardware(settings: Settings) -> Check:
+    from msopt.sim.detect import detect_devices, hardware_for
+
+    key, _ = trial_devices(settings)
+    found = detect_devices(hardware_probe(), key or "none")
+    if found is None:
+        return Check("hardware", True, f"no {key or 'CPU'} found by nvidia-smi, npu-smi or lscpu; the simulator "
+                     "prior needs [simulator] hardware")
+    try:
+        return Check("hardware", True, f"{hardware_for(found).how}; the simulator prior uses it unless "
+                     "[simulator] hardware says otherwise")
+    except MsoptError as exc:
+        return Check("hardware", True, f"{found.line()}: {exc}")
+
+
 def node_checks(settings: Settings, *, devices: int | None = None, full: bool = True,
                 node: str = "") -> list[Check]:
     """Every check on this machine (``full=False``: only :data:`CHEAP` ones).
@@ -299,6 +347,7 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         checks.append(_devices(settings, devices))
         if key_of(settings) == "CPU":
             checks.append(_numa(settings, spec))
+        checks.append(_hardware(settings))
     if not full:
         checks = [c for c in checks if c.name in CHEAP]
     own = f"[{settings.engine}.command]"

@@ -164,15 +164,25 @@ def closed_loop_tokens_per_s(concurrency: int, output_len: int, ttft_s: float, t
 
 
 def _model_name(text: str) -> str:
-    """A catalog model name for a Hugging Face id or catalog name (as the CSV writes it)."""
+    """A model for :func:`load_model` from a CSV's model column: a catalog name or TOML path; the
+    catalog entry whose hf_id or ``aliases`` name it (case aside); else a model directory, or a hub
+    id in the local Hugging Face cache, with a config.json (:mod:`msopt.sim.hf_config`: the catalog
+    entry of the same architecture, else the model its config.json describes)."""
+    from msopt.sim.hf_config import config_path
+
     names = list_models()
     if text in names or text.endswith(".toml"):
         return text
     for name in names:
-        if load_model(name).hf_id.lower() == text.lower():
+        spec = load_model(name)
+        if text.lower() in (a.lower() for a in (spec.hf_id, *spec.aliases)):
             return name
-    raise ConfigError(f"model {text!r} is neither a catalog name ({', '.join(names)}) nor the hf_id of one; "
-                      "add a model TOML (see docs/simulator.md)")
+    path = config_path(text)
+    if path is not None:
+        return str(path.parent)
+    raise ConfigError(f"model {text!r} is neither a catalog name ({', '.join(names)}), nor the hf_id or an alias "
+                      "of one, nor a directory (or cached Hugging Face id) with a config.json; give its model "
+                      "directory or add a model TOML (see docs/simulator.md)")
 
 
 def load_measurements_csv(path: str | Path, engine: str | None = None,
@@ -374,9 +384,15 @@ def fit_hardware(
     if not measurements:
         raise ConfigError("no measurements to calibrate against; give a CSV or run directories with results")
     cache: dict[str, ModelSpec] = {}
+    # the simulator is deterministic: a hardware scored on the same rows again (the search's
+    # start and best, "before" and "after" below) is looked up, not simulated again
+    scored: dict[tuple[str, tuple[int, ...]], dict[str, float]] = {}
 
     def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
-        return mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
+        key = (repr(hw), tuple(map(id, rows)))
+        if key not in scored:
+            scored[key] = mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
+        return dict(scored[key])
 
     fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared,
                             start, start_scale, max_evaluations)

@@ -123,6 +123,8 @@ class ModelSpec:
             most this many expert groups, hence on at most this many nodes when a node holds a group;
             0: unlimited.
         active_params_b: published activated parameters per token, billions (for checks and docs).
+        aliases: other names of the same weights' architecture (``aliases = [...]``: the base model's
+            Hugging Face id beside the instruct one's hf_id, say), matched as the hf_id is.
     """
 
     name: str
@@ -149,6 +151,7 @@ class ModelSpec:
     dense_layers: int = 0
     topk_group: int = 0
     active_params_b: float = 0.0
+    aliases: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -423,12 +426,27 @@ def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
     return hw
 
 
+def _aliases(d: Mapping[str, Any], path: Path) -> tuple[str, ...]:
+    raw = d.get("aliases", [])
+    if not isinstance(raw, list) or not all(isinstance(a, str) and a for a in raw):
+        raise ConfigError(f"{path}: aliases must be a list of names (Hugging Face ids), got {raw!r}")
+    return tuple(raw)
+
+
 def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> ModelSpec:
     """Load a model entry by catalog name or TOML file path.
+
+    A Hugging Face model directory (or its config.json) is read as such
+    (:func:`msopt.sim.hf_config.read_config_model`: the catalog entry of the same architecture,
+    else the spec its config.json describes).
 
     Raises:
         ConfigError: unknown name (the message lists valid ones) or an invalid file.
     """
+    from msopt.sim.hf_config import config_path, read_config_model
+
+    if config_path(name_or_path) is not None:
+        return read_config_model(name_or_path, extra_dirs).spec
     path = _find("models", name_or_path, extra_dirs)
     d = _read(path)
     ints = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_position")
@@ -449,6 +467,7 @@ def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) 
         active_params_b=_get(d, path, "active_params_b", default=0.0),
         tie_embeddings=bool(d.get("tie_embeddings", False)),
         attention=attention,
+        aliases=_aliases(d, path),
         **values,
         **extra,
     )

@@ -68,10 +68,38 @@ class Variant:
     pso_options: tuple[tuple[str, Any], ...] = ()
     top_k: int = REFINE_TOP_K
     search: tuple[tuple[str, Any], ...] = ()
+    generic: bool = False
 
 
 SHIPPED = Variant("shipped")
 FIXED_PRIOR = Variant("fixed prior", search=(("refit", False),))
+#: msopt on hardware outside the catalog: the prior starts from a roofline entry and is refitted
+GENERIC = Variant("generic roofline, refit", generic=True)
+
+
+@cache
+def generic_hardware(hardware: str) -> str:
+    """A TOML path: the problem's hardware as msopt sees a part outside its catalog. The roofline
+    entry :func:`msopt.sim.detect.hardware_for` would build for it, from the nearest *other*
+    catalog entry by memory of the same kind (of any kind where there is none: Atlas is the only
+    NPU entry), with the part's own memory, devices per node and memory kind: every peak figure
+    and efficiency is another part's, for the in-run refit to learn."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from msopt.sim.specs import hardware_toml, list_hardware, load_hardware
+
+    own = load_hardware(hardware)
+    others = [load_hardware(n) for n in list_hardware() if n != hardware]
+    same = [h for h in others if h.memory_kind == own.memory_kind] or others
+    base = min(same, key=lambda h: (abs(h.hbm_gib - own.hbm_gib), h.name))
+    hw = replace(base, name=f"generic-{hardware}", memory_kind=own.memory_kind, hbm_gib=own.hbm_gib,
+                 devices_per_node=own.devices_per_node,
+                 description=f"{own.name} as an unknown part: figures and efficiencies of {base.name}")
+    path = Path(tempfile.mkdtemp(prefix="msopt-bench-generic-")) / f"generic-{hardware}.toml"
+    path.write_text(hardware_toml(hw))
+    return str(path)
 
 
 def _msopt_settings(table: Table, budget: int, seed: int, mode: str, variant: Variant = SHIPPED) -> Settings:
@@ -80,9 +108,15 @@ def _msopt_settings(table: Table, budget: int, seed: int, mode: str, variant: Va
     iters = max(1, math.ceil((budget - variant.top_k - 1) / N_PARTICLES))
     options = {**table.user_settings.section("pso_options"), **dict(variant.pso_options)}
     search = {**table.user_settings.section("search"), **dict(variant.search)}
+    extra: dict[str, Any] = {}
+    if variant.generic:
+        from msopt.config import thaw
+
+        sim = thaw(table.user_settings.section("simulator"))
+        extra["simulator"] = {**sim, "hardware": generic_hardware(str(sim["hardware"]))}
     return table.user_settings.replace(n_particles=N_PARTICLES, iters=iters, seed=seed, mode=mode,
                                        duplicate_policy="reuse", data_storage={"pso_top_k": variant.top_k},
-                                       pso_options=options, max_launches=budget, search=search)
+                                       pso_options=options, max_launches=budget, search=search, **extra)
 
 
 @cache
@@ -96,7 +130,8 @@ def _prior(table: Table, settings: Settings) -> SimulatorPrior | None:
     prior = make_prior(settings, table.space)
     if prior is None:
         return None
-    return SimulatorPrior(settings, table.space, options=prior.options, memo=_prior_memo(table.problem.name))
+    key = f"{table.problem.name} on {settings.section('simulator').get('hardware')}"
+    return SimulatorPrior(settings, table.space, options=prior.options, memo=_prior_memo(key))
 
 
 def _pick(table: Table, best: EvaluationResult | None) -> int:
@@ -337,6 +372,10 @@ METHODS = (
            "two best by mean again (a quarter of the budget less one)", default=False),
     Method("msopt (fixed prior)", lambda *a: run_msopt(*a, variant=FIXED_PRIOR), False,
            "as shipped but the prior is not refitted ([search] refit = false): cheaper to benchmark"),
+    Method("msopt (prior from a generic roofline entry + refit)", lambda *a: run_msopt(*a, variant=GENERIC), False,
+           "as shipped, on hardware outside the catalog: the prior starts from a roofline entry with the "
+           "part's memory and the figures and efficiencies of the nearest other catalog entry "
+           "(methods.generic_hardware), refitted to the run's launches", default=False),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
            "as above, async: one result at a time in dispatch order", default=False),
     Method("simulator prior alone", run_prior_alone, False,

@@ -42,7 +42,7 @@ _MSOPT_FILES = ("msopt/search/*.py", "msopt/run/driver.py", "msopt/run/dispatche
 
 #: The msopt-side helpers of methods.py that msopt's own methods depend on.
 _MSOPT_HELPERS = ("run_msopt", "run_prior_alone", "_InOrderPool", "Variant", "_msopt_settings", "_pick", "_prior",
-                  "_prior_memo", "_ng_run", "_optuna_quiet")
+                  "_prior_memo", "_ng_run", "_optuna_quiet", "generic_hardware")
 
 
 @cache

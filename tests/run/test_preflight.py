@@ -58,7 +58,8 @@ def test_all_checks_pass_with_sim_serve(tmp_path: Path) -> None:
     out = cli("preflight", "-c", str(config(tmp_path, model=str(tmp_path / "model"))))
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert [ln.split()[1].rstrip(":") for ln in lines] == ["executable", "version", "model", "devices"]
+    assert [ln.split()[1].rstrip(":") for ln in lines] == ["executable", "version", "model", "devices",
+                                                       "hardware"]
     assert all(ln.startswith("ok ") for ln in lines)
     assert "msopt" in lines[1]  # the version of the module sim-serve runs
 
@@ -278,3 +279,32 @@ def test_preflight_counts_the_free_ports_of_the_range(tmp_path: Path, busy_port:
     out = cli("preflight", "-c", str(path))
     (line,) = [ln for ln in out.stdout.splitlines() if " ports:" in ln]
     assert line.startswith("ok   ports: "), line
+
+
+def test_the_hardware_check_says_what_the_prior_would_model(tmp_path: Path, monkeypatch) -> None:
+    import msopt.run.preflight as preflight
+
+    data = Path(__file__).resolve().parents[1] / "data" / "hardware"
+    monkeypatch.setattr(preflight, "hardware_probe",
+                        lambda: {"nvidia-smi": (data / "nvidia_smi_h100_sxm.csv").read_text()})
+    path = config(tmp_path, model=str(tmp_path), accelerator="GPU", devices=8)
+    hw = {c.name: c for c in node_checks(load_settings(path), devices=8)}["hardware"]
+    assert hw.ok and hw.detail.startswith("h100-sxm (catalog) for 8 x NVIDIA H100 80GB HBM3 (79.6 GiB) from "
+                                          "nvidia-smi")
+    monkeypatch.setattr(preflight, "hardware_probe", lambda: {})
+    hw = {c.name: c for c in node_checks(load_settings(path), devices=8)}["hardware"]
+    assert hw.ok and "no GPU found by nvidia-smi, npu-smi or lscpu" in hw.detail
+    assert "hardware" not in {c.name for c in node_checks(load_settings(path), full=False)}
+
+
+def test_the_probe_runs_the_tools_it_finds(tmp_path: Path, monkeypatch) -> None:
+    from msopt.run.preflight import hardware_probe
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    tool = fake / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'NVIDIA H200, 143771 MiB'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    out = hardware_probe()
+    assert out["nvidia-smi"] == "NVIDIA H200, 143771 MiB\n" and "npu-smi" not in out and "lscpu" not in out

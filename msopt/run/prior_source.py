@@ -1,0 +1,141 @@
+"""What a real run's simulator prior models, from what is on disk and on the nodes.
+
+A real run gets its prior's model from the model directory's config.json (the engine adapter
+names the directory: :meth:`msopt.engines.base.EngineAdapter.model_path`; any Hugging Face model,
+the catalog's entry where the architecture is one of the catalog's) and its hardware from the
+nodes (:func:`msopt.run.preflight.hardware_probe`, one Ray task per node, or this machine without
+Ray), mapped to a catalog entry or to a roofline entry (:func:`msopt.sim.detect.hardware_for`).
+``[simulator]`` keys set in a configuration file win over both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msopt.config import Settings, thaw
+from msopt.engines import get_engine
+from msopt.errors import MsoptError
+
+__all__ = ["PRIOR_HARDWARE_FILE", "PriorSource", "prior_source", "user_set"]
+
+#: The roofline hardware entry of a run on hardware outside the catalog, in its run directory.
+PRIOR_HARDWARE_FILE = "prior_hardware.toml"
+#: Weight dtypes to fall back to, in order, where the hardware lacks the model's (fp8 on an NPU).
+_FALLBACK = {"fp8": ("int8", "bf16"), "int8": ("fp8", "bf16"), "fp16": ("bf16",), "bf16": ("fp16", "fp32"),
+             "fp32": ("bf16",)}
+
+
+def user_set(settings: Settings, key: str) -> bool:
+    """Whether ``[simulator] key`` was set by a configuration file (not the packaged defaults)."""
+    from msopt.config.settings import DEFAULTS_PATH
+
+    return settings.where(f"simulator.{key}") not in ("<defaults>", str(DEFAULTS_PATH))
+
+
+@dataclass(frozen=True)
+class PriorSource:
+    """The ``[simulator]`` table a real run's prior uses, and what it says about it.
+
+    Attributes:
+        table: the run's ``[simulator]`` table with hardware, model and weight_dtype filled in
+            (None: the prior cannot describe this run; ``lines`` say why).
+        lines: ``prior: ...`` lines for the start of the run.
+    """
+
+    table: dict[str, Any] | None
+    lines: list[str] = field(default_factory=list)
+
+
+def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None,
+              run_dir: Path | None, dirs: Sequence[str]) -> tuple[str | None, str, Any]:
+    """(the [simulator] hardware value, where it came from, the Hardware) or (None, why, None)."""
+    from msopt.run.preflight import trial_devices
+    from msopt.sim.detect import detect_devices, hardware_for
+    from msopt.sim.specs import hardware_toml, load_hardware
+
+    table = settings.section("simulator")
+    if user_set(settings, "hardware"):
+        name = str(table["hardware"])
+        return name, f"hardware {name} from [simulator] hardware ({settings.where('simulator.hardware')})", \
+            load_hardware(name, dirs)
+    if not probes:
+        return None, "no node was probed for its hardware; set [simulator] hardware", None
+    key, _ = trial_devices(settings)
+    found = [(node, detect_devices(p, key or "none")) for node, p in probes]
+    seen = [(node, d) for node, d in found if d is not None]
+    if not seen:
+        return None, (f"no {key or 'CPU'} found by nvidia-smi, npu-smi or lscpu on {len(found)} node(s); set "
+                      "[simulator] hardware"), None
+    node, first = seen[0]
+    choice = hardware_for(first, dirs)
+    others = sorted({d.line() for _, d in seen if d != first})
+    where = f"{len(seen)} nodes" if len(seen) > 1 else (f"node {node}" if node else "this node")
+    if choice.catalog:
+        text = f"hardware {choice.catalog} (catalog entry) for {first.what()} from {first.source} on {where}"
+    else:
+        text = (f"hardware {choice.hardware.name} (a roofline entry: {choice.figures}; refitted to the run's "
+                f"launches) for {first.what()} from {first.source} on {where}")
+    if others:
+        text += f" (other nodes differ: {'; '.join(others)}; the prior models the first)"
+    if choice.catalog:
+        return choice.catalog, text, choice.hardware
+    if run_dir is None:
+        return None, text + "; no run directory to write its entry into", None
+    path = Path(run_dir) / PRIOR_HARDWARE_FILE
+    from msopt.run.store import atomic_write
+
+    atomic_write(path, hardware_toml(choice.hardware, header=f"msopt: {choice.how}").encode())
+    return str(path), text + f"; written to {path}", choice.hardware
+
+
+def _model(settings: Settings, dirs: Sequence[str]) -> tuple[str | None, str, str | None]:
+    """(the [simulator] model value, where it came from, the config's weight dtype) or (None, why, None)."""
+    from msopt.sim.hf_config import config_path, read_config_model
+
+    table = settings.section("simulator")
+    if user_set(settings, "model"):
+        name = str(table["model"])
+        return name, f"model {name} from [simulator] model ({settings.where('simulator.model')})", None
+    section = settings.section(settings.engine)
+    model = get_engine(settings.engine).model_path(section)
+    path = config_path(model) if model else None
+    if path is None:
+        return None, (f"the model {model!r} ([{settings.engine}.command] model) has no local config.json to read; "
+                      "set [simulator] model (a catalog name, a model TOML or a model directory)"), None
+    found = read_config_model(path, dirs)
+    notes = f"; {'; '.join(found.notes)}" if found.notes else ""
+    return str(path.parent), f"model from {path} ({found.summary()}){notes}", found.weight_dtype
+
+
+def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None = None,
+                 run_dir: Path | None = None) -> PriorSource:
+    """The ``[simulator]`` table of a real run's prior: model and hardware from ``[simulator]`` where
+    a configuration file sets them, else from the model's config.json and the nodes' ``probes``
+    (``(node, hardware_probe())`` pairs); a roofline hardware entry is written into ``run_dir``.
+
+    Never raises for what it cannot find: ``table`` is then None and ``lines`` say why.
+    """
+    table = thaw(settings.section("simulator"))
+    raw = table.get("catalog_dirs", ())
+    dirs = (raw,) if isinstance(raw, str) else tuple(raw)
+    try:
+        model, model_line, dtype = _model(settings, dirs)
+        hardware, hw_line, hw = _hardware(settings, probes, run_dir, dirs)
+    except MsoptError as exc:
+        return PriorSource(None, [f"prior: none ({exc})"])
+    if model is None or hardware is None:
+        why = model_line if model is None else hw_line
+        return PriorSource(None, [f"prior: none: {why}"])
+    table.update(model=model, hardware=hardware)
+    line2 = hw_line
+    if not user_set(settings, "weight_dtype") and dtype is not None:
+        chosen = dtype
+        if hw is not None and float(hw.tflops.get("bf16" if dtype == "fp16" else dtype, 0.0)) <= 0:
+            chosen = next((d for d in _FALLBACK.get(dtype, ()) if float(hw.tflops.get(d, 0.0)) > 0), dtype)
+        table["weight_dtype"] = chosen
+        if chosen != dtype:
+            line2 += f"; {dtype} weights simulated as {chosen} ({hw.name} has no {dtype} compute)"
+    return PriorSource(table, [f"prior: {model_line}", f"prior: {line2}"])

@@ -1,0 +1,86 @@
+"""Hardware detection: the tools' captured outputs (tests/data/hardware, sources in tests/data/README.md)
+parsed and mapped to a catalog entry or a roofline entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from msopt.sim.detect import (
+    Detected,
+    detect_devices,
+    hardware_for,
+    parse_lscpu,
+    parse_meminfo,
+    parse_npu_smi,
+    parse_nvidia_smi,
+)
+from msopt.sim.specs import hardware_toml, load_hardware
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hardware"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_nvidia_smi_csv_is_one_row_per_gpu_in_gib():
+    rows = parse_nvidia_smi(_read("nvidia_smi_h100_sxm.csv"))
+    assert len(rows) == 8 and rows[0][0] == "NVIDIA H100 80GB HBM3"
+    assert rows[0][1] == pytest.approx(81559 / 1024)
+    assert parse_nvidia_smi("NVIDIA H200, 143771 MiB\n") == [("NVIDIA H200", pytest.approx(140.4, abs=0.1))]
+    assert parse_nvidia_smi("No devices were found\n") == []
+
+
+def test_npu_smi_info_reads_the_name_row_and_the_hbm_total_of_the_chip_row():
+    rows = parse_npu_smi(_read("npu_smi_910b3.txt"))
+    assert rows == [("910B3", 64.0), ("910B3", 64.0)]  # the process table after it adds nothing
+    assert parse_npu_smi(_read("npu_smi_910b4.txt")) == [("910B4", 32.0)]
+    assert parse_npu_smi("") == []
+
+
+def test_lscpu_cores_clock_and_vector_width():
+    cpu = parse_lscpu(_read("lscpu_epyc_2core_kvm.txt"))
+    # no "CPU max MHz" line in a KVM guest: half the BogoMIPS (4890.86) is the clock
+    assert cpu["name"] == "AMD EPYC" and cpu["cores"] == 2
+    assert cpu["ghz"] == pytest.approx(2.445, abs=1e-3) and cpu["flops_per_cycle"] == 32  # AVX2 + FMA
+    assert parse_lscpu("Model name: X\nCPU(s): 4\nCPU max MHz: 3000.0\nFlags: avx512f avx2 fma\n") == {
+        "name": "X", "cores": 4, "ghz": 3.0, "flops_per_cycle": 64, "arch": ""}
+    assert parse_meminfo("MemTotal:       24683652 kB\n") == pytest.approx(23.54, abs=0.01)
+
+
+def test_catalog_parts_map_to_their_entries():
+    h100 = detect_devices({"nvidia-smi": _read("nvidia_smi_h100_sxm.csv")}, "GPU")
+    assert h100 == Detected("CUDA", "NVIDIA H100 80GB HBM3", pytest.approx(79.65, abs=0.01), 8, "nvidia-smi")
+    assert hardware_for(h100).catalog == "h100-sxm"
+    h200 = detect_devices({"nvidia-smi": _read("nvidia_smi_h200.csv")})
+    assert hardware_for(h200).catalog == "h200-sxm"
+    npu = detect_devices({"npu-smi": _read("npu_smi_910b3.txt"), "lscpu": "CPU(s): 2"}, "NPU")
+    assert npu is not None and npu.kind == "NPU" and hardware_for(npu).catalog == "atlas-800i-a2"
+
+
+def test_a_part_outside_the_catalog_gets_a_roofline_entry_that_round_trips(tmp_path):
+    l40s = detect_devices({"nvidia-smi": _read("nvidia_smi_l40s.csv")}, "GPU")
+    choice = hardware_for(l40s)
+    hw = choice.hardware
+    assert choice.catalog == "" and hw.name == "detected-nvidia-l40s"
+    assert hw.tflops["bf16"] == 362.0 and hw.hbm_tb_s == 0.864 and hw.devices_per_node == 2  # datasheet
+    assert hw.hbm_gib == pytest.approx(44.99, abs=0.01)
+    base = load_hardware(choice.basis)
+    assert base.memory_kind == "CUDA" and hw.compute_eff == base.compute_eff  # the nearest kind's factors
+    # a 32 GiB 910B4 is not the 64 GiB Atlas entry: the Atlas figures with its own memory
+    b4 = hardware_for(detect_devices({"npu-smi": _read("npu_smi_910b4.txt")}))
+    assert b4.catalog == "" and b4.basis == "atlas-800i-a2" and b4.hardware.hbm_gib == 32.0
+    path = tmp_path / "hw.toml"
+    path.write_text(hardware_toml(hw))
+    assert load_hardware(str(path)) == hw
+
+
+def test_a_cpu_is_a_roofline_of_its_cores():
+    cpu = detect_devices({"lscpu": _read("lscpu_epyc_2core_kvm.txt"), "meminfo": "MemTotal: 8388608 kB\n"}, "none")
+    assert cpu is not None and cpu.kind == "CPU" and cpu.memory_gib == 8.0
+    hw = hardware_for(cpu).hardware
+    assert hw.memory_kind == "CPU" and hw.tflops["bf16"] == pytest.approx(2 * 2.445 * 32 / 1e3, abs=1e-4)
+    assert "lscpu" in hw.description
+    assert detect_devices({"lscpu": _read("lscpu_epyc_2core_kvm.txt")}, "GPU") is None
