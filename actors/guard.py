@@ -7,7 +7,8 @@ it and the guard reads EOF. Meanwhile the guard records the driver's descendants
 (pid and start time, so a reused pid is never mistaken for one); at EOF it stops (SIGSTOP) every
 recorded process still alive and, round by round, their descendants, so that none can start
 another, then kills them all (SIGKILL). Nothing else is touched. The servers the actors started
-die with their actors (their own parent-death guard).
+die with their actors: each server's process group holds a watcher that kills the group when its
+actor is gone (msopt/engines/process.py), including workers already orphaned.
 
 Run as ``python -m actors.guard DRIVER_PID`` with the pipe's read end on stdin; it imports no Ray.
 """

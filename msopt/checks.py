@@ -23,3 +23,15 @@ def is_int(v: Any) -> TypeGuard[int]:
 def is_finite(v: Any) -> TypeGuard[int | float]:
     """A finite number (an int, or a float that is neither inf nor nan), not a bool."""
     return is_number(v) and math.isfinite(v)
+
+
+def port_range(v: Any) -> tuple[int, int] | None:
+    """``"LOW-HIGH"`` (``[cluster] ports``) as ``(low, high)``, 1 <= low <= high <= 65535; None when
+    ``v`` is not such a range."""
+    if not isinstance(v, str):
+        return None
+    low, sep, high = v.strip().partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        return None
+    lo, hi = int(low), int(high)
+    return (lo, hi) if 1 <= lo <= hi <= 65535 else None

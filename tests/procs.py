@@ -33,3 +33,33 @@ def survivors(pid_dir: Path) -> list[int]:
 def started(pid_dir: Path) -> int:
     """How many processes the recorder started (a test checks it saw some, so it cannot pass idly)."""
     return sum(1 for f in pid_dir.iterdir() if f.name.isdigit()) if pid_dir.is_dir() else 0
+
+
+def _pgid(pid: int) -> int | None:
+    """The process group of a live, non-zombie ``pid`` (None when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in (b"Z", b"X") else int(fields[2])
+
+
+def left_behind(pid_dir: Path) -> list[int]:
+    """Every live process in a group the recorder started (a server leads its own group, so the
+    recorded pid is the group id), and every recorded worker (tests/orphan_kids.py) still alive
+    in its recorded group: judged by pid and process group, never by command line (vLLM's
+    workers rename themselves)."""
+    if not pid_dir.is_dir():
+        return []
+    groups = {int(f.name) for f in pid_dir.iterdir() if f.name.isdigit()}
+    out = {int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and _pgid(int(d.name)) in groups}
+    for f in pid_dir.glob("kid-*"):
+        pid = int(f.name[4:])
+        if _pgid(pid) == int(f.read_text() or -1):
+            out.add(pid)
+    return sorted(out)
+
+
+def kids(pid_dir: Path) -> int:
+    """How many workers tests/orphan_kids.py started."""
+    return len(list(pid_dir.glob("kid-*"))) if pid_dir.is_dir() else 0

@@ -100,3 +100,55 @@ def test_optimize_runs_the_cheap_preflight_before_the_baseline(tmp_path):
     assert "FAIL model: model path /nonexistent/msopt-test/Qwen3-8B does not exist" in out.stderr
     assert "preflight check(s) failed" in out.stderr.splitlines()[-1]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+CRASHING = """
+import sys
+print("INFO 12-01 09:00:00 api_server.py: vLLM API server version 0.32.0")
+print("Traceback (most recent call last):")
+print('  File "vllm/config/model.py", line 1, in __post_init__')
+print("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
+print("INFO 12-01 09:00:01 shutting down")
+sys.exit(1)
+"""
+
+
+def test_a_server_that_dies_before_ready_says_why_in_the_plain_line_and_the_journal(tmp_path):
+    """Issue 25, bug 7: the plain line stopped at "log ... ends with:"."""
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING)
+    (tmp_path / "Qwen3-8B").mkdir()
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG.format(exe=json.dumps([sys.executable, str(script)]), token="t", model=tmp_path / "Qwen3-8B"))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
+                          "-o", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
+    failed = [ln for ln in out.stdout.splitlines() if "eval 0 baseline failed" in ln][0]
+    assert "status 1 before" in failed and "ValidationError: 1 validation error for ModelConfig" in failed, failed
+    (run,) = list((tmp_path / "runs").iterdir())
+    rec = json.loads((run / "journal.jsonl").read_text().splitlines()[0])
+    assert "ValidationError: 1 validation error for ModelConfig" in rec["error"].splitlines()[0]
+    assert rec["error"].splitlines()[-1] == "INFO 12-01 09:00:01 shutting down"
+
+
+@pytest.mark.slow  # a run through sim-serve
+def test_every_server_port_comes_from_cluster_ports(tmp_path):
+    """Issue 25, bug 9: [cluster] ports confines the ports msopt picks (here two trials at once)."""
+    from msopt.engines.process import free_port
+
+    base = free_port()
+    lo, hi = (base, base + 49) if base + 49 <= 65535 else (base - 49, base)
+    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
+    (tmp_path / "Qwen3-8B").mkdir()
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG.format(exe=exe, token="ports", model=tmp_path / "Qwen3-8B").replace(
+        "[cluster]\n", f'[cluster]\nports = "{lo}-{hi}"\n'))
+    argv_dir = tmp_path / "argv"
+    argv_dir.mkdir()
+    env = dict(os.environ, MSOPT_SIM_SERVE_ARGV_FILE=str(argv_dir))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain", "--no-ray",
+                          "--max-concurrent", "2", "-o", str(tmp_path / "runs")], env=env, capture_output=True,
+                         text=True, timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    seen = [json.loads(p.read_text()) for p in argv_dir.glob("argv-*.json")]
+    assert len(seen) >= 2
+    assert all(lo <= int(a[a.index("--port") + 1]) <= hi for a in seen)

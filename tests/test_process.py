@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -18,6 +19,9 @@ import pytest
 
 from msopt.engines.process import (
     BACKUP_SUFFIX,
+    LOG_HEADER,
+    PortLease,
+    ProcessRegistry,
     _alive,
     free_port,
     group_members,
@@ -35,6 +39,13 @@ def py(code: str) -> list[str]:
     return [PY, "-c", textwrap.dedent(code)]
 
 
+def out(log: Path) -> str:
+    """What the process wrote to its log, without the lines msopt opens every log with."""
+    if not log.exists():
+        return ""
+    return "".join(ln for ln in log.read_text().splitlines(keepends=True) if not ln.startswith(LOG_HEADER))
+
+
 def wait_for(pred, timeout: float = 10.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -48,7 +59,7 @@ def test_sleeping_child_stops_and_leaves_nothing(tmp_path: Path) -> None:
     log = tmp_path / "logs" / "s.log"
     proc = start_process(py("import time, os; print('hi', os.environ['X'], flush=True); time.sleep(60)"),
                          {"X": "a b;c"}, log)
-    assert wait_for(lambda: "hi a b;c" in log.read_text())
+    assert wait_for(lambda: "hi a b;c" in out(log))
     assert proc.running and os.getpgid(proc.pid) == proc.pid != os.getpgid(0)
     mode = stat.S_IMODE(log.stat().st_mode)
     assert not mode & 0o002 and mode & 0o600 == 0o600
@@ -73,8 +84,8 @@ def test_server_can_call_setpgrp_like_the_mindie_daemon(tmp_path: Path) -> None:
     """
     log = tmp_path / "d.log"
     with start_process(py(code), {}, log) as proc:
-        assert wait_for(lambda: "setpgrp" in log.read_text())
-        assert "setpgrp ok" in log.read_text()
+        assert wait_for(lambda: "setpgrp" in out(log))
+        assert "setpgrp ok" in out(log)
         assert os.getsid(proc.pid) == os.getsid(0)
         assert os.getpgid(proc.pid) == proc.pid
     assert not _alive(proc.pid) and group_members(proc.pgid) == []
@@ -89,7 +100,7 @@ def test_child_ignoring_sigterm_gets_sigkill(tmp_path: Path) -> None:
     """
     log = tmp_path / "t.log"
     with start_process(py(code), {}, log) as proc:
-        assert wait_for(lambda: "ready" in log.read_text())
+        assert wait_for(lambda: "ready" in out(log))
         t0 = time.monotonic()
         assert proc.stop(grace=0.5) == -signal.SIGKILL
         assert 0.4 < time.monotonic() - t0 < 5
@@ -106,8 +117,8 @@ def test_grandchildren_die_with_the_group(tmp_path: Path) -> None:
     """
     log = tmp_path / "g.log"
     proc = start_process(py(code), {}, log)
-    assert wait_for(lambda: len(log.read_text().split()) == 2)
-    kids = [int(x) for x in log.read_text().split()]
+    assert wait_for(lambda: len(out(log).split()) == 2)
+    kids = [int(x) for x in out(log).split()]
     assert all(_alive(k) for k in kids)
     proc.stop(grace=0.5)
     assert wait_for(lambda: not any(_alive(k) for k in kids), 5)
@@ -123,7 +134,7 @@ def test_grandchildren_die_even_after_the_leader_exited(tmp_path: Path) -> None:
     log = tmp_path / "o.log"
     proc = start_process(py(code), {}, log)
     assert proc.wait(10) == 0
-    kid = int(log.read_text().split()[0])
+    kid = int(out(log).split()[0])
     assert _alive(kid)
     proc.stop(grace=1)
     assert wait_for(lambda: not _alive(kid), 5)
@@ -272,3 +283,146 @@ def test_launched_stages_files_starts_waits_and_cleans_up(tmp_path: Path) -> Non
     with pytest.raises(EvaluationError, match="(?s)status 2.*boom"), launched(bad, tmp_path / "b.log"):
         pass
     assert conf.read_text() == '{"port": 1}'
+
+
+ORPHAN_KIDS = f"""
+    import os, signal, subprocess, sys, time
+    # like vLLM's CPU workers: renamed, and deaf to SIGTERM once orphaned
+    code = ('import os, signal, time; parent = os.getppid(); '
+            'signal.signal(signal.SIGTERM, lambda *a: os._exit(0) if os.getppid() == parent else None); '
+            'open("/proc/self/comm", "w").write("VLLM::Worker"); time.sleep(120)')
+    kids = [subprocess.Popen([{PY!r}, '-c', code]) for _ in range(2)]
+    print(' '.join(str(k.pid) for k in kids), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_group_has_a_watcher_that_stop_takes_down(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    proc = start_process(py("import time; print('up', flush=True); time.sleep(60)"), {}, log)
+    assert wait_for(lambda: "up" in out(log))
+    watcher = proc.watcher_pid
+    assert watcher is not None and os.getpgid(watcher) == proc.pgid
+    assert sorted(group_members(proc.pgid)) == sorted([proc.pid, watcher])
+    assert proc.stop(grace=5) == -signal.SIGTERM  # the watcher ignores SIGTERM yet costs no grace
+    assert group_members(proc.pgid) == [] and not _alive(watcher)
+
+
+def test_orphaned_workers_die_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    """The launcher (an actor, a --no-ray driver) is killed -9: the parent-death signal reaches only
+    the server, so its renamed, SIGTERM-deaf workers would be orphaned; the watcher kills them."""
+    pidfile = tmp_path / "pid"
+    log = tmp_path / "k.log"
+    code = f"""
+        import time, sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from msopt.engines.process import start_process
+        p = start_process({py(ORPHAN_KIDS)!r}, {{}}, {str(log)!r})
+        open({str(pidfile)!r}, 'w').write(str(p.pid))
+        time.sleep(60)
+    """
+    launcher = subprocess.Popen(py(code))
+    try:
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text() != "" and
+                        len(out(log).split()) == 2, 30)
+        server = int(pidfile.read_text())
+        kids = [int(x) for x in out(log).split()]
+        assert all(_alive(k) and os.getpgid(k) == server for k in kids)
+        launcher.kill()
+        launcher.wait()
+        assert wait_for(lambda: group_members(server) == [], 30), group_members(server)
+        assert not any(_alive(k) for k in [server, *kids])
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_registry_close_stops_running_servers_and_refuses_new_ones(tmp_path: Path) -> None:
+    registry = ProcessRegistry()
+    log = tmp_path / "r.log"
+    procs = [start_process(py(ORPHAN_KIDS), {}, tmp_path / f"r{i}.log", registry=registry) for i in range(2)]
+    assert wait_for(lambda: all(len(out(p.log_path).split()) == 2 for p in procs), 30)
+    assert sorted(p.pid for p in registry.live()) == sorted(p.pid for p in procs)
+    for p in procs:
+        p.grace = 1.0
+    registry.close()
+    assert registry.live() == []
+    for p in procs:
+        assert p.returncode is not None and group_members(p.pgid) == []
+    with pytest.raises(EvaluationError, match="stopping"):
+        start_process(py("import time; time.sleep(60)"), {}, log, registry=registry)
+    assert not log.exists() or out(log) == ""
+
+
+def test_stop_from_two_threads_stops_once(tmp_path: Path) -> None:
+    proc = start_process(py("import time; time.sleep(60)"), {}, tmp_path / "t2.log")
+    codes: list[int | None] = []
+    threads = [threading.Thread(target=lambda: codes.append(proc.stop(grace=5))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [-signal.SIGTERM, -signal.SIGTERM] and group_members(proc.pgid) == []
+
+
+def test_a_server_dying_before_ready_says_why_on_the_first_line(tmp_path: Path) -> None:
+    """Issue 25, bug 7: progress lines and tables show an error's first line; it must carry the
+    log's crash line, not stop at "ends with:"."""
+    log = tmp_path / "dead.log"
+    code = ("import sys; print('INFO loading'); print('Traceback (most recent call last):'); "
+            "print('  File \"x.py\", line 1'); print('ValueError: max_model_len 4096 exceeds 2048'); "
+            "print('INFO shutting down'); sys.exit(1)")
+    proc = start_process(py(code), {}, log)
+    with pytest.raises(EvaluationError) as err:
+        wait_ready("127.0.0.1", free_port(), "/health", 60, proc, interval=0.1)
+    first, *rest = str(err.value).splitlines()
+    assert "status 1 before" in first and "ValueError: max_model_len 4096 exceeds 2048" in first
+    assert str(log) in first and rest[-1] == "INFO shutting down"
+    proc.stop()
+
+
+def test_every_log_opens_with_the_argv_the_changed_env_and_the_cwd(tmp_path: Path) -> None:
+    """Issue 25, bug 8 (docs/engines.md: the command msopt runs is in each server log)."""
+    log = tmp_path / "h.log"
+    argv = [PY, "-c", "import sys; print('served'); sys.exit(0)", "a b", "$(id)"]
+    work = tmp_path / "work dir"
+    work.mkdir()
+    proc = start_process(argv, {"VLLM_CPU_KVCACHE_SPACE": "1", "Q": "x y"}, log, cwd=work)
+    assert proc.wait(30) == 0
+    lines = log.read_text().splitlines()
+    assert lines[0] == LOG_HEADER + "argv: " + json.dumps(argv)
+    assert lines[1] == LOG_HEADER + "command: " + shlex.join(argv)
+    assert json.loads(lines[2].removeprefix(LOG_HEADER + "env: ")) == {"VLLM_CPU_KVCACHE_SPACE": "1", "Q": "x y"}
+    assert lines[3] == f"{LOG_HEADER}cwd: {work}"
+    assert lines[4:] == ["served"]
+    assert "HOME" not in lines[2]  # only what msopt set, not the inherited environment
+
+
+def test_port_leases_from_a_range_never_share_a_port(tmp_path: Path) -> None:
+    """Issue 25, bug 9: [cluster] ports; two trials at once (threads here, actors alike) never collide."""
+    base = free_port()
+    lo, hi = (base, base + 3) if base + 3 <= 65535 else (base - 3, base)
+    got: list[list[int]] = []
+
+    def trial() -> None:
+        with PortLease((lo, hi)) as lease:
+            ports = [lease.take(), lease.take()]
+            got.append(ports)
+            barrier.wait()  # both hold their ports at once
+
+    barrier = threading.Barrier(2)
+    threads = [threading.Thread(target=trial) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    taken = [p for ports in got for p in ports]
+    held = [p for p in taken if lo <= p <= hi]
+    assert len(held) == 4 and len(set(held)) == 4
+    with PortLease((lo, hi)) as a, PortLease((lo, hi)) as b:
+        first = [a.take() for _ in range(2)] + [b.take() for _ in range(2)]
+        assert sorted(first) == list(range(lo, hi + 1))
+        with pytest.raises(EvaluationError, match=r'no free port left in \[cluster\] ports = "'):
+            b.take()
+    with PortLease((lo, hi)) as c:  # given back on close
+        assert lo <= c.take() <= hi

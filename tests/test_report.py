@@ -447,3 +447,38 @@ def test_without_matplotlib_the_report_is_one_line_exit_2(vllm_run: dict, monkey
     assert main(["report", str(vllm_run["run"])]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pip install matplotlib" in err
+
+
+LOAD_FIELD = """
+[[vllm.target_field]]
+name = "CONCURRENCY"
+config_position = "env"
+min = 8
+max = 64
+dtype = "int"
+value = 32
+
+[[vllm.target_field]]
+name = "MSOPT_TEST_SERVER_VAR"
+config_position = "env"
+min = 1
+max = 4
+dtype = "int"
+value = 2
+"""
+
+
+def test_best_command_does_not_export_the_benchmark_load_into_the_server(tmp_path: Path) -> None:
+    """Issue 25, bug 11: best_command.sh exported CONCURRENCY=32, a benchmark variable."""
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(small_quickstart(LOAD_FIELD))
+    settings = load_settings(str(cfg), environ={})
+    space = SearchSpace.from_settings(settings)
+    values = space.decode(space.default_position()).values
+    assert values["CONCURRENCY"] == 32
+    export_best(settings, values, tmp_path)
+    text = (tmp_path / BEST_COMMAND_SH).read_text()
+    assert "export CONCURRENCY" not in text and "export MSOPT_TEST_SERVER_VAR=2" in text
+    assert "benchmark load, not the server's: CONCURRENCY=32" in text
+    record = json.loads((tmp_path / BEST_COMMAND_JSON).read_text())
+    assert "CONCURRENCY" not in record["env"] and record["benchmark_load"] == {"CONCURRENCY": "32"}

@@ -70,7 +70,7 @@ from msopt.engines.base import (
     split_others,
     substitute,
 )
-from msopt.engines.process import tail
+from msopt.engines.process import exit_report, tail
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -386,8 +386,8 @@ class AisBench(BenchmarkAdapter):
         """Read the newest ``performances/<abbr>/<dataset>.json`` and its ``.csv``."""
         found = sorted(Path(result_dir).glob("**/performances/*/*.json"), key=lambda p: p.stat().st_mtime)
         if not found:
-            raise EvaluationError(f"ais_bench wrote no performances/*/*.json under {result_dir}; log "
-                                  f"{log_path} ends with:\n" + "\n".join(tail(log_path, 20)))
+            raise EvaluationError(exit_report(f"ais_bench wrote no performances/*/*.json under {result_dir}",
+                                              log_path, tail(log_path, 20)))
         jpath = found[-1]
         try:
             common = json.loads(jpath.read_text(encoding="utf-8"))

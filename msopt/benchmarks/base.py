@@ -141,7 +141,7 @@ class BenchmarkAdapter:
             EvaluationError: it could not start, ran past ``timeout`` (it is stopped), exited
                 non-zero, or left no readable result.
         """
-        from msopt.engines.process import start_process
+        from msopt.engines.process import exit_report, start_process
 
         result_dir = Path(result_dir)
         result_dir.mkdir(parents=True, exist_ok=True)
@@ -151,11 +151,11 @@ class BenchmarkAdapter:
             code = proc.wait(timeout)
             if code is None:
                 proc.stop()
-                raise EvaluationError(f"benchmark {self.name} did not finish within {timeout:g} s; "
-                                      f"log {log_path} ends with:\n" + "\n".join(proc.tail(20)))
+                raise EvaluationError(exit_report(f"benchmark {self.name} did not finish within {timeout:g} s",
+                                                  log_path, proc.tail(20)))
         if code != 0:
-            raise EvaluationError(f"benchmark {self.name} exited with status {code}; log {log_path} "
-                                  "ends with:\n" + "\n".join(proc.tail(20)))
+            raise EvaluationError(exit_report(f"benchmark {self.name} exited with status {code}", log_path,
+                                              proc.tail(20)))
         return self.parse(result_dir, Path(log_path))
 
 

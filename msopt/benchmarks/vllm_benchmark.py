@@ -27,7 +27,7 @@ from msopt.engines.base import (
     format_value,
     split_others,
 )
-from msopt.engines.process import tail
+from msopt.engines.process import exit_report, tail
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
@@ -113,8 +113,8 @@ class VllmBenchmark(BenchmarkAdapter):
         if not path.exists():
             found = sorted(Path(result_dir).glob("*.json"), key=lambda p: p.stat().st_mtime)
             if not found:
-                raise EvaluationError(f"vllm bench serve wrote no result into {result_dir}; log "
-                                      f"{log_path} ends with:\n" + "\n".join(tail(log_path, 20)))
+                raise EvaluationError(exit_report(f"vllm bench serve wrote no result into {result_dir}",
+                                                  log_path, tail(log_path, 20)))
             path = found[-1]
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

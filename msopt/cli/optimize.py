@@ -135,8 +135,21 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, ``ray job stop``): stops the run as Ctrl-C does, exit status 143."""
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise Terminated
+class _SigtermSeen:
+    """The SIGTERM handler, remembering that SIGTERM came.
+
+    Raising :class:`Terminated` is not enough on the Ray path: a signal that arrives while the
+    driver waits inside ``ray.wait``/``ray.get`` is turned by Ray's core worker into a plain
+    ``KeyboardInterrupt`` (its ``check_signals`` maps any KeyboardInterrupt to an "Interrupted"
+    status, re-raised as ``KeyboardInterrupt()``; Ray 2.60 ``_raylet.pyx``), which would exit 130.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.seen = True
+        raise Terminated
 
 
 def _one_line(exc: BaseException) -> str:
@@ -196,7 +209,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     pool: EvaluatorPool | None = None
     started_ray: object = False  # what init_ray started (a LocalCluster for multi-node simulation)
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
-    term_before = signal.signal(signal.SIGTERM, _interrupt)
+    on_term = _SigtermSeen()
+    term_before = signal.signal(signal.SIGTERM, on_term)
     try:
         if args.no_ray:
             pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.run_dir))
@@ -210,7 +224,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
             try:
                 started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
-                signal.signal(signal.SIGTERM, _interrupt)  # ray.init installed its own (a dump and exit 1)
+                signal.signal(signal.SIGTERM, on_term)  # ray.init installed its own (a dump and exit 1)
                 pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
                                max_concurrent=args.max_concurrent or 0)
             except MsoptError:
@@ -242,9 +256,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close({"interrupted": True})
             progress = None
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        terminated = isinstance(exc, Terminated) or on_term.seen
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"msopt: {how}; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        return 143 if terminated else 130
     except (StoreError, FaultError) as exc:  # disk full, a bad environment, ...: every journaled result is safe
         raise type(exc)(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
                          f"msopt optimize --resume {store.run_dir}") from None

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from msopt.checks import is_finite, is_int
+from msopt.checks import is_finite, is_int, port_range
 from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
 
 try:
@@ -92,6 +92,8 @@ _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
         "devices_per_trial": (lambda v: is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
         "devices_per_node": (lambda v: is_int(v) and 1 <= v <= 4096, "an integer from 1 to 4096"),
         "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
+        "ports": (lambda v: port_range(v) is not None,
+                  "a port range \"LOW-HIGH\" within 1-65535, such as \"20000-20999\""),
     },
     "search": {
         "searcher": (lambda v: isinstance(v, str) and v != "", "a searcher name such as \"swarm\""),

@@ -17,6 +17,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import get_engine
 from msopt.engines.base import TrialNode
+from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
@@ -63,6 +64,7 @@ class Evaluator:
         nodes: every node of a trial that spans nodes (this one first); the journal then lists
             each device as ``<node id>:<device>``.
         launcher: starts the servers of the other nodes (see :class:`NodeLauncher`).
+        processes: the pool's registry of started servers (see :class:`ProcessRegistry`).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Evaluator:
         actor: str | None = None,
         nodes: Sequence[TrialNode] = (),
         launcher: NodeLauncher | None = None,
+        processes: ProcessRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.simulate = bool(settings.get("simulate")) if simulate is None else simulate
@@ -87,7 +90,8 @@ class Evaluator:
         self.objective: Objective = make_objective(str(settings.get("objective", "default")), settings.data)
         self.engine = get_engine(settings.engine)
         self.runner_context = RunnerContext(self.run_dir, tuple(str(d) for d in devices),
-                                            tuple(nodes) if len(nodes) > 1 else (), launcher)
+                                            tuple(nodes) if len(nodes) > 1 else (), launcher,
+                                            processes)
         self.runner: Runner = (SimRunner if self.simulate else RealRunner)(settings, self.engine, self.runner_context)
 
     # ------------------------------------------------------------------------------------

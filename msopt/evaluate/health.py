@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from msopt.checks import is_int
+from msopt.engines.process import LOG_HEADER
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
@@ -139,7 +140,7 @@ class HealthCheck:
         """Classify the last ``log_snippet_length`` lines of a ``service`` or ``benchmark`` log."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        snippet = list(lines)[-self.log_snippet_length:]
+        snippet = [ln for ln in lines if not ln.startswith(LOG_HEADER)][-self.log_snippet_length:]
         lowered = [line.lower() for line in snippet]
         for sev in SEVERITIES:
             for i in range(len(snippet) - 1, -1, -1):

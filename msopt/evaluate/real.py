@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks import get_benchmark
+from msopt.checks import port_range
 from msopt.config import Settings
 from msopt.engines import EngineAdapter
-from msopt.engines.process import free_port, launched
+from msopt.engines.process import PortLease, launched
 from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
@@ -63,6 +64,12 @@ class RealRunner(EngineRunner):
             RetryableError: a retryable health-check pattern matched a log.
             EvaluationError: the server or the benchmark failed (fatal pattern, crash, timeout).
         """
+        # [cluster] ports: every port of the trial from the range, held until the trial ends
+        with PortLease(port_range(self.settings.section("cluster").get("ports"))) as lease:
+            return self._measure(values, req, attempt, lease)
+
+    def _measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int,
+                 lease: PortLease) -> dict[str, Any]:
         settings = self.settings
         run_dir = self.ctx.run_dir
         base = run_dir / "work" if run_dir is not None else None
@@ -72,14 +79,14 @@ class RealRunner(EngineRunner):
         server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
         if "pd" in self.engine_section:
-            return self._measure_pd(values, req, attempt, workdir, server_log, bench_log)
+            return self._measure_pd(values, req, attempt, workdir, server_log, bench_log, lease)
         nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))
         try:
             more = self.engine.leader_ports if len(nodes) > 1 else 0
-            extra = {"leader_ports": [free_port() for _ in range(more)]} if more else {}
-            specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=free_port(),
-                                             nodes=nodes, rendezvous_port=free_port(), workdir=workdir, **extra)
+            extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
+            specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
+                                             nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
             spec = specs[0]
             check_rules(spec, values, self.engine_section)
             if len(specs) > 1 and self.ctx.launcher is None:
@@ -97,7 +104,7 @@ class RealRunner(EngineRunner):
             if launcher is not None:
                 # every node starts at once, as the engines' own multi-node launches expect
                 launcher.start(specs[1:], follower_logs, str(workdir))
-            with launched(spec, server_log, cwd=workdir) as proc:
+            with launched(spec, server_log, cwd=workdir, registry=self.ctx.processes) as proc:
                 self._followers_ok(launcher)
                 metrics = self.benchmark.run(
                     spec, values, settings.fields, settings.section(self.benchmark_name),
@@ -123,7 +130,7 @@ class RealRunner(EngineRunner):
         return metrics
 
     def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int, workdir: Path,
-                    server_log: Path, bench_log: Path) -> dict[str, Any]:
+                    server_log: Path, bench_log: Path, lease: PortLease) -> dict[str, Any]:
         """A prefill/decode-disaggregated trial: every instance (each ready), then the router, then the
         benchmark against the router; any process that ends fails the trial, and all are stopped."""
         from msopt.engines.pd import without_pd
@@ -133,7 +140,7 @@ class RealRunner(EngineRunner):
             raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "
                                   "keep [cluster] devices_per_trial within one node for a real PD run")
         launch = self.engine.render_pd(values, settings.fields, self.engine_section,
-                                       ports=[free_port() for _ in range(64)], devices=list(self.ctx.devices),
+                                       ports=_pd_ports(lease), devices=list(self.ctx.devices),
                                        workdir=workdir)
         inner = without_pd(self.engine_section)
         timeout = float(settings.get("particles_time_out", 3600))
@@ -151,8 +158,10 @@ class RealRunner(EngineRunner):
                 for name, _ in roles}
         try:
             with contextlib.ExitStack() as stack:
-                procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir))) for name, spec in roles]
-                router = stack.enter_context(launched(launch.router, server_log, cwd=workdir))
+                reg = self.ctx.processes
+                procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir, registry=reg)))
+                         for name, spec in roles]
+                router = stack.enter_context(launched(launch.router, server_log, cwd=workdir, registry=reg))
                 metrics = self.benchmark.run(
                     launch.router, values, settings.fields, settings.section(self.benchmark_name),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
@@ -175,6 +184,18 @@ class RealRunner(EngineRunner):
         why = launcher.failure() if launcher is not None else None
         if why:
             raise EvaluationError(why)
+
+def _pd_ports(lease: PortLease, most: int = 64) -> list[int]:
+    """Ports for a disaggregated trial (the adapter uses 2 x instances + 1 of them): up to ``most``,
+    fewer when a ``[cluster] ports`` range has fewer left (at least 3)."""
+    out = [lease.take() for _ in range(3)]
+    try:
+        out += [lease.take() for _ in range(most - 3)]
+    except EvaluationError:
+        if lease.ports is None:
+            raise
+    return out
+
 
 def _some_failed(metrics: Mapping[str, Any]) -> bool:
     rate = metrics.get("success_rate")

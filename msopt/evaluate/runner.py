@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from msopt.config import Settings
 from msopt.engines import EngineAdapter
 from msopt.engines.base import LaunchSpec, TrialNode
+from msopt.engines.process import ProcessRegistry
 from msopt.evaluate.results import EvalRequest
 
 
@@ -48,12 +49,15 @@ class RunnerContext:
             one-node trial.
         launcher: starts the servers on ``nodes[1:]`` (required with two or more nodes on the
             real path; the simulated path only renders them).
+        processes: the registry of the pool the evaluator belongs to (in-process pools stop their
+            servers through it when they close); None: nothing tracks them.
     """
 
     run_dir: Path | None = None
     devices: tuple[str, ...] = field(default_factory=tuple)
     nodes: tuple[TrialNode, ...] = field(default_factory=tuple)
     launcher: NodeLauncher | None = field(default=None, compare=False)
+    processes: ProcessRegistry | None = field(default=None, compare=False)
 
     @property
     def placement(self) -> tuple[TrialNode, ...]:

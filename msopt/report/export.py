@@ -14,12 +14,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Settings
 from msopt.engines import get_engine
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
 from msopt.run.store import atomic_write, dumps
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def server_env(env: Mapping[Any, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """``env`` split into the server's variables and the benchmark's load (the CONCURRENCY and
+    REQUESTRATE fields of the original tool, ``config_position = "env"``): a load is the client's
+    setting, never the server's, so the exported launch does not export it (issue 25)."""
+    load = (CONCURRENCY_FIELD, REQUEST_RATE_FIELD)
+    items = {str(k): str(v) for k, v in env.items()}
+    return ({k: v for k, v in items.items() if k not in load}, {k: v for k, v in items.items() if k in load})
+
+
+def _load_note(load: Mapping[str, str]) -> list[str]:
+    return [f"benchmark load, not the server's: {', '.join(f'{k}={v}' for k, v in load.items())} (give it to "
+            "the client, e.g. vllm bench serve --max-concurrency / --request-rate)"] if load else []
 
 
 def launch_port(settings: Settings) -> int:
@@ -100,7 +115,8 @@ def _export_nodes(settings: Settings, values: Mapping[str, Any], out: Path, port
             if marked:
                 notes.append(f"in {', '.join(marked)} replace {', '.join(names)} by the nodes' IP addresses "
                              "(and add each NPU's device_ip, hccn_tool -i N -ip -g, or set [mindie] device_ips)")
-        env = {str(k): str(v) for k, v in spec.env.items()}
+        env, load = server_env(spec.env)
+        notes += _load_note(load)
         atomic_write(sh, _node_script([str(a) for a in spec.argv], env, names, notes).encode("utf-8"), mode=0o755)
         written.append(sh)
         record_nodes.append({"rank": node.rank, "address": node.address, "devices": list(node.devices),
@@ -137,7 +153,8 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
     for (role, i, spec), r in zip(roles, where, strict=True):
         if r != node:
             continue
-        env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
+        env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in server_env(spec.env)[0].items()
+                       if _ENV_NAME.fullmatch(k))
         lines.append(_comment(f"{role} instance {i}"))
         lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + " &")
     if node == 0:
@@ -172,7 +189,7 @@ def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: i
     notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
              f"instance(s) and the router on port {launch.router.port}"]
     record = {"engine": engine, "deployment": "pd", "port": launch.router.port, "values": dict(values),
-              **{role: [{"argv": [str(a) for a in s.argv], "env": {str(a): str(b) for a, b in s.env.items()},
+              **{role: [{"argv": [str(a) for a in s.argv], "env": server_env(s.env)[0],
                          "port": s.port} for s in specs]
                  for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))},
               "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port},
@@ -215,7 +232,7 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
         return multi
     spec = adapter.render(values, settings.fields, settings.section(engine), port=port)
     argv = [str(a) for a in spec.argv]
-    env = {str(k): str(v) for k, v in spec.env.items()}
+    env, load = server_env(spec.env)
     written: list[Path] = []
     files = {str(k): v for k, v in spec.files.items()}
     notes = [f"msopt: the best configuration of run {out.name} ({engine}"
@@ -228,7 +245,8 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
         where = adapter.export_target(settings.section(engine), target)
         notes.append(f"{engine} reads its configuration from {where}: install {BEST_CONFIG_JSON} "
                      "there (back up the original) before running this script")
-    record = {"engine": engine, "argv": argv, "env": env, "port": port, "values": dict(values),
+    notes += _load_note(load)
+    record = {"engine": engine, "argv": argv, "env": env, "benchmark_load": load, "port": port, "values": dict(values),
               "files": {t: BEST_CONFIG_JSON for t in list(files)[:1]}, "eval_id": eval_id,
               "fitness": fitness}
     atomic_write(out / BEST_COMMAND_SH, shell_script(argv, env, notes=notes).encode("utf-8"), mode=0o755)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 from msopt.config import Settings
+from msopt.engines.process import ProcessRegistry
 from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
 from msopt.evaluate.results import describe_fault, fault_result
 from msopt.space import SearchSpace
@@ -66,8 +68,10 @@ class InProcessPool:
     def __init__(self, settings: Settings, *, size: int = 1, run_dir: str | None = None,
                  evaluator_factory: Callable[[int], Evaluating] | None = None) -> None:
         self._size = max(1, int(size))
+        self.processes = ProcessRegistry()
         factory = evaluator_factory or (
-            lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[]))
+            lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[],
+                                processes=self.processes))
         self._evaluators: list[Evaluating] = [factory(k) for k in range(self._size)]
         self._requests: queue.Queue[EvalRequest | None] = queue.Queue()
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
@@ -118,6 +122,14 @@ class InProcessPool:
             except queue.Empty:
                 return out
 
-    def close(self) -> None:
+    def close(self, join_timeout: float = 30.0) -> None:
+        """Stop the servers the workers are running (each with its grace) and refuse new ones, then
+        wait up to ``join_timeout`` s for the workers to return; their results are dropped (the
+        driver has stopped listening, and a stopped server's failure is not the configuration's).
+        The threads are daemons, so a worker stuck elsewhere never keeps the process alive."""
         for _ in self._threads:
             self._requests.put(None)
+        self.processes.close()
+        deadline = time.monotonic() + join_timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))

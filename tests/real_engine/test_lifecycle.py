@@ -1,0 +1,105 @@
+"""Issue 25, bug 1 against the real vLLM CPU build: SIGTERM, Ctrl-C (SIGINT) and SIGKILL of the driver,
+with and without Ray, and an actor killed mid-benchmark, each followed by ``--resume``.
+
+vLLM's CPU processes rename themselves (``VLLM::EngineCore``) and, orphaned, ignore SIGTERM: every
+server is judged by the pid tests/record_pid.py recorded and by its process group (the server
+leads its own), never by command line. The journal must end as an uninterrupted run's (same
+evaluations, phases and outcomes; tests/lifecycle.py). Each run is tiny: two particles, one
+iteration, no re-measurement, the builtin benchmark with 16 prompts (two launches, the second
+search candidate a reuse or a launch). Sized by the configuration, not --max-launches: a resumed run
+plans a launch budget differently from an uninterrupted one (issue 25, bug 5).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
+from tests.procs import left_behind, recorded
+from tests.real_engine.conftest import VllmCpu
+from tests.real_engine.test_vllm_cpu import write_config
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+#: Processes of a ready vLLM CPU server's group: the API server, VLLM::EngineCore, multiprocessing's
+#: resource tracker and msopt's watcher.
+MEMBERS = 3
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _config(tmp: Path, cpu: VllmCpu) -> tuple[Path, Path]:
+    pids = tmp / "pids"
+    over: dict[str, Any] = {
+        "n_particles": 2, "iters": 1, "sample_size": 16, "benchmark": "builtin",
+        "data_storage": {"pso_top_k": 0},
+        "builtin": {"num_prompts": 16, "concurrency": 4, "output_len": 16},
+        "vllm": {"command": {"executable": recorded([cpu.vllm, "serve"], pids)}},
+    }
+    return write_config(tmp, cpu, over), pids
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, vllm_cpu: VllmCpu) -> dict[str, list[tuple]]:
+    """The journal's shape of one uninterrupted run per pool kind (computed on first use)."""
+    return {}
+
+
+def _expected(kind: str, cache: dict[str, list[tuple]], tmp: Path, cpu: VllmCpu, flags: tuple[str, ...]) -> list:
+    if kind not in cache:
+        (tmp / f"whole-{kind}").mkdir()
+        cfg, pids = _config(tmp / f"whole-{kind}", cpu)
+        proc = optimize(cfg, tmp / f"whole-{kind}" / "runs", *flags, env=_env())
+        out, err = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, out[-2000:] + err[-3000:]
+        cache[kind] = shape(journal(run_dir(tmp / f"whole-{kind}" / "runs")))
+        assert left_behind(pids) == []
+    return cache[kind]
+
+
+@pytest.mark.parametrize("ray", [False, True], ids=["no-ray", "ray"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+def test_no_vllm_process_outlives_the_driver(tmp_path: Path, vllm_cpu: VllmCpu, uninterrupted: dict,
+                                            sig: signal.Signals, ray: bool) -> None:
+    flags = () if ray else ("--no-ray",)
+    expected = _expected("ray" if ray else "no-ray", uninterrupted, tmp_path, vllm_cpu, flags)
+    cfg, pids = _config(tmp_path, vllm_cpu)
+    got = interrupt_then_resume(cfg, tmp_path, pids, sig, flags, expected, members=MEMBERS, env=_env())
+    print(f"\nreal vLLM, {'Ray' if ray else '--no-ray'}, {sig.name}: {got}")
+
+
+def test_an_actor_killed_mid_benchmark_takes_its_vllm_server(tmp_path: Path, vllm_cpu: VllmCpu,
+                                                             uninterrupted: dict) -> None:
+    expected = _expected("ray", uninterrupted, tmp_path, vllm_cpu, ())
+    cfg, pids = _config(tmp_path, vllm_cpu)
+    output = tmp_path / "runs"
+    proc = optimize(cfg, output, env=_env())
+    try:
+        def benchmarking() -> bool:
+            return bool(list(output.glob("*/logs/eval-*-benchmark-a1.log"))) and len(left_behind(pids)) >= MEMBERS
+        wait_until(benchmarking, proc, "a benchmark started")
+        group = left_behind(pids)
+        (leader,) = [p for p in group if (pids / str(p)).exists()]
+        actor = int(Path(f"/proc/{leader}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(actor, signal.SIGKILL)
+        wait_until(lambda: not set(group) & set(left_behind(pids)), proc, "the killed actor's server stopped")
+        out, err = proc.communicate(timeout=1800)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+    got = journal(run_dir(output))
+    assert shape(got) == expected
+    assert max(r["attempts"] for r in got) >= 2
+    assert left_behind(pids) == []
+    print(f"\nreal vLLM, actor killed: {len(group)} processes of its server's group stopped", file=sys.stderr)
