@@ -338,24 +338,25 @@ class RayPool:
 
     # -- protocol -------------------------------------------------------------------------
     def submit(self, req: EvalRequest) -> None:
+        # sent when the driver waits, so that a batch is routed as a whole (see msopt.run.pool.route)
         self._queue.append(req)
-        self._dispatch()
 
     def _dispatch(self) -> None:
         """Send queued requests to free actors, the one keeping a request's server first (:func:`route`)."""
         if not (self._queue and self._free):
             return
         pending, free = list(self._queue), list(self._free)
-        pairs = route(pending, [s.kept for s in free])
+        busy = {q.server_key for _, q, _ in self._inflight.values() if q.server_key is not None}
+        pairs = route(pending, [s.kept for s in free], busy)
         for i, w in pairs:
             slot, req = free[w], pending[i]
             ref = slot.actor.evaluate.remote(req)
             self._inflight[ref] = (slot, req, time.monotonic())
             self._started.append((req.eval_id, self._devices(slot)))
         sent = {i for i, _ in pairs}
-        busy = {w for _, w in pairs}
+        used = {w for _, w in pairs}
         self._queue = deque(r for i, r in enumerate(pending) if i not in sent)
-        self._free = deque(s for w, s in enumerate(free) if w not in busy)
+        self._free = deque(s for w, s in enumerate(free) if w not in used)
 
     @staticmethod
     def _devices(slot: _Slot) -> list[str]:

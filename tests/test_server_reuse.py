@@ -95,6 +95,10 @@ def test_route_prefers_the_worker_keeping_the_server() -> None:
     assert sorted(route([req(0, "a"), req(1, "b")], ["c", "b", None])) == [(0, 2), (1, 1)]
     assert route([req(0, "a")], ["b"]) == [(0, 0)]  # no match: any free worker (its server stops)
     assert route([req(0, "a"), req(1, "a")], ["a"]) == [(0, 0)]
+    # "a" runs on a busy worker: it waits for it rather than stop the idle worker's "b" ...
+    assert route([req(0, "a")], ["b"], busy={"a"}) == []
+    # ... but takes an idle worker keeping nothing
+    assert route([req(0, "a")], [None], busy={"a"}) == [(0, 0)]
 
 
 def test_a_reused_measurement_sends_other_prompts() -> None:
@@ -216,3 +220,79 @@ def test_the_in_process_pool_routes_by_key_and_stops_kept_servers(write_toml, tm
     finally:
         pool.close()
     assert survivors(pids) == []
+
+
+RUN_CONFIG = """
+engine = "vllm"
+benchmark = "builtin"
+n_particles = 2
+iters = 1
+sample_size = 4
+particles_time_out = 120
+ttft_slo = 100
+tpot_slo = 100
+[data_storage]
+pso_top_k = 2
+[capacity]
+enabled = true
+load = "concurrency"
+max_probes = 3
+repeats = 1
+[cluster]
+accelerator = "none"
+{cluster}
+[vllm]
+wait_start_time = 60
+[vllm.command]
+executable = {exe}
+model = "{model}"
+served_model_name = "qwen3-8b"
+host = "127.0.0.1"
+others = "--time-scale 0.01 --startup-delay 0.2"
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 4
+max = 64
+dtype = "int"
+value = 8
+[[vllm.target_field]]
+name = "CONCURRENCY"
+config_position = "env"
+min = 1
+max = 4
+dtype = "int"
+value = 2
+[builtin]
+endpoint = "/v1/completions"
+input_len = 32
+output_len = 4
+num_prompts = 4
+"""
+
+
+@pytest.mark.slow  # whole runs through sim-serve
+@pytest.mark.parametrize("ray", [False, True])
+def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) -> None:
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    (tmp_path / "Qwen3-8B").mkdir()
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(RUN_CONFIG.format(exe=exe, model=tmp_path / "Qwen3-8B", cluster=""))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain",
+                          "--max-concurrent", "2", *([] if ray else ["--no-ray"]), "-o", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    launched = [r for r in lines if not r["reused"] and r["server"]]
+    starts = [r for r in launched if r["server"]["start"] == "started"]
+    reuses = [r for r in launched if r["server"]["start"] == "reused"]
+    assert len(starts) == started(pids)  # the journal's starts are the processes that ran
+    assert reuses and len(starts) + len(reuses) == len(launched)
+    # two workers, each keeping the server of its configuration: one start per configuration
+    assert len(starts) == len({r["server"]["key"] for r in launched})
+    probes = [r for r in launched if r["phase"] == "capacity"]
+    assert probes and all(r["server"]["start"] == "reused" for r in probes)
+    assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
+    assert survivors(pids) == []  # every server stopped, the kept ones included

@@ -263,7 +263,7 @@ class Driver:
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
                   text=load_text(r.load), replayed=not journal,  # not journaled again: replayed by --resume
-                  launched=was_launched(r))
+                  launched=was_launched(r), server=None if r.reused else r.server)
         if r.phase == "refine" and not r.failed:
             pick = self.leaderboard.best()
             if pick is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from msopt.config import Settings
@@ -28,11 +28,14 @@ def devices_per_trial(settings: Settings) -> int:
     return int(products[0]) if products else 1
 
 
-def route(pending: Sequence[EvalRequest], idle: Sequence[str | None]) -> list[tuple[int, int]]:
+def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
+          busy: Collection[str] = ()) -> list[tuple[int, int]]:
     """Which pending request goes to which idle worker, as ``(request index, worker index)``.
 
     Affinity first: a request whose ``server_key`` is the key of the server an idle worker keeps
-    goes to that worker. The other requests, in order, go to the idle workers that keep no server,
+    goes to that worker. A request whose server a busy worker is running (``busy``: their
+    requests' keys) waits for that worker unless an idle worker keeps nothing, since a start is
+    what reuse saves. The other requests, in order, go to the idle workers that keep no server,
     then to the rest (whose kept server then stops). ``idle`` holds each idle worker's kept key.
     """
     free = list(range(len(idle)))
@@ -44,11 +47,14 @@ def route(pending: Sequence[EvalRequest], idle: Sequence[str | None]) -> list[tu
             free.remove(w)
     taken = {i for i, _ in out}
     free.sort(key=lambda w: idle[w] is not None)  # a worker keeping nothing costs no kept server
-    for i in range(len(pending)):
+    for i, req in enumerate(pending):
         if not free:
             break
-        if i not in taken:
-            out.append((i, free.pop(0)))
+        if i in taken:
+            continue
+        if req.server_key is not None and req.server_key in busy and idle[free[0]] is not None:
+            continue  # its server is running on a busy worker: wait for it
+        out.append((i, free.pop(0)))
     return out
 
 
@@ -102,6 +108,7 @@ class InProcessPool:
         self._lock = threading.Lock()
         self._pending: list[EvalRequest] = []
         self._idle: list[int] = list(range(self._size))
+        self._running: dict[int, str | None] = {}  # busy worker -> the server key of its request
         self._inbox: list[queue.Queue[EvalRequest | None]] = [queue.Queue() for _ in range(self._size)]
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
         self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
@@ -117,8 +124,10 @@ class InProcessPool:
     def _route(self) -> None:
         """Hand pending requests to idle workers, by server key first (:func:`route`); under the lock."""
         keys = [getattr(self._evaluators[w], "kept_key", None) for w in self._idle]
-        pairs = route(self._pending, keys)
+        busy = {k for w, k in self._running.items() if k is not None}
+        pairs = route(self._pending, keys, busy)
         for i, w in pairs:
+            self._running[self._idle[w]] = self._pending[i].server_key
             self._inbox[self._idle[w]].put(self._pending[i])
         for i in sorted((i for i, _ in pairs), reverse=True):
             del self._pending[i]
@@ -142,16 +151,23 @@ class InProcessPool:
                 result = fault_result(req, describe_fault(exc), devices=devices,
                                       actor=getattr(evaluator, "actor", None))
             with self._lock:
+                self._running.pop(k, None)
                 self._idle.append(k)
                 self._route()
             self._results.put(result)
 
     def submit(self, req: EvalRequest) -> None:
+        # routed when the driver waits (or a worker frees), so that a batch (a capacity round,
+        # the re-measurements) is routed as a whole and each request finds its kept server
         with self._lock:
             self._pending.append(req)
+
+    def _route_now(self) -> None:
+        with self._lock:
             self._route()
 
     def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        self._route_now()
         out: list[EvaluationResult] = []
         try:
             out.append(self._results.get(timeout=timeout))
