@@ -188,7 +188,7 @@ class Dispatcher:
         now = time.time()
         return replace(done, eval_id=req.eval_id, phase=req.phase, particle=req.particle,
                        iteration=req.iteration, position_in=[float(x) for x in req.position],
-                       position=position.tolist(), reused=True, attempts=0, devices=[], actor=None,
+                       position=position.tolist(), reused=True, attempts=0, devices=[], actor=None, server=None,
                        started=now, finished=now, num_prompts=req.num_prompts,
                        predicted=dict(req.predicted) if req.predicted is not None else done.predicted)
 

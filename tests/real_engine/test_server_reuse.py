@@ -1,6 +1,6 @@
 """Issue 26 against the real vLLM CPU build: one server start per configuration.
 
-A small run (the baseline and two capacity probes of it, ``--no-ray``) with ``[cluster] reuse_servers``
+A small run (the baseline and two capacity probes of it, ``--no-ray``, one particle and iteration) with ``[cluster] reuse_servers``
 true and then false, in one sitting: the server starts the journal records are the vLLM servers that ran
 (recorded pids), equal to the distinct server configurations with reuse (one), one per launch without;
 each measurement on the reused server is seeded apart; no server process survives either run.
@@ -34,12 +34,16 @@ def test_capacity_probes_reuse_the_baseline_server(tmp_path: Path, vllm_cpu: Vll
     figures = []
     for reuse in (False, True):
         pids = tmp_path / f"pids-{reuse}"
+        # one particle, one iteration: the search's particle is the default, the baseline's duplicate
+        # (reused, no launch); then two capacity probes of it. No --max-launches: a budget of one
+        # launch would leave the probes nothing (every launch counts, issue 25)
         cfg = write_config(tmp_path, vllm_cpu, {
+            "n_particles": 1, "iters": 1,
             "data_storage": {"pso_top_k": 0},
             "cluster": {"reuse_servers": reuse},
             "capacity": {"enabled": True, "max_probes": 2, "repeats": 1, "load": "concurrency"},
             "vllm": {"command": {"executable": recorded([vllm_cpu.vllm, "serve"], pids)}}})
-        proc, run_dir, wall = optimize(cfg, tmp_path / f"runs-{reuse}", "--no-ray", "--max-launches", "1")
+        proc, run_dir, wall = optimize(cfg, tmp_path / f"runs-{reuse}", "--no-ray")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         launched = [r for r in journal(run_dir) if r.get("server") and not r["reused"]]
         assert [r["phase"] for r in launched] == ["baseline", "capacity", "capacity"], launched
