@@ -16,7 +16,8 @@ from msopt.evaluate.results import EvalRequest, EvaluationResult
 
 
 def accelerator_key(settings: Settings) -> str | None:
-    """The Ray resource name of ``[cluster] accelerator`` ("NPU", "GPU"), None for "none"."""
+    """The Ray resource name of ``[cluster] accelerator`` ("NPU", "GPU", "CPU" for "cpu": cores), None
+    for "none"."""
     acc = str(settings.section("cluster").get("accelerator", "NPU"))
     return None if acc.lower() == "none" else acc.upper()
 

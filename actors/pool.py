@@ -134,6 +134,8 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
     k = devices_per_trial(settings)
     resources: dict[str, float] = {}
     num_gpus = None
+    if key == "CPU":  # cores are Ray's own CPU resource: nothing virtual to declare
+        key = None
     if simulate and key and k:
         n, per = trial_nodes(settings, simulated_devices_per_node(settings))
         if n > 1:
@@ -288,6 +290,8 @@ class RayPool:
         opts: dict[str, Any] = {"num_cpus": 0}
         if self.key == "GPU":
             opts["num_gpus"] = self.per_node
+        elif self.key == "CPU":  # the CPU build: the trial's cores, reserved as Ray's own CPU resource
+            opts["num_cpus"] = self.per_node
         elif self.key and self.k:
             opts["resources"] = {self.key: self.per_node}
         if slot.pg is not None:

@@ -87,8 +87,8 @@ _SCALARS: dict[str, tuple[Any, str]] = {
 #: tables refuse keys not listed.
 _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
     "cluster": {
-        "accelerator": (lambda v: isinstance(v, str) and v.lower() in ("npu", "gpu", "none"),
-                        "\"NPU\", \"GPU\" or \"none\""),
+        "accelerator": (lambda v: isinstance(v, str) and v.lower() in ("npu", "gpu", "cpu", "none"),
+                        "\"NPU\", \"GPU\", \"cpu\" (vLLM's CPU build: devices_per_trial is cores) or \"none\""),
         "devices_per_trial": (lambda v: is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
         "devices_per_node": (lambda v: is_int(v) and 1 <= v <= 4096, "an integer from 1 to 4096"),
         "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),

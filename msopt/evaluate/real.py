@@ -10,6 +10,7 @@ evaluator tries again (up to its attempt limit).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import tempfile
@@ -23,12 +24,14 @@ from msopt.benchmarks import get_benchmark
 from msopt.checks import port_range
 from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
+from msopt.engines.cpu import CpuFacts, check_cpu_trial
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
+from msopt.space import SearchSpace
 
 
 @dataclass
@@ -181,6 +184,7 @@ class RealRunner(EngineRunner):
                                          nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
         spec = specs[0]
         check_rules(spec, values, self.engine_section)
+        self._check_cpu(spec)
         if len(specs) > 1 and self.ctx.launcher is None:
             raise EvaluationError(f"a trial of {len(specs)} nodes needs the Ray pool (no --no-ray) to start "
                                   "its other nodes")
@@ -268,6 +272,19 @@ class RealRunner(EngineRunner):
             if self.ctx.run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
         return metrics
+
+    def _check_cpu(self, spec: LaunchSpec) -> None:
+        """``[cluster] accelerator = "cpu"``: the trial's cores and this node's NUMA nodes hold the launch
+        (:mod:`msopt.engines.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
+        ternary_factories product, else 1; the Ray pool reserves as many)."""
+        cluster = self.settings.section("cluster")
+        if str(cluster.get("accelerator", "")).lower() != "cpu":
+            return
+        facts = CpuFacts.here()
+        products = SearchSpace.from_settings(self.settings).ternary_products()
+        configured = cluster.get("devices_per_trial")
+        cores = int(configured) if configured is not None else (int(products[0]) if products else 1)
+        check_cpu_trial(spec, cores, facts, {**os.environ, **spec.env})
 
     @staticmethod
     def _followers_ok(launcher: NodeLauncher | None) -> None:

@@ -191,7 +191,12 @@ def fixed_ports(spec: LaunchSpec, exe_len: int) -> list[tuple[int, str]]:
 
 
 def count_devices(accelerator: str) -> int:
-    """Accelerators visible on this machine: /dev/davinciN (NPU) or /dev/nvidiaN (GPU)."""
+    """Accelerators visible on this machine: /dev/davinciN (NPU), /dev/nvidiaN (GPU), or the cores
+    this process may run on (CPU)."""
+    if accelerator.upper() == "CPU":
+        from msopt.engines.cpu import CpuFacts
+
+        return CpuFacts.here().cores
     pattern = {"NPU": r"davinci\d+", "GPU": r"nvidia\d+"}.get(accelerator.upper())
     if pattern is None or not Path("/dev").is_dir():
         return 0
@@ -204,6 +209,26 @@ def trial_devices(settings: Settings) -> tuple[str | None, int]:
     acc = str(cluster.get("accelerator", "NPU"))
     key = None if acc.lower() == "none" else acc.upper()
     return key, devices_per_trial(settings)
+
+
+def key_of(settings: Settings) -> str | None:
+    """``[cluster] accelerator`` as a resource name ("NPU", "GPU", "CPU"), None for "none"."""
+    return trial_devices(settings)[0]
+
+
+def _numa(settings: Settings, spec: LaunchSpec) -> Check:
+    """The CPU build's NUMA binding (msopt/engines/cpu.py) for the baseline launch on this node."""
+    from msopt.engines.cpu import CpuFacts, check_cpu_trial, workers
+    from msopt.errors import RefusedError
+
+    facts = CpuFacts.here()
+    total, local = workers(spec)
+    try:
+        check_cpu_trial(spec, devices_per_trial(settings) or facts.cores, facts, {**os.environ, **spec.env})
+    except RefusedError as exc:
+        return Check("numa", False, f"the baseline would be refused: {exc}")
+    return Check("numa", True, f"{len(facts.numa_nodes)} NUMA node(s) {list(facts.numa_nodes)}, {facts.cores} "
+                 f"core(s); the baseline binds {local} local CPU worker(s) of {total}")
 
 
 def _devices(settings: Settings, devices: int | None) -> Check:
@@ -271,6 +296,8 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         checks.append(ports)
     if full:
         checks.append(_devices(settings, devices))
+        if key_of(settings) == "CPU":
+            checks.append(_numa(settings, spec))
     if not full:
         checks = [c for c in checks if c.name in CHEAP]
     own = f"[{settings.engine}.command]"
