@@ -640,7 +640,7 @@ def launched(
     """
     with staged_files(spec.files):
         proc = start_process(spec.argv, {**spec.env, **(extra_env or {})}, log_path, cwd=cwd, registry=registry)
-        proc.grace = getattr(spec, "stop_grace", 10.0) if grace is None else grace
+        proc.grace = float(getattr(spec, "stop_grace", 10.0)) if grace is None else grace
         try:
             wait_ready(spec.host, spec.port, spec.health_path,
                        spec.ready_timeout if timeout is None else timeout, proc)

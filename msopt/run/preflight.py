@@ -33,7 +33,8 @@ from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
 CHEAP = frozenset({"executable", "model", "config.json", "https", "port", "ports", "install", "address"})
-#: Ports one trial takes from ``[cluster] ports`` (the server's and a rendezvous port).
+#: Ports one trial takes from ``[cluster] ports`` (the server's and a rendezvous port; a multi-node
+#: MindIE leader one more, its multiNodesInferPort).
 PORTS_PER_TRIAL = 2
 #: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
 TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
