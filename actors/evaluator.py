@@ -58,5 +58,9 @@ class EvaluatorActor:
                 "visible": {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")}}
 
     def evaluate(self, req: EvalRequest) -> EvaluationResult:
-        """Run one evaluation."""
+        """Run one evaluation (on the server kept from the last one when it has its key)."""
         return self.evaluator.evaluate(req)
+
+    def close(self) -> None:
+        """Stop the server kept running (the pool calls it before it kills the actor)."""
+        self.evaluator.close()

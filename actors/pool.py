@@ -26,7 +26,7 @@ from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
-from msopt.run.pool import devices_per_trial
+from msopt.run.pool import devices_per_trial, route
 
 log = logging.getLogger("msopt.pool")
 
@@ -163,6 +163,7 @@ class _Slot:
     info: dict[str, Any] | None = None
     generation: int = 0
     followers: list[Any] = field(default_factory=list)
+    kept: str | None = None  # the server key of the server its actor keeps running
 
 
 def spread_groups(bundles: list[int], n: int) -> int:
@@ -336,20 +337,30 @@ class RayPool:
             pass
         self._kill_followers(slot)
         self.replaced += 1
+        slot.kept = None  # its server died with the actor (actors.guard)
         self._spawn(slot)
 
     # -- protocol -------------------------------------------------------------------------
     def submit(self, req: EvalRequest) -> None:
+        # sent when the driver waits, so that a batch is routed as a whole (see msopt.run.pool.route)
         self._queue.append(req)
-        self._dispatch()
 
     def _dispatch(self) -> None:
-        while self._queue and self._free:
-            slot = self._free.popleft()
-            req = self._queue.popleft()
+        """Send queued requests to free actors, the one keeping a request's server first (:func:`route`)."""
+        if not (self._queue and self._free):
+            return
+        pending, free = list(self._queue), list(self._free)
+        busy = {q.server_key for _, q, _ in self._inflight.values() if q.server_key is not None}
+        pairs = route(pending, [s.kept for s in free], busy)
+        for i, w in pairs:
+            slot, req = free[w], pending[i]
             ref = slot.actor.evaluate.remote(req)
             self._inflight[ref] = (slot, req, time.monotonic())
             self._started.append((req.eval_id, self._devices(slot)))
+        sent = {i for i, _ in pairs}
+        used = {w for _, w in pairs}
+        self._queue = deque(r for i, r in enumerate(pending) if i not in sent)
+        self._free = deque(s for w, s in enumerate(free) if w not in used)
 
     @staticmethod
     def _devices(slot: _Slot) -> list[str]:
@@ -397,6 +408,8 @@ class RayPool:
             self._actor_died(slot, req, f"a follower node of {self._name(slot)} was lost ({result.error})")
             return
         result.attempts += self._attempts.pop(req.eval_id, 0)
+        server = result.server or {}
+        slot.kept = str(server["key"]) if server.get("kept") and server.get("key") else None
         self._done.append(result)
         self._free.append(slot)
 
@@ -445,7 +458,17 @@ class RayPool:
         return ray.get([s.actor.info.remote() for s in self.slots])
 
     def close(self) -> None:
+        # the servers idle actors keep stop with their grace and their files restored; killing the
+        # actor afterwards (and its guard) stops whatever is left
+        busy = {id(s) for s, _, _ in self._inflight.values()}
+        closing = [s.actor.close.remote() for s in self.slots if s.kept is not None and id(s) not in busy]
+        if closing:
+            try:
+                ray.wait(closing, num_returns=len(closing), timeout=60)
+            except RayError:
+                pass
         for slot in self.slots:
+            slot.kept = None
             try:
                 ray.kill(slot.actor, no_restart=True)
             except RayError:

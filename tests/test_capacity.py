@@ -326,3 +326,25 @@ def test_display_keeps_capacity_rows_apart_and_summarises():
     table = LiveTable(console)
     table.close({"capacity": ["capacity #1 (eval 4): concurrency=0 goodput=0.0 tok/s"]})
     assert "capacity #1 (eval 4)" in console.file.getvalue()
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_simulated_probes_reuse_their_configurations_server(write_toml, reuse):
+    """Issue 26: simulated runs journal starts (simulated start-up seconds) and reuses as real ones do."""
+    from msopt.evaluate.simulated import simulated_start_s
+    from msopt.run.records import ServerStarts
+
+    extra = "" if reuse else "[cluster]\nreuse_servers = false\n"
+    settings = settings_for(write_toml, n=2, iters=1, top_k=2, extra=extra)
+    driver, out = run(settings)
+    launched = [r for r in out.results if not r.reused and r.server]
+    counts = ServerStarts.of(out.results)
+    assert counts.started + counts.reused == len(launched)
+    start_s = simulated_start_s(8.19, "bf16")  # the catalog's qwen3-8b
+    assert all(r.server["start_s"] == (start_s if r.server["start"] == "started" else 0.0) for r in launched)
+    if reuse:  # two workers, two configurations at most: one start each, every probe on a kept server
+        assert counts.started == len({r.server["key"] for r in launched}) <= 2
+        assert all(r.server["start"] == "reused" for r in launched if r.phase == "capacity")
+        assert f"{counts.started} server start" in counts.text() and "on a kept server" in counts.text()
+    else:
+        assert counts.started == len(launched) and counts.reused == 0

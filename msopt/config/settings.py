@@ -94,6 +94,7 @@ _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
         "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
         "ports": (lambda v: port_range(v) is not None,
                   "a port range \"LOW-HIGH\" within 1-65535, such as \"20000-20999\""),
+        "reuse_servers": (lambda v: isinstance(v, bool), "true or false"),
     },
     "search": {
         "searcher": (lambda v: isinstance(v, str) and v != "", "a searcher name such as \"swarm\""),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import re
@@ -455,6 +457,30 @@ class EngineAdapter:
         cmd = section.get("command", {})
         value = cmd.get("model", "") if isinstance(cmd, Mapping) else ""
         return value if isinstance(value, str) else ""
+
+    def server_key(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                   load_fields: frozenset[str] = frozenset()) -> str | None:
+        """What identifies the server ``values`` start: a digest of the rendered launch (argv,
+        environment, edited files' content) at a fixed port and work directory, without the
+        ``env`` fields named in ``load_fields`` (the benchmark's load, which the server never
+        reads). Two evaluations with the same key can share one running server.
+
+        None where a launch is not one server on one node (a ``pd`` table) or cannot be rendered
+        from these values: such an evaluation always starts its own.
+        """
+        if "pd" in section:
+            return None
+        load = {f.name for f in fields if f.config_position == "env" and f.name in load_fields}
+        try:
+            spec = self.render(values, fields, section, port=self.launch_port(section),
+                               workdir=Path("/msopt-server-key"))
+        except (EvaluationError, ConfigError):
+            return None
+        env = {str(k): str(v) for k, v in spec.env.items() if k not in load}
+        blob = json.dumps({"engine": spec.engine, "argv": [str(a) for a in spec.argv], "env": env,
+                           "files": {str(k): v for k, v in spec.files.items()}},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """The port a user's server should listen on (exported launch files): ``[<engine>.command]

@@ -135,6 +135,7 @@ class Evaluator:
                 metrics = self._measure(decoded.values, req, attempt)
             except RetryableError as exc:
                 result.error = str(exc)
+                result.server = self._server()
                 continue
             except RefusedError as exc:  # a start-up rule: not launched, no retry
                 result.error = str(exc)
@@ -142,6 +143,7 @@ class Evaluator:
                 break
             except EvaluationError as exc:
                 result.error = str(exc)
+                result.server = self._server()
                 break
             except Exception as exc:  # noqa: BLE001  not the configuration's doing: see evaluate()
                 result.fault = describe_fault(exc)
@@ -149,12 +151,28 @@ class Evaluator:
                 break
             result.metrics = {m: metrics.get(m) for m in METRICS} | {
                 k: v for k, v in metrics.items() if k not in METRICS}
+            result.server = self._server()
             result.fitness = float(self.objective(metrics))
             result.error = None if math.isfinite(result.fitness) else (
                 "no finite fitness: a required metric is missing or zero")
             break
         result.finished = time.time()
         return result
+
+    def _server(self) -> dict[str, Any] | None:
+        last = getattr(self.runner, "last_server", None)
+        return dict(last) if last is not None else None
+
+    @property
+    def kept_key(self) -> str | None:
+        """The server key of the server this evaluator keeps running (None: none)."""
+        return getattr(self.runner, "kept_key", None)
+
+    def close(self) -> None:
+        """Stop the server kept running, if any; never raises."""
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
 
     # ------------------------------------------------------------------------------------
     def log_path(self, req: EvalRequest, attempt: int, kind: str) -> Path | None:

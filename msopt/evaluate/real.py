@@ -14,23 +14,49 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks import get_benchmark
 from msopt.checks import port_range
 from msopt.config import Settings
-from msopt.engines import EngineAdapter
-from msopt.engines.base import LaunchSpec
+from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.cpu import CpuFacts, check_cpu_trial
-from msopt.engines.process import PortLease, launched
+from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext
+from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
 from msopt.space import SearchSpace
+
+
+@dataclass
+class _Kept:
+    """A server kept running after its benchmark, for the next evaluation with its key."""
+
+    key: str
+    spec: LaunchSpec
+    proc: ManagedProcess
+    stack: contextlib.ExitStack  # its port lease, launched() (stop, restore files) and workdir
+    workdir: Path
+    server_log: Path
+    started_by: int  # the evaluation that started it
+    served: int = 1  # measurements on it so far: the next one's seed offset
+
+
+def _healthy(kept: _Kept) -> bool:
+    """The kept server still runs and answers its health path (within 10 s)."""
+    if kept.proc.poll() is not None:
+        return False
+    try:
+        wait_ready(kept.spec.host, kept.spec.port, kept.spec.health_path, 10.0, kept.proc)
+    except EvaluationError:
+        return False
+    return True
 
 
 class RealRunner(EngineRunner):
@@ -47,6 +73,7 @@ class RealRunner(EngineRunner):
         self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
         self.benchmark = get_benchmark(self.benchmark_name)
         self.health = HealthCheck.from_settings(settings)
+        self.kept: _Kept | None = None
 
     def _classify(self, server_log: Path, bench_log: Path, exc: EvaluationError) -> EvaluationError:
         for path, kind in ((server_log, "service"), (bench_log, "benchmark")):
@@ -59,8 +86,24 @@ class RealRunner(EngineRunner):
             return RetryableError(text) if verdict.kind == "retryable" else EvaluationError(text)
         return exc
 
+    @property
+    def kept_key(self) -> str | None:
+        return self.kept.key if self.kept is not None else None
+
+    def close(self) -> None:
+        """Stop the server kept running (with its grace), restore its files, free its ports."""
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            with contextlib.suppress(Exception):
+                kept.stack.close()
+
     def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
-        """Launch, benchmark and stop one server for ``values``; return the benchmark's metrics.
+        """Benchmark ``values`` on a server: the one kept running when it has this evaluation's
+        server key and still answers its health path, else a fresh one; return the metrics.
+
+        With ``[cluster] reuse_servers`` (default) a one-node server is kept running after a
+        successful benchmark for the next evaluation with its key; any other key, a failure,
+        :meth:`close` or the actor's end stops it.
 
         Raises:
             RefusedError: the candidate breaks one of the engine's start-up rules; nothing was
@@ -68,59 +111,104 @@ class RealRunner(EngineRunner):
             RetryableError: a retryable health-check pattern matched a log.
             EvaluationError: the server or the benchmark failed (fatal pattern, crash, timeout).
         """
-        # [cluster] ports: every port of the trial from the range, held until the trial ends
-        with PortLease(port_range(self.settings.section("cluster").get("ports"))) as lease:
-            return self._measure(values, req, attempt, lease)
+        self.last_server = None
+        key = (server_key(self.settings, self.engine, values)
+               if len(self.ctx.placement) == 1 and "pd" not in self.engine_section else None)
+        kept = self.kept
+        if kept is not None and (key != kept.key or not _healthy(kept)):
+            self.close()
+        elif kept is not None:
+            return self._measure_kept(kept, values, req, attempt)
+        stack = contextlib.ExitStack()
+        try:
+            # [cluster] ports: every port of the trial from the range, held until its server stops
+            lease = stack.enter_context(PortLease(port_range(self.settings.section("cluster").get("ports"))))
+            return self._measure(values, req, attempt, lease, stack, key)
+        finally:
+            if self.kept is None or self.kept.stack is not stack:
+                stack.close()
+
+    def _measure_kept(self, kept: _Kept, values: Mapping[str, Any], req: EvalRequest,
+                      attempt: int) -> dict[str, Any]:
+        """Benchmark the kept server again; its prompts are seeded apart from every earlier
+        measurement on it, so its prefix cache cannot flatter a repeat."""
+        name = self.benchmark_name
+        workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=kept.workdir.parent))
+        bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
+        section = self.benchmark.with_seed(self.settings.section(name), kept.served)
+        self.last_server = {"start": "reused", "start_s": 0.0, "key": kept.key, "kept": True,
+                            "started_by": kept.started_by, "seed_offset": kept.served}
+        try:
+            metrics = self.benchmark.run(
+                kept.spec, values, self.settings.fields, section, num_prompts=req.num_prompts, load=req.load,
+                result_dir=workdir / "result", log_path=bench_log,
+                timeout=float(self.settings.get("particles_time_out", 3600)))
+            self._check_alive(kept.spec, kept.proc, metrics, kept.server_log)
+        except EvaluationError as exc:
+            self.close()
+            self.last_server["kept"] = False
+            raise self._classify(kept.server_log, bench_log, exc) from None
+        finally:
+            if self.ctx.run_dir is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        kept.served += 1
+        return metrics
+
+    @staticmethod
+    def _check_alive(spec: Any, proc: Any, metrics: Mapping[str, Any], server_log: Path) -> None:
+        if proc.poll() is not None or (_some_failed(metrics) and not _listening(spec.host, spec.port)):
+            # a crash closes the listener before the benchmark's next request is refused, but
+            # the process may not have been reaped yet: the closed port is the proof
+            raise EvaluationError(f"the server exited (code {proc.wait(5)}) during the benchmark; "
+                                  f"see {server_log}")
 
     def _measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int,
-                 lease: PortLease) -> dict[str, Any]:
+                 lease: PortLease, stack: contextlib.ExitStack, key: str | None) -> dict[str, Any]:
         settings = self.settings
         run_dir = self.ctx.run_dir
         base = run_dir / "work" if run_dir is not None else None
         if base is not None:
             base.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=base))
+        if run_dir is None:
+            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
         if "pd" in self.engine_section:
             return self._measure_pd(values, req, attempt, workdir, server_log, bench_log, lease)
         nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))
-        try:
-            more = self.engine.leader_ports if len(nodes) > 1 else 0
-            extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
-            specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
-                                             nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
-            spec = specs[0]
-            check_rules(spec, values, self.engine_section)
-            self._check_cpu(spec)
-            if len(specs) > 1 and self.ctx.launcher is None:
-                raise EvaluationError(f"a trial of {len(specs)} nodes needs the Ray pool (no --no-ray) to start "
-                                      "its other nodes")
-        except EvaluationError:
-            if run_dir is None:
-                shutil.rmtree(workdir, ignore_errors=True)
-            raise
+        more = self.engine.leader_ports if len(nodes) > 1 else 0
+        extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
+        specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
+                                         nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
+        spec = specs[0]
+        check_rules(spec, values, self.engine_section)
+        self._check_cpu(spec)
+        if len(specs) > 1 and self.ctx.launcher is None:
+            raise EvaluationError(f"a trial of {len(specs)} nodes needs the Ray pool (no --no-ray) to start "
+                                  "its other nodes")
         self.backup(req, attempt, [("server" if i == 0 else f"node{i}", s) for i, s in enumerate(specs)])
         launcher = self.ctx.launcher if len(specs) > 1 else None
         follower_logs = [str(self.ctx.log_path(req, attempt, f"server-node{i}") or workdir / f"server-node{i}.log")
                          for i in range(1, len(specs))]
+        keep = False
         try:
             if launcher is not None:
                 # every node starts at once, as the engines' own multi-node launches expect
                 launcher.start(specs[1:], follower_logs, str(workdir))
-            with launched(spec, server_log, cwd=workdir, registry=self.ctx.processes) as proc:
-                self._followers_ok(launcher)
-                metrics = self.benchmark.run(
-                    spec, values, settings.fields, settings.section(self.benchmark_name),
-                    num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
-                    log_path=bench_log, timeout=timeout)
-                if proc.poll() is not None or (_some_failed(metrics) and not _listening(spec.host, spec.port)):
-                    # a crash closes the listener before the benchmark's next request is refused, but
-                    # the process may not have been reaped yet: the closed port is the proof
-                    raise EvaluationError(f"the server exited (code {proc.wait(5)}) during the benchmark; "
-                                          f"see {server_log}")
-                self._followers_ok(launcher)
+            t0 = time.monotonic()
+            proc = stack.enter_context(launched(spec, server_log, cwd=workdir, registry=self.ctx.processes))
+            self.last_server = {"start": "started", "start_s": round(time.monotonic() - t0, 3), "key": key,
+                                "kept": False}
+            self._followers_ok(launcher)
+            metrics = self.benchmark.run(
+                spec, values, settings.fields, settings.section(self.benchmark_name),
+                num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
+                log_path=bench_log, timeout=timeout)
+            self._check_alive(spec, proc, metrics, server_log)
+            self._followers_ok(launcher)
+            keep = key is not None and launcher is None
         except EvaluationError as exc:
             if launcher is not None:
                 why = launcher.failure()
@@ -130,8 +218,10 @@ class RealRunner(EngineRunner):
         finally:
             if launcher is not None:
                 launcher.stop()
-            if run_dir is None:
-                shutil.rmtree(workdir, ignore_errors=True)
+        if keep and key is not None:
+            self.kept = _Kept(key, spec, proc, stack, workdir, server_log, req.eval_id)
+            assert self.last_server is not None
+            self.last_server["kept"] = True
         return metrics
 
     def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int, workdir: Path,

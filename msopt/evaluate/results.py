@@ -32,6 +32,8 @@ class EvalRequest:
         load: benchmark load overrides for this evaluation, e.g. {"request_rate": 4.0}.
         predicted: what the simulator prior predicted for this configuration (its metrics and
             ``fitness``), or None; journaled beside the measured metrics.
+        server_key: the driver's server key of the configuration (:meth:`EngineAdapter.server_key`):
+            a pool sends it to the worker already running that server; None: any worker.
     """
 
     eval_id: int
@@ -43,6 +45,7 @@ class EvalRequest:
     num_prompts: int | None = None
     load: Mapping[str, float] = field(default_factory=dict)
     predicted: Mapping[str, Any] | None = None
+    server_key: str | None = None
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -62,7 +65,10 @@ class EvaluationResult:
     read back with ``refused = False``. ``fault`` is set when the machinery failed (disk,
     environment, msopt, Ray) instead of the configuration: such a result is no measurement, and
     the driver never journals it. ``predicted`` holds the simulator prior's prediction for the
-    configuration (metrics and ``fitness``; None without a prior).
+    configuration (metrics and ``fitness``; None without a prior). ``server`` says how the
+    measurement got its server: ``{"start": "started" | "reused", "start_s": seconds the start
+    took (0 when reused), "key": the server key, "kept": whether the server was kept running}``
+    (None: nothing was launched).
     """
 
     eval_id: int
@@ -88,6 +94,7 @@ class EvaluationResult:
     refused: bool = False
     fault: str | None = None
     predicted: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:

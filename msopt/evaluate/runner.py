@@ -73,6 +73,23 @@ class RunnerContext:
         return path
 
 
+def reuse_servers(settings: Settings) -> bool:
+    """``[cluster] reuse_servers`` (default true): evaluations with one server key share a server."""
+    return bool(settings.section("cluster").get("reuse_servers", True))
+
+
+def server_key(settings: Settings, engine: EngineAdapter, values: Mapping[str, Any]) -> str | None:
+    """The server key of ``values`` (:meth:`EngineAdapter.server_key`, without the fields the
+    configured benchmark reads as its load); None with ``reuse_servers = false``."""
+    if not reuse_servers(settings):
+        return None
+    from msopt.benchmarks import get_benchmark
+
+    bench = get_benchmark(str(settings.get("benchmark", "vllm_benchmark")))
+    return engine.server_key(values, settings.fields, settings.section(settings.engine),
+                             load_fields=bench.load_fields(settings.fields))
+
+
 class EngineRunner:
     """What both runners hold: the settings, the engine adapter and its section, the context.
 
@@ -87,6 +104,16 @@ class EngineRunner:
         self.engine = engine
         self.engine_section = settings.section(settings.engine)
         self.ctx = ctx
+        #: How the last measurement got its server (``EvaluationResult.server``), None: no launch.
+        self.last_server: dict[str, Any] | None = None
+
+    @property
+    def kept_key(self) -> str | None:
+        """The server key of the server kept running for the next evaluation, None: none kept."""
+        return None
+
+    def close(self) -> None:
+        """Stop a server kept running (nothing by default); never raises."""
 
     def backup(self, req: EvalRequest, attempt: int, launches: Sequence[tuple[str, LaunchSpec]]) -> None:
         """With ``backup = true`` (``--backup``), record what this attempt launches in the run
@@ -110,6 +137,17 @@ class Runner(Protocol):
     succeed and :class:`~msopt.errors.EvaluationError` when the configuration failed.
     """
 
+    last_server: dict[str, Any] | None
+
+    @property
+    def kept_key(self) -> str | None:
+        """The key of the server kept running, None: none."""
+        ...
+
     def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         """Measure ``values`` for the request's workload; one call per attempt."""
+        ...
+
+    def close(self) -> None:
+        """Stop whatever the runner keeps running between evaluations."""
         ...

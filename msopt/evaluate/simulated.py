@@ -26,7 +26,7 @@ from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import EngineRunner, RunnerContext
+from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
 from msopt.metrics import SIMULATED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -186,6 +186,20 @@ def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | No
     return argv or None
 
 
+#: Simulated server start-up: a fixed part (process and engine start, graph capture, warm-up), then
+#: the weights read at :data:`SIM_LOAD_GB_S` (a model, not a measurement: issue 26 asks only that
+#: simulated runs account for starts and reuses as real ones do).
+SIM_STARTUP_BASE_S = 30.0
+SIM_LOAD_GB_S = 2.0
+
+
+def simulated_start_s(params_b: float, weight_dtype: str) -> float:
+    """Simulated seconds one server start takes: :data:`SIM_STARTUP_BASE_S` + weights / :data:`SIM_LOAD_GB_S`."""
+    from msopt.sim.specs import DTYPE_BYTES
+
+    return round(SIM_STARTUP_BASE_S + params_b * DTYPE_BYTES.get(weight_dtype, 2.0) / SIM_LOAD_GB_S, 3)
+
+
 class SimRunner(EngineRunner):
     """Renders the engine's launch and runs it on the embedded simulator.
 
@@ -193,12 +207,17 @@ class SimRunner(EngineRunner):
         settings: the effective settings (``[simulator]`` is read once, here).
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
+
+    Like the real runner it keeps its (simulated) server for the next evaluation with the same
+    server key: that one is journaled ``reused``, the others ``started`` with the simulated
+    start-up time (:func:`simulated_start_s`).
     """
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
         super().__init__(settings, engine, ctx)
         self.sim = SimulatorSetup.from_settings(settings)
         self.model_facts = self._model_facts()
+        self._kept: str | None = None
         # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
         self.virtual = virtual_nodes(settings)
 
@@ -208,7 +227,26 @@ class SimRunner(EngineRunner):
 
         dirs = self.sim.table.get("catalog_dirs", ())
         model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+        self.start_s = simulated_start_s(model.params_b, str(self.sim.table.get("weight_dtype", "bf16")))
         return ModelFacts(attention_heads=model.heads, max_position=model.max_position)
+
+    @property
+    def kept_key(self) -> str | None:
+        return self._kept
+
+    def close(self) -> None:
+        """Forget the simulated server kept running."""
+        self._kept = None
+
+    def _start(self, values: Mapping[str, Any], one_node: bool) -> str | None:
+        """Record how this evaluation gets its simulated server; the key to keep on success."""
+        key = server_key(self.settings, self.engine, values) if one_node else None
+        if key is not None and key == self._kept:
+            self.last_server = {"start": "reused", "start_s": 0.0, "key": key, "kept": True}
+        else:
+            self.last_server = {"start": "started", "start_s": self.start_s, "key": key, "kept": False}
+        self._kept = None
+        return key
 
     def measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         """Simulate one evaluation; the log holds the rendered command line and the simulator's lines.
@@ -224,8 +262,10 @@ class SimRunner(EngineRunner):
         specs = self.engine.render_nodes(values, self.settings.fields, self.engine_section, port=0, nodes=nodes,
                                          rendezvous_port=0, workdir=self.ctx.run_dir)
         spec = specs[0]
+        self.last_server = None
         check_rules(spec, values, self.engine_section, model=self.model_facts)
         self.backup(req, attempt, [("server" if i == 0 else f"node{i}", s) for i, s in enumerate(specs)])
+        key = self._start(values, len(specs) == 1)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))
@@ -238,6 +278,9 @@ class SimRunner(EngineRunner):
         self.sim.emulate_wall_time(res, time.monotonic() - t0)
         if res.error:
             raise EvaluationError(res.error)
+        if key is not None and self.last_server is not None:
+            self._kept = key
+            self.last_server["kept"] = True
         return metrics_of(res)
 
     def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
@@ -249,8 +292,10 @@ class SimRunner(EngineRunner):
         launch = self.engine.render_pd(values, self.settings.fields, self.engine_section, ports=[0] * 1024,
                                        devices=devices, workdir=self.ctx.run_dir, nodes=nodes)
         inner = without_pd(self.engine_section)
+        self.last_server = None
         for spec in (*launch.prefill, *launch.decode):
             check_rules(spec, values, inner, model=self.model_facts)
+        self._start(values, False)
         self.backup(req, attempt, [*[(f"prefill{i}", s) for i, s in enumerate(launch.prefill)],
                                    *[(f"decode{i}", s) for i, s in enumerate(launch.decode)],
                                    ("router", launch.router)])

@@ -40,6 +40,7 @@ from msopt.report.figures import (
     prior_summary,
 )
 from msopt.run.leaderboard import is_measurement, weighted_mean
+from msopt.run.records import ServerStarts
 from msopt.run.store import atomic_write
 from msopt.run.verdict import BROKEN, MET, make_verdict
 from msopt.space.fields import show_value
@@ -230,6 +231,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         "<h2>Run</h2>",
         f"<p>engine <b>{_e(s.engine)}</b>; {'simulated' if s.get('simulate') else 'measured'}; "
         f"{n} evaluation(s), {ok} succeeded, {failed} failed, {reused} reused; "
+        f"{_e(ServerStarts.of(data.results).text() or 'no server started')}; "
         f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {s.ttft_slo:g} s, TPOT {s.tpot_slo:g} s, "
         f"success rate {s.success_rate_slo:g}. Written {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))} "
         f"from <code>{_e(data.run_dir)}</code>.</p>",

@@ -37,6 +37,9 @@ Emit = Callable[..., None]
 #: ``refusal(values)``: the engine's start-up refusal of decoded values, or None.
 Refusal = Callable[[Mapping[str, Any]], "str | None"]
 
+#: ``server_key(values)``: the key of the server decoded values start (None: no reuse).
+ServerKey = Callable[[Mapping[str, Any]], "str | None"]
+
 #: ``predict(values, position)``: the prior's prediction record for decoded values, or None.
 Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
 
@@ -70,11 +73,14 @@ class Dispatcher:
             finished at once as refused (fitness ``inf``), never submitted and not counted in
             :attr:`launched`; the same configuration asked again gets that result back (reused).
         predict: the prior's prediction (see :data:`Predict`), journaled with the result.
+        server_key: the server key of decoded values (see :data:`ServerKey`); a submitted request
+            carries it, so the pool routes it to the worker keeping that server.
     """
 
     def __init__(self, pool: EvaluatorPool, space: SearchSpace, *, reuse: bool,
                  previous: Sequence[EvaluationResult], finish: Finish, emit: Emit,
-                 refusal: Refusal | None = None, predict: Predict | None = None) -> None:
+                 refusal: Refusal | None = None, predict: Predict | None = None,
+                 server_key: ServerKey | None = None) -> None:
         self.pool = pool
         self.space = space
         self.reuse = reuse
@@ -95,6 +101,7 @@ class Dispatcher:
         self.refused = 0
         self._refusal = refusal
         self._predict = predict
+        self._server_key = server_key
         self.refusals: dict[str, EvaluationResult] = {}  # values key -> the refused result
 
     def finish(self, r: EvaluationResult, journal: bool = True) -> None:
@@ -145,6 +152,8 @@ class Dispatcher:
                            iteration=req.iteration, values=values)
                 return None
             self.leaders[key] = req.eval_id
+        if key is not None and self._server_key is not None and req.server_key is None:
+            req = replace(req, server_key=self._server_key(values))
         self.decoded[req.eval_id] = values
         self.inflight[req.eval_id] = req
         self.pool.submit(req)
@@ -179,7 +188,7 @@ class Dispatcher:
         now = time.time()
         return replace(done, eval_id=req.eval_id, phase=req.phase, particle=req.particle,
                        iteration=req.iteration, position_in=[float(x) for x in req.position],
-                       position=position.tolist(), reused=True, attempts=0, devices=[], actor=None,
+                       position=position.tolist(), reused=True, attempts=0, devices=[], actor=None, server=None,
                        started=now, finished=now, num_prompts=req.num_prompts,
                        predicted=dict(req.predicted) if req.predicted is not None else done.predicted)
 

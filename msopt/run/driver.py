@@ -153,7 +153,15 @@ class Driver:
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous,
                                      finish=self.finish, emit=self.emit,
                                      refusal=checker.refusal if checker is not None else None,
-                                     predict=self._predict if prior is not None else None)
+                                     predict=self._predict if prior is not None else None,
+                                     server_key=self._server_key)
+
+    def _server_key(self, values: Mapping[str, Any]) -> str | None:
+        """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
+        from msopt.engines import get_engine
+        from msopt.evaluate.runner import server_key
+
+        return server_key(self.settings, get_engine(self.settings.engine), values)
 
     # -- the prior --------------------------------------------------------------------------
     def _initial_positions(self, n: int, seed: int | None) -> np.ndarray:
@@ -255,7 +263,7 @@ class Driver:
         self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
                   values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
                   text=load_text(r.load), replayed=not journal,  # not journaled again: replayed by --resume
-                  launched=was_launched(r))
+                  launched=was_launched(r), server=None if r.reused else r.server)
         if r.phase == "refine" and not r.failed:
             pick = self.leaderboard.best()
             if pick is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from msopt.config import Settings
@@ -26,6 +26,37 @@ def devices_per_trial(settings: Settings) -> int:
         return int(value)
     products = SearchSpace.from_settings(settings).ternary_products()
     return int(products[0]) if products else 1
+
+
+def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
+          busy: Collection[str] = ()) -> list[tuple[int, int]]:
+    """Which pending request goes to which idle worker, as ``(request index, worker index)``.
+
+    Affinity first: a request whose ``server_key`` is the key of the server an idle worker keeps
+    goes to that worker. A request whose server a busy worker is running (``busy``: their
+    requests' keys) waits for that worker unless an idle worker keeps nothing, since a start is
+    what reuse saves. The other requests, in order, go to the idle workers that keep no server,
+    then to the rest (whose kept server then stops). ``idle`` holds each idle worker's kept key.
+    """
+    free = list(range(len(idle)))
+    out: list[tuple[int, int]] = []
+    for i, req in enumerate(pending):
+        w = next((w for w in free if req.server_key is not None and idle[w] == req.server_key), None)
+        if w is not None:
+            out.append((i, w))
+            free.remove(w)
+    taken = {i for i, _ in out}
+    free.sort(key=lambda w: idle[w] is not None)  # a worker keeping nothing costs no kept server
+    for i, req in enumerate(pending):
+        if not free:
+            break
+        if i in taken:
+            continue
+        if req.server_key is not None and req.server_key in busy and idle[free[0]] is not None:
+            continue  # its server is running on a busy worker: wait for it
+        out.append((i, free.pop(0)))
+    return out
+
 
 class Evaluating(Protocol):
     """What a pool's worker runs: :class:`Evaluator`, or a stand-in (tests, benchmarks)."""
@@ -56,7 +87,8 @@ class EvaluatorPool(Protocol):
 
 
 class InProcessPool:
-    """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``).
+    """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``); a request goes
+    to the idle worker keeping its server when there is one (:func:`route`).
 
     Args:
         settings: the effective settings.
@@ -73,11 +105,15 @@ class InProcessPool:
             lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[],
                                 processes=self.processes))
         self._evaluators: list[Evaluating] = [factory(k) for k in range(self._size)]
-        self._requests: queue.Queue[EvalRequest | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending: list[EvalRequest] = []
+        self._idle: list[int] = list(range(self._size))
+        self._running: dict[int, str | None] = {}  # busy worker -> the server key of its request
+        self._inbox: list[queue.Queue[EvalRequest | None]] = [queue.Queue() for _ in range(self._size)]
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
         self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
-        self._threads = [threading.Thread(target=self._work, args=(ev,), daemon=True)
-                         for ev in self._evaluators]
+        self._threads = [threading.Thread(target=self._work, args=(k,), daemon=True)
+                         for k in range(self._size)]
         for t in self._threads:
             t.start()
 
@@ -85,10 +121,27 @@ class InProcessPool:
     def size(self) -> int:
         return self._size
 
-    def _work(self, evaluator: Evaluating) -> None:
+    def _route(self) -> None:
+        """Hand pending requests to idle workers, by server key first (:func:`route`); under the lock."""
+        keys = [getattr(self._evaluators[w], "kept_key", None) for w in self._idle]
+        busy = {k for w, k in self._running.items() if k is not None}
+        pairs = route(self._pending, keys, busy)
+        for i, w in pairs:
+            self._running[self._idle[w]] = self._pending[i].server_key
+            self._inbox[self._idle[w]].put(self._pending[i])
+        for i in sorted((i for i, _ in pairs), reverse=True):
+            del self._pending[i]
+        for w in sorted((w for _, w in pairs), reverse=True):
+            del self._idle[w]
+
+    def _work(self, k: int) -> None:
+        evaluator = self._evaluators[k]
         while True:
-            req = self._requests.get()
+            req = self._inbox[k].get()
             if req is None:
+                close = getattr(evaluator, "close", None)
+                if close is not None:
+                    close()  # the server it kept, from the thread that started it
                 return
             devices = list(getattr(evaluator, "devices", []))
             self._started.put((req.eval_id, devices))
@@ -97,12 +150,24 @@ class InProcessPool:
             except Exception as exc:  # noqa: BLE001  a worker that died would leave the driver waiting forever
                 result = fault_result(req, describe_fault(exc), devices=devices,
                                       actor=getattr(evaluator, "actor", None))
+            with self._lock:
+                self._running.pop(k, None)
+                self._idle.append(k)
+                self._route()
             self._results.put(result)
 
     def submit(self, req: EvalRequest) -> None:
-        self._requests.put(req)
+        # routed when the driver waits (or a worker frees), so that a batch (a capacity round,
+        # the re-measurements) is routed as a whole and each request finds its kept server
+        with self._lock:
+            self._pending.append(req)
+
+    def _route_now(self) -> None:
+        with self._lock:
+            self._route()
 
     def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        self._route_now()
         out: list[EvaluationResult] = []
         try:
             out.append(self._results.get(timeout=timeout))
@@ -123,12 +188,14 @@ class InProcessPool:
                 return out
 
     def close(self, join_timeout: float = 30.0) -> None:
-        """Stop the servers the workers are running (each with its grace) and refuse new ones, then
+        """Stop the servers the workers are running or keep (each with its grace) and refuse new ones, then
         wait up to ``join_timeout`` s for the workers to return; their results are dropped (the
         driver has stopped listening, and a stopped server's failure is not the configuration's).
         The threads are daemons, so a worker stuck elsewhere never keeps the process alive."""
-        for _ in self._threads:
-            self._requests.put(None)
+        with self._lock:
+            self._pending.clear()
+        for inbox in self._inbox:
+            inbox.put(None)
         self.processes.close()
         deadline = time.monotonic() + join_timeout
         for t in self._threads:

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from msopt.checks import is_finite, is_number
 from msopt.run.durations import estimate_eta, format_duration  # re-exported: part of this module's API
+from msopt.run.records import ServerStarts
 from msopt.space.fields import show_value
 
 #: The kinds of :class:`ProgressEvent`.
@@ -57,6 +58,7 @@ class ProgressEvent:
         duration: seconds the evaluation took, if known (else measured from its "running" event).
         replayed: the result comes from the journal of the run being resumed, not a new run.
         launched: the evaluation cost a launch (not a reuse, not refused before dispatch).
+        server: how its server came (``EvaluationResult.server``: started or reused), None: no launch.
     """
 
     kind: str
@@ -73,6 +75,7 @@ class ProgressEvent:
     duration: float | None = None
     replayed: bool = False
     launched: bool = False
+    server: dict[str, Any] | None = None
 
     @classmethod
     def from_result(cls, result: Any, kind: str | None = None, **overrides: Any) -> ProgressEvent:
@@ -87,7 +90,7 @@ class ProgressEvent:
             eval_id=result.eval_id, phase=result.phase, particle=result.particle,
             iteration=result.iteration, values=dict(result.values), metrics=dict(result.metrics),
             fitness=result.fitness, devices=[str(d) for d in result.devices], error=result.error,
-            duration=duration,
+            duration=duration, server=None if result.reused else result.server,
         )
         kw.update(overrides)
         return cls(kind, **kw)
@@ -192,6 +195,7 @@ class _Tracker:
         self.finished = 0
         self.failures = 0
         self.reused = 0
+        self.servers = ServerStarts()  # server starts and kept-server reuses (issue 26)
         self.replayed = 0
         self.steps: dict[str, float | None] = {}
         self.best: ProgressEvent | None = None
@@ -277,6 +281,8 @@ class _Tracker:
             self.failures += ev.kind == "failed" or (ev.kind == "reused" and isinstance(ev.fitness, float)
                                                      and not math.isfinite(ev.fitness))  # a failure reused
             self.launches += ev.launched
+            if ev.kind != "reused":
+                self.servers.add(ev.server)
             if ev.kind == "reused" or ev.replayed:
                 self.reused += ev.kind == "reused"  # no run: its duration would bias the ETA
             else:
@@ -334,6 +340,9 @@ class _Tracker:
             parts.append(f"{self.replayed} replayed")
         if self.running:
             parts.append(f"{len(self.running)} running")
+        servers = self.servers.text()
+        if servers:
+            parts.append(servers)
         return ", ".join(parts)
 
 

@@ -17,6 +17,53 @@ def finite(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+class ServerStarts:
+    """Server starts and reuses of a run (issue 26), from each evaluation's ``server`` record."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.reused = 0
+        self.start_s = 0.0
+
+    def add(self, server: Mapping[str, Any] | None) -> None:
+        """Count one evaluation's ``EvaluationResult.server`` (None: nothing was launched)."""
+        if not server:
+            return
+        if server.get("start") == "reused":
+            self.reused += 1
+        elif server.get("start") == "started":
+            self.started += 1
+            s = server.get("start_s")
+            self.start_s += float(s) if isinstance(s, (int, float)) and math.isfinite(s) else 0.0
+
+    @classmethod
+    def of(cls, results: Sequence[EvaluationResult]) -> ServerStarts:
+        """The counts over ``results`` (a duplicate's reuse launched nothing: not counted)."""
+        out = cls()
+        for r in results:
+            if not r.reused:
+                out.add(r.server)
+        return out
+
+    def text(self) -> str:
+        """``N server starts (T starting), M on a kept server (~S saved)``; S is M times the mean
+        start; empty when nothing was started."""
+        if not self.started and not self.reused:
+            return ""
+        text = f"{self.started} server start{'s' if self.started != 1 else ''} ({_secs(self.start_s)} starting)"
+        if self.reused:
+            saved = self.reused * self.start_s / self.started if self.started else 0.0
+            text += f", {self.reused} on a kept server (~{_secs(saved)} saved)"
+        return text
+
+
+def _secs(seconds: float) -> str:
+    """``12.3 s`` below a minute, else ``MM:SS`` / ``H:MM:SS``."""
+    from msopt.run.durations import format_duration
+
+    return f"{seconds:.1f} s" if seconds < 60 else format_duration(seconds)
+
+
 def best_record(best: EvaluationResult, settings: Settings,
                 mean: tuple[float, int] | None = None) -> dict[str, Any]:
     """The content of best.json; ``mean``: (mean fitness, measurements) of a re-measured pick."""

@@ -1,0 +1,298 @@
+"""Issue 26: one server start per configuration.
+
+The server key (the rendered launch without the benchmark's load), the routing by key, and a
+kept server reused through ``msopt sim-serve`` (counted from the journal and the recorded pids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from msopt.benchmarks import get_benchmark
+from msopt.benchmarks.builtin import synthetic_prompts
+from msopt.config import load_settings
+from msopt.engines import get_engine
+from msopt.engines.base import LaunchSpec
+from msopt.evaluate import Evaluator
+from msopt.evaluate.results import EvalRequest
+from msopt.evaluate.runner import server_key
+from msopt.run.pool import InProcessPool, route
+from msopt.space import SearchSpace
+from tests.procs import recorded, started, survivors
+
+FIELDS = """
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 4
+max = 64
+dtype = "int"
+value = 8
+[[vllm.target_field]]
+name = "CONCURRENCY"
+config_position = "env"
+min = 1
+max = 8
+dtype = "int"
+value = 4
+[[vllm.target_field]]
+name = "MSOPT_TEST_SERVER_VAR"
+config_position = "env"
+min = 1
+max = 4
+dtype = "int"
+value = 2
+"""
+
+KEY_CONFIG = """
+engine = "vllm"
+benchmark = "vllm_benchmark"
+[cluster]
+accelerator = "none"
+{cluster}
+[vllm.command]
+model = "/models/m"
+served_model_name = "m"
+""" + FIELDS
+
+
+def _key(write_toml, cluster: str = "", **values: object) -> str | None:
+    settings = load_settings(write_toml(KEY_CONFIG.format(cluster=cluster)), environ={})
+    base = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
+    return server_key(settings, get_engine("vllm"), {**base, **values})
+
+
+def test_load_only_differences_share_a_server_key(write_toml) -> None:
+    key = _key(write_toml)
+    assert key is not None and len(key) == 16
+    assert _key(write_toml, CONCURRENCY=7) == key  # the benchmark's load: not the server's
+
+
+@pytest.mark.parametrize("change", [{"max_num_seqs": 9}, {"MSOPT_TEST_SERVER_VAR": 3}])
+def test_any_server_value_gives_another_key(write_toml, change) -> None:
+    assert _key(write_toml, **change) != _key(write_toml)
+
+
+def test_reuse_servers_false_gives_no_key(write_toml) -> None:
+    assert _key(write_toml, cluster="reuse_servers = false") is None
+    path = write_toml(KEY_CONFIG.format(cluster='reuse_servers = "yes"'))
+    with pytest.raises(ValueError, match="reuse_servers"):
+        load_settings(path, environ={})
+
+
+def test_route_prefers_the_worker_keeping_the_server() -> None:
+    def req(i: int, key: str | None) -> EvalRequest:
+        return EvalRequest(i, "capacity", None, 0, (0.0,), server_key=key)
+
+    # worker 1 keeps "b": the "b" request goes there; "a" goes to the worker keeping nothing first
+    assert sorted(route([req(0, "a"), req(1, "b")], ["c", "b", None])) == [(0, 2), (1, 1)]
+    assert route([req(0, "a")], ["b"]) == [(0, 0)]  # no match: any free worker (its server stops)
+    assert route([req(0, "a"), req(1, "a")], ["a"]) == [(0, 0)]
+    # "a" runs on a busy worker: it waits for it rather than stop the idle worker's "b" ...
+    assert route([req(0, "a")], ["b"], busy={"a"}) == []
+    # ... but takes an idle worker keeping nothing
+    assert route([req(0, "a")], [None], busy={"a"}) == [(0, 0)]
+
+
+def test_a_reused_measurement_sends_other_prompts() -> None:
+    """Honest repeats: each measurement on a reused server is seeded apart (prefix caching)."""
+    builtin = get_benchmark("builtin")
+    assert builtin.with_seed({"seed": 3}, 0) == {"seed": 3}
+    assert builtin.with_seed({"seed": 3}, 2)["seed"] == 5
+    assert synthetic_prompts(4, 32, 3) != synthetic_prompts(4, 32, 5)
+    vb = get_benchmark("vllm_benchmark")
+    server = LaunchSpec("vllm", ("vllm",), port=1234, served_model_name="m", model="m")
+    for offset, seed in ((0, None), (1, "1")):
+        argv, _ = vb.render({}, [], vb.with_seed({"command": {}}, offset), server=server, num_prompts=4, load={},
+                            result_dir=Path("/tmp/r"))
+        assert (argv[argv.index("--seed") + 1] if "--seed" in argv else None) == seed
+
+
+SERVE_CONFIG = """
+engine = "vllm"
+benchmark = "builtin"
+particles_time_out = 120
+[cluster]
+accelerator = "none"
+{cluster}
+[vllm]
+wait_start_time = 60
+[vllm.command]
+executable = {exe}
+model = "/models/Qwen3-8B"
+served_model_name = "qwen3-8b"
+host = "127.0.0.1"
+others = "--time-scale 0.01 --startup-delay 0.2"
+[builtin]
+endpoint = "/v1/completions"
+input_len = 32
+output_len = 4
+concurrency = 2
+num_prompts = 4
+""" + FIELDS
+
+
+def _request(settings, eval_id: int, values: dict[str, object], load: dict[str, float] | None = None) -> EvalRequest:
+    space = SearchSpace.from_settings(settings)
+    position = tuple(float(x) for x in space.encode(values))
+    return EvalRequest(eval_id, "capacity", None, 0, position, load=load or {})
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_the_runner_keeps_the_server_for_the_same_key(write_toml, tmp_path: Path, reuse: bool) -> None:
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    cluster = "" if reuse else "reuse_servers = false"
+    settings = load_settings(write_toml(SERVE_CONFIG.format(exe=exe, cluster=cluster)), environ={})
+    ev = Evaluator(settings, run_dir=tmp_path / "run")
+    a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
+    try:
+        results = [ev.evaluate(_request(settings, 0, a)),
+                   ev.evaluate(_request(settings, 1, a, {"concurrency": 1})),   # a capacity probe
+                   ev.evaluate(_request(settings, 2, {**a, "CONCURRENCY": 2})),  # a load-only candidate
+                   ev.evaluate(_request(settings, 3, {**a, "max_num_seqs": 16}))]
+        for r in results:
+            assert r.error is None, r.error
+        starts = [r.server["start"] for r in results if r.server]
+        if reuse:
+            assert starts == ["started", "reused", "reused", "started"]
+            assert [r.server["seed_offset"] for r in results[1:3] if r.server] == [1, 2]
+            assert results[0].server and results[0].server["start_s"] > 0
+            assert ev.kept_key == results[3].server["key"] if results[3].server else False
+            assert started(pids) == 2 and len(survivors(pids)) == 1  # the kept one runs
+        else:
+            assert starts == ["started"] * 4 and started(pids) == 4 and survivors(pids) == []
+    finally:
+        ev.close()
+    assert ev.kept_key is None and survivors(pids) == []
+
+
+def test_a_kept_server_that_died_is_started_again(write_toml, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    settings = load_settings(write_toml(SERVE_CONFIG.format(exe=exe, cluster="")), environ={})
+    ev = Evaluator(settings, run_dir=tmp_path / "run")
+    a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
+    try:
+        assert ev.evaluate(_request(settings, 0, a)).error is None
+        (pid,) = survivors(pids)
+        os.kill(pid, 9)
+        r = ev.evaluate(_request(settings, 1, a, {"concurrency": 1}))  # the health check fails: a fresh start
+        assert r.error is None and r.server and r.server["start"] == "started"
+        assert started(pids) == 2
+    finally:
+        ev.close()
+    assert survivors(pids) == []
+
+
+def test_the_in_process_pool_routes_by_key_and_stops_kept_servers(write_toml, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    settings = load_settings(write_toml(SERVE_CONFIG.format(exe=exe, cluster="")), environ={})
+    engine = get_engine("vllm")
+    a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
+    b = {**a, "max_num_seqs": 16}
+    pool = InProcessPool(settings, size=2, run_dir=str(tmp_path / "run"))
+    try:
+        got = []
+        for i, values in enumerate((a, b)):
+            pool.submit(_request(settings, i, values))
+        while len(got) < 2:
+            got += pool.wait(60)
+        # each worker now keeps one; the probes go to their own server's worker
+        for i, values in enumerate((b, a, b, a), start=2):
+            pool.submit(replace(_request(settings, i, values, {"concurrency": 1}),
+                                server_key=server_key(settings, engine, values)))
+            r = pool.wait(60)
+            assert len(r) == 1 and r[0].error is None, r
+            got += r
+        assert [r.server["start"] for r in got if r.server].count("started") == 2
+        for seqs in (8, 16):  # each configuration ran on one worker only
+            assert len({r.actor for r in got if r.values.get("max_num_seqs") == seqs}) == 1
+        assert started(pids) == 2
+    finally:
+        pool.close()
+    assert survivors(pids) == []
+
+
+RUN_CONFIG = """
+engine = "vllm"
+benchmark = "builtin"
+n_particles = 2
+iters = 1
+sample_size = 4
+particles_time_out = 120
+ttft_slo = 100
+tpot_slo = 100
+[data_storage]
+pso_top_k = 2
+[capacity]
+enabled = true
+load = "concurrency"
+max_probes = 3
+repeats = 1
+[cluster]
+accelerator = "none"
+{cluster}
+[vllm]
+wait_start_time = 60
+[vllm.command]
+executable = {exe}
+model = "{model}"
+served_model_name = "qwen3-8b"
+host = "127.0.0.1"
+others = "--time-scale 0.01 --startup-delay 0.2"
+[[vllm.target_field]]
+name = "max_num_seqs"
+config_position = "--max-num-seqs"
+min = 4
+max = 64
+dtype = "int"
+value = 8
+[[vllm.target_field]]
+name = "CONCURRENCY"
+config_position = "env"
+min = 1
+max = 4
+dtype = "int"
+value = 2
+[builtin]
+endpoint = "/v1/completions"
+input_len = 32
+output_len = 4
+num_prompts = 4
+"""
+
+
+@pytest.mark.slow  # whole runs through sim-serve
+@pytest.mark.parametrize("ray", [False, True])
+def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) -> None:
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    (tmp_path / "Qwen3-8B").mkdir()
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(RUN_CONFIG.format(exe=exe, model=tmp_path / "Qwen3-8B", cluster=""))
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain",
+                          "--max-concurrent", "2", *([] if ray else ["--no-ray"]), "-o", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    launched = [r for r in lines if not r["reused"] and r["server"]]
+    starts = [r for r in launched if r["server"]["start"] == "started"]
+    reuses = [r for r in launched if r["server"]["start"] == "reused"]
+    assert len(starts) == started(pids)  # the journal's starts are the processes that ran
+    assert reuses and len(starts) + len(reuses) == len(launched)
+    # two workers, each keeping the server of its configuration: one start per configuration
+    assert len(starts) == len({r["server"]["key"] for r in launched})
+    probes = [r for r in launched if r["phase"] == "capacity"]
+    assert probes and all(r["server"]["start"] == "reused" for r in probes)
+    assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
+    assert survivors(pids) == []  # every server stopped, the kept ones included
