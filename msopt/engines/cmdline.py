@@ -18,6 +18,7 @@ from msopt.engines.base import (
     command_table,
     env_fields,
     executable,
+    expand_home,
     flag_args,
     split_others,
     substitute,
@@ -115,7 +116,7 @@ class CommandLineAdapter(EngineAdapter):
         """Render the server's command line; ``devices`` are inherited from the actor's env."""
         self.check(fields, section)
         cmd = command_table(section, self.name)
-        model = substitute(command_str(cmd, "model", self.default_model, self.name), values)
+        model = expand_home(substitute(command_str(cmd, "model", self.default_model, self.name), values))
         name = substitute(command_str(cmd, "served_model_name", self.default_served_model_name,
                                       self.name), values)
         host = command_str(cmd, "host", "127.0.0.1", self.name)

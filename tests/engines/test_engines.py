@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from msopt.benchmarks import get_benchmark
 from msopt.engines import ENGINES, EngineAdapter, LaunchSpec, get_engine
 from msopt.engines.base import format_value, substitute
 from msopt.errors import ConfigError, EvaluationError, RegistryError
@@ -171,6 +172,18 @@ def test_bad_others_and_executable() -> None:
     spec = get_engine("vllm").render({}, [], {"command": {"executable": "my vllm",
                                                           "others": ["--x", "a b"]}}, port=1)
     assert spec.argv[0] == "my vllm" and spec.argv[-2:] == ("--x", "a b")
+
+
+def test_a_leading_tilde_in_executable_and_model_is_the_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    section = {"command": {"executable": ["~/venv/bin/vllm", "serve"], "model": "~/m", "others": "--x ~/y"}}
+    spec = get_engine("vllm").render({}, [], section, port=1)
+    assert spec.argv[:3] == ("/home/u/venv/bin/vllm", "serve", "/home/u/m") and spec.model == "/home/u/m"
+    assert spec.argv[-2:] == ("--x", "~/y")  # others stay literal: no shell runs
+    bench, _ = get_benchmark("vllm_benchmark").render(
+        {}, [], {"command": {"executable": ["~/venv/bin/vllm", "bench", "serve"]}}, server=spec, num_prompts=1,
+        load={}, result_dir=Path("/tmp/r"))
+    assert bench[0] == "/home/u/venv/bin/vllm" and bench[bench.index("--model") + 1] == "/home/u/m"
 
 
 def test_unknown_engine_lists_valid_ones() -> None:

