@@ -374,6 +374,9 @@ _BENCH = MappingProxyType({
     "--num-prompts": ("num_prompts", int),
     "--random-input-len": ("input_len", int),
     "--random-output-len": ("output_len", int),
+    # vllm 0.32.0 vllm/benchmarks/serve.py add_cli_args: --num-warmups (default 0); benchmark()
+    # sends them at --max-concurrency and gathers them all before the measured requests
+    "--num-warmups": ("warmup", int),
 })
 
 
