@@ -386,8 +386,8 @@ def fit_hardware(
             pull is still toward ``hardware`` (None: start at ``hardware``).
         start_scale: the first round's steps, as a fraction of the factors' steps (a warm start
             needs only the finer steps).
-        max_evaluations: stop the search after this many objective evaluations (None: when
-            the last round's steps no longer improve).
+        max_evaluations: stop each search (the fit and every fold's) after this many objective
+            evaluations (None: when the last round's steps no longer improve).
         group_of: the cross-validation group of a row (None: its configuration). Rows of one
             group are held out together; ``folds`` = 0 or more than the groups: leave one group
             out (e.g. ``lambda m: (m.model, m.hardware)``: each model and hardware predicted by a
@@ -430,7 +430,8 @@ def fit_hardware(
             test_idx = [j for j, m in enumerate(measurements) if fold_of[key(m)] == k]
             if not train or not test_idx:
                 continue
-            hw_k, n = _search(train, hardware, regularization, rounds, score, None, fit_shared)
+            hw_k, n = _search(train, hardware, regularization, rounds, score, None, fit_shared,
+                              max_evals=max_evaluations)
             evals += n
             held[test_idx] = sim([measurements[j] for j in test_idx], hw_k)
             if progress:
