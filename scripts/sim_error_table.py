@@ -10,8 +10,16 @@ and simulated with ``--prompts-per-slot`` x concurrency requests (default 20, as
 * ``cross-validated``: each row predicted by a fit on the other folds (rows grouped by
   configuration, so no concurrency of a held-out configuration is seen).
 
+With ``--group-by model,hardware`` (or ``model`` / ``hardware``) the rows of
+``--csv FILE`` (default: tests/data/<engine>_measured_gap_analysis.csv, all the models and
+hardware of the reference pipeline, ``python scripts/silicon_rows.py``) are cross-validated by
+leaving one group out: each model and hardware is predicted by a fit on the others, every row
+simulated on its own hardware entry with the fitted factors. It prints one line per group
+(catalog and held out) and the pooled figures.
+
 Usage: python scripts/sim_error_table.py [--rounds 2] [--folds 3] [--engines vllm sglang] [--engine-only]
        [--launch-rule aiconfigurator|engine-defaults] [--prompts-per-slot 20]
+       [--group-by model,hardware] [--csv FILE] [--max-evaluations N]
 """
 
 from __future__ import annotations
@@ -28,12 +36,60 @@ from msopt.sim.calibrate import (  # noqa: E402
     DEFAULT_LAUNCH_RULE,
     LAUNCH_RULES,
     PROMPTS_PER_SLOT,
+    Measurement,
     fit_hardware,
     load_measurements_csv,
+    mape,
+    simulate_measurements,
 )
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data"  # copies of the reference CSVs
 FILES = {"vllm": "vllm_measured_qwen3_32b_h100.csv", "sglang": "sglang_measured_qwen3_32b_h100.csv"}
+GROUPED = {"vllm": "vllm_measured_gap_analysis.csv", "sglang": "sglang_measured_gap_analysis.csv"}
+GROUP_KEYS = ("model", "hardware")
+
+
+def _row(label: str, engine: str, n: int, err: dict) -> str:
+    return (f"| {engine} | {label} | {n} | {err['ttft']:.1%} | {err['tpot']:.1%} | {err['tokens_per_s']:.1%} | "
+            f"{err['refused']} |")
+
+
+def grouped(args: argparse.Namespace) -> None:
+    """Leave one group (model and/or hardware) out; print per-group and pooled MAPE."""
+    keys = tuple(k.strip() for k in args.group_by.split(","))
+    bad = [k for k in keys if k not in GROUP_KEYS]
+    if bad:
+        raise SystemExit(f"--group-by {args.group_by!r}: use a comma-separated subset of {list(GROUP_KEYS)}")
+
+    def group_of(m: Measurement) -> tuple:
+        return tuple(m.model if k == "model" else m.hardware for k in keys)
+
+    print("| engine | group held out | rows | TTFT | TPOT | tokens/s | refused |")
+    print("|---|---|---|---|---|---|---|")
+    for engine in args.engines:
+        path = args.csv or args.reference / GROUPED[engine]
+        rows = load_measurements_csv(path, engine=engine, launch_rule=args.launch_rule)
+        hw = load_hardware(args.hardware)
+        start = time.perf_counter()
+        catalog = simulate_measurements(rows, hw, args.prompts_per_slot, per_row_hardware=True)
+        cal = fit_hardware(rows, hw, rounds=args.rounds, folds=0, fit_shared=not args.engine_only,
+                           prompts_per_slot=args.prompts_per_slot, group_of=group_of, per_row_hardware=True,
+                           max_evaluations=args.max_evaluations)
+        held = cal.cross_validated_sim
+        for g in sorted({group_of(m) for m in rows}, key=repr):
+            idx = [j for j, m in enumerate(rows) if group_of(m) == g]
+            sub = [rows[j] for j in idx]
+            name = " on ".join(g)
+            print(_row(f"{name}: catalog", engine, len(sub), mape(sub, catalog[idx])))
+            if held is not None:
+                print(_row(f"{name}: fitted on the other groups", engine, len(sub), mape(sub, held[idx])))
+        print(_row("all: catalog", engine, len(rows), mape(rows, catalog)))
+        print(_row("all: fitted on all, in-sample", engine, len(rows), cal.after))
+        if cal.cross_validated:
+            print(_row("all: leave one group out", engine, len(rows), cal.cross_validated))
+        factors = ", ".join(f"{k} {v:.3g}" for k, v in cal.factors.items())
+        print(f"<!-- {engine}: {cal.evaluations} evaluations, {time.perf_counter() - start:.0f} s; "
+              f"fitted on all: {factors} -->")
 
 
 def main() -> None:
@@ -48,7 +104,16 @@ def main() -> None:
                         help="server flags of each row (default: %(default)s)")
     parser.add_argument("--prompts-per-slot", type=int, default=PROMPTS_PER_SLOT,
                         help="requests per row = N x concurrency (default: %(default)s)")
+    parser.add_argument("--group-by", metavar="KEYS",
+                        help="leave one group out: 'model,hardware', 'model' or 'hardware'")
+    parser.add_argument("--csv", type=Path, help="with --group-by: the rows (default: the gap-analysis CSVs)")
+    parser.add_argument("--hardware", default="h100-sxm", help="entry the fit starts from (default: %(default)s)")
+    parser.add_argument("--max-evaluations", type=int, default=None,
+                        help="cap on objective evaluations of each fit (default: until converged)")
     args = parser.parse_args()
+    if args.group_by:
+        grouped(args)
+        return
     hw = load_hardware("h100-sxm")
     print("| engine | rows | figure | TTFT | TPOT | tokens/s | refused |")
     print("|---|---|---|---|---|---|---|")

@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
                    help="server flags of CSV rows without a server_args column: 'aiconfigurator' (the flags "
                         "NVIDIA aiconfigurator's generator sets, which produced the reference CSVs; the default) or "
                         "'engine-defaults' (rows measured against a server started with its defaults)")
+    p.add_argument("--held-out", nargs="+", default=[], metavar="MEASUREMENTS",
+                   help="more CSV files or run directories, not fitted: scored with the fitted entry (the "
+                        "error on runs the fit never saw)")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -137,17 +140,20 @@ def _fmt(err: Mapping[str, float]) -> str:
             f"refused {err['refused']}")
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Fit, print MAPE before / after / cross-validated, write the hardware TOML."""
-    from msopt.run.store import atomic_write
-    from msopt.sim.calibrate import LAUNCH_RULES, PROMPTS_PER_SLOT, fit_hardware, load_measurements_csv
-    from msopt.sim.specs import hardware_toml, load_hardware
+def _row_figures(rows: Sequence[Any], sim: Any) -> list[dict[str, Any]]:
+    """Measured and simulated (ttft_s, tpot_s, tokens_per_s) of each row, for --json."""
+    if sim is None:
+        return []
+    return [{"source": r.source, "measured": [float(v) for v in r.measured()],
+             "simulated": [float(v) for v in s]} for r, s in zip(rows, sim)]
 
-    if args.launch_rule not in LAUNCH_RULES:
-        raise ConfigError(f"--launch-rule {args.launch_rule!r} is not one of {', '.join(LAUNCH_RULES.names())}")
+
+def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names: set[str]) -> list[Any]:
+    """The measured runs of CSV files and run directories; adds the hardware they name to ``hw_names``."""
+    from msopt.sim.calibrate import load_measurements_csv
+
     rows: list[Any] = []
-    hw_names: set[str] = set()
-    for item in args.measurements:
+    for item in items:
         path = Path(item)
         if path.is_dir():
             found, hw_name = measurements_from_run(path, args.engine)
@@ -162,6 +168,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         else:
             raise ConfigError(f"measurements {item!r}: no such file or directory; give CSV files or run directories")
         rows += found
+    return rows
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit, print MAPE before / after / cross-validated, write the hardware TOML."""
+    from msopt.run.store import atomic_write
+    from msopt.sim.calibrate import LAUNCH_RULES, PROMPTS_PER_SLOT, fit_hardware, mape, simulate_measurements
+    from msopt.sim.specs import hardware_toml, load_hardware
+
+    if args.launch_rule not in LAUNCH_RULES:
+        raise ConfigError(f"--launch-rule {args.launch_rule!r} is not one of {', '.join(LAUNCH_RULES.names())}")
+    hw_names: set[str] = set()
+    rows = _read_measurements(args.measurements, args, hw_names)
+    held = _read_measurements(args.held_out, args, hw_names)
     if not rows:
         raise ConfigError("no usable measurements (successful real evaluations or CSV rows"
                           + (f" of engine {args.engine!r}" if args.engine else "") + "); nothing to calibrate")
@@ -181,6 +201,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     cal = fit_hardware(rows, start, regularization=args.regularization, rounds=args.rounds, folds=args.folds,
                        prompts_per_slot=args.prompts_per_slot or PROMPTS_PER_SLOT, seed=args.seed,
                        fit_shared=not args.engine_only, progress=progress)
+    pps = args.prompts_per_slot or PROMPTS_PER_SLOT
+    held_sim = simulate_measurements(held, cal.hardware, pps, args.seed) if held else None
+    held_err = mape(held, held_sim) if held_sim is not None else {}
     name = args.name or out.stem
     hw = replace(cal.hardware, name=name,
                  description=f"{start.description} (calibrated by msopt calibrate on {len(rows)} runs)")
@@ -190,6 +213,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               f"MAPE before: {_fmt(cal.before)}\nMAPE after:  {_fmt(cal.after)}")
     if cal.cross_validated:
         header += f"\n{args.folds}-fold cross-validated: {_fmt(cal.cross_validated)}"
+    if held_err:
+        header += f"\nheld out ({len(held)} runs, not fitted): {_fmt(held_err)}"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         # replaced whole or not at all: an interrupted write never leaves half a TOML
@@ -200,13 +225,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     load_hardware(out)  # what [simulator] hardware = "<file>" will read
     if args.json:
         print(json.dumps({"rows": len(rows), "before": cal.before, "after": cal.after,
-                          "cross_validated": cal.cross_validated, "factors": cal.factors, "output": str(out)}))
+                          "cross_validated": cal.cross_validated, "held_out": held_err,
+                          "held_out_rows": _row_figures(held, held_sim), "factors": cal.factors,
+                          "output": str(out)}))
     else:
         print(f"{len(rows)} measured runs ({', '.join(engines)}), starting from {start.name}")
         print(f"MAPE before:            {_fmt(cal.before)}")
         print(f"MAPE after (in-sample): {_fmt(cal.after)}")
         if cal.cross_validated:
             print(f"MAPE {args.folds}-fold cross-validated: {_fmt(cal.cross_validated)}")
+        if held_err:
+            print(f"MAPE held out ({len(held)} runs):  {_fmt(held_err)}")
         print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.factors.items()))
         print(f"wrote {out}; use it with [simulator] hardware = \"{out}\"")
     return 0

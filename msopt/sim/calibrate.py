@@ -22,7 +22,7 @@ from msopt.errors import ConfigError, MsoptError
 from msopt.registry import Registry
 from msopt.sim.knobs import ENGINES, EngineKnobs, knobs_from_argv
 from msopt.sim.simulator import simulate
-from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_model
+from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_hardware, load_model
 
 METRICS = ("ttft", "tpot", "tokens_per_s")
 #: requests simulated per row = this x concurrency, for rows that do not give their count: the
@@ -115,6 +115,8 @@ class Measurement:
         source: where it came from (file:line), for messages.
         workload: the full ``[simulator.workload]`` table when the run's load was richer than
             fixed lengths (a run directory's); None: fixed lengths, closed loop.
+        hardware: the hardware the run was measured on, as its CSV names it ("": not given);
+            simulated on it only with ``per_row_hardware`` (see :func:`fit_hardware`).
     """
 
     knobs: EngineKnobs
@@ -130,6 +132,7 @@ class Measurement:
     num_prompts: int | None = None
     source: str = ""
     workload: Mapping[str, Any] | None = None
+    hardware: str = ""
 
     def workload_table(self, prompts_per_slot: int = PROMPTS_PER_SLOT) -> dict[str, Any]:
         """The ``[simulator.workload]`` table to simulate this run with."""
@@ -237,27 +240,44 @@ def load_measurements_csv(path: str | Path, engine: str | None = None,
                     tokens_per_s=float(tok) if tok else closed_loop_tokens_per_s(c, out_len, ttft, tpot),
                     weight_dtype=row["weight_dtype"] or "bf16",
                     num_prompts=int(row["num_prompts"]) if row.get("num_prompts") else None,
-                    source=f"{path}:{line}",
+                    source=f"{path}:{line}", hardware=(row.get("hardware") or "").strip(),
                 ))
             except (TypeError, ValueError, MsoptError) as exc:
                 raise ConfigError(f"{path}:{line}: {exc}; fix the row") from None
     return out
 
 
+def on_hardware(fitted: Hardware, datasheet: Hardware) -> Hardware:
+    """``datasheet``'s figures (FLOPS, memory, links) with ``fitted``'s efficiency factors and
+    per-engine overheads: a fit carried to another device of the same kind (H100 -> H200)."""
+    attrs = {a for a, _, _ in SHARED_PARAMS} | {a for a, _, _ in ENGINE_PARAMS} | {"frontend_us_per_token"}
+    kw: dict[str, Any] = {a: getattr(fitted, a) for a in attrs}
+    return replace(datasheet, engine_overrides={e: dict(t) for e, t in fitted.engine_overrides.items()}, **kw)
+
+
 def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
                           prompts_per_slot: int = PROMPTS_PER_SLOT, seed: int = 0,
-                          models: Mapping[str, ModelSpec] | None = None) -> np.ndarray:
+                          models: Mapping[str, ModelSpec] | None = None,
+                          per_row_hardware: bool = False) -> np.ndarray:
     """(n, 3) simulated (ttft_s, tpot_s, tokens/s) per measurement; NaN rows where the server fails.
 
     Each row is simulated with fixed lengths (as measured), ``prompts_per_slot x concurrency``
-    requests unless the measurement gives its own count, and one seed for every row.
+    requests unless the measurement gives its own count, and one seed for every row. With
+    ``per_row_hardware`` a row whose ``hardware`` names another catalog entry is simulated on that
+    entry with ``hw``'s factors (:func:`on_hardware`).
     """
     cache = dict(models or {})
+    devices: dict[str, Hardware] = {}
     out = np.full((len(measurements), 3), np.nan)
     for j, m in enumerate(measurements):
         if m.model not in cache:
             cache[m.model] = load_model(m.model)
-        res = simulate(m.knobs, hw, cache[m.model], m.workload_table(prompts_per_slot),
+        row_hw = hw
+        if per_row_hardware and m.hardware and m.hardware != hw.name:
+            if m.hardware not in devices:
+                devices[m.hardware] = load_hardware(m.hardware)
+            row_hw = on_hardware(hw, devices[m.hardware])
+        res = simulate(m.knobs, row_hw, cache[m.model], m.workload_table(prompts_per_slot),
                        weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=seed)
         if res.error is None:
             out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
@@ -289,6 +309,7 @@ class Calibration:
             (empty when ``folds`` < 2).
         factors: fitted value per factor (``name`` or ``engine.name``).
         evaluations: objective evaluations spent.
+        cross_validated_sim: (n, 3) the held-out predictions of every row (None: no folds).
     """
 
     hardware: Hardware
@@ -297,6 +318,7 @@ class Calibration:
     cross_validated: dict[str, float] = field(default_factory=dict)
     factors: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
+    cross_validated_sim: np.ndarray | None = None
 
 
 def _objective(err: dict[str, float]) -> float:
@@ -346,6 +368,8 @@ def fit_hardware(
     start: Hardware | None = None,
     start_scale: float = 1.0,
     max_evaluations: int | None = None,
+    group_of: Callable[[Measurement], Any] | None = None,
+    per_row_hardware: bool = False,
 ) -> Calibration:
     """Fit ``hardware``'s efficiency factors and per-engine overheads to measured runs.
 
@@ -372,8 +396,14 @@ def fit_hardware(
             pull is still toward ``hardware`` (None: start at ``hardware``).
         start_scale: the first round's steps, as a fraction of the factors' steps (a warm start
             needs only the finer steps).
-        max_evaluations: stop the search after this many objective evaluations (None: when
-            the last round's steps no longer improve).
+        max_evaluations: stop each search (the fit and every fold's) after this many objective
+            evaluations (None: when the last round's steps no longer improve).
+        group_of: the cross-validation group of a row (None: its configuration). Rows of one
+            group are held out together; ``folds`` = 0 or more than the groups: leave one group
+            out (e.g. ``lambda m: (m.model, m.hardware)``: each model and hardware predicted by a
+            fit on the others).
+        per_row_hardware: simulate each row on the hardware it names, with the fitted factors
+            (:func:`on_hardware`); rows of several devices of one kind are fitted together.
 
     Returns:
         A :class:`Calibration`.
@@ -388,10 +418,13 @@ def fit_hardware(
     # start and best, "before" and "after" below) is looked up, not simulated again
     scored: dict[tuple[str, tuple[int, ...]], dict[str, float]] = {}
 
+    def sim(rows: Sequence[Measurement], hw: Hardware) -> np.ndarray:
+        return simulate_measurements(rows, hw, prompts_per_slot, seed, cache, per_row_hardware)
+
     def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
         key = (repr(hw), tuple(map(id, rows)))
         if key not in scored:
-            scored[key] = mape(rows, simulate_measurements(rows, hw, prompts_per_slot, seed, cache))
+            scored[key] = mape(rows, sim(rows, hw))
         return dict(scored[key])
 
     fitted, evals = _search(measurements, hardware, regularization, rounds, score, progress, fit_shared,
@@ -399,27 +432,31 @@ def fit_hardware(
     before = score(hardware, measurements)
     after = score(fitted, measurements)
     cv: dict[str, float] = {}
+    held: np.ndarray | None = None
+    key = group_of or (lambda m: m.configuration)
+    groups = sorted({key(m) for m in measurements}, key=repr)
+    if group_of is not None and (folds == 0 or folds > len(groups)):
+        folds = len(groups)  # leave one group out
     if folds > 1:
-        groups = sorted({m.configuration for m in measurements}, key=repr)
         order = np.random.default_rng(seed).permutation(len(groups))
         fold_of = {groups[g]: i % folds for i, g in enumerate(order)}
-        sim = np.full((len(measurements), 3), np.nan)
+        held = np.full((len(measurements), 3), np.nan)
         for k in range(min(folds, len(groups))):
-            train = [m for m in measurements if fold_of[m.configuration] != k]
-            test_idx = [j for j, m in enumerate(measurements) if fold_of[m.configuration] == k]
+            train = [m for m in measurements if fold_of[key(m)] != k]
+            test_idx = [j for j, m in enumerate(measurements) if fold_of[key(m)] == k]
             if not train or not test_idx:
                 continue
-            hw_k, n = _search(train, hardware, regularization, rounds, score, None, fit_shared)
+            hw_k, n = _search(train, hardware, regularization, rounds, score, None, fit_shared,
+                              max_evals=max_evaluations)
             evals += n
-            sim[test_idx] = simulate_measurements([measurements[j] for j in test_idx], hw_k,
-                                                  prompts_per_slot, seed, cache)
+            held[test_idx] = sim([measurements[j] for j in test_idx], hw_k)
             if progress:
                 progress(f"fold {k + 1}/{folds}: {len(train)} rows fitted, {len(test_idx)} held out")
-        cv = mape(measurements, sim)
+        cv = mape(measurements, held)
     params = _params(hardware, {m.engine for m in measurements}, fit_shared)
     factors = {(f"{e}.{a}" if e else a): _get(fitted, a, e) for a, e, _, _ in params}
     return Calibration(hardware=fitted, before=before, after=after, cross_validated=cv, factors=factors,
-                       evaluations=evals)
+                       evaluations=evals, cross_validated_sim=held)
 
 
 def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: int,
@@ -429,8 +466,11 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
     params = _params(start, {m.engine for m in rows}, shared)
     x0 = np.array([_get(start, a, e) for a, e, _, _ in params])
     x_start = x0 if warm is None else np.array([_get(warm, a, e) for a, e, _, _ in params])
-    steps = np.array([s for _, _, _, s in params])
     kinds = [k for _, _, k, _ in params]
+    # an additive step is at least a tenth of the start value: the GPU-sized steps would need
+    # hundreds of evaluations to move a CPU host's 10 ms steps or 500 us per sequence
+    steps = np.array([max(s, 0.1 * abs(v)) if k == "add" else s
+                      for (_, _, k, s), v in zip(params, x0)])
 
     def build(x: np.ndarray) -> Hardware:
         hw = start
@@ -454,10 +494,10 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
         improved = True
         while improved:
             improved = False
-            for i, (attr, _, kind, step) in enumerate(params):
+            for i, (attr, _, kind, _) in enumerate(params):
                 for sign in (1.0, -1.0):
                     cand = x.copy()
-                    delta = sign * step * scale
+                    delta = sign * float(steps[i]) * scale
                     cand[i] = _clip(attr, x[i] * (1.0 + delta) if kind == "mul" else x[i] + delta)
                     if cand[i] == x[i] or (max_evals is not None and evals >= max_evals):
                         continue
@@ -482,6 +522,7 @@ __all__ = [
     "fit_hardware",
     "load_measurements_csv",
     "mape",
+    "on_hardware",
     "row_knobs",
     "simulate_measurements",
 ]

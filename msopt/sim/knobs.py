@@ -369,7 +369,15 @@ def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
     Raises:
         SimulationError: an unknown engine or a malformed knob value.
     """
-    if spec.engine in ("vllm", "sglang"):
+    if spec.engine == "vllm":
+        knobs = knobs_from_argv("vllm", spec.argv)
+        # the CPU build sizes its KV cache from this variable, in GiB (vllm 0.32.0
+        # vllm/platforms/cpu.py check_and_update_config: kv_cache_memory_bytes = value x GiB)
+        space = str((spec.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "")).strip()
+        if space:
+            knobs = replace(knobs, kv_cache_gib=float(_as_int("VLLM_CPU_KVCACHE_SPACE", space)))
+        return knobs
+    if spec.engine == "sglang":
         return knobs_from_argv(spec.engine, spec.argv)
     if spec.engine == "mindie":
         return _knobs_mindie(spec.files)
@@ -382,6 +390,9 @@ _BENCH = MappingProxyType({
     "--num-prompts": ("num_prompts", int),
     "--random-input-len": ("input_len", int),
     "--random-output-len": ("output_len", int),
+    # vllm 0.32.0 vllm/benchmarks/serve.py add_cli_args: --num-warmups (default 0); benchmark()
+    # sends them at --max-concurrency and gathers them all before the measured requests
+    "--num-warmups": ("warmup", int),
 })
 
 

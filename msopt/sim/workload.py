@@ -15,7 +15,7 @@ from msopt.errors import ConfigError
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma}
 LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | Y needs 3.10 objects
 
-_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate"})
+_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup"})
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,13 @@ class Workload:
         num_prompts: requests in the run.
         concurrency: closed loop: at most this many requests in flight (None: unlimited).
         request_rate: open loop: Poisson arrivals per second (None or inf: all at once).
+        warmup: requests sent before the measured ones and left out of the figures; the measured
+            run starts once all of them have finished (``vllm bench serve --num-warmups`` gathers
+            them first, vllm 0.32.0 ``vllm/benchmarks/serve.py`` benchmark(); aiperf
+            ``--warmup-request-count`` waits for every warm-up response by default). The simulated
+            server keeps no state between requests (no compile, no cache), so a waited-out warm-up
+            leaves the measured run exactly as without it: the key records the protocol a run
+            was measured with (``msopt calibrate`` reads it from ``--num-warmups``).
     """
 
     input_len: LengthSpec = 1024
@@ -35,6 +42,7 @@ class Workload:
     num_prompts: int = 1000
     concurrency: int | None = 64
     request_rate: float | None = None
+    warmup: int = 0
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Workload:
         """A copy with keys replaced (as :func:`msopt.sim.benchmark_overrides` returns them)."""
@@ -51,6 +59,8 @@ class Workload:
             out["concurrency"] = self.concurrency
         if self.request_rate is not None:
             out["request_rate"] = self.request_rate
+        if self.warmup:
+            out["warmup"] = self.warmup
         return out
 
     def sample_lengths(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -146,6 +156,12 @@ def workload_from_mapping(table: Mapping[str, Any], where: str = "simulator.work
         kwargs["concurrency"] = _positive_int(table, "concurrency", where, MAX_CONCURRENCY)
     elif has_r:
         kwargs["concurrency"] = None
+    if "warmup" in table:
+        value = table["warmup"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PROMPTS:
+            raise ConfigError(f"{where}.warmup = {value!r}: must be an integer from 0 to {MAX_PROMPTS} "
+                              "(requests sent and waited out before the measured ones)")
+        kwargs["warmup"] = value
     if has_r:
         rate = table["request_rate"]
         if not is_number(rate) or not rate > 0:

@@ -239,3 +239,46 @@ def test_cli_calibrate_rejects_an_unknown_launch_rule(tmp_path: Path, capsys: py
     err = capsys.readouterr().err
     assert rc == 2 and "aiconfigurator" in err and "engine-defaults" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.toml").exists()
+
+
+GAP_VLLM = REFERENCE / "vllm_measured_gap_analysis.csv"
+
+
+def test_gap_analysis_rows_name_their_hardware():
+    rows = load_measurements_csv(GAP_VLLM, engine="vllm")
+    assert {(m.model, m.hardware) for m in rows} == {
+        ("qwen3-32b", "h100-sxm"), ("qwen3-235b-a22b", "h200-sxm"), ("llama-3.1-8b", "h200-sxm")}
+
+
+def test_on_hardware_keeps_the_datasheet_and_takes_the_factors():
+    from msopt.sim.calibrate import on_hardware
+
+    fitted = dataclasses.replace(load_hardware("h100-sxm"), compute_eff=0.5, step_overhead_ms=7.0,
+                                 engine_overrides={"vllm": {"api_overhead_ms": 9.0}})
+    moved = on_hardware(fitted, load_hardware("h200-sxm"))
+    assert (moved.name, moved.hbm_tb_s, moved.hbm_gib) == ("h200-sxm", 4.8, 139.8)
+    assert (moved.compute_eff, moved.step_overhead_ms) == (0.5, 7.0)
+    assert moved.engine_overrides == {"vllm": {"api_overhead_ms": 9.0}}
+
+
+def test_per_row_hardware_simulates_each_row_on_its_own_entry():
+    rows = [m for m in load_measurements_csv(GAP_VLLM, engine="vllm") if m.model == "llama-3.1-8b"][:2]
+    h100 = load_hardware("h100-sxm")
+    own = simulate_measurements(rows, h100, prompts_per_slot=2, per_row_hardware=True)
+    on_h200 = simulate_measurements(rows, load_hardware("h200-sxm"), prompts_per_slot=2)
+    on_h100 = simulate_measurements(rows, h100, prompts_per_slot=2)
+    assert np.allclose(own, on_h200) and not np.allclose(own, on_h100)
+
+
+def test_grouped_cross_validation_leaves_one_group_out():
+    """group_of with folds=0: one fold per group; every row gets a held-out prediction."""
+    rows = load_measurements_csv(GAP_VLLM, engine="vllm")
+    rows = [m for m in rows if m.model == "llama-3.1-8b"][:2] + [m for m in rows if m.model == "qwen3-32b"][:2]
+    seen: list[str] = []
+    cal = fit_hardware(rows, load_hardware("h100-sxm"), rounds=1, folds=0, prompts_per_slot=2,
+                       group_of=lambda m: (m.model, m.hardware), per_row_hardware=True, max_evaluations=3,
+                       progress=seen.append)
+    assert sum(line.startswith("fold ") for line in seen) == 2
+    assert any("2 rows fitted, 2 held out" in line for line in seen)
+    assert cal.cross_validated_sim is not None and not np.isnan(cal.cross_validated_sim).any()
+    assert cal.cross_validated == mape(rows, cal.cross_validated_sim)

@@ -134,3 +134,13 @@ def test_sglang_max_prefill_tokens_bounds_a_prefill_batch():
     assert capped.ttft_p50 < free.ttft_p50
     assert capped.ttft_p99 > free.ttft_p99
     assert capped.time_per_output_token > free.time_per_output_token
+
+
+def test_vllm_cpu_kv_cache_comes_from_its_environment_variable():
+    """vllm 0.32.0 vllm/platforms/cpu.py: VLLM_CPU_KVCACHE_SPACE GiB of KV cache."""
+    argv = ("vllm", "serve", "/m", "--max-num-seqs", "8")
+    k = knobs_from_launch(LaunchSpec("vllm", argv, env={"VLLM_CPU_KVCACHE_SPACE": "1"}))
+    assert k.kv_cache_gib == 1.0 and k.max_num_seqs == 8
+    assert knobs_from_launch(LaunchSpec("vllm", argv, env={"VLLM_CPU_KVCACHE_SPACE": ""})).kv_cache_gib is None
+    with pytest.raises(SimulationError, match="VLLM_CPU_KVCACHE_SPACE"):
+        knobs_from_launch(LaunchSpec("vllm", argv, env={"VLLM_CPU_KVCACHE_SPACE": "lots"}))

@@ -63,3 +63,34 @@ def test_overrides():
 def test_round_trip(i, o, n):
     w = workload_from_mapping({"input_len": i, "output_len": o, "num_prompts": n, "concurrency": 3})
     assert workload_from_mapping(w.as_mapping()) == w
+
+
+def test_warmup_is_a_workload_key_read_from_num_warmups():
+    from msopt.sim.knobs import benchmark_overrides
+
+    w = workload_from_mapping({"num_prompts": 80, "concurrency": 16, "warmup": 32})
+    assert w.warmup == 32 and w.as_mapping()["warmup"] == 32
+    assert "warmup" not in workload_from_mapping({}).as_mapping()  # 0: the table stays as it was
+    argv = ["vllm", "bench", "serve", "--num-prompts", "80", "--num-warmups", "32"]
+    assert benchmark_overrides(argv) == {"num_prompts": 80, "warmup": 32}
+    assert workload_from_mapping({}).with_overrides(benchmark_overrides(argv)).warmup == 32
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_warmup_must_be_a_count(bad):
+    with pytest.raises(ConfigError, match=r"simulator\.workload\.warmup"):
+        workload_from_mapping({"warmup": bad})
+
+
+def test_a_waited_out_warmup_leaves_the_simulated_figures_as_they_were():
+    """The benchmarks wait their warm-up out, and the simulated server keeps no state between
+    requests: the measured requests see exactly what they see without a warm-up."""
+    from msopt.sim import EngineKnobs, simulate
+
+    knobs = EngineKnobs(engine="vllm", max_num_seqs=8, max_num_batched_tokens=512)
+    table = {"input_len": 128, "output_len": 16, "num_prompts": 40, "concurrency": 8}
+    cold = simulate(knobs, "cpu-x86", "llama-tiny-2l-128", table)
+    warm = simulate(knobs, "cpu-x86", "llama-tiny-2l-128", {**table, "warmup": 16})
+    assert warm.error is None and warm.num_prompts == 40
+    assert (warm.time_to_first_token, warm.time_per_output_token, warm.generate_speed) == (
+        cold.time_to_first_token, cold.time_per_output_token, cold.generate_speed)
