@@ -428,7 +428,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _bindable(port: int, host: str) -> bool:
+def port_free(port: int, host: str = "0.0.0.0") -> bool:
+    """True when a TCP listener could bind ``port`` on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((host, port))
@@ -474,7 +475,7 @@ class PortLease:
         start = random.SystemRandom().randrange(lo, hi + 1)  # concurrent trials start apart
         for i in range(hi - lo + 1):
             port = lo + (start - lo + i) % (hi - lo + 1)
-            if port in self._held or not _bindable(port, self.host):
+            if port in self._held or not port_free(port, self.host):
                 continue
             fd = os.open(where / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
             try:

@@ -16,7 +16,6 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from msopt.checks import port_range
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
 from msopt.engines.base import LaunchSpec, flag_name
+from msopt.engines.process import port_free
 from msopt.errors import MsoptError
 from msopt.run.pool import devices_per_trial
 from msopt.space import SearchSpace
@@ -166,16 +166,6 @@ def _model(spec: LaunchSpec) -> Check:
         return Check("model", True, f"{model!r} is not a local path: the engine fetches it from its hub")
     return Check("model", False, f"model path {model} does not exist on this node; copy the weights there or "
                  "fix [<engine>.command] model (MindIE: ModelConfig[0].modelWeightPath)")
-
-
-def port_free(port: int, host: str = "0.0.0.0") -> bool:
-    """True when a TCP listener could bind ``port`` on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def fixed_ports(spec: LaunchSpec, exe_len: int) -> list[tuple[int, str]]:
