@@ -56,8 +56,12 @@ def shape(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """What an interrupted-and-resumed run shares with an uninterrupted one: each evaluation's id and
     phase, that it succeeded, and whether it was a reuse. Not the values after the interruption: a
     real server's fitness varies from run to run, and the search (its in-run refit) follows the
-    measurements; what ran before the interruption is compared record for record instead."""
-    return sorted((r["eval_id"], r["phase"], r["error"] is None, r["reused"]) for r in records)
+    measurements; what ran before the interruption is compared record for record instead. Nor the
+    baseline's re-measurements (phase "baseline", iteration >= 1): the baseline is re-measured as
+    often as the recommendation, and which configuration is recommended follows the measured
+    fitness too."""
+    return sorted((r["eval_id"], r["phase"], r["error"] is None, r["reused"]) for r in records
+                  if not (r["phase"] == "baseline" and r["iteration"] > 0))
 
 
 def wait_until(pred: Any, proc: subprocess.Popen | None = None, what: str = "") -> None:
