@@ -48,12 +48,12 @@ def _sigterm_then_resume(tmp_path: Path, *flags: str) -> None:
     assert "SIGTERM received" not in err and "Traceback" not in err, err
     assert f"msopt optimize --resume {run}" in err, err
     partial = journal(run)  # parses, each eval once
-    assert len(partial) < 1 + 4 * 3 + 1
+    assert len(partial) < 1 + 4 * 3 + 1 + 1  # the baseline, 3 iterations of 4, the best again, the baseline beside it
     resumed = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "--plain", "--resume", str(run),
                               *flags], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     got = journal(run)
-    assert len(got) == 1 + 4 * 3 + 1
+    assert len(got) == 1 + 4 * 3 + 1 + 1  # the baseline, 3 iterations of 4, the best again, the baseline beside it
     for eval_id, line in partial.items():
         assert got[eval_id] == line
 
