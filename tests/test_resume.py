@@ -80,7 +80,7 @@ def test_kill_9_then_resume_matches_uninterrupted(tmp_path, mode):
     out, err = full.communicate(timeout=300)
     assert full.returncode == 0, err
     expected = journal(run_dir_of(tmp_path / "a"))
-    assert len(expected) == 1 + 4 * 3 + 1
+    assert len(expected) == 1 + 4 * 3 + 1 + 1
 
     victim = optimize("-c", str(cfg), "-o", str(tmp_path / "b"))
     deadline = time.monotonic() + 120
