@@ -51,7 +51,7 @@ def test_ask_returns_a_copy():
 
 def test_initial_positions_in_bounds_and_particle_zero_at_init_position():
     init = np.array([1.0, 0.25, 12.0])
-    swarm = Swarm(LOW, HIGH, options(n_particles=20), init_position=init)
+    swarm = Swarm(LOW, HIGH, options(n_particles=20), init_positions=[init])
     x = swarm.ask()
     assert np.array_equal(x[0], init)
     assert np.all((x >= LOW) & (x <= HIGH))
@@ -59,7 +59,7 @@ def test_initial_positions_in_bounds_and_particle_zero_at_init_position():
 
 
 def test_init_position_outside_bounds_or_nan_is_made_valid():
-    swarm = Swarm(LOW, HIGH, options(), init_position=[99.0, float("nan"), -np.inf])
+    swarm = Swarm(LOW, HIGH, options(), init_positions=[[99.0, float("nan"), -np.inf]])
     x0 = swarm.ask()[0]
     assert x0[0] == 5.0 and x0[2] == 10.0
     assert 0.0 <= x0[1] <= 1.0
@@ -136,7 +136,7 @@ def test_reflection_handles_multiple_bounces():
 
 def test_zero_width_dimension_stays_fixed():
     low, high = np.array([0.0, 3.0, -1.0]), np.array([1.0, 3.0, 1.0])
-    swarm = Swarm(low, high, options(), init_position=[0.5, 3.0, 0.0])
+    swarm = Swarm(low, high, options(), init_positions=[[0.5, 3.0, 0.0]])
     for _ in range(10):
         x = swarm.ask()
         assert np.all(x[:, 1] == 3.0)
@@ -371,26 +371,16 @@ def test_fixed_seed_is_deterministic():
     assert not np.array_equal(a[0], c[0])
 
 
-def test_state_json_round_trip_continues_identically():
+def test_the_same_tells_give_the_same_state():
+    """Resume rebuilds a swarm by replaying its tells: the same seed and tells give the same state."""
     opts = options(seed=5, strategy={"w": "random", "c1": "lin_variation"})
-    original = Swarm(LOW, HIGH, opts, init_position=[0.0, 0.5, 15.0])
-    _run(original, 1)
-    original.tell_one(2, np.inf)  # an inf personal best and uneven counts in the state
-    state = json.loads(json.dumps(original.to_state(), allow_nan=False))
-    restored = Swarm.from_state(state)
-    assert restored.iteration == original.iteration == 1
-    assert restored.evaluations == original.evaluations
-    for _ in range(2):
-        a, b = _run(original, 1)[0], _run(restored, 1)[0]
-        assert np.array_equal(a, b)
-    for name in (
-        "positions", "velocities", "personal_best_positions", "personal_best_fitness",
-        "best_position", "evaluation_counts",
-    ):
-        assert np.array_equal(getattr(original, name), getattr(restored, name)), name
-    assert original.best_fitness == restored.best_fitness
-    assert restored.options == original.options
-    assert original.to_state() == restored.to_state()
+    a, b = (Swarm(LOW, HIGH, opts, init_positions=[[0.0, 0.5, 15.0]]) for _ in range(2))
+    for s in (a, b):
+        _run(s, 1)
+        s.tell_one(2, np.inf)  # an inf personal best and uneven counts in the state
+    state = json.loads(json.dumps(a.to_state(), allow_nan=False))
+    assert state == json.loads(json.dumps(b.to_state(), allow_nan=False))
+    assert state["evaluation_counts"] == [1, 1, 2, 1, 1, 1] and state["options"] == opts.to_dict()
 
 
 def test_state_encodes_inf_as_none():
@@ -399,14 +389,6 @@ def test_state_encodes_inf_as_none():
     assert state["best_fitness"] is None
     assert state["personal_best_fitness"] == [None] * 6
     json.dumps(state, allow_nan=False)
-
-
-def test_malformed_state_raises_config_error():
-    state = Swarm(LOW, HIGH, options()).to_state()
-    with pytest.raises(ConfigError):
-        Swarm.from_state({**state, "positions": [[1.0]]})
-    with pytest.raises(ConfigError):
-        Swarm.from_state({**state, "version": 99})
 
 
 # ---- async ----------------------------------------------------------------------------------
@@ -514,7 +496,7 @@ def test_no_restart_when_patience_is_zero():
     assert np.allclose(swarm.positions, x)
 
 
-def test_async_stall_restart_and_state_round_trip():
+def test_async_stall_restart_and_its_state():
     swarm = Swarm(LOW, HIGH, options(n_particles=2, restart_patience=1, w=0.0, c1=0.0, c2=0.0))
     swarm.tell_one(0, 1.0)
     x = swarm.ask_one(0)
@@ -523,13 +505,6 @@ def test_async_stall_restart_and_state_round_trip():
     swarm.tell_one(1, 3.0)
     state = json.loads(json.dumps(swarm.to_state()))
     assert state["stalls"] == [0, 0]
-    restored = Swarm.from_state(state)
-    for s in (swarm, restored):
-        s.tell_one(1, 4.0)
-    assert np.array_equal(swarm.positions, restored.positions)
-    old = dict(state)
-    del old["stalls"]                               # a checkpoint from before stall restarts
-    assert Swarm.from_state(old).to_state()["stalls"] == [0, 0]
 
 
 # ---- boundary handling ----------------------------------------------------------------------
@@ -614,10 +589,4 @@ def test_steps_checked_and_kept_in_the_state():
     swarm = Swarm(LOW, HIGH, options(mutation=0.5), steps=[1.0, 0.25, 2.0])
     state = json.loads(json.dumps(swarm.to_state()))
     assert state["steps"] == [1.0, 0.25, 2.0]
-    restored = Swarm.from_state(state)
-    for s in (swarm, restored):
-        s.tell(sphere(s.ask()))
-    assert np.array_equal(swarm.positions, restored.positions)
-    old = dict(state)
-    del old["steps"]                               # a checkpoint from before step mutation
-    assert Swarm.from_state(old).to_state()["steps"] == pytest.approx([1.0, 0.1, 1.0])
+    assert Swarm(LOW, HIGH, options()).to_state()["steps"] == pytest.approx([1.0, 0.1, 1.0])  # the default

@@ -47,8 +47,8 @@ from msopt.run.pool import EvaluatorPool
 from msopt.run.records import best_record, capacity_line, capacity_record, load_text
 from msopt.run.stages import ProgressSink
 from msopt.run.validate import Validated
-from msopt.search import swarm_options
-from msopt.search.searcher import Searcher, SearcherSetup, SwarmSearcher, make_searcher
+from msopt.search import Constraint, Screen, swarm_options
+from msopt.search.searcher import Searcher, SearcherSetup, make_searcher, search_dimensions
 from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
@@ -132,24 +132,23 @@ class Driver:
         self.prior = prior
         self.prior_picks: list[dict[str, Any]] = []
         init = self._initial_positions(options.n_particles, options.seed)
-        low, high = self.space.bounds
+        checker = CandidateScreen(settings) if screen else None
+        self.checker = checker
+        self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
+        # every searcher is held to it: known refusals (this very set), the start-up rules, the prior's screen
+        self.constraint = Constraint(decode=self._decode_plain, key=values_key, refused_keys=self.refused_keys,
+                                     rules=checker.refusal if checker is not None else None, screen=self._screen())
         name = str(settings.section("search").get("searcher", "swarm"))
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
-            low=low, high=high, options=options, mode=self.mode if self.mode in ("sync", "async") else "sync",
-            init_positions=init, steps=self.space.steps, context=lambda i, c: DecodeContext(i, self.n, c)))
-        if prior is not None and isinstance(self.searcher, SwarmSearcher):
-            self._attach_screen(self.searcher, options.seed)
+            dimensions=search_dimensions(self.space), seed=options.seed, concurrency=options.n_particles,
+            mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
+            context=lambda i, c: DecodeContext(i, self.n, c), constraint=self.constraint, options=options))
         self.keep_results = store is None if keep_results is None else bool(keep_results)
         self.results: list[EvaluationResult] = []
         self.evaluations = 0
         self.failures = 0
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
-        checker = CandidateScreen(settings) if screen else None
-        self.checker = checker
-        self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
-        if isinstance(self.searcher, SwarmSearcher):
-            self.searcher.swarm.set_refused(self.known_refusal)
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous,
                                      finish=self.finish, emit=self.emit,
                                      refusal=checker.refusal if checker is not None else None,
@@ -202,19 +201,21 @@ class Driver:
     def known_refusal(self, position: np.ndarray) -> bool:
         """Whether ``position`` (decoded without a context) is a configuration known to be refused:
         one that breaks the engine's start-up rules (with the pre-check on), or one refused
-        before in this run (by the rules or at launch). The swarm never proposes it."""
-        try:
-            values = self.space.decode(np.asarray(position, dtype=float), None).values
-        except DecodeError:
-            return False
-        if values_key(values) in self.refused_keys:
-            return True
-        return self.checker is not None and self.checker.refusal(values) is not None
+        before in this run (by the rules or at launch). No searcher proposes it (:attr:`constraint`)."""
+        return self.constraint.refused(position)
 
-    def _attach_screen(self, searcher: SwarmSearcher, seed: int | None) -> None:
+    def _decode_plain(self, position: np.ndarray) -> Mapping[str, Any] | None:
+        """``position``'s values decoded without a context, or None where it cannot be decoded."""
+        try:
+            return self.space.decode(np.asarray(position, dtype=float), None).values
+        except DecodeError:
+            return None
+
+    def _screen(self) -> Screen | None:
+        """The prior's screen (``[search] screen``, ``explore``), or None."""
         opts = self.prior.options if self.prior is not None else None
         if opts is None or opts.screen <= 1:
-            return
+            return None
         prior = self.prior
         assert prior is not None
 
@@ -226,14 +227,15 @@ class Driver:
                     out[k] = p.fitness
             return out
 
-        searcher.swarm.set_screen(opts.screen, opts.explore, score)
+        return Screen(opts.screen, opts.explore, score)
 
     @property
     def swarm(self) -> Swarm:
         """The particle swarm of the default searcher."""
-        if not isinstance(self.searcher, SwarmSearcher):
+        swarm = getattr(self.searcher, "swarm", None)
+        if not isinstance(swarm, Swarm):
             raise AttributeError(f"the {self.searcher.name!r} searcher has no swarm")
-        return self.searcher.swarm
+        return swarm
 
     # -- recording ------------------------------------------------------------------------
     def emit(self, kind: str, **kw: Any) -> None:
@@ -281,9 +283,9 @@ class Driver:
 
     def _searcher_state(self) -> dict[str, Any]:
         # the swarm's state stays under "swarm", as state.json always had it
-        if isinstance(self.searcher, SwarmSearcher):
-            return {"swarm": self.searcher.swarm.to_state()}
-        return {"searcher_state": self.searcher.to_state()}
+        state = self.searcher.to_state()
+        return {"swarm": state["swarm"]} if self.searcher.name == "swarm" and "swarm" in state \
+            else {"searcher_state": state}
 
     # -- transport (the dispatcher's) -------------------------------------------------------
     def dispatch(self, req: EvalRequest) -> EvaluationResult | None:

@@ -141,8 +141,9 @@ def max_rounds(ctx: RunContext) -> int:
 
 
 def eval_id(ctx: RunContext, particle: int, count: int) -> int:
-    """The eval id of particle ``particle``'s ``count``-th search evaluation (0 is the baseline)."""
-    return 1 + count * ctx.n + particle
+    """The eval id of lane ``particle``'s ``count``-th search evaluation (0 is the baseline): a
+    function of its resume key (``"search"``, lane, count) and the searcher's lanes."""
+    return 1 + count * ctx.searcher.lanes + particle
 
 
 def search_request(ctx: RunContext, particle: int, count: int, position: np.ndarray) -> EvalRequest:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from msopt.search.searcher import SEARCHERS, Searcher, SearcherSetup, SwarmSearcher, Trial, make_searcher
-from msopt.search.swarm import SCHEDULES, Swarm, SwarmOptions, swarm_options
+from msopt.search.constraint import NO_CONSTRAINT, REFUSED_REDRAWS, Constraint, Screen, SearchDimension
+from msopt.search.options import SwarmOptions, swarm_options
+from msopt.search.schedules import SCHEDULES
+from msopt.search.searcher import (
+    SEARCHERS,
+    Searcher,
+    SearcherSetup,
+    SwarmSearcher,
+    Trial,
+    make_searcher,
+    search_dimensions,
+)
+from msopt.search.swarm import Swarm
 
-__all__ = ["SCHEDULES", "SEARCHERS", "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher",
-           "Trial", "make_searcher", "swarm_options"]
+__all__ = ["NO_CONSTRAINT", "REFUSED_REDRAWS", "SCHEDULES", "SEARCHERS", "Constraint", "Screen", "SearchDimension",
+           "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher", "Trial",
+           "make_searcher", "search_dimensions", "swarm_options"]

@@ -5,18 +5,30 @@ In the spirit of Nevergrad's ask/tell and Ray Tune's ``Searcher.suggest`` /
 position in the search space's box, the :class:`~msopt.space.DecodeContext` to decode it with,
 and the lane and count that name its evaluation), :meth:`Searcher.tell` gives back the fitness
 (lower is better, ``inf`` for a failed or refused candidate) and the repaired position that was
-really evaluated (write-back). :meth:`Searcher.to_state` / ``from_state`` checkpoint it.
+really evaluated (write-back). :meth:`Searcher.to_state` is the checkpoint the driver writes to state.json.
 
 The driver holds the searcher and drives it the same way in both modes: ask, dispatch, tell in
-the order the trials were asked (sync) or as results arrive (async). The particle swarm
-(:class:`SwarmSearcher`, name ``"swarm"``) is the default; a plugin registers a factory in
-:data:`SEARCHERS` (entry-point group ``msopt.searchers``) with the signature of
-:func:`make_swarm_searcher`.
+the order the trials were asked (sync) or as results arrive (async). Concurrency stays out of the
+searcher's model (Ray Tune's ``ConcurrencyLimiter``): the driver sets it (``n_particles``), the
+searcher only keeps that many lanes in flight, and the driver names each evaluation by its resume
+key (phase ``search``, lane, count), which the journal records as (phase, particle, iteration),
+and gives it the eval id ``1 + count × lanes + lane``.
+
+Resume rebuilds the searcher by replay, never from state.json: the driver builds it again from
+the same :class:`SearcherSetup` and tells it the journaled results in the order they were told, so
+a searcher must be deterministic given its seed and the sequence of asks and tells (and of the
+constraint's answers, which the replay reproduces).
+
+Every searcher gets the driver's :class:`~msopt.search.constraint.Constraint` (known refusals,
+start-up rules, the prior's screen) in its setup. The particle swarm (:class:`SwarmSearcher`, name
+``"swarm"``) is the default; a
+plugin registers a factory in :data:`SEARCHERS` (entry-point group ``msopt.searchers``) with the
+signature of :func:`make_swarm_searcher`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,10 +36,13 @@ import numpy as np
 
 from msopt.errors import ConfigError
 from msopt.registry import Registry
-from msopt.search.swarm import Swarm, SwarmOptions
-from msopt.space import DecodeContext
+from msopt.search.constraint import NO_CONSTRAINT, Constraint, SearchDimension
+from msopt.search.options import SwarmOptions
+from msopt.search.swarm import Swarm
+from msopt.space import DecodeContext, SearchSpace
 
-__all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "make_searcher"]
+__all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "make_searcher",
+           "search_dimensions"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +85,21 @@ class Searcher(Protocol):
         """How many trials of ``lane`` have been told."""
 
     def to_state(self) -> dict[str, Any]:
-        """The searcher as JSON-serialisable data."""
+        """The searcher as JSON-serialisable data (state.json's checkpoint, for inspection)."""
+
+
+def search_dimensions(space: SearchSpace) -> tuple[SearchDimension, ...]:
+    """The typed dimensions of ``space``: dtype, bounds, step, candidates and each candidate's
+    coordinate (``SearchSpace.encode`` of that one value)."""
+    steps = space.steps
+    out = []
+    for i, d in enumerate(space.dimensions):
+        coords = None
+        if d.candidates is not None:
+            coords = tuple(float(space.encode({d.name: c})[i]) for c in d.candidates)
+        out.append(SearchDimension(d.name, d.dtype, float(d.low), float(d.high), float(steps[i]),
+                                   d.candidates, coords))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -78,23 +107,43 @@ class SearcherSetup:
     """What a searcher factory gets.
 
     Attributes:
-        low, high: the box.
-        options: the swarm's options (lanes = ``n_particles``, the seed).
-        mode: ``"sync"`` (whole generations) or ``"async"`` (each lane alone).
+        dimensions: the typed dimensions, in position order (:func:`search_dimensions`).
+        seed: the run's seed (``seed``); a searcher seeds its own RNG from it.
+        concurrency: how many trials may be in flight at once: the lanes (``n_particles``).
+        mode: ``"sync"`` (whole generations: every lane asked once all were told) or
+            ``"async"`` (a lane asked again as soon as it was told).
         init_positions: starting positions, row ``k`` for lane ``k`` (the baseline, then the
-            prior's picks); lanes without one start at random.
-        steps: the search space's step per dimension.
-        n_dims: the number of dimensions.
+            prior's picks; at most ``concurrency`` rows), or None; a searcher evaluates them first.
         context: ``context(lane, count)``: the DecodeContext of a lane's evaluation.
+        constraint: known refusals, start-up rules and the prior's screen, kept up to date by the
+            driver: a searcher does not propose what it refuses (see :mod:`msopt.search.constraint`).
+        options: the swarm's options (``[pso_options]``, ``[pso_strategy]``; their
+            ``n_particles`` and ``seed`` are ``concurrency`` and ``seed``).
     """
 
-    low: np.ndarray
-    high: np.ndarray
-    options: SwarmOptions
+    dimensions: tuple[SearchDimension, ...]
+    seed: int | None
+    concurrency: int
     mode: str
     init_positions: np.ndarray | None
-    steps: np.ndarray | None
     context: Callable[[int, int], DecodeContext | None]
+    constraint: Constraint = NO_CONSTRAINT
+    options: SwarmOptions | None = None
+
+    @property
+    def low(self) -> np.ndarray:
+        """The box's lower bounds."""
+        return np.array([d.low for d in self.dimensions], dtype=float)
+
+    @property
+    def high(self) -> np.ndarray:
+        """The box's upper bounds."""
+        return np.array([d.high for d in self.dimensions], dtype=float)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """A small move per dimension."""
+        return np.array([d.step for d in self.dimensions], dtype=float)
 
 
 class SwarmSearcher:
@@ -103,7 +152,7 @@ class SwarmSearcher:
     Sync: :meth:`ask` gives every particle's trial once all of the previous generation was told;
     the tells are buffered and handed to :meth:`Swarm.tell` together (write-back first), so the
     swarm moves exactly as before. Async: :meth:`ask` gives a trial for every particle not in
-    flight; each tell is :meth:`Swarm.tell_one`.
+    flight; each tell is :meth:`Swarm.tell` of that particle alone.
     """
 
     name = "swarm"
@@ -148,7 +197,7 @@ class SwarmSearcher:
         lane, _ = self._pending.pop(trial_id)
         pos = None if position is None else np.asarray(position, dtype=float)
         if self.mode == "async":
-            self.swarm.tell_one(lane, fitness, pos)
+            self.swarm.tell([fitness], None if pos is None else [pos], rows=[lane])
             return
         self._told[lane] = (float(fitness), pos)
         if len(self._told) < self.lanes:
@@ -174,17 +223,15 @@ class SwarmSearcher:
     def to_state(self) -> dict[str, Any]:  # noqa: D102
         return {"searcher": self.name, "mode": self.mode, "swarm": self.swarm.to_state()}
 
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any],
-                   context: Callable[[int, int], DecodeContext | None]) -> SwarmSearcher:
-        """Rebuild from :meth:`to_state` (trials asked but not told are asked again)."""
-        return cls(Swarm.from_state(state["swarm"]), str(state["mode"]), context)
-
 
 def make_swarm_searcher(setup: SearcherSetup) -> SwarmSearcher:
-    """The default searcher: a :class:`Swarm` over the box, lanes starting at ``init_positions``."""
-    swarm = Swarm(setup.low, setup.high, setup.options, init_position=None, steps=setup.steps,
-                  init_positions=setup.init_positions)
+    """The default searcher: a :class:`Swarm` over the box, lanes starting at ``init_positions``,
+    moves held to the setup's constraint."""
+    options = setup.options if setup.options is not None else SwarmOptions(setup.concurrency, 1, seed=setup.seed)
+    if options.n_particles != setup.concurrency:
+        raise ValueError(f"swarm options have {options.n_particles} particles for a concurrency of {setup.concurrency}")
+    swarm = Swarm(setup.low, setup.high, options, steps=setup.steps, init_positions=setup.init_positions,
+                  constraint=setup.constraint)
     return SwarmSearcher(swarm, setup.mode, setup.context)
 
 
@@ -206,3 +253,4 @@ def make_searcher(name: str, setup: SearcherSetup) -> Searcher:
     except RegistryError as exc:
         raise ConfigError(f"[search] searcher: {exc}") from None
     return factory(setup)
+

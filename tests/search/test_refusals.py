@@ -12,6 +12,7 @@ from msopt.config import load_settings
 from msopt.run.driver import Driver
 from msopt.run.leaderboard import values_key
 from msopt.run.pool import InProcessPool
+from msopt.search import Constraint
 from msopt.search.swarm import Swarm, SwarmOptions
 from msopt.space import SearchSpace
 from tests.driver_helpers import FormulaEvaluator
@@ -49,21 +50,19 @@ def test_swarm_draws_again_when_every_move_is_refused():
     """A swarm whose every move but those with x[0] > 0.9 is refused draws again (bounded) and
     proposes an allowed one when it finds one; it never fails when there is none."""
     opts = SwarmOptions(n_particles=4, iters=5, seed=3)
-    swarm = Swarm([0.0, 0.0], [1.0, 1.0], opts)
     seen: list[np.ndarray] = []
 
-    def refused(x: np.ndarray) -> bool:
-        seen.append(x.copy())
-        return bool(x[0] <= 0.9)
+    def rules(v) -> str | None:
+        seen.append(v["x"].copy())
+        return "x[0] <= 0.9" if v["x"][0] <= 0.9 else None
 
-    swarm.set_refused(refused)
+    swarm = Swarm([0.0, 0.0], [1.0, 1.0], opts, constraint=Constraint(decode=lambda x: {"x": x}, rules=rules))
     for _ in range(5):
         swarm.tell(np.arange(4, dtype=float))
     assert seen  # consulted
     allowed = [p for p in swarm.positions if p[0] > 0.9]
     assert allowed  # some particle found an allowed move among the redraws
-    nothing = Swarm([0.0, 0.0], [1.0, 1.0], opts)
-    nothing.set_refused(lambda x: True)
+    nothing = Swarm([0.0, 0.0], [1.0, 1.0], opts, constraint=Constraint(decode=lambda x: {}, rules=lambda v: "no"))
     nothing.tell(np.arange(4, dtype=float))  # every draw refused: the first move stands
     assert np.all((nothing.positions >= 0) & (nothing.positions <= 1))
 

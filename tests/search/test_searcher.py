@@ -11,7 +11,16 @@ from msopt.config import load_settings
 from msopt.errors import ConfigError, RegistryError
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
-from msopt.search import SEARCHERS, Swarm, SwarmOptions, SwarmSearcher, make_searcher
+from msopt.search import (
+    SEARCHERS,
+    Constraint,
+    Screen,
+    SearchDimension,
+    Swarm,
+    SwarmOptions,
+    SwarmSearcher,
+    make_searcher,
+)
 from msopt.search.searcher import SearcherSetup, make_swarm_searcher
 from msopt.space import DecodeContext, SearchSpace
 from tests.driver_helpers import FormulaEvaluator
@@ -97,7 +106,8 @@ def test_searchers_registry_names_and_duplicates():
     assert "swarm" in SEARCHERS
     with pytest.raises(RegistryError, match="already registered"):
         SEARCHERS.register("swarm", make_swarm_searcher)
-    setup = SearcherSetup(np.zeros(2), np.ones(2), _options(), "sync", None, None, lambda i, c: None)
+    dims = tuple(SearchDimension(f"x{i}", "float", 0.0, 1.0, 0.1) for i in range(2))
+    setup = SearcherSetup(dims, 1, 4, "sync", None, lambda i, c: None, options=_options())
     with pytest.raises(ConfigError, match="valid: .*swarm"):
         make_searcher("swarn", setup)
 
@@ -123,8 +133,8 @@ def test_screened_moves_follow_the_model():
     """With a model that prefers small x0, screened moves land lower than unscreened ones."""
     low, high = np.zeros(3), np.ones(3)
     opts = SwarmOptions(n_particles=20, iters=5, c1=1.5, c2=2.0, w=0.7, seed=5, mutation=0.0, restart_patience=0)
-    plain, screened = Swarm(low, high, opts), Swarm(low, high, opts)
-    screened.set_screen(8, 0.0, lambda xs: xs[:, 0])
+    plain = Swarm(low, high, opts)
+    screened = Swarm(low, high, opts, constraint=Constraint(screen=Screen(8, 0.0, lambda xs: xs[:, 0])))
     fit = np.random.default_rng(1).random(20)
     plain.tell(fit)
     screened.tell(fit)
