@@ -229,10 +229,11 @@ def async_swarm(ctx: RunContext) -> None:
             continue
         dispatcher.replay(prev, eval_id(ctx, t.lane, t.count))
         _tell_async(ctx, t, prev)
+        del waiting[t.lane]  # re-asked below, so ``waiting`` stays in the order its trials were asked
         waiting.update((u.lane, u) for u in searcher.ask())
     dispatcher.replay_order = []
     in_flight: dict[int, Trial] = {}
-    for t in sorted(waiting.values(), key=lambda t: t.lane):
+    for t in list(waiting.values()):  # as the interrupted run dispatched them: in the order asked
         _dispatch_async(ctx, t, in_flight, rounds)
     while dispatcher.outstanding:
         for r in dispatcher.collect():
