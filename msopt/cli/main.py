@@ -70,6 +70,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"configuration OK: {' < '.join(settings.sources)}")
     print(f"engine: {settings.engine}; {len(space.dimensions)} dimension(s), "
           f"{len(space.derived)} derived field(s)")
+    print(f"searcher: {settings.section('search').get('searcher', 'swarm')}, {settings.n_particles} evaluation(s) "
+          f"in flight ({settings.get('mode', 'sync')})")
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

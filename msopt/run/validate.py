@@ -34,7 +34,7 @@ from msopt.evaluate.simulated import SimulatorSetup
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
-from msopt.search import SEARCHERS, SwarmOptions, swarm_options
+from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.space import SearchSpace
 
 
@@ -152,6 +152,10 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     if searcher not in SEARCHERS:
         raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
                           f"(valid: {', '.join(SEARCHERS.names())})")
+    try:
+        check_searcher(str(searcher))  # its optional dependency (tpe: optuna)
+    except ConfigError as exc:
+        raise ConfigError(f"{settings.where('search.searcher')}: {exc}") from None
     try:
         objective = make_objective(str(settings.get("objective", "default")), settings.data)
     except ConfigError as exc:

@@ -1,4 +1,5 @@
-"""The search: which positions to evaluate next. The particle swarm is the default searcher."""
+"""The search: which positions to evaluate next. The particle swarm is the default searcher,
+Optuna's TPE (``[search] searcher = "tpe"``, optional) the second."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from msopt.search.searcher import (
     SearcherSetup,
     SwarmSearcher,
     Trial,
+    check_searcher,
     make_searcher,
     search_dimensions,
 )
 from msopt.search.swarm import Swarm
 
 __all__ = ["NO_CONSTRAINT", "REFUSED_REDRAWS", "SCHEDULES", "SEARCHERS", "Constraint", "Screen", "SearchDimension",
-           "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher", "Trial",
+           "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher", "Trial", "check_searcher",
            "make_searcher", "search_dimensions", "swarm_options"]

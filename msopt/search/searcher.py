@@ -21,7 +21,7 @@ constraint's answers, which the replay reproduces).
 
 Every searcher gets the driver's :class:`~msopt.search.constraint.Constraint` (known refusals,
 start-up rules, the prior's screen) in its setup. The particle swarm (:class:`SwarmSearcher`, name
-``"swarm"``) is the default; a
+``"swarm"``) is the default; Optuna's TPE (``"tpe"``, :mod:`msopt.search.tpe`) is the second; a
 plugin registers a factory in :data:`SEARCHERS` (entry-point group ``msopt.searchers``) with the
 signature of :func:`make_swarm_searcher`.
 """
@@ -41,7 +41,7 @@ from msopt.search.options import SwarmOptions
 from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
-__all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "make_searcher",
+__all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "check_searcher", "make_searcher",
            "search_dimensions"]
 
 
@@ -235,9 +235,26 @@ def make_swarm_searcher(setup: SearcherSetup) -> SwarmSearcher:
     return SwarmSearcher(swarm, setup.mode, setup.context)
 
 
+class _TPEFactory:
+    """Optuna's TPE (:class:`msopt.search.tpe.TPESearcher`; needs ``pip install 'msopt[tpe]'``)."""
+
+    def __call__(self, setup: SearcherSetup) -> Searcher:
+        from msopt.search.tpe import TPESearcher
+
+        return TPESearcher(setup)
+
+    @staticmethod
+    def available() -> None:
+        """Raise ConfigError when Optuna is missing."""
+        from msopt.search.tpe import require_optuna
+
+        require_optuna()
+
+
 SEARCHERS: Registry[Callable[[SearcherSetup], Searcher]] = Registry("searcher", "msopt.searchers")
 """Searcher factories by name (``[search] searcher``); entry-point group ``msopt.searchers``."""
 SEARCHERS.register("swarm", make_swarm_searcher)
+SEARCHERS.register("tpe", _TPEFactory())
 
 
 def make_searcher(name: str, setup: SearcherSetup) -> Searcher:
@@ -254,3 +271,20 @@ def make_searcher(name: str, setup: SearcherSetup) -> Searcher:
         raise ConfigError(f"[search] searcher: {exc}") from None
     return factory(setup)
 
+
+def check_searcher(name: str) -> None:
+    """Check that the searcher registered as ``name`` exists and can be built here (its optional
+    dependency is installed: a factory may declare ``available()``, which raises ConfigError).
+
+    Raises:
+        ConfigError: unknown name (the message lists the valid ones) or a missing dependency.
+    """
+    from msopt.errors import RegistryError
+
+    try:
+        factory = SEARCHERS.get(name)
+    except RegistryError as exc:
+        raise ConfigError(f"[search] searcher: {exc}") from None
+    available = getattr(factory, "available", None)
+    if callable(available):
+        available()

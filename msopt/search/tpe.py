@@ -1,0 +1,207 @@
+"""Optuna's TPE as a :class:`~msopt.search.searcher.Searcher` (``[search] searcher = "tpe"``).
+
+Needs the optional dependency: ``pip install 'msopt[tpe]'`` (``optuna>=3.6``).
+
+Each dimension becomes one Optuna parameter: a dimension with candidates the candidate's index
+(``IntDistribution`` where the candidates are numbers, so TPE may use their order; a categorical
+one for names and booleans), any other its coordinate in the position box (``FloatDistribution``).
+A trial's position puts each candidate at its coordinate (:class:`SearchDimension`), so the
+driver's decode gives exactly the proposed values, repaired where the space repairs them; the
+fitness is told for the proposal (Optuna keeps no write-back). A failed or refused evaluation is
+told ``inf``.
+
+The starting positions (the default configuration, then the prior's picks) are enqueued first
+(``Study.enqueue_trial``). The driver's constraint is applied inside Optuna's sampler seam
+(``BaseSampler.sample_relative``, which receives the whole search space): every proposal is drawn
+by multivariate TPE (at random for its first :data:`STARTUP_TRIALS`), drawn again while it is a known
+refusal (at most :data:`~msopt.search.constraint.REFUSED_REDRAWS` times), and with the prior's
+screen picked among ``k`` draws by predicted fitness. Concurrency stays with the driver: the
+searcher keeps ``concurrency`` lanes, a trial per lane in flight.
+
+Deterministic for a seed and a sequence of asks and tells, so ``--resume`` rebuilds it by replay.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from msopt.errors import ConfigError
+from msopt.search.constraint import REFUSED_REDRAWS, Constraint, SearchDimension
+
+if TYPE_CHECKING:
+    from msopt.search.searcher import SearcherSetup, Trial
+
+__all__ = ["STARTUP_TRIALS", "TPESearcher", "require_optuna"]
+
+STARTUP_TRIALS = 10
+"""Trials TPE draws at random before it models (Optuna's default ``n_startup_trials``); the
+enqueued starting positions count among them."""
+
+
+def require_optuna() -> Any:
+    """The ``optuna`` module.
+
+    Raises:
+        ConfigError: Optuna is not installed (one line naming the extra to install).
+    """
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError("[search] searcher = \"tpe\" needs Optuna: pip install 'msopt[tpe]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def _distribution(optuna: Any, d: SearchDimension) -> Any:
+    if d.candidates is None:
+        return optuna.distributions.FloatDistribution(d.low, d.high)
+    if d.ordered:
+        return optuna.distributions.IntDistribution(0, len(d.candidates) - 1)
+    return optuna.distributions.CategoricalDistribution(tuple(range(len(d.candidates))))
+
+
+def _sampler(optuna: Any, inner: Any, random: Any, space: Mapping[str, Any], constraint: Constraint,
+             position: Callable[[Mapping[str, Any]], np.ndarray], rng: np.random.Generator) -> Any:
+    """A sampler that draws whole proposals with ``inner`` (``random`` while ``inner`` draws
+    independently, its start-up trials) and holds them to ``constraint``."""
+
+    class ConstrainedSampler(optuna.samplers.BaseSampler):  # type: ignore[misc, name-defined]
+        def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+            return dict(space)
+
+        def _draw(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+            params = dict(inner.sample_relative(study, trial, search_space))
+            for name, dist in search_space.items():
+                if name not in params:
+                    params[name] = random.sample_independent(study, trial, name, dist)
+            return params
+
+        def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+            if not search_space or "fixed_params" in trial.system_attrs:  # enqueued: its params are given
+                return {}
+            screen = constraint.screen if constraint.screen is not None and constraint.screen.k > 1 else None
+            unranked = screen is None or bool(rng.random() < screen.explore)
+            draws = [self._draw(study, trial, search_space) for _ in range(screen.k if screen else 1)]
+            if screen is None and not constraint.checks:
+                return draws[0]
+            positions = [position(p) for p in draws]
+            j = constraint.choose(positions, unranked)
+            for _ in range(REFUSED_REDRAWS if j is None else 0):
+                draws.append(self._draw(study, trial, search_space))
+                if not constraint.refused(position(draws[-1])):
+                    j = len(draws) - 1
+                    break
+            return draws[0 if j is None else j]  # every draw refused: the first stands (refused again, free)
+
+        def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+            return random.sample_independent(study, trial, name, dist)
+
+        def before_trial(self, study: Any, trial: Any) -> None:
+            inner.before_trial(study, trial)
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Sequence[float] | None) -> None:
+            inner.after_trial(study, trial, state, values)
+
+    return ConstrainedSampler()
+
+
+class TPESearcher:
+    """Multivariate TPE (Optuna) over the typed dimensions, ``concurrency`` lanes.
+
+    Sync: :meth:`ask` gives a trial for every lane once the whole previous generation was told.
+    Async: a trial for every lane not in flight. Trial ids are Optuna's trial numbers.
+    """
+
+    name = "tpe"
+
+    def __init__(self, setup: SearcherSetup) -> None:
+        if setup.mode not in ("sync", "async"):
+            raise ConfigError(f"mode must be 'sync' or 'async', got {setup.mode!r}")
+        optuna = require_optuna()
+        self._setup = setup
+        self.mode = setup.mode
+        self._dims = setup.dimensions
+        self._space = {d.name: _distribution(optuna, d) for d in self._dims}
+        seeds = np.random.SeedSequence([int(setup.seed or 0), 0x79E]).generate_state(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            inner = optuna.samplers.TPESampler(seed=int(seeds[0]), multivariate=True, constant_liar=False,
+                                               n_startup_trials=STARTUP_TRIALS)
+        random = optuna.samplers.RandomSampler(seed=int(seeds[1]))
+        sampler = _sampler(optuna, inner, random, self._space, setup.constraint, self.position,
+                           np.random.default_rng(int(seeds[2])))
+        self._study = optuna.create_study(direction="minimize", sampler=sampler)
+        for row in (setup.init_positions if setup.init_positions is not None else ()):
+            self._study.enqueue_trial(self.params(np.asarray(row, dtype=float)), skip_if_exists=False)
+        self._counts = [0] * setup.concurrency
+        self._pending: dict[int, tuple[int, Any]] = {}  # trial number -> (lane, optuna trial)
+
+    @property
+    def lanes(self) -> int:  # noqa: D102
+        return self._setup.concurrency
+
+    @property
+    def study(self) -> Any:
+        """The Optuna study (in memory)."""
+        return self._study
+
+    def position(self, params: Mapping[str, Any]) -> np.ndarray:
+        """The position of an Optuna trial's parameters."""
+        out = []
+        for d in self._dims:
+            v = params[d.name]
+            out.append(float(v) if d.coordinates is None else d.coordinates[int(v)])
+        return np.array(out, dtype=float)
+
+    def params(self, position: np.ndarray) -> dict[str, Any]:
+        """The Optuna parameters nearest ``position`` (each candidate's index, else the coordinate)."""
+        out: dict[str, Any] = {}
+        for d, x in zip(self._dims, position):
+            out[d.name] = float(min(max(float(x), d.low), d.high)) if d.coordinates is None else d.nearest(x)
+        return out
+
+    def lane_count(self, lane: int) -> int:  # noqa: D102
+        return self._counts[lane]
+
+    def _trial(self, lane: int) -> Trial:
+        from msopt.search.searcher import Trial
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna's experimental / independent-sampling notes
+            t = self._study.ask(self._space)
+        self._pending[t.number] = (lane, t)
+        count = self._counts[lane]
+        return Trial(int(t.number), self.position(t.params), self._setup.context(lane, count), lane, count)
+
+    def ask(self) -> list[Trial]:  # noqa: D102
+        busy = {lane for lane, _ in self._pending.values()}
+        if self.mode == "sync":
+            if busy:
+                return []
+            return [self._trial(i) for i in range(self.lanes)]
+        return [self._trial(i) for i in range(self.lanes) if i not in busy]
+
+    def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:  # noqa: D102
+        if trial_id not in self._pending:
+            raise KeyError(f"trial {trial_id} was not asked or was already told")
+        lane, t = self._pending.pop(trial_id)
+        value = float(fitness)
+        self._study.tell(t, value if math.isfinite(value) else math.inf)
+        self._counts[lane] += 1
+
+    @property
+    def best_fitness(self) -> float:
+        """The best fitness told so far (``inf`` while none)."""
+        done = [t.value for t in self._study.trials if t.value is not None]
+        return float(min(done)) if done else math.inf
+
+    def to_state(self) -> dict[str, Any]:  # noqa: D102
+        return {"searcher": self.name, "mode": self.mode, "lane_counts": list(self._counts),
+                "trials": [{"number": t.number, "params": dict(t.params),
+                            "value": None if t.value is None or not math.isfinite(t.value) else float(t.value)}
+                           for t in self._study.trials if t.state.is_finished()]}
