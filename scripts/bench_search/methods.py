@@ -220,39 +220,33 @@ def _optuna_quiet() -> Any:
 
 
 def run_tpe(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
-    """Multivariate TPE over the candidate indices; the product constraint via constraints_func.
-
-    TPE proposes tp, pp and the knobs; our decode repairs an invalid tp·pp (as for every peer)
-    and the repaired configuration is launched, its fitness told for the proposal. The trial's
-    constraint values are [tp·pp does not divide the world size, the launch failed] (1 = violated),
-    so TPE learns to propose valid, feasible configurations.
+    """msopt's own TPE searcher (``[search] searcher = "tpe"``, :class:`msopt.search.tpe.TPESearcher`:
+    multivariate TPE on candidate indices, the default enqueued first), driven one launch per
+    proposal like every peer: no duplicate reuse, no prior, no re-measurement. Its constraint
+    refuses a tp·pp that does not divide the world size, so such a proposal is drawn again instead
+    of being repaired by our decode; a failed launch is told the peers' penalty.
     """
-    optuna = _optuna_quiet()
+    _optuna_quiet()
+    from msopt.search import Constraint, SearcherSetup, make_searcher, search_dimensions
+
     space = table.space
-    cands = [d.candidates for d in space.dimensions]
+    dims = search_dimensions(space)
     world = table.problem.world
-    # Optuna 5 replaced constraints_func by Trial.set_constraint (the same trial.constraints
-    # that TPE reads); older versions get constraints_func.
-    modern = hasattr(optuna.trial.Trial, "set_constraint")
-    extra = {} if modern else {"constraints_func": lambda t: t.user_attrs["constraints"]}
-    sampler = optuna.samplers.TPESampler(multivariate=True, seed=seed, **extra)
-    study = optuna.create_study(sampler=sampler)
-    default = space.decode(space.default_position(), None).values
-    study.enqueue_trial({n: list(c).index(default[n]) for n, c in zip(space.names, cands)})
+
+    def proposed(x: np.ndarray) -> dict[str, Any]:
+        return {d.name: (d.candidates[d.nearest(v)] if d.candidates is not None else float(v)) for d, v in zip(dims, x)}
+
+    def product(v: Any) -> str | None:
+        return None if world % (v["tp"] * v["pp"]) == 0 else f"tp·pp does not divide {world}"
+
+    searcher = make_searcher("tpe", SearcherSetup(
+        dims, seed, 1, "sync", np.array([space.default_position()]), lambda lane, count: None,
+        constraint=Constraint(decode=proposed, rules=product)))
     penalty = _Penalty()
     while len(oracle.launches) < budget:
-        trial = study.ask()
-        proposed = {n: c[trial.suggest_int(n, 0, len(c) - 1)] for n, c in zip(space.names, cands)}
-        values = _decode_values(space, space.encode(proposed))
-        f, _, _ = oracle.launch(values)
-        bad_product = world % (proposed["tp"] * proposed["pp"]) != 0
-        cons = {"product": float(bad_product), "failed": float(not math.isfinite(f))}
-        if modern:
-            for k, v in cons.items():
-                trial.set_constraint(k, v)
-        else:
-            trial.set_user_attr("constraints", list(cons.values()))
-        study.tell(trial, penalty(f))
+        (trial,) = searcher.ask()
+        f, _, _ = oracle.launch(_decode_values(space, trial.position))
+        searcher.tell(trial.id, penalty(f))
 
 
 def run_gp(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
@@ -382,7 +376,8 @@ METHODS = (
            "zero launches: the prior's best prediction, as msopt searches it for this seed"),
     Method("Optuna GPSampler", run_gp, True, "Gaussian-process BO on candidate indices; default enqueued"),
     Method("Optuna TPE", run_tpe, True,
-           "multivariate TPE on candidate indices; constraints (constraints_func / Trial.set_constraint)"),
+           "msopt's TPE searcher (multivariate TPE on candidate indices), one launch per proposal; "
+           "tp·pp refused by its constraint"),
     Method("Optuna CMA-ES", run_cmaes, True, "CmaEsSampler on the position box, x0 = default"),
     Method("Nevergrad PSO", run_ng_pso, False, "ConfiguredPSO(popsize=10) on the position box", default=False),
     Method("Nevergrad NGOpt", run_ngopt, False, "NGOpt on ordered choices (TransitionChoice)", default=False),
