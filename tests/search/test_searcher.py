@@ -230,3 +230,26 @@ def test_a_resumed_budget_run_spends_only_what_is_left(write_toml, cut):
     assert resumed.launches == len(seen) and len(again) == len(seen) - sum(not r.reused for r in full.results[:cut])
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.reused)
     assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_resumed_swarm_is_rebuilt_by_replay_to_the_same_state(write_toml, mode):
+    """Resume never reads state.json: replaying the journal into a swarm built from the same setup
+    gives the same results and the same final state as the uninterrupted run."""
+    settings = load_settings(str(write_toml(SETTINGS.format(mode=mode, extra="", iters=3) + TP_PP_DP + KNOBS)),
+                             environ={})
+    space = SearchSpace.from_settings(settings)
+
+    def run(previous=()):
+        pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+        try:
+            driver = Driver(settings, pool, previous=previous, keep_results=True)
+            return driver, driver.run()
+        finally:
+            pool.close()
+
+    full_driver, full = run()
+    driver, resumed = run(full.results[:7])
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.reused)
+    assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
+    assert driver.searcher.to_state() == full_driver.searcher.to_state()
