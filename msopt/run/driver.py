@@ -198,12 +198,6 @@ class Driver:
         assert self.prior is not None
         return self.prior.predict(values, position).record()
 
-    def known_refusal(self, position: np.ndarray) -> bool:
-        """Whether ``position`` (decoded without a context) is a configuration known to be refused:
-        one that breaks the engine's start-up rules (with the pre-check on), or one refused
-        before in this run (by the rules or at launch). No searcher proposes it (:attr:`constraint`)."""
-        return self.constraint.refused(position)
-
     def _decode_plain(self, position: np.ndarray) -> Mapping[str, Any] | None:
         """``position``'s values decoded without a context, or None where it cannot be decoded."""
         try:
