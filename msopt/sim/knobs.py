@@ -413,6 +413,18 @@ _BENCH = MappingProxyType({
 })
 
 
+def load_overrides(load: Mapping[str, Any]) -> dict[str, Any]:
+    """Workload keys of a benchmark's load (``concurrency``, ``request_rate``:
+    :meth:`msopt.benchmarks.base.BenchmarkAdapter.field_load`), cast as :func:`benchmark_overrides`
+    casts the same load given as ``--max-concurrency`` / ``--request-rate``."""
+    out: dict[str, Any] = {}
+    for flag, (key, cast) in _BENCH.items():
+        if key in load and key in ("concurrency", "request_rate"):
+            text = str(load[key])
+            out[key] = _as_int(flag, text) if cast is int else _as_float(flag, text)
+    return out
+
+
 def benchmark_overrides(argv: Sequence[str]) -> dict[str, Any]:
     """Workload keys set by a benchmark command line (vLLM ``bench serve`` flags).
 

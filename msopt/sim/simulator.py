@@ -11,7 +11,7 @@ from msopt.checks import is_int, is_number
 from msopt.engines.base import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
-from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch, load_overrides
 from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, known
@@ -201,7 +201,7 @@ def simulate(
 
 
 def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
-                    bench_argv: Sequence[str] | None = None) -> SimResult:
+                    bench_argv: Sequence[str] | None = None, load: Mapping[str, Any] | None = None) -> SimResult:
     """Simulate what an engine adapter rendered, with the ``[simulator]`` configuration table.
 
     Args:
@@ -209,6 +209,7 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
         sim_table: ``hardware``, ``model``, ``weight_dtype``, ``kv_dtype``, ``seed``, ``noise``,
             ``workload`` (table) and optional ``catalog_dirs`` (list of directories).
         bench_argv: a benchmark command line whose load flags override the workload.
+        load: ``concurrency`` / ``request_rate`` overriding the workload (a benchmark's load).
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -231,6 +232,8 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
     wl = workload_from_mapping(table)
     if bench_argv:
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
+    if load:
+        wl = wl.with_overrides(load_overrides(load))
     seed = sim_table.get("seed", 0)
     noise = sim_table.get("noise", 0.0)
     if not is_int(seed):
@@ -243,9 +246,11 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
 
 
 def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, int],
-                           sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None) -> SimResult:
+                           sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None,
+                           load: Mapping[str, Any] | None = None) -> SimResult:
     """Simulate a prefill/decode-disaggregated deployment: ``counts[0]`` instances launched as
-    ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``.
+    ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``;
+    ``bench_argv`` and ``load`` as for :func:`simulate_launch`.
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -263,6 +268,8 @@ def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tupl
     wl = workload_from_mapping(sim_table.get("workload", {}))
     if bench_argv:
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
+    if load:
+        wl = wl.with_overrides(load_overrides(load))
     weight_dtype = str(sim_table.get("weight_dtype", "bf16"))
     kv_dtype = sim_table.get("kv_dtype") or ("fp16" if weight_dtype == "fp16" else "bf16")
     noise = float(sim_table.get("noise", 0.0))
