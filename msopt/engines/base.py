@@ -400,7 +400,7 @@ class EngineAdapter:
     advisories: ClassVar[tuple[Advisory, ...]] = ()
     #: Health patterns of the engine's own server log, ``{severity: {error_type: (pattern, ...)}}``
     #: (severities ``fatal`` and ``retryable``, as in ``[health_check.service]``), checked besides
-    #: the configuration's; an error type the configuration names is the configuration's alone.
+    #: the configuration's; an error type the configuration lists patterns for keeps those alone.
     health_patterns: ClassVar[Mapping[str, Mapping[str, tuple[str, ...]]]] = MappingProxyType({})
     #: The simulator personality that models this engine's launches (a name in
     #: ``msopt.sim.PERSONALITIES``); None: the simulator does not model it, so it has no simulated

@@ -74,7 +74,7 @@ class HealthCheck:
     def from_settings(cls, settings: Settings) -> HealthCheck:
         """Build from ``settings.section("health_check")``, with the service-log patterns the run's
         engine declares (:attr:`~msopt.engines.base.EngineAdapter.health_patterns`) for error types
-        the table does not name; errors name the file and key."""
+        the table lists no patterns for; errors name the file and key."""
         from msopt.engines import ENGINES
 
         check = cls.from_mapping(settings.section("health_check"), where=settings.where)
@@ -83,7 +83,7 @@ class HealthCheck:
 
     def with_patterns(self, extra: Mapping[str, Mapping[str, Sequence[str]]], kind: str = "service") -> HealthCheck:
         """These patterns added to ``kind`` logs, ``{severity: {error_type: patterns}}``, after the
-        table's own; an error type the table already has (in either severity) keeps the table's alone."""
+        table's own; an error type the table lists patterns for (in either severity) keeps the table's alone."""
         if not extra:
             return self
         named = {etype for sev in SEVERITIES for etype, _ in self.patterns[kind][sev]}
