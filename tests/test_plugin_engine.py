@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
@@ -150,6 +152,7 @@ num_prompts = 64
 """
 
 
+@pytest.mark.slow
 def test_third_party_engine_brings_its_rules_health_patterns_and_a_prior(tmp_path):
     """docs/examples/msopt-tgi declares start-up rules and a simulator personality; with nothing in
     msopt naming it, a refused candidate is refused by TGI's own rule, and a simulated run of it
@@ -178,14 +181,9 @@ def test_third_party_engine_brings_its_rules_health_patterns_and_a_prior(tmp_pat
 
 def test_plugin_health_patterns_join_the_configured_ones():
     """The adapter's health_patterns classify its own log lines; the table's error types stay the table's."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(EXAMPLE))
-    try:
-        from msopt_tgi import TgiAdapter
-    finally:
-        _sys.path.remove(str(EXAMPLE))
     from msopt.evaluate.health import HealthCheck
+
+    TgiAdapter = _tgi_module().TgiAdapter
 
     check = HealthCheck.default().with_patterns(TgiAdapter.health_patterns)
     verdict = check.check(["ERROR text_generation_launcher: text-generation-server not found in PATH"])
@@ -194,3 +192,40 @@ def test_plugin_health_patterns_join_the_configured_ones():
     assert check.check(["Error: ShardCannotStart"]).error_type == "tgi_shard"
     clash = HealthCheck.default().with_patterns({"fatal": {"oom": ("Error: ShardFailed",)}})
     assert clash.check(["Error: ShardFailed"]).ok  # "oom" is the table's: the engine's patterns for it are dropped
+
+
+def _tgi_module():
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        import msopt_tgi
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    return msopt_tgi
+
+
+def test_plugin_start_up_rules_refuse_through_the_generic_machinery():
+    """TGI's rules, declared on its adapter, refuse through msopt.engines.rules.check_rules as a
+    built-in engine's do: both values known, else no refusal."""
+    from msopt.engines import LaunchSpec
+    from msopt.engines.rules import ModelFacts, check_rules
+    from msopt.errors import RefusedError
+
+    tgi = _tgi_module().TgiAdapter()
+    base = ("text-generation-launcher", "--model-id", "M", "--port", "3000")
+
+    def refused(*flags: str, model: ModelFacts | None = None) -> str | None:
+        try:
+            check_rules(LaunchSpec("tgi", (*base, *flags)), {}, {}, model=model or ModelFacts(), environ={},
+                        rules=tgi.startup_rules)
+        except RefusedError as exc:
+            return exc.rule
+        return None
+
+    assert refused("--max-input-tokens", "1024", "--max-total-tokens", "1024") == \
+        "tgi.max_input_tokens_vs_max_total_tokens"
+    assert refused("--max-input-tokens", "1023", "--max-total-tokens", "1024") is None
+    assert refused("--max-input-tokens", "8192") is None  # the model's length unknown: no refusal
+    assert refused("--max-input-tokens", "8192", model=ModelFacts(max_position=40960)) == \
+        "tgi.max_input_tokens_vs_max_total_tokens"  # max_total_tokens defaults to min(40960, 4096)
+    assert refused("--max-total-tokens", "4096", "--max-batch-total-tokens", "2048") == \
+        "tgi.max_total_tokens_vs_max_batch_total_tokens"
