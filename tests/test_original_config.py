@@ -14,9 +14,10 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings
 from msopt.engines import get_engine
+from msopt.engines.mindie_original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
-from msopt.run.validate import MINDIE_PD_UNSUPPORTED, load
+from msopt.run.validate import load
 
 ORIGINAL = Path(__file__).parent / "data" / "original" / "config.toml"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.checks import is_int, is_number
@@ -14,6 +15,8 @@ from msopt.metrics import METRICS
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
 
+#: The benchmark of a configuration that names none (the packaged defaults' ``benchmark``).
+DEFAULT_BENCHMARK = "vllm_benchmark"
 #: Field names (config_position "env") that set the load, as in the original tool.
 CONCURRENCY_FIELD = "CONCURRENCY"
 REQUEST_RATE_FIELD = "REQUESTRATE"
@@ -94,6 +97,11 @@ class BenchmarkAdapter:
     name: ClassVar[str] = ""
     produces: ClassVar[frozenset[str]] = frozenset(METRICS)
 
+    #: The fields (by name) this benchmark reads as its load, and the load key (:data:`LOAD_KEYS`)
+    #: each sets: the original tool's CONCURRENCY and REQUESTRATE (``config_position = "env"``).
+    load_field_keys: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {REQUEST_RATE_FIELD: "request_rate", CONCURRENCY_FIELD: "concurrency"})
+
     def render(
         self,
         values: Mapping[str, Any],
@@ -119,9 +127,21 @@ class BenchmarkAdapter:
         return None
 
     def load_fields(self, fields: Sequence[FieldDecl]) -> frozenset[str]:
-        """The fields this benchmark reads as its load (the original tool's CONCURRENCY and
-        REQUESTRATE): the server never reads them, so they are no part of its server key."""
-        return frozenset(f.name for f in fields if f.name in (CONCURRENCY_FIELD, REQUEST_RATE_FIELD))
+        """The fields this benchmark reads as its load (:attr:`load_field_keys`: the original tool's
+        CONCURRENCY and REQUESTRATE): the server never reads them, so they are no part of its server key."""
+        return frozenset(f.name for f in fields if f.name in self.load_field_keys)
+
+    def field_load(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The load (:data:`LOAD_KEYS`) the configuration's own load fields set in ``values``: a
+        CONCURRENCY field's value as ``concurrency``, a REQUESTRATE field's as ``request_rate``
+        (not when :func:`unpaced`), as :attr:`load_field_keys` maps them; the simulator runs its
+        workload at it as this benchmark would."""
+        out: dict[str, Any] = {}
+        for name, key in sorted(self.load_field_keys.items(), key=lambda kv: LOAD_KEYS.index(kv[1])):
+            value = values.get(name)
+            if value is not None and not (key == "request_rate" and unpaced(REQUEST_RATE_FIELD, value)):
+                out[key] = plain(value)
+        return out
 
     def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:
         """``section`` with its prompt seed moved ``offset`` on, so that a measurement on a reused

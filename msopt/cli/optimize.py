@@ -75,7 +75,7 @@ def _original_flags(args: argparse.Namespace) -> None:
                           "Ray cluster (--address auto) and let one trial span nodes with [cluster] devices_per_trial "
                           "above devices_per_node (docs/engines.md, 'Trials that span nodes')")
     if args.pd == "disaggregation":
-        from msopt.run.validate import MINDIE_PD_UNSUPPORTED
+        from msopt.engines.mindie_original import MINDIE_PD_UNSUPPORTED
 
         raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
 

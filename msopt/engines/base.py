@@ -11,12 +11,18 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
+
+if TYPE_CHECKING:
+    from msopt.config import Settings
+    from msopt.engines.pd import PdLaunch
+    from msopt.engines.rules import Advisory, Rule
 
 #: Seconds to wait for a server to answer its health path when nothing is configured.
 DEFAULT_WAIT_START_TIME = 600.0
@@ -382,6 +388,29 @@ class EngineAdapter:
     #: ``rendezvous_port``; the runner allocates them as it allocates those and passes them to
     #: :meth:`render_nodes` as ``leader_ports`` (only when this is not 0).
     leader_ports: ClassVar[int] = 0
+    #: The command a launch runs when ``[<engine>.command] executable`` is not set (empty: none
+    #: declared; then a load-time message shows ``["server"]`` as the example).
+    default_executable: ClassVar[tuple[str, ...]] = ()
+    #: The engine's start-up rules (:class:`msopt.engines.rules.Rule`): configurations it refuses
+    #: before it serves, checked on every rendered launch before it starts (real and simulated) and
+    #: by the search's screen, so a refused candidate costs no launch.
+    startup_rules: ClassVar[tuple[Rule, ...]] = ()
+    #: Fields the engine accepts but that tune nothing (:class:`msopt.engines.rules.Advisory`),
+    #: printed by ``msopt validate`` as ``warning:`` lines.
+    advisories: ClassVar[tuple[Advisory, ...]] = ()
+    #: Health patterns of the engine's own server log, ``{severity: {error_type: (pattern, ...)}}``
+    #: (severities ``fatal`` and ``retryable``, as in ``[health_check.service]``), checked besides
+    #: the configuration's; an error type the configuration lists patterns for keeps those alone.
+    health_patterns: ClassVar[Mapping[str, Mapping[str, tuple[str, ...]]]] = MappingProxyType({})
+    #: The simulator personality that models this engine's launches (a name in
+    #: ``msopt.sim.PERSONALITIES``); None: the simulator does not model it, so it has no simulated
+    #: runs and no simulator prior unless ``[search] prior = "simulator"`` asks for one.
+    sim_personality: ClassVar[str | None] = None
+    #: Program names (an executable's base name) that print the engine's version with ``--version``
+    #: (``msopt preflight`` asks them).
+    version_programs: ClassVar[tuple[str, ...]] = ()
+    #: Whether :meth:`render_pd` renders a prefill/decode-disaggregated trial (a ``pd`` table).
+    supports_pd: ClassVar[bool] = False
 
     def render(
         self,
@@ -427,9 +456,9 @@ class EngineAdapter:
 
     def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
                   ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
-                  nodes: Sequence[TrialNode] = ()) -> Any:
-        """Render a prefill/decode-disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`) when the
-        section has a ``pd`` table; its instances are placed on ``nodes`` when the trial spans nodes.
+                  nodes: Sequence[TrialNode] = ()) -> PdLaunch:
+        """Render a prefill/decode-disaggregated trial when :meth:`is_disaggregated`; its instances are
+        placed on ``nodes`` when the trial spans nodes.
 
         Raises:
             EvaluationError: the engine has no disaggregated launch.
@@ -437,9 +466,20 @@ class EngineAdapter:
         raise EvaluationError(f"engine {self.name!r} has no prefill/decode-disaggregated launch in msopt; "
                               "use sglang, or drop the [<engine>.pd] table")
 
+    def is_disaggregated(self, section: Mapping[str, Any]) -> bool:
+        """Whether the section asks for a prefill/decode-disaggregated trial (a ``pd`` table): its
+        launch is :meth:`render_pd`'s, not one server (``check`` refuses the table where the engine
+        does not :attr:`supports_pd`)."""
+        return "pd" in section
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it
         at load time (:func:`msopt.run.validate.validate`)."""
+
+    def check_settings(self, settings: Settings) -> None:
+        """Raise ConfigError for what the engine refuses outside its own section (the original tool's
+        inputs for it, say); :func:`msopt.run.validate.validate` runs it first, before the fields are
+        built. Nothing by default."""
 
     def notes(self, section: Mapping[str, Any]) -> list[str]:
         """Lines ``msopt validate`` prints about what a launch will do beyond the fields (files
@@ -449,6 +489,12 @@ class EngineAdapter:
     def preflight(self, section: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
         """The engine's own checks of this machine before a launch, as ``(check, ok, detail)``
         (``msopt preflight``; the generic ones are in :mod:`msopt.run.preflight`); none by default."""
+        return []
+
+    def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
+        """``msopt preflight``: the engine's checks of a launch's command line ``argv`` (its first
+        ``exe_len`` items the executable) against the installed ``version`` (the line the version
+        probe printed, e.g. ``vllm 0.33.0``), as ``(check, ok, detail)``; none by default."""
         return []
 
     def model_path(self, section: Mapping[str, Any]) -> str:
@@ -468,7 +514,7 @@ class EngineAdapter:
         None where a launch is not one server on one node (a ``pd`` table) or cannot be rendered
         from these values: such an evaluation always starts its own.
         """
-        if "pd" in section:
+        if self.is_disaggregated(section):
             return None
         load = {f.name for f in fields if f.config_position == "env" and f.name in load_fields}
         try:

@@ -57,7 +57,6 @@ class CommandLineAdapter(EngineAdapter):
     ``--enable-x`` boolean becomes ``--no-enable-x``.
     """
 
-    default_executable: ClassVar[tuple[str, ...]] = ()
     model_flag: ClassVar[str | None] = None  # None: the model is a positional argument
     negate_enable: ClassVar[bool] = False
     default_model: ClassVar[str] = "Qwen/Qwen3-8B"
@@ -98,7 +97,7 @@ class CommandLineAdapter(EngineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Every field must be ``env``, a flag, or unplaced; no flag is rendered twice (a field and
         ``others``, or two fields)."""
-        if "pd" in section:
+        if self.is_disaggregated(section):
             raise ConfigError(f"[{self.name}.pd]: msopt has no prefill/decode-disaggregated launch for {self.name} "
                               "(sglang has one); drop the table")
         check_flag_positions(fields, self.name)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_int, is_number
 from msopt.engines.base import (
@@ -36,9 +36,14 @@ from msopt.engines.base import (
     wait_start_time,
 )
 from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
+from msopt.engines.mindie_original import refuse_mindie_pd
+from msopt.engines.rules.mindie import RULES as MINDIE_RULES
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
+
+if TYPE_CHECKING:
+    from msopt.config import Settings
 
 #: The built-in minimal config.json, used when ``[mindie] config_path`` is not set (simulation).
 TEMPLATE_PATH = Path(__file__).with_name("mindie_config.json")
@@ -273,6 +278,8 @@ class MindieAdapter(EngineAdapter):
     health_path = "/v1/models"
     #: Used when neither ``[mindie.command] executable`` nor an installation (:func:`find_install`) is found.
     default_executable = ("mindieservice_daemon",)
+    startup_rules = MINDIE_RULES
+    sim_personality = "mindie"
     default_port = 1025
     #: On SIGTERM the daemon waits 5 s for its endpoint (EP_STOP_WAIT_TIME, llm_daemon.cpp:41, 209), then
     #: SIGTERMs its process group and waits up to 15 s for it (SUB_PROCESS_WAIT_TIME, llm_daemon.cpp:45,
@@ -296,10 +303,14 @@ class MindieAdapter(EngineAdapter):
             return "its conf/config.json (set [mindie] config_path to have msopt edit yours)"
         return target
 
+    def check_settings(self, settings: Settings) -> None:
+        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`)."""
+        refuse_mindie_pd(settings)
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering:
         known keys only, and no field that can give a fraction where MindIE wants an integer."""
-        if "pd" in section:
+        if self.is_disaggregated(section):
             raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
                               "roles run through ms_controller); drop the table")
         doc, src = load_config(section, missing_ok=True)

@@ -25,6 +25,7 @@ from msopt.engines.pd import (
     split_devices,
     without_pd,
 )
+from msopt.engines.rules.sglang import RULES as SGLANG_RULES
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
@@ -84,6 +85,10 @@ class SglangAdapter(CommandLineAdapter):
     health_path = "/health"
     default_port = 30000
     default_executable = ("python", "-m", "sglang.launch_server")
+    startup_rules = SGLANG_RULES
+    sim_personality = "sglang"
+    version_programs = ("sglang",)
+    supports_pd = True
     model_flag = "--model-path"
     negate_enable = False
     # sglang/srt/arg_groups/fields/parallel.py and model.py 0.5.23: aliases of the fields' flags

@@ -38,6 +38,8 @@ from msopt.engines.base import (
     value_of,
 )
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
+from msopt.engines.rules.vllm import RULES as VLLM_RULES
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -159,11 +161,21 @@ class VllmAdapter(CommandLineAdapter):
     name = "vllm"
     health_path = "/health"
     default_executable = ("vllm", "serve")
+    startup_rules = VLLM_RULES
+    advisories = VLLM_ADVISORIES
+    sim_personality = "vllm"
+    version_programs = ("vllm",)
     model_flag = None
     negate_enable = True
     # vllm/engine/arg_utils.py 0.33.0: "--tensor-parallel-size", "-tp", ...
     aliases = MappingProxyType({"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
                                 "-dp": "--data-parallel-size"})
+
+    def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
+        """The launch's flags against the flag table of the installed vLLM (msopt/engines/flags/vllm-<version>.txt)."""
+        if not version.startswith("vllm "):
+            return []
+        return [("flags", *check_installed_flags(argv, version[5:], exe_len))]
 
     def model_args(self, exe: Sequence[str], model: str) -> list[str]:
         """``vllm serve MODEL``; ``--model MODEL`` for every other entry point.

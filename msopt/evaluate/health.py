@@ -72,8 +72,29 @@ class HealthCheck:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HealthCheck:
-        """Build from ``settings.section("health_check")``; errors name the file and key."""
-        return cls.from_mapping(settings.section("health_check"), where=settings.where)
+        """Build from ``settings.section("health_check")``, with the service-log patterns the run's
+        engine declares (:attr:`~msopt.engines.base.EngineAdapter.health_patterns`) for error types
+        the table lists no patterns for; errors name the file and key."""
+        from msopt.engines import ENGINES
+
+        check = cls.from_mapping(settings.section("health_check"), where=settings.where)
+        engine = ENGINES.get(settings.engine) if settings.engine in ENGINES else None
+        return check.with_patterns(engine.health_patterns) if engine is not None else check
+
+    def with_patterns(self, extra: Mapping[str, Mapping[str, Sequence[str]]], kind: str = "service") -> HealthCheck:
+        """These patterns added to ``kind`` logs, ``{severity: {error_type: patterns}}``, after the
+        table's own; an error type the table lists patterns for (in either severity) keeps the table's alone."""
+        if not extra:
+            return self
+        named = {etype for sev in SEVERITIES for etype, _ in self.patterns[kind][sev]}
+        kinds = {k: dict(v) for k, v in self.patterns.items()}
+        for sev, types in extra.items():
+            if sev not in SEVERITIES:
+                raise ValueError(f"health pattern severity must be one of {SEVERITIES}, got {sev!r}")
+            added = tuple((str(etype), tuple(p.lower() for p in pats)) for etype, pats in types.items()
+                          if etype not in named and pats)
+            kinds[kind][sev] = (*kinds[kind][sev], *added)
+        return HealthCheck(self.log_snippet_length, kinds)
 
     @classmethod
     def default(cls) -> HealthCheck:

@@ -26,7 +26,8 @@ from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import make_objective
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.simulated import SimulatorSetup, bench_argv_of, metrics_of
+from msopt.evaluate.runner import configured_benchmark
+from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.space import SearchSpace
 
 __all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
@@ -92,7 +93,7 @@ class CandidateScreen:
             cand = Candidate(spec, dict(values), self.section,
                              self.model if self.model is not None else model_facts(spec.model),
                              _AnyEnvironment(spec.env))
-            hit = broken_rule(cand)
+            hit = broken_rule(cand, self.engine.startup_rules)
             out = None
             if hit is not None:
                 rule, message = hit
@@ -181,11 +182,11 @@ def prior_applies(settings: Settings, options: PriorOptions, described: bool = F
     run, a real run whose model and hardware were found (``described``:
     :func:`msopt.run.prior_source.prior_source`), or one whose ``[simulator]`` hardware and model
     were set in a configuration file (the packaged defaults describe nobody's cluster). The engine
-    must be one the simulator models.
+    must be one the simulator models (its adapter names a ``sim_personality``).
     """
     if options.mode == "none" or options.evaluations <= 0:
         return False
-    if settings.engine not in ("vllm", "sglang", "mindie"):
+    if get_engine(settings.engine).sim_personality is None:
         return options.mode == "simulator"
     if options.mode == "simulator" or settings.get("simulate") or described:
         return True
@@ -229,6 +230,7 @@ class SimulatorPrior:
         self.table = table
         self.objective = make_objective(str(settings.get("objective", "default")), settings.data)
         self.num_prompts = search_num_prompts(settings)
+        self.benchmark = configured_benchmark(settings)
         from msopt.sim import load_hardware, load_model, workload_from_mapping
 
         dirs = table.get("catalog_dirs", ())
@@ -275,15 +277,15 @@ class SimulatorPrior:
         return pred
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
-        from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
+        from msopt.sim.knobs import knobs_from_launch, load_overrides
         from msopt.sim.simulator import simulate
 
         try:
             spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                       devices=list(self.devices), workdir=None)
             req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
-            argv = bench_argv_of(values, req)
-            wl = self.workload.with_overrides(benchmark_overrides(argv)) if argv else self.workload
+            load = field_load_of(self.benchmark, values, req)
+            wl = self.workload.with_overrides(load_overrides(load)) if load else self.workload
             res = simulate(knobs_from_launch(spec), self.hardware, self.model_spec, wl,
                            weight_dtype=str(self.table.get("weight_dtype", "bf16")),
                            kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)), noise=0.0)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msopt.benchmarks import get_benchmark
+from msopt.benchmarks import DEFAULT_BENCHMARK, get_benchmark
 from msopt.checks import port_range
 from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
@@ -70,7 +70,7 @@ class RealRunner(EngineRunner):
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
         super().__init__(settings, engine, ctx)
-        self.benchmark_name = str(settings.get("benchmark", "vllm_benchmark"))
+        self.benchmark_name = str(settings.get("benchmark", DEFAULT_BENCHMARK))
         self.benchmark = get_benchmark(self.benchmark_name)
         self.health = HealthCheck.from_settings(settings)
         self.kept: _Kept | None = None
@@ -174,7 +174,7 @@ class RealRunner(EngineRunner):
             stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         server_log = self.ctx.log_path(req, attempt, "server") or workdir / "server.log"
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
-        if "pd" in self.engine_section:
+        if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt, workdir, server_log, bench_log, lease)
         nodes = self.ctx.placement
         timeout = float(settings.get("particles_time_out", 3600))

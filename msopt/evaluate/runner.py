@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.config import Settings
 from msopt.engines import EngineAdapter
 from msopt.engines.base import LaunchSpec, TrialNode
@@ -78,14 +79,19 @@ def reuse_servers(settings: Settings) -> bool:
     return bool(settings.section("cluster").get("reuse_servers", True))
 
 
+def configured_benchmark(settings: Settings) -> BenchmarkAdapter:
+    """The run's benchmark adapter (``benchmark``)."""
+    from msopt.benchmarks import DEFAULT_BENCHMARK, get_benchmark
+
+    return get_benchmark(str(settings.get("benchmark", DEFAULT_BENCHMARK)))
+
+
 def server_key(settings: Settings, engine: EngineAdapter, values: Mapping[str, Any]) -> str | None:
     """The server key of ``values`` (:meth:`EngineAdapter.server_key`, without the fields the
     configured benchmark reads as its load); None with ``reuse_servers = false``."""
     if not reuse_servers(settings):
         return None
-    from msopt.benchmarks import get_benchmark
-
-    bench = get_benchmark(str(settings.get("benchmark", "vllm_benchmark")))
+    bench = configured_benchmark(settings)
     return engine.server_key(values, settings.fields, settings.section(settings.engine),
                              load_fields=bench.load_fields(settings.fields))
 

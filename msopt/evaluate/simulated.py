@@ -18,15 +18,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msopt.benchmarks.base import unpaced
+from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines.base import EngineAdapter, LaunchSpec
+from msopt.engines.pd import PdLaunch
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
+from msopt.evaluate.runner import EngineRunner, RunnerContext, configured_benchmark, server_key
 from msopt.metrics import SIMULATED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -136,8 +137,11 @@ class SimulatorSetup:
 
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,
-            seed_offset: int = 0, bench_argv: Sequence[str] | None = None) -> Any:
-        """Simulate one evaluation; ``bench_argv`` is the benchmark's rendered command line.
+            seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
+            field_load: Mapping[str, Any] | None = None) -> Any:
+        """Simulate one evaluation; ``bench_argv`` is a benchmark command line whose load flags
+        override the workload, ``field_load`` the load the configuration's own fields set
+        (:func:`field_load_of`).
 
         The simulator's seed is ``[simulator] seed`` + ``seed_offset`` (the eval id) + the run's
         top-level ``seed`` (``--seed``) shifted past any eval id, so two runs that differ only in
@@ -145,15 +149,17 @@ class SimulatorSetup:
         """
         from msopt.sim import simulate_launch
 
-        return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv)
+        return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv, field_load)
 
-    def run_pd(self, launch: Any, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
-               seed_offset: int = 0, bench_argv: Sequence[str] | None = None) -> Any:
-        """Simulate one evaluation of a disaggregated trial (a :class:`msopt.engines.pd.PdLaunch`)."""
+    def run_pd(self, launch: PdLaunch, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
+               seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
+               field_load: Mapping[str, Any] | None = None) -> Any:
+        """Simulate one evaluation of a disaggregated trial (``bench_argv``, ``field_load``: as :meth:`run`)."""
         from msopt.sim.simulator import simulate_disaggregated
 
         table = self._table(num_prompts, load, seed_offset)
-        return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv)
+        return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv,
+                                      field_load)
 
     def _table(self, num_prompts: int | None, load: Mapping[str, float] | None, seed_offset: int) -> dict[str, Any]:
         """The ``[simulator]`` table of one evaluation: its load over the workload, and its seed."""
@@ -175,15 +181,11 @@ class SimulatorSetup:
             time.sleep(target - elapsed)
 
 
-def bench_argv_of(values: Mapping[str, Any], req: EvalRequest) -> list[str] | None:
-    """The load flags a benchmark would get: CONCURRENCY / REQUESTRATE fields of the original tool."""
-    argv: list[str] = []
-    if "CONCURRENCY" in values and values["CONCURRENCY"] is not None and "concurrency" not in req.load:
-        argv += ["--max-concurrency", str(values["CONCURRENCY"])]
-    if "REQUESTRATE" in values and values["REQUESTRATE"] is not None and "request_rate" not in req.load \
-            and not unpaced("REQUESTRATE", values["REQUESTRATE"]):
-        argv += ["--request-rate", str(values["REQUESTRATE"])]
-    return argv or None
+def field_load_of(benchmark: BenchmarkAdapter, values: Mapping[str, Any], req: EvalRequest) -> dict[str, Any] | None:
+    """The load the benchmark takes from the configuration's own load fields
+    (:meth:`~msopt.benchmarks.base.BenchmarkAdapter.field_load`) where the request sets none."""
+    load = {k: v for k, v in benchmark.field_load(values).items() if k not in req.load}
+    return load or None
 
 
 #: Simulated server start-up: a fixed part (process and engine start, graph capture, warm-up), then
@@ -216,6 +218,7 @@ class SimRunner(EngineRunner):
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
         super().__init__(settings, engine, ctx)
         self.sim = SimulatorSetup.from_settings(settings)
+        self.benchmark = configured_benchmark(settings)
         self.model_facts = self._model_facts()
         self._kept: str | None = None
         # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
@@ -256,19 +259,20 @@ class SimRunner(EngineRunner):
                 the real path checks, :mod:`msopt.engines.rules`).
             EvaluationError: the configuration fails as the engine would (out of memory, ...).
         """
-        if "pd" in self.engine_section:
+        if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt)
         nodes = self.ctx.nodes or self.virtual or self.ctx.placement
         specs = self.engine.render_nodes(values, self.settings.fields, self.engine_section, port=0, nodes=nodes,
                                          rendezvous_port=0, workdir=self.ctx.run_dir)
         spec = specs[0]
         self.last_server = None
-        check_rules(spec, values, self.engine_section, model=self.model_facts)
+        check_rules(spec, values, self.engine_section, model=self.model_facts, rules=self.engine.startup_rules)
         self.backup(req, attempt, [("server" if i == 0 else f"node{i}", s) for i, s in enumerate(specs)])
         key = self._start(values, len(specs) == 1)
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
-                           load=req.load, seed_offset=req.eval_id, bench_argv=bench_argv_of(values, req))
+                           load=req.load, seed_offset=req.eval_id,
+                           field_load=field_load_of(self.benchmark, values, req))
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
             cmds = ["$ " + " ".join(spec.argv)] if len(specs) == 1 else [
@@ -294,14 +298,14 @@ class SimRunner(EngineRunner):
         inner = without_pd(self.engine_section)
         self.last_server = None
         for spec in (*launch.prefill, *launch.decode):
-            check_rules(spec, values, inner, model=self.model_facts)
+            check_rules(spec, values, inner, model=self.model_facts, rules=self.engine.startup_rules)
         self._start(values, False)
         self.backup(req, attempt, [*[(f"prefill{i}", s) for i, s in enumerate(launch.prefill)],
                                    *[(f"decode{i}", s) for i, s in enumerate(launch.decode)],
                                    ("router", launch.router)])
         t0 = time.monotonic()
         res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,
-                              bench_argv=bench_argv_of(values, req))
+                              field_load=field_load_of(self.benchmark, values, req))
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
             roles = [(f"prefill {i}", s) for i, s in enumerate(launch.prefill)]

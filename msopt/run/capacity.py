@@ -30,17 +30,18 @@ CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", 
 #: Percentiles whose metrics (``ttft_pNN``, ``tpot_pNN``) the simulator and benchmarks report.
 PERCENTILES = (50, 90, 99)
 
-#: The original tool's load fields (``config_position = "env"``) and the load each one sets.
-LOAD_FIELDS = {"REQUESTRATE": "request_rate", "CONCURRENCY": "concurrency"}
-
 LOAD_KINDS = ("request_rate", "concurrency")
 
 
 def _load_fields(settings: Settings) -> dict[str, str]:
-    """load kind -> name of the field that sets it (env fields named as the original tool does)."""
+    """load kind -> name of the field that sets it (the benchmark's ``load_field_keys``, env fields)."""
+    from msopt.benchmarks import BENCHMARKS, DEFAULT_BENCHMARK, BenchmarkAdapter
+
+    name = str(settings.get("benchmark", DEFAULT_BENCHMARK))
+    keys = (BENCHMARKS.get(name) if name in BENCHMARKS else BenchmarkAdapter).load_field_keys
     out: dict[str, str] = {}
     for f in settings.fields:
-        kind = LOAD_FIELDS.get(f.name)
+        kind = keys.get(f.name)
         if kind is not None and str(f.config_position).lower() == "env":
             out[kind] = f.name
     return out
@@ -82,7 +83,7 @@ class CapacityOptions:
         max_probes: evaluations per configuration, repeats included.
         repeats: probes of the reported load, all of which must pass.
         load: "request_rate" or "concurrency": the load that is varied.
-        field: the configuration field that sets that load (REQUESTRATE/CONCURRENCY), or None.
+        field: the configuration field that sets that load (the benchmark's ``load_field_keys``), or None.
         start_load: the load to start from when a configuration has none of its own.
         min_load: the lowest load probed; failing there means zero capacity.
         max_load: the highest load probed (None: no cap but ``max_probes``).
@@ -132,8 +133,9 @@ class CapacityOptions:
 def capacity_options(settings: Settings) -> CapacityOptions:
     """Read and validate ``[capacity]``; raise ConfigError naming the key.
 
-    Default: enabled when the configuration varies a CONCURRENCY or REQUESTRATE field (the
-    original tool's convention, ``config_position = "env"``), else off.
+    Default: enabled when the configuration varies a field the benchmark reads as its load
+    (its adapter's ``load_field_keys``: the original tool's load fields, ``config_position =
+    "env"``), else off.
     """
     table = settings.section("capacity")
 

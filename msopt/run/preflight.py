@@ -25,7 +25,7 @@ from typing import Any
 
 from msopt.checks import port_range
 from msopt.config import Settings, thaw
-from msopt.engines import get_engine
+from msopt.engines import ENGINES, get_engine
 from msopt.engines.base import LaunchSpec, flag_name
 from msopt.engines.process import port_free
 from msopt.errors import MsoptError
@@ -105,7 +105,8 @@ def _version(argv: Sequence[str], module: str | None) -> Check:
         cmd = [argv[0], "-c", f"import importlib.metadata as m; print(m.version({top!r}))"]
         what = top
         probe = f"the version query of {top} (importlib.metadata) with {argv[0]}"
-    elif Path(argv[0]).name in ("vllm", "sglang", "python", "python3"):
+    elif Path(argv[0]).name in ("python", "python3") or any(
+            Path(argv[0]).name in ENGINES.get(name).version_programs for name in ENGINES.names()):
         cmd, what = [argv[0], "--version"], Path(argv[0]).name
         probe = f"{argv[0]} --version"
     else:
@@ -308,18 +309,15 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
     except MsoptError:
         # the adapter's own checks said why (a missing config.json): check the rest on its template
         spec, _ = sample_launch(settings, {k: v for k, v in section.items() if k != "config_path"})
-    exe = section.get("command", {}).get("executable", getattr(engine, "default_executable", ()))
+    exe = section.get("command", {}).get("executable", engine.default_executable)
     exe_len = 1 if isinstance(exe, str) else max(1, len(exe))
     exe_check, module = _executable(spec.argv)
     checks.insert(0, exe_check)
     if full and exe_check.ok:
         version = _version(spec.argv, module)
         checks.insert(1, version)
-        if settings.engine == "vllm" and version.detail.startswith("vllm "):
-            # the flags the installed vLLM's parser declares (msopt/engines/flags/vllm-<version>.txt)
-            from msopt.engines.vllm import check_installed_flags
-
-            checks.insert(2, Check("flags", *check_installed_flags(spec.argv, version.detail[5:], exe_len)))
+        checks[2:2] = [Check(name, ok, detail) for name, ok, detail in
+                       engine.version_checks(spec.argv, version.detail, exe_len)]
     checks.append(_model(spec))
     tls = [f for f in map(flag_name, spec.argv[exe_len:]) if f in TLS_FLAGS]
     if tls:

@@ -103,30 +103,6 @@ def _check_engine_section(settings: Settings) -> None:
                           f"use -e {declared[0]}")
 
 
-#: What a user of the original tool's MindIE PD path reads instead.
-MINDIE_PD_UNSUPPORTED = ("MindIE prefill/decode (PD) deployment is not supported by msopt; drop it and tune "
-                         "MindIE without PD, or use SGLang's PD disaggregation ([sglang.pd], docs/engines.md)")
-
-
-def _refuse_mindie_pd(settings: Settings) -> None:
-    """Refuse the original tool's MindIE PD inputs in one line: the PD-ratio fields (a
-    ``config_position`` starting with ``default``, such as ``default_p_rate`` and ``default_d_rate``,
-    which its ``DisaggregationSimulator.update_config`` wrote to MindIE-MS's ms_controller.json:
-    optimizer/plugins/simulate.py, msserviceprofiler@9582f434) and a ``[kubectl]
-    kubectl_default_path``, the Kubernetes deployment that path starts."""
-    if settings.engine != "mindie":
-        return
-    for decl in settings.fields:
-        if decl.config_position.startswith("default"):
-            raise ConfigError(f"{decl.where}: config_position {decl.config_position!r} is a MindIE PD ratio of "
-                              f"the original tool (MindIE-MS ms_controller.json): {MINDIE_PD_UNSUPPORTED}")
-    path = settings.section("kubectl").get("kubectl_default_path")
-    if path not in (None, ""):
-        raise ConfigError(f"{settings.where('kubectl.kubectl_default_path')}: [kubectl] kubectl_default_path "
-                          f"{path!r} starts the original tool's Kubernetes MindIE PD deployment: "
-                          f"{MINDIE_PD_UNSUPPORTED}")
-
-
 def validate(settings: Settings, *, search: bool = True) -> Validated:
     """Check every component's part of ``settings``; see the module docstring for the order.
 
@@ -139,7 +115,8 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         ConfigError: one line naming the file, the key and the fix.
     """
     _check_engine_section(settings)
-    _refuse_mindie_pd(settings)
+    if settings.engine in ENGINES:  # an unknown engine is named below, where the adapter is needed
+        ENGINES.get(settings.engine)().check_settings(settings)
     space = SearchSpace.from_settings(settings)
     if search and not space.names:
         where = settings.origin.get(f"{settings.engine}.target_field", settings.where(settings.engine))
@@ -174,7 +151,7 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         named = any(text.startswith(src) for src in settings.sources)  # a field's error names its file
         raise ConfigError(text if named else f"{where}: [{settings.engine}]: {text}") from None
     try:
-        check_launch(section, settings.fields, settings.engine, getattr(engine, "default_executable", ("server",)))
+        check_launch(section, settings.fields, settings.engine, engine.default_executable or ("server",))
     except ConfigError as exc:
         raise ConfigError(f"{settings.table_source(settings.engine)}: {exc}") from None
     HealthCheck.from_settings(settings)  # a bad pattern fails here, not in every actor

@@ -20,7 +20,8 @@ import numpy as np
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.registry import Registry
-from msopt.sim.knobs import ENGINES, EngineKnobs, knobs_from_argv
+from msopt.sim.knobs import EngineKnobs
+from msopt.sim.personality import PERSONALITIES, get_personality, known
 from msopt.sim.simulator import simulate
 from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_hardware, load_model
 
@@ -91,9 +92,10 @@ def row_knobs(engine: str, tp: int, pp: int, argv: Sequence[str]) -> EngineKnobs
     Raises:
         MsoptError: a flag value the engine would refuse to parse.
     """
-    if engine == "mindie":
+    knobs = get_personality(engine).knobs_from_argv(list(argv))
+    if knobs is None:  # an engine whose knobs do not come from a command line (MindIE): the layout alone
         return EngineKnobs(engine=engine, tp=tp, pp=pp)
-    return replace(knobs_from_argv(engine, list(argv)), tp=tp, pp=pp)
+    return replace(knobs, tp=tp, pp=pp)
 
 
 _CSV_COLUMNS = ("model", "hardware", "engine", "weight_dtype", "input_len", "output_len", "concurrency",
@@ -223,8 +225,8 @@ def load_measurements_csv(path: str | Path, engine: str | None = None,
                 eng = row["engine"].strip().lower()
                 if engine is not None and eng != engine:
                     continue
-                if eng not in ENGINES:
-                    raise ValueError(f"engine {eng!r} is not one of {list(ENGINES)}")
+                if not known(eng):
+                    raise ValueError(f"engine {eng!r} is not one of {PERSONALITIES.names()}")
                 if row["model"] not in models:
                     models[row["model"]] = _model_name(row["model"])
                 c, out_len = int(row["concurrency"]), int(row["output_len"])

@@ -6,12 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msopt.engines.base import LaunchSpec
 from msopt.errors import SimulationError
 
-ENGINES = ("vllm", "sglang", "mindie")
+if TYPE_CHECKING:
+    from msopt.sim.personality import Personality
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class EngineKnobs:
     :meth:`resolved` (vLLM's token budget depends on device memory).
 
     Attributes:
-        engine: "vllm", "sglang" or "mindie" (the scheduling personality).
+        engine: the simulator personality's name (:mod:`msopt.sim.personality`; "vllm", "sglang",
+            "mindie" or a plugin's), whose engine behaviour the simulator models.
         tp, pp, dp: tensor, pipeline and data parallel sizes.
         max_num_seqs: most sequences running at once per replica.
         max_num_batched_tokens: token budget of one step (vLLM/SGLang) or of one prefill batch.
@@ -82,22 +84,22 @@ class EngineKnobs:
     nnodes: int = 1
     ignored: tuple[str, ...] = field(default=())
 
+    @property
+    def personality(self) -> Personality:
+        """The simulator personality named by :attr:`engine`."""
+        from msopt.sim.personality import get_personality
+
+        return get_personality(self.engine)
+
     def resolved(self, hbm_gib: float) -> EngineKnobs:
-        """Fill engine defaults that depend on the device (vLLM: >= 70 GiB -> 8192/1024)."""
-        big = hbm_gib >= 70
-        if self.engine == "vllm":
-            mnbt = self.max_num_batched_tokens or (8192 if big else 2048)
-            mns = self.max_num_seqs or (1024 if big else 256)
-        elif self.engine == "sglang":
-            mnbt = self.max_num_batched_tokens or (8192 if big else 4096)
-            mns = self.max_num_seqs or 1024
-        else:
-            mnbt = self.max_num_batched_tokens or 8192
-            mns = self.max_num_seqs or 200
+        """Fill the personality's defaults that depend on the device (vLLM: >= 70 GiB -> 8192/1024)."""
+        p = self.personality
+        big = int(hbm_gib >= 70)
+        mnbt = self.max_num_batched_tokens or p.default_batched_tokens[big]
+        mns = self.max_num_seqs or p.default_max_seqs[big]
         frac = self.memory_fraction
         if frac is None:
-            frac = sglang_mem_fraction(hbm_gib, self.tp, self.pp, mnbt if self.chunked_prefill else 16384,
-                                       self.max_num_seqs) if self.engine == "sglang" else 0.9
+            frac = p.default_memory_fraction(self, hbm_gib, mnbt)
         return replace(self, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac)
 
 
@@ -213,7 +215,8 @@ _SGLANG_INT = MappingProxyType({
 })
 
 
-def _knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
+def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
+    """vLLM's knobs from its command line."""
     kw: dict[str, Any] = {"engine": "vllm", "block_size": 16, "memory_fraction": 0.9}
     ignored: list[str] = []
     for flag, value in _split_argv(argv):
@@ -243,7 +246,8 @@ def _knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 
-def _knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
+def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
+    """SGLang's knobs from its command line."""
     kw: dict[str, Any] = {"engine": "sglang", "block_size": 1, "mixed_batch": False}
     ignored: list[str] = []
     for flag, value in _split_argv(argv):
@@ -304,7 +308,8 @@ def _find_mindie_config(files: Mapping[str, Any]) -> Mapping[str, Any]:
     )
 
 
-def _knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
+def knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
+    """MindIE's knobs from the config.json among a launch's files."""
     cfg = _find_mindie_config(files)
     backend = cfg["BackendConfig"]
     kw: dict[str, Any] = {
@@ -347,41 +352,53 @@ def _knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 
+def vllm_launch_knobs(spec: LaunchSpec) -> EngineKnobs:
+    """vLLM's knobs from a rendered launch: its command line, and the CPU build's KV-cache size."""
+    knobs = knobs_vllm(spec.argv)
+    # the CPU build sizes its KV cache from this variable, in GiB (vllm 0.32.0
+    # vllm/platforms/cpu.py check_and_update_config: kv_cache_memory_bytes = value x GiB)
+    space = str((spec.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "")).strip()
+    if space:
+        knobs = replace(knobs, kv_cache_gib=float(_as_int("VLLM_CPU_KVCACHE_SPACE", space)))
+    return knobs
+
+
 def knobs_from_argv(engine: str, argv: Sequence[str]) -> EngineKnobs:
-    """Read the modelled knobs from a vLLM or SGLang server command line (flags only).
+    """Read the modelled knobs from a server command line (flags only) of the personality ``engine``.
 
     Raises:
-        SimulationError: not vLLM or SGLang, or a malformed knob value.
+        SimulationError: no personality of that name reads a command line, or a malformed knob value.
     """
-    if engine == "vllm":
-        return _knobs_vllm(argv)
-    if engine == "sglang":
-        return _knobs_sglang(argv)
-    raise SimulationError(f"knobs come from a command line for vllm and sglang, not {engine!r}")
+    from msopt.sim.personality import get_personality, known
+
+    knobs = get_personality(engine).knobs_from_argv(argv) if known(engine) else None
+    if knobs is None:
+        raise SimulationError(f"knobs come from a command line for {' and '.join(_argv_personalities())}, "
+                              f"not {engine!r}")
+    return knobs
+
+
+def _argv_personalities() -> list[str]:
+    from msopt.sim.personality import PERSONALITIES, get_personality
+
+    return [n for n in PERSONALITIES.names() if get_personality(n).knobs_from_argv(()) is not None]
 
 
 def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
-    """Read the modelled knobs from a rendered launch, as the engine itself would.
-
-    vLLM and SGLang knobs come from ``spec.argv``; MindIE's from the config.json object in
-    ``spec.files``. Flags that are not modelled are listed once in ``ignored``.
+    """Read the modelled knobs from a rendered launch, as the engine itself would: the personality
+    the engine's adapter names (:attr:`~msopt.engines.base.EngineAdapter.sim_personality`) reads it
+    (vLLM and SGLang from ``spec.argv``, MindIE from the config.json object in ``spec.files``).
+    Flags that are not modelled are listed once in ``ignored``.
 
     Raises:
-        SimulationError: an unknown engine or a malformed knob value.
+        SimulationError: an engine no personality models, or a malformed knob value.
     """
-    if spec.engine == "vllm":
-        knobs = knobs_from_argv("vllm", spec.argv)
-        # the CPU build sizes its KV cache from this variable, in GiB (vllm 0.32.0
-        # vllm/platforms/cpu.py check_and_update_config: kv_cache_memory_bytes = value x GiB)
-        space = str((spec.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "")).strip()
-        if space:
-            knobs = replace(knobs, kv_cache_gib=float(_as_int("VLLM_CPU_KVCACHE_SPACE", space)))
-        return knobs
-    if spec.engine == "sglang":
-        return knobs_from_argv(spec.engine, spec.argv)
-    if spec.engine == "mindie":
-        return _knobs_mindie(spec.files)
-    raise SimulationError(f"the simulator models engines {list(ENGINES)}, not {spec.engine!r}")
+    from msopt.sim.personality import modelled_engines, personality_of_engine
+
+    personality = personality_of_engine(spec.engine)
+    if personality is None:
+        raise SimulationError(f"the simulator models engines {modelled_engines()}, not {spec.engine!r}")
+    return personality.knobs_from_launch(spec)
 
 
 _BENCH = MappingProxyType({
@@ -394,6 +411,18 @@ _BENCH = MappingProxyType({
     # sends them at --max-concurrency and gathers them all before the measured requests
     "--num-warmups": ("warmup", int),
 })
+
+
+def load_overrides(load: Mapping[str, Any]) -> dict[str, Any]:
+    """Workload keys of a benchmark's load (``concurrency``, ``request_rate``:
+    :meth:`msopt.benchmarks.base.BenchmarkAdapter.field_load`), cast as :func:`benchmark_overrides`
+    casts the same load given as ``--max-concurrency`` / ``--request-rate``."""
+    out: dict[str, Any] = {}
+    for flag, (key, cast) in _BENCH.items():
+        if key in load and key in ("concurrency", "request_rate"):
+            text = str(load[key])
+            out[key] = _as_int(flag, text) if cast is int else _as_float(flag, text)
+    return out
 
 
 def benchmark_overrides(argv: Sequence[str]) -> dict[str, Any]:

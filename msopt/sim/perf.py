@@ -145,9 +145,7 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
     # widest live tensors of a full-budget forward pass (bf16) plus fp32 sampler logits
     width = 4 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp + 2 * model.ffn / tp
     activation = (tokens * width * 2.0 + min(seqs, tokens) * model.vocab * 4.0) / GIB
-    if knobs.engine == "sglang":
-        # SGLang's static fraction covers weights + KV only; what the runtime itself holds
-        # (context, allocator, buffers: reserve_gib) is in neither
+    if knobs.personality.activation_outside_fraction:
         activation = 0.0
     usable = hw.hbm_gib * knobs.memory_fraction  # type: ignore[operator]  # set by EngineKnobs.resolved()
     reserve = hw.reserve_gib

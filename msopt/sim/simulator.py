@@ -11,14 +11,14 @@ from msopt.checks import is_int, is_number
 from msopt.engines.base import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
-from msopt.sim.knobs import ENGINES, EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch, load_overrides
 from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
+from msopt.sim.personality import PERSONALITIES, known
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
-_MINDIE_DEFAULT_MAX_SEQ_LEN = 2560
 #: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
 SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"})
 
@@ -46,15 +46,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         problem = layout_problem(model, layout_of(knobs, model))
         if problem:
             return problem
-    if knobs.engine == "vllm" and max_model_len > model.max_position:
-        return (f"ValueError: User-specified max_model_len ({max_model_len}) is greater than the derived "
-                f"max_model_len (max_position_embeddings={model.max_position}). Decrease max_model_len.")
-    if knobs.engine == "vllm" and not knobs.chunked_prefill and knobs.max_num_batched_tokens < max_model_len:  # type: ignore[operator]  # resolved
-        return (f"ValueError: max_num_batched_tokens ({knobs.max_num_batched_tokens}) is smaller than "
-                f"max_model_len ({max_model_len}). This effectively limits the maximum sequence length to "
-                "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
-                "max_num_batched_tokens or decrease max_model_len.")
-    return None
+    return knobs.personality.startup_problem(knobs, model, max_model_len)
 
 
 def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model_len: int,
@@ -78,24 +70,9 @@ def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model
             return (f"{prefix}: {what} out of memory during the profile run. Tried to allocate "
                     f"{mem.activation_gib:.2f} GiB of activations with {mem.weights_gib:.2f} GiB of weights "
                     f"on a {total:.2f} GiB device. Lower max_num_batched_tokens or raise tp/pp.")
-        if knobs.engine == "sglang":  # sglang 0.5.23 srt/model_executor/pool_configurator.py
-            return ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                    f"Current value: mem_fraction_static={knobs.memory_fraction}")
-        if knobs.engine == "mindie":
-            return (f"RuntimeError: NPU out of memory: no memory left for the KV cache "
-                    f"({mem.kv_gib:.2f} GiB after {mem.weights_gib:.2f} GiB of weights); raise tp/pp or npuMemSize.")
-        return ("ValueError: No available memory for the cache blocks. Try increasing "
-                "`gpu_memory_utilization` when initializing the engine.")
-    if mem.kv_tokens < max_model_len and knobs.engine != "sglang":
-        need = mem.kv_gib * max_model_len / max(mem.kv_tokens, 1)
-        if knobs.engine == "mindie":
-            return (f"RuntimeError: NPU out of memory: the KV cache holds {mem.kv_tokens} tokens, fewer than "
-                    f"maxSeqLen ({max_model_len}); lower maxSeqLen or raise tp/pp/npuMemSize.")
-        return (f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
-                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
-                f"({mem.kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length "
-                f"is {mem.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
-                "when initializing the engine.")
+        return knobs.personality.no_kv_memory(knobs, mem)
+    if mem.kv_tokens < max_model_len and not knobs.personality.caps_context_to_kv:
+        return knobs.personality.short_kv(knobs, mem, max_model_len)
     return None
 
 
@@ -128,8 +105,8 @@ def simulate(
     Raises:
         ConfigError: unknown catalog entries, dtypes or workload keys.
     """
-    if knobs.engine not in ENGINES:
-        raise SimulationError(f"EngineKnobs.engine = {knobs.engine!r}: the simulator models {list(ENGINES)}")
+    if not known(knobs.engine):
+        raise SimulationError(f"EngineKnobs.engine = {knobs.engine!r}: the simulator models {PERSONALITIES.names()}")
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     wl = workload if isinstance(workload, Workload) else workload_from_mapping(workload)
@@ -145,10 +122,8 @@ def simulate(
     ignored = knobs.ignored
     if knobs.max_model_len:
         max_model_len = int(knobs.max_model_len)
-    elif knobs.engine == "mindie":
-        max_model_len = _MINDIE_DEFAULT_MAX_SEQ_LEN
     else:
-        max_model_len = spec.max_position
+        max_model_len = knobs.personality.default_max_model_len(spec)
     devices = knobs.tp * knobs.pp
     log = [
         f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
@@ -172,12 +147,8 @@ def simulate(
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
-    if knobs.engine == "sglang" and mem.kv_tokens < max_model_len:
-        # SGLang starts anyway and serves requests up to the pool's size
-        # (sglang 0.5.23 srt/managers/tp_worker.py: max_req_len = min(context_len - 1, kv - 1))
-        log.append(f"WARNING KV pool holds {mem.kv_tokens} tokens, fewer than --context-length "
-                   f"{max_model_len}. One full-length request cannot fit, so long requests will be "
-                   "refused or truncated at serving time.")
+    if knobs.personality.caps_context_to_kv and mem.kv_tokens < max_model_len:
+        log.append(knobs.personality.kv_cap_warning(mem, max_model_len))
         max_model_len = max(1, mem.kv_tokens - 1)
     log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
     log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
@@ -230,7 +201,7 @@ def simulate(
 
 
 def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
-                    bench_argv: Sequence[str] | None = None) -> SimResult:
+                    bench_argv: Sequence[str] | None = None, load: Mapping[str, Any] | None = None) -> SimResult:
     """Simulate what an engine adapter rendered, with the ``[simulator]`` configuration table.
 
     Args:
@@ -238,6 +209,7 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
         sim_table: ``hardware``, ``model``, ``weight_dtype``, ``kv_dtype``, ``seed``, ``noise``,
             ``workload`` (table) and optional ``catalog_dirs`` (list of directories).
         bench_argv: a benchmark command line whose load flags override the workload.
+        load: ``concurrency`` / ``request_rate`` overriding the workload (a benchmark's load).
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -260,6 +232,8 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
     wl = workload_from_mapping(table)
     if bench_argv:
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
+    if load:
+        wl = wl.with_overrides(load_overrides(load))
     seed = sim_table.get("seed", 0)
     noise = sim_table.get("noise", 0.0)
     if not is_int(seed):
@@ -272,9 +246,11 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
 
 
 def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, int],
-                           sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None) -> SimResult:
+                           sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None,
+                           load: Mapping[str, Any] | None = None) -> SimResult:
     """Simulate a prefill/decode-disaggregated deployment: ``counts[0]`` instances launched as
-    ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``.
+    ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``;
+    ``bench_argv`` and ``load`` as for :func:`simulate_launch`.
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -292,6 +268,8 @@ def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tupl
     wl = workload_from_mapping(sim_table.get("workload", {}))
     if bench_argv:
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
+    if load:
+        wl = wl.with_overrides(load_overrides(load))
     weight_dtype = str(sim_table.get("weight_dtype", "bf16"))
     kv_dtype = sim_table.get("kv_dtype") or ("fp16" if weight_dtype == "fp16" else "bf16")
     noise = float(sim_table.get("noise", 0.0))

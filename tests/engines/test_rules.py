@@ -11,7 +11,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import ENGINES, LaunchSpec, get_engine
-from msopt.engines.rules import RULES, Candidate, ModelFacts, broken_rule, check_rules, model_facts
+from msopt.engines.rules import Candidate, ModelFacts, broken_rule, check_rules, model_facts
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
@@ -39,6 +39,9 @@ def refusal(spec: LaunchSpec, model: ModelFacts | None = None, env: dict | None 
 
 
 def test_every_rule_names_a_registered_engine_its_source_and_version() -> None:
+    RULES = [r for name in ENGINES.names() for r in ENGINES.get(name).startup_rules]
+    for name in ENGINES.names():  # each adapter declares its own engine's rules only
+        assert all(r.engine == name for r in ENGINES.get(name).startup_rules)
     ids = [r.id for r in RULES]
     assert len(ids) == len(set(ids))
     for rule in RULES:

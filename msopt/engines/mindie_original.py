@@ -1,0 +1,36 @@
+"""The original tool's MindIE prefill/decode inputs, which msopt refuses in one line at load time
+(the ``mindie`` adapter's :meth:`~msopt.engines.base.EngineAdapter.check_settings`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from msopt.config import Settings
+
+#: What a user of the original tool's MindIE PD path reads instead.
+MINDIE_PD_UNSUPPORTED = ("MindIE prefill/decode (PD) deployment is not supported by msopt; drop it and tune "
+                         "MindIE without PD, or use SGLang's PD disaggregation ([sglang.pd], docs/engines.md)")
+
+
+def refuse_mindie_pd(settings: Settings) -> None:
+    """Refuse the original tool's MindIE PD inputs in one line: the PD-ratio fields (a
+    ``config_position`` starting with ``default``, such as ``default_p_rate`` and ``default_d_rate``,
+    which its ``DisaggregationSimulator.update_config`` wrote to MindIE-MS's ms_controller.json:
+    optimizer/plugins/simulate.py, msserviceprofiler@9582f434) and a ``[kubectl]
+    kubectl_default_path``, the Kubernetes deployment that path starts.
+
+    Raises:
+        ConfigError: naming the file and the key.
+    """
+    for decl in settings.fields:
+        if decl.config_position.startswith("default"):
+            raise ConfigError(f"{decl.where}: config_position {decl.config_position!r} is a MindIE PD ratio of "
+                              f"the original tool (MindIE-MS ms_controller.json): {MINDIE_PD_UNSUPPORTED}")
+    path = settings.section("kubectl").get("kubectl_default_path")
+    if path not in (None, ""):
+        raise ConfigError(f"{settings.where('kubectl.kubectl_default_path')}: [kubectl] kubectl_default_path "
+                          f"{path!r} starts the original tool's Kubernetes MindIE PD deployment: "
+                          f"{MINDIE_PD_UNSUPPORTED}")

@@ -1,0 +1,185 @@
+"""MindIE's start-up rules (the ``mindie`` adapter's ``startup_rules``).
+
+They read the config.json msopt rendered into ``LaunchSpec.files`` (:func:`mindie_config`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from msopt.engines.rules import Candidate, Rule
+
+# -- MindIE (MindIE-LLM master 8b4871a, 2026-04-23) -------------------------------------------
+MINDIE_VERSION = "MindIE-LLM 8b4871a (master, 2026-04-23)"
+_MAPPING = "examples/atb_models/atb_llm/utils/mapping.py"
+
+
+def mindie_config(c: Candidate) -> Mapping[str, Any]:
+    """The rendered config.json (the file of ``spec.files`` holding ``BackendConfig``), empty when none."""
+    for doc in c.spec.files.values():
+        if isinstance(doc, Mapping) and "BackendConfig" in doc:
+            return doc
+    return {}
+
+
+def mindie_model(c: Candidate) -> Mapping[str, Any]:
+    """``BackendConfig.ModelDeployConfig.ModelConfig[0]`` of the rendered config.json."""
+    doc = mindie_config(c)
+    try:
+        model = doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]
+    except (KeyError, IndexError, TypeError):
+        return {}
+    return model if isinstance(model, Mapping) else {}
+
+
+def _mindie_int(model: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    v = model.get(key, default)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+def _mindie_nodes(c: Candidate) -> int:
+    """Nodes of a multi-node launch (``server_count`` of the rank table msopt rendered), else 1."""
+    for doc in c.spec.files.values():
+        if isinstance(doc, Mapping) and "server_list" in doc:
+            try:
+                return max(1, int(doc.get("server_count", 1)))
+            except (TypeError, ValueError):
+                return 1
+    return 1
+
+
+def _mindie_parallel(c: Candidate) -> tuple[int | None, int, int, int]:
+    m = mindie_model(c)
+    world = _mindie_int(m, "worldSize", None)
+    if world is not None:
+        world *= _mindie_nodes(c)  # worldSize counts one node's devices; the rank table all of them
+    tp = _mindie_int(m, "tp", world) or 1  # mapping.py: tp defaults to world_size
+    return world, tp, _mindie_int(m, "dp", 1) or 1, _mindie_int(m, "pp", 1) or 1
+
+
+def _mindie_dp_pp(c: Candidate) -> str | None:
+    _, _, dp, pp = _mindie_parallel(c)
+    if pp != 1 and dp != 1:
+        return ("The attention module cannot support data parallel and pipeline parallel simultaneously. "
+                "Please check `dp` and `pp`.")
+    return None
+
+
+def _mindie_world(c: Candidate) -> str | None:
+    world, tp, dp, pp = _mindie_parallel(c)
+    if world is None:
+        return None
+    if pp > 1 and tp * pp != world:
+        return (f"World size must equal to attention's tp_size * pp_size. pp_size is {pp}. pp's tp_size is "
+                f"{tp}. World size is {world}. Please check `tp`, `pp` and `world_size`.")
+    if pp == 1 and tp * dp != world:
+        return ("World size must equal to attention's dp_size * attention's cp_size * attention's tp_size. "
+                f"Attention's tp_size is {tp}. Attention's dp_size is {dp}. Attention's cp_size is 1. "
+                f"World size is {world}. Please check `dp`, `cp`, `tp` and `world_size`.")
+    return None
+
+
+def _mindie_master(c: Candidate) -> str | None:
+    _, _, _, pp = _mindie_parallel(c)
+    if pp > 1 and not c.environ.get("MASTER_IP"):
+        return "Master ip cannot be None when pipeline parallel is used. Please export MASTER_IP."
+    if pp > 1 and not c.environ.get("MASTER_PORT"):
+        return ("MASTER_PORT or Network adapter cannot be None when pipeline parallel is used. "
+                "Please export environment.")
+    return None
+
+
+def _mindie_device_ids(c: Candidate) -> str | None:
+    backend = mindie_config(c).get("BackendConfig", {})
+    ids = backend.get("npuDeviceIds") if isinstance(backend, Mapping) else None
+    if not isinstance(ids, list):
+        return None
+    if backend.get("modelInstanceNumber") is not None and len(ids) != backend.get("modelInstanceNumber"):
+        return "The size of npuDeviceIds does not equal to modelInstanceNumber"
+    world = mindie_model(c).get("worldSize")
+    if any(isinstance(s, list) and len(s) != world for s in ids):
+        return "The size of npuDeviceIds (subset) does not equal to worldSize"
+    return None
+
+
+_CONFIG_MANAGER = "src/config_manager/config_manager_impl.cpp"
+
+
+def _mindie_schedule(c: Candidate, key: str) -> int | None:
+    """``BackendConfig.ScheduleConfig.<key>`` as an integer, None when absent or not a number."""
+    backend = mindie_config(c).get("BackendConfig", {})
+    schedule = backend.get("ScheduleConfig", {}) if isinstance(backend, Mapping) else {}
+    return _mindie_int(schedule, key, None) if isinstance(schedule, Mapping) else None
+
+
+def _mindie_models(c: Candidate) -> list[Mapping[str, Any]]:
+    """Every element of ``ModelConfig`` (MindIE checks each, config_manager_impl.cpp:320)."""
+    try:
+        models = mindie_config(c)["BackendConfig"]["ModelDeployConfig"]["ModelConfig"]
+    except (KeyError, TypeError):
+        return []
+    return [m for m in models if isinstance(m, Mapping)] if isinstance(models, list) else []
+
+
+def _mindie_prefill_tokens(c: Candidate) -> str | None:
+    # config_manager_impl.cpp:318-332 (8b4871a): maxPrefillTokens < ModelDeployConfig.maxInputTokenLen is
+    # refused unless ScheduleConfig.templateType is "Mix".
+    backend = mindie_config(c).get("BackendConfig", {})
+    deploy = backend.get("ModelDeployConfig", {}) if isinstance(backend, Mapping) else {}
+    schedule = backend.get("ScheduleConfig", {}) if isinstance(backend, Mapping) else {}
+    tokens = _mindie_schedule(c, "maxPrefillTokens")
+    longest = _mindie_int(deploy, "maxInputTokenLen", None) if isinstance(deploy, Mapping) else None
+    template = schedule.get("templateType") if isinstance(schedule, Mapping) else None
+    if tokens is None or longest is None or template in (None, "Mix") or not _mindie_models(c):
+        return None
+    if tokens < longest:
+        return "The value of maxPrefillTokens should not be less than maxInputTokenLen."
+    return None
+
+
+def _mindie_iter_times(c: Candidate) -> str | None:
+    # config_manager_impl.cpp:321-324 (8b4871a)
+    if _mindie_schedule(c, "maxIterTimes") == 0 and _mindie_models(c):
+        return "The value of ScheduleParam.maxIterTimes can not be 0."
+    return None
+
+
+def _mindie_preempt_cpu_mem(c: Candidate) -> str | None:
+    # config_manager_impl.cpp:325-328 (8b4871a): swapping preempted sequences out needs host memory
+    preempt = _mindie_schedule(c, "maxPreemptCount")
+    if preempt is None or preempt == 0:
+        return None
+    if any(_mindie_int(m, "cpuMemSize", None) == 0 for m in _mindie_models(c)):
+        return "The value of modelParam.cpuMemSize can not be 0 when maxPreemptCount is not 0."
+    return None
+
+
+def _mindie_preempt_batch(c: Candidate) -> str | None:
+    # src/config_manager/schedule_config.cpp:276-281 (8b4871a)
+    preempt, batch = _mindie_schedule(c, "maxPreemptCount"), _mindie_schedule(c, "maxBatchSize")
+    if preempt is not None and batch is not None and preempt > batch:
+        return ("The maxPreemptCount cannot be set greater than maxBatchsize, please set 'maxPreemptCount' to be "
+                "not greater than 'maxBatchsize' in config.json.")
+    return None
+
+
+#: MindIE's start-up rules.
+RULES: tuple[Rule, ...] = (
+    Rule("mindie.dp_and_pp", "mindie", _mindie_dp_pp, f"{_MAPPING} (Mapping.validate)", MINDIE_VERSION),
+    Rule("mindie.world_size", "mindie", _mindie_world, f"{_MAPPING} (Mapping.validate_pp)", MINDIE_VERSION),
+    Rule("mindie.pp_master_address", "mindie", _mindie_master, f"{_MAPPING} (Mapping.update_pp)",
+         MINDIE_VERSION),
+    Rule("mindie.npu_device_ids", "mindie", _mindie_device_ids,
+         "src/config_manager/backend_config.cpp (BackendConfigManager::InitFromJson)", MINDIE_VERSION),
+    Rule("mindie.max_prefill_tokens_vs_max_input_token_len", "mindie", _mindie_prefill_tokens,
+         f"{_CONFIG_MANAGER}:329-332 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
+    Rule("mindie.max_iter_times_nonzero", "mindie", _mindie_iter_times,
+         f"{_CONFIG_MANAGER}:321-324 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
+    Rule("mindie.preempt_needs_cpu_mem", "mindie", _mindie_preempt_cpu_mem,
+         f"{_CONFIG_MANAGER}:325-328 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
+    Rule("mindie.max_preempt_count_vs_max_batch_size", "mindie", _mindie_preempt_batch,
+         "src/config_manager/schedule_config.cpp:276-281 (ScheduleConfigManager::CheckParam)", MINDIE_VERSION),
+
+
+)

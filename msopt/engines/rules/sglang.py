@@ -1,0 +1,33 @@
+"""SGLang's start-up rules (the ``sglang`` adapter's ``startup_rules``)."""
+
+from __future__ import annotations
+
+from msopt.engines.rules import Candidate, Rule
+
+# -- SGLang 0.5.23 ----------------------------------------------------------------------------
+SGLANG_VERSION = "sglang 0.5.23"
+
+
+def _sglang_tp_heads(c: Candidate) -> str | None:
+    tp = c.int_flag("--tp-size", "--tensor-parallel-size")
+    heads = c.model.attention_heads
+    if tp and heads and heads % tp:
+        return f"AssertionError: assert self.total_num_heads % tp_size == 0 (heads {heads}, tp_size {tp})"
+    return None
+
+
+def _sglang_chunk_page(c: Candidate) -> str | None:
+    chunk = c.int_flag("--chunked-prefill-size")
+    page = c.int_flag("--page-size")
+    if chunk is not None and page and chunk > 0 and chunk % page:
+        return "AssertionError: chunked_prefill_size must be divisible by page_size"
+    return None
+
+
+#: SGLang's start-up rules.
+RULES: tuple[Rule, ...] = (
+    Rule("sglang.tp_divides_attention_heads", "sglang", _sglang_tp_heads,
+         "sglang/srt/models/llama.py, qwen2.py, qwen3.py (attention __init__)", SGLANG_VERSION),
+    Rule("sglang.chunked_prefill_vs_page_size", "sglang", _sglang_chunk_page,
+         "sglang/srt/arg_groups/validation_hook.py", SGLANG_VERSION),
+)

@@ -1,0 +1,133 @@
+"""Simulator personalities: how one engine's launch reads as knobs, and how that engine behaves
+where engines differ (defaults, start-up and memory errors, the MoE layout, what its memory
+fraction covers).
+
+An engine adapter names the personality that models it
+(:attr:`~msopt.engines.base.EngineAdapter.sim_personality`); the simulator asks the personality,
+never the engine's name. Built-in ones (``vllm``, ``sglang``, ``mindie``) are in
+:mod:`msopt.sim.personalities`; a plugin registers a :class:`Personality` instance through the
+``msopt.sim_personalities`` entry-point group. :attr:`msopt.sim.knobs.EngineKnobs.engine` holds
+the personality's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from msopt.errors import SimulationError
+from msopt.registry import Registry
+
+if TYPE_CHECKING:
+    from msopt.engines.base import LaunchSpec
+    from msopt.sim.knobs import EngineKnobs
+    from msopt.sim.perf import MemoryPlan
+    from msopt.sim.specs import ModelSpec
+
+
+class Personality:
+    """One engine as the simulator models it; subclass it and override what differs.
+
+    The defaults are the behaviour shared by most engines (a vLLM-like server); each attribute
+    names the engine behaviour it stands for.
+    """
+
+    #: The name :attr:`EngineKnobs.engine` carries (the registry key).
+    name: str = ""
+    #: ``max_num_batched_tokens`` when unset: (devices under 70 GiB, devices of 70 GiB or more).
+    default_batched_tokens: tuple[int, int] = (2048, 8192)
+    #: ``max_num_seqs`` when unset: (devices under 70 GiB, devices of 70 GiB or more).
+    default_max_seqs: tuple[int, int] = (256, 1024)
+    #: The engine's memory fraction covers weights and KV cache only, so the activations of a
+    #: forward pass are not taken out of it (SGLang's ``--mem-fraction-static``).
+    activation_outside_fraction: bool = False
+    #: A server whose KV cache holds fewer tokens than the longest sequence still starts and caps
+    #: requests at the cache's size (SGLang) instead of refusing to start.
+    caps_context_to_kv: bool = False
+    #: The dp ranks of one instance always share one set of MoE layers (vLLM); otherwise only with
+    #: ``dp_attention``.
+    moe_shares_dp: bool = False
+    #: Without an explicit ``ep`` the MoE tensor-parallel size defaults to the attention tp and
+    #: ``ep`` fills the rest (MindIE); otherwise ``ep`` defaults (1, or the whole MoE world with
+    #: ``expert_parallel``) and ``moe_tp`` fills the rest.
+    moe_tp_first: bool = False
+
+    def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs | None:
+        """The knobs of a server command line; None when this engine's knobs do not come from one."""
+        return None
+
+    def knobs_from_launch(self, spec: LaunchSpec) -> EngineKnobs:
+        """The knobs of a rendered launch, as the engine itself would read it.
+
+        Raises:
+            SimulationError: a malformed knob value.
+        """
+        knobs = self.knobs_from_argv(spec.argv)
+        if knobs is None:
+            raise SimulationError(f"the {self.name} personality reads no launch; override knobs_from_launch")
+        return knobs
+
+    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int) -> float:
+        """The share of device memory the engine takes when none is set."""
+        return 0.9
+
+    def default_max_model_len(self, model: ModelSpec) -> int:
+        """The longest sequence the server accepts when none is set."""
+        return model.max_position
+
+    def startup_problem(self, knobs: EngineKnobs, model: ModelSpec, max_model_len: int) -> str | None:
+        """An engine-specific start-up error for these (resolved) knobs, if any; none by default."""
+        return None
+
+    def no_kv_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
+        """The error the server prints when no memory is left for the KV cache."""
+        return ("ValueError: No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine.")
+
+    def short_kv(self, knobs: EngineKnobs, mem: MemoryPlan, max_model_len: int) -> str:
+        """The error the server prints when its KV cache cannot hold one sequence of ``max_model_len``."""
+        need = mem.kv_gib * max_model_len / max(mem.kv_tokens, 1)
+        return (f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
+                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({mem.kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length "
+                f"is {mem.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                "when initializing the engine.")
+
+    def kv_cap_warning(self, mem: MemoryPlan, max_model_len: int) -> str:
+        """The warning of a server that :attr:`caps_context_to_kv`."""
+        return (f"WARNING KV pool holds {mem.kv_tokens} tokens, fewer than the maximum sequence length "
+                f"{max_model_len}. One full-length request cannot fit, so long requests will be "
+                "refused or truncated at serving time.")
+
+
+PERSONALITIES: Registry[Personality] = Registry("simulator personality",
+                                                entry_point_group="msopt.sim_personalities")
+
+
+def get_personality(name: str) -> Personality:
+    """The personality registered as ``name`` (an unknown name lists the valid ones)."""
+    from msopt.sim import personalities as _builtin  # noqa: F401  (registers the built-in ones)
+
+    return PERSONALITIES.get(name)
+
+
+def known(name: str) -> bool:
+    """Whether a personality is registered as ``name``."""
+    from msopt.sim import personalities as _builtin  # noqa: F401  (registers the built-in ones)
+
+    return name in PERSONALITIES
+
+
+def personality_of_engine(engine: str) -> Personality | None:
+    """The personality that models the engine registered as ``engine``, None when none does."""
+    from msopt.engines import ENGINES
+
+    name = ENGINES.get(engine).sim_personality if engine in ENGINES else None
+    return get_personality(name) if name is not None else None
+
+
+def modelled_engines() -> list[str]:
+    """The registered engines a personality models."""
+    from msopt.engines import ENGINES
+
+    return [n for n in ENGINES.names() if ENGINES.get(n).sim_personality is not None]
