@@ -75,7 +75,7 @@ class RunnerContext:
 
 def reuse_servers(settings: Settings) -> bool:
     """``[cluster] reuse_servers`` (default true): evaluations with one server key share a server."""
-    return bool(settings.section("cluster").get("reuse_servers", True))
+    return settings.config.cluster.reuse_servers
 
 
 def server_key(settings: Settings, engine: EngineAdapter, values: Mapping[str, Any]) -> str | None:
@@ -85,7 +85,7 @@ def server_key(settings: Settings, engine: EngineAdapter, values: Mapping[str, A
         return None
     from msopt.benchmarks import get_benchmark
 
-    bench = get_benchmark(str(settings.get("benchmark", "vllm_benchmark")))
+    bench = get_benchmark(settings.config.run.benchmark)
     return engine.server_key(values, settings.fields, settings.section(settings.engine),
                              load_fields=bench.load_fields(settings.fields))
 
@@ -118,7 +118,7 @@ class EngineRunner:
     def backup(self, req: EvalRequest, attempt: int, launches: Sequence[tuple[str, LaunchSpec]]) -> None:
         """With ``backup = true`` (``--backup``), record what this attempt launches in the run
         directory (:mod:`msopt.evaluate.backup`)."""
-        if self.settings.get("backup") and self.ctx.run_dir is not None:
+        if self.settings.config.run.backup and self.ctx.run_dir is not None:
             from msopt.errors import EvaluationError
             from msopt.evaluate.backup import write_backup
 
