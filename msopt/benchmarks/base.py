@@ -18,8 +18,12 @@ from msopt.space.fields import FieldDecl
 CONCURRENCY_FIELD = "CONCURRENCY"
 REQUEST_RATE_FIELD = "REQUESTRATE"
 
-#: Keys of ``EvalRequest.load`` that the benchmarks understand.
-LOAD_KEYS = ("concurrency", "request_rate")
+#: The load fields and the ``EvalRequest.load`` key each one sets.
+LOAD_FIELDS = {REQUEST_RATE_FIELD: "request_rate", CONCURRENCY_FIELD: "concurrency"}
+
+#: Keys of ``EvalRequest.load`` that the benchmarks understand (the one list: the capacity stage
+#: varies one of them, preferring them in this order).
+LOAD_KEYS = tuple(LOAD_FIELDS.values())
 
 
 def unpaced(name: str, value: Any) -> bool:
@@ -121,7 +125,22 @@ class BenchmarkAdapter:
     def load_fields(self, fields: Sequence[FieldDecl]) -> frozenset[str]:
         """The fields this benchmark reads as its load (the original tool's CONCURRENCY and
         REQUESTRATE): the server never reads them, so they are no part of its server key."""
-        return frozenset(f.name for f in fields if f.name in (CONCURRENCY_FIELD, REQUEST_RATE_FIELD))
+        return frozenset(f.name for f in fields if f.name in LOAD_FIELDS)
+
+    def configured_load(self, section: Mapping[str, Any]) -> dict[str, Any]:
+        """The load this benchmark's own section configures, by :data:`LOAD_KEYS` key (as written;
+        absent keys left out): ``request_rate`` and ``max_concurrency`` (or ``concurrency``) of its
+        ``[<benchmark>.command]`` table by default. The capacity stage starts from it."""
+        raw = section.get("command")
+        cmd: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        out = {}
+        if "request_rate" in cmd:
+            out["request_rate"] = cmd["request_rate"]
+        for key in ("max_concurrency", "concurrency"):
+            if key in cmd:
+                out["concurrency"] = cmd[key]
+                break
+        return out
 
     def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:
         """``section`` with its prompt seed moved ``offset`` on, so that a measurement on a reused
