@@ -7,7 +7,6 @@ Bookkeeping lives on the instance (as Ray's ``ActorPool``); a dead actor is neve
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import time
@@ -25,7 +24,7 @@ from msopt.config import Settings
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
+from msopt.evaluate.results import EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
 from msopt.run.pool import devices_per_trial, route
 
 log = logging.getLogger("msopt.pool")
@@ -42,9 +41,9 @@ def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:
     Raises:
         ClusterError: the devices cannot be split evenly over whole nodes.
     """
-    configured = settings.section("cluster").get("devices_per_node")
+    configured = settings.config.cluster.devices_per_node
     try:
-        return split_trial(devices_per_trial(settings), int(configured) if configured else per_node)
+        return split_trial(devices_per_trial(settings), configured or per_node)
     except ConfigError as exc:
         raise ClusterError(str(exc)) from None
 
@@ -200,7 +199,7 @@ class RayPool:
         self.k = devices_per_trial(settings) if self.key else 0
         self.nodes_per_trial, self.per_node = (trial_nodes(settings, self._cluster_per_node()) if self.k
                                                else (1, 0))
-        self.time_limit = float(settings.get("particles_time_out", 3600))
+        self.time_limit = settings.config.run.particles_time_out
         self._queue: deque[EvalRequest] = deque()
         self._inflight: dict[Any, tuple[_Slot, EvalRequest, float]] = {}
         self._free: deque[_Slot] = deque()
@@ -237,7 +236,7 @@ class RayPool:
         """Concurrent slots: whole trials that fit on each node, capped by n_particles and
         ``[cluster] max_concurrent_trials`` / ``--max-concurrent``."""
         cap = settings.n_particles
-        for c in (max_concurrent, int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)):
+        for c in (max_concurrent, settings.config.cluster.max_concurrent_trials):
             if c and c > 0:
                 cap = min(cap, c)
         if not self.key or self.k == 0:
@@ -445,13 +444,8 @@ class RayPool:
         if fault:
             return fault_result(req, error, devices=self._devices(slot),
                                 actor=self._name(slot), real_evaluation=not self.simulate)
-        now = time.time()
-        return EvaluationResult(
-            eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-            position_in=list(req.position), position=list(req.position), values={},
-            metrics={m: None for m in METRICS}, fitness=math.inf, error=error, attempts=1,
-            devices=self._devices(slot), actor=self._name(slot), started=now,
-            finished=now, num_prompts=req.num_prompts, real_evaluation=not self.simulate, load=dict(req.load))
+        return failed_result(req, error, devices=self._devices(slot), actor=self._name(slot),
+                             real_evaluation=not self.simulate)
 
     def actor_infos(self) -> list[dict[str, Any]]:
         """Info of every live actor (pid, devices, node)."""

@@ -10,7 +10,6 @@ the stage sees it.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from msopt.errors import DecodeError, FaultError
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.results import EvalRequest, EvaluationResult, failed_result
 from msopt.run.leaderboard import values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import load_text
@@ -172,13 +171,8 @@ class Dispatcher:
         message = self._refusal(values)
         if message is None:
             return None
-        now = time.time()
-        r = EvaluationResult(eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-                             position_in=[float(x) for x in req.position], position=position.tolist(),
-                             values=dict(values), metrics={m: None for m in METRICS}, fitness=math.inf,
-                             error=message, attempts=0, started=now, finished=now, num_prompts=req.num_prompts,
-                             load=dict(req.load), refused=True,
-                             predicted=dict(req.predicted) if req.predicted is not None else None)
+        r = failed_result(req, message, position=position.tolist(), values=values, attempts=0, refused=True,
+                          predicted=dict(req.predicted) if req.predicted is not None else None)
         self.refusals[key] = r
         self.refused += 1
         return r
