@@ -11,7 +11,7 @@ import os
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
@@ -24,7 +24,7 @@ from msopt.config import Settings
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
-from msopt.evaluate.results import EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
+from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
 from msopt.run.pool import devices_per_trial, route
 
 log = logging.getLogger("msopt.pool")
@@ -203,7 +203,6 @@ class RayPool:
         self._queue: deque[EvalRequest] = deque()
         self._inflight: dict[Any, tuple[_Slot, EvalRequest, float]] = {}
         self._free: deque[_Slot] = deque()
-        self._attempts: dict[int, int] = {}
         self._started: list[tuple[int, list[str]]] = []
         self._done: list[EvaluationResult] = []
         self.replaced = 0
@@ -406,7 +405,6 @@ class RayPool:
             # starts again on live nodes and the evaluation is submitted again
             self._actor_died(slot, req, f"a follower node of {self._name(slot)} was lost ({result.error})")
             return
-        result.attempts += self._attempts.pop(req.eval_id, 0)
         server = result.server or {}
         slot.kept = str(server["key"]) if server.get("kept") and server.get("key") else None
         self._done.append(result)
@@ -414,15 +412,13 @@ class RayPool:
 
     def _actor_died(self, slot: _Slot, req: EvalRequest, why: str) -> None:
         self._replace(slot)
-        n = self._attempts.get(req.eval_id, 0) + 1
-        self._attempts[req.eval_id] = n
-        log.warning("%s; %s", why, "resubmitting" if n < MAX_ATTEMPTS else "giving up")
-        if n < MAX_ATTEMPTS:
-            self._queue.appendleft(req)
+        n = req.attempts_used + 1  # the launch the actor died in counts (RETRY: one budget for all layers)
+        log.warning("%s; %s", why, "resubmitting" if RETRY.again(n) else "giving up")
+        if RETRY.again(n):
+            self._queue.appendleft(replace(req, attempts_used=n))
         else:
             r = self._failed(req, f"{why} ({n} attempts)", slot, fault=True)  # Ray's failure, not the config's
             r.attempts = n
-            self._attempts.pop(req.eval_id, None)
             self._done.append(r)
         self._free.append(slot)
 
@@ -433,7 +429,6 @@ class RayPool:
                 del self._inflight[ref]
                 self._replace(slot)  # killing the actor stops the processes it started
                 r = self._failed(req, f"timed out after {self.time_limit:g}s (particles_time_out)", slot)
-                r.attempts += self._attempts.pop(req.eval_id, 0)
                 self._done.append(r)
                 self._free.append(slot)
 

@@ -20,14 +20,22 @@ from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
+from msopt.evaluate.results import (
+    METRICS,
+    RETRY,
+    EvalRequest,
+    EvaluationResult,
+    describe_fault,
+    failed_result,
+    fault_result,
+)
 from msopt.evaluate.runner import NodeLauncher, Runner, RunnerContext
 from msopt.evaluate.simulated import SimRunner
 from msopt.evaluate.workload import configured_num_prompts, search_num_prompts  # noqa: F401  (re-exported)
 from msopt.space import SearchSpace
 
-#: Attempts of an evaluation whose failure is retryable (health check, actor death).
-MAX_ATTEMPTS = 3
+#: Launches of one evaluation, every retrying layer together (:data:`RETRY`).
+MAX_ATTEMPTS = RETRY.attempts
 
 
 class Evaluator:
@@ -100,7 +108,7 @@ class Evaluator:
         result.values = decoded.values
         result.position = decoded.position.tolist()
         result.warnings = list(decoded.warnings)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        for attempt in range(req.attempts_used + 1, max(RETRY.attempts, req.attempts_used + 1) + 1):
             result.attempts = attempt
             try:
                 metrics = self._measure(decoded.values, req, attempt)
