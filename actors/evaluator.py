@@ -18,8 +18,7 @@ from msopt.evaluate.results import EvalRequest, EvaluationResult
 def accelerator_key(settings: Settings) -> str | None:
     """The Ray resource name of ``[cluster] accelerator`` ("NPU", "GPU", "CPU" for "cpu": cores), None
     for "none"."""
-    acc = str(settings.section("cluster").get("accelerator", "NPU"))
-    return None if acc.lower() == "none" else acc.upper()
+    return settings.config.cluster.accelerator_key
 
 
 @ray.remote(num_cpus=0, max_restarts=0)

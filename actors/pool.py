@@ -7,12 +7,11 @@ Bookkeeping lives on the instance (as Ray's ``ActorPool``); a dead actor is neve
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
@@ -25,7 +24,7 @@ from msopt.config import Settings
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
+from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
 from msopt.run.pool import devices_per_trial, route
 
 log = logging.getLogger("msopt.pool")
@@ -42,9 +41,9 @@ def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:
     Raises:
         ClusterError: the devices cannot be split evenly over whole nodes.
     """
-    configured = settings.section("cluster").get("devices_per_node")
+    configured = settings.config.cluster.devices_per_node
     try:
-        return split_trial(devices_per_trial(settings), int(configured) if configured else per_node)
+        return split_trial(devices_per_trial(settings), configured or per_node)
     except ConfigError as exc:
         raise ClusterError(str(exc)) from None
 
@@ -200,11 +199,10 @@ class RayPool:
         self.k = devices_per_trial(settings) if self.key else 0
         self.nodes_per_trial, self.per_node = (trial_nodes(settings, self._cluster_per_node()) if self.k
                                                else (1, 0))
-        self.time_limit = float(settings.get("particles_time_out", 3600))
+        self.time_limit = settings.config.run.particles_time_out
         self._queue: deque[EvalRequest] = deque()
         self._inflight: dict[Any, tuple[_Slot, EvalRequest, float]] = {}
         self._free: deque[_Slot] = deque()
-        self._attempts: dict[int, int] = {}
         self._started: list[tuple[int, list[str]]] = []
         self._done: list[EvaluationResult] = []
         self.replaced = 0
@@ -237,7 +235,7 @@ class RayPool:
         """Concurrent slots: whole trials that fit on each node, capped by n_particles and
         ``[cluster] max_concurrent_trials`` / ``--max-concurrent``."""
         cap = settings.n_particles
-        for c in (max_concurrent, int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)):
+        for c in (max_concurrent, settings.config.cluster.max_concurrent_trials):
             if c and c > 0:
                 cap = min(cap, c)
         if not self.key or self.k == 0:
@@ -407,7 +405,6 @@ class RayPool:
             # starts again on live nodes and the evaluation is submitted again
             self._actor_died(slot, req, f"a follower node of {self._name(slot)} was lost ({result.error})")
             return
-        result.attempts += self._attempts.pop(req.eval_id, 0)
         server = result.server or {}
         slot.kept = str(server["key"]) if server.get("kept") and server.get("key") else None
         self._done.append(result)
@@ -415,15 +412,13 @@ class RayPool:
 
     def _actor_died(self, slot: _Slot, req: EvalRequest, why: str) -> None:
         self._replace(slot)
-        n = self._attempts.get(req.eval_id, 0) + 1
-        self._attempts[req.eval_id] = n
-        log.warning("%s; %s", why, "resubmitting" if n < MAX_ATTEMPTS else "giving up")
-        if n < MAX_ATTEMPTS:
-            self._queue.appendleft(req)
+        n = req.attempts_used + 1  # the launch the actor died in counts (RETRY: one budget for all layers)
+        log.warning("%s; %s", why, "resubmitting" if RETRY.again(n) else "giving up")
+        if RETRY.again(n):
+            self._queue.appendleft(replace(req, attempts_used=n))
         else:
             r = self._failed(req, f"{why} ({n} attempts)", slot, fault=True)  # Ray's failure, not the config's
             r.attempts = n
-            self._attempts.pop(req.eval_id, None)
             self._done.append(r)
         self._free.append(slot)
 
@@ -434,7 +429,6 @@ class RayPool:
                 del self._inflight[ref]
                 self._replace(slot)  # killing the actor stops the processes it started
                 r = self._failed(req, f"timed out after {self.time_limit:g}s (particles_time_out)", slot)
-                r.attempts += self._attempts.pop(req.eval_id, 0)
                 self._done.append(r)
                 self._free.append(slot)
 
@@ -445,13 +439,8 @@ class RayPool:
         if fault:
             return fault_result(req, error, devices=self._devices(slot),
                                 actor=self._name(slot), real_evaluation=not self.simulate)
-        now = time.time()
-        return EvaluationResult(
-            eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-            position_in=list(req.position), position=list(req.position), values={},
-            metrics={m: None for m in METRICS}, fitness=math.inf, error=error, attempts=1,
-            devices=self._devices(slot), actor=self._name(slot), started=now,
-            finished=now, num_prompts=req.num_prompts, real_evaluation=not self.simulate, load=dict(req.load))
+        return failed_result(req, error, devices=self._devices(slot), actor=self._name(slot),
+                             real_evaluation=not self.simulate)
 
     def actor_infos(self) -> list[dict[str, Any]]:
         """Info of every live actor (pid, devices, node)."""

@@ -348,3 +348,15 @@ def test_simulated_probes_reuse_their_configurations_server(write_toml, reuse):
         assert f"{counts.started} server start" in counts.text() and "on a kept server" in counts.text()
     else:
         assert counts.started == len(launched) and counts.reused == 0
+
+
+@pytest.mark.parametrize("table, load, start", [("", "concurrency", 8.0),
+                                                 ("request_rate = 4\n", "request_rate", 4.0),
+                                                 ("concurrency = 16\n", "concurrency", 16.0)])
+def test_builtin_reports_its_own_load(write_toml, table, load, start):
+    """[builtin] holds its load in its own table (no [builtin.command]): the capacity stage starts there."""
+    text = (f"benchmark = \"builtin\"\n[capacity]\nenabled = true\n[builtin]\n{table}"
+            "[[vllm.target_field]]\nname = \"max_num_seqs\"\nconfig_position = \"--max-num-seqs\"\n"
+            "min = 16\nmax = 64\ndtype = \"int\"\nvalue = 32\n")
+    opts = capacity_options(load_settings(str(write_toml(text)), environ={}))
+    assert (opts.load, opts.start_load) == (load, start)

@@ -21,8 +21,13 @@ DEFAULT_BENCHMARK = "vllm_benchmark"
 CONCURRENCY_FIELD = "CONCURRENCY"
 REQUEST_RATE_FIELD = "REQUESTRATE"
 
-#: Keys of ``EvalRequest.load`` that the benchmarks understand.
-LOAD_KEYS = ("concurrency", "request_rate")
+#: The load fields and the ``EvalRequest.load`` key each one sets.
+LOAD_FIELDS: Mapping[str, str] = MappingProxyType(
+    {REQUEST_RATE_FIELD: "request_rate", CONCURRENCY_FIELD: "concurrency"})
+
+#: Keys of ``EvalRequest.load`` that the benchmarks understand (the one list: the capacity stage
+#: varies one of them, preferring them in this order).
+LOAD_KEYS = tuple(LOAD_FIELDS.values())
 
 
 def unpaced(name: str, value: Any) -> bool:
@@ -99,8 +104,7 @@ class BenchmarkAdapter:
 
     #: The fields (by name) this benchmark reads as its load, and the load key (:data:`LOAD_KEYS`)
     #: each sets: the original tool's CONCURRENCY and REQUESTRATE (``config_position = "env"``).
-    load_field_keys: ClassVar[Mapping[str, str]] = MappingProxyType(
-        {REQUEST_RATE_FIELD: "request_rate", CONCURRENCY_FIELD: "concurrency"})
+    load_field_keys: ClassVar[Mapping[str, str]] = MappingProxyType(LOAD_FIELDS)
 
     def render(
         self,
@@ -141,6 +145,21 @@ class BenchmarkAdapter:
             value = values.get(name)
             if value is not None and not (key == "request_rate" and unpaced(REQUEST_RATE_FIELD, value)):
                 out[key] = plain(value)
+        return out
+
+    def configured_load(self, section: Mapping[str, Any]) -> dict[str, Any]:
+        """The load this benchmark's own section configures, by :data:`LOAD_KEYS` key (as written;
+        absent keys left out): ``request_rate`` and ``max_concurrency`` (or ``concurrency``) of its
+        ``[<benchmark>.command]`` table by default. The capacity stage starts from it."""
+        raw = section.get("command")
+        cmd: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        out = {}
+        if "request_rate" in cmd:
+            out["request_rate"] = cmd["request_rate"]
+        for key in ("max_concurrency", "concurrency"):
+            if key in cmd:
+                out["concurrency"] = cmd[key]
+                break
         return out
 
     def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:

@@ -316,6 +316,17 @@ class BuiltinBenchmark(BenchmarkAdapter):
         """``[builtin] num_prompts`` (default 200)."""
         return workload_prompts(section)
 
+    def configured_load(self, section: Mapping[str, Any]) -> dict[str, Any]:
+        """``[builtin] concurrency`` and ``request_rate`` (its own table, not a ``command`` one); a rate
+        of ``"inf"`` is the closed loop: no rate."""
+        out: dict[str, Any] = {}
+        rate = section.get("request_rate")
+        if is_number(rate) and math.isfinite(rate):
+            out["request_rate"] = rate
+        if section.get("concurrency") is not None:
+            out["concurrency"] = section["concurrency"]
+        return out
+
     def with_seed(self, section: Mapping[str, Any], offset: int) -> Mapping[str, Any]:
         """``[builtin] seed`` (default 0) moved ``offset`` on: it seeds the synthetic prompts."""
         return {**section, "seed": int(section.get("seed", 0)) + offset} if offset else section

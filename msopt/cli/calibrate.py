@@ -94,7 +94,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     if dirs and found is None:
         model = str(_resolve_model(model, dirs))
     adapter = get_engine(settings.engine)
-    bench_name = str(settings.get("benchmark", "vllm_benchmark"))
+    bench_name = settings.config.run.benchmark
     bench = get_benchmark(bench_name)
     base = dict(settings.section("simulator").get("workload", {}) or {})
     out: list[Measurement] = []

@@ -71,7 +71,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"engine: {settings.engine}; {len(space.dimensions)} dimension(s), "
           f"{len(space.derived)} derived field(s)")
     print(f"searcher: {settings.section('search').get('searcher', 'swarm')}, {settings.n_particles} evaluation(s) "
-          f"in flight ({settings.get('mode', 'sync')})")
+          f"in flight ({settings.config.run.mode})")
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

@@ -209,7 +209,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     checked, store = _load(args)
     settings = checked.settings
-    simulate = bool(settings.get("simulate"))
+    simulate = settings.config.run.simulate
     from msopt.run.driver import Driver
     from msopt.run.pool import InProcessPool
     from msopt.run.progress import make_progress
@@ -217,7 +217,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     previous = []
     if store is None:
-        output = Path(str(settings.get("output", "msopt_runs")))
+        output = Path(settings.config.run.output)
         store = RunStore.create(output, settings, meta={"argv": sys.argv})
         store.lock()
     else:
@@ -245,7 +245,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         else:
             from actors.pool import RayPool, init_ray
 
-            cap = args.max_concurrent or int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
+            cap = args.max_concurrent or settings.config.cluster.max_concurrent_trials
             slots = min(settings.n_particles, cap) if cap else settings.n_particles
             where = args.address or os.environ.get("RAY_ADDRESS")
             # ray.init takes seconds: say what the silence is

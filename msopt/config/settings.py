@@ -19,6 +19,7 @@ from typing import Any
 
 from msopt.checks import is_finite, is_int, port_range
 from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
+from msopt.config.typed import Config, build_config
 
 try:
     import tomllib
@@ -154,7 +155,17 @@ class Settings:
 
     def __reduce__(self) -> tuple[Any, ...]:  # mapping proxies do not pickle; Ray ships Settings
         return (_rebuild_settings, (thaw(self.data), self.engine, self.fields, self.sources,
-                                    self.config_path, dict(self.origin), self.notes))
+                                    self.config_path, dict(self.origin), self.notes, self.config))
+
+    @property
+    def config(self) -> Config:
+        """The typed run and cluster configuration (:mod:`msopt.config.typed`), built once per
+        Settings (at load time; an unpickled Settings, in an actor, brings its own along)."""
+        cached: Config | None = self.__dict__.get("_config")
+        if cached is None:
+            cached = build_config(self.data, self.engine, self.fields)
+            object.__setattr__(self, "_config", cached)
+        return cached
 
     def get(self, key: str, default: Any = None) -> Any:
         """A top-level value."""
@@ -189,8 +200,10 @@ class Settings:
         origin = dict(self.origin)
         origin.update({k: "<command line>" for k in top_level})
         _check_scalars(data, origin)
-        return Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
-                        MappingProxyType(origin), self.notes)
+        out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
+                       MappingProxyType(origin), self.notes)
+        out.config  # noqa: B018  built once, after the checks
+        return out
 
     def to_toml(self) -> str:
         """The effective configuration as TOML text (saved in every run directory).
@@ -255,8 +268,11 @@ class Settings:
 
 def _rebuild_settings(data: dict[str, Any], engine: str, fields: tuple[FieldDecl, ...],
                       sources: tuple[str, ...], config_path: str | None, origin: dict[str, str],
-                      notes: tuple[str, ...] = ()) -> Settings:
-    return Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin), notes)
+                      notes: tuple[str, ...] = (), config: Config | None = None) -> Settings:
+    out = Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin), notes)
+    if config is not None:
+        object.__setattr__(out, "_config", config)
+    return out
 
 
 def resolve_config_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Path:
@@ -481,6 +497,7 @@ def load_settings(
     settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
                         str(cpath) if cpath else None, MappingProxyType(origin), tuple(notes))
     SearchSpace(fields)  # the field model checks itself now, not during the search
+    settings.config  # noqa: B018  the typed configuration, built once, after every check above
     return settings
 
 

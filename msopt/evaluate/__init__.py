@@ -6,9 +6,10 @@ or :class:`SimRunner` (the embedded simulator) — behind the :class:`Runner` pr
 
 from __future__ import annotations
 
-from msopt.evaluate.evaluator import MAX_ATTEMPTS, Evaluator, configured_num_prompts, search_num_prompts
+from msopt.evaluate.evaluator import MAX_ATTEMPTS, Evaluator
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.results import METRICS, PHASES, EvalRequest, EvaluationResult
+from msopt.evaluate.workload import WorkloadConfig, configured_num_prompts, search_num_prompts, workload_config
 
 __all__ = ["MAX_ATTEMPTS", "METRICS", "PHASES", "EvalRequest", "EvaluationResult", "Evaluator", "Objective",
-           "configured_num_prompts", "make_objective", "search_num_prompts"]
+           "WorkloadConfig", "configured_num_prompts", "make_objective", "search_num_prompts", "workload_config"]

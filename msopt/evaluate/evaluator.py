@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import get_engine
 from msopt.engines.base import TrialNode
@@ -21,35 +20,22 @@ from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.real import RealRunner
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
+from msopt.evaluate.results import (
+    METRICS,
+    RETRY,
+    EvalRequest,
+    EvaluationResult,
+    describe_fault,
+    failed_result,
+    fault_result,
+)
 from msopt.evaluate.runner import NodeLauncher, Runner, RunnerContext
 from msopt.evaluate.simulated import SimRunner
+from msopt.evaluate.workload import configured_num_prompts, search_num_prompts  # noqa: F401  (re-exported)
 from msopt.space import SearchSpace
 
-#: Attempts of an evaluation whose failure is retryable (health check, actor death).
-MAX_ATTEMPTS = 3
-
-
-def configured_num_prompts(settings: Settings) -> int | None:
-    """The full workload's num_prompts, the one definition the driver, the leaderboard, the
-    records and the report use: simulated, the simulator's ``[simulator.workload]``; else what the
-    benchmark adapter says its own section sends (:meth:`BenchmarkAdapter.num_prompts`: builtin's
-    ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
-    if settings.get("simulate"):
-        from msopt.sim.workload import workload_from_mapping
-
-        return workload_from_mapping(settings.section("simulator").get("workload", {})).num_prompts
-    name = str(settings.get("benchmark", ""))
-    return get_benchmark(name).num_prompts(settings.section(name))
-
-
-def search_num_prompts(settings: Settings) -> int | None:
-    """num_prompts during the search: the full workload's, capped by ``sample_size``."""
-    full = configured_num_prompts(settings)
-    cap = settings.get("sample_size")
-    if full is None:
-        return int(cap) if cap else None
-    return min(full, int(cap)) if cap else full
+#: Launches of one evaluation, every retrying layer together (:data:`RETRY`).
+MAX_ATTEMPTS = RETRY.attempts
 
 
 class Evaluator:
@@ -80,14 +66,14 @@ class Evaluator:
         processes: ProcessRegistry | None = None,
     ) -> None:
         self.settings = settings
-        self.simulate = bool(settings.get("simulate")) if simulate is None else simulate
+        self.simulate = settings.config.run.simulate if simulate is None else simulate
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.devices = [str(d) for d in devices]
         if len(nodes) > 1:
             self.devices = [f"{n.node_id[:8] or n.address}:{d}" for n in nodes for d in n.devices]
         self.actor = actor
         self.space = SearchSpace.from_settings(settings)
-        self.objective: Objective = make_objective(str(settings.get("objective", "default")), settings.data)
+        self.objective: Objective = make_objective(settings.config.run.objective, settings.data)
         self.engine = get_engine(settings.engine)
         self.runner_context = RunnerContext(self.run_dir, tuple(str(d) for d in devices),
                                             tuple(nodes) if len(nodes) > 1 else (), launcher,
@@ -111,14 +97,7 @@ class Evaluator:
                                 real_evaluation=not self.simulate)
 
     def _evaluate(self, req: EvalRequest) -> EvaluationResult:
-        started = time.time()
-        result = EvaluationResult(
-            eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-            position_in=[float(x) for x in req.position], position=[float(x) for x in req.position],
-            values={}, metrics={m: None for m in METRICS}, fitness=math.inf, devices=list(self.devices),
-            actor=self.actor, started=started, num_prompts=req.num_prompts,
-            real_evaluation=not self.simulate, load=dict(req.load),
-        )
+        result = failed_result(req, None, devices=self.devices, actor=self.actor, real_evaluation=not self.simulate)
         try:
             decoded = self.space.decode(req.position, req.context)
         except DecodeError as exc:
@@ -129,7 +108,7 @@ class Evaluator:
         result.values = decoded.values
         result.position = decoded.position.tolist()
         result.warnings = list(decoded.warnings)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        for attempt in range(req.attempts_used + 1, max(RETRY.attempts, req.attempts_used + 1) + 1):
             result.attempts = attempt
             try:
                 metrics = self._measure(decoded.values, req, attempt)

@@ -31,6 +31,7 @@ from msopt.metrics import (
     TIME_TO_FIRST_TOKEN,
 )
 from msopt.registry import Registry
+from msopt.slo import Slos, slo_checks
 
 if TYPE_CHECKING:
     from msopt.config import Settings
@@ -134,6 +135,11 @@ class ObjectiveSettings:
             ):
                 raise ConfigError(f"{key} must be a number {rule}, got {value!r}")
             object.__setattr__(self, key, float(value))
+
+    @property
+    def slos(self) -> Slos:
+        """The three SLOs, as :func:`msopt.slo.slo_checks` takes them."""
+        return Slos(self.ttft_slo, self.tpot_slo, self.success_rate_slo)
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> ObjectiveSettings:
@@ -259,11 +265,8 @@ class GoodputObjective(Objective):
             return math.inf
         if speed <= 0 or success <= 0 or ttft < 0 or tpot < 0:
             return math.inf
-        violation = (
-            max(0.0, ttft / s.ttft_slo - 1.0)
-            + max(0.0, tpot / s.tpot_slo - 1.0)
-            + max(0.0, s.success_rate_slo / success - 1.0)
-        )
+        checks = slo_checks(s.slos, {TIME_TO_FIRST_TOKEN: ttft, TIME_PER_OUTPUT_TOKEN: tpot, SUCCESS_RATE: success})
+        violation = checks[0].violation + checks[1].violation + checks[2].violation
         if violation == 0.0:
             return -_capped(speed)
         return 1.0 + _capped(violation)
@@ -311,6 +314,6 @@ def check_objective(settings: Settings) -> None:
         ConfigError: naming the file and the ``objective`` key.
     """
     try:
-        make_objective(str(settings.get("objective", "default")), settings.data)
+        make_objective(settings.config.run.objective, settings.data)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None

@@ -26,9 +26,9 @@ def split_trial(k: int, per_node: int | None) -> tuple[int, int]:
 
 def simulated_devices_per_node(settings: Settings) -> int | None:
     """``[cluster] devices_per_node``, else the simulated hardware's ``devices_per_node``."""
-    configured = settings.section("cluster").get("devices_per_node")
+    configured = settings.config.cluster.devices_per_node
     if configured:
-        return int(configured)
+        return configured
     sim = settings.section("simulator")
     try:
         from msopt.sim import load_hardware
@@ -46,10 +46,10 @@ def virtual_nodes(settings: Settings) -> tuple[TrialNode, ...]:
 
     Only an explicit ``[cluster] devices_per_trial`` spans nodes here.
     """
-    k = settings.section("cluster").get("devices_per_trial")
+    k = settings.config.cluster.devices_per_trial
     if not k:
         return ()
-    n, per = split_trial(int(k), simulated_devices_per_node(settings))
+    n, per = split_trial(k, simulated_devices_per_node(settings))
     if n == 1:
         return ()
     return tuple(TrialNode(i, "127.0.0.1", tuple(str(d) for d in range(per)), f"simnode{i}") for i in range(n))
@@ -61,13 +61,13 @@ def planned_nodes(settings: Settings, addresses: list[str] | None = None) -> tup
     The split comes from ``[cluster] devices_per_trial`` and ``devices_per_node`` (a simulated run:
     the hardware's); node ``r``'s address is ``addresses[r]`` when given, else ``NODE<r>_IP``.
     """
-    k = settings.section("cluster").get("devices_per_trial")
-    per_node = settings.section("cluster").get("devices_per_node")
-    if not per_node and settings.get("simulate"):
+    k = settings.config.cluster.devices_per_trial
+    per_node = settings.config.cluster.devices_per_node
+    if not per_node and settings.config.run.simulate:
         per_node = simulated_devices_per_node(settings)
     if not k or not per_node:
         return ()
-    n, per = split_trial(int(k), int(per_node))
+    n, per = split_trial(k, per_node)
     if n == 1:
         return ()
     names = addresses if addresses and len(addresses) == n else [f"NODE{r}_IP" for r in range(n)]

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import make_objective
 from msopt.evaluate.results import EvalRequest
+from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.runner import configured_benchmark
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.space import SearchSpace
@@ -37,13 +37,10 @@ __all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "Simu
 PRIOR_MODES = ("auto", "simulator", "none")
 
 
-def _key(values: Mapping[str, Any]) -> str:
-    return json.dumps(values, sort_keys=True, default=str)
 
 
 def _devices(settings: Settings) -> list[str]:
-    n = settings.section("cluster").get("devices_per_trial", 0)
-    return [str(i) for i in range(int(n))] if isinstance(n, int) and n > 0 else []
+    return settings.config.cluster.device_ids()
 
 
 class _AnyEnvironment(dict):
@@ -71,7 +68,7 @@ class CandidateScreen:
         self.engine = get_engine(settings.engine)
         self.section = settings.section(settings.engine)
         self.devices = _devices(settings)
-        sim = bool(settings.get("simulate")) if simulate is None else simulate
+        sim = settings.config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
             from msopt.sim import load_model
@@ -188,7 +185,7 @@ def prior_applies(settings: Settings, options: PriorOptions, described: bool = F
         return False
     if get_engine(settings.engine).sim_personality is None:
         return options.mode == "simulator"
-    if options.mode == "simulator" or settings.get("simulate") or described:
+    if options.mode == "simulator" or settings.config.run.simulate or described:
         return True
     return all(settings.where(f"simulator.{k}") not in ("<defaults>", str(_defaults_path()))
                for k in ("hardware", "model"))
@@ -228,7 +225,7 @@ class SimulatorPrior:
         table = thaw(setup.table) if setup is not None else thaw(simulator)
         self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True, simulator=table)
         self.table = table
-        self.objective = make_objective(str(settings.get("objective", "default")), settings.data)
+        self.objective = make_objective(settings.config.run.objective, settings.data)
         self.num_prompts = search_num_prompts(settings)
         self.benchmark = configured_benchmark(settings)
         from msopt.sim import load_hardware, load_model, workload_from_mapping

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msopt.benchmarks import DEFAULT_BENCHMARK, get_benchmark
-from msopt.checks import port_range
+from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.cpu import CpuFacts, check_cpu_trial
@@ -31,7 +30,6 @@ from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
-from msopt.space import SearchSpace
 
 
 @dataclass
@@ -70,7 +68,7 @@ class RealRunner(EngineRunner):
 
     def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
         super().__init__(settings, engine, ctx)
-        self.benchmark_name = str(settings.get("benchmark", DEFAULT_BENCHMARK))
+        self.benchmark_name = settings.config.run.benchmark
         self.benchmark = get_benchmark(self.benchmark_name)
         self.health = HealthCheck.from_settings(settings)
         self.kept: _Kept | None = None
@@ -122,7 +120,7 @@ class RealRunner(EngineRunner):
         stack = contextlib.ExitStack()
         try:
             # [cluster] ports: every port of the trial from the range, held until its server stops
-            lease = stack.enter_context(PortLease(port_range(self.settings.section("cluster").get("ports"))))
+            lease = stack.enter_context(PortLease(self.settings.config.cluster.ports))
             return self._measure(values, req, attempt, lease, stack, key)
         finally:
             if self.kept is None or self.kept.stack is not stack:
@@ -142,7 +140,7 @@ class RealRunner(EngineRunner):
             metrics = self.benchmark.run(
                 kept.spec, values, self.settings.fields, section, num_prompts=req.num_prompts, load=req.load,
                 result_dir=workdir / "result", log_path=bench_log,
-                timeout=float(self.settings.get("particles_time_out", 3600)))
+                timeout=self.settings.config.run.particles_time_out)
             self._check_alive(kept.spec, kept.proc, metrics, kept.server_log)
         except EvaluationError as exc:
             self.close()
@@ -177,7 +175,7 @@ class RealRunner(EngineRunner):
         if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt, workdir, server_log, bench_log, lease)
         nodes = self.ctx.placement
-        timeout = float(settings.get("particles_time_out", 3600))
+        timeout = settings.config.run.particles_time_out
         more = self.engine.leader_ports if len(nodes) > 1 else 0
         extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
         specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
@@ -238,7 +236,7 @@ class RealRunner(EngineRunner):
                                        ports=_pd_ports(lease), devices=list(self.ctx.devices),
                                        workdir=workdir)
         inner = without_pd(self.engine_section)
-        timeout = float(settings.get("particles_time_out", 3600))
+        timeout = settings.config.run.particles_time_out
         try:
             for spec in (*launch.prefill, *launch.decode):
                 check_rules(spec, values, inner)
@@ -277,14 +275,10 @@ class RealRunner(EngineRunner):
         """``[cluster] accelerator = "cpu"``: the trial's cores and this node's NUMA nodes hold the launch
         (:mod:`msopt.engines.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
         ternary_factories product, else 1; the Ray pool reserves as many)."""
-        cluster = self.settings.section("cluster")
-        if str(cluster.get("accelerator", "")).lower() != "cpu":
+        cluster = self.settings.config.cluster
+        if not cluster.cpu:
             return
-        facts = CpuFacts.here()
-        products = SearchSpace.from_settings(self.settings).ternary_products()
-        configured = cluster.get("devices_per_trial")
-        cores = int(configured) if configured is not None else (int(products[0]) if products else 1)
-        check_cpu_trial(spec, cores, facts, {**os.environ, **spec.env})
+        check_cpu_trial(spec, cluster.trial_devices, CpuFacts.here(), {**os.environ, **spec.env})
 
     @staticmethod
     def _followers_ok(launcher: NodeLauncher | None) -> None:

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from msopt.metrics import METRICS
 from msopt.space.context import DecodeContext
 
-__all__ = ["METRICS", "PHASES", "EvalRequest", "EvaluationResult", "describe_fault", "fault_result"]
+__all__ = ["METRICS", "PHASES", "RETRY", "EvalRequest", "EvaluationResult", "RetryPolicy", "describe_fault",
+           "failed_result", "fault_result", "values_key"]
 
 #: Stages of a run; every evaluation is journaled with one of these.
 PHASES = ("baseline", "search", "refine", "capacity")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often one evaluation may be launched, whatever made a launch fail: a retryable error of
+    the server or the benchmark (the evaluator tries again), an actor that died (the Ray pool
+    submits it again), a fault of the machinery (the dispatcher submits it again, then stops the
+    run). Every layer counts the same attempts (``EvalRequest.attempts_used``,
+    ``EvaluationResult.attempts``), so one configuration is launched at most ``attempts`` times.
+
+    Attributes:
+        attempts: launches of one evaluation, all layers together.
+    """
+
+    attempts: int = 3
+
+    def again(self, used: int) -> bool:
+        """Whether an evaluation that has had ``used`` launches may have another."""
+        return used < self.attempts
+
+
+#: The one retry policy.
+RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True)
@@ -34,6 +59,8 @@ class EvalRequest:
             ``fitness``), or None; journaled beside the measured metrics.
         server_key: the driver's server key of the configuration (:meth:`EngineAdapter.server_key`):
             a pool sends it to the worker already running that server; None: any worker.
+        attempts_used: launches this evaluation already had (a request submitted again after an
+            actor died or a fault carries them; :data:`RETRY` bounds them all together).
     """
 
     eval_id: int
@@ -46,6 +73,12 @@ class EvalRequest:
     load: Mapping[str, float] = field(default_factory=dict)
     predicted: Mapping[str, Any] | None = None
     server_key: str | None = None
+    attempts_used: int = 0
+
+
+def values_key(values: Mapping[str, Any]) -> str:
+    """One configuration's identity: its decoded values as canonical JSON."""
+    return json.dumps(values, sort_keys=True, default=str)
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -127,16 +160,29 @@ class EvaluationResult:
         return cls(**kw)
 
 
-def fault_result(req: EvalRequest, fault: str, *, devices: list[str] | None = None, actor: str | None = None,
-                 real_evaluation: bool = True) -> EvaluationResult:
-    """A result that records a fault of the machinery for ``req`` (no measurement)."""
+def failed_result(req: EvalRequest, error: str | None, *, position: Sequence[float] | None = None,
+                  values: Mapping[str, Any] | None = None, devices: Sequence[str] | None = None,
+                  actor: str | None = None, real_evaluation: bool = True, attempts: int | None = None,
+                  **extra: Any) -> EvaluationResult:
+    """The one failed result of ``req`` (fitness ``inf``, no metrics), started and finished now:
+    the position as asked unless ``position`` (repaired) is given; ``extra`` sets further fields
+    (``refused``, ``fault``, ``predicted``); ``attempts`` defaults to the request's next launch.
+    Every layer builds its failures with it."""
     now = time.time()
     return EvaluationResult(
         eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-        position_in=[float(x) for x in req.position], position=[float(x) for x in req.position], values={},
-        metrics={m: None for m in METRICS}, fitness=math.inf, error=fault, devices=list(devices or []),
-        actor=actor, started=now, finished=now, num_prompts=req.num_prompts, real_evaluation=real_evaluation,
-        load=dict(req.load), fault=fault)
+        position_in=[float(x) for x in req.position],
+        position=[float(x) for x in (req.position if position is None else position)], values=dict(values or {}),
+        metrics={m: None for m in METRICS}, fitness=math.inf, error=error,
+        attempts=req.attempts_used + 1 if attempts is None else attempts,
+        devices=list(devices or []), actor=actor, started=now, finished=now, num_prompts=req.num_prompts,
+        real_evaluation=real_evaluation, load=dict(req.load), **extra)
+
+
+def fault_result(req: EvalRequest, fault: str, *, devices: list[str] | None = None, actor: str | None = None,
+                 real_evaluation: bool = True) -> EvaluationResult:
+    """A result that records a fault of the machinery for ``req`` (no measurement)."""
+    return failed_result(req, fault, devices=devices, actor=actor, real_evaluation=real_evaluation, fault=fault)
 
 
 def describe_fault(exc: BaseException) -> str:

@@ -76,14 +76,14 @@ class RunnerContext:
 
 def reuse_servers(settings: Settings) -> bool:
     """``[cluster] reuse_servers`` (default true): evaluations with one server key share a server."""
-    return bool(settings.section("cluster").get("reuse_servers", True))
+    return settings.config.cluster.reuse_servers
 
 
 def configured_benchmark(settings: Settings) -> BenchmarkAdapter:
     """The run's benchmark adapter (``benchmark``)."""
-    from msopt.benchmarks import DEFAULT_BENCHMARK, get_benchmark
+    from msopt.benchmarks import get_benchmark
 
-    return get_benchmark(str(settings.get("benchmark", DEFAULT_BENCHMARK)))
+    return get_benchmark(settings.config.run.benchmark)
 
 
 def server_key(settings: Settings, engine: EngineAdapter, values: Mapping[str, Any]) -> str | None:
@@ -124,7 +124,7 @@ class EngineRunner:
     def backup(self, req: EvalRequest, attempt: int, launches: Sequence[tuple[str, LaunchSpec]]) -> None:
         """With ``backup = true`` (``--backup``), record what this attempt launches in the run
         directory (:mod:`msopt.evaluate.backup`)."""
-        if self.settings.get("backup") and self.ctx.run_dir is not None:
+        if self.settings.config.run.backup and self.ctx.run_dir is not None:
             from msopt.errors import EvaluationError
             from msopt.evaluate.backup import write_backup
 

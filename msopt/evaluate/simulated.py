@@ -131,9 +131,8 @@ class SimulatorSetup:
             workload_from_mapping(workload)
         except ConfigError as exc:
             raise ConfigError(f"{settings.table_source('simulator.workload')}: {exc}") from None
-        run_seed = settings.get("seed", 0)
         return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where("hardware"),
-                   int(run_seed) if is_int(run_seed) else 0)
+                   settings.config.run.seed)
 
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,
@@ -323,5 +322,4 @@ class SimRunner(EngineRunner):
 
 def _trial_devices(settings: Settings) -> int:
     """``[cluster] devices_per_trial`` (0 when unset: the instances are not checked against it)."""
-    k = settings.section("cluster").get("devices_per_trial")
-    return int(k) if is_int(k) else 0
+    return settings.config.cluster.devices_per_trial or 0

@@ -173,8 +173,7 @@ def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: i
         return []
     from msopt.evaluate.placement import planned_nodes
 
-    k = settings.section("cluster").get("devices_per_trial")
-    devices = [str(d) for d in range(int(k))] if k else []
+    devices = settings.config.cluster.device_ids()
     nodes = planned_nodes(settings)
     names = [n.address for n in nodes]
     # the router on the launch port, instances on the ports after it, bootstrap ports after those

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import re
 import time
@@ -16,6 +15,7 @@ from typing import Any
 from msopt.errors import MsoptError
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
+from msopt.evaluate.results import values_key as _key
 from msopt.metrics import METRICS
 from msopt.report.data import (
     BEST_COMMAND_JSON,
@@ -71,8 +71,6 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _key(values: Mapping[str, Any]) -> str:
-    return json.dumps(values, sort_keys=True, default=str)
 
 
 def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:

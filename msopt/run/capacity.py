@@ -19,9 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from msopt.benchmarks.base import LOAD_KEYS
 from msopt.checks import is_finite, is_int
 from msopt.config import Settings
 from msopt.errors import ConfigError
+from msopt.evaluate.workload import configured_load
+from msopt.slo import slo_checks
 
 #: The keys of ``[capacity]``.
 CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
@@ -30,14 +33,12 @@ CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", 
 #: Percentiles whose metrics (``ttft_pNN``, ``tpot_pNN``) the simulator and benchmarks report.
 PERCENTILES = (50, 90, 99)
 
-LOAD_KINDS = ("request_rate", "concurrency")
-
 
 def _load_fields(settings: Settings) -> dict[str, str]:
     """load kind -> name of the field that sets it (the benchmark's ``load_field_keys``, env fields)."""
-    from msopt.benchmarks import BENCHMARKS, DEFAULT_BENCHMARK, BenchmarkAdapter
+    from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter
 
-    name = str(settings.get("benchmark", DEFAULT_BENCHMARK))
+    name = settings.config.run.benchmark
     keys = (BENCHMARKS.get(name) if name in BENCHMARKS else BenchmarkAdapter).load_field_keys
     out: dict[str, str] = {}
     for f in settings.fields:
@@ -52,24 +53,6 @@ def _varied_load_fields(settings: Settings) -> list[str]:
 
     dims = set(SearchSpace.from_settings(settings).names)
     return [name for name in _load_fields(settings).values() if name in dims]
-
-
-def _workload_load(settings: Settings) -> dict[str, Any]:
-    """The configured workload's load: the simulator's workload, else the benchmark command's."""
-    if settings.get("simulate"):
-        wl = settings.section("simulator").get("workload", {}) or {}
-        return {k: wl[k] for k in LOAD_KINDS if k in wl}
-    bench = settings.section(str(settings.get("benchmark", "")))
-    raw = bench.get("command")
-    cmd: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    out = {}
-    if "request_rate" in cmd:
-        out["request_rate"] = cmd["request_rate"]
-    for key in ("max_concurrency", "concurrency"):
-        if key in cmd:
-            out["concurrency"] = cmd[key]
-            break
-    return out
 
 
 @dataclass(frozen=True)
@@ -171,7 +154,7 @@ def capacity_options(settings: Settings) -> CapacityOptions:
     probes = table.get("max_probes", 12)
     if not is_int(probes) or not 1 <= probes <= 1000:
         raise ConfigError(f"{where('max_probes')} must be an integer from 1 to 1000, got {probes!r}")
-    repeats = table.get("repeats", 1 if settings.get("simulate") else 2)
+    repeats = table.get("repeats", 1 if settings.config.run.simulate else 2)
     if not is_int(repeats) or not 1 <= repeats <= 100:
         raise ConfigError(f"{where('repeats')} must be an integer from 1 to 100, got {repeats!r}")
     if repeats > probes:
@@ -180,17 +163,17 @@ def capacity_options(settings: Settings) -> CapacityOptions:
 
     fields = _load_fields(settings)
     varied = _varied_load_fields(settings)
-    workload = _workload_load(settings)
+    workload = configured_load(settings)
     load = table.get("load", "auto")
     if load == "auto":
         if fields:
-            by_var = [k for k in LOAD_KINDS if fields.get(k) in varied]
-            load = (by_var or [k for k in LOAD_KINDS if k in fields])[0]
+            by_var = [k for k in LOAD_KEYS if fields.get(k) in varied]
+            load = (by_var or [k for k in LOAD_KEYS if k in fields])[0]
         elif "request_rate" in workload:  # open loop
             load = "request_rate"
         else:
             load = "concurrency"
-    elif load not in LOAD_KINDS:
+    elif load not in LOAD_KEYS:
         raise ConfigError(f"{where('load')} must be \"auto\", \"request_rate\" or \"concurrency\", got {load!r}")
 
     def number(key: str, default: Any) -> float | None:
@@ -229,16 +212,11 @@ def probe_verdict(metrics: Mapping[str, Any], error: str | None, settings: Setti
                   options: CapacityOptions) -> tuple[bool, str | None]:
     """(passed, why not) of one probe's metrics against the SLOs."""
     ttft_name, tpot_name = options.metric_names()
-    ttft, tpot, ok = metrics.get(ttft_name), metrics.get(tpot_name), metrics.get("success_rate")
-    if not (is_finite(ttft) and is_finite(tpot) and is_finite(ok)):
+    checks = slo_checks(settings.config.run.slos, metrics, ttft=ttft_name, tpot=tpot_name)
+    if not all(is_finite(c.value) for c in checks):
         return False, error or "a metric is missing"
-    if ttft > settings.ttft_slo:
-        return False, f"{ttft_name} {ttft:.4g} > {settings.ttft_slo:g}"
-    if tpot > settings.tpot_slo:
-        return False, f"{tpot_name} {tpot:.4g} > {settings.tpot_slo:g}"
-    if ok < settings.success_rate_slo:
-        return False, f"success_rate {ok:.4g} < {settings.success_rate_slo:g}"
-    return True, None
+    broken = next((c for c in checks if not c.met), None)
+    return (True, None) if broken is None else (False, broken.reason())
 
 
 @dataclass

@@ -10,7 +10,6 @@ the stage sees it.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from msopt.errors import DecodeError, FaultError
-from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult
+from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, failed_result
 from msopt.run.leaderboard import values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import load_text
@@ -42,10 +41,6 @@ ServerKey = Callable[[Mapping[str, Any]], "str | None"]
 
 #: ``predict(values, position)``: the prior's prediction record for decoded values, or None.
 Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
-
-
-#: Times an evaluation that met a fault of the machinery is submitted again before the run stops.
-FAULT_RETRIES = 2
 
 
 def was_launched(r: EvaluationResult) -> bool:
@@ -172,13 +167,8 @@ class Dispatcher:
         message = self._refusal(values)
         if message is None:
             return None
-        now = time.time()
-        r = EvaluationResult(eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-                             position_in=[float(x) for x in req.position], position=position.tolist(),
-                             values=dict(values), metrics={m: None for m in METRICS}, fitness=math.inf,
-                             error=message, attempts=0, started=now, finished=now, num_prompts=req.num_prompts,
-                             load=dict(req.load), refused=True,
-                             predicted=dict(req.predicted) if req.predicted is not None else None)
+        r = failed_result(req, message, position=position.tolist(), values=values, attempts=0, refused=True,
+                          predicted=dict(req.predicted) if req.predicted is not None else None)
         self.refusals[key] = r
         self.refused += 1
         return r
@@ -227,15 +217,17 @@ class Dispatcher:
         return out
 
     def _retry_fault(self, r: EvaluationResult) -> FaultError | None:
-        """Resubmit an evaluation that met a fault of the machinery, up to :data:`FAULT_RETRIES`
-        times; past that, the error that stops the run. A fault is never finished (journaled)."""
-        n = self.faults.get(r.eval_id, 0) + 1
+        """Resubmit an evaluation that met a fault of the machinery while :data:`RETRY` allows it
+        another launch (its attempts so far count, whatever failed them); past that, the error that
+        stops the run. A fault is never finished (journaled)."""
+        n = max(r.attempts, self.inflight[r.eval_id].attempts_used + 1)
         self.faults[r.eval_id] = n
-        req = self.inflight[r.eval_id]
+        req = replace(self.inflight[r.eval_id], attempts_used=n)
         where = f"evaluation {r.eval_id} ({r.phase}" + (f", particle {r.particle}" if r.particle is not None else "")
-        if n <= FAULT_RETRIES:
+        if RETRY.again(n):
             self._emit("message", text=f"{where}): a fault, not a result ({r.fault}); "
-                                       f"running it again ({n + 1} of {FAULT_RETRIES + 1})")
+                                       f"running it again ({n + 1} of {RETRY.attempts})")
+            self.inflight[r.eval_id] = req
             self.pool.submit(req)
             return None
         return FaultError(f"{where}) stopped by a fault that is not the configuration's ({n} attempts): {r.fault}; "

@@ -36,9 +36,9 @@ import numpy as np
 
 from msopt.config import Settings
 from msopt.errors import ConfigError, DecodeError
-from msopt.evaluate.evaluator import configured_num_prompts, search_num_prompts
 from msopt.evaluate.prior import CandidateScreen, SimulatorPrior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.evaluate.workload import workload_config
 from msopt.run import stages
 from msopt.run.capacity import CapacityOptions, capacity_options
 from msopt.run.dispatcher import Dispatcher, was_launched
@@ -116,15 +116,16 @@ class Driver:
         self.store = store
         self.progress = progress
         self.space = validated.space if validated is not None else SearchSpace.from_settings(settings)
-        self.mode = str(settings.get("mode", "sync"))
+        self.mode = settings.config.run.mode
         self.n = settings.n_particles
         self.iters = settings.iters
-        self.max_launches = int(settings.get("max_launches", 0) or 0)
-        self.seed = int(settings.get("seed", 0))
-        self.reuse = settings.get("duplicate_policy", "reuse") == "reuse"
-        self.top_k = int(settings.section("data_storage").get("pso_top_k", 0) or 0)
-        self.search_prompts = search_num_prompts(settings)
-        self.full_prompts = configured_num_prompts(settings)
+        self.max_launches = settings.config.run.max_launches
+        self.seed = settings.config.run.seed
+        self.reuse = settings.config.run.reuse_duplicates
+        self.top_k = settings.config.run.pso_top_k
+        workload = validated.workload if validated is not None and validated.workload else workload_config(settings)
+        self.search_prompts = workload.search_prompts
+        self.full_prompts = workload.full_prompts
         self.capacity_options: CapacityOptions = (validated.capacity if validated is not None
                                                   else capacity_options(settings))
         self.capacity: list[dict[str, Any]] = []
@@ -138,7 +139,7 @@ class Driver:
         # every searcher is held to it: known refusals (this very set), the start-up rules, the prior's screen
         self.constraint = Constraint(decode=self._decode_plain, key=values_key, refused_keys=self.refused_keys,
                                      rules=checker.refusal if checker is not None else None, screen=self._screen())
-        name = str(settings.section("search").get("searcher", "swarm"))
+        name = settings.config.run.searcher
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=options.n_particles,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,

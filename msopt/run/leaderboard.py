@@ -10,16 +10,11 @@ and one for the baseline.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msopt.evaluate.results import EvaluationResult
-
-
-def values_key(values: Mapping[str, Any]) -> str:
-    """One configuration's identity: its decoded values as canonical JSON."""
-    return json.dumps(values, sort_keys=True, default=str)
+from msopt.evaluate.results import values_key as values_key  # re-exported: its home is results
 
 
 def is_measurement(r: EvaluationResult) -> bool:

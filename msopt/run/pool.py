@@ -15,17 +15,12 @@ from msopt.config import Settings
 from msopt.engines.process import ProcessRegistry
 from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
 from msopt.evaluate.results import describe_fault, fault_result
-from msopt.space import SearchSpace
 
 
 def devices_per_trial(settings: Settings) -> int:
     """The accelerators one trial holds: ``[cluster] devices_per_trial`` (checked at load time: an
     integer from 0 to 4096); default: the ternary_factories product, else 1."""
-    value = settings.section("cluster").get("devices_per_trial")
-    if value is not None:
-        return int(value)
-    products = SearchSpace.from_settings(settings).ternary_products()
-    return int(products[0]) if products else 1
+    return settings.config.cluster.trial_devices
 
 
 def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msopt.checks import port_range
 from msopt.config import Settings, thaw
 from msopt.engines import ENGINES, get_engine
 from msopt.engines.base import LaunchSpec, flag_name
@@ -141,11 +140,11 @@ def _error_line(*texts: str) -> str:
 
 def _port_range(settings: Settings, host: str) -> Check | None:
     """Enough ports of ``[cluster] ports`` free here for the trials that may run at once."""
-    rng = port_range(settings.section("cluster").get("ports"))
+    rng = settings.config.cluster.ports
     if rng is None:
         return None
     lo, hi = rng
-    cap = int(settings.section("cluster").get("max_concurrent_trials", 0) or 0)
+    cap = settings.config.cluster.max_concurrent_trials
     trials = min(settings.n_particles, cap) if cap else settings.n_particles
     need = PORTS_PER_TRIAL * trials
     free = sum(1 for p in range(lo, hi + 1) if port_free(p, host))
@@ -198,10 +197,7 @@ def count_devices(accelerator: str) -> int:
 
 def trial_devices(settings: Settings) -> tuple[str | None, int]:
     """``[cluster] accelerator`` (None for "none") and the devices one trial needs."""
-    cluster = settings.section("cluster")
-    acc = str(cluster.get("accelerator", "NPU"))
-    key = None if acc.lower() == "none" else acc.upper()
-    return key, devices_per_trial(settings)
+    return settings.config.cluster.accelerator_key, devices_per_trial(settings)
 
 
 def key_of(settings: Settings) -> str | None:
@@ -229,11 +225,11 @@ def _devices(settings: Settings, devices: int | None) -> Check:
     if key is None or k == 0:
         return Check("devices", True, "no accelerators requested ([cluster] accelerator / devices_per_trial)")
     have = count_devices(key) if devices is None else devices
-    per_node = settings.section("cluster").get("devices_per_node")
-    if per_node and k > int(per_node):  # a trial that spans nodes needs its share on each
+    per_node = settings.config.cluster.devices_per_node
+    if per_node and k > per_node:  # a trial that spans nodes needs its share on each
         from msopt.evaluate.placement import split_trial
 
-        n, share = split_trial(k, int(per_node))
+        n, share = split_trial(k, per_node)
         if have < share:
             return Check("devices", False, f"{have} {key}(s) on this node, a trial needs {share} on each of {n} "
                          f"nodes ([cluster] devices_per_trial = {k}, devices_per_node = {per_node})")

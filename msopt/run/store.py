@@ -321,9 +321,9 @@ class RunStore:
         info: dict[str, Any] = {
             "run_id": rid,
             "engine": settings.engine,
-            "benchmark": settings.get("benchmark"),
-            "seed": settings.get("seed"),
-            "mode": settings.get("mode"),
+            "benchmark": settings.config.run.benchmark,
+            "seed": settings.config.run.seed,
+            "mode": settings.config.run.mode,
             "fields": fields,
             "dimensions": list(SearchSpace(settings.fields).names),
             "msopt_version": __version__,

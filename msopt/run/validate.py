@@ -31,6 +31,7 @@ from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
 from msopt.evaluate.prior import prior_options
 from msopt.evaluate.simulated import SimulatorSetup
+from msopt.evaluate.workload import WorkloadConfig, workload_config
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
@@ -52,6 +53,7 @@ class Validated:
         benchmark: the benchmark adapter (None for a simulated run).
         simulator: the ``[simulator]`` table, checked (None for a real run).
         produces: the metrics the run's measurements report.
+        workload: the prompts and load of an evaluation (:mod:`msopt.evaluate.workload`).
     """
 
     settings: Settings
@@ -63,6 +65,7 @@ class Validated:
     benchmark: BenchmarkAdapter | None
     simulator: SimulatorSetup | None
     produces: frozenset[str]
+    workload: WorkloadConfig | None = None
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -125,7 +128,7 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
                           "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
     swarm = swarm_options(settings)
     prior_options(settings)
-    searcher = settings.section("search").get("searcher", "swarm")
+    searcher = settings.config.run.searcher
     if searcher not in SEARCHERS:
         raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
                           f"(valid: {', '.join(SEARCHERS.names())})")
@@ -134,7 +137,7 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('search.searcher')}: {exc}") from None
     try:
-        objective = make_objective(str(settings.get("objective", "default")), settings.data)
+        objective = make_objective(settings.config.run.objective, settings.data)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
     capacity = capacity_options(settings)
@@ -163,12 +166,12 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
                               f"e.g. to '{decl.name}_value'")
     benchmark: BenchmarkAdapter | None = None
     simulator: SimulatorSetup | None = None
-    bench_name = str(settings.get("benchmark"))
+    bench_name = settings.config.run.benchmark
     try:  # a simulated run records the benchmark too (run.json): a misspelt name is an error either way
         benchmark_adapter = get_benchmark(bench_name)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
-    if settings.get("simulate"):
+    if settings.config.run.simulate:
         simulator = SimulatorSetup.from_settings(settings)
         produces = frozenset(SIMULATED)
         name = "simulator"
@@ -185,7 +188,8 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         check_metrics_available(objective, produces, name)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: {exc}") from None
-    return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces)
+    return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
+                     workload_config(settings))
 
 
 def _check_benchmark(settings: Settings, benchmark: BenchmarkAdapter, name: str) -> None:

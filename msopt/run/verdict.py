@@ -22,81 +22,17 @@ from typing import Any
 from msopt.config import Settings
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
-from msopt.metrics import GENERATE_SPEED, SUCCESS_RATE, TIME_PER_OUTPUT_TOKEN, TIME_TO_FIRST_TOKEN
+from msopt.metrics import GENERATE_SPEED
 from msopt.run.leaderboard import is_measurement, values_key
+from msopt.slo import BROKEN, SloCheck
+from msopt.slo import MET as MET  # re-exported: report.html shows it
+from msopt.slo import slo_checks as _slo_checks
 from msopt.space.fields import show_value
-
-MET = "✓"
-BROKEN = "✗"
-
-
-def _seconds(v: float) -> str:
-    return f"{v:.3g} s" if v >= 1 else f"{v * 1000:.3g} ms"
-
-
-def _percent(v: float) -> str:
-    return f"{v * 100:.4g} %"
-
-
-@dataclass(frozen=True)
-class SloCheck:
-    """One SLO against one measurement.
-
-    Attributes:
-        label: "TTFT", "TPOT", "success rate".
-        metric: the metric's column name.
-        value: the measured value (None: not measured).
-        limit: the SLO.
-        upper: True when the value must stay at or below the limit, False at or above.
-    """
-
-    label: str
-    metric: str
-    value: float | None
-    limit: float
-    upper: bool
-
-    @property
-    def met(self) -> bool:
-        """True when measured and within the limit."""
-        v = self.value
-        if v is None or not math.isfinite(v):
-            return False
-        return v <= self.limit if self.upper else v >= self.limit
-
-    def _fmt(self, v: float) -> str:
-        return _percent(v) if self.metric == SUCCESS_RATE else _seconds(v)
-
-    @property
-    def measured(self) -> str:
-        """The measured value with its unit ("18.5 ms"), or "not measured"."""
-        v = self.value
-        return self._fmt(v) if v is not None and math.isfinite(v) else "not measured"
-
-    @property
-    def bound(self) -> str:
-        """The limit with its comparison ("≤ 20 ms")."""
-        return f"{'≤' if self.upper else '≥'} {self._fmt(self.limit)}"
-
-    def text(self) -> str:
-        """"TPOT 18.5 ms ≤ 20 ms ✓" (broken: "TPOT 24 ms > 20 ms ✗")."""
-        if self.met:
-            return f"{self.label} {self.measured} {self.bound} {MET}"
-        op = ">" if self.upper else "<"
-        return f"{self.label} {self.measured} {op} {self._fmt(self.limit)} {BROKEN}"
 
 
 def slo_checks(settings: Settings, metrics: Mapping[str, Any]) -> list[SloCheck]:
-    """The run's SLOs (mean TTFT, mean TPOT, success rate) against ``metrics``."""
-    def get(name: str) -> float | None:
-        v = metrics.get(name)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-    return [
-        SloCheck("TTFT", TIME_TO_FIRST_TOKEN, get(TIME_TO_FIRST_TOKEN), settings.ttft_slo, True),
-        SloCheck("TPOT", TIME_PER_OUTPUT_TOKEN, get(TIME_PER_OUTPUT_TOKEN), settings.tpot_slo, True),
-        SloCheck("success rate", SUCCESS_RATE, get(SUCCESS_RATE), settings.success_rate_slo, False),
-    ]
+    """The run's SLOs (mean TTFT, mean TPOT, success rate) against ``metrics`` (:func:`msopt.slo.slo_checks`)."""
+    return _slo_checks(settings.config.run.slos, metrics)
 
 
 def meets_slos(settings: Settings, result: EvaluationResult) -> bool:

@@ -1,0 +1,163 @@
+"""The typed run and cluster configuration: built once from validated :class:`Settings`.
+
+:class:`RunConfig` holds the top-level scalars a run reads and :class:`ClusterConfig` the
+``[cluster]`` table, each key once, with its one default: the packaged ``defaults.toml`` (every
+Settings merges it, so those keys are always present), or, for the few keys it leaves unset,
+:data:`UNSET_DEFAULTS` here. Both are frozen, picklable dataclasses: a Settings carries its
+:class:`Config` (``settings.config``) to the Ray actors, which read these fields instead of raw
+keys. The workload (prompts, load) is the benchmark's to say: :mod:`msopt.evaluate.workload`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from msopt.checks import port_range
+from msopt.slo import Slos
+from msopt.space import SearchSpace
+from msopt.space.fields import FieldDecl
+
+__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "RunConfig", "build_config"]
+
+#: Keys defaults.toml leaves unset, and what that means (docs/configuration.md documents each).
+UNSET_DEFAULTS: Mapping[str, Any] = {
+    "max_launches": 0,             # no launch budget
+    "backup": False,               # --backup off
+    "search.searcher": "swarm",
+    "cluster.devices_per_trial": None,   # the ternary_factories product, else 1 (ClusterConfig.trial_devices)
+    "cluster.devices_per_node": None,    # the cluster's largest node; simulated: the hardware's
+    "cluster.ports": None,               # the OS picks any free port
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The top-level scalars of a run (docs/configuration.md), validated at load time.
+
+    Attributes:
+        engine: the searched engine's section.
+        benchmark: the benchmark adapter's name.
+        objective: the objective's name.
+        simulate: the embedded simulator stands in for engine and benchmark.
+        mode: "sync" or "async".
+        duplicate_policy: "reuse" or "rerun".
+        seed: seeds the swarm, the simulator and the workload.
+        output: parent directory of run directories.
+        particles_time_out: seconds one evaluation may take.
+        sample_size: caps num_prompts during the search.
+        max_launches: the launch budget (0: none).
+        backup: keep every attempt's launch record (``--backup``).
+        n_particles: particles of the swarm.
+        iters: swarm iterations after the baseline.
+        pso_top_k: ``[data_storage] pso_top_k``.
+        searcher: ``[search] searcher``.
+        slos: ``ttft_slo``, ``tpot_slo``, ``success_rate_slo``.
+    """
+
+    engine: str
+    benchmark: str
+    objective: str
+    simulate: bool
+    mode: str
+    duplicate_policy: str
+    seed: int
+    output: str
+    particles_time_out: float
+    sample_size: int
+    max_launches: int
+    backup: bool
+    n_particles: int
+    iters: int
+    pso_top_k: int
+    searcher: str
+    slos: Slos
+
+    @property
+    def reuse_duplicates(self) -> bool:
+        """``duplicate_policy = "reuse"``."""
+        return self.duplicate_policy == "reuse"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``[cluster]``, validated at load time.
+
+    Attributes:
+        accelerator: "NPU", "GPU", "cpu" or "none", as written.
+        devices_per_trial: the key as set (None: unset); only an explicit value spans nodes, names
+            device ids for the driver's pre-checks or checks PD instances against it.
+        trial_devices: the devices (cores for "cpu") one trial holds, what the pool reserves: the
+            key, else the ternary_factories product, else 1.
+        devices_per_node: the key as set (None: the cluster's largest node; simulated: the hardware's).
+        max_concurrent_trials: 0 for no cap.
+        ports: the ``ports`` range as (low, high), None when unset.
+        reuse_servers: keep a server for the next evaluation with its server key.
+    """
+
+    accelerator: str
+    devices_per_trial: int | None
+    trial_devices: int
+    devices_per_node: int | None
+    max_concurrent_trials: int
+    ports: tuple[int, int] | None
+    reuse_servers: bool
+
+    @property
+    def accelerator_key(self) -> str | None:
+        """The Ray resource name ("NPU", "GPU", "CPU" for "cpu": cores); None for "none"."""
+        return None if self.accelerator.lower() == "none" else self.accelerator.upper()
+
+    @property
+    def cpu(self) -> bool:
+        """vLLM's CPU build: ``devices_per_trial`` counts cores."""
+        return self.accelerator.lower() == "cpu"
+
+    def device_ids(self) -> list[str]:
+        """``0 .. devices_per_trial-1`` as strings (empty when the key is unset or 0)."""
+        return [str(i) for i in range(self.devices_per_trial or 0)]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything typed that a Settings resolves to (see the module docstring)."""
+
+    run: RunConfig
+    cluster: ClusterConfig
+
+
+def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _get(data: Mapping[str, Any], dotted: str) -> Any:
+    table, _, key = dotted.rpartition(".")
+    where = _table(data, table) if table else data
+    return where[key] if key in where else UNSET_DEFAULTS[dotted]
+
+
+def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, ...]) -> Config:
+    """The typed configuration of merged, load-time-validated settings data (defaults.toml merged)."""
+    run = RunConfig(
+        engine=engine, benchmark=str(data["benchmark"]), objective=str(data["objective"]),
+        simulate=bool(data["simulate"]), mode=str(data["mode"]), duplicate_policy=str(data["duplicate_policy"]),
+        seed=int(data["seed"]), output=str(data["output"]), particles_time_out=float(data["particles_time_out"]),
+        sample_size=int(data["sample_size"]), max_launches=int(_get(data, "max_launches") or 0),
+        backup=bool(_get(data, "backup")), n_particles=int(data["n_particles"]), iters=int(data["iters"]),
+        pso_top_k=int(_table(data, "data_storage")["pso_top_k"] or 0), searcher=str(_get(data, "search.searcher")),
+        slos=Slos(float(data["ttft_slo"]), float(data["tpot_slo"]), float(data["success_rate_slo"])))
+    cluster = _table(data, "cluster")
+    k = _get(data, "cluster.devices_per_trial")
+    if k is None:
+        products = SearchSpace(fields).ternary_products()
+        trial = int(products[0]) if products else 1
+    else:
+        trial = int(k)
+    per_node = _get(data, "cluster.devices_per_node")
+    return Config(run, ClusterConfig(
+        accelerator=str(cluster["accelerator"]), devices_per_trial=None if k is None else int(k), trial_devices=trial,
+        devices_per_node=int(per_node) if per_node else None,
+        max_concurrent_trials=int(cluster["max_concurrent_trials"] or 0),
+        ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])))

@@ -1,0 +1,75 @@
+"""The run's workload: the prompts an evaluation sends and the load it runs at, as the benchmark
+(or, simulated, ``[simulator.workload]``) reports them: built once per run by
+:func:`msopt.run.validate.validate` (``Validated.workload``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from msopt.benchmarks import BENCHMARKS, get_benchmark
+from msopt.benchmarks.base import LOAD_KEYS
+from msopt.config import Settings
+
+__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "search_num_prompts",
+           "workload_config"]
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What one evaluation sends.
+
+    Attributes:
+        full_prompts: the full workload's num_prompts (re-measurements, capacity probes; every
+            mean is weighted by it); None when the benchmark tool decides.
+        search_prompts: num_prompts during the search: ``full_prompts`` capped by ``sample_size``.
+        load: the configured load by :data:`~msopt.benchmarks.base.LOAD_KEYS` key, as written.
+    """
+
+    full_prompts: int | None
+    search_prompts: int | None
+    load: Mapping[str, Any] = field(default_factory=dict)
+
+
+def configured_num_prompts(settings: Settings) -> int | None:
+    """The full workload's num_prompts, the one definition the driver, the leaderboard, the
+    records and the report use: simulated, the simulator's ``[simulator.workload]``; else what the
+    benchmark adapter says its own section sends (:meth:`BenchmarkAdapter.num_prompts`: builtin's
+    ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
+    if settings.config.run.simulate:
+        from msopt.sim.workload import workload_from_mapping
+
+        return workload_from_mapping(settings.section("simulator").get("workload", {})).num_prompts
+    name = settings.config.run.benchmark
+    return get_benchmark(name).num_prompts(settings.section(name))
+
+
+def search_num_prompts(settings: Settings) -> int | None:
+    """num_prompts during the search: the full workload's, capped by ``sample_size``."""
+    return _capped(configured_num_prompts(settings), settings.config.run.sample_size)
+
+
+def _capped(full: int | None, cap: int) -> int | None:
+    if full is None:
+        return int(cap) if cap else None
+    return min(full, int(cap)) if cap else full
+
+
+def configured_load(settings: Settings) -> dict[str, Any]:
+    """The configured workload's load: the simulator's workload, else what the benchmark reports
+    of its own section (:meth:`BenchmarkAdapter.configured_load`); empty for a benchmark name not
+    registered (validation names it)."""
+    if settings.config.run.simulate:
+        wl = settings.section("simulator").get("workload", {}) or {}
+        return {k: wl[k] for k in LOAD_KEYS if k in wl}
+    name = settings.config.run.benchmark
+    if name not in BENCHMARKS:
+        return {}
+    return get_benchmark(name).configured_load(settings.section(name))
+
+
+def workload_config(settings: Settings) -> WorkloadConfig:
+    """The run's :class:`WorkloadConfig` (after validation: the benchmark is a registered one)."""
+    full = configured_num_prompts(settings)
+    return WorkloadConfig(full, _capped(full, settings.config.run.sample_size), configured_load(settings))

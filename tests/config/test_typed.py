@@ -1,0 +1,65 @@
+"""The typed run and cluster configuration (msopt/config/typed.py): built once, from defaults.toml."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from msopt.config import DEFAULTS_PATH, load_settings, read_toml
+from msopt.config.typed import UNSET_DEFAULTS
+from msopt.errors import ConfigError
+from msopt.evaluate.workload import configured_load, workload_config
+from msopt.slo import Slos
+from tests.fields_toml import TP_PP_DP
+
+
+def test_defaults_come_from_defaults_toml(write_toml):
+    s = load_settings(str(write_toml(TP_PP_DP)), environ={})
+    run, cluster, defaults = s.config.run, s.config.cluster, read_toml(DEFAULTS_PATH)
+    assert run.particles_time_out == defaults["particles_time_out"]
+    assert run.sample_size == defaults["sample_size"] and run.seed == defaults["seed"]
+    assert run.benchmark == defaults["benchmark"] and run.mode == defaults["mode"]
+    assert run.pso_top_k == defaults["data_storage"]["pso_top_k"]
+    assert run.slos == Slos(defaults["ttft_slo"], defaults["tpot_slo"], defaults["success_rate_slo"])
+    assert cluster.accelerator == defaults["cluster"]["accelerator"]
+    assert cluster.reuse_servers is defaults["cluster"]["reuse_servers"]
+    # what defaults.toml leaves unset has its one default in UNSET_DEFAULTS
+    assert run.max_launches == UNSET_DEFAULTS["max_launches"] and run.backup is UNSET_DEFAULTS["backup"]
+    assert run.searcher == UNSET_DEFAULTS["search.searcher"]
+    assert cluster.devices_per_trial is None and cluster.ports is None
+
+
+def test_trial_devices_resolved_once(write_toml):
+    s = load_settings(str(write_toml(TP_PP_DP)), environ={})
+    assert s.config.cluster.devices_per_trial is None
+    assert s.config.cluster.trial_devices == 8          # the ternary_factories product
+    assert s.config.cluster.device_ids() == []          # only an explicit key names device ids
+    s = load_settings(str(write_toml("[cluster]\ndevices_per_trial = 4\nports = \"20000-20010\"\n" + TP_PP_DP)),
+                      environ={})
+    assert s.config.cluster.trial_devices == 4 and s.config.cluster.device_ids() == ["0", "1", "2", "3"]
+    assert s.config.cluster.ports == (20000, 20010)
+
+
+def test_overrides_rebuild_and_pickle_carries_it(write_toml):
+    s = load_settings(str(write_toml(TP_PP_DP)), environ={}).replace(seed=7, particles_time_out=12.5)
+    assert s.config.run.seed == 7 and s.config.run.particles_time_out == 12.5
+    back = pickle.loads(pickle.dumps(s))  # what Ray ships to an actor
+    assert back.config == s.config
+    assert "_config" in back.__dict__  # arrived with the Settings, not rebuilt from raw keys
+
+
+def test_bad_value_is_still_one_line_naming_file_and_key(write_toml):
+    path = write_toml("[cluster]\ndevices_per_trial = -1\n" + TP_PP_DP)
+    with pytest.raises(ConfigError, match=rf"^{path}: \[cluster\] 'devices_per_trial' must be .*fix 'devices_per_trial'$"):
+        load_settings(str(path), environ={})
+
+
+def test_workload_reported_by_the_benchmark(write_toml):
+    s = load_settings(str(write_toml("simulate = false\nbenchmark = \"vllm_benchmark\"\nsample_size = 100\n"
+                                     "[vllm_benchmark.command]\nnum_prompts = 300\nrequest_rate = 4\n" + TP_PP_DP)),
+                      environ={})
+    w = workload_config(s)
+    assert (w.full_prompts, w.search_prompts, dict(w.load)) == (300, 100, {"request_rate": 4})
+    sim = s.replace(simulate=True)
+    assert configured_load(sim) == {"concurrency": read_toml(DEFAULTS_PATH)["simulator"]["workload"]["concurrency"]}
