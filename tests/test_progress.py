@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from msopt.evaluate.results import EvaluationResult
-from msopt.run.progress import (
+from msopt.cli.progress import (
     EVENT_KINDS,
     LiveTable,
     PlainLog,
