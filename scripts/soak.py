@@ -345,10 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.tracemalloc:
         tracemalloc.start()
 
+    from msopt.cli.progress import PlainLog, ProgressCallback
     from msopt.config import load_settings
     from msopt.run.driver import Driver
     from msopt.run.pool import InProcessPool
-    from msopt.cli.progress import PlainLog, ProgressCallback
     from msopt.run.store import RunStore
 
     iters = math.ceil(args.evals / args.particles)

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from msopt.run.driver import Driver
-from msopt.cli.progress import Progress
+from msopt.run.events import Running
 
 from .test_pool import settings_for
 
