@@ -27,9 +27,10 @@ are dispatched.
 
 Memory stays flat over long runs: with a run directory the journal is the record of every result,
 and the driver keeps only counters, the best result, the ``pso_top_k`` best distinct
-configurations (with the running mean of their measurements) and the refined results. Only the
+configurations (with the running mean of their measurements) and the refined results. The
 duplicate cache (``duplicate_policy = "reuse"``) holds one entry per distinct configuration,
-which reuse needs.
+which reuse needs, and the verdict's tally (:class:`~msopt.run.verdict.VerdictTally`) one number
+per measurement with the full workload, which the verdict needs to compare like with like.
 """
 
 from __future__ import annotations
@@ -358,7 +359,7 @@ class Driver:
         return stages.expected_evaluations(self)
 
     # -- stages ---------------------------------------------------------------------------
-    def stages(self) -> list[stages.Stage]:
+    def plan(self) -> list[stages.Stage]:
         """The stages of this run, in order."""
         search: stages.Stage = stages.AsyncSearch() if self.mode == "async" else stages.SyncSearch()
         return [stages.Baseline(), search, stages.Refine(), stages.Capacity()]
@@ -396,7 +397,7 @@ class Driver:
             done = self.prior.search_evaluations if self.prior else 0
             self.emit(PhaseStarted("prior", f"simulator prior: {done} simulated evaluations, "
                                             f"{len(self.prior_picks)} particles start at its top predictions"))
-        for stage in self.stages():
+        for stage in self.plan():
             got = stage.run(self)
             if isinstance(stage, stages.Capacity):
                 self.capacity = got
