@@ -345,10 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.tracemalloc:
         tracemalloc.start()
 
+    from msopt.cli.progress import PlainLog, ProgressCallback
     from msopt.config import load_settings
     from msopt.run.driver import Driver
     from msopt.run.pool import InProcessPool
-    from msopt.run.progress import PlainLog
     from msopt.run.store import RunStore
 
     iters = math.ceil(args.evals / args.particles)
@@ -377,11 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = RayPool(settings, simulate=True, run_dir=str(store.run_dir), max_concurrent=args.actors)
     t0 = time.monotonic()
     try:
-        driver = Driver(settings, pool, store=store, progress=probe)
-        probe.start(total=total, n_particles=args.particles, dimensions=list(driver.space.names),
-                    run_dir=str(store.run_dir))
-        outcome = driver.run()
-        probe.close(None)
+        driver = Driver(settings, pool, store=store, callbacks=[ProgressCallback(probe, str(store.run_dir))])
+        outcome = driver.run()  # the callback starts and closes the display
     finally:
         pool.close()
         store.close()

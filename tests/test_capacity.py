@@ -309,7 +309,7 @@ def test_display_keeps_capacity_rows_apart_and_summarises():
 
     from rich.console import Console
 
-    from msopt.run.progress import LiveTable, PlainLog, ProgressEvent
+    from msopt.cli.progress import LiveTable, PlainLog, ProgressEvent
 
     out = io.StringIO()
     log = PlainLog(out)

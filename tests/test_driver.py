@@ -71,7 +71,7 @@ def test_write_back_reaches_swarm_before_bests(write_toml):
     positions = driver.swarm.ask()
     positions[0] = driver.space.encode({"tp": 8, "pp": 4, "seqs": 40})  # forces a repair
     reqs = [driver.search_request(i, 0, positions[i]) for i in range(driver.n)]
-    got = driver.dispatcher.run_all(reqs)
+    got = driver.evaluate(reqs)
     ordered = [got[q.eval_id] for q in reqs]
     driver.swarm.tell(np.array([r.fitness for r in ordered]), np.array([r.position for r in ordered]))
     repaired = [r for r in ordered if r.position != r.position_in]
@@ -244,7 +244,7 @@ def test_best_json_has_the_mean(write_toml, tmp_path):
     from msopt.run.store import RunStore
 
     settings, driver = make(write_toml, dup="reuse")
-    driver.store = RunStore.create(str(tmp_path), settings)
+    driver = Driver(settings, driver.pool, store=RunStore.create(str(tmp_path), settings))
     out = driver.run()
     driver.pool.close()
     best = json.loads((driver.store.run_dir / "best.json").read_text())
@@ -292,7 +292,7 @@ def test_remeasurements_carry_their_num_prompts(write_toml, tmp_path):
     from msopt.run.store import RunStore
 
     settings, driver = make(write_toml, dup="reuse")
-    driver.store = RunStore.create(str(tmp_path), settings)
+    driver = Driver(settings, driver.pool, store=RunStore.create(str(tmp_path), settings))
     out = driver.run()
     driver.pool.close()
     assert driver.full_prompts == 1000  # [vllm_benchmark.command] num_prompts' default

@@ -9,8 +9,7 @@ import re
 import pytest
 from rich.console import Console
 
-from msopt.evaluate.results import EvaluationResult
-from msopt.run.progress import (
+from msopt.cli.progress import (
     EVENT_KINDS,
     LiveTable,
     PlainLog,
@@ -20,6 +19,7 @@ from msopt.run.progress import (
     format_duration,
     make_progress,
 )
+from msopt.evaluate.results import EvaluationResult
 
 DIMS = ["tp", "pp", "max_num_seqs"]
 METRICS = {"generate_speed": 3512.2, "time_to_first_token": 0.4123, "time_per_output_token": 0.0311,

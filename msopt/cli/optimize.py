@@ -15,6 +15,8 @@ from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
     from msopt.config import Settings
+    from msopt.evaluate.results import EvaluationResult
+    from msopt.run.events import RunOutcome
     from msopt.run.pool import EvaluatorPool
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
@@ -205,89 +207,91 @@ def _real_prior_table(settings: Settings, *, ray_nodes: bool, run_dir: Path) -> 
     return source.table
 
 
+def _open_store(args: argparse.Namespace, checked: Validated,
+                store: RunStore | None) -> tuple[RunStore, list[EvaluationResult]]:
+    """The run directory (created for a new run, locked) and the journal of a resumed one."""
+    from msopt.run.store import RunStore
+
+    settings = checked.settings
+    if store is None:
+        store = RunStore.create(Path(settings.config.run.output), settings, meta={"argv": sys.argv})
+        store.lock()
+        return store, []
+    previous = store.load_journal()
+    store.rebuild_results_csv()
+    return store, previous
+
+
+def _discard_if_empty(store: RunStore, previous: list[EvaluationResult]) -> None:
+    """Nothing ran: leave no empty run directory behind (a resumed one is kept)."""
+    if not previous:
+        store.close()
+        shutil.rmtree(store.run_dir, ignore_errors=True)
+
+
+def _make_pool(args: argparse.Namespace, settings: Settings, store: RunStore, on_term: _SigtermSeen,
+               previous: list[EvaluationResult]) -> tuple[EvaluatorPool, object]:
+    """The evaluation pool (threads with --no-ray, else Ray actors) and what init_ray started
+    (a LocalCluster for multi-node simulation; False: nothing to shut down)."""
+    from msopt.run.pool import InProcessPool
+
+    if args.no_ray:
+        return InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.run_dir)), False
+    from actors.pool import RayPool, init_ray
+
+    simulate = settings.config.run.simulate
+    cap = args.max_concurrent or settings.config.cluster.max_concurrent_trials
+    slots = min(settings.n_particles, cap) if cap else settings.n_particles
+    where = args.address or os.environ.get("RAY_ADDRESS")
+    # ray.init takes seconds: say what the silence is
+    print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
+    try:
+        started = init_ray(settings, args.address, simulate=simulate, slots=slots)
+        signal.signal(signal.SIGTERM, on_term)  # ray.init installed its own (a dump and exit 1)
+        return RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
+                       max_concurrent=args.max_concurrent or 0), started
+    except MsoptError:
+        _discard_if_empty(store, previous)
+        raise
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     checked, store = _load(args)
     settings = checked.settings
-    simulate = settings.config.run.simulate
-    from msopt.run.driver import Driver
-    from msopt.run.pool import InProcessPool
-    from msopt.run.progress import make_progress
-    from msopt.run.store import RunStore, StoreError
+    from msopt.cli.progress import ProgressCallback, make_progress
+    from msopt.evaluate.prior import make_prior
+    from msopt.run.driver import optimize
+    from msopt.run.store import StoreError
 
-    previous = []
-    if store is None:
-        output = Path(settings.config.run.output)
-        store = RunStore.create(output, settings, meta={"argv": sys.argv})
-        store.lock()
-    else:
-        previous = store.load_journal()
-        store.rebuild_results_csv()
-    if not simulate and not args.no_preflight:
+    store, previous = _open_store(args, checked, store)
+    if not settings.config.run.simulate and not args.no_preflight:
         from msopt.cli.preflight import cheap_preflight
 
         try:
             cheap_preflight(settings)
         except MsoptError:
-            if not previous:  # nothing ran: leave no empty run directory behind
-                store.close()
-                shutil.rmtree(store.run_dir, ignore_errors=True)
+            _discard_if_empty(store, previous)
             raise
-    progress = None
+    shown: ProgressCallback | None = None
     pool: EvaluatorPool | None = None
-    started_ray: object = False  # what init_ray started (a LocalCluster for multi-node simulation)
+    started_ray: object = False
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     on_term = _SigtermSeen()
     term_before = signal.signal(signal.SIGTERM, on_term)
     try:
-        if args.no_ray:
-            pool = InProcessPool(settings, size=args.max_concurrent or 1, run_dir=str(store.run_dir))
-        else:
-            from actors.pool import RayPool, init_ray
-
-            cap = args.max_concurrent or settings.config.cluster.max_concurrent_trials
-            slots = min(settings.n_particles, cap) if cap else settings.n_particles
-            where = args.address or os.environ.get("RAY_ADDRESS")
-            # ray.init takes seconds: say what the silence is
-            print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
-            try:
-                started_ray = init_ray(settings, args.address, simulate=simulate, slots=slots)
-                signal.signal(signal.SIGTERM, on_term)  # ray.init installed its own (a dump and exit 1)
-                pool = RayPool(settings, simulate=simulate, run_dir=str(store.run_dir),
-                               max_concurrent=args.max_concurrent or 0)
-            except MsoptError:
-                if not previous:  # nothing ran: leave no empty run directory behind
-                    store.close()
-                    shutil.rmtree(store.run_dir, ignore_errors=True)
-                raise
+        pool, started_ray = _make_pool(args, settings, store, on_term, previous)
         print(f"run directory: {store.run_dir}", flush=True)
-        progress = make_progress(True if args.plain else None)
-        from msopt.evaluate.prior import make_prior
-
-        table = None if simulate else _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
+        shown = ProgressCallback(make_progress(True if args.plain else None), str(store.run_dir))
+        table = (None if settings.config.run.simulate
+                 else _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir))
         prior = make_prior(settings, checked.space, simulator=table)
         if prior is not None:  # its search takes a while before the first launch: say how far it is
             prior.report = lambda text: print(text, flush=True)
-        driver = Driver(settings, pool, store=store, progress=progress, previous=previous, validated=checked,
-                        prior=prior)
-        space = driver.space
-        varying = [f.name for f in settings.fields if f.name in space.names or f.name in space.derived]
-        # under a launch budget the number of evaluations is not known (reuse and refusals are free)
-        progress.start(total=0 if driver.max_launches > 0 else driver.expected_evaluations(),
-                       n_particles=settings.n_particles, dimensions=varying, run_dir=str(store.run_dir),
-                       steps={f.name: f.step for f in settings.fields}, launches=driver.max_launches)
-        outcome = driver.run()
-        from msopt.run.records import capacity_line
-
-        summary = {"best": outcome.best, "evaluations": outcome.evaluations, "failures": outcome.failures,
-                   "reused": outcome.reused, "launches": outcome.launches, "run_dir": str(store.run_dir),
-                   "capacity": [capacity_line(c) for c in outcome.capacity]}
-        progress.close(summary)
-        progress = None
+        outcome = optimize(checked, pool, callbacks=[shown], store=store, previous=previous, prior=prior)
     except KeyboardInterrupt as exc:
-        if progress is not None:
-            progress.close({"interrupted": True})
-            progress = None
+        if shown is not None:
+            shown.close({"interrupted": True})
         terminated = isinstance(exc, Terminated) or on_term.seen
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"msopt: {how}; continue with: msopt optimize --resume {store.run_dir}", file=sys.stderr)
@@ -296,8 +300,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise type(exc)(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
                          f"msopt optimize --resume {store.run_dir}") from None
     finally:
-        if progress is not None:
-            progress.close(None)
+        if shown is not None:
+            shown.close(None)  # a no-op once the run ended or was interrupted
         if pool is not None:
             pool.close()
         store.close()
@@ -307,12 +311,21 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             shutdown_ray(started_ray)
         signal.signal(signal.SIGTERM, term_before)
     _write_outputs(settings, store.run_dir, outcome.best)
-    best = outcome.best
-    from msopt.run.verdict import make_verdict
+    return _print_result(settings, store, outcome)
 
-    mean, count = driver.mean_fitness(best) if best is not None else (None, 1)
-    verdict = make_verdict(settings, RunStore.open(store.run_dir).load_journal(), best,
-                           mean_fitness=mean, measurements=count)
+
+def _print_result(settings: Settings, store: RunStore, outcome: RunOutcome) -> int:
+    """The verdict and the recommendation; 1 when no evaluation succeeded."""
+    best, mean, count = outcome.best, outcome.mean_fitness, outcome.measurements
+    verdict = outcome.verdict
+    if verdict is None or outcome.unreplayed:
+        # a resumed run that never asked again for some journaled results (what it measured anew
+        # after the interruption led elsewhere): the verdict covers the whole journal, as the report does
+        from msopt.run.store import RunStore
+        from msopt.run.verdict import make_verdict
+
+        verdict = make_verdict(settings, RunStore.open(store.run_dir).load_journal(), best,
+                               mean_fitness=mean, measurements=count)
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
     for line in verdict.lines():
         indent = " " * (len(line) - len(line.lstrip()))

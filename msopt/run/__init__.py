@@ -1,3 +1,4 @@
-"""A run: validation, the driver's stages, the evaluation pool protocol, the store, progress, capacity."""
+"""A run: validation, the run loop (its stages, events and callbacks), the evaluation pool protocol, the store,
+capacity."""
 
 from __future__ import annotations

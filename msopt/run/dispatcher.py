@@ -4,34 +4,30 @@ A request is either replayed (``--resume``: the journal's result stands in for t
 records, so the seeded swarm goes through exactly the same states), reused (``duplicate_policy =
 "reuse"``: a search of a configuration already measured, or a follower of one in flight, gets
 that measurement again at no cost), or submitted to the :class:`~msopt.run.pool.EvaluatorPool`.
-Every finished result goes to the ``finish`` callback (the driver journals and ranks it) before
-the stage sees it.
+The dispatcher returns every finished result as a :class:`~msopt.run.events.Finished` event
+(replayed or not, launched or not); the run loop records it (journal first) before a stage sees
+it. It never calls back into the loop: what it has to say on the way (queued, running, a fault's
+retry) goes to the run's callbacks as events.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from msopt.errors import DecodeError, FaultError
 from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, failed_result
+from msopt.run.events import Finished, Note, Queued, RunCallback, Running
 from msopt.run.leaderboard import values_key
 from msopt.run.pool import EvaluatorPool
-from msopt.run.records import load_text
 from msopt.space import SearchSpace
 
 #: A request's resume key: (phase, particle, iteration).
 RequestKey = tuple[str, "int | None", int]
-
-#: ``finish(result, journal)``: record a finished evaluation (journal it unless it was replayed).
-Finish = Callable[[EvaluationResult, bool], None]
-
-#: ``emit(kind, **fields)``: a progress event.
-Emit = Callable[..., None]
 
 #: ``refusal(values)``: the engine's start-up refusal of decoded values, or None.
 Refusal = Callable[[Mapping[str, Any]], "str | None"]
@@ -54,6 +50,26 @@ def request_key(phase: str, particle: int | None, iteration: int) -> RequestKey:
     return (phase, particle, iteration)
 
 
+@dataclass
+class Collected:
+    """What one :meth:`Dispatcher.collect` gathered.
+
+    Attributes:
+        events: the results that finished (followers of a duplicate included) and the notes of
+            faults retried, in the order they came.
+        fault: the error that stops the run (a fault past its retries), raised by the loop once
+            the results are recorded: nothing measured is lost.
+    """
+
+    events: list[Finished | Note] = field(default_factory=list)
+    fault: FaultError | None = None
+
+    @property
+    def finished(self) -> list[Finished]:
+        """The results that finished, in order."""
+        return [e for e in self.events if isinstance(e, Finished)]
+
+
 class Dispatcher:
     """Replays, reuses or submits requests and collects their results.
 
@@ -62,8 +78,8 @@ class Dispatcher:
         space: decodes a request's position, to recognise duplicates before they run.
         reuse: ``duplicate_policy = "reuse"``.
         previous: results already journaled (``--resume``): replayed, not re-run.
-        finish: called with every finished result (see :data:`Finish`).
-        emit: progress events (see :data:`Emit`).
+        events: the run's callbacks: :class:`~msopt.run.events.Queued`,
+            :class:`~msopt.run.events.Running` and :class:`~msopt.run.events.Note` go there.
         refusal: the engine's start-up rules (see :data:`Refusal`): a refused candidate is
             finished at once as refused (fitness ``inf``), never submitted and not counted in
             :attr:`launched`; the same configuration asked again gets that result back (reused).
@@ -73,14 +89,13 @@ class Dispatcher:
     """
 
     def __init__(self, pool: EvaluatorPool, space: SearchSpace, *, reuse: bool,
-                 previous: Sequence[EvaluationResult], finish: Finish, emit: Emit,
+                 previous: Sequence[EvaluationResult], events: RunCallback,
                  refusal: Refusal | None = None, predict: Predict | None = None,
                  server_key: ServerKey | None = None) -> None:
         self.pool = pool
         self.space = space
         self.reuse = reuse
-        self._finish_cb = finish
-        self._emit = emit
+        self._events = events
         self.previous: dict[RequestKey, EvaluationResult] = {
             request_key(r.phase, r.particle, r.iteration): r for r in previous}
         self.replay_order: list[EvaluationResult] = list(previous)  # async search replays in this order
@@ -99,20 +114,24 @@ class Dispatcher:
         self._server_key = server_key
         self.refusals: dict[str, EvaluationResult] = {}  # values key -> the refused result
 
-    def finish(self, r: EvaluationResult, journal: bool = True) -> None:
-        """Record one finished result: the ``finish`` callback, then the duplicate cache."""
-        self._finish_cb(r, journal)
+    def _finished(self, r: EvaluationResult, replayed: bool = False) -> Finished:
+        """One finished result, as the loop records it; a measurement joins the duplicate cache."""
         if self.reuse and r.values and not r.reused:
             self.cache.setdefault(values_key(r.values), r)
+        return Finished(r, replayed=replayed, launched=was_launched(r))
 
-    def replay(self, prev: EvaluationResult, eval_id: int) -> EvaluationResult:
-        """Finish a journaled result again as evaluation ``eval_id`` (not journaled twice)."""
+    def take_replay_order(self) -> list[EvaluationResult]:
+        """The journaled results in the order they were told (the async search replays them in
+        it), once: the list is emptied."""
+        out, self.replay_order = self.replay_order, []
+        return out
+
+    def replay(self, prev: EvaluationResult, eval_id: int) -> Finished:
+        """A journaled result again as evaluation ``eval_id`` (replayed: not journaled twice)."""
         self.previous.pop(request_key(prev.phase, prev.particle, prev.iteration), None)
         self.next_id = max(self.next_id, eval_id + 1)
         self.replayed_launches += was_launched(prev)
-        r = replace(prev, eval_id=eval_id)
-        self.finish(r, journal=False)
-        return r
+        return self._finished(replace(prev, eval_id=eval_id), replayed=True)
 
     def _pre_decode(self, req: EvalRequest) -> tuple[str | None, np.ndarray, dict[str, Any]]:
         try:
@@ -121,7 +140,7 @@ class Dispatcher:
             return None, np.asarray(req.position, dtype=float), exc.values
         return values_key(d.values), d.position, d.values
 
-    def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
+    def dispatch(self, req: EvalRequest) -> Finished | None:
         """Replay, reuse or submit one request; return its result when known at once."""
         prev = self.previous.get(request_key(req.phase, req.particle, req.iteration))
         if prev is not None:
@@ -133,18 +152,14 @@ class Dispatcher:
         if key is not None and self._refusal is not None:
             refused = self._refused(req, key, position, values)
             if refused is not None:
-                self.finish(refused)
-                return refused
+                return self._finished(refused)
         if self.reuse and key is not None and req.phase == "search":
             done = self.cache.get(key)
             if done is not None:
-                r = self._reused(done, req, position)
-                self.finish(r)
-                return r
+                return self._finished(self._reused(done, req, position))
             if key in self.leaders:
                 self.followers.setdefault(self.leaders[key], []).append((req, position))
-                self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle,
-                           iteration=req.iteration, values=values)
+                self._events.on_event(Queued(req.eval_id, req.phase, req.particle, req.iteration, values))
                 return None
             self.leaders[key] = req.eval_id
         if key is not None and self._server_key is not None and req.server_key is None:
@@ -153,8 +168,7 @@ class Dispatcher:
         self.inflight[req.eval_id] = req
         self.pool.submit(req)
         self.launched += 1
-        self._emit("queued", eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
-                   values=values, text=load_text(req.load))
+        self._events.on_event(Queued(req.eval_id, req.phase, req.particle, req.iteration, values, dict(req.load)))
         return None
 
     def _refused(self, req: EvalRequest, key: str, position: np.ndarray,
@@ -182,18 +196,17 @@ class Dispatcher:
                        started=now, finished=now, num_prompts=req.num_prompts,
                        predicted=dict(req.predicted) if req.predicted is not None else done.predicted)
 
-    def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
-        """Wait for finished evaluations (and their followers); finish them."""
+    def collect(self, timeout: float = 0.5) -> Collected:
+        """Wait for finished evaluations (and their followers)."""
         for eval_id, devices in self.pool.running():  # drained even without a display: pools queue them
             req = self.inflight.get(eval_id)
             if req is not None:
-                self._emit("running", eval_id=eval_id, phase=req.phase, particle=req.particle,
-                           iteration=req.iteration, devices=devices)
-        out: list[EvaluationResult] = []
+                self._events.on_event(Running(eval_id, req.phase, req.particle, req.iteration, devices))
+        out: list[Finished | Note] = []
         fault: FaultError | None = None
         for r in self.pool.wait(timeout):
             if r.fault is not None and r.eval_id in self.inflight:
-                fault = fault or self._retry_fault(r)
+                fault = fault or self._retry_fault(r, out)
                 continue
             req = self.inflight.pop(r.eval_id, None)
             if req is None:
@@ -203,20 +216,16 @@ class Dispatcher:
                 r.values = dict(values)
             if r.predicted is None and req.predicted is not None:
                 r.predicted = dict(req.predicted)
-            self.finish(r)
-            out.append(r)
+            out.append(self._finished(r))
             for key, leader in list(self.leaders.items()):
                 if leader == r.eval_id:
                     del self.leaders[key]
             for freq, fpos in self.followers.pop(r.eval_id, []):
-                fr = self._reused(r, freq, fpos)
-                self.finish(fr)
-                out.append(fr)
-        if fault is not None:  # the others of this batch are finished first: nothing measured is lost
-            raise fault
-        return out
+                out.append(self._finished(self._reused(r, freq, fpos)))
+        # a fault is raised by the loop once the others of this batch are recorded: nothing measured is lost
+        return Collected(out, fault)
 
-    def _retry_fault(self, r: EvaluationResult) -> FaultError | None:
+    def _retry_fault(self, r: EvaluationResult, notes: list[Finished | Note]) -> FaultError | None:
         """Resubmit an evaluation that met a fault of the machinery while :data:`RETRY` allows it
         another launch (its attempts so far count, whatever failed them); past that, the error that
         stops the run. A fault is never finished (journaled)."""
@@ -225,8 +234,8 @@ class Dispatcher:
         req = replace(self.inflight[r.eval_id], attempts_used=n)
         where = f"evaluation {r.eval_id} ({r.phase}" + (f", particle {r.particle}" if r.particle is not None else "")
         if RETRY.again(n):
-            self._emit("message", text=f"{where}): a fault, not a result ({r.fault}); "
-                                       f"running it again ({n + 1} of {RETRY.attempts})")
+            notes.append(Note(f"{where}): a fault, not a result ({r.fault}); "
+                              f"running it again ({n + 1} of {RETRY.attempts})"))
             self.inflight[r.eval_id] = req
             self.pool.submit(req)
             return None
@@ -243,16 +252,3 @@ class Dispatcher:
     def outstanding(self) -> int:
         """Evaluations submitted or waiting on a duplicate, not yet finished."""
         return len(self.inflight) + sum(len(v) for v in self.followers.values())
-
-    def run_all(self, reqs: Sequence[EvalRequest]) -> dict[int, EvaluationResult]:
-        """Dispatch every request and wait until all of them finished: eval_id -> result."""
-        got: dict[int, EvaluationResult] = {}
-        for req in reqs:
-            r = self.dispatch(req)
-            if r is not None:
-                got[r.eval_id] = r
-        want = {req.eval_id for req in reqs}
-        while not want <= set(got):
-            for r in self.collect():
-                got[r.eval_id] = r
-        return got

@@ -1,13 +1,19 @@
-"""The optimization loop, as one object: baseline, swarm iterations (sync or async), top-k
-refinement, capacity.
+"""The run loop, as one object: it runs the stages (baseline, search sync or async, refine,
+capacity) and owns ask → dispatch → record → tell.
 
-:class:`Driver` is a thin facade over its parts:
+:class:`Driver` holds the loop's parts:
 
-- :mod:`msopt.run.stages`: what each stage asks for and in which order;
+- :mod:`msopt.run.stages`: the stage objects, what each asks for and in which order;
 - :class:`~msopt.run.dispatcher.Dispatcher`: requests in flight, duplicates (leaders and
-  followers, the reuse cache) and the replay of journaled results on resume;
+  followers, the reuse cache) and the replay of journaled results on resume; it returns
+  results and never calls back into the loop;
 - :class:`~msopt.run.leaderboard.Leaderboard`: the ranking, the mean pick, the recommendation;
-- :mod:`msopt.run.records`: best.json, capacity.json and the CLI's text.
+- :mod:`msopt.run.records`: best.json, capacity.json and the CLI's text;
+- the callbacks (:mod:`msopt.run.events`): every event of the run, typed, goes to each in order;
+  the run directory's (:class:`~msopt.run.callbacks.StoreCallback`) comes first.
+
+:func:`optimize` is the entry point: the validated configuration, the pool, the callbacks in, the
+:class:`~msopt.run.events.RunOutcome` out.
 
 The driver talks to an :class:`~msopt.run.pool.EvaluatorPool` (submit a request, wait for finished
 results); ``actors.pool.RayPool`` implements it with Ray actors,
@@ -21,16 +27,16 @@ are dispatched.
 
 Memory stays flat over long runs: with a run directory the journal is the record of every result,
 and the driver keeps only counters, the best result, the ``pso_top_k`` best distinct
-configurations (with the running mean of their measurements) and the refined results. Only the
+configurations (with the running mean of their measurements) and the refined results. The
 duplicate cache (``duplicate_policy = "reuse"``) holds one entry per distinct configuration,
-which reuse needs.
+which reuse needs, and the verdict's tally (:class:`~msopt.run.verdict.VerdictTally`) one number
+per measurement with the full workload, which the verdict needs to compare like with like.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -40,47 +46,33 @@ from msopt.evaluate.prior import CandidateScreen, SimulatorPrior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.evaluate.workload import workload_config
 from msopt.run import stages
+from msopt.run.callbacks import RunRecord, StoreCallback
 from msopt.run.capacity import CapacityOptions, capacity_options
 from msopt.run.dispatcher import Dispatcher, was_launched
+from msopt.run.events import (
+    CallbackList,
+    Checkpoint,
+    Finished,
+    PhaseStarted,
+    Picked,
+    RunCallback,
+    RunEnded,
+    RunEvent,
+    RunOutcome,
+    RunStarted,
+)
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.pool import EvaluatorPool
-from msopt.run.records import best_record, capacity_line, capacity_record, load_text
-from msopt.run.stages import ProgressSink
+from msopt.run.records import best_record, capacity_line, capacity_record
 from msopt.run.validate import Validated
+from msopt.run.verdict import VerdictTally
 from msopt.search import Constraint, Screen, swarm_options
-from msopt.search.searcher import Searcher, SearcherSetup, make_searcher, search_dimensions
+from msopt.search.searcher import Searcher, SearcherSetup, Trial, make_searcher, search_dimensions
 from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
-# re-exported: their home is msopt.run.records
-__all__ = ["Driver", "RunOutcome", "best_record", "capacity_line", "capacity_record"]
-
-
-@dataclass
-class RunOutcome:
-    """What a finished run reports."""
-
-    best: EvaluationResult | None
-    evaluations: int
-    failures: int
-    reused: int
-    launched: int
-    refused: int = 0
-    launches: int = 0  # what a launch budget counts: ``launched`` plus the launches --resume replayed
-    results: list[EvaluationResult] = field(default_factory=list)  # empty unless the driver keeps them
-    capacity: list[dict[str, Any]] = field(default_factory=list)
-
-
-class RunRecord(Protocol):
-    """The run directory as the driver uses it (:class:`msopt.run.store.RunStore`)."""
-
-    def append(self, result: EvaluationResult) -> None: ...
-
-    def save_state(self, state: Mapping[str, Any]) -> None: ...
-
-    def write_json(self, name: str, obj: Any) -> Any: ...
-
-    def write_best(self, best: Mapping[str, Any]) -> Any: ...
+# re-exported: the homes of the last five are msopt.run.events, .callbacks and .records
+__all__ = ["Driver", "optimize", "RunOutcome", "RunRecord", "best_record", "capacity_line", "capacity_record"]
 
 
 class Driver:
@@ -89,8 +81,10 @@ class Driver:
     Args:
         settings: the effective settings (n_particles, iters, seed, mode, ...).
         pool: where evaluations run.
-        store: the run directory (``append``, ``save_state``, ``write_best``), or None.
-        progress: receives :class:`msopt.run.progress.ProgressEvent` objects, or None.
+        store: the run directory (``append``, ``save_state``, ``write_best``), or None: its
+            callback (:class:`~msopt.run.callbacks.StoreCallback`) comes before ``callbacks``.
+        callbacks: receive every event of the run (:mod:`msopt.run.events`), in this order;
+            e.g. the progress display (:class:`msopt.cli.progress.ProgressCallback`).
         previous: results already journaled (``--resume``): they are replayed, not re-run.
         keep_results: keep every result in :attr:`results` (and the outcome); default: only when
             there is no store, whose journal otherwise is the record (long runs stay flat).
@@ -106,7 +100,7 @@ class Driver:
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
-                 progress: ProgressSink | None = None, previous: Sequence[EvaluationResult] = (),
+                 callbacks: Sequence[RunCallback] = (), previous: Sequence[EvaluationResult] = (),
                  keep_results: bool | None = None, validated: Validated | None = None,
                  prior: SimulatorPrior | None = None, screen: bool = True) -> None:
         if validated is not None and validated.settings is not settings:
@@ -114,7 +108,7 @@ class Driver:
         self.settings = settings
         self.pool = pool
         self.store = store
-        self.progress = progress
+        self.events = CallbackList([*([StoreCallback(store)] if store is not None else []), *callbacks])
         self.space = validated.space if validated is not None else SearchSpace.from_settings(settings)
         self.mode = settings.config.run.mode
         self.n = settings.n_particles
@@ -150,8 +144,8 @@ class Driver:
         self.failures = 0
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
-        self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous,
-                                     finish=self.finish, emit=self.emit,
+        self.tally = VerdictTally(settings)  # what the verdict needs of every result, counted as they come
+        self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous, events=self.events,
                                      refusal=checker.refusal if checker is not None else None,
                                      predict=self._predict if prior is not None else None,
                                      server_key=self._server_key)
@@ -183,8 +177,8 @@ class Driver:
     def learn(self) -> None:
         """After an iteration: refit the prior to this run's measurements (``[search] refit``)."""
         if self.prior is not None and self.prior.options.refit and self.prior.refit():
-            self.emit("phase", phase="search", text=f"prior refitted to {len(self.prior.observed)} measured "
-                      f"configuration(s) (refit {self.prior.refits})")
+            self.emit(PhaseStarted("search", f"prior refitted to {len(self.prior.observed)} measured "
+                                   f"configuration(s) (refit {self.prior.refits})"))
 
     def prior_record(self) -> dict[str, Any]:
         """What the prior did: its simulated evaluations, the picks the swarm started from, and its
@@ -233,48 +227,44 @@ class Driver:
         return swarm
 
     # -- recording ------------------------------------------------------------------------
-    def emit(self, kind: str, **kw: Any) -> None:
-        """Send a progress event (nothing without a progress display)."""
-        if self.progress is None:
-            return
-        from msopt.run.progress import ProgressEvent
-
-        self.progress.update(ProgressEvent(kind=kind, **kw))
+    def emit(self, event: RunEvent) -> None:
+        """Send one event to every callback, in order."""
+        self.events.on_event(event)
 
     def finish(self, r: EvaluationResult, journal: bool = True) -> None:
-        """Record one finished evaluation: journal it (unless replayed), count it, rank it, show it."""
-        if journal and self.store is not None:
-            self.store.append(r)
+        """Record one finished evaluation (``journal`` false: replayed by --resume, already in the
+        journal): the callbacks first (the store journals it), then count it, rank it, show it."""
+        self.record(Finished(r, replayed=not journal, launched=was_launched(r)))
+
+    def record(self, done: Finished) -> None:
+        """Record one finished evaluation as the dispatcher returned it; see :meth:`finish`."""
+        r = done.result
+        self.emit(done)  # the store's callback is first: journaled before anything learns of it
         if self.keep_results:
             self.results.append(r)
         self.evaluations += 1
         self.failures += r.failed
         self.reused += r.reused
         self.leaderboard.add(r)
+        self.tally.add(r)
         if r.refused and r.values:
             self.refused_keys.add(values_key(r.values))
         own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)  # not a re-measurement
         if self.prior is not None and not r.reused and not r.failed and own:
             self.prior.observe(r.values, r.metrics)
-        kind = "reused" if r.reused else ("failed" if r.failed else "done")
-        self.emit(kind, eval_id=r.eval_id, phase=r.phase, particle=r.particle, iteration=r.iteration,
-                  values=r.values, metrics=r.metrics, fitness=r.fitness, devices=r.devices, error=r.error,
-                  text=load_text(r.load), replayed=not journal,  # not journaled again: replayed by --resume
-                  launched=was_launched(r), server=None if r.reused else r.server)
         if r.phase == "refine" and not r.failed:
             pick = self.leaderboard.best()
             if pick is not None:
-                self.emit("pick", eval_id=pick.eval_id, phase=pick.phase, particle=pick.particle,
-                          iteration=pick.iteration, values=pick.values, fitness=pick.fitness)
+                self.emit(Picked(pick))
 
     def checkpoint(self, stage: str, **extra: Any) -> None:
-        """Replace state.json with the swarm's state (no-op without a run directory)."""
-        if self.store is None:
+        """Send the run's state (state.json) to the callbacks (none listening: nothing to build)."""
+        if not self.events.callbacks:
             return
-        self.store.save_state({"stage": stage, "mode": self.mode, "seed": self.seed,
-                               "searcher": self.searcher.name, **self._searcher_state(),
-                               "evaluations": self.evaluations, "launched": self.launched,
-                               "launches": self.dispatcher.spent, **extra})
+        self.emit(Checkpoint({"stage": stage, "mode": self.mode, "seed": self.seed,
+                              "searcher": self.searcher.name, **self._searcher_state(),
+                              "evaluations": self.evaluations, "launched": self.launched,
+                              "launches": self.dispatcher.spent, **extra}))
 
     def _searcher_state(self) -> dict[str, Any]:
         # the swarm's state stays under "swarm", as state.json always had it
@@ -282,14 +272,70 @@ class Driver:
         return {"swarm": state["swarm"]} if self.searcher.name == "swarm" and "swarm" in state \
             else {"searcher_state": state}
 
-    # -- transport (the dispatcher's) -------------------------------------------------------
+    # -- the loop's mechanics (what a stage uses, see :class:`msopt.run.stages.Loop`) -------
+    def ask(self) -> list[Trial]:
+        """The searcher's next trials."""
+        return self.searcher.ask()
+
+    def tell(self, told: Sequence[tuple[Trial, EvaluationResult]], generation: int | None = None) -> None:
+        """Tell the searcher ``told`` in order (each repaired position written back before its
+        bests move). Then, in sync mode (``generation``: the iteration just told, from 1), refit
+        the prior and checkpoint with the iteration; in async mode, refit after each
+        iteration's worth of results and checkpoint after every tell."""
+        for t, r in told:
+            self.searcher.tell(t.id, r.fitness, list(r.position))
+        if generation is not None:
+            self.learn()
+            self.checkpoint("search", iteration=generation)
+            return
+        if sum(self.searcher.lane_count(i) for i in range(self.searcher.lanes)) % self.searcher.lanes == 0:
+            self.learn()  # an iteration's worth of results: learn from them
+        self.checkpoint("search")
+
     def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
-        """Replay, reuse or submit one request; return its result when known at once."""
-        return self.dispatcher.dispatch(req)
+        """Replay, reuse or submit one request; record and return its result when known at once."""
+        done = self.dispatcher.dispatch(req)
+        if done is None:
+            return None
+        self.record(done)
+        return done.result
+
+    def replay(self, prev: EvaluationResult, eval_id: int) -> EvaluationResult:
+        """Record a journaled result again as evaluation ``eval_id`` (not journaled twice)."""
+        done = self.dispatcher.replay(prev, eval_id)
+        self.record(done)
+        return done.result
 
     def collect(self, timeout: float = 0.5) -> list[EvaluationResult]:
-        """Wait for finished evaluations (and their followers); journal them."""
-        return self.dispatcher.collect(timeout)
+        """Wait for finished evaluations (and their followers); record them, in order. A fault
+        past its retries is raised once the others of the batch are recorded."""
+        got = self.dispatcher.collect(timeout)
+        out: list[EvaluationResult] = []
+        for e in got.events:
+            if isinstance(e, Finished):
+                self.record(e)
+                out.append(e.result)
+            else:
+                self.emit(e)
+        if got.fault is not None:
+            raise got.fault
+        return out
+
+    def evaluate(self, reqs: Sequence[EvalRequest], checkpoint: str | None = None) -> dict[int, EvaluationResult]:
+        """Dispatch every request and wait until all of them finished: eval_id -> result; then
+        checkpoint as stage ``checkpoint``, if given."""
+        got: dict[int, EvaluationResult] = {}
+        for req in reqs:
+            r = self.dispatch(req)
+            if r is not None:
+                got[r.eval_id] = r
+        want = {req.eval_id for req in reqs}
+        while not want <= set(got):
+            for r in self.collect():
+                got[r.eval_id] = r
+        if checkpoint is not None:
+            self.checkpoint(checkpoint)
+        return got
 
     @property
     def outstanding(self) -> int:
@@ -310,26 +356,19 @@ class Driver:
         return stages.expected_evaluations(self)
 
     # -- stages ---------------------------------------------------------------------------
+    def plan(self) -> list[stages.Stage]:
+        """The stages of this run, in order."""
+        search: stages.Stage = stages.AsyncSearch() if self.mode == "async" else stages.SyncSearch()
+        return [stages.Baseline(), search, stages.Refine(), stages.Capacity()]
+
     def run_baseline(self) -> EvaluationResult:
         """Evaluate the default configuration (every field at its ``value``)."""
-        return stages.baseline(self)
-
-    def run_sync(self) -> None:
-        """Iterations: every particle evaluated concurrently, told in particle order."""
-        stages.sync_swarm(self)
-
-    def run_async(self) -> None:
-        """Each particle is told and moved as soon as its own result arrives, then dispatched again."""
-        stages.async_swarm(self)
+        result: EvaluationResult = stages.Baseline().run(self)
+        return result
 
     def run_refine(self) -> list[EvaluationResult]:
         """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
-        return stages.refine(self)
-
-    def run_capacity(self) -> list[dict[str, Any]]:
-        """Find the highest load each top configuration sustains within the SLOs."""
-        self.capacity = stages.capacity(self)
-        return self.capacity
+        return stages.Refine().run(self)
 
     # -- ranking (the leaderboard's) ----------------------------------------------------------
     def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
@@ -342,36 +381,51 @@ class Driver:
         return self.leaderboard.best(self.capacity)
 
     def run(self) -> RunOutcome:
-        """Run every stage and return the outcome."""
+        """Run every stage, tell the callbacks the outcome (:class:`RunEnded`) and return it."""
         if self.mode not in ("sync", "async"):
             raise ConfigError(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        names = set(self.space.names) | set(self.space.derived)
+        # under a launch budget the number of evaluations is not known (reuse and refusals are free)
+        self.emit(RunStarted(total=0 if self.max_launches > 0 else self.expected_evaluations(),
+                             n_particles=self.n, dimensions=tuple(f.name for f in self.settings.fields
+                                                                  if f.name in names),
+                             steps={f.name: f.step for f in self.settings.fields}, launches=self.max_launches))
         if self.prior_picks:
             done = self.prior.search_evaluations if self.prior else 0
-            self.emit("phase", phase="prior", text=f"simulator prior: {done} simulated evaluations, "
-                      f"{len(self.prior_picks)} particles start at its top predictions")
-        self.run_baseline()
-        if self.mode == "async":
-            self.run_async()
-        else:
-            self.run_sync()
-        self.run_refine()
-        self.run_capacity()
+            self.emit(PhaseStarted("prior", f"simulator prior: {done} simulated evaluations, "
+                                            f"{len(self.prior_picks)} particles start at its top predictions"))
+        for stage in self.plan():
+            got = stage.run(self)
+            if isinstance(stage, stages.Capacity):
+                self.capacity = got
         best = self.best()
         self.checkpoint("done")
-        if self.store is not None and self.prior is not None:
-            self.store.write_json("prior.json", self.prior_record())
-        if self.store is not None and self.capacity:
-            self.store.write_json("capacity.json", capacity_record(self.capacity, self.capacity_options,
-                                                                   self.settings))
-        if self.store is not None and best is not None:
+        mean, count = self.mean_fitness(best) if best is not None else (None, 1)
+        outcome = RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
+                             launched=self.launched, refused=self.dispatcher.refused, results=list(self.results),
+                             capacity=list(self.capacity), launches=self.dispatcher.spent, mean_fitness=mean,
+                             measurements=count, counts=self.counts(), records=self.records(best),
+                             verdict=self.tally.verdict(best, mean_fitness=mean, measurements=count),
+                             unreplayed=len(self.dispatcher.previous))
+        self.emit(RunEnded(outcome))
+        return outcome
+
+    def records(self, best: EvaluationResult | None) -> dict[str, Any]:
+        """The run's JSON records by file name, in the order they are written: prior.json (with
+        a prior), capacity.json (when the capacity stage ran), best.json (when some evaluation
+        succeeded)."""
+        out: dict[str, Any] = {}
+        if self.prior is not None:
+            out["prior.json"] = self.prior_record()
+        if self.capacity:
+            out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, self.settings)
+        if best is not None:
             record = best_record(best, self.settings, self.mean_fitness(best) if best.phase == "refine" else None)
             record["counts"] = self.counts()
             if self.capacity:
                 record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
-            self.store.write_best(record)
-        return RunOutcome(best=best, evaluations=self.evaluations, failures=self.failures, reused=self.reused,
-                          launched=self.launched, refused=self.dispatcher.refused, results=list(self.results),
-                          capacity=list(self.capacity), launches=self.dispatcher.spent)
+            out["best.json"] = record
+        return out
 
     def counts(self) -> dict[str, int]:
         """The run's counters as best.json and the closing line give them: evaluations (journal
@@ -379,3 +433,24 @@ class Driver:
         ``max_launches`` counts, replayed ones included; 0 in max_launches: no budget)."""
         return {"evaluations": self.evaluations, "failures": self.failures, "reused": self.reused,
                 "launches": self.dispatcher.spent, "max_launches": self.max_launches}
+
+
+def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[RunCallback] = (),
+             store: RunRecord | None = None, previous: Sequence[EvaluationResult] = (),
+             prior: SimulatorPrior | None = None) -> RunOutcome:
+    """Run one optimization: the entry point behind ``msopt optimize``.
+
+    Args:
+        validated: what :func:`msopt.run.validate.validate` (or ``load``) returned.
+        pool: where evaluations run (the caller creates and closes it).
+        callbacks: receive every event, after the store's (e.g. the progress display).
+        store: the run directory (journal, state.json, records), or None.
+        previous: the journal of the run resumed (``--resume``): replayed, not re-run.
+        prior: the simulator prior, or None.
+
+    Returns:
+        The outcome, with its verdict; the callbacks got it as :class:`RunEnded` too.
+    """
+    driver = Driver(validated.settings, pool, store=store, callbacks=callbacks, previous=previous,
+                    validated=validated, prior=prior)
+    return driver.run()

@@ -1,9 +1,12 @@
-"""The stages of a run, in order: the baseline, the swarm (sync or async), the re-measurement of
-the ``pso_top_k`` best (refine), and the capacity search.
+"""The stages of a run, in order, each an object the run loop runs: :class:`Baseline`,
+:class:`SyncSearch` or :class:`AsyncSearch`, :class:`Refine` (the re-measurement of the
+``pso_top_k`` best) and :class:`Capacity`.
 
-Each stage is a function of a :class:`RunContext` (the :class:`~msopt.run.driver.Driver`): it
-asks the searcher (:mod:`msopt.search.searcher`), sends requests through the context's
-dispatcher and reads the leaderboard.
+A stage decides what to evaluate and when; the loop (:class:`~msopt.run.driver.Driver`, seen here
+as a :class:`Loop`) owns the mechanics: it asks the searcher, dispatches the requests, records
+every result (journal first), tells the searcher, refits the prior and checkpoints. A stage tells
+the run's callbacks what it begins with typed events (:mod:`msopt.run.events`) and reads the
+leaderboard; it never journals, checkpoints or learns itself.
 
 Eval ids. The baseline is 0; a search trial's id is a function of its lane and count,
 ``1 + count × n + lane`` (:func:`eval_id`), because async lanes are dispatched in the order their
@@ -32,24 +35,15 @@ from msopt.config import Settings
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict
 from msopt.run.dispatcher import Dispatcher
+from msopt.run.events import PhaseStarted, RunCallback, TotalChanged
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.records import finite
 from msopt.search.searcher import Searcher, Trial
 from msopt.space import DecodeContext, SearchSpace
 
 
-class ProgressSink(Protocol):
-    """A progress display as the driver uses it (:class:`msopt.run.progress.Progress`)."""
-
-    def update(self, event: Any) -> None:
-        """Show one :class:`~msopt.run.progress.ProgressEvent`."""
-
-    def set_total(self, total: int) -> None:
-        """Change the number of evaluations expected."""
-
-
 class RunContext(Protocol):
-    """What a stage reads and uses: the driver's parts."""
+    """What a stage and the budget read: the loop's parts and counters."""
 
     settings: Settings
     space: SearchSpace
@@ -65,14 +59,32 @@ class RunContext(Protocol):
     evaluations: int
     max_launches: int
 
+
+class Loop(RunContext, Protocol):
+    """The run loop as a stage uses it: it owns ask → dispatch → record → tell."""
+
     @property
-    def progress(self) -> ProgressSink | None: ...
+    def events(self) -> RunCallback:
+        """The run's callbacks (a stage sends them :class:`PhaseStarted` and :class:`TotalChanged`)."""
 
-    def emit(self, kind: str, **kw: Any) -> None: ...
+    def ask(self) -> list[Trial]:
+        """The searcher's next trials."""
 
-    def checkpoint(self, stage: str, **extra: Any) -> None: ...
+    def dispatch(self, req: EvalRequest) -> EvaluationResult | None:
+        """Replay, reuse or submit one request, recording its result when known at once."""
 
-    def learn(self) -> None: ...
+    def collect(self) -> list[EvaluationResult]:
+        """Wait for finished evaluations and record them."""
+
+    def replay(self, prev: EvaluationResult, eval_id: int) -> EvaluationResult:
+        """Record a journaled result again as evaluation ``eval_id``."""
+
+    def evaluate(self, reqs: Sequence[EvalRequest], checkpoint: str | None = None) -> dict[int, EvaluationResult]:
+        """Dispatch every request, wait for all of them (eval_id -> result); then checkpoint
+        ``checkpoint`` (a stage's name), if given."""
+
+    def tell(self, told: Sequence[tuple[Trial, EvaluationResult]], generation: int | None = None) -> None:
+        """Tell the searcher these results in order; then learn and checkpoint (see the driver)."""
 
 
 def extra_remeasurements(ctx: RunContext) -> int:
@@ -165,105 +177,123 @@ def _budget_left(ctx: RunContext) -> bool:
     return budget is None or ctx.dispatcher.spent < budget
 
 
-def baseline(ctx: RunContext) -> EvaluationResult:
-    """Evaluate the default configuration (every field at its ``value``)."""
-    ctx.emit("phase", phase="baseline", text="default configuration")
-    req = EvalRequest(eval_id=0, phase="baseline", particle=None, iteration=0,
-                      position=tuple(ctx.space.default_position().tolist()), context=None,
-                      num_prompts=ctx.search_prompts)
-    return ctx.dispatcher.run_all([req])[0]
+class Stage(Protocol):
+    """One stage of a run: :meth:`run` does its evaluations through the loop."""
+
+    name: str
+
+    def run(self, loop: Loop) -> Any:
+        """Run the stage; what it returns is the stage's own (see each stage)."""
 
 
-def sync_swarm(ctx: RunContext) -> None:
+class Baseline:
+    """Evaluate the default configuration (every field at its ``value``) as eval 0."""
+
+    name = "baseline"
+
+    def run(self, loop: Loop) -> EvaluationResult:
+        """The baseline's result."""
+        loop.events.on_event(PhaseStarted("baseline", "default configuration"))
+        req = EvalRequest(eval_id=0, phase="baseline", particle=None, iteration=0,
+                          position=tuple(loop.space.default_position().tolist()), context=None,
+                          num_prompts=loop.search_prompts)
+        return loop.evaluate([req])[0]
+
+
+class SyncSearch:
     """Iterations: every trial of a generation evaluated concurrently, told in the order asked.
 
     With a launch budget the generation that reaches it dispatches its trials in order only
     while launches are left; the rest are never sent and the generation is not told.
     """
-    rounds = max_rounds(ctx)
-    budget = search_budget(ctx)
-    for it in range(rounds):
-        if not _budget_left(ctx):
-            break
-        text = (f"iteration {it + 1}/{ctx.iters}" if budget is None
-                else f"iteration {it + 1}, {ctx.dispatcher.spent}/{budget} launches before the re-measurement")
-        ctx.emit("phase", phase="search", text=text)
-        trials = ctx.searcher.ask()
-        if not trials:
-            break
-        reqs = [trial_request(ctx, t) for t in trials]
-        got: dict[int, EvaluationResult] = {}
-        sent: list[EvalRequest] = []
-        for req in reqs:
-            if not _budget_left(ctx):
+
+    name = "search"
+
+    def run(self, loop: Loop) -> None:
+        """Ask, dispatch and tell generation after generation, within ``iters`` and the budget."""
+        rounds = max_rounds(loop)
+        budget = search_budget(loop)
+        for it in range(rounds):
+            if not _budget_left(loop):
                 break
-            sent.append(req)
-            r = ctx.dispatcher.dispatch(req)
-            if r is not None:
-                got[r.eval_id] = r
-        while any(q.eval_id not in got for q in sent):
-            for r in ctx.dispatcher.collect():
-                got[r.eval_id] = r
-        if len(sent) < len(reqs):
-            break
-        for t, req in zip(trials, reqs):
-            r = got[req.eval_id]
-            ctx.searcher.tell(t.id, r.fitness, list(r.position))
-        ctx.learn()
-        ctx.checkpoint("search", iteration=it + 1)
+            text = (f"iteration {it + 1}/{loop.iters}" if budget is None
+                    else f"iteration {it + 1}, {loop.dispatcher.spent}/{budget} launches before the re-measurement")
+            loop.events.on_event(PhaseStarted("search", text))
+            trials = loop.ask()
+            if not trials:
+                break
+            reqs = [trial_request(loop, t) for t in trials]
+            got: dict[int, EvaluationResult] = {}
+            sent: list[EvalRequest] = []
+            for req in reqs:
+                if not _budget_left(loop):
+                    break
+                sent.append(req)
+                r = loop.dispatch(req)
+                if r is not None:
+                    got[r.eval_id] = r
+            while any(q.eval_id not in got for q in sent):
+                for r in loop.collect():
+                    got[r.eval_id] = r
+            if len(sent) < len(reqs):
+                break
+            loop.tell([(t, got[req.eval_id]) for t, req in zip(trials, reqs)], generation=it + 1)
 
 
-def async_swarm(ctx: RunContext) -> None:
+class AsyncSearch:
     """Each trial is told as soon as its own result arrives, and its lane asked and dispatched again."""
-    rounds = max_rounds(ctx)
-    ctx.emit("phase", phase="search", text=f"async, {rounds} evaluations per particle"
-             + ("" if ctx.max_launches <= 0 else f" at most, {search_budget(ctx)} launches before the re-measurement"))
-    searcher, dispatcher = ctx.searcher, ctx.dispatcher
-    waiting: dict[int, Trial] = {t.lane: t for t in searcher.ask()}
-    # replay the journal's search results in the order they were told
-    for prev in dispatcher.replay_order:
-        if prev.phase != "search" or prev.particle is None:
-            continue
-        t = waiting.get(prev.particle)
-        if t is None or t.count != prev.iteration:
-            continue
-        dispatcher.replay(prev, eval_id(ctx, t.lane, t.count))
-        _tell_async(ctx, t, prev)
-        del waiting[t.lane]  # re-asked below, so ``waiting`` stays in the order its trials were asked
-        waiting.update((u.lane, u) for u in searcher.ask())
-    dispatcher.replay_order = []
-    in_flight: dict[int, Trial] = {}
-    for t in list(waiting.values()):  # as the interrupted run dispatched them: in the order asked
-        _dispatch_async(ctx, t, in_flight, rounds)
-    while dispatcher.outstanding:
-        for r in dispatcher.collect():
-            t = in_flight.pop(r.eval_id, None) if r.phase == "search" else None
-            if t is not None:
-                _tell_async(ctx, t, r)
-                for u in searcher.ask():
-                    _dispatch_async(ctx, u, in_flight, rounds)
+
+    name = "search"
+
+    def run(self, loop: Loop) -> None:
+        """Replay the journal's search results in the order they were told, then keep every lane busy."""
+        rounds = max_rounds(loop)
+        loop.events.on_event(PhaseStarted("search", f"async, {rounds} evaluations per particle" + (
+            "" if loop.max_launches <= 0 else f" at most, {search_budget(loop)} launches before the re-measurement")))
+        waiting: dict[int, Trial] = {t.lane: t for t in loop.ask()}
+        for prev in loop.dispatcher.take_replay_order():
+            if prev.phase != "search" or prev.particle is None:
+                continue
+            t = waiting.get(prev.particle)
+            if t is None or t.count != prev.iteration:
+                continue
+            loop.tell([(t, loop.replay(prev, eval_id(loop, t.lane, t.count)))])
+            del waiting[t.lane]  # re-asked below, so ``waiting`` stays in the order its trials were asked
+            waiting.update((u.lane, u) for u in loop.ask())
+        in_flight: dict[int, Trial] = {}
+        for t in list(waiting.values()):  # as the interrupted run dispatched them: in the order asked
+            self._dispatch(loop, t, in_flight, rounds)
+        while loop.dispatcher.outstanding:
+            for r in loop.collect():
+                t = in_flight.pop(r.eval_id, None) if r.phase == "search" else None
+                if t is not None:
+                    loop.tell([(t, r)])
+                    for u in loop.ask():
+                        self._dispatch(loop, u, in_flight, rounds)
+
+    @staticmethod
+    def _dispatch(loop: Loop, t: Trial | None, in_flight: dict[int, Trial], rounds: int) -> None:
+        while t is not None and t.count < rounds and _budget_left(loop):
+            req = trial_request(loop, t)
+            r = loop.dispatch(req)
+            if r is None:
+                in_flight[req.eval_id] = t
+                return
+            loop.tell([(t, r)])  # replayed, reused or refused at once: tell and go on with this lane
+            t = next((u for u in loop.ask() if u.lane == t.lane), None)
 
 
-def _dispatch_async(ctx: RunContext, t: Trial | None, in_flight: dict[int, Trial], rounds: int) -> None:
-    while t is not None and t.count < rounds and _budget_left(ctx):
-        req = trial_request(ctx, t)
-        r = ctx.dispatcher.dispatch(req)
-        if r is None:
-            in_flight[req.eval_id] = t
-            return
-        _tell_async(ctx, t, r)  # replayed, reused or refused at once: tell and go on with this lane
-        t = next((u for u in ctx.searcher.ask() if u.lane == t.lane), None)
+class Refine:
+    """The re-measurement of the ``pso_top_k`` best (:func:`refine`)."""
+
+    name = "refine"
+
+    def run(self, loop: Loop) -> list[EvaluationResult]:
+        """The re-measurements of the picks."""
+        return refine(loop)
 
 
-def _tell_async(ctx: RunContext, t: Trial, r: EvaluationResult) -> None:
-    ctx.searcher.tell(t.id, r.fitness, list(r.position))
-    told = sum(ctx.searcher.lane_count(i) for i in range(ctx.searcher.lanes))
-    if told % ctx.searcher.lanes == 0:  # an iteration's worth of results: learn from them
-        ctx.learn()
-    ctx.checkpoint("search")
-
-
-def refine(ctx: RunContext) -> list[EvaluationResult]:
+def refine(ctx: Loop) -> list[EvaluationResult]:
     """Measure the best ``pso_top_k`` distinct configurations again with the full workload, and
     the baseline configuration beside them; with a launch budget, then re-measure the two best by
     mean fitness (:func:`extra_remeasurements`), both each round, while the budget allows; last,
@@ -285,12 +315,12 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
     if left is not None:
         picked = picked[:left]
         beside = beside and left > len(picked)
-    if ctx.progress is not None:  # fewer picks than pso_top_k, or no baseline beside them
-        ctx.progress.set_total(ctx.evaluations + len(picked) + beside)
+    # fewer picks than pso_top_k, or no baseline beside them
+    ctx.events.on_event(TotalChanged(ctx.evaluations + len(picked) + beside))
     if not picked:
         return []
-    ctx.emit("phase", phase="refine", text=f"top {len(picked)} with the full workload"
-             + (", the baseline beside them" if beside else ""))
+    ctx.events.on_event(PhaseStarted("refine", f"top {len(picked)} with the full workload"
+                                     + (", the baseline beside them" if beside else "")))
     got = _remeasure(ctx, picked, 0, [base] if beside and base is not None else [])
     out = got[:len(picked)]
     extra = extra_remeasurements(ctx)  # the baseline's later re-measurements come out of it too
@@ -304,7 +334,7 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
             top = top[:-1]  # keep what the baseline will be owed
         if not top:
             break
-        ctx.emit("phase", phase="refine", text="the two best by mean fitness again")
+        ctx.events.on_event(PhaseStarted("refine", "the two best by mean fitness again"))
         got = _remeasure(ctx, top, k)
         out += got
         k += len(got)
@@ -314,9 +344,9 @@ def refine(ctx: RunContext) -> list[EvaluationResult]:
         left = launches_left(ctx)
         owed = owed if left is None else min(owed, left)
         if owed > 0:
-            ctx.emit("phase", phase="refine", text=f"the baseline {owed} more time(s), as often as the recommendation")
-            if ctx.progress is not None:
-                ctx.progress.set_total(ctx.evaluations + owed)
+            ctx.events.on_event(PhaseStarted("refine", f"the baseline {owed} more time(s), as often as the "
+                                             "recommendation"))
+            ctx.events.on_event(TotalChanged(ctx.evaluations + owed))
             _remeasure(ctx, [], 0, [base] * owed)
     return out
 
@@ -337,7 +367,7 @@ def _baseline_owed(ctx: RunContext, base: EvaluationResult | None, coming: int) 
     return max(0, most - lb.full_count(base.values))
 
 
-def _remeasure(ctx: RunContext, configs: Sequence[EvaluationResult], first: int,
+def _remeasure(ctx: Loop, configs: Sequence[EvaluationResult], first: int,
                baseline: Sequence[EvaluationResult] = ()) -> list[EvaluationResult]:
     """Re-measure ``configs`` with the full workload, together, as refine iterations ``first``,
     ``first + 1``, ... (the resume key), and ``baseline`` (the baseline, as often as it is
@@ -350,59 +380,60 @@ def _remeasure(ctx: RunContext, configs: Sequence[EvaluationResult], first: int,
     reqs += [EvalRequest(eval_id=base + len(configs) + j, phase="baseline", particle=None, iteration=done + j + 1,
                          position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
              for j, r in enumerate(baseline)]
-    got = ctx.dispatcher.run_all(reqs)
+    got = ctx.evaluate(reqs)
     return [got[q.eval_id] for q in reqs]
 
 
-def capacity(ctx: RunContext) -> list[dict[str, Any]]:
+class Capacity:
     """Find the highest load each top configuration sustains within the SLOs.
 
     Every configuration's bracket/bisect is sequential; the configurations' next probes go
     to the pool together, round by round, so eval ids (and a resumed run) are deterministic.
     A probe's resume key is (``"capacity"``, configuration rank, probe index).
     """
-    opts = ctx.capacity_options
-    if not opts.enabled:
-        return []
-    configs = ctx.leaderboard.capacity_configs()
-    if not configs:
-        return []
-    what = "mean" if opts.percentile is None else f"p{opts.percentile}"
-    ctx.emit("phase", phase="capacity",
-             text=f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
-                  + ("s" if len(configs) > 1 else ""))
-    searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
-    next_id = ctx.dispatcher.next_id
-    while True:
-        reqs: list[tuple[int, EvalRequest]] = []
-        for rank, (r, s) in enumerate(zip(configs, searches)):
-            for j, load in enumerate(s.next_loads()):
-                value: float | int = int(load) if opts.integer else float(load)
-                reqs.append((rank, EvalRequest(eval_id=next_id, phase="capacity", particle=rank,
-                                               iteration=s.used + j, position=tuple(r.position),
-                                               context=None, num_prompts=ctx.full_prompts,
-                                               load={opts.load: value})))
-                next_id += 1
-        left = launches_left(ctx)
-        if not reqs or (left is not None and len(reqs) > left):  # a round the budget cannot pay: stop
-            break
-        if ctx.progress is not None:
-            left = sum(opts.max_probes - s.used for s in searches if s.next_loads())
-            ctx.progress.set_total(ctx.evaluations + left)
-        got = ctx.dispatcher.run_all([q for _, q in reqs])
-        for rank, s in enumerate(searches):
-            mine = [q for k, q in reqs if k == rank]
-            if mine:
-                probes = []
-                for q in mine:
-                    res = got[q.eval_id]
-                    ok, why = probe_verdict(res.metrics, res.error, ctx.settings, opts)
-                    probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
-                s.tell(probes)
-        ctx.checkpoint("capacity")
-    if ctx.progress is not None:
-        ctx.progress.set_total(ctx.evaluations)
-    return [{"rank": rank, "eval_id": r.eval_id, "fitness": finite(r.fitness), "values": dict(r.values),
-             **s.result()}
-            for rank, (r, s) in enumerate(zip(configs, searches))]
 
+    name = "capacity"
+
+    def run(self, loop: Loop) -> list[dict[str, Any]]:
+        """Each configuration's capacity (empty when the stage is off or nothing was re-measured)."""
+        opts = loop.capacity_options
+        if not opts.enabled:
+            return []
+        configs = loop.leaderboard.capacity_configs()
+        if not configs:
+            return []
+        what = "mean" if opts.percentile is None else f"p{opts.percentile}"
+        loop.events.on_event(PhaseStarted(
+            "capacity", f"highest {opts.load} within the SLOs ({what} TTFT/TPOT) of {len(configs)} configuration"
+                        + ("s" if len(configs) > 1 else "")))
+        searches = [CapacitySearch(opts, opts.start_for(r.values)) for r in configs]
+        next_id = loop.dispatcher.next_id
+        while True:
+            reqs: list[tuple[int, EvalRequest]] = []
+            for rank, (r, s) in enumerate(zip(configs, searches)):
+                for j, load in enumerate(s.next_loads()):
+                    value: float | int = int(load) if opts.integer else float(load)
+                    reqs.append((rank, EvalRequest(eval_id=next_id, phase="capacity", particle=rank,
+                                                   iteration=s.used + j, position=tuple(r.position),
+                                                   context=None, num_prompts=loop.full_prompts,
+                                                   load={opts.load: value})))
+                    next_id += 1
+            left = launches_left(loop)
+            if not reqs or (left is not None and len(reqs) > left):  # a round the budget cannot pay: stop
+                break
+            left = sum(opts.max_probes - s.used for s in searches if s.next_loads())
+            loop.events.on_event(TotalChanged(loop.evaluations + left))
+            got = loop.evaluate([q for _, q in reqs], checkpoint="capacity")
+            for rank, s in enumerate(searches):
+                mine = [q for k, q in reqs if k == rank]
+                if mine:
+                    probes = []
+                    for q in mine:
+                        res = got[q.eval_id]
+                        ok, why = probe_verdict(res.metrics, res.error, loop.settings, opts)
+                        probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
+                    s.tell(probes)
+        loop.events.on_event(TotalChanged(loop.evaluations))
+        return [{"rank": rank, "eval_id": r.eval_id, "fitness": finite(r.fitness), "values": dict(r.values),
+                 **s.result()}
+                for rank, (r, s) in enumerate(zip(configs, searches))]

@@ -210,31 +210,75 @@ class Verdict:
         return ", ".join(f"{k}={v}" for k, v in self.values)
 
 
+class VerdictTally:
+    """What the verdict needs of a run's results, counted as they are recorded (the run loop adds
+    every result, replayed ones included), so the verdict needs no second read of the journal.
+
+    It keeps the count, the SLO count, the baseline's result and, per configuration, the
+    generate_speed of each measurement with the full workload (one number per such measurement).
+
+    Args:
+        settings: the run's settings (the SLOs, the full workload).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.full = configured_num_prompts(settings)
+        self.evaluations = 0
+        self.met_count = 0
+        self.baseline: EvaluationResult | None = None
+        self.speeds: dict[str, list[float]] = {}  # values key -> full-workload speeds, in the order added
+
+    def add(self, r: EvaluationResult) -> None:
+        """Count one result."""
+        self.evaluations += 1
+        self.met_count += meets_slos(self.settings, r)
+        if self.baseline is None and r.phase == "baseline" and r.iteration == 0:
+            self.baseline = r
+        if (is_measurement(r) and (r.num_prompts is None or r.num_prompts == self.full)
+                and isinstance(s := r.metrics.get(GENERATE_SPEED), (int, float))):
+            self.speeds.setdefault(values_key(r.values), []).append(float(s))
+
+    def spread(self, of: EvaluationResult) -> Spread | None:
+        """generate_speed of every measurement of ``of``'s configuration with the full workload
+        (see :func:`full_workload_speeds`); None when there is none."""
+        speeds = self.speeds.get(values_key(of.values))
+        return Spread(tuple(speeds)) if speeds else None
+
+    def verdict(self, best: EvaluationResult | None, *, mean_fitness: float | None = None,
+                measurements: int = 1) -> Verdict:
+        """Judge the run from what was added and its recommended evaluation."""
+        settings, baseline = self.settings, self.baseline
+        steps = {f.name: f.step for f in settings.fields}
+        values = tuple((k, show_value(v, steps.get(k))) for k, v in best.values.items()) if best else ()
+        ours = theirs = None
+        same = False
+        if best is not None and baseline is not None and not baseline.failed and best.phase != "capacity":
+            same = values_key(best.values) == values_key(baseline.values)
+            ours, theirs = self.spread(best), self.spread(baseline)
+        return Verdict(
+            best=best,
+            checks=tuple(slo_checks(settings, best.metrics)) if best else (),
+            baseline=baseline,
+            baseline_checks=tuple(slo_checks(settings, baseline.metrics)) if baseline else (),
+            met_count=self.met_count,
+            evaluations=self.evaluations,
+            values=values,
+            mean_fitness=mean_fitness,
+            measurements=measurements,
+            best_speeds=ours,
+            baseline_speeds=theirs,
+            same_configuration=same,
+        )
+
+
 def make_verdict(settings: Settings, results: Sequence[EvaluationResult], best: EvaluationResult | None, *,
                  mean_fitness: float | None = None, measurements: int = 1) -> Verdict:
-    """Judge a run from its evaluations and its recommended one."""
-    baseline = next((r for r in results if r.phase == "baseline" and r.iteration == 0), None)
-    steps = {f.name: f.step for f in settings.fields}
-    values = tuple((k, show_value(v, steps.get(k))) for k, v in best.values.items()) if best else ()
-    ours = theirs = None
-    same = False
-    if best is not None and baseline is not None and not baseline.failed and best.phase != "capacity":
-        same = values_key(best.values) == values_key(baseline.values)
-        ours, theirs = full_workload_speeds(settings, results, best), full_workload_speeds(settings, results, baseline)
-    return Verdict(
-        best=best,
-        checks=tuple(slo_checks(settings, best.metrics)) if best else (),
-        baseline=baseline,
-        baseline_checks=tuple(slo_checks(settings, baseline.metrics)) if baseline else (),
-        met_count=sum(meets_slos(settings, r) for r in results),
-        evaluations=len(results),
-        values=values,
-        mean_fitness=mean_fitness,
-        measurements=measurements,
-        best_speeds=ours,
-        baseline_speeds=theirs,
-        same_configuration=same,
-    )
+    """Judge a run from its evaluations (e.g. its journal) and its recommended one."""
+    tally = VerdictTally(settings)
+    for r in results:
+        tally.add(r)
+    return tally.verdict(best, mean_fitness=mean_fitness, measurements=measurements)
 
 
 def full_workload_speeds(settings: Settings, results: Sequence[EvaluationResult],
@@ -242,9 +286,7 @@ def full_workload_speeds(settings: Settings, results: Sequence[EvaluationResult]
     """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of
     ``of``'s configuration with the full workload (:func:`msopt.evaluate.configured_num_prompts`;
     a result without a count of its own served it); None when there is none."""
-    full = configured_num_prompts(settings)
-    key = values_key(of.values)
-    speeds = tuple(float(s) for r in results
-                   if is_measurement(r) and (r.num_prompts is None or r.num_prompts == full)
-                   and isinstance(s := r.metrics.get(GENERATE_SPEED), (int, float)) and values_key(r.values) == key)
-    return Spread(speeds) if speeds else None
+    tally = VerdictTally(settings)
+    for r in results:
+        tally.add(r)
+    return tally.spread(of)

@@ -8,22 +8,22 @@ import signal
 import pytest
 
 from msopt.run.driver import Driver
-from msopt.run.progress import Progress
+from msopt.run.events import Running
 
 from .test_pool import settings_for
 
 pytestmark = pytest.mark.slow  # a Ray session and its actors
 
 
-class KillOnFirstProbe(Progress):
-    """Kills the actor (from outside) as soon as the first capacity probe is running."""
+class KillOnFirstProbe:
+    """A callback of the run: kills the actor (from outside) as soon as the first capacity probe is running."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.killed_during: int | None = None
 
-    def update(self, event) -> None:
-        if event.kind == "running" and event.phase == "capacity" and self.killed_during is None:
+    def on_event(self, event) -> None:
+        if isinstance(event, Running) and event.phase == "capacity" and self.killed_during is None:
             self.killed_during = event.eval_id
             os.kill(self.pid, signal.SIGKILL)
 
@@ -37,7 +37,7 @@ def test_actor_killed_during_capacity_costs_a_retry(ray_session, tmp_path):
     try:
         (info,) = pool.actor_infos()
         progress = KillOnFirstProbe(info["pid"])
-        driver = Driver(settings, pool, progress=progress)
+        driver = Driver(settings, pool, callbacks=[progress])
         out = driver.run()
     finally:
         pool.close()
