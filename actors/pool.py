@@ -146,8 +146,13 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
             num_gpus = slots * k
         else:
             resources[key] = float(slots * k)
-    ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=num_gpus, resources=resources or None,
-             include_dashboard=False, **kw)
+    try:
+        ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=num_gpus, resources=resources or None,
+                 include_dashboard=False, **kw)
+    except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node times out starting
+        ray.shutdown()  # what it started of its processes goes with it
+        raise ClusterError(f"Ray did not start on this machine: {exc}; run again (a loaded machine can be too "
+                           "slow for Ray's start-up timeout), or run without Ray: --no-ray") from None
     from actors.guard import start_guard
 
     start_guard()  # Ray's processes would outlive a driver killed by SIGKILL by a minute or more
