@@ -137,8 +137,10 @@ def test_run_id_must_be_a_plain_name(tmp_path, settings, bad):
 
 def test_output_path_that_is_a_file(tmp_path, settings):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(StoreError, match="f"):
+    with pytest.raises(StoreError) as info:
         RunStore.create(tmp_path / "f", settings, run_id="r")
+    assert str(info.value) == f"{tmp_path / 'f'}: the output path is not a directory; choose another --output"
+    assert (tmp_path / "f").read_text() == "x"
 
 
 def test_open_reads_back_meta(run):

@@ -134,12 +134,15 @@ class RunStore:
                              "'.', '_' and '-' (at most 128, not starting with '.' or '-')")
         out = Path(os.path.expanduser(os.fspath(output_dir)))
         run_dir = out / rid
+        not_dir = StoreError(f"{out}: the output path is not a directory; choose another --output")
+        if out.exists() and not out.is_dir():  # mkdir(exist_ok=True) would fail with "File exists"
+            raise not_dir
         try:
             out.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         except OSError as exc:
             raise write_error(out, exc, "the output directory") from None
         if not out.is_dir():
-            raise StoreError(f"{out}: the output path is not a directory; choose another --output")
+            raise not_dir
         try:
             os.mkdir(run_dir, DIR_MODE)
         except FileExistsError:
