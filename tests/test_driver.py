@@ -66,24 +66,30 @@ def test_sync_run_stages_and_counts(write_toml):
 
 
 def test_write_back_reaches_swarm_before_bests(write_toml):
-    _, driver = make(write_toml, dup="rerun")
-    driver.run_baseline()
-    positions = driver.swarm.ask()
-    positions[0] = driver.space.encode({"tp": 8, "pp": 4, "seqs": 40})  # forces a repair
-    reqs = [driver.search_request(i, 0, positions[i]) for i in range(driver.n)]
-    got = driver.dispatcher.run_all(reqs)
-    ordered = [got[q.eval_id] for q in reqs]
-    driver.swarm.tell(np.array([r.fitness for r in ordered]), np.array([r.position for r in ordered]))
-    repaired = [r for r in ordered if r.position != r.position_in]
-    for r in ordered:
-        i = r.particle
-        if math.isfinite(r.fitness):
-            assert np.allclose(driver.swarm.personal_best_positions[i], r.position)
-    best = min(ordered, key=lambda r: r.fitness)
-    assert np.allclose(driver.swarm.best_position, best.position)
-    assert all(r.values["tp"] * r.values["pp"] * r.values["dp"] == 8 for r in ordered)
-    assert repaired, "the seed should produce at least one repaired position"
-    driver.pool.close()
+    """One iteration through the driver's own search stage: the personal and global bests hold the
+    repaired positions the actors evaluated, not the positions the swarm asked for."""
+    text = config_text("rerun", "sync").replace("iters = 4", "iters = 1")
+    text = text.replace("dtype_param = [1, 2, 4, 8]\nvalue = 1", "dtype_param = [1, 2, 4, 8]\nvalue = 8")
+    text = text.replace("dtype_param = [1, 2, 4]\nvalue = 1", "dtype_param = [1, 2, 4]\nvalue = 4")
+    settings = load_settings(str(write_toml(text)), environ={})  # particle 0 starts at tp 8, pp 4: repaired
+    space = SearchSpace.from_settings(settings)
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seed=k))
+    try:
+        driver = Driver(settings, pool, keep_results=True)
+        driver.run_baseline()
+        driver.run_sync()
+        search = [r for r in driver.results if r.phase == "search"]
+        assert sorted(r.particle for r in search) == list(range(driver.n))
+        repaired = [r for r in search if not np.allclose(r.position, r.position_in)]
+        assert repaired, "the seed should produce at least one repaired position"
+        assert all(r.values["tp"] * r.values["pp"] * r.values["dp"] == 8 for r in search)
+        for r in search:
+            if math.isfinite(r.fitness):  # a first finite result always becomes the personal best
+                assert np.allclose(driver.swarm.personal_best_positions[r.particle], r.position), r
+        best = min(search, key=lambda r: r.fitness)
+        assert np.allclose(driver.swarm.best_position, best.position)
+    finally:
+        pool.close()
 
 
 @pytest.mark.parametrize("dup", ["reuse", "rerun"])
