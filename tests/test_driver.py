@@ -10,6 +10,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
+from msopt.run.stages import SyncSearch
 from msopt.space import SearchSpace
 
 from .driver_helpers import FormulaEvaluator
@@ -52,8 +53,23 @@ def make(write_toml, *, size=1, dup="reuse", mode="sync", jitter=0.0, seen=None)
     return settings, Driver(settings, pool)
 
 
-def test_sync_run_stages_and_counts(write_toml):
-    _, driver = make(write_toml, dup="rerun")
+@pytest.fixture
+def make_driver(write_toml):
+    """:func:`make` whose pools are closed when the test ends, passed or failed."""
+    pools = []
+
+    def build(**kw):
+        settings, driver = make(write_toml, **kw)
+        pools.append(driver.pool)
+        return settings, driver
+
+    yield build
+    for pool in pools:
+        pool.close()
+
+
+def test_sync_run_stages_and_counts(make_driver):
+    _, driver = make_driver(dup="rerun")
     out = driver.run()
     phases = [r.phase for r in out.results]
     # the baseline once more beside the two re-measured, as often as the recommendation
@@ -62,62 +78,63 @@ def test_sync_run_stages_and_counts(write_toml):
     assert sorted(r.eval_id for r in out.results) == list(range(28))
     again = [r for r in out.results if r.phase == "baseline"][1]
     assert (again.eval_id, again.iteration, again.num_prompts) == (27, 1, driver.full_prompts)
-    driver.pool.close()
 
 
 def test_write_back_reaches_swarm_before_bests(write_toml):
-    _, driver = make(write_toml, dup="rerun")
-    driver.run_baseline()
-    positions = driver.swarm.ask()
-    positions[0] = driver.space.encode({"tp": 8, "pp": 4, "seqs": 40})  # forces a repair
-    reqs = [driver.search_request(i, 0, positions[i]) for i in range(driver.n)]
-    got = driver.evaluate(reqs)
-    ordered = [got[q.eval_id] for q in reqs]
-    driver.swarm.tell(np.array([r.fitness for r in ordered]), np.array([r.position for r in ordered]))
-    repaired = [r for r in ordered if r.position != r.position_in]
-    for r in ordered:
-        i = r.particle
-        if math.isfinite(r.fitness):
-            assert np.allclose(driver.swarm.personal_best_positions[i], r.position)
-    best = min(ordered, key=lambda r: r.fitness)
-    assert np.allclose(driver.swarm.best_position, best.position)
-    assert all(r.values["tp"] * r.values["pp"] * r.values["dp"] == 8 for r in ordered)
-    assert repaired, "the seed should produce at least one repaired position"
-    driver.pool.close()
+    """One iteration through the driver's own search stage: the personal and global bests hold the
+    repaired positions the actors evaluated, not the positions the swarm asked for."""
+    text = config_text("rerun", "sync").replace("iters = 4", "iters = 1")
+    text = text.replace("dtype_param = [1, 2, 4, 8]\nvalue = 1", "dtype_param = [1, 2, 4, 8]\nvalue = 8")
+    text = text.replace("dtype_param = [1, 2, 4]\nvalue = 1", "dtype_param = [1, 2, 4]\nvalue = 4")
+    settings = load_settings(str(write_toml(text)), environ={})  # particle 0 starts at tp 8, pp 4: repaired
+    space = SearchSpace.from_settings(settings)
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seed=k))
+    try:
+        driver = Driver(settings, pool, keep_results=True)
+        driver.run_baseline()
+        SyncSearch().run(driver)  # the driver's own search stage
+        search = [r for r in driver.results if r.phase == "search"]
+        assert sorted(r.particle for r in search) == list(range(driver.n))
+        repaired = [r for r in search if not np.allclose(r.position, r.position_in)]
+        assert repaired, "the seed should produce at least one repaired position"
+        assert all(r.values["tp"] * r.values["pp"] * r.values["dp"] == 8 for r in search)
+        for r in search:
+            if math.isfinite(r.fitness):  # a first finite result always becomes the personal best
+                assert np.allclose(driver.swarm.personal_best_positions[r.particle], r.position), r
+        best = min(search, key=lambda r: r.fitness)
+        assert np.allclose(driver.swarm.best_position, best.position)
+    finally:
+        pool.close()
 
 
 @pytest.mark.parametrize("dup", ["reuse", "rerun"])
-def test_sync_identical_for_1_and_4_workers(write_toml, dup):
-    _, d1 = make(write_toml, size=1, dup=dup)
-    _, d4 = make(write_toml, size=4, dup=dup, jitter=0.01)
+def test_sync_identical_for_1_and_4_workers(make_driver, dup):
+    _, d1 = make_driver(size=1, dup=dup)
+    _, d4 = make_driver(size=4, dup=dup, jitter=0.01)
     r1 = {r.eval_id: (r.values, r.fitness, r.position) for r in d1.run().results}
     r4 = {r.eval_id: (r.values, r.fitness, r.position) for r in d4.run().results}
     assert r1 == r4
-    d1.pool.close()
-    d4.pool.close()
 
 
-def test_balanced_context_reaches_the_evaluator(write_toml):
+def test_balanced_context_reaches_the_evaluator(make_driver):
     seen = []
-    _, driver = make(write_toml, dup="rerun", seen=seen)
+    _, driver = make_driver(dup="rerun", seen=seen)
     driver.run()
     ctxs = {(req.particle, req.iteration): req.context for req, _ in seen if req.phase == "search"}
     assert ctxs[(5, 2)] == (5, 6, 2) and ctxs[(0, 1)] == (0, 6, 1)
-    driver.pool.close()
 
 
-def test_duplicates_reuse_without_launch(write_toml):
-    _, driver = make(write_toml, dup="reuse")
+def test_duplicates_reuse_without_launch(make_driver):
+    _, driver = make_driver(dup="reuse")
     out = driver.run()
     assert out.reused > 0 and out.launched == out.evaluations - out.reused
     for r in out.results:
         if r.reused:
             assert r.attempts == 0 and r.devices == []
-    driver.pool.close()
 
 
-def test_async_every_particle_gets_its_evaluations(write_toml):
-    _, driver = make(write_toml, size=3, mode="async", dup="rerun", jitter=0.005)
+def test_async_every_particle_gets_its_evaluations(make_driver):
+    _, driver = make_driver(size=3, mode="async", dup="rerun", jitter=0.005)
     out = driver.run()
     per = {}
     for r in out.results:
@@ -125,7 +142,6 @@ def test_async_every_particle_gets_its_evaluations(write_toml):
             per.setdefault(r.particle, []).append(r.iteration)
     assert {p: sorted(v) for p, v in per.items()} == {p: [0, 1, 2, 3] for p in range(6)}
     assert list(driver.swarm.evaluation_counts) == [4] * 6
-    driver.pool.close()
 
 
 def test_unrepairable_is_inf_with_own_values(write_toml):
@@ -149,11 +165,13 @@ dtype_param = { target_names = ["big", "pp"], product = 12 }
     settings = load_settings(str(write_toml(text)), environ={})
     space = SearchSpace.from_settings(settings)
     pool = InProcessPool(settings, evaluator_factory=lambda k: FormulaEvaluator(space, score))
-    out = Driver(settings, pool).run()
+    try:
+        out = Driver(settings, pool).run()
+    finally:
+        pool.close()
     base = out.results[0]
     assert base.phase == "baseline" and math.isinf(base.fitness) and base.values["big"] == 7
     assert "cannot be made an integer" in base.error
-    pool.close()
 
 
 def _measured(eval_id, phase, seqs, fitness, num_prompts=None):
@@ -238,15 +256,14 @@ def test_evicted_configuration_is_not_tallied(write_toml):
     assert len(driver.leaderboard.tally) == 2
 
 
-def test_best_json_has_the_mean(write_toml, tmp_path):
+def test_best_json_has_the_mean(make_driver, tmp_path):
     import json
 
     from msopt.run.store import RunStore
 
-    settings, driver = make(write_toml, dup="reuse")
+    settings, driver = make_driver(dup="reuse")
     driver = Driver(settings, driver.pool, store=RunStore.create(str(tmp_path), settings))
     out = driver.run()
-    driver.pool.close()
     best = json.loads((driver.store.run_dir / "best.json").read_text())
     assert out.best.phase == "refine" and best["eval_id"] == out.best.eval_id
     assert best["measurements"] == 2
@@ -285,16 +302,15 @@ def test_simulated_workload_is_the_simulators(write_toml):
     assert configured_num_prompts(settings) == 300
 
 
-def test_remeasurements_carry_their_num_prompts(write_toml, tmp_path):
+def test_remeasurements_carry_their_num_prompts(make_driver, tmp_path):
     # refine rows of results.csv name the workload they were measured with (it was empty)
     import csv
 
     from msopt.run.store import RunStore
 
-    settings, driver = make(write_toml, dup="reuse")
+    settings, driver = make_driver(dup="reuse")
     driver = Driver(settings, driver.pool, store=RunStore.create(str(tmp_path), settings))
     out = driver.run()
-    driver.pool.close()
     assert driver.full_prompts == 1000  # [vllm_benchmark.command] num_prompts' default
     refine = [r for r in out.results if r.phase == "refine"] if out.results else []
     with (driver.store.run_dir / "results.csv").open() as f:
@@ -315,19 +331,20 @@ def test_reused_result_never_counts_even_as_a_first(write_toml):
 
 
 @pytest.mark.parametrize("cut", [25, 26, 27])
-def test_baseline_remeasurement_resumes_exactly(write_toml, cut):
+def test_baseline_remeasurement_resumes_exactly(make_driver, cut):
     # the baseline re-measured in the refine stage is replayed by its key ("baseline", None, 1)
-    _, driver = make(write_toml, dup="rerun")
+    _, driver = make_driver(dup="rerun")
     full = driver.run()
-    driver.pool.close()
     journal = sorted(full.results, key=lambda r: r.eval_id)
     assert [(r.phase, r.iteration) for r in journal[25:]] == [("refine", 0), ("refine", 1), ("baseline", 1)]
     settings = driver.settings
     space = SearchSpace.from_settings(settings)
     seen: list = []
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
-    again = Driver(settings, pool, previous=journal[:cut], keep_results=True).run()
-    pool.close()
+    try:
+        again = Driver(settings, pool, previous=journal[:cut], keep_results=True).run()
+    finally:
+        pool.close()
     assert len(seen) == 28 - cut
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.num_prompts)
     assert sorted(map(key, again.results)) == sorted(map(key, full.results))

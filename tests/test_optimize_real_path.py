@@ -16,27 +16,9 @@ import uuid
 import pytest
 
 from tests.procs import recorded, started, survivors
+from tests.sim_serve_run import MAX_NUM_SEQS, SIM_SERVE, run_optimize, sim_serve_config
 
-CONFIG = """
-engine = "vllm"
-benchmark = "builtin"
-n_particles = 2
-iters = 1
-sample_size = 16
-particles_time_out = 120
-[data_storage]
-pso_top_k = 1
-[cluster]
-accelerator = "none"
-[vllm]
-wait_start_time = 60
-[vllm.command]
-executable = {exe}
-model = "{model}"
-served_model_name = "{token}"
-host = "127.0.0.1"
-others = "--time-scale 0.01 --startup-delay 0.2"
-[[vllm.target_field]]
+TP = """[[vllm.target_field]]
 name = "tp"
 config_position = "--tensor-parallel-size"
 min = 0
@@ -44,39 +26,25 @@ max = 1
 dtype = "enum"
 dtype_param = [1, 2]
 value = 1
-[[vllm.target_field]]
-name = "max_num_seqs"
-config_position = "--max-num-seqs"
-min = 4
-max = 64
-dtype = "int"
-value = 8
-[builtin]
-endpoint = "/v1/completions"
-input_len = 64
-output_len = 8
-concurrency = 4
-num_prompts = 16
 """
+
+
+def config(exe: list[str], token: str, model: object) -> str:
+    """Two particles, one iteration, tp and max_num_seqs, served as ``token``."""
+    return sim_serve_config(exe, str(model), served=token, fields=TP + MAX_NUM_SEQS)
 
 
 @pytest.mark.slow  # a whole run through sim-serve
 def test_optimize_builtin_through_sim_serve(tmp_path):
     token = f"e2e-{uuid.uuid4().hex[:8]}"
     pids = tmp_path / "pids"
-    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
-    cfg = tmp_path / "cfg.toml"
     (tmp_path / "Qwen3-8B").mkdir()  # preflight checks the model path; sim-serve picks qwen3-8b by its name
-    cfg.write_text(CONFIG.format(exe=exe, token=token, model=tmp_path / "Qwen3-8B"))
     argv_dir = tmp_path / "argv"
     argv_dir.mkdir()
     env = dict(os.environ, MSOPT_SIM_SERVE_ARGV_FILE=str(argv_dir))
-    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "-e", "vllm", "-b",
-                          "builtin", "--plain", "-o", str(tmp_path / "runs")], env=env, capture_output=True,
-                         text=True, timeout=400)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (run,) = list((tmp_path / "runs").iterdir())
-    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    done = run_optimize(tmp_path, config(recorded(SIM_SERVE, pids), token, tmp_path / "Qwen3-8B"),
+                        "-e", "vllm", "-b", "builtin", env=env)
+    run, lines = done.run_dir, done.journal
     launched = [r for r in lines if not r["reused"]]
     assert len(lines) >= 3 and launched
     for r in launched:
@@ -91,9 +59,8 @@ def test_optimize_builtin_through_sim_serve(tmp_path):
 
 
 def test_optimize_runs_the_cheap_preflight_before_the_baseline(tmp_path):
-    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=exe, token="unused", model="/nonexistent/msopt-test/Qwen3-8B"))
+    cfg.write_text(config(SIM_SERVE, "unused", "/nonexistent/msopt-test/Qwen3-8B"))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
                           "-o", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
@@ -119,7 +86,7 @@ def test_a_server_that_dies_before_ready_says_why_in_the_plain_line_and_the_jour
     script.write_text(CRASHING)
     (tmp_path / "Qwen3-8B").mkdir()
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=json.dumps([sys.executable, str(script)]), token="t", model=tmp_path / "Qwen3-8B"))
+    cfg.write_text(config([sys.executable, str(script)], "t", tmp_path / "Qwen3-8B"))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--no-ray", "--plain",
                           "-o", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
     failed = [ln for ln in out.stdout.splitlines() if "eval 0 baseline failed" in ln][0]
@@ -137,18 +104,13 @@ def test_every_server_port_comes_from_cluster_ports(tmp_path):
 
     base = free_port()
     lo, hi = (base, base + 49) if base + 49 <= 65535 else (base - 49, base)
-    exe = json.dumps([sys.executable, "-m", "msopt.cli", "sim-serve"])
     (tmp_path / "Qwen3-8B").mkdir()
-    cfg = tmp_path / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=exe, token="ports", model=tmp_path / "Qwen3-8B").replace(
-        "[cluster]\n", f'[cluster]\nports = "{lo}-{hi}"\n'))
     argv_dir = tmp_path / "argv"
     argv_dir.mkdir()
     env = dict(os.environ, MSOPT_SIM_SERVE_ARGV_FILE=str(argv_dir))
-    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain", "--no-ray",
-                          "--max-concurrent", "2", "-o", str(tmp_path / "runs")], env=env, capture_output=True,
-                         text=True, timeout=400)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = sim_serve_config(SIM_SERVE, tmp_path / "Qwen3-8B", served="ports", fields=TP + MAX_NUM_SEQS,
+                            cluster=f'ports = "{lo}-{hi}"\n')
+    run_optimize(tmp_path, text, "--no-ray", "--max-concurrent", "2", env=env)
     seen = [json.loads(p.read_text()) for p in argv_dir.glob("argv-*.json")]
     assert len(seen) >= 2
     assert all(lo <= int(a[a.index("--port") + 1]) <= hi for a in seen)

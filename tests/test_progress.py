@@ -264,12 +264,15 @@ def test_make_progress_reads_ci_from_the_environment(monkeypatch):
     assert isinstance(make_progress(None, TTY()), LiveTable)
 
 
-def test_base_progress_is_silent():
+def test_base_progress_is_silent(capfd, caplog):
     p = Progress()
     with p:
-        p.start(total=1, n_particles=1, dimensions=[], run_dir="r")
-        p.update(ev("queued", 0, 0))
+        p.start(total=1, n_particles=1, dimensions=["tp"], run_dir="r")
+        for kind in ("queued", "running", "done"):
+            p.update(ev(kind, 0, 0))
         p.set_total(2)
+    p.close({"evaluations": 1})
+    assert capfd.readouterr() == ("", "") and not caplog.records
 
 
 # -- LiveTable -----------------------------------------------------------------------------------

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+KILL_AT = Path(__file__).with_name("kill_at.py")
 
 CFG_EXTRA = """
 n_particles = 4
@@ -82,18 +81,16 @@ def test_kill_9_then_resume_matches_uninterrupted(tmp_path, mode):
     expected = journal(run_dir_of(tmp_path / "a"))
     assert len(expected) == 1 + 4 * 3 + 1 + 1
 
-    victim = optimize("-c", str(cfg), "-o", str(tmp_path / "b"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        runs = [p for p in (tmp_path / "b").glob("*/journal.jsonl")]
-        if runs and len(runs[0].read_text().splitlines()) >= 6:
-            break
-        time.sleep(0.05)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.communicate()
+    # the victim SIGKILLs itself right after its journal's 6th line: the same point on every run
+    victim = subprocess.Popen([sys.executable, str(KILL_AT), "line:6", "--plain", "--no-ray", "--max-concurrent", "2",
+                               "-c", str(cfg), "-o", str(tmp_path / "b")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    _, err = victim.communicate(timeout=300)
+    assert victim.returncode == -signal.SIGKILL, err
     run = run_dir_of(tmp_path / "b")
     partial = journal(run)
-    assert 6 <= len(partial) < len(expected)
+    assert len(partial) == 6
+    assert len((run / "results.csv").read_text().splitlines()) == 1 + 5  # killed before the 6th row
 
     resumed = optimize("--resume", str(run))
     out, err = resumed.communicate(timeout=300)

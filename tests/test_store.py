@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from msopt.config import load_settings, tomllib
 from msopt.errors import MsoptError
 from msopt.evaluate.results import METRICS, EvaluationResult
-from msopt.run import store as store_mod
 from msopt.run.store import TAIL_COLUMNS, RunStore, StoreError, atomic_write, dumps, json_safe
 
 CFG = """
@@ -101,7 +100,7 @@ def test_create_writes_config_meta_and_empty_tables(run, settings):
     assert isinstance(meta["argv"], list)
     assert (d / "journal.jsonl").read_bytes() == b""
     assert read_csv(d / "results.csv") == [run.columns]
-    assert run.load_journal() == [] and run.load_state() is None
+    assert run.load_journal() == [] and run.read_json("state.json") is None
 
 
 def test_files_are_not_world_writable(run):
@@ -138,8 +137,10 @@ def test_run_id_must_be_a_plain_name(tmp_path, settings, bad):
 
 def test_output_path_that_is_a_file(tmp_path, settings):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(StoreError, match="f"):
+    with pytest.raises(StoreError) as info:
         RunStore.create(tmp_path / "f", settings, run_id="r")
+    assert str(info.value) == f"{tmp_path / 'f'}: the output path is not a directory; choose another --output"
+    assert (tmp_path / "f").read_text() == "x"
 
 
 def test_open_reads_back_meta(run):
@@ -212,8 +213,8 @@ def test_journal_is_fsynced_and_kept_open(run, monkeypatch):
     synced: list[int] = []
     opened: list[str] = []
     real_fsync, real_open = os.fsync, os.open
-    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    monkeypatch.setattr(store_mod.os, "open",
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "open",
                         lambda p, *a, **k: (opened.append(os.fspath(p)), real_open(p, *a, **k))[1])
     for i in range(3):
         run.append(result(i))
@@ -245,12 +246,12 @@ def test_disk_full_leaves_the_journal_parseable(run, monkeypatch):
         real_write(fd, bytes(data)[:10])  # a partial line reaches the file, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_mod.os, "write", full)
+    monkeypatch.setattr(os, "write", full)
     with pytest.raises(StoreError, match="No space left on device.*free space") as exc:
         run.append(result(1))
     assert str(run.journal_path) in str(exc.value)
     assert run.journal_path.read_bytes() == before
-    monkeypatch.setattr(store_mod.os, "write", real_write)
+    monkeypatch.setattr(os, "write", real_write)
     run.append(result(1))
     assert [r.eval_id for r in run.load_journal()] == [0, 1]
     assert len(read_csv(run.results_path)) == 3
@@ -258,7 +259,7 @@ def test_disk_full_leaves_the_journal_parseable(run, monkeypatch):
 
 def test_short_write_is_undone(run, monkeypatch):
     real_write = os.write
-    monkeypatch.setattr(store_mod.os, "write", lambda fd, data: real_write(fd, bytes(data)[:5]))
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data)[:5]))
     with pytest.raises(StoreError, match="short write"):
         run.append(result(0))
     assert run.journal_path.read_bytes() == b""
@@ -267,7 +268,7 @@ def test_short_write_is_undone(run, monkeypatch):
 def test_fsync_failure_is_undone(run, monkeypatch):
     def fail(fd):
         raise OSError(errno.EIO, "Input/output error")
-    monkeypatch.setattr(store_mod.os, "fsync", fail)
+    monkeypatch.setattr(os, "fsync", fail)
     with pytest.raises(StoreError, match="Input/output error"):
         run.append(result(0))
     assert run.journal_path.read_bytes() == b""
@@ -395,9 +396,9 @@ def test_state_round_trip(run):
     run.save_state(state)
     raw = json.loads(run.state_path.read_text(), parse_constant=lambda c: pytest.fail(c))
     assert raw["positions"] == [[0.1, None]] and raw["best"] is None
-    assert run.load_state() == {"iteration": 3, "positions": [[0.1, None]], "best": None, "rng": {"s": 1}}
+    assert run.read_json("state.json") == {"iteration": 3, "positions": [[0.1, None]], "best": None, "rng": {"s": 1}}
     run.save_state({"iteration": 4})
-    assert run.load_state() == {"iteration": 4}
+    assert run.read_json("state.json") == {"iteration": 4}
     assert not list(run.run_dir.glob(".*.tmp"))
 
 
@@ -407,17 +408,17 @@ def test_failed_state_write_keeps_the_previous_checkpoint(run, monkeypatch):
     def fail(a, b):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_mod.os, "replace", fail)
+    monkeypatch.setattr(os, "replace", fail)
     with pytest.raises(StoreError, match="state.json"):
         run.save_state({"iteration": 2})
-    assert run.load_state() == {"iteration": 1}
+    assert run.read_json("state.json") == {"iteration": 1}
     assert not list(run.run_dir.glob(".*.tmp"))
 
 
 def test_atomic_write_fsyncs_file_and_directory(tmp_path, monkeypatch):
     synced: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
     atomic_write(tmp_path / "x.json", b"{}")
     assert len(synced) == 2 and (tmp_path / "x.json").read_bytes() == b"{}"
 
@@ -425,10 +426,7 @@ def test_atomic_write_fsyncs_file_and_directory(tmp_path, monkeypatch):
 def test_corrupt_state_is_an_error(run):
     run.state_path.write_text("{")
     with pytest.raises(StoreError, match="state.json"):
-        run.load_state()
-    run.state_path.write_text("[1]")
-    with pytest.raises(StoreError, match="checkpoint"):
-        run.load_state()
+        run.read_json("state.json")
 
 
 def test_best_and_generic_documents(run):

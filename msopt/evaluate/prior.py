@@ -437,7 +437,7 @@ class SimulatorPrior:
 
     def layout_names(self) -> tuple[str, ...]:
         """The fields of the parallel layout: every ternary_factories field and its sources."""
-        from msopt.space.dtypes import TernaryFactoriesType
+        from msopt.space.derived import TernaryFactoriesType
 
         names: list[str] = []
         for n in self.space.field_names:

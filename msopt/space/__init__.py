@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from msopt.space import derived as _derived  # noqa: F401  registers the derived dtypes in DTYPES
 from msopt.space.context import DecodeContext, resolve_priority
 from msopt.space.dtypes import DTYPES, MAX_ENUMERABLE, FieldType
 from msopt.space.fields import FieldDecl, parse_field

@@ -5,8 +5,8 @@ computed at build time, Optuna ``_transform`` style), validated at load time, an
 :data:`DTYPES`. Plugins add dtypes through the ``msopt.dtypes`` entry-point group.
 
 Searched dtypes take one dimension unless the field is constant (``constant`` set, or
-``min == max``). Derived dtypes never take a dimension; their value is computed from other
-fields in dependency order.
+``min == max``); they live here. Derived dtypes never take a dimension; their value is computed
+from other fields in dependency order (:mod:`msopt.space.derived`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from msopt.checks import is_finite, is_number
-from msopt.errors import ConfigError, DecodeError
+from msopt.errors import ConfigError
 from msopt.registry import Registry, close_matches
-from msopt.space.context import DecodeContext, resolve_priority
+from msopt.space.context import DecodeContext
 from msopt.space.fields import FieldDecl
 
 #: Largest int range whose values are enumerated as repair candidates.
@@ -35,7 +35,8 @@ class Report:
         self.changed: list[str] = []
 
 
-def _convert(dtype: str, value: float) -> Any:
+def convert(dtype: str, value: float) -> Any:
+    """``value`` as the Python type of ``dtype`` ("int", "bool", else float)."""
     if dtype == "int":
         return int(value)
     if dtype == "bool":
@@ -43,7 +44,8 @@ def _convert(dtype: str, value: float) -> Any:
     return float(value)
 
 
-def _is_missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """Whether a decoded value is absent (None or NaN)."""
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
@@ -129,7 +131,8 @@ class FieldType:
 DTYPES: Registry[type[FieldType]] = Registry("dtype", entry_point_group="msopt.dtypes")
 
 
-def _num(decl: FieldDecl, raw: Any, key: str) -> float:
+def as_number(decl: FieldDecl, raw: Any, key: str) -> float:
+    """``raw`` (the declaration's ``key``) when it is a finite number; else the field's ConfigError."""
     if not is_finite(raw):
         fix = "give a finite number" if key.startswith("dtype_param") else f"write e.g. {key} = {decl.min}"
         raise decl.error(f"'{key}' must be a finite number, got {raw!r}", fix)
@@ -171,7 +174,7 @@ class IntType(FieldType):
         return self._candidates
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        v = _num(self.decl, raw, key)
+        v = as_number(self.decl, raw, key)
         if v != int(v):
             raise self.decl.error(f"'{key}' = {raw!r} is not an integer", f"write an integer for {key}")
         if key == "value" and not self.lo <= v <= self.hi:
@@ -207,7 +210,7 @@ class FloatType(FieldType):
         return float(lo) if v < lo else float(hi) if v > hi else v
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        v = float(_num(self.decl, raw, key))
+        v = float(as_number(self.decl, raw, key))
         if key == "value" and not self.decl.min <= v <= self.decl.max:
             raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.decl.min}, {self.decl.max}]",
                                   "give a value within the bounds, or widen them")
@@ -394,10 +397,11 @@ class RangeType(_Choice):
         return super().constant_raw()
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        return self.value_at(self.index(self.encode(_num(self.decl, raw, key), {})))
+        return self.value_at(self.index(self.encode(as_number(self.decl, raw, key), {})))
 
 
-def _target_of(decl: FieldDecl, dtype: str) -> str:
+def target_of(decl: FieldDecl, dtype: str) -> str:
+    """The target field named by ``dtype_param`` (a name, or ``{target_name = ...}``)."""
     param = decl.dtype_param
     if isinstance(param, Mapping):
         param = param.get("target_name")
@@ -416,7 +420,7 @@ class RatioType(FieldType):
 
     def __init__(self, decl: FieldDecl) -> None:
         super().__init__(decl)
-        self.target = _target_of(decl, "ratio")
+        self.target = target_of(decl, "ratio")
         if self.target == decl.name:
             raise decl.error("ratio names itself as its target", "name another field")
         self.deps = (self.target,)
@@ -427,7 +431,7 @@ class RatioType(FieldType):
 
     def finish(self, raw: Any, values: Mapping[str, Any], report: Report) -> Any:
         t: Any = values.get(self.target)
-        if _is_missing(t):
+        if is_missing(t):
             report.warnings.append(f"{self.name}: target '{self.target}' has no value; kept {self.decl.value!r}")
             return self.decl.value
         return int(raw * t)
@@ -435,7 +439,7 @@ class RatioType(FieldType):
     def encode(self, value: Any, values: Mapping[str, Any]) -> float:
         t: Any = values.get(self.target)
         lo, hi = self.decl.min, self.decl.max
-        if _is_missing(t) or not t:
+        if is_missing(t) or not t:
             return (lo + hi) / 2
         r = (float(value) + 0.5) / t
         return float(min(max(r, lo), hi))
@@ -444,259 +448,8 @@ class RatioType(FieldType):
         return float(min(max(float(raw), self.decl.min), self.decl.max))
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        v = float(_num(self.decl, raw, key))
+        v = float(as_number(self.decl, raw, key))
         if key == "value" and not self.decl.min <= v <= self.decl.max:
             raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.decl.min}, {self.decl.max}]",
                                   "give a value within the bounds, or widen them")
         return v
-
-
-class _Derived(FieldType):
-    searched = False
-
-    def is_constant(self) -> bool:
-        return True
-
-    def bounds(self) -> tuple[float, float]:
-        return (0.0, 0.0)
-
-    def default_coordinate(self) -> float:
-        return 0.0
-
-    def constant_raw(self) -> Any:
-        return self.decl.value
-
-    def _kept(self, report: Report, why: str) -> Any:
-        report.warnings.append(f"{self.name}: {why}; kept the declared value {self.decl.value!r}")
-        return self.decl.value
-
-
-@DTYPES.register("share")
-class ShareType(_Derived):
-    """``target.min + target.max − target.value``: what the target leaves of its range."""
-
-    def __init__(self, decl: FieldDecl) -> None:
-        super().__init__(decl)
-        self.target = _target_of(decl, "share")
-        if self.target == decl.name:
-            raise decl.error("share names itself as its target", "name another field")
-        self.deps = (self.target,)
-
-    def bind(self, fields: Mapping[str, FieldType]) -> None:
-        super().bind(fields)
-        t = fields[self.target].decl
-        self._sum = t.min + t.max
-        self._int = isinstance(t.min, int) and isinstance(t.max, int)
-
-    def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        v: Any = values.get(self.target)
-        if _is_missing(v) or isinstance(v, str):
-            return self._kept(report, f"target '{self.target}' has no numeric value")
-        out = self._sum - v
-        return int(out) if self._int and float(out).is_integer() else out
-
-
-class _Binary(_Derived):
-    """factories / times: ``dtype_param = {target_name, product, dtype}``."""
-
-    def __init__(self, decl: FieldDecl) -> None:
-        super().__init__(decl)
-        p = decl.dtype_param
-        if not isinstance(p, Mapping):
-            raise decl.error(f"{decl.dtype} needs a table in dtype_param, got {p!r}",
-                             'write dtype_param = { target_name = "tp", product = 8, dtype = "int" }')
-        self.target = _target_of(decl, decl.dtype)
-        if self.target == decl.name:
-            raise decl.error(f"{decl.dtype} names itself as its target", "name another field")
-        self.product = _num(decl, p.get("product", 1), "dtype_param.product")
-        self.out = p.get("dtype", "int")
-        if self.out not in ("int", "float", "bool"):
-            raise decl.error(f"dtype_param.dtype {self.out!r} is not int, float or bool",
-                             'write dtype = "int" or "float"')
-        self.deps = (self.target,)
-
-
-@DTYPES.register("factories")
-class FactoriesType(_Binary):
-    """``product / target``, converted to ``dtype_param.dtype`` (int truncates, as the original)."""
-
-    def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        t: Any = values.get(self.target)
-        if _is_missing(t) or isinstance(t, str) or t == 0:
-            return self._kept(report, f"target '{self.target}' is {t!r}")
-        return _convert(self.out, self.product / t)
-
-
-@DTYPES.register("times")
-class TimesType(_Binary):
-    """``product × target``, converted to ``dtype_param.dtype``."""
-
-    def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        t: Any = values.get(self.target)
-        if _is_missing(t) or isinstance(t, str):
-            return self._kept(report, f"target '{self.target}' is {t!r}")
-        return _convert(self.out, self.product * t)
-
-
-class _Ternary(_Derived):
-    """Shared parsing of ``dtype_param`` for the two-source relations."""
-
-    def __init__(self, decl: FieldDecl) -> None:
-        super().__init__(decl)
-        p = decl.dtype_param
-        example = 'dtype_param = { target_names = ["tp", "pp"], product = 8 }'
-        if not isinstance(p, Mapping):
-            raise decl.error(f"{decl.dtype} needs a table in dtype_param, got {p!r}", f"write {example}")
-        names = p.get("target_names")
-        if not isinstance(names, (list, tuple)) or len(names) != 2 or \
-                not all(isinstance(n, str) and n for n in names):
-            raise decl.error(f"{decl.dtype} needs exactly two target_names, got {names!r}", f"write {example}")
-        if names[0] == names[1]:
-            raise decl.error(f"target_names {list(names)!r} name the same field twice", "name two fields")
-        if decl.name in names:
-            raise decl.error(f"{decl.dtype} names itself in target_names", "name two other fields")
-        self.targets: tuple[str, str] = (names[0], names[1])
-        self.product = _num(decl, p.get("product", 1), "dtype_param.product")
-        if self.product == 0:
-            raise decl.error("dtype_param.product is 0", "give the product of the relation, e.g. 8")
-        self.out = p.get("dtype", "int")
-        if self.out not in ("int", "float"):
-            raise decl.error(f"dtype_param.dtype {self.out!r} is not int or float", 'write dtype = "int"')
-        self.deps = self.targets
-
-
-@DTYPES.register("ternary_times")
-class TernaryTimesType(_Ternary):
-    """``product × a × b``; a missing or NaN source keeps the declared value."""
-
-    def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        a: Any = values.get(self.targets[0])
-        b: Any = values.get(self.targets[1])
-        if _is_missing(a) or _is_missing(b) or isinstance(a, str) or isinstance(b, str):
-            return self._kept(report, f"a source of {self.targets} is {a!r}/{b!r}")
-        return _convert(self.out, self.product * a * b)
-
-
-@DTYPES.register("ternary_factories")
-class TernaryFactoriesType(_Ternary):
-    """``product / (a × b)`` with priority-aware repair of the sources.
-
-    The result must be within [min_value, max_value] and, for int, divide exactly. Otherwise:
-    stage 1 keeps the high-priority source and tries the other's candidates nearest first;
-    stage 2 tries both, the kept one's candidates outer, nearest first; ties go to the smaller
-    value. Candidates are an enum's values or an int range of at most 256 values. When no
-    combination works, a float result is clamped to its bounds and reported; an int result
-    raises :class:`DecodeError` (a clamped int would break ``a × b × value == product``).
-    """
-
-    def __init__(self, decl: FieldDecl) -> None:
-        super().__init__(decl)
-        p = decl.dtype_param
-        default_min = 1 if self.out == "int" else -math.inf
-        self.min_value = _num(decl, p.get("min_value", default_min), "dtype_param.min_value") \
-            if p.get("min_value") is not None else default_min
-        self.max_value = _num(decl, p["max_value"], "dtype_param.max_value") \
-            if p.get("max_value") is not None else math.inf
-        if self.min_value > self.max_value:
-            raise decl.error(f"min_value ({self.min_value}) > max_value ({self.max_value})",
-                             "swap them or fix the bounds")
-        self.policy = p.get("priority_policy", "balanced")
-        if self.policy not in ("balanced", "fixed"):
-            raise decl.error(f"priority_policy {self.policy!r} is not 'balanced' or 'fixed'",
-                             'write priority_policy = "balanced"')
-        pr = p.get("priority")
-        self.priority = tuple(pr) if isinstance(pr, (list, tuple)) else None
-        unknown = set(p) - {"target_names", "product", "dtype", "min_value", "max_value",
-                            "priority_policy", "priority"}
-        if unknown:
-            raise decl.error(f"unknown dtype_param key(s) {sorted(unknown)}",
-                             "valid: target_names, product, dtype, min_value, max_value, "
-                             "priority_policy, priority")
-
-    def bind(self, fields: Mapping[str, FieldType]) -> None:
-        super().bind(fields)
-        self.sources = {n: fields[n] for n in self.targets}
-        cand = {n: f.candidates() if f.searched and not f.is_constant() else None
-                for n, f in self.sources.items()}
-        self._cands = cand
-        a, b = self.targets
-        ca, cb = cand[a], cand[b]
-        if self.out == "int" and ca is not None and cb is not None:
-            if not any(self.valid(x, y) is not None for x in ca for y in cb):
-                raise self.decl.error(
-                    f"no pair of {a} {list(ca)} and {b} {list(cb)} gives an integer "
-                    f"in [{self.min_value}, {self.max_value}] for product {self.product}",
-                    "change the product or the candidates")
-
-    def valid(self, a: Any, b: Any) -> Any:
-        """The derived value for sources (a, b), or None when that pair is not allowed."""
-        if not a or not b or isinstance(a, str) or isinstance(b, str):
-            return None
-        q = self.product / (a * b)
-        if self.out == "int":
-            r = round(q)
-            if abs(q - r) > 1e-9 * max(1.0, abs(q)):
-                return None
-            q = int(r)
-        if q < self.min_value or q > self.max_value:
-            return None
-        return q
-
-    def _options(self, name: str, current: Any) -> list[Any]:
-        cands = self._cands.get(name)
-        if cands is None:
-            return [current]
-        return sorted(cands, key=lambda c: (abs(c - current), c))
-
-    def derive(self, values: dict[str, Any], context: DecodeContext | None, report: Report) -> Any:
-        na, nb = self.targets
-        a: Any = values.get(na)
-        b: Any = values.get(nb)
-        if type(a) is int and type(b) is int and a and b and self.out == "int":  # fast path
-            q, r = divmod(self.product, a * b)
-            if not r and self.min_value <= q <= self.max_value:
-                return int(q)
-        if _is_missing(a) or _is_missing(b) or isinstance(a, str) or isinstance(b, str) \
-                or a == 0 or b == 0:
-            return self._kept(report, f"source {na}={a!r} or {nb}={b!r} is zero or missing")
-        out = self.valid(a, b)
-        if out is not None:
-            return out
-        keep, adjust = resolve_priority(self.targets, self.policy, self.priority, context)
-        kv, av = values[keep], values[adjust]
-
-        def pair(k: Any, j: Any) -> Any:
-            return self.valid(k, j) if keep == na else self.valid(j, k)
-
-        # stage 1: keep the high-priority source
-        for cand in self._options(adjust, av):
-            out = pair(kv, cand)
-            if out is not None:
-                return self._moved(values, report, {adjust: cand}, out)
-        # stage 2: both, the kept one outer
-        for kc in self._options(keep, kv):
-            for cand in self._options(adjust, av):
-                out = pair(kc, cand)
-                if out is not None:
-                    return self._moved(values, report, {keep: kc, adjust: cand}, out)
-        if any(self._cands.get(n) is None for n in self.targets):
-            report.warnings.append(f"{self.name}: a source of {self.targets} is not enumerable "
-                                   f"(over {MAX_ENUMERABLE} values or not searched); no repair")
-        q = self.product / (a * b)
-        if self.out == "float":
-            clamped = min(max(q, self.min_value), self.max_value)
-            report.warnings.append(f"{self.name}: no valid pair near {na}={a}, {nb}={b}; "
-                                   f"clamped {q} to {clamped}")
-            return clamped
-        raise DecodeError(
-            f"{self.name} = {self.product} / ({na} × {nb}) = {self.product}/({a}×{b}) cannot be made "
-            f"an integer in [{self.min_value}, {self.max_value}] by any candidate pair",
-            values,
-        )
-
-    def _moved(self, values: dict[str, Any], report: Report, moves: dict[str, Any], out: Any) -> Any:
-        for name, v in moves.items():
-            if values[name] != v:
-                values[name] = v
-                report.changed.append(name)
-        return out

@@ -10,7 +10,8 @@ import numpy as np
 
 from msopt.errors import ConfigError, DecodeError, RegistryError
 from msopt.space.context import DecodeContext
-from msopt.space.dtypes import DTYPES, FieldType, Report, TernaryFactoriesType
+from msopt.space.derived import TernaryFactoriesType
+from msopt.space.dtypes import DTYPES, FieldType, Report
 from msopt.space.fields import FieldDecl
 
 

@@ -15,12 +15,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 DRIVER = """
-import subprocess, sys, time
+import fcntl, os, subprocess, sys, termios, time
 from actors.guard import start_guard
-start_guard()
-time.sleep(1.5)  # the guard records descendants once a second
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1]], start_new_session=True)
-time.sleep(2.5)
+guard = start_guard()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1]], start_new_session=True,
+                         stdout=subprocess.DEVNULL)  # a driver that fails ends the test's readline
+# wait until the guard has recorded the child, not for its poll: a byte on the guard's pipe wakes it
+# for a recording pass, and it reads the next byte only once that pass is over
+pipe = os.readlink(f"/proc/{guard}/fd/0")
+def link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # the descriptor listdir itself held
+        return None
+(end,) = [int(fd) for fd in os.listdir("/proc/self/fd") if link(fd) == pipe]
+for _ in range(2):  # the first pass starts after the child exists; the second byte is read after it ended
+    os.write(end, b"x")
+    while int.from_bytes(fcntl.ioctl(end, termios.FIONREAD, bytes(4)), sys.byteorder):
+        time.sleep(0.01)
 print(child.pid, flush=True)
 time.sleep(600)
 """

@@ -267,55 +267,27 @@ def test_the_real_runner_gives_a_multi_node_mindie_leader_its_own_ports(tmp_path
 
 @pytest.mark.slow  # a whole run, with Ray, through the MindIE stand-in
 def test_optimize_runs_mindie_trials_side_by_side_through_the_stand_in(tmp_path) -> None:
-    import subprocess
-
     from tests.procs import recorded, started, survivors
+    from tests.sim_serve_run import run_optimize, sim_serve_config
 
     pids = tmp_path / "pids"
     (tmp_path / "Qwen3-8B").mkdir()
     section = section_for(tmp_path)
     original = Path(section["config_path"]).read_text()
-    exe = json.dumps(recorded([*STAND_IN[:-1], "0.01", "--startup-delay", "0.5"], pids))
-    cfg = tmp_path / "cfg.toml"
-    cfg.write_text(f"""
-engine = "mindie"
-benchmark = "builtin"
-n_particles = 4
-iters = 1
-sample_size = 16
-particles_time_out = 120
-[data_storage]
-pso_top_k = 1
-[cluster]
-accelerator = "none"
-max_concurrent_trials = 2
-[mindie]
-config_path = "{section['config_path']}"
-config_env = "MIES_CONFIG_JSON_PATH"
-wait_start_time = 60
-[mindie.command]
-executable = {exe}
-model = "{tmp_path / 'Qwen3-8B'}"
-served_model_name = "qwen3-8b"
-[[mindie.target_field]]
+    fields = """[[mindie.target_field]]
 name = "max_batch_size"
 config_position = "BackendConfig.ScheduleConfig.maxBatchSize"
 min = 4
 max = 64
 dtype = "int"
 value = 8
-[builtin]
-endpoint = "/v1/completions"
-input_len = 64
-output_len = 8
-concurrency = 4
-num_prompts = 16
-""")
-    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain", "-o",
-                          str(tmp_path / "runs")], capture_output=True, text=True, timeout=400)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (run,) = list((tmp_path / "runs").iterdir())
-    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+"""
+    text = sim_serve_config(recorded([*STAND_IN[:-1], "0.01", "--startup-delay", "0.5"], pids), tmp_path / "Qwen3-8B",
+                            engine="mindie", served="qwen3-8b", fields=fields, n_particles=4,
+                            cluster="max_concurrent_trials = 2\n",
+                            section=f'config_path = "{section["config_path"]}"\nconfig_env = "MIES_CONFIG_JSON_PATH"\n')
+    done = run_optimize(tmp_path, text)
+    run, lines = done.run_dir, done.journal
     launched_ = [r for r in lines if not r["reused"]]
     assert len(launched_) >= 3 and all(r["error"] is None for r in launched_)
     logs = [p.read_text() for p in (run / "logs").glob("eval-*-server-*.log")]

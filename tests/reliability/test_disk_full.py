@@ -1,7 +1,7 @@
 """Disk full: the journal's writes fail mid-run; the run stops cleanly and --resume completes it.
 
 The run is ``msopt optimize --no-ray`` in this process (``msopt.cli.main``) over the simulator.
-Every write of ``msopt.run.store`` (``os.write`` for the journal and atomic documents, file writes
+Every write of the ``msopt.run.store`` package (``os.write`` for the journal and atomic documents, file writes
 for results.csv) goes through :class:`FullDisk`, which lets ``budget`` writes through, cuts the
 next one short (a partial write, as a filling disk does) and refuses every later one with ENOSPC.
 """
@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-import msopt.run.store
 from msopt.cli.main import main
-from msopt.run.store import RunStore
+from msopt.run.store import RunStore, _files, _journal, _lock, _store, _table
 
 CFG = """
 simulate = true
@@ -56,6 +55,7 @@ max = 0.95
 dtype = "float"
 value = 0.9
 """
+STORE_MODULES = (_files, _journal, _lock, _store, _table)  # every module of the package that writes
 TOTAL = 1 + 3 * 2 + 1  # baseline, 3 particles x 2 iterations, top-1 refinement
 
 
@@ -106,6 +106,13 @@ class FullDisk:
         return getattr(os, name)
 
 
+def _fill(m: pytest.MonkeyPatch, disk: FullDisk) -> None:
+    for mod in STORE_MODULES:
+        if hasattr(mod, "os"):
+            m.setattr(mod, "os", disk)
+        m.setattr(mod, "open", disk.open_file, raising=False)
+
+
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
     out = capsys.readouterr()
@@ -145,8 +152,7 @@ def test_disk_full_stops_cleanly_and_resume_completes(config: Path, budget: int,
     out = tmp_path / "runs"
     disk = FullDisk(budget)
     with monkeypatch.context() as m:
-        m.setattr(msopt.run.store, "os", disk)
-        m.setattr(msopt.run.store, "open", disk.open_file, raising=False)
+        _fill(m, disk)
         code, _, stderr = _run(["optimize", "-c", str(config), "--no-ray", "--plain", "-o", str(out)], capsys)
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
@@ -176,8 +182,7 @@ def test_disk_full_at_creation_leaves_no_run_directory(config: Path, tmp_path: P
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "runs"
     disk = FullDisk(1)
-    monkeypatch.setattr(msopt.run.store, "os", disk)
-    monkeypatch.setattr(msopt.run.store, "open", disk.open_file, raising=False)
+    _fill(monkeypatch, disk)
     code, _, stderr = _run(["optimize", "-c", str(config), "--no-ray", "--plain", "-o", str(out)], capsys)
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and "the disk is full" in stderr, stderr
     assert "start the run again" in stderr and "--resume" not in stderr, stderr  # there is nothing to resume

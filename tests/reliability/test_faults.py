@@ -8,12 +8,9 @@ is left behind.
 from __future__ import annotations
 
 import json
-import os
-import random
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from tests.procs import recorded, started, survivors
 pytestmark = pytest.mark.slow  # real servers and benchmarks, a driver killed ten times
 
 REPO = Path(__file__).resolve().parents[2]
+KILL_AT = REPO / "tests" / "kill_at.py"
 # every process a test starts goes through tests/record_pid.py into the test's own pid directory,
 # and a test looks at those processes only: other tests and other runs on the machine sleep too
 SIM_SERVE_ARGV = [sys.executable, "-m", "msopt.cli", "sim-serve"]
@@ -177,28 +175,27 @@ def test_driver_killed_ten_times_then_resumed(tmp_path):
     assert ref.returncode == 0, ref.stderr
     expected = {x["eval_id"]: (x["values"], x["fitness"]) for x in journal(next((tmp_path / "ref").iterdir()))}
 
-    rng = random.Random(7)
-    proc = subprocess.Popen(cmd + ["-c", str(cfg), "-o", str(tmp_path / "runs")], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    kills = 0
-    run = None
+    # each driver SIGKILLs itself at a point chosen here (tests/kill_at.py), never after a delay: the
+    # odd ones right after taking the run's lock (before any replay), the even ones right after
+    # their first new journal line
+    kill_at = [sys.executable, str(KILL_AT)]
+    base = ["--no-ray", "--plain", "--max-concurrent", "2"]
+    proc = subprocess.run(kill_at + ["line:1", *base, "-c", str(cfg), "-o", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    (run,) = list((tmp_path / "runs").iterdir())
+    kills, lines = 1, [1]
     while kills < 10:
-        time.sleep(rng.uniform(0.3, 1.5))
-        if proc.poll() is not None:
-            break
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        n = len(journal(run))
+        when = "lock" if kills % 2 else f"line:{n + 1}"
+        proc = subprocess.run(kill_at + [when, *base, "--resume", str(run)], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
         kills += 1
-        runs = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
-        if not runs:  # killed before the run directory existed: start afresh
-            proc = subprocess.Popen(cmd + ["-c", str(cfg), "-o", str(tmp_path / "runs")],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            continue
-        run = runs[0]
-        proc = subprocess.Popen(cmd + ["--resume", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert proc.wait(timeout=300) == 0
-    assert kills == 10
-    run = run or next((tmp_path / "runs").iterdir())
+        lines.append(len(journal(run)))
+    assert lines == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]  # a lock kill adds nothing, a line kill one line
+    last = subprocess.run(cmd + ["--resume", str(run)], capture_output=True, text=True, timeout=300)
+    assert last.returncode == 0, last.stderr
     got = {x["eval_id"]: (x["values"], x["fitness"]) for x in journal(run)}
     assert got == expected
     assert (run / "best.json").exists()
