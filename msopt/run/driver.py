@@ -348,6 +348,8 @@ class Driver:
         """Run every stage and return the outcome."""
         if self.mode not in ("sync", "async"):
             raise ConfigError(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        for line in stages.budget_lines(self):  # the run's first lines: how the launch budget will be spent
+            self.emit("message", text=line)
         if self.prior_picks:
             done = self.prior.search_evaluations if self.prior else 0
             self.emit("phase", phase="prior", text=f"simulator prior: {done} simulated evaluations, "
