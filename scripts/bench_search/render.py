@@ -65,7 +65,8 @@ def _goal(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], li
                         + (f" (missed on {', '.join(short)})" if short else " (met on every problem)"))
             lines.append(f"- {m.name} @{b}: median {fmt(s['median'])}, "
                          f"{'the lowest of every method' if lowest else 'not the lowest'}{hit}.")
-    return ("Issues 17's (20, 50 launches) and 29's (6, 10) goals on this table:\n\n" + "\n".join(lines)) if lines else ""
+    head = "Issues 17's (20, 50 launches) and 29's (6, 10) goals on this table:\n\n"
+    return (head + "\n".join(lines)) if lines else ""
 
 
 def render(tables: Mapping[str, Table], results: Mapping[tuple[str, str, int], list[dict[str, float]]],
