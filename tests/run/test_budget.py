@@ -82,3 +82,128 @@ def test_contenders_are_the_best_and_those_within_noise_of_it():
     assert contenders(means, 0.001) == [1]
     assert contenders([], None) == [] and contenders([(math.inf, 1)], 0.03) == []
     assert ASSUMED_NOISE > 0
+
+
+# -- the plan in a run: the guarantees (issue 29) ---------------------------------------------
+
+SMALL = """
+n_particles = 10
+seed = 11
+mode = "{mode}"
+max_launches = {budget}
+iters = 1
+[data_storage]
+pso_top_k = 3
+"""
+
+KNOBS = """
+[[vllm.target_field]]
+name = "seqs"
+config_position = "--max-num-seqs"
+min = 8
+max = 512
+dtype = "int"
+value = 64
+[[vllm.target_field]]
+name = "tokens"
+config_position = "--max-num-batched-tokens"
+min = 16
+max = 1024
+dtype = "int"
+value = 512
+"""
+
+
+class _Noisy:
+    """A formula with 3 % noise seeded by the eval id (the same run for the same seed); tp 4 fails
+    at launch (a failure that costs a launch)."""
+
+    def __init__(self, space, score, seen):
+        self.space, self.score, self.seen = space, score, seen
+        self.devices = ["w"]
+
+    def evaluate(self, req):
+        import random
+
+        from msopt.evaluate.results import EvaluationResult
+        from msopt.metrics import METRICS
+
+        self.seen.append(req)
+        d = self.space.decode(req.position, req.context)
+        base = dict(eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
+                    position_in=list(req.position), devices=["w"], actor="w", num_prompts=req.num_prompts)
+        if d.values["tp"] == 4:
+            return EvaluationResult(position=d.position.tolist(), values=d.values, fitness=math.inf,
+                                    error="out of memory", metrics={m: None for m in METRICS}, **base)
+        f = float(self.score(d.values)) * (1.0 + 0.03 * random.Random(req.eval_id).gauss(0.0, 1.0))
+        return EvaluationResult(position=d.position.tolist(), values=d.values, fitness=f,
+                                metrics={m: None for m in METRICS} | {"generate_speed": 1.0 / f}, **base)
+
+
+def _small_run(write_toml, budget, score, mode="sync"):
+    from msopt.config import load_settings
+    from msopt.run.driver import Driver
+    from msopt.run.pool import InProcessPool
+    from msopt.space import SearchSpace
+    from tests.fields_toml import TP_PP_DP
+
+    settings = load_settings(str(write_toml(SMALL.format(mode=mode, budget=budget) + TP_PP_DP + KNOBS)), environ={})
+    space = SearchSpace.from_settings(settings)
+    seen: list = []
+    events: list = []
+
+    class Sink:
+        def update(self, ev):
+            events.append(ev)
+
+        def set_total(self, total):
+            pass
+
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: _Noisy(space, score, seen))
+    driver = Driver(settings, pool, keep_results=True, progress=Sink())
+    out = driver.run()
+    pool.close()
+    return driver, out, seen, events
+
+
+def _spread(v):
+    return 1.0 + abs(v["tp"] - 2) + abs(v["pp"] - 1) + abs(v["seqs"] - 200) / 50 + abs(v["tokens"] - 300) / 100
+
+
+@pytest.mark.parametrize("budget", [6, 10])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_small_budget_keeps_the_guarantees(write_toml, budget, mode):
+    """Every launch counts (a failed one too, a refused one is free), the baseline has as many
+    measurements with the full workload as the recommendation, and the same seed gives the same run."""
+    driver, out, seen, events = _small_run(write_toml, budget, _spread, mode)
+    assert len(seen) == out.launches == driver.counts()["launches"] <= budget
+    assert sum(r.failed and not r.refused and not r.reused for r in out.results) == sum(
+        1 for q in seen if driver.space.decode(q.position, q.context).values["tp"] == 4)
+    board = driver.leaderboard
+    assert out.best is not None and board.baseline is not None
+    assert board.full_count(out.best.values) == board.full_count(board.baseline.values)
+    # the plan is the run's first lines
+    assert events[0].kind == "message" and events[0].text.startswith(f"launch budget {budget}:")
+    _, again, _, _ = _small_run(write_toml, budget, _spread, mode)
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.values, r.fitness, r.reused, r.refused)
+    assert list(map(key, again.results)) == list(map(key, out.results))
+
+
+def test_a_best_that_stands_out_is_not_re_measured(write_toml):
+    """Contenders far apart (well beyond 3 % noise): the launches kept for re-measuring are not spent."""
+    def steep(v):
+        return 10.0 ** (abs(v["tp"] - 2) + abs(v["pp"] - 1)) * (1 + abs(v["seqs"] - 200) / 20)
+
+    driver, out, seen, _ = _small_run(write_toml, 10, steep)
+    assert not any(q.phase == "refine" for q in seen)
+    assert len(seen) == out.launches <= 10 - 3  # the search's launches only
+    assert out.best is not None and out.best.phase in ("search", "baseline")
+
+
+def test_contenders_within_noise_are_re_measured(write_toml):
+    """Every configuration within 1 % of the others: the best and its closest contender are
+    re-measured, and the baseline beside them as often as the recommendation."""
+    driver, out, seen, _ = _small_run(write_toml, 10, lambda v: 1.0 + 0.001 * v["tp"])
+    phases = [q.phase for q in seen]
+    assert phases.count("refine") >= 1 and phases.count("baseline") >= 2
+    assert len(seen) <= 10
