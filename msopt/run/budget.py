@@ -72,14 +72,13 @@ class BudgetPlan:
         if self.budget <= 0:
             return []
         search = self.search
-        first = min(search - 1, self.generation - 1)
-        out = [f"launch budget {self.budget}: the baseline, then the search up to {search} launches with it"
-               + (f" (the prior's picks and the first generation: {first})" if first > 0 else "")]
+        out = [f"launch budget {self.budget}: the baseline, then up to {search - 1} search launch(es), "
+               "the prior's picks first"]
         if self.small:
             kept = self.picks + self.baseline
-            out.append(f"  small budget: {kept} launch(es) kept to re-measure the best only while another "
-                       f"configuration is within the noise of it (assumed {ASSUMED_NOISE:.0%} until measured), "
-                       "and the baseline as often as the recommendation; not spent when the best stands out")
+            out.append(f"  small budget: {kept} launch(es) kept to re-measure the best and its closest contender "
+                       f"only while they are within the noise (assumed {ASSUMED_NOISE:.0%} until measured), with the "
+                       "baseline as often as the recommendation; not spent when the best stands out")
         else:
             out.append(f"  then the top {self.picks} re-measured once with the full workload and the baseline "
                        f"beside them ({self.picks + self.baseline}), the two best again and the baseline as often "
