@@ -53,6 +53,7 @@ from msopt.run.events import (
     CallbackList,
     Checkpoint,
     Finished,
+    Note,
     PhaseStarted,
     Picked,
     RunCallback,
@@ -390,6 +391,8 @@ class Driver:
                              n_particles=self.n, dimensions=tuple(f.name for f in self.settings.fields
                                                                   if f.name in names),
                              steps={f.name: f.step for f in self.settings.fields}, launches=self.max_launches))
+        for line in stages.budget_lines(self):  # the run's first lines: how the launch budget will be spent
+            self.emit(Note(line))
         if self.prior_picks:
             done = self.prior.search_evaluations if self.prior else 0
             self.emit(PhaseStarted("prior", f"simulator prior: {done} simulated evaluations, "

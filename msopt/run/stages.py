@@ -33,6 +33,7 @@ import numpy as np
 
 from msopt.config import Settings
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.run.budget import BudgetPlan, contenders, plan_budget, relative_noise
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict
 from msopt.run.dispatcher import Dispatcher
 from msopt.run.events import PhaseStarted, RunCallback, TotalChanged
@@ -87,47 +88,59 @@ class Loop(RunContext, Protocol):
         """Tell the searcher these results in order; then learn and checkpoint (see the driver)."""
 
 
+def budget_plan(ctx: RunContext) -> BudgetPlan:
+    """How the launch budget is split (:func:`msopt.run.budget.plan_budget`). It follows the board
+    (the baseline on it or failed keeps nothing beside the picks), so a resumed run computes the same."""
+    opts = ctx.capacity_options
+    base = ctx.leaderboard.baseline
+    on_board = base is None or values_key(base.values) in ctx.leaderboard.board
+    return plan_budget(ctx.max_launches, top_k=ctx.top_k, n_particles=ctx.n,
+                       capacity_probes=opts.max_probes * max(ctx.top_k, 1) if opts.enabled else 0,
+                       baseline_on_board=on_board)
+
+
+def budget_lines(ctx: RunContext) -> list[str]:
+    """The run's first lines under a launch budget: how it will be spent (:meth:`BudgetPlan.lines`),
+    planned before the baseline is measured, as if it succeeds off the board of the best."""
+    opts = ctx.capacity_options
+    plan = plan_budget(ctx.max_launches, top_k=ctx.top_k, n_particles=ctx.n,
+                       capacity_probes=opts.max_probes * max(ctx.top_k, 1) if opts.enabled else 0)
+    return plan.lines()
+
+
 def extra_remeasurements(ctx: RunContext) -> int:
-    """With a launch budget and ``pso_top_k`` > 1: re-measurements beyond one per ``pso_top_k``
-    configuration, a quarter of the budget less one, spent on the two best by mean fitness (close
-    contenders are told apart by more than one measurement each; the search under a budget
-    usually finds the optimum early and loses it to noise in the pick) and on the baseline, as
-    often as the recommendation (:func:`refine`). 0 without a budget."""
-    if ctx.max_launches <= 0 or ctx.top_k < 2:
-        return 0
-    return max(0, ctx.max_launches // 4 - 1)
+    """With a launch budget and ``pso_top_k`` > 1, the large plan: re-measurements beyond one per
+    ``pso_top_k`` configuration, a quarter of the budget less one, spent on the two best by mean
+    fitness (close contenders are told apart by more than one measurement each; the search under a
+    budget usually finds the optimum early and loses it to noise in the pick) and on the baseline, as
+    often as the recommendation (:func:`refine`). 0 without a budget and in the small plan, whose
+    re-measurements are all in :attr:`BudgetPlan.picks`."""
+    return budget_plan(ctx).extra
 
 
 def capacity_reserve(ctx: RunContext) -> int:
     """With a launch budget and the capacity stage on: the launches kept for its probes,
     ``max_probes`` per configuration, at most half the budget. 0 without a budget."""
-    opts = ctx.capacity_options
-    if ctx.max_launches <= 0 or not opts.enabled:
-        return 0
-    return min(opts.max_probes * max(ctx.top_k, 1), ctx.max_launches // 2)
+    return budget_plan(ctx).capacity
 
 
 def baseline_reserve(ctx: RunContext) -> int:
     """With a launch budget: the launch kept for measuring the baseline beside the re-measured
-    picks (:func:`refine`; its later re-measurements come out of :func:`extra_remeasurements`).
-    0 without a budget, without ``pso_top_k``, when the baseline failed (it is not measured
-    again) or while it is on the board (it would be re-measured as one of the picks). It follows
-    the board, so a resumed run computes the same."""
-    base = ctx.leaderboard.baseline
-    if ctx.max_launches <= 0 or ctx.top_k <= 0 or base is None:
-        return 0
-    return 0 if values_key(base.values) in ctx.leaderboard.board else 1
+    picks (:func:`refine`; in the large plan its later re-measurements come out of
+    :func:`extra_remeasurements`). 0 without a budget, without ``pso_top_k``, when the baseline
+    failed (it is not measured again) or while it is on the board (it would be re-measured as one
+    of the picks). It follows the board, so a resumed run computes the same."""
+    return budget_plan(ctx).baseline
 
 
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
-    ``pso_top_k`` re-measurements, the extra ones (:func:`extra_remeasurements`), the baseline's
+    re-measurements of the picks, the extra ones (:func:`extra_remeasurements`), the baseline's
     (:func:`baseline_reserve`) and the capacity stage's share (:func:`capacity_reserve`), at
     least 1 (None: no budget, the search runs ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
-    return max(1, ctx.max_launches - max(ctx.top_k, 0) - extra_remeasurements(ctx) - baseline_reserve(ctx)
-               - capacity_reserve(ctx))
+    return budget_plan(ctx).search
 
 
 def expected_evaluations(ctx: RunContext) -> int:
@@ -308,6 +321,9 @@ def refine(ctx: Loop) -> list[EvaluationResult]:
     """
     if ctx.top_k <= 0:
         return []
+    plan = budget_plan(ctx)
+    if plan.small:
+        return _refine_small(ctx)
     picked = ctx.leaderboard.picked()
     base = ctx.leaderboard.baseline
     beside = base is not None and values_key(base.values) not in {values_key(r.values) for r in picked}
@@ -349,6 +365,60 @@ def refine(ctx: Loop) -> list[EvaluationResult]:
             ctx.events.on_event(TotalChanged(ctx.evaluations + owed))
             _remeasure(ctx, [], 0, [base] * owed)
     return out
+
+
+def _refine_small(ctx: Loop) -> list[EvaluationResult]:
+    """The small plan's re-measurements (:mod:`msopt.run.budget`): while the best configuration by
+    mean fitness has a contender within the noise (measured so far, else assumed), re-measure the
+    two, best first, with the baseline as often as the recommendation; as many rounds as the
+    launches left pay (the best alone when only it and the baseline's are paid). None when the best
+    stands out: the launches kept for it are not spent."""
+    lb = ctx.leaderboard
+    base = lb.baseline
+    out: list[EvaluationResult] = []
+    k = 0
+    while True:
+        left = launches_left(ctx) or 0
+        pool = lb.by_mean(list(lb.picked()) + lb.refined)
+        near = contenders([lb.mean_fitness(r) for r in pool], _measured_noise(ctx))
+        top = [pool[i] for i in near[:2]]
+        while top and len(top) + _owed_after(ctx, base, top) > left:
+            top = top[:-1]
+        if len(near) < 2 or not top:
+            break
+        ctx.events.on_event(TotalChanged(ctx.evaluations + len(top) + _owed_after(ctx, base, top)))
+        ctx.events.on_event(PhaseStarted("refine", "the best and its closest contender again: within the noise"
+                                         if len(top) > 1 else "the best again: a contender is within the noise"))
+        got = _remeasure(ctx, top, k)
+        out += got
+        k += len(got)
+        owed = min(_baseline_owed(ctx, base, 0), launches_left(ctx) or 0)
+        if owed > 0:
+            _remeasure(ctx, [], 0, [base] * owed if base is not None else [])
+    return out
+
+
+def _owed_after(ctx: RunContext, base: EvaluationResult | None, top: Sequence[EvaluationResult]) -> int:
+    """The baseline's measurements owed once ``top`` is measured once more each: as many as the
+    most measured of them will have (0 without a baseline or when it is among them)."""
+    if base is None or not top or values_key(base.values) in {values_key(r.values) for r in top}:
+        return 0
+    lb = ctx.leaderboard
+    return max(0, max(lb.full_count(r.values) for r in top) + 1 - lb.full_count(base.values))
+
+
+def _measured_noise(ctx: RunContext) -> float | None:
+    """The relative noise of the configurations re-measured so far (:func:`relative_noise`): each
+    one's search measurement on the board and its re-measurements."""
+    lb = ctx.leaderboard
+    groups: dict[str, list[float]] = {}
+    for r in lb.refined:
+        groups.setdefault(values_key(r.values), []).append(r.fitness)
+    for key, vals in groups.items():
+        held = lb.board.get(key)
+        if held is not None and not held.reused:
+            vals.append(held.fitness)
+    return relative_noise(list(groups.values()))
 
 
 def _baseline_owed(ctx: RunContext, base: EvaluationResult | None, coming: int) -> int:

@@ -1,7 +1,7 @@
 """Search quality of msopt against peer optimizers on simulated tuning tasks with a known optimum.
 
 Usage:
-    python scripts/bench_search.py [--seeds 20] [--first-seed 0] [--budgets 50,200] [--problems all]
+    python scripts/bench_search.py [--seeds 20] [--first-seed 0] [--budgets 6,10,20,50] [--problems all]
                                    [--methods all] [--noise 0.03] [--cache DIR] [--jobs 1]
                                    [--ablation-seeds 100:200] [--out docs/benchmarks.md]
 

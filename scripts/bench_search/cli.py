@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(PACKAGE_DOC or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds per method and problem")
     parser.add_argument("--first-seed", type=int, default=0, help="the table's seeds: FIRST_SEED, FIRST_SEED + 1, ...")
-    parser.add_argument("--budgets", default="20,50")
+    parser.add_argument("--budgets", default="6,10,20,50", help="launch budgets, comma-separated")
     parser.add_argument("--problems", default="all", help="comma-separated indices (0-based) or 'all'")
     parser.add_argument("--methods", default="default",
                         help="comma-separated method names, 'default' (msopt, the prior alone, GPSampler, TPE, "

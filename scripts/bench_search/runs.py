@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _COMMON_FILES = ("msopt/space/*.py", "msopt/evaluate/objective.py", "msopt/evaluate/results.py",
                  "msopt/metrics.py")
 _MSOPT_FILES = ("msopt/search/*.py", "msopt/run/driver.py", "msopt/run/dispatcher.py", "msopt/run/leaderboard.py",
-                "msopt/run/stages.py", "msopt/run/pool.py", "msopt/config/*.py", "msopt/config/*.toml",
+                "msopt/run/stages.py", "msopt/run/budget.py", "msopt/run/pool.py", "msopt/config/*.py",
+                "msopt/config/*.toml",
                 "msopt/evaluate/evaluator.py", "msopt/evaluate/prior.py", "msopt/evaluate/simulated.py",
                 "msopt/sim/*.py", "msopt/sim/catalog/*/*.toml", "msopt/engines/*.py")
 

@@ -1,0 +1,170 @@
+"""The plan of a launch budget (``max_launches``): how its launches are split between the
+baseline, the search (the prior's picks first) and the re-measurements, and which contenders
+deserve a re-measurement.
+
+Pure functions of the budget, the run's shape (particles, ``pso_top_k``, the capacity stage's
+probes), the noise measured so far and how far apart the contenders are; the stages
+(:mod:`msopt.run.stages`) ask them and the run's first lines show the plan (:meth:`BudgetPlan.lines`).
+
+Two plans:
+
+- **large** (the budget pays a whole first generation, the baseline and the prior's picks, and
+  then the ``pso_top_k`` re-measurements): the ``pso_top_k`` best are each re-measured once, the
+  baseline beside them, then the two best by mean again with a quarter of the budget less one
+  (and the baseline as often as the recommendation). docs/benchmarks.md measured this split at
+  20 and 50 launches.
+- **small** (fewer launches than that, e.g. 6 or 10 at 10 particles): cutting the large plan short
+  left the search one to four launches, so the prior's picks were mostly never launched. Here
+  the search gets every launch but a reserve of :func:`small_reserve` (two re-measurements and
+  the baseline's matching one), and after it a configuration is re-measured only while it is
+  within the noise of the best by mean (:func:`contenders`): two contenders told apart by one
+  measurement each cost no re-measurement, and the launches kept for them are not spent.
+
+The noise is the relative standard deviation of the fitness of one configuration measured more
+than once (:func:`relative_noise`); until a configuration has been measured twice it is
+:data:`ASSUMED_NOISE`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The relative noise of one fitness measurement assumed until the run has measured one (the
+#: repeats of one server: a few percent, docs/benchmarks.md's simulated tasks 1-2 %).
+ASSUMED_NOISE = 0.03
+
+#: Two means closer than ``Z`` standard errors of their difference are within noise.
+Z = 2.0
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How a launch budget will be spent.
+
+    Attributes:
+        budget: ``max_launches`` (0: no budget; then nothing is planned).
+        small: the small-budget plan (re-measure only contenders within noise) instead of the large one.
+        picks: re-measurements of the ``pso_top_k`` picks, once each (large plan), or the
+            re-measurements of contenders kept (small plan).
+        extra: the large plan's further re-measurements of the two best (and the baseline's matching ones).
+        baseline: launches kept for the baseline's re-measurement beside the picks.
+        capacity: launches kept for the capacity stage's probes.
+        generation: the launches of the search's first generation (the baseline and the prior's picks).
+    """
+
+    budget: int
+    small: bool
+    picks: int
+    extra: int
+    baseline: int
+    capacity: int
+    generation: int
+
+    @property
+    def search(self) -> int:
+        """Launches the baseline and the search may use together (at least 1)."""
+        return max(1, self.budget - self.picks - self.extra - self.baseline - self.capacity)
+
+    def lines(self) -> list[str]:
+        """The plan in words, for the run's first lines ([] without a budget)."""
+        if self.budget <= 0:
+            return []
+        search = self.search
+        out = [f"launch budget {self.budget}: the baseline, then up to {search - 1} search launch(es), "
+               "the prior's picks first"]
+        if self.small:
+            kept = self.picks + self.baseline
+            out.append(f"  small budget: {kept} launch(es) kept to re-measure the best and its closest contender "
+                       f"only while they are within the noise (assumed {ASSUMED_NOISE:.0%} until measured), with the "
+                       "baseline as often as the recommendation; not spent when the best stands out")
+        else:
+            out.append(f"  then the top {self.picks} re-measured once with the full workload and the baseline "
+                       f"beside them ({self.picks + self.baseline}), the two best again and the baseline as often "
+                       f"as the recommendation ({self.extra})")
+        if self.capacity:
+            out.append(f"  then the capacity stage, up to {self.capacity} probes")
+        return out
+
+
+def plan_budget(budget: int, *, top_k: int, n_particles: int, capacity_probes: int = 0,
+                baseline_on_board: bool = False) -> BudgetPlan:
+    """The plan of ``budget`` launches.
+
+    Args:
+        budget: ``max_launches`` (0: none).
+        top_k: ``[data_storage] pso_top_k``.
+        n_particles: the swarm's particles (its first generation: the baseline and the prior's picks).
+        capacity_probes: the capacity stage's probes for the ``pso_top_k`` configurations
+            (``max_probes`` × ``pso_top_k``; 0: the stage is off).
+        baseline_on_board: the baseline is among the ``pso_top_k`` best (then it is re-measured as
+            one of them, and nothing is kept for it beside them); also when it failed.
+
+    Returns:
+        The plan; without a budget or without ``pso_top_k`` nothing is kept for re-measurements.
+    """
+    capacity = min(capacity_probes, budget // 2) if budget > 0 else 0
+    generation = max(1, n_particles)
+    if budget <= 0 or top_k <= 0:
+        return BudgetPlan(max(budget, 0), False, 0, 0, 0, capacity, generation)
+    beside = 0 if baseline_on_board else 1
+    extra = max(0, budget // 4 - 1) if top_k >= 2 else 0
+    large = BudgetPlan(budget, False, top_k, extra, beside, capacity, generation)
+    if large.search >= generation or top_k < 2 or capacity:  # the capacity stage needs re-measured picks
+        return large
+    reserve = small_reserve(budget - capacity)
+    keep_base = 1 if reserve and not baseline_on_board else 0
+    return BudgetPlan(budget, True, reserve - keep_base, 0, keep_base, capacity, generation)
+
+
+def small_reserve(budget: int) -> int:
+    """The small plan's launches kept after the search: two re-measurements (the best and its
+    closest contender) and the baseline's matching one, 3, once the budget leaves the search at
+    least twice as many (from 9 launches); 2 (one re-measurement and the baseline's) from 6; none
+    below."""
+    if budget >= 9:
+        return 3
+    if budget >= 6:
+        return 2
+    return 0
+
+
+def relative_noise(groups: Sequence[Sequence[float]]) -> float | None:
+    """The pooled relative standard deviation of repeated measurements: ``groups`` holds the
+    finite fitness values of each configuration measured more than once (others are ignored).
+    None when no configuration was measured twice."""
+    num, dof = 0.0, 0
+    for g in groups:
+        vals = [float(v) for v in g if math.isfinite(v)]
+        if len(vals) < 2:
+            continue
+        mean = sum(vals) / len(vals)
+        if mean == 0:
+            continue
+        num += sum((v / mean - 1.0) ** 2 for v in vals)
+        dof += len(vals) - 1
+    return math.sqrt(num / dof) if dof else None
+
+
+def within_noise(a: tuple[float, int], b: tuple[float, int], noise: float, z: float = Z) -> bool:
+    """Whether two means, each ``(mean, measurements)``, differ by less than ``z`` standard errors
+    of their difference at the relative ``noise`` of one measurement."""
+    (ma, na), (mb, nb) = a, b
+    if not (math.isfinite(ma) and math.isfinite(mb)) or na <= 0 or nb <= 0:
+        return False
+    scale = min(abs(ma), abs(mb))
+    return abs(ma - mb) <= z * noise * scale * math.sqrt(1.0 / na + 1.0 / nb)
+
+
+def contenders(means: Sequence[tuple[float, int]], noise: float | None, z: float = Z) -> list[int]:
+    """The indices of ``means`` (each ``(mean fitness, measurements)``, lower is better) that are
+    still in contention: the best, and every other within the noise of it (:func:`within_noise`),
+    best first; only the best when none is. ``noise`` None: :data:`ASSUMED_NOISE`."""
+    finite = [i for i, (m, n) in enumerate(means) if math.isfinite(m) and n > 0]
+    if not finite:
+        return []
+    ranked = sorted(finite, key=lambda i: (means[i][0], i))
+    sigma = ASSUMED_NOISE if noise is None else noise
+    best = means[ranked[0]]
+    return [ranked[0]] + [i for i in ranked[1:] if within_noise(best, means[i], sigma, z)]
