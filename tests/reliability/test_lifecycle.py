@@ -9,7 +9,6 @@ tests/real_engine/test_lifecycle.py runs the same against the real vLLM CPU buil
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from tests.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
 from tests.procs import kids, left_behind, recorded
-from tests.test_optimize_real_path import CONFIG
+from tests.test_optimize_real_path import config
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -30,7 +29,7 @@ def _config(tmp: Path) -> tuple[Path, Path]:
                     "sim-serve"], pids)
     (tmp / "Qwen3-8B").mkdir()
     cfg = tmp / "cfg.toml"
-    cfg.write_text(CONFIG.format(exe=json.dumps(exe), token="lifecycle", model=tmp / "Qwen3-8B"))
+    cfg.write_text(config(exe, "lifecycle", tmp / "Qwen3-8B"))
     return cfg, pids
 
 
