@@ -40,6 +40,9 @@ Refusal = Callable[[Mapping[str, Any]], "str | None"]
 #: ``server_key(values)``: the key of the server decoded values start (None: no reuse).
 ServerKey = Callable[[Mapping[str, Any]], "str | None"]
 
+#: ``wanted()``: the server keys the rest of the run may still use (see :mod:`msopt.run.servers`).
+Wanted = Callable[[], "set[str]"]
+
 #: ``predict(values, position)``: the prior's prediction record for decoded values, or None.
 Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
 
@@ -75,12 +78,14 @@ class Dispatcher:
         predict: the prior's prediction (see :data:`Predict`), journaled with the result.
         server_key: the server key of decoded values (see :data:`ServerKey`); a submitted request
             carries it, so the pool routes it to the worker keeping that server.
+        wanted: the server keys the run may still use (see :data:`Wanted`): after results arrive
+            (and on :meth:`retain`) a pool that keeps servers stops every other one its idle workers keep.
     """
 
     def __init__(self, pool: EvaluatorPool, space: SearchSpace, *, reuse: bool,
                  previous: Sequence[EvaluationResult], finish: Finish, emit: Emit,
                  refusal: Refusal | None = None, predict: Predict | None = None,
-                 server_key: ServerKey | None = None) -> None:
+                 server_key: ServerKey | None = None, wanted: Wanted | None = None) -> None:
         self.pool = pool
         self.space = space
         self.reuse = reuse
@@ -102,6 +107,7 @@ class Dispatcher:
         self._refusal = refusal
         self._predict = predict
         self._server_key = server_key
+        self._wanted = wanted
         self.refusals: dict[str, EvaluationResult] = {}  # values key -> the refused result
 
     def finish(self, r: EvaluationResult, journal: bool = True) -> None:
@@ -222,9 +228,20 @@ class Dispatcher:
                 fr = self._reused(r, freq, fpos)
                 self.finish(fr)
                 out.append(fr)
+        if out:
+            self.retain()
         if fault is not None:  # the others of this batch are finished first: nothing measured is lost
             raise fault
         return out
+
+    def retain(self) -> None:
+        """Tell the pool which kept servers the run still needs (``wanted`` and the requests in
+        flight); it stops the others its idle workers keep. Nothing without ``wanted`` or a pool
+        that keeps servers (:class:`msopt.run.pool.RetainingPool`)."""
+        retain = getattr(self.pool, "retain", None)
+        if self._wanted is None or retain is None:
+            return
+        retain(self._wanted() | {q.server_key for q in self.inflight.values() if q.server_key is not None})
 
     def _retry_fault(self, r: EvaluationResult) -> FaultError | None:
         """Resubmit an evaluation that met a fault of the machinery, up to :data:`FAULT_RETRIES`

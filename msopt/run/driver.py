@@ -150,11 +150,13 @@ class Driver:
         self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
         if isinstance(self.searcher, SwarmSearcher):
             self.searcher.swarm.set_refused(self.known_refusal)
+        self.stage = "baseline"  # msopt.run.servers.STAGES: what the rest of the run may measure
+        self._expected: list[EvaluationResult] | None = None
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous,
                                      finish=self.finish, emit=self.emit,
                                      refusal=checker.refusal if checker is not None else None,
                                      predict=self._predict if prior is not None else None,
-                                     server_key=self._server_key)
+                                     server_key=self._server_key, wanted=self.servers_wanted)
 
     def _server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
@@ -162,6 +164,19 @@ class Driver:
         from msopt.evaluate.runner import server_key
 
         return server_key(self.settings, get_engine(self.settings.engine), values)
+
+    def servers_wanted(self) -> set[str]:
+        """The server keys the rest of the run may still use (:func:`msopt.run.servers.planned`)."""
+        from msopt.run.servers import planned
+
+        configs = planned(self.stage, self.leaderboard, top_k=self.top_k, capacity=self.capacity_options.enabled,
+                          budget=self.max_launches > 0, expected=self._expected)
+        return {k for r in configs if (k := self._server_key(r.values)) is not None}
+
+    def expect(self, configs: Sequence[EvaluationResult]) -> None:
+        """The capacity stage's configurations with probes left: the pool stops the others' kept servers."""
+        self._expected = list(configs)
+        self.dispatcher.retain()
 
     # -- the prior --------------------------------------------------------------------------
     def _initial_positions(self, n: int, seed: int | None) -> np.ndarray:
@@ -315,22 +330,27 @@ class Driver:
     # -- stages ---------------------------------------------------------------------------
     def run_baseline(self) -> EvaluationResult:
         """Evaluate the default configuration (every field at its ``value``)."""
+        self.stage = "baseline"
         return stages.baseline(self)
 
     def run_sync(self) -> None:
         """Iterations: every particle evaluated concurrently, told in particle order."""
+        self.stage = "search"
         stages.sync_swarm(self)
 
     def run_async(self) -> None:
         """Each particle is told and moved as soon as its own result arrives, then dispatched again."""
+        self.stage = "search"
         stages.async_swarm(self)
 
     def run_refine(self) -> list[EvaluationResult]:
         """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
+        self.stage = "refine"
         return stages.refine(self)
 
     def run_capacity(self) -> list[dict[str, Any]]:
         """Find the highest load each top configuration sustains within the SLOs."""
+        self.stage = "capacity"
         self.capacity = stages.capacity(self)
         return self.capacity
 

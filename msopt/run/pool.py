@@ -58,6 +58,18 @@ def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
     return out
 
 
+#: A worker's inbox item that stops the server it keeps (:meth:`InProcessPool.retain`).
+_STOP = "stop"
+
+
+def unneeded(kept: Sequence[str | None], keep: Collection[str],
+             pending: Sequence[EvalRequest] = ()) -> list[int]:
+    """The indices of the idle workers whose kept server (``kept``: each one's key, None: none) is
+    needed neither by ``keep`` (what the run may still measure) nor by a ``pending`` request."""
+    need = set(keep) | {r.server_key for r in pending if r.server_key is not None}
+    return [w for w, key in enumerate(kept) if key is not None and key not in need]
+
+
 class Evaluating(Protocol):
     """What a pool's worker runs: :class:`Evaluator`, or a stand-in (tests, benchmarks)."""
 
@@ -86,6 +98,14 @@ class EvaluatorPool(Protocol):
         """Stop every worker and everything they started."""
 
 
+class RetainingPool(EvaluatorPool, Protocol):
+    """A pool whose workers keep servers between evaluations (issue 26) and can be told which ones
+    the run still needs; both pools here are one (the dispatcher calls :meth:`retain` when a pool has it)."""
+
+    def retain(self, keys: Collection[str]) -> None:
+        """Stop the servers idle workers keep whose key is not in ``keys`` and no queued request has."""
+
+
 class InProcessPool:
     """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``); a request goes
     to the idle worker keeping its server when there is one (:func:`route`).
@@ -109,9 +129,10 @@ class InProcessPool:
         self._pending: list[EvalRequest] = []
         self._idle: list[int] = list(range(self._size))
         self._running: dict[int, str | None] = {}  # busy worker -> the server key of its request
-        self._inbox: list[queue.Queue[EvalRequest | None]] = [queue.Queue() for _ in range(self._size)]
+        self._inbox: list[queue.Queue[EvalRequest | str | None]] = [queue.Queue() for _ in range(self._size)]
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
         self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
+        self.stopped = 0  # kept servers told to stop because the run no longer needed them (retain)
         self._threads = [threading.Thread(target=self._work, args=(k,), daemon=True)
                          for k in range(self._size)]
         for t in self._threads:
@@ -143,6 +164,15 @@ class InProcessPool:
                 if close is not None:
                     close()  # the server it kept, from the thread that started it
                 return
+            if isinstance(req, str):  # _STOP
+                close = getattr(evaluator, "close", None)
+                if close is not None:
+                    close()
+                with self._lock:
+                    self._running.pop(k, None)
+                    self._idle.append(k)
+                    self._route()
+                continue
             devices = list(getattr(evaluator, "devices", []))
             self._started.put((req.eval_id, devices))
             try:
@@ -161,6 +191,18 @@ class InProcessPool:
         # the re-measurements) is routed as a whole and each request finds its kept server
         with self._lock:
             self._pending.append(req)
+
+    def retain(self, keys: Collection[str]) -> None:
+        """Stop the servers idle workers keep that neither ``keys`` (what the run may still measure)
+        nor a queued request needs; each worker stops its own, in its own thread, and is busy until
+        it has (with the server's grace)."""
+        with self._lock:
+            kept = [getattr(self._evaluators[w], "kept_key", None) for w in self._idle]
+            for i in sorted(unneeded(kept, keys, self._pending), reverse=True):
+                w = self._idle.pop(i)
+                self._running[w] = None
+                self._inbox[w].put(_STOP)
+                self.stopped += 1
 
     def _route_now(self) -> None:
         with self._lock:

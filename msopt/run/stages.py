@@ -74,6 +74,8 @@ class RunContext(Protocol):
 
     def learn(self) -> None: ...
 
+    def expect(self, configs: Sequence[EvaluationResult]) -> None: ...
+
 
 def extra_remeasurements(ctx: RunContext) -> int:
     """With a launch budget and ``pso_top_k`` > 1: re-measurements beyond one per ``pso_top_k``
@@ -397,6 +399,7 @@ def capacity(ctx: RunContext) -> list[dict[str, Any]]:
                     ok, why = probe_verdict(res.metrics, res.error, ctx.settings, opts)
                     probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
                 s.tell(probes)
+        ctx.expect([r for r, s in zip(configs, searches) if s.next_loads()])  # the others' servers stop
         ctx.checkpoint("capacity")
     if ctx.progress is not None:
         ctx.progress.set_total(ctx.evaluations)
