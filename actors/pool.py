@@ -27,7 +27,7 @@ from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import METRICS, EvalRequest, EvaluationResult, describe_fault, fault_result
-from msopt.run.pool import devices_per_trial, route, unneeded
+from msopt.run.pool import LaunchCosts, devices_per_trial, route, unneeded
 
 log = logging.getLogger("msopt.pool")
 
@@ -210,6 +210,7 @@ class RayPool:
         self._done: list[EvaluationResult] = []
         self._stopping: dict[Any, _Slot] = {}  # actor.close() refs of kept servers no longer needed
         self.replaced = 0
+        self.costs = LaunchCosts()
         self.stopped = 0  # kept servers told to stop because the run no longer needed them (retain)
         t0 = time.monotonic()
         size = self.plan_size(settings, max_concurrent)
@@ -374,7 +375,7 @@ class RayPool:
             return
         pending, free = list(self._queue), list(self._free)
         busy = {q.server_key for _, q, _ in self._inflight.values() if q.server_key is not None}
-        pairs = route(pending, [s.kept for s in free], busy)
+        pairs = route(pending, [s.kept for s in free], busy, self.costs)
         for i, w in pairs:
             slot, req = free[w], pending[i]
             ref = slot.actor.evaluate.remote(req)
@@ -436,6 +437,7 @@ class RayPool:
         result.attempts += self._attempts.pop(req.eval_id, 0)
         server = result.server or {}
         slot.kept = str(server["key"]) if server.get("kept") and server.get("key") else None
+        self.costs.add(result)
         self._done.append(result)
         self._free.append(slot)
 

@@ -469,3 +469,43 @@ def test_no_kept_server_outlives_a_killed_driver(tmp_path: Path, ray: bool) -> N
             proc.wait()
     wait_until(lambda: left_behind(pids) == [], None, f"every server process stopped (left: {left_behind(pids)})")
     assert started(pids) >= 1
+
+
+# -- the pool weighs a launch's cost ---------------------------------------------------------------------------
+
+def test_launch_costs_from_a_simulated_evaluation() -> None:
+    """The simulator's modelled start-up and the simulated benchmark's duration, both simulated seconds."""
+    from msopt.run.pool import LaunchCosts
+
+    settings = load_settings(Path(__file__).resolve().parents[1] / "configs" / "quickstart.toml", environ={})
+    ev = Evaluator(settings, simulate=True)
+    space = SearchSpace.from_settings(settings)
+    r = ev.evaluate(EvalRequest(0, "baseline", None, 0, tuple(space.default_position().tolist())))
+    assert r.error is None and r.server and r.server["start"] == "started"
+    costs = LaunchCosts()
+    assert costs.start_s is None and costs.wait_for_busy()  # nothing known: wait, as before
+    costs.add(r)
+    assert costs.start_s == r.server["start_s"] > 0
+    assert costs.measure_s == r.metrics["duration"] > 0
+    costs.add(replace(r, reused=True, server=None))  # a duplicate's reuse launched nothing
+    assert costs.start_s == r.server["start_s"]
+
+
+def test_route_starts_rather_than_wait_when_a_measurement_outlasts_two_starts() -> None:
+    from msopt.evaluate.results import EvaluationResult
+    from msopt.run.pool import LaunchCosts
+
+    def measured(start_s: float, duration: float, start: str = "started") -> EvaluationResult:
+        return EvaluationResult(0, "refine", None, 0, [0.0], [0.0], {}, {"duration": duration}, 1.0,
+                                server={"start": start, "start_s": start_s, "key": "k", "kept": True})
+
+    req = EvalRequest(0, "capacity", None, 0, (0.0,), server_key="a")
+    short, long_ = LaunchCosts(), LaunchCosts()
+    short.add(measured(60.0, 30.0))
+    short.add(measured(0.0, 40.0, "reused"))
+    long_.add(measured(20.0, 300.0))
+    assert short.start_s == 60.0 and short.measure_s == 35.0
+    # "a" runs on a busy worker, the idle one keeps "b": a short measurement is worth the wait ...
+    assert route([req], ["b"], busy={"a"}, costs=short) == []
+    # ... a long one is not: start "a" now (b's server stops)
+    assert route([req], ["b"], busy={"a"}, costs=long_) == [(0, 0)]

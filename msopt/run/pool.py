@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -28,16 +29,65 @@ def devices_per_trial(settings: Settings) -> int:
     return int(products[0]) if products else 1
 
 
+class LaunchCosts:
+    """What a launch costs in this run, from the results a pool has seen: the mean seconds of a
+    server start (``server.start_s`` as journaled: measured on the real path, the simulator's
+    modelled start-up in a simulated run) and of a measurement (the benchmark's ``duration``, else
+    the evaluation's time less its start: simulated seconds in a simulated run, as the starts)."""
+
+    def __init__(self) -> None:
+        self._start = [0.0, 0]
+        self._measure = [0.0, 0]
+
+    def add(self, result: EvaluationResult) -> None:
+        """Count one finished evaluation (one that launched nothing, or failed, is skipped)."""
+        server = result.server or {}
+        if result.reused or not server or result.failed:
+            return
+        start = server.get("start_s")
+        start = float(start) if isinstance(start, (int, float)) and math.isfinite(start) else 0.0
+        if server.get("start") == "started":
+            self._start[0] += start
+            self._start[1] += 1
+        duration = result.metrics.get("duration")
+        if not (isinstance(duration, (int, float)) and math.isfinite(duration)):
+            duration = result.finished - result.started - start if result.finished > result.started else None
+        if duration is not None and duration >= 0:
+            self._measure[0] += float(duration)
+            self._measure[1] += 1
+
+    @property
+    def start_s(self) -> float | None:
+        """Mean seconds of a server start (None: none seen yet)."""
+        return self._start[0] / self._start[1] if self._start[1] else None
+
+    @property
+    def measure_s(self) -> float | None:
+        """Mean seconds of a measurement (None: none seen yet)."""
+        return self._measure[0] / self._measure[1] if self._measure[1] else None
+
+    def wait_for_busy(self) -> bool:
+        """Whether a request should wait for the busy worker running its server rather than start it
+        on an idle worker that keeps another one: yes unless a measurement takes longer than two
+        starts (the one waiting saves, and the other kept server's, stopped for it and needed again),
+        and yes while either cost is unknown."""
+        start, measure = self.start_s, self.measure_s
+        return start is None or measure is None or measure <= 2 * start
+
+
 def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
-          busy: Collection[str] = ()) -> list[tuple[int, int]]:
+          busy: Collection[str] = (), costs: LaunchCosts | None = None) -> list[tuple[int, int]]:
     """Which pending request goes to which idle worker, as ``(request index, worker index)``.
 
     Affinity first: a request whose ``server_key`` is the key of the server an idle worker keeps
     goes to that worker. A request whose server a busy worker is running (``busy``: their
     requests' keys) waits for that worker unless an idle worker keeps nothing, since a start is
-    what reuse saves. The other requests, in order, go to the idle workers that keep no server,
-    then to the rest (whose kept server then stops). ``idle`` holds each idle worker's kept key.
+    what reuse saves, or unless ``costs`` says a start costs less than the wait
+    (:meth:`LaunchCosts.wait_for_busy`). The other requests, in order, go to the idle workers that
+    keep no server, then to the rest (whose kept server then stops). ``idle`` holds each idle
+    worker's kept key.
     """
+    wait = costs is None or costs.wait_for_busy()
     free = list(range(len(idle)))
     out: list[tuple[int, int]] = []
     for i, req in enumerate(pending):
@@ -52,7 +102,7 @@ def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
             break
         if i in taken:
             continue
-        if req.server_key is not None and req.server_key in busy and idle[free[0]] is not None:
+        if wait and req.server_key is not None and req.server_key in busy and idle[free[0]] is not None:
             continue  # its server is running on a busy worker: wait for it
         out.append((i, free.pop(0)))
     return out
@@ -133,6 +183,7 @@ class InProcessPool:
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
         self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
         self.stopped = 0  # kept servers told to stop because the run no longer needed them (retain)
+        self.costs = LaunchCosts()
         self._threads = [threading.Thread(target=self._work, args=(k,), daemon=True)
                          for k in range(self._size)]
         for t in self._threads:
@@ -146,7 +197,7 @@ class InProcessPool:
         """Hand pending requests to idle workers, by server key first (:func:`route`); under the lock."""
         keys = [getattr(self._evaluators[w], "kept_key", None) for w in self._idle]
         busy = {k for w, k in self._running.items() if k is not None}
-        pairs = route(self._pending, keys, busy)
+        pairs = route(self._pending, keys, busy, self.costs)
         for i, w in pairs:
             self._running[self._idle[w]] = self._pending[i].server_key
             self._inbox[self._idle[w]].put(self._pending[i])
@@ -181,6 +232,7 @@ class InProcessPool:
                 result = fault_result(req, describe_fault(exc), devices=devices,
                                       actor=getattr(evaluator, "actor", None))
             with self._lock:
+                self.costs.add(result)
                 self._running.pop(k, None)
                 self._idle.append(k)
                 self._route()
