@@ -296,6 +296,8 @@ def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) ->
     probes = [r for r in launched if r["phase"] == "capacity"]
     assert probes and all(r["server"]["start"] == "reused" for r in probes)
     assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
+    report = (run / "report.html").read_text()  # the report: the starts, their time, the starts saved and theirs
+    assert f"{len(starts)} server starts (" in report and f"{len(reuses)} on a kept server (~" in report
     assert survivors(pids) == []  # every server stopped, the kept ones included
 
 
