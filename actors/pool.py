@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +26,7 @@ from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
-from msopt.run.pool import devices_per_trial, route
+from msopt.run.pool import LaunchCosts, devices_per_trial, route, unneeded
 
 log = logging.getLogger("msopt.pool")
 
@@ -210,7 +211,10 @@ class RayPool:
         self._free: deque[_Slot] = deque()
         self._started: list[tuple[int, list[str]]] = []
         self._done: list[EvaluationResult] = []
+        self._stopping: dict[Any, _Slot] = {}  # actor.close() refs of kept servers no longer needed
         self.replaced = 0
+        self.costs = LaunchCosts()
+        self.stopped = 0  # kept servers told to stop because the run no longer needed them (retain)
         t0 = time.monotonic()
         size = self.plan_size(settings, max_concurrent)
         self.slots = [_Slot(i, None) for i in range(size)]
@@ -348,13 +352,33 @@ class RayPool:
         # sent when the driver waits, so that a batch is routed as a whole (see msopt.run.pool.route)
         self._queue.append(req)
 
+    def retain(self, keys: Collection[str]) -> None:
+        """Stop the servers free actors keep that neither ``keys`` (what the run may still measure) nor
+        a queued request needs; the actor is not sent anything until its server has stopped."""
+        free = list(self._free)
+        for w in unneeded([s.kept for s in free], keys, list(self._queue)):
+            slot = free[w]
+            self._free.remove(slot)
+            self._stopping[slot.actor.close.remote()] = slot
+            self.stopped += 1
+
+    def _stopped(self, ref: Any) -> None:
+        """A kept server stopped (:meth:`retain`): its actor is free again (replaced if it died)."""
+        slot = self._stopping.pop(ref)
+        try:
+            ray.get(ref, timeout=30)
+        except (RayError, GetTimeoutError):
+            self._replace(slot)  # its server went with the actor (actors.guard)
+        slot.kept = None
+        self._free.append(slot)
+
     def _dispatch(self) -> None:
         """Send queued requests to free actors, the one keeping a request's server first (:func:`route`)."""
         if not (self._queue and self._free):
             return
         pending, free = list(self._queue), list(self._free)
         busy = {q.server_key for _, q, _ in self._inflight.values() if q.server_key is not None}
-        pairs = route(pending, [s.kept for s in free], busy)
+        pairs = route(pending, [s.kept for s in free], busy, self.costs)
         for i, w in pairs:
             slot, req = free[w], pending[i]
             ref = slot.actor.evaluate.remote(req)
@@ -381,14 +405,17 @@ class RayPool:
 
     def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
         self._dispatch()
-        if self._inflight:
-            refs = list(self._inflight)
+        if self._inflight or self._stopping:
+            refs = [*self._inflight, *self._stopping]
             wait_for = timeout if timeout is not None else None
             ready, _ = ray.wait(refs, num_returns=1, timeout=wait_for)
             if ready:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
-                self._take(ref)
+                if ref in self._stopping:
+                    self._stopped(ref)
+                else:
+                    self._take(ref)
         elif timeout:
             time.sleep(min(timeout, 0.05))
         self._expire()
@@ -412,6 +439,7 @@ class RayPool:
             return
         server = result.server or {}
         slot.kept = str(server["key"]) if server.get("kept") and server.get("key") else None
+        self.costs.add(result)
         self._done.append(result)
         self._free.append(slot)
 
@@ -454,8 +482,9 @@ class RayPool:
     def close(self) -> None:
         # the servers idle actors keep stop with their grace and their files restored; killing the
         # actor afterwards (and its guard) stops whatever is left
-        busy = {id(s) for s, _, _ in self._inflight.values()}
+        busy = {id(s) for s, _, _ in self._inflight.values()} | {id(s) for s in self._stopping.values()}
         closing = [s.actor.close.remote() for s in self.slots if s.kept is not None and id(s) not in busy]
+        closing += list(self._stopping)  # already stopping (retain)
         if closing:
             try:
                 ray.wait(closing, num_returns=len(closing), timeout=60)
@@ -474,3 +503,4 @@ class RayPool:
                 except RayError:
                     pass
         self._inflight.clear()
+        self._stopping.clear()

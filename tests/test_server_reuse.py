@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,4 +296,218 @@ def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) ->
     probes = [r for r in launched if r["phase"] == "capacity"]
     assert probes and all(r["server"]["start"] == "reused" for r in probes)
     assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
+    report = (run / "report.html").read_text()  # the report: the starts, their time, the starts saved and theirs
+    assert f"{len(starts)} server starts (" in report and f"{len(reuses)} on a kept server (~" in report
     assert survivors(pids) == []  # every server stopped, the kept ones included
+
+
+# -- a kept server is stopped when nothing pending needs it ---------------------------------------------------
+
+def test_unneeded_kept_servers_are_the_idle_ones_nothing_needs() -> None:
+    from msopt.run.pool import unneeded
+
+    pending = [EvalRequest(0, "capacity", None, 0, (0.0,), server_key="c")]
+    assert unneeded(["a", None, "b", "c"], {"a"}, pending) == [2]
+    assert unneeded(["a", "b"], set()) == [0, 1]
+    assert unneeded([None, None], set()) == []
+
+
+def _result(eval_id: int, phase: str, seqs: int, fitness: float, iteration: int = 0):
+    from msopt.evaluate.results import EvaluationResult
+
+    return EvaluationResult(eval_id, phase, None, iteration, [0.0], [0.0], {"max_num_seqs": seqs}, {}, fitness,
+                            num_prompts=None)
+
+
+def test_the_plan_of_each_stage() -> None:
+    from msopt.run.leaderboard import Leaderboard
+    from msopt.run.servers import planned
+
+    def seqs(configs):
+        return sorted(r.values["max_num_seqs"] for r in configs)
+
+    board = Leaderboard(top_k=1, full_prompts=None)
+    board.add(_result(0, "baseline", 8, 3.0))
+    board.add(_result(1, "search", 16, 1.0))
+    board.add(_result(2, "search", 32, 2.0))  # off the board of one: nothing will measure it again
+    kw = {"top_k": 1, "capacity": True, "budget": False}
+    assert seqs(planned("search", board, **kw)) == [8, 16]
+    assert seqs(planned("search", board, top_k=0, capacity=False, budget=False)) == [16]  # the board only
+    assert seqs(planned("refine", board, **kw)) == [8, 16]
+    board.add(_result(3, "refine", 16, 1.0))
+    assert seqs(planned("refine", board, **kw)) == [8, 16]  # the capacity stage comes back to 16
+    assert seqs(planned("refine", board, top_k=1, capacity=False, budget=False)) == [8]  # only the baseline's repeats
+    assert seqs(planned("capacity", board, **kw)) == [16]
+    assert planned("capacity", board, **kw, expected=[]) == []  # every capacity search done
+    assert planned("done", board, **kw) == []
+
+
+def _wait_for(pred, what: str, hang: float = 300.0) -> None:
+    import time
+
+    deadline = time.monotonic() + hang  # a guard against a hang only; nothing is timed against it
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"stalled before {what}")
+        time.sleep(0.05)
+
+
+def test_the_in_process_pool_stops_a_kept_server_nothing_needs(write_toml, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    settings = load_settings(write_toml(SERVE_CONFIG.format(exe=exe, cluster="")), environ={})
+    engine = get_engine("vllm")
+    a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
+    b = {**a, "max_num_seqs": 16}
+    ka, kb = server_key(settings, engine, a), server_key(settings, engine, b)
+    assert ka is not None and kb is not None
+    pool = InProcessPool(settings, size=2, run_dir=str(tmp_path / "run"))
+    try:
+        for i, values in enumerate((a, b)):
+            pool.submit(_request(settings, i, values))
+        got: list = []
+        while len(got) < 2:
+            got += pool.wait(60)
+        assert all(r.error is None and r.server["kept"] for r in got), got
+        assert len(survivors(pids)) == 2
+        pool.retain({ka})  # only a's server is still needed
+        assert pool.stopped == 1
+        _wait_for(lambda: len(survivors(pids)) == 1, "b's kept server stopped")
+        # a request queued for b keeps b's server even when the plan does not name it
+        pool.submit(replace(_request(settings, 2, a, {"concurrency": 1}), server_key=ka))
+        r = pool.wait(60)
+        assert len(r) == 1 and r[0].server and r[0].server["start"] == "reused"
+        pool.submit(replace(_request(settings, 3, b, {"concurrency": 1}), server_key=kb))
+        pool.retain(set())  # b is queued: its server (started again) stays, a's goes
+        r = pool.wait(60)
+        assert len(r) == 1 and r[0].server and r[0].server["start"] == "started", r
+        assert started(pids) == 3
+    finally:
+        pool.close()
+    assert survivors(pids) == []
+
+
+class _Spy(InProcessPool):
+    """An in-process pool that records what it was told to retain."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.told: list[set[str]] = []
+
+    def retain(self, keys) -> None:
+        self.told.append(set(keys))
+        super().retain(keys)
+
+
+def run_stops_kept_servers(tmp_path: Path, ray: bool) -> None:
+    """A whole run through sim-serve: when its capacity searches are done, the kept servers stop while
+    the pool is still open (before its close); one start per configuration all the same."""
+    from msopt.run.driver import Driver
+
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    (tmp_path / "Qwen3-8B").mkdir()
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(RUN_CONFIG.format(exe=exe, model=tmp_path / "Qwen3-8B", cluster=""))
+    settings = load_settings(cfg, environ={})
+    if ray:
+        from actors.pool import RayPool
+
+        pool: Any = RayPool(settings, simulate=False, run_dir=str(tmp_path / "run"), max_concurrent=2)
+    else:
+        pool = _Spy(settings, size=2, run_dir=str(tmp_path / "run"))
+    try:
+        outcome = Driver(settings, pool, keep_results=True, screen=False).run()
+        assert outcome.capacity and not outcome.failures
+        launched = [r for r in outcome.results if r.server and not r.reused]
+        keys = {r.server["key"] for r in launched if r.server}
+        assert sum(r.server["start"] == "started" for r in launched if r.server) == len(keys) == started(pids)
+        assert pool.stopped == len(keys)
+        _wait_for(lambda: survivors(pids) == [], "every kept server stopped before the pool closed")
+        if not ray:
+            assert pool.told[-1] == set() and all(t <= keys for t in pool.told)
+    finally:
+        pool.close()
+    assert survivors(pids) == []
+
+
+@pytest.mark.slow  # a whole run through sim-serve (with Ray: tests/actors/test_server_retain.py)
+def test_a_run_stops_every_kept_server_once_nothing_needs_it(tmp_path: Path) -> None:
+    run_stops_kept_servers(tmp_path, ray=False)
+
+
+@pytest.mark.slow  # a whole run, killed (Ray starts for the Ray one)
+@pytest.mark.parametrize("ray", [False, True])
+def test_no_kept_server_outlives_a_killed_driver(tmp_path: Path, ray: bool) -> None:
+    """The lifecycle rule with reuse: the driver is SIGKILLed while the baseline's server is kept (its
+    journal line says ``kept``) and runs; every process of every server group it started goes."""
+    import signal
+
+    from tests.lifecycle import HANG, optimize, wait_until
+    from tests.procs import left_behind
+
+    pids = tmp_path / "pids"
+    exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
+    (tmp_path / "Qwen3-8B").mkdir()
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(RUN_CONFIG.format(exe=exe, model=tmp_path / "Qwen3-8B", cluster=""))
+    output = tmp_path / "runs"
+
+    def kept_and_running() -> bool:
+        runs = list(output.glob("*/journal.jsonl"))
+        lines = [json.loads(x) for x in runs[0].read_text().splitlines()] if runs else []
+        base = next((r for r in lines if r["phase"] == "baseline" and r["iteration"] == 0), None)
+        return bool(base and base["server"] and base["server"]["kept"]) and bool(survivors(pids))
+
+    proc = optimize(cfg, output, "--max-concurrent", "2", *([] if ray else ["--no-ray"]))
+    try:
+        wait_until(kept_and_running, proc, "the baseline's server was kept")
+        assert left_behind(pids)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=HANG)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wait_until(lambda: left_behind(pids) == [], None, f"every server process stopped (left: {left_behind(pids)})")
+    assert started(pids) >= 1
+
+
+# -- the pool weighs a launch's cost ---------------------------------------------------------------------------
+
+def test_launch_costs_from_a_simulated_evaluation() -> None:
+    """The simulator's modelled start-up and the simulated benchmark's duration, both simulated seconds."""
+    from msopt.run.pool import LaunchCosts
+
+    settings = load_settings(Path(__file__).resolve().parents[1] / "configs" / "quickstart.toml", environ={})
+    ev = Evaluator(settings, simulate=True)
+    space = SearchSpace.from_settings(settings)
+    r = ev.evaluate(EvalRequest(0, "baseline", None, 0, tuple(space.default_position().tolist())))
+    assert r.error is None and r.server and r.server["start"] == "started"
+    costs = LaunchCosts()
+    assert costs.start_s is None and costs.wait_for_busy()  # nothing known: wait, as before
+    costs.add(r)
+    assert costs.start_s == r.server["start_s"] > 0
+    assert costs.measure_s == r.metrics["duration"] > 0
+    costs.add(replace(r, reused=True, server=None))  # a duplicate's reuse launched nothing
+    assert costs.start_s == r.server["start_s"]
+
+
+def test_route_starts_rather_than_wait_when_a_measurement_outlasts_two_starts() -> None:
+    from msopt.evaluate.results import EvaluationResult
+    from msopt.run.pool import LaunchCosts
+
+    def measured(start_s: float, duration: float, start: str = "started") -> EvaluationResult:
+        return EvaluationResult(0, "refine", None, 0, [0.0], [0.0], {}, {"duration": duration}, 1.0,
+                                server={"start": start, "start_s": start_s, "key": "k", "kept": True})
+
+    req = EvalRequest(0, "capacity", None, 0, (0.0,), server_key="a")
+    short, long_ = LaunchCosts(), LaunchCosts()
+    short.add(measured(60.0, 30.0))
+    short.add(measured(0.0, 40.0, "reused"))
+    long_.add(measured(20.0, 300.0))
+    assert short.start_s == 60.0 and short.measure_s == 35.0
+    # "a" runs on a busy worker, the idle one keeps "b": a short measurement is worth the wait ...
+    assert route([req], ["b"], busy={"a"}, costs=short) == []
+    # ... a long one is not: start "a" now (b's server stops)
+    assert route([req], ["b"], busy={"a"}, costs=long_) == [(0, 0)]

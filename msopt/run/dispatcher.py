@@ -35,6 +35,9 @@ Refusal = Callable[[Mapping[str, Any]], "str | None"]
 #: ``server_key(values)``: the key of the server decoded values start (None: no reuse).
 ServerKey = Callable[[Mapping[str, Any]], "str | None"]
 
+#: ``wanted()``: the server keys the rest of the run may still use (see :mod:`msopt.run.servers`).
+Wanted = Callable[[], "set[str]"]
+
 #: ``predict(values, position)``: the prior's prediction record for decoded values, or None.
 Predict = Callable[[Mapping[str, Any], np.ndarray], "dict[str, Any] | None"]
 
@@ -86,12 +89,14 @@ class Dispatcher:
         predict: the prior's prediction (see :data:`Predict`), journaled with the result.
         server_key: the server key of decoded values (see :data:`ServerKey`); a submitted request
             carries it, so the pool routes it to the worker keeping that server.
+        wanted: the server keys the run may still use (see :data:`Wanted`): after results arrive
+            (and on :meth:`retain`) a pool that keeps servers stops every other one its idle workers keep.
     """
 
     def __init__(self, pool: EvaluatorPool, space: SearchSpace, *, reuse: bool,
                  previous: Sequence[EvaluationResult], events: RunCallback,
                  refusal: Refusal | None = None, predict: Predict | None = None,
-                 server_key: ServerKey | None = None) -> None:
+                 server_key: ServerKey | None = None, wanted: Wanted | None = None) -> None:
         self.pool = pool
         self.space = space
         self.reuse = reuse
@@ -112,6 +117,7 @@ class Dispatcher:
         self._refusal = refusal
         self._predict = predict
         self._server_key = server_key
+        self._wanted = wanted
         self.refusals: dict[str, EvaluationResult] = {}  # values key -> the refused result
 
     def _finished(self, r: EvaluationResult, replayed: bool = False) -> Finished:
@@ -224,6 +230,15 @@ class Dispatcher:
                 out.append(self._finished(self._reused(r, freq, fpos)))
         # a fault is raised by the loop once the others of this batch are recorded: nothing measured is lost
         return Collected(out, fault)
+
+    def retain(self) -> None:
+        """Tell the pool which kept servers the run still needs (``wanted`` and the requests in
+        flight); it stops the others its idle workers keep. Nothing without ``wanted`` or a pool
+        that keeps servers (:class:`msopt.run.pool.RetainingPool`)."""
+        retain = getattr(self.pool, "retain", None)
+        if self._wanted is None or retain is None:
+            return
+        retain(self._wanted() | {q.server_key for q in self.inflight.values() if q.server_key is not None})
 
     def _retry_fault(self, r: EvaluationResult, notes: list[Finished | Note]) -> FaultError | None:
         """Resubmit an evaluation that met a fault of the machinery while :data:`RETRY` allows it

@@ -146,10 +146,12 @@ class Driver:
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
         self.tally = VerdictTally(settings)  # what the verdict needs of every result, counted as they come
+        self.stage = "baseline"  # msopt.run.servers.STAGES: what the rest of the run may measure
+        self._expected: list[EvaluationResult] | None = None
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous, events=self.events,
                                      refusal=checker.refusal if checker is not None else None,
                                      predict=self._predict if prior is not None else None,
-                                     server_key=self._server_key)
+                                     server_key=self._server_key, wanted=self.servers_wanted)
 
     def _server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
@@ -157,6 +159,19 @@ class Driver:
         from msopt.evaluate.runner import server_key
 
         return server_key(self.settings, get_engine(self.settings.engine), values)
+
+    def servers_wanted(self) -> set[str]:
+        """The server keys the rest of the run may still use (:func:`msopt.run.servers.planned`)."""
+        from msopt.run.servers import planned
+
+        configs = planned(self.stage, self.leaderboard, top_k=self.top_k, capacity=self.capacity_options.enabled,
+                          budget=self.max_launches > 0, expected=self._expected)
+        return {k for r in configs if (k := self._server_key(r.values)) is not None}
+
+    def expect(self, configs: Sequence[EvaluationResult]) -> None:
+        """The capacity stage's configurations with probes left: the pool stops the others' kept servers."""
+        self._expected = list(configs)
+        self.dispatcher.retain()
 
     # -- the prior --------------------------------------------------------------------------
     def _initial_positions(self, n: int, seed: int | None) -> np.ndarray:
@@ -318,6 +333,8 @@ class Driver:
                 out.append(e.result)
             else:
                 self.emit(e)
+        if out:  # once the board holds them: the kept servers nothing planned needs are stopped
+            self.dispatcher.retain()
         if got.fault is not None:
             raise got.fault
         return out
@@ -364,11 +381,13 @@ class Driver:
 
     def run_baseline(self) -> EvaluationResult:
         """Evaluate the default configuration (every field at its ``value``)."""
+        self.stage = "baseline"
         result: EvaluationResult = stages.Baseline().run(self)
         return result
 
     def run_refine(self) -> list[EvaluationResult]:
         """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
+        self.stage = "refine"
         return stages.Refine().run(self)
 
     # -- ranking (the leaderboard's) ----------------------------------------------------------
@@ -398,6 +417,7 @@ class Driver:
             self.emit(PhaseStarted("prior", f"simulator prior: {done} simulated evaluations, "
                                             f"{len(self.prior_picks)} particles start at its top predictions"))
         for stage in self.plan():
+            self.stage = stage.name  # the kept servers the rest of the run may use follow it
             got = stage.run(self)
             if isinstance(stage, stages.Capacity):
                 self.capacity = got

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -23,16 +24,65 @@ def devices_per_trial(settings: Settings) -> int:
     return settings.config.cluster.trial_devices
 
 
+class LaunchCosts:
+    """What a launch costs in this run, from the results a pool has seen: the mean seconds of a
+    server start (``server.start_s`` as journaled: measured on the real path, the simulator's
+    modelled start-up in a simulated run) and of a measurement (the benchmark's ``duration``, else
+    the evaluation's time less its start: simulated seconds in a simulated run, as the starts)."""
+
+    def __init__(self) -> None:
+        self._start = [0.0, 0]
+        self._measure = [0.0, 0]
+
+    def add(self, result: EvaluationResult) -> None:
+        """Count one finished evaluation (one that launched nothing, or failed, is skipped)."""
+        server = result.server or {}
+        if result.reused or not server or result.failed:
+            return
+        start = server.get("start_s")
+        start = float(start) if isinstance(start, (int, float)) and math.isfinite(start) else 0.0
+        if server.get("start") == "started":
+            self._start[0] += start
+            self._start[1] += 1
+        duration = result.metrics.get("duration")
+        if not (isinstance(duration, (int, float)) and math.isfinite(duration)):
+            duration = result.finished - result.started - start if result.finished > result.started else None
+        if duration is not None and duration >= 0:
+            self._measure[0] += float(duration)
+            self._measure[1] += 1
+
+    @property
+    def start_s(self) -> float | None:
+        """Mean seconds of a server start (None: none seen yet)."""
+        return self._start[0] / self._start[1] if self._start[1] else None
+
+    @property
+    def measure_s(self) -> float | None:
+        """Mean seconds of a measurement (None: none seen yet)."""
+        return self._measure[0] / self._measure[1] if self._measure[1] else None
+
+    def wait_for_busy(self) -> bool:
+        """Whether a request should wait for the busy worker running its server rather than start it
+        on an idle worker that keeps another one: yes unless a measurement takes longer than two
+        starts (the one waiting saves, and the other kept server's, stopped for it and needed again),
+        and yes while either cost is unknown."""
+        start, measure = self.start_s, self.measure_s
+        return start is None or measure is None or measure <= 2 * start
+
+
 def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
-          busy: Collection[str] = ()) -> list[tuple[int, int]]:
+          busy: Collection[str] = (), costs: LaunchCosts | None = None) -> list[tuple[int, int]]:
     """Which pending request goes to which idle worker, as ``(request index, worker index)``.
 
     Affinity first: a request whose ``server_key`` is the key of the server an idle worker keeps
     goes to that worker. A request whose server a busy worker is running (``busy``: their
     requests' keys) waits for that worker unless an idle worker keeps nothing, since a start is
-    what reuse saves. The other requests, in order, go to the idle workers that keep no server,
-    then to the rest (whose kept server then stops). ``idle`` holds each idle worker's kept key.
+    what reuse saves, or unless ``costs`` says a start costs less than the wait
+    (:meth:`LaunchCosts.wait_for_busy`). The other requests, in order, go to the idle workers that
+    keep no server, then to the rest (whose kept server then stops). ``idle`` holds each idle
+    worker's kept key.
     """
+    wait = costs is None or costs.wait_for_busy()
     free = list(range(len(idle)))
     out: list[tuple[int, int]] = []
     for i, req in enumerate(pending):
@@ -47,10 +97,22 @@ def route(pending: Sequence[EvalRequest], idle: Sequence[str | None],
             break
         if i in taken:
             continue
-        if req.server_key is not None and req.server_key in busy and idle[free[0]] is not None:
+        if wait and req.server_key is not None and req.server_key in busy and idle[free[0]] is not None:
             continue  # its server is running on a busy worker: wait for it
         out.append((i, free.pop(0)))
     return out
+
+
+#: A worker's inbox item that stops the server it keeps (:meth:`InProcessPool.retain`).
+_STOP = "stop"
+
+
+def unneeded(kept: Sequence[str | None], keep: Collection[str],
+             pending: Sequence[EvalRequest] = ()) -> list[int]:
+    """The indices of the idle workers whose kept server (``kept``: each one's key, None: none) is
+    needed neither by ``keep`` (what the run may still measure) nor by a ``pending`` request."""
+    need = set(keep) | {r.server_key for r in pending if r.server_key is not None}
+    return [w for w, key in enumerate(kept) if key is not None and key not in need]
 
 
 class Evaluating(Protocol):
@@ -81,6 +143,14 @@ class EvaluatorPool(Protocol):
         """Stop every worker and everything they started."""
 
 
+class RetainingPool(EvaluatorPool, Protocol):
+    """A pool whose workers keep servers between evaluations (issue 26) and can be told which ones
+    the run still needs; both pools here are one (the dispatcher calls :meth:`retain` when a pool has it)."""
+
+    def retain(self, keys: Collection[str]) -> None:
+        """Stop the servers idle workers keep whose key is not in ``keys`` and no queued request has."""
+
+
 class InProcessPool:
     """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``); a request goes
     to the idle worker keeping its server when there is one (:func:`route`).
@@ -104,9 +174,11 @@ class InProcessPool:
         self._pending: list[EvalRequest] = []
         self._idle: list[int] = list(range(self._size))
         self._running: dict[int, str | None] = {}  # busy worker -> the server key of its request
-        self._inbox: list[queue.Queue[EvalRequest | None]] = [queue.Queue() for _ in range(self._size)]
+        self._inbox: list[queue.Queue[EvalRequest | str | None]] = [queue.Queue() for _ in range(self._size)]
         self._results: queue.Queue[EvaluationResult] = queue.Queue()
         self._started: queue.Queue[tuple[int, list[str]]] = queue.Queue()
+        self.stopped = 0  # kept servers told to stop because the run no longer needed them (retain)
+        self.costs = LaunchCosts()
         self._threads = [threading.Thread(target=self._work, args=(k,), daemon=True)
                          for k in range(self._size)]
         for t in self._threads:
@@ -120,7 +192,7 @@ class InProcessPool:
         """Hand pending requests to idle workers, by server key first (:func:`route`); under the lock."""
         keys = [getattr(self._evaluators[w], "kept_key", None) for w in self._idle]
         busy = {k for w, k in self._running.items() if k is not None}
-        pairs = route(self._pending, keys, busy)
+        pairs = route(self._pending, keys, busy, self.costs)
         for i, w in pairs:
             self._running[self._idle[w]] = self._pending[i].server_key
             self._inbox[self._idle[w]].put(self._pending[i])
@@ -138,6 +210,15 @@ class InProcessPool:
                 if close is not None:
                     close()  # the server it kept, from the thread that started it
                 return
+            if isinstance(req, str):  # _STOP
+                close = getattr(evaluator, "close", None)
+                if close is not None:
+                    close()
+                with self._lock:
+                    self._running.pop(k, None)
+                    self._idle.append(k)
+                    self._route()
+                continue
             devices = list(getattr(evaluator, "devices", []))
             self._started.put((req.eval_id, devices))
             try:
@@ -146,6 +227,7 @@ class InProcessPool:
                 result = fault_result(req, describe_fault(exc), devices=devices,
                                       actor=getattr(evaluator, "actor", None))
             with self._lock:
+                self.costs.add(result)
                 self._running.pop(k, None)
                 self._idle.append(k)
                 self._route()
@@ -156,6 +238,18 @@ class InProcessPool:
         # the re-measurements) is routed as a whole and each request finds its kept server
         with self._lock:
             self._pending.append(req)
+
+    def retain(self, keys: Collection[str]) -> None:
+        """Stop the servers idle workers keep that neither ``keys`` (what the run may still measure)
+        nor a queued request needs; each worker stops its own, in its own thread, and is busy until
+        it has (with the server's grace)."""
+        with self._lock:
+            kept = [getattr(self._evaluators[w], "kept_key", None) for w in self._idle]
+            for i in sorted(unneeded(kept, keys, self._pending), reverse=True):
+                w = self._idle.pop(i)
+                self._running[w] = None
+                self._inbox[w].put(_STOP)
+                self.stopped += 1
 
     def _route_now(self) -> None:
         with self._lock:

@@ -84,6 +84,9 @@ class Loop(RunContext, Protocol):
         """Dispatch every request, wait for all of them (eval_id -> result); then checkpoint
         ``checkpoint`` (a stage's name), if given."""
 
+    def expect(self, configs: Sequence[EvaluationResult]) -> None:
+        """The capacity stage's configurations with probes left: the pool stops the others' kept servers."""
+
     def tell(self, told: Sequence[tuple[Trial, EvaluationResult]], generation: int | None = None) -> None:
         """Tell the searcher these results in order; then learn and checkpoint (see the driver)."""
 
@@ -503,6 +506,7 @@ class Capacity:
                         ok, why = probe_verdict(res.metrics, res.error, loop.settings, opts)
                         probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
                     s.tell(probes)
+            loop.expect([r for r, s in zip(configs, searches) if s.next_loads()])  # the others' servers stop
         loop.events.on_event(TotalChanged(loop.evaluations))
         return [{"rank": rank, "eval_id": r.eval_id, "fitness": finite(r.fitness), "values": dict(r.values),
                  **s.result()}

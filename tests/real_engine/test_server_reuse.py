@@ -64,3 +64,42 @@ def test_capacity_probes_reuse_the_baseline_server(tmp_path: Path, vllm_cpu: Vll
         figures.append(f"reuse_servers={str(reuse).lower()}: {len(starts)} server starts "
                        f"({start_s:.0f} s starting), {len(launched)} launches, wall {wall:.0f} s, run {run_dir}")
     print("\n[real_engine] " + "\n[real_engine] ".join(figures))
+
+
+def test_a_kept_server_nothing_needs_is_stopped_while_the_pool_runs(tmp_path: Path, vllm_cpu: VllmCpu) -> None:
+    """A kept vLLM server is stopped, its whole group (EngineCore and workers) included, when the run
+    no longer needs it (``retain``), without waiting for the pool's close."""
+    import time
+
+    from msopt.config import load_settings
+    from msopt.engines import get_engine
+    from msopt.evaluate.results import EvalRequest
+    from msopt.evaluate.runner import server_key
+    from msopt.run.pool import InProcessPool
+    from msopt.space import SearchSpace
+
+    pids = tmp_path / "pids"
+    cfg = write_config(tmp_path, vllm_cpu, {"vllm": {"command": {"executable": recorded([vllm_cpu.vllm, "serve"],
+                                                                                            pids)}}})
+    settings = load_settings(cfg, environ={})
+    space = SearchSpace.from_settings(settings)
+    values = space.decode(space.default_position(), None).values
+    key = server_key(settings, get_engine("vllm"), values)
+    pool = InProcessPool(settings, size=1, run_dir=str(tmp_path / "run"))
+    try:
+        pool.submit(EvalRequest(0, "baseline", None, 0, tuple(space.default_position().tolist()), num_prompts=8,
+                                server_key=key))
+        got: list = []
+        while not got:
+            got = pool.wait(60)
+        (r,) = got
+        assert r.error is None and r.server and r.server["kept"], r.error
+        assert left_behind(pids)  # vLLM renames its processes: judged by process group (tests/procs.py)
+        pool.retain(set())  # nothing pending or planned needs it
+        deadline = time.monotonic() + 300  # a guard against a hang only
+        while left_behind(pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left_behind(pids) == [] and pool.stopped == 1
+    finally:
+        pool.close()
+    assert started(pids) == 1 and left_behind(pids) == []
