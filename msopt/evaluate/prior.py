@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from msopt.evaluate.objective import make_objective
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.simulated import SimulatorSetup, bench_argv_of, metrics_of
 from msopt.space import SearchSpace
+
+if TYPE_CHECKING:
+    from msopt.sim.calibrate import Simulations
 
 __all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
            "prior_applies", "prior_options"]
@@ -250,6 +253,10 @@ class SimulatorPrior:
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
         self._memo = memo
+        # noise-free simulations by their inputs, shared by the predictions and the refits: a
+        # refit's rows at its final hardware are the predictions that follow it, and the next
+        # refit starts where this one ended
+        self._sims: Simulations = {}
         #: called with a line of text while :meth:`search` runs (None: silent); msopt optimize prints it
         self.report: Callable[[str], None] | None = None
 
@@ -275,8 +282,8 @@ class SimulatorPrior:
         return pred
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
+        from msopt.sim.calibrate import simulate_memo
         from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
-        from msopt.sim.simulator import simulate
 
         try:
             spec = self.engine.render(values, self.settings.fields, self.section, port=0,
@@ -284,9 +291,9 @@ class SimulatorPrior:
             req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
             argv = bench_argv_of(values, req)
             wl = self.workload.with_overrides(benchmark_overrides(argv)) if argv else self.workload
-            res = simulate(knobs_from_launch(spec), self.hardware, self.model_spec, wl,
-                           weight_dtype=str(self.table.get("weight_dtype", "bf16")),
-                           kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)), noise=0.0)
+            res = simulate_memo(self._sims, knobs_from_launch(spec), self.hardware, self.model_spec, wl,
+                                weight_dtype=str(self.table.get("weight_dtype", "bf16")),
+                                kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)))
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -363,7 +370,7 @@ class SimulatorPrior:
         warm = self.refits > 0
         cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)),
                            start=self.hardware if warm else None, start_scale=0.5 if warm else 1.0,
-                           max_evaluations=max_evaluations if warm else None)
+                           max_evaluations=max_evaluations if warm else None, simulations=self._sims)
         self._fitted_on = fitted_on
         self.hardware = cal.hardware
         self._cache = {}
