@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -397,15 +398,17 @@ class SimulatorPrior:
         low, high = self.space.bounds
         steps = self.space.steps
         start = self.evaluations
-        every = max(1, evaluations // 4)
+        every = max(1, evaluations // 10)
         said = 0
+        began = time.monotonic()
 
         def tell(phase: str) -> None:
             nonlocal said
             done = self.evaluations - start
             if self.report is not None and done // every > said:
                 said = done // every
-                self.report(f"simulator prior: {done}/{evaluations} simulated evaluations ({phase})")
+                self.report(f"simulator prior: {done}/{evaluations} simulated evaluations ({phase}, "
+                            f"{time.monotonic() - began:.0f} s)")
 
         if self.report is not None:
             self.report(f"simulator prior: searching the space on the simulator ({evaluations} simulated "
@@ -437,6 +440,11 @@ class SimulatorPrior:
                         tell("hill climbs")
                 break
         self.search_evaluations += self.evaluations - start
+        if self.report is not None:
+            done = self.evaluations - start
+            why = "" if done >= evaluations else ": no hill climb improved further"
+            self.report(f"simulator prior: searched in {time.monotonic() - began:.0f} s, {done} simulated "
+                        f"evaluations{why}")
         return self.ranked()
 
     def ranked(self) -> list[Prediction]:
