@@ -33,11 +33,17 @@ from msopt.space import SearchSpace
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
 
-__all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
-           "prior_applies", "prior_options"]
+__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior",
+           "make_prior", "prior_applies", "prior_options"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
 PRIOR_MODES = ("auto", "simulator", "none")
+#: :meth:`SimulatorPrior.refit` is skipped while the prior predicts the rows it would fit within
+#: this (the mean of the TTFT, TPOT and tok/s errors): a few per cent is what repeats of one
+#: configuration differ by, which a refit could only fit as noise, at a few dozen simulations each
+REFIT_TOLERANCE = 0.05
+#: the measured metrics a refit fits, in the order of its rows (ttft, tpot, tok/s)
+_FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
 
 def _key(values: Mapping[str, Any]) -> str:
@@ -246,6 +252,12 @@ class SimulatorPrior:
         self.workload_table = workload
         self.workload = workload_from_mapping(workload)
         self.refits = 0
+        #: refits skipped because the predictions of the rows to fit were already close enough
+        self.kept = 0
+        #: what the last :meth:`refit` that did not fit found (None: it fitted, or nothing new)
+        self.refit_note: str | None = None
+        #: the error the last refit left on its rows (the refit's objective without the penalty)
+        self.fit_error = 0.0
         self.search_evaluations = 0
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self._observed_fitness: dict[str, float] = {}
@@ -327,7 +339,26 @@ class SimulatorPrior:
         """The configurations measured so far (what :meth:`refit` fits)."""
         return [v for v, *_ in self._observed.values()]
 
-    def refit(self, max_rows: int = 5, rounds: int = 1, max_evaluations: int = 24) -> bool:
+    def prediction_error(self, rows: Sequence[tuple[dict[str, Any], float, float, float]]) -> float:
+        """The mean relative error of the current predictions of measured ``rows`` ((values,
+        ttft, tpot, tok/s)): the mean over rows of the TTFT, TPOT and tok/s errors, as the refit's
+        objective counts them (a prediction that fails counts 100 %). Predictions not made yet are
+        simulated (shared with later predictions and refits) but not added to :meth:`ranked`."""
+        errors = []
+        for values, *measured in rows:
+            hit = self._cache.get(_key(values))
+            if hit is None:
+                pos = np.asarray(self.space.encode({n: values[n] for n in self.space.names if n in values}),
+                                 dtype=float)
+                hit = self._simulate(values, pos)
+            for name, value in zip(_FITTED, measured):
+                got = hit.metrics.get(name) if hit.error is None else None
+                ok = isinstance(got, (int, float)) and math.isfinite(got)
+                errors.append(abs(float(got) - value) / value if ok else 1.0)  # type: ignore[arg-type]
+        return float(np.mean(errors)) if errors else math.inf
+
+    def refit(self, max_rows: int = 5, rounds: int = 1, max_evaluations: int = 24,
+              tolerance: float = REFIT_TOLERANCE, progress: Callable[[str], None] | None = None) -> bool:
         """Refit the hardware's efficiency factors to the measurements observed so far with
         :func:`msopt.sim.calibrate.fit_hardware` (regularised toward the catalog entry);
         predictions are made with the refitted entry from then on.
@@ -336,18 +367,34 @@ class SimulatorPrior:
         that measured best (where the screen must rank right), is skipped while those rows are
         the ones of the last refit, and starts from the last refit's factors with half steps and
         at most ``max_evaluations`` fit evaluations (the first refit starts at the catalog entry
-        with full steps, unbounded). Returns whether a refit happened (it needs two measured
+        with full steps, unbounded). It is skipped too where new rows cannot change the fit much:
+        while the current predictions of those rows err by at most ``tolerance`` (the mean of the
+        TTFT, TPOT and tok/s errors: :meth:`prediction_error`), or by no more than the last refit
+        left on the rows it fitted; :attr:`refit_note` then says so. ``progress`` is called with a
+        line before a refit starts. Returns whether a refit happened (it needs two measured
         configurations)."""
         from msopt.sim.calibrate import Measurement, fit_hardware
         from msopt.sim.knobs import knobs_from_launch
         from msopt.sim.specs import entry_path
 
+        self.refit_note = None
         rows = sorted(self._observed.values(), key=self._measured_fitness)[:max_rows]
         if len(rows) < 2:
             return False
         fitted_on = tuple((_key(v), t, p, g) for v, t, p, g in rows)
         if fitted_on == self._fitted_on:
             return False  # nothing new among the rows it fits
+        error = self.prediction_error(rows)
+        bar = max(tolerance, self.fit_error)
+        if error <= bar:
+            self._fitted_on = fitted_on
+            self.kept += 1
+            self.refit_note = (f"prior kept: it predicts the {len(rows)} best measured configurations within "
+                               f"{error:.1%} (mean TTFT, TPOT and tok/s error; it refits above {bar:.1%})")
+            return False
+        if progress is not None:
+            progress(f"refitting the prior to the {len(rows)} best measured configurations (its predictions "
+                     f"err by {error:.1%}) ...")
         model = str(self.table["model"])
         if self.dirs:
             model = str(entry_path("models", model, self.dirs))
@@ -373,6 +420,7 @@ class SimulatorPrior:
                            start=self.hardware if warm else None, start_scale=0.5 if warm else 1.0,
                            max_evaluations=max_evaluations if warm else None, simulations=self._sims)
         self._fitted_on = fitted_on
+        self.fit_error = (cal.after["ttft"] + cal.after["tpot"] + cal.after["tokens_per_s"]) / 3.0
         self.hardware = cal.hardware
         self._cache = {}
         self._memo = None  # the shared simulations are of the catalog entry
