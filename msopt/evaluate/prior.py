@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,11 +31,20 @@ from msopt.evaluate.runner import configured_benchmark
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.space import SearchSpace
 
-__all__ = ["PRIOR_MODES", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
-           "prior_applies", "prior_options"]
+if TYPE_CHECKING:
+    from msopt.sim.calibrate import Simulations
+
+__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior",
+           "make_prior", "prior_applies", "prior_options"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
 PRIOR_MODES = ("auto", "simulator", "none")
+#: :meth:`SimulatorPrior.refit` is skipped while the prior predicts the rows it would fit within
+#: this (the mean of the TTFT, TPOT and tok/s errors): a few per cent is what repeats of one
+#: configuration differ by, which a refit could only fit as noise, at a few dozen simulations each
+REFIT_TOLERANCE = 0.05
+#: the measured metrics a refit fits, in the order of its rows (ttft, tpot, tok/s)
+_FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
 
 
@@ -241,6 +251,12 @@ class SimulatorPrior:
         self.workload_table = workload
         self.workload = workload_from_mapping(workload)
         self.refits = 0
+        #: refits skipped because the predictions of the rows to fit were already close enough
+        self.kept = 0
+        #: what the last :meth:`refit` that did not fit found (None: it fitted, or nothing new)
+        self.refit_note: str | None = None
+        #: the error the last refit left on its rows (the refit's objective without the penalty)
+        self.fit_error = 0.0
         self.search_evaluations = 0
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self._observed_fitness: dict[str, float] = {}
@@ -249,6 +265,10 @@ class SimulatorPrior:
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
         self._memo = memo
+        # noise-free simulations by their inputs, shared by the predictions and the refits: a
+        # refit's rows at its final hardware are the predictions that follow it, and the next
+        # refit starts where this one ended
+        self._sims: Simulations = {}
         #: called with a line of text while :meth:`search` runs (None: silent); msopt optimize prints it
         self.report: Callable[[str], None] | None = None
 
@@ -274,8 +294,8 @@ class SimulatorPrior:
         return pred
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
+        from msopt.sim.calibrate import simulate_memo
         from msopt.sim.knobs import knobs_from_launch, load_overrides
-        from msopt.sim.simulator import simulate
 
         try:
             spec = self.engine.render(values, self.settings.fields, self.section, port=0,
@@ -283,9 +303,9 @@ class SimulatorPrior:
             req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
             load = field_load_of(self.benchmark, values, req)
             wl = self.workload.with_overrides(load_overrides(load)) if load else self.workload
-            res = simulate(knobs_from_launch(spec), self.hardware, self.model_spec, wl,
-                           weight_dtype=str(self.table.get("weight_dtype", "bf16")),
-                           kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)), noise=0.0)
+            res = simulate_memo(self._sims, knobs_from_launch(spec), self.hardware, self.model_spec, wl,
+                                weight_dtype=str(self.table.get("weight_dtype", "bf16")),
+                                kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)))
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -318,7 +338,26 @@ class SimulatorPrior:
         """The configurations measured so far (what :meth:`refit` fits)."""
         return [v for v, *_ in self._observed.values()]
 
-    def refit(self, max_rows: int = 5, rounds: int = 1, max_evaluations: int = 24) -> bool:
+    def prediction_error(self, rows: Sequence[tuple[dict[str, Any], float, float, float]]) -> float:
+        """The mean relative error of the current predictions of measured ``rows`` ((values,
+        ttft, tpot, tok/s)): the mean over rows of the TTFT, TPOT and tok/s errors, as the refit's
+        objective counts them (a prediction that fails counts 100 %). Predictions not made yet are
+        simulated (shared with later predictions and refits) but not added to :meth:`ranked`."""
+        errors = []
+        for values, *measured in rows:
+            hit = self._cache.get(_key(values))
+            if hit is None:
+                pos = np.asarray(self.space.encode({n: values[n] for n in self.space.names if n in values}),
+                                 dtype=float)
+                hit = self._simulate(values, pos)
+            for name, value in zip(_FITTED, measured):
+                got = hit.metrics.get(name) if hit.error is None else None
+                ok = isinstance(got, (int, float)) and math.isfinite(got)
+                errors.append(abs(float(got) - value) / value if ok else 1.0)  # type: ignore[arg-type]
+        return float(np.mean(errors)) if errors else math.inf
+
+    def refit(self, max_rows: int = 5, rounds: int = 1, max_evaluations: int = 24,
+              tolerance: float = REFIT_TOLERANCE, progress: Callable[[str], None] | None = None) -> bool:
         """Refit the hardware's efficiency factors to the measurements observed so far with
         :func:`msopt.sim.calibrate.fit_hardware` (regularised toward the catalog entry);
         predictions are made with the refitted entry from then on.
@@ -327,18 +366,34 @@ class SimulatorPrior:
         that measured best (where the screen must rank right), is skipped while those rows are
         the ones of the last refit, and starts from the last refit's factors with half steps and
         at most ``max_evaluations`` fit evaluations (the first refit starts at the catalog entry
-        with full steps, unbounded). Returns whether a refit happened (it needs two measured
+        with full steps, unbounded). It is skipped too where new rows cannot change the fit much:
+        while the current predictions of those rows err by at most ``tolerance`` (the mean of the
+        TTFT, TPOT and tok/s errors: :meth:`prediction_error`), or by no more than the last refit
+        left on the rows it fitted; :attr:`refit_note` then says so. ``progress`` is called with a
+        line before a refit starts. Returns whether a refit happened (it needs two measured
         configurations)."""
         from msopt.sim.calibrate import Measurement, fit_hardware
         from msopt.sim.knobs import knobs_from_launch
         from msopt.sim.specs import entry_path
 
+        self.refit_note = None
         rows = sorted(self._observed.values(), key=self._measured_fitness)[:max_rows]
         if len(rows) < 2:
             return False
         fitted_on = tuple((_key(v), t, p, g) for v, t, p, g in rows)
         if fitted_on == self._fitted_on:
             return False  # nothing new among the rows it fits
+        error = self.prediction_error(rows)
+        bar = max(tolerance, self.fit_error)
+        if error <= bar:
+            self._fitted_on = fitted_on
+            self.kept += 1
+            self.refit_note = (f"prior kept: it predicts the {len(rows)} best measured configurations within "
+                               f"{error:.1%} (mean TTFT, TPOT and tok/s error; it refits above {bar:.1%})")
+            return False
+        if progress is not None:
+            progress(f"refitting the prior to the {len(rows)} best measured configurations (its predictions "
+                     f"err by {error:.1%}) ...")
         model = str(self.table["model"])
         if self.dirs:
             model = str(entry_path("models", model, self.dirs))
@@ -362,8 +417,9 @@ class SimulatorPrior:
         warm = self.refits > 0
         cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)),
                            start=self.hardware if warm else None, start_scale=0.5 if warm else 1.0,
-                           max_evaluations=max_evaluations if warm else None)
+                           max_evaluations=max_evaluations if warm else None, simulations=self._sims)
         self._fitted_on = fitted_on
+        self.fit_error = (cal.after["ttft"] + cal.after["tpot"] + cal.after["tokens_per_s"]) / 3.0
         self.hardware = cal.hardware
         self._cache = {}
         self._memo = None  # the shared simulations are of the catalog entry
@@ -389,15 +445,17 @@ class SimulatorPrior:
         low, high = self.space.bounds
         steps = self.space.steps
         start = self.evaluations
-        every = max(1, evaluations // 4)
+        every = max(1, evaluations // 10)
         said = 0
+        began = time.monotonic()
 
         def tell(phase: str) -> None:
             nonlocal said
             done = self.evaluations - start
             if self.report is not None and done // every > said:
                 said = done // every
-                self.report(f"simulator prior: {done}/{evaluations} simulated evaluations ({phase})")
+                self.report(f"simulator prior: {done}/{evaluations} simulated evaluations ({phase}, "
+                            f"{time.monotonic() - began:.0f} s)")
 
         if self.report is not None:
             self.report(f"simulator prior: searching the space on the simulator ({evaluations} simulated "
@@ -429,6 +487,11 @@ class SimulatorPrior:
                         tell("hill climbs")
                 break
         self.search_evaluations += self.evaluations - start
+        if self.report is not None:
+            done = self.evaluations - start
+            why = "" if done >= evaluations else ": no hill climb improved further"
+            self.report(f"simulator prior: searched in {time.monotonic() - began:.0f} s, {done} simulated "
+                        f"evaluations{why}")
         return self.ranked()
 
     def ranked(self) -> list[Prediction]:

@@ -192,9 +192,13 @@ class Driver:
 
     def learn(self) -> None:
         """After an iteration: refit the prior to this run's measurements (``[search] refit``)."""
-        if self.prior is not None and self.prior.options.refit and self.prior.refit():
+        if self.prior is None or not self.prior.options.refit:
+            return
+        if self.prior.refit(progress=lambda text: self.emit(PhaseStarted("search", text))):
             self.emit(PhaseStarted("search", f"prior refitted to {len(self.prior.observed)} measured "
                                    f"configuration(s) (refit {self.prior.refits})"))
+        elif self.prior.refit_note:
+            self.emit(PhaseStarted("search", self.prior.refit_note))
 
     def prior_record(self) -> dict[str, Any]:
         """What the prior did: its simulated evaluations, the picks the swarm started from, and its
@@ -202,7 +206,7 @@ class Driver:
         assert self.prior is not None
         best = next((p for p in self.prior.ranked() if np.isfinite(p.fitness)), None)
         return {"evaluations": self.prior.search_evaluations, "predictions": self.prior.evaluations,
-                "refits": self.prior.refits, "picks": self.prior_picks,
+                "refits": self.prior.refits, "refits_kept": self.prior.kept, "picks": self.prior_picks,
                 "best": None if best is None else {"values": dict(best.values), **best.record()}}
 
     def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:

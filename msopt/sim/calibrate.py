@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import math
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,10 @@ from msopt.errors import ConfigError, MsoptError
 from msopt.registry import Registry
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.personality import PERSONALITIES, get_personality, known
+from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate
 from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_hardware, load_model
+from msopt.sim.workload import Workload, workload_from_mapping
 
 METRICS = ("ttft", "tpot", "tokens_per_s")
 #: requests simulated per row = this x concurrency, for rows that do not give their count: the
@@ -257,16 +259,47 @@ def on_hardware(fitted: Hardware, datasheet: Hardware) -> Hardware:
     return replace(datasheet, engine_overrides={e: dict(t) for e, t in fitted.engine_overrides.items()}, **kw)
 
 
+def simulation_key(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, workload: Workload,
+                   weight_dtype: str, kv_dtype: str | None, seed: int) -> str:
+    """The key of one noise-free simulation in a :data:`Simulations` memo: every input of
+    :func:`simulate` (the simulator is deterministic, so equal keys give equal results)."""
+    return repr((knobs, hw, model, workload, weight_dtype, kv_dtype, int(seed)))
+
+
+#: Noise-free simulations by :func:`simulation_key`, shared between callers that simulate the same
+#: launches on the same hardware (the in-run refit and the prior's predictions).
+Simulations = MutableMapping[str, SimResult]
+
+
+def simulate_memo(memo: Simulations | None, knobs: EngineKnobs, hw: Hardware, model: ModelSpec,
+                  workload: Workload, *, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                  seed: int = 0) -> SimResult:
+    """:func:`simulate` with noise off, looked up in ``memo`` first (None: no memo).
+
+    What the memo keeps drops the per-request arrays (``requests``), which no caller of a memo reads.
+    """
+    if memo is None:
+        return simulate(knobs, hw, model, workload, weight_dtype=weight_dtype, kv_dtype=kv_dtype, seed=seed)
+    key = simulation_key(knobs, hw, model, workload, weight_dtype, kv_dtype, seed)
+    hit = memo.get(key)
+    if hit is None:
+        hit = replace(simulate(knobs, hw, model, workload, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                               seed=seed), requests={})
+        memo[key] = hit
+    return hit
+
+
 def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
                           prompts_per_slot: int = PROMPTS_PER_SLOT, seed: int = 0,
                           models: Mapping[str, ModelSpec] | None = None,
-                          per_row_hardware: bool = False) -> np.ndarray:
+                          per_row_hardware: bool = False, memo: Simulations | None = None) -> np.ndarray:
     """(n, 3) simulated (ttft_s, tpot_s, tokens/s) per measurement; NaN rows where the server fails.
 
     Each row is simulated with fixed lengths (as measured), ``prompts_per_slot x concurrency``
     requests unless the measurement gives its own count, and one seed for every row. With
     ``per_row_hardware`` a row whose ``hardware`` names another catalog entry is simulated on that
-    entry with ``hw``'s factors (:func:`on_hardware`).
+    entry with ``hw``'s factors (:func:`on_hardware`). ``memo``: simulations to look up and add to
+    (see :func:`simulate_memo`).
     """
     cache = dict(models or {})
     devices: dict[str, Hardware] = {}
@@ -279,8 +312,9 @@ def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
             if m.hardware not in devices:
                 devices[m.hardware] = load_hardware(m.hardware)
             row_hw = on_hardware(hw, devices[m.hardware])
-        res = simulate(m.knobs, row_hw, cache[m.model], m.workload_table(prompts_per_slot),
-                       weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=seed)
+        res = simulate_memo(memo, m.knobs, row_hw, cache[m.model],
+                            workload_from_mapping(m.workload_table(prompts_per_slot)),
+                            weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=seed)
         if res.error is None:
             out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
     return out
@@ -372,6 +406,7 @@ def fit_hardware(
     max_evaluations: int | None = None,
     group_of: Callable[[Measurement], Any] | None = None,
     per_row_hardware: bool = False,
+    simulations: Simulations | None = None,
 ) -> Calibration:
     """Fit ``hardware``'s efficiency factors and per-engine overheads to measured runs.
 
@@ -406,6 +441,8 @@ def fit_hardware(
             fit on the others).
         per_row_hardware: simulate each row on the hardware it names, with the fitted factors
             (:func:`on_hardware`); rows of several devices of one kind are fitted together.
+        simulations: a memo of simulations to look up and add to, shared with the caller (the
+            in-run refit shares it with the prior's predictions and its earlier refits).
 
     Returns:
         A :class:`Calibration`.
@@ -421,7 +458,7 @@ def fit_hardware(
     scored: dict[tuple[str, tuple[int, ...]], dict[str, float]] = {}
 
     def sim(rows: Sequence[Measurement], hw: Hardware) -> np.ndarray:
-        return simulate_measurements(rows, hw, prompts_per_slot, seed, cache, per_row_hardware)
+        return simulate_measurements(rows, hw, prompts_per_slot, seed, cache, per_row_hardware, simulations)
 
     def score(hw: Hardware, rows: Sequence[Measurement]) -> dict[str, float]:
         key = (repr(hw), tuple(map(id, rows)))
@@ -520,6 +557,7 @@ __all__ = [
     "LAUNCH_RULES",
     "Calibration",
     "Measurement",
+    "Simulations",
     "closed_loop_tokens_per_s",
     "fit_hardware",
     "load_measurements_csv",
@@ -527,4 +565,6 @@ __all__ = [
     "on_hardware",
     "row_knobs",
     "simulate_measurements",
+    "simulate_memo",
+    "simulation_key",
 ]

@@ -225,8 +225,9 @@ def test_refit_needs_two_measurements(write_toml):
 
 def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
     """A simulated run with noise refits its prior after iterations; the same seed, the same run."""
+    # noise well above the refit's tolerance, so that the prior's predictions of the measurements are off
     settings = load_settings(str(write_toml(CFG.format(simulate="true", extra="max_launches = 14").replace(
-        '[simulator]\n', '[simulator]\nnoise = 0.03\n'), "noisy.toml")), environ={})
+        '[simulator]\n', '[simulator]\nnoise = 0.25\n'), "noisy.toml")), environ={})
     space = SearchSpace.from_settings(settings)
 
     def run():
@@ -259,11 +260,38 @@ def test_refit_is_skipped_without_new_rows_and_warm_afterwards(write_toml):
     assert prior.refit() and prior.refits == 1
     first = prior.hardware
     assert not prior.refit() and prior.refits == 1 and prior.hardware is first
-    m = ranked[2].metrics
-    prior.observe(ranked[2].values, {"generate_speed": m["generate_speed"] * 0.7,
-                                     "time_to_first_token": m["time_to_first_token"] / 0.7,
-                                     "time_per_output_token": m["time_per_output_token"] / 0.7})
+    m = ranked[2].metrics  # further off than the first two: the first fit mispredicts it
+    prior.observe(ranked[2].values, {"generate_speed": m["generate_speed"] * 0.4,
+                                     "time_to_first_token": m["time_to_first_token"] / 0.4,
+                                     "time_per_output_token": m["time_per_output_token"] / 0.4})
     assert prior.refit(max_evaluations=3) and prior.refits == 2
+
+
+def test_refit_is_skipped_while_the_predictions_are_close(write_toml):
+    """Measurements within the tolerance of the predictions: no refit, the hardware stays, and the
+    note says how close; the same rows are not checked again; rows 40 % off are refitted."""
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings, space)
+    ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:4]
+    for p in ranked[:2]:
+        m = p.metrics
+        prior.observe(p.values, {"generate_speed": m["generate_speed"] * 0.98,
+                                 "time_to_first_token": m["time_to_first_token"] * 1.02,
+                                 "time_per_output_token": m["time_per_output_token"]})
+    evaluations = prior.evaluations
+    assert not prior.refit() and prior.refits == 0 and prior.kept == 1
+    assert prior.hardware is prior.catalog_hardware and prior.evaluations == evaluations
+    assert prior.refit_note is not None and "within 1.3%" in prior.refit_note
+    assert not prior.refit() and prior.kept == 1  # nothing new
+    for p in ranked[2:]:
+        m = p.metrics
+        prior.observe(p.values, {"generate_speed": m["generate_speed"] * 0.6,
+                                 "time_to_first_token": m["time_to_first_token"] / 0.6,
+                                 "time_per_output_token": m["time_per_output_token"] / 0.6})
+    said: list[str] = []
+    assert prior.refit(progress=said.append) and prior.refits == 1 and prior.refit_note is None
+    assert said and said[0].startswith("refitting the prior to the 4 best measured configurations")
 
 
 def test_a_budget_remeasures_the_two_best_again(write_toml):

@@ -30,3 +30,17 @@ def test_defaults_are_the_cold_full_fit_and_a_warm_fit_is_capped():
     # it starts where the cold fit ended, so it keeps what that fit learnt; the pull is still to the catalog
     assert warm.factors["vllm.step_overhead_ms"] > catalog.step_overhead_ms
     assert abs(warm.factors["vllm.step_overhead_ms"] - cold.factors["vllm.step_overhead_ms"]) <= 0.5 * 1.0 + 1e-9
+
+
+def test_a_shared_memo_gives_the_same_fit_and_serves_a_second_one():
+    """With ``simulations`` the fit is the one without (the simulator is deterministic); a second
+    fit of the same rows from the same start simulates nothing new."""
+    rows, catalog = _rows(), load_hardware("h100-sxm")
+    plain = fit_hardware(rows, catalog, rounds=1, prompts_per_slot=3)
+    memo: dict = {}
+    shared = fit_hardware(rows, catalog, rounds=1, prompts_per_slot=3, simulations=memo)
+    assert shared.hardware == plain.hardware and shared.after == plain.after and shared.evaluations == plain.evaluations
+    assert memo and all(not r.requests for r in memo.values())
+    size = len(memo)
+    again = fit_hardware(rows, catalog, rounds=1, prompts_per_slot=3, simulations=memo)
+    assert again.hardware == plain.hardware and len(memo) == size
