@@ -14,6 +14,7 @@ from typing import Any
 
 from msopt.engines.base import ENGINES, LaunchSpec, TrialNode
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.health_sources import SGLANG_SOURCES
 from msopt.engines.pd import (
     ROLES,
     PdLaunch,
@@ -87,6 +88,7 @@ class SglangAdapter(CommandLineAdapter):
     default_executable = ("python", "-m", "sglang.launch_server")
     startup_rules = SGLANG_RULES
     sim_personality = "sglang"
+    health_sources = SGLANG_SOURCES
     version_programs = ("sglang",)
     supports_pd = True
     model_flag = "--model-path"
