@@ -410,6 +410,12 @@ class EngineAdapter:
     #: ``(origin, line)``: lines the engine logs that look alarming but are no failure; no packaged
     #: pattern may match them (the tests check).
     benign_lines: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Flags that make the engine's server speak HTTPS (``msopt preflight`` fails a launch that
+    #: passes one: msopt's readiness check and benchmarks speak plain HTTP).
+    tls_flags: ClassVar[frozenset[str]] = frozenset()
+    #: Where, besides ``[<engine>.command] model``, the engine's configuration names the model
+    #: path, as ``msopt preflight`` shows it when that path is missing (``""``: nowhere else).
+    model_path_hint: ClassVar[str] = ""
     #: The simulator personality that models this engine's launches (a name in
     #: ``msopt.sim.PERSONALITIES``); None: the simulator does not model it, so it has no simulated
     #: runs and no simulator prior unless ``[search] prior = "simulator"`` asks for one.

@@ -282,6 +282,7 @@ class MindieAdapter(EngineAdapter):
     startup_rules = MINDIE_RULES
     sim_personality = "mindie"
     health_sources = MINDIE_SOURCES
+    model_path_hint = "MindIE: ModelConfig[0].modelWeightPath"
     default_port = 1025
     #: On SIGTERM the daemon waits 5 s for its endpoint (EP_STOP_WAIT_TIME, llm_daemon.cpp:41, 209), then
     #: SIGTERMs its process group and waits up to 15 s for it (SUB_PROCESS_WAIT_TIME, llm_daemon.cpp:45,

@@ -89,6 +89,8 @@ class SglangAdapter(CommandLineAdapter):
     startup_rules = SGLANG_RULES
     sim_personality = "sglang"
     health_sources = SGLANG_SOURCES
+    #: SGLang 0.5.23 --ssl-keyfile / --ssl-certfile (tests/data/engines/sglang_flags.txt)
+    tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("sglang",)
     supports_pd = True
     model_flag = "--model-path"

@@ -167,6 +167,8 @@ class VllmAdapter(CommandLineAdapter):
     sim_personality = "vllm"
     health_sources = VLLM_SOURCES
     benign_lines = VLLM_BENIGN_LINES
+    #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/flags/vllm-0.33.0.txt)
+    tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("vllm",)
     model_flag = None
     negate_enable = True
