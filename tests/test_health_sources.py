@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from msopt.config import DEFAULTS_PATH, read_toml
-from msopt.evaluate.health import BENIGN_LINES, PATTERN_SOURCES, HealthCheck
+from msopt.evaluate.health import HealthCheck, benign_lines, pattern_sources
 
 
 def packaged() -> set[tuple[str, str, str, str]]:
@@ -15,18 +15,18 @@ def packaged() -> set[tuple[str, str, str, str]]:
 
 
 def test_every_packaged_pattern_has_a_source_and_every_source_is_packaged() -> None:
-    sourced = {(s.kind, s.severity, s.error_type, s.pattern) for s in PATTERN_SOURCES}
+    sourced = {(s.kind, s.severity, s.error_type, s.pattern) for s in pattern_sources()}
     assert packaged() == sourced
-    assert all(s.origin.strip() and s.sample.strip() for s in PATTERN_SOURCES)
+    assert all(s.origin.strip() and s.sample.strip() for s in pattern_sources())
 
 
-@pytest.mark.parametrize("src", PATTERN_SOURCES, ids=lambda s: f"{s.kind}-{s.error_type}-{s.pattern[:20]}")
+@pytest.mark.parametrize("src", pattern_sources(), ids=lambda s: f"{s.kind}-{s.error_type}-{s.pattern[:20]}")
 def test_each_sample_is_classified_as_filed(src) -> None:
     verdict = HealthCheck.default().check(["INFO starting", src.sample, "INFO shutting down"], src.kind)
     assert (verdict.kind, verdict.error_type) == (src.severity, src.error_type)
 
 
-@pytest.mark.parametrize(("origin", "line"), BENIGN_LINES)
+@pytest.mark.parametrize(("origin", "line"), benign_lines())
 def test_benign_lines_match_nothing(origin: str, line: str) -> None:
     assert HealthCheck.default().check([line], "service").ok, origin
 

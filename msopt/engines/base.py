@@ -21,6 +21,7 @@ from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
     from msopt.config import Settings
+    from msopt.engines.health_sources import PatternSource
     from msopt.engines.pd import PdLaunch
     from msopt.engines.rules import Advisory, Rule
 
@@ -402,6 +403,19 @@ class EngineAdapter:
     #: (severities ``fatal`` and ``retryable``, as in ``[health_check.service]``), checked besides
     #: the configuration's; an error type the configuration lists patterns for keeps those alone.
     health_patterns: ClassVar[Mapping[str, Mapping[str, tuple[str, ...]]]] = MappingProxyType({})
+    #: Where the patterns of the packaged ``[health_check]`` table (msopt/config/defaults.toml) that
+    #: this engine prints come from, each with a sample line (:mod:`msopt.engines.health_sources`);
+    #: the tests check the table against them (:func:`msopt.evaluate.health.pattern_sources`).
+    health_sources: ClassVar[tuple[PatternSource, ...]] = ()
+    #: ``(origin, line)``: lines the engine logs that look alarming but are no failure; no packaged
+    #: pattern may match them (the tests check).
+    benign_lines: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Flags that make the engine's server speak HTTPS (``msopt preflight`` fails a launch that
+    #: passes one: msopt's readiness check and benchmarks speak plain HTTP).
+    tls_flags: ClassVar[frozenset[str]] = frozenset()
+    #: Where, besides ``[<engine>.command] model``, the engine's configuration names the model
+    #: path, as ``msopt preflight`` shows it when that path is missing (``""``: nowhere else).
+    model_path_hint: ClassVar[str] = ""
     #: The simulator personality that models this engine's launches (a name in
     #: ``msopt.sim.PERSONALITIES``); None: the simulator does not model it, so it has no simulated
     #: runs and no simulator prior unless ``[search] prior = "simulator"`` asks for one.

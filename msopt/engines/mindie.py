@@ -35,6 +35,7 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
+from msopt.engines.health_sources import MINDIE_SOURCES
 from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie_original import refuse_mindie_pd
 from msopt.engines.rules.mindie import RULES as MINDIE_RULES
@@ -280,6 +281,8 @@ class MindieAdapter(EngineAdapter):
     default_executable = ("mindieservice_daemon",)
     startup_rules = MINDIE_RULES
     sim_personality = "mindie"
+    health_sources = MINDIE_SOURCES
+    model_path_hint = "MindIE: ModelConfig[0].modelWeightPath"
     default_port = 1025
     #: On SIGTERM the daemon waits 5 s for its endpoint (EP_STOP_WAIT_TIME, llm_daemon.cpp:41, 209), then
     #: SIGTERMs its process group and waits up to 15 s for it (SUB_PROCESS_WAIT_TIME, llm_daemon.cpp:45,

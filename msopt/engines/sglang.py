@@ -14,6 +14,7 @@ from typing import Any
 
 from msopt.engines.base import ENGINES, LaunchSpec, TrialNode
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.health_sources import SGLANG_SOURCES
 from msopt.engines.pd import (
     ROLES,
     PdLaunch,
@@ -87,6 +88,9 @@ class SglangAdapter(CommandLineAdapter):
     default_executable = ("python", "-m", "sglang.launch_server")
     startup_rules = SGLANG_RULES
     sim_personality = "sglang"
+    health_sources = SGLANG_SOURCES
+    #: SGLang 0.5.23 --ssl-keyfile / --ssl-certfile (tests/data/engines/sglang_flags.txt)
+    tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("sglang",)
     supports_pd = True
     model_flag = "--model-path"

@@ -38,6 +38,7 @@ from msopt.engines.base import (
     value_of,
 )
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.rules.vllm import RULES as VLLM_RULES
 from msopt.errors import ConfigError, EvaluationError
@@ -164,6 +165,10 @@ class VllmAdapter(CommandLineAdapter):
     startup_rules = VLLM_RULES
     advisories = VLLM_ADVISORIES
     sim_personality = "vllm"
+    health_sources = VLLM_SOURCES
+    benign_lines = VLLM_BENIGN_LINES
+    #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/flags/vllm-0.33.0.txt)
+    tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("vllm",)
     model_flag = None
     negate_enable = True

@@ -1,12 +1,13 @@
 """``msopt optimize --backup`` (``backup = true``): keep what every evaluation launched.
 
-The original tool's ``--backup`` copied, after each evaluation, the server's log, MindIE's
-config.json and the benchmark's output into ``result/bak/`` (ms_serviceparam_optimizer
-optimizer/scheduler.py ``Scheduler.backup``, optimizer/plugins/simulate.py ``Simulator.backup``,
-msserviceprofiler@9582f434). msopt keeps every log and the benchmark's result files in the run
-directory anyway (``logs/``, ``work/``); what it does not keep is what a launch wrote outside the
-run directory, above all MindIE's config.json, which msopt edits in place and restores after the
-trial. With ``backup`` on, each attempt writes, before its server starts:
+The original tool's ``--backup`` copied, after each evaluation, the server's log, the engine's
+configuration file (there, MindIE's config.json) and the benchmark's output into ``result/bak/``
+(ms_serviceparam_optimizer optimizer/scheduler.py ``Scheduler.backup``, optimizer/plugins/simulate.py
+``Simulator.backup``, msserviceprofiler@9582f434). msopt keeps every log and the benchmark's result
+files in the run directory anyway (``logs/``, ``work/``); what it does not keep is what a launch
+wrote outside the run directory, above all an engine's configuration file that msopt edits in
+place and restores after the trial (MindIE's config.json, for one). With ``backup`` on, each
+attempt writes, before its server starts:
 
 - ``backup/eval-<id>-a<attempt>/launch.json``: every process of the launch (role, argv, the
   environment it adds, host, port, the files it writes) and a copy of each of those files as

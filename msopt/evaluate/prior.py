@@ -55,7 +55,7 @@ def _devices(settings: Settings) -> list[str]:
 
 class _AnyEnvironment(dict):
     """The server's environment as the driver's pre-check sees it: every variable set. Rules on
-    the environment (MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
+    the environment (e.g. MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
     its evaluator checks them there, with its own environment."""
 
     def get(self, key: Any, default: Any = None) -> Any:  # noqa: D102

