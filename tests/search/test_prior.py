@@ -143,8 +143,10 @@ def test_driver_starts_at_picks_and_journals_predictions(write_toml):
         space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
     driver = Driver(settings, pool, prior=prior)
     assert driver.prior_picks and len(driver.prior_picks) == 4
-    out = driver.run()
-    pool.close()
+    try:
+        out = driver.run()
+    finally:
+        pool.close()
     first = {r.particle: r for r in out.results if r.phase == "search" and r.iteration == 0}
     for k, pick in enumerate(driver.prior_picks, start=1):
         assert {n: first[k].values[n] for n in space.names} == {n: pick["values"][n] for n in space.names}
@@ -173,9 +175,11 @@ def test_report_shows_the_prior(write_toml, tmp_path):
     space = SearchSpace.from_settings(settings)
     store = RunStore.create(tmp_path / "runs", settings)
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, lambda v: v["tp"]))
-    Driver(settings, pool, store=store, prior=make_prior(settings, space)).run()
-    pool.close()
-    store.close()
+    try:
+        Driver(settings, pool, store=store, prior=make_prior(settings, space)).run()
+    finally:
+        pool.close()
+        store.close()
     page = write_report(store.run_dir, export=False).read_text()
     assert "simulator prior predicted every launched configuration" in page
     assert (store.run_dir / PRIOR_PNG).stat().st_size > 0

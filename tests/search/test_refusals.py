@@ -34,8 +34,10 @@ def test_a_refused_configuration_is_proposed_once_at_most(write_toml, search):
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
         space, lambda v: v["max_num_batched_tokens"] / 1000 + v["max_num_seqs"] / 100))
     driver = Driver(settings, pool, prior=make_prior(settings, space))
-    out = driver.run()
-    pool.close()
+    try:
+        out = driver.run()
+    finally:
+        pool.close()
     refused = Counter(values_key(r.values) for r in out.results if r.refused)
     assert out.refused == len(refused)
     assert all(n == 1 for n in refused.values()), refused.most_common(3)
@@ -86,8 +88,10 @@ def test_a_configuration_refused_at_launch_is_not_proposed_again(write_toml):
     # tp 1 scores best: the swarm is pulled toward configurations that are refused at launch
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: RefusesTp1(
         space, lambda v: v["tp"] + v["max_num_seqs"] / 100))
-    out = Driver(settings, pool).run()
-    pool.close()
+    try:
+        out = Driver(settings, pool).run()
+    finally:
+        pool.close()
     iterations: dict[str, set[int]] = {}
     for r in out.results:
         if r.refused:

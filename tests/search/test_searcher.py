@@ -145,8 +145,10 @@ def test_screened_moves_follow_the_model():
 def test_max_launches_caps_every_launch(write_toml, mode):
     seen: list = []
     driver = make(write_toml, mode=mode, extra="max_launches = 14", seen=seen)
-    out = driver.run()
-    driver.pool.close()
+    try:
+        out = driver.run()
+    finally:
+        driver.pool.close()
     assert len(seen) == out.launched <= 14
     assert out.launched >= 12  # the search goes on past iters while launches are left
     phases = [req.phase for req, _ in seen]
@@ -162,8 +164,10 @@ def test_max_launches_caps_every_launch(write_toml, mode):
 def test_refused_candidates_are_never_launched_and_answered_again(write_toml):
     seen: list = []
     driver = make(write_toml, iters=6, seen=seen)
-    out = driver.run()
-    driver.pool.close()
+    try:
+        out = driver.run()
+    finally:
+        driver.pool.close()
     refused = [r for r in out.results if r.refused]
     assert refused, "the space has configurations vLLM refuses (tokens < seqs)"
     assert all(r.values["tokens"] < r.values["seqs"] and r.fitness == float("inf") for r in refused)
@@ -181,8 +185,10 @@ def test_no_screen_launches_refused_candidates(write_toml):
                              environ={})
     space = SearchSpace.from_settings(settings)
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
-    out = Driver(settings, pool, screen=False).run()
-    pool.close()
+    try:
+        out = Driver(settings, pool, screen=False).run()
+    finally:
+        pool.close()
     assert out.refused == 0
     assert any(space.decode(req.position, req.context).values["tokens"]
                < space.decode(req.position, req.context).values["seqs"] for req, _ in seen)
@@ -195,8 +201,10 @@ def _budget_run(write_toml, budget, *, mode="sync", previous=(), refused_baselin
     space = SearchSpace.from_settings(settings)
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
     driver = Driver(settings, pool, previous=previous, keep_results=True)
-    out = driver.run()
-    pool.close()
+    try:
+        out = driver.run()
+    finally:
+        pool.close()
     return driver, out
 
 
