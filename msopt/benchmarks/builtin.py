@@ -385,7 +385,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
                 f"{p.concurrency}, request_rate {p.request_rate}")
             try:
                 summary, records = _run_sync(p, timeout, log)
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 log(f"timed out after {timeout:g} s")
                 raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None
             log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "

@@ -10,7 +10,6 @@ answers 200 once every prefill and decode server does.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import os
@@ -62,7 +61,7 @@ def serve_router(argv: Sequence[str], argv_file: str | None = None) -> int:
                 async with state["session"].get(url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
                     if r.status != 200:
                         return web.Response(status=503, text=f"{url} not ready")
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 return web.Response(status=503, text=f"{url} unreachable")
         return web.Response(status=200, text="")
 

@@ -7,7 +7,7 @@ given directly as the path of a TOML file.
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,11 +16,6 @@ from typing import Any
 
 from msopt.errors import ConfigError, SimulationError
 from msopt.registry import close_matches
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 
