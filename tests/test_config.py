@@ -214,10 +214,7 @@ def test_settings_immutable_and_effective_toml_round_trips(write_toml, tmp_path)
 
 
 def test_dump_toml_escapes():
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib
+    import tomllib
 
     data = {"a": 'x"y\n\\z', "t": {"u": [1, 2.5, True], "v": {"w": "$(id)"}}, "arr": [{"k": 1}, {"k": 2}]}
     assert tomllib.loads(dump_toml(data)) == data

@@ -12,10 +12,7 @@ from msopt.errors import ConfigError
 if TYPE_CHECKING:
     from msopt.space import SearchSpace
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 
 
 def register(sub: Any) -> None:

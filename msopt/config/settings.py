@@ -11,23 +11,18 @@ from __future__ import annotations
 import math
 import os
 import stat
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import tomli_w
+
 from msopt.checks import is_finite, is_int, port_range
 from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
 from msopt.config.typed import Config, build_config
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
-
-import tomli_w
-
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 from msopt.space import SearchSpace

@@ -75,11 +75,7 @@ def test_the_run_directory_resumes_and_reports(extra: str, tmp_path: Path,
 
 def test_dump_toml_round_trips_what_the_old_writer_broke() -> None:
     import datetime
-
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib
+    import tomllib
 
     data = {"k\u00e9y": {"\u00fc": "\x7f\x00\x1b"}, "t": datetime.datetime(2020, 1, 2, 3, 4, 5),
             "d": datetime.date(2020, 1, 2), "arr": [{"k": 1}, {"k": [1, 2]}], "nan": float("nan")}

@@ -70,10 +70,7 @@ def config_changes(original: str, current: str, *, limit: int = 5) -> list[str]:
 
     At most ``limit`` items, then how many more; an unparsable ``current`` is one item.
     """
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
+    import tomllib
 
     from msopt.config.settings import same_toml
 
