@@ -39,13 +39,10 @@ number, a string with a unit, or ``{"total": value}``). The newest pair is read.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -70,7 +67,7 @@ from msopt.engines.base import (
     split_others,
     substitute,
 )
-from msopt.engines.process import exit_report, tail
+from msopt.engines.process import exit_report, tail, write_atomic
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -262,19 +259,6 @@ def dataset_config(section: Mapping[str, Any], count: int) -> str:
         ""])
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def parse_quantity(value: Any) -> tuple[float, str] | None:
     """``12.5``, ``"2006.0 ms"``, ``{"total": "3 req/s"}`` -> (number, unit)."""
     if isinstance(value, Mapping):
@@ -362,10 +346,11 @@ class AisBench(BenchmarkAdapter):
         datasets = _names(cmd, "datasets", where, subst)
         config_dir = Path(result_dir) / CONFIG_DIR
         if models is None:
-            _write(config_dir / "models" / f"{MODEL_NAME}.py",
-                   model_config(section, server, concurrency=conc, request_rate=rate))
+            write_atomic(config_dir / "models" / f"{MODEL_NAME}.py",
+                         model_config(section, server, concurrency=conc, request_rate=rate).encode("utf-8"))
         if datasets is None:
-            _write(config_dir / "datasets" / f"{DATASET_NAME}.py", dataset_config(section, int(n)))
+            write_atomic(config_dir / "datasets" / f"{DATASET_NAME}.py",
+                         dataset_config(section, int(n)).encode("utf-8"))
         argv = executable(cmd, ("ais_bench",), self.name, subst)
         argv += ["--models", *(models or [MODEL_NAME])]
         argv += ["--datasets", *(datasets or [DATASET_NAME])]

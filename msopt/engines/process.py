@@ -556,7 +556,10 @@ def wait_ready(
         time.sleep(min(interval, max(0.0, deadline - now)))
 
 
-def _write_atomic(path: Path, data: bytes, mode: int | None) -> None:
+def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write a whole file or nothing: a temporary file beside ``path`` (its folder made if need be),
+    fsync, then rename over it; ``mode``: the file's permissions (default: the umask's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -593,13 +596,13 @@ def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
             elif path.exists():
                 original = path.read_bytes()
                 mode = path.stat().st_mode & 0o777
-                _write_atomic(backup, original, mode)
+                write_atomic(backup, original, mode)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
             data = doc if isinstance(doc, bytes) else \
                 (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
             done.append((path, original, mode, backup))
-            _write_atomic(path, data, mode if mode is not None else 0o640)
+            write_atomic(path, data, mode if mode is not None else 0o640)
         yield [p for p, *_ in done]
     finally:
         for path, original, mode, backup in reversed(done):
@@ -607,7 +610,7 @@ def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             else:
-                _write_atomic(path, original, mode)
+                write_atomic(path, original, mode)
             with contextlib.suppress(FileNotFoundError):
                 backup.unlink()
 

@@ -21,33 +21,14 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from msopt.engines.base import LaunchSpec
-from msopt.engines.process import BACKUP_SUFFIX
+from msopt.engines.process import BACKUP_SUFFIX, write_atomic
 from msopt.evaluate.results import EvalRequest
 
 BACKUP_DIR = "backup"
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Write a whole file or nothing (temporary file, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _file_bytes(doc: object) -> bytes:
@@ -66,7 +47,7 @@ def _keep_original(run_dir: Path, target: Path) -> None:
     pristine = target.with_name(target.name + BACKUP_SUFFIX)
     source = pristine if pristine.exists() else target
     if source.is_file():
-        _write(copy, source.read_bytes())
+        write_atomic(copy, source.read_bytes())
 
 
 def write_backup(run_dir: Path, req: EvalRequest, attempt: int,
@@ -89,7 +70,7 @@ def write_backup(run_dir: Path, req: EvalRequest, attempt: int,
         files = {}
         for target, doc in spec.files.items():
             name = f"{role}-{Path(target).name}"
-            _write(out / name, _file_bytes(doc))
+            write_atomic(out / name, _file_bytes(doc))
             files[str(target)] = name
             path = Path(target)
             if path.is_absolute() and run_root not in path.resolve().parents:
@@ -97,5 +78,5 @@ def write_backup(run_dir: Path, req: EvalRequest, attempt: int,
         record.append({"role": role, "engine": spec.engine, "argv": list(spec.argv), "env": dict(spec.env),
                        "host": spec.host, "port": spec.port, "files": files})
     doc = {"eval_id": req.eval_id, "attempt": attempt, "launches": record}
-    _write(out / "launch.json", (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_atomic(out / "launch.json", (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return out
