@@ -52,3 +52,43 @@ def test_implied_busy_counts_only_the_sequences_that_decode():
     queued = dataclasses.replace(row, ttft_s=row.ttft_s + 100 * row.tpot_s * row.output_len)
     pre_q, decode_q = mod.implied_busy(queued, dev)
     assert decode_q < decode and pre_q > 0
+
+
+def _structure():
+    spec = importlib.util.spec_from_file_location("step_structure_cv", ROOT / "scripts" / "step_structure_cv.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_per_layer_overhead_keeps_the_64_layer_rows_and_moves_the_others():
+    from msopt.sim.calibrate import simulate_measurements
+
+    mod = _structure()
+    rows = load_measurements_csv(GAP_VLLM, engine="vllm")
+    rows = [next(m for m in rows if m.model == "qwen3-32b"), next(m for m in rows if m.model == "llama-3.1-8b")]
+    rows = [dataclasses.replace(m, num_prompts=2 * m.concurrency) for m in rows]
+    hw = load_hardware("h100-sxm")
+    catalog = simulate_measurements(rows, hw, per_row_hardware=True)
+    assert np.allclose(mod.simulate_per_layer(rows, hw, 0.0, 1.0, False), catalog)
+    per_layer = mod.simulate_per_layer(rows, hw, 1.0, 1.0, True)
+    assert np.allclose(per_layer[0], catalog[0])  # Qwen3-32B: 64 layers, as fitted
+    assert per_layer[1][1] < catalog[1][1]  # Llama-3.1-8B: 32 layers, half the step overhead
+
+
+def test_all_experts_read_is_scoped():
+    from msopt.sim.moe import MoeCost
+
+    mod = _structure()
+    plain = MoeCost.time
+    rows = [m for m in load_measurements_csv(GAP_VLLM, engine="vllm") if m.model == "qwen3-235b-a22b"][:1]
+    rows = [dataclasses.replace(m, num_prompts=2 * m.concurrency) for m in rows]
+    from msopt.sim.calibrate import simulate_measurements
+
+    hw = load_hardware("h100-sxm")
+    before = simulate_measurements(rows, hw, per_row_hardware=True)
+    with mod.all_experts_read(1.0):
+        inside = simulate_measurements(rows, hw, per_row_hardware=True)
+    assert MoeCost.time is plain
+    assert inside[0][1] > before[0][1]  # a c = 16 decode step touches 64 % of the experts, not all
