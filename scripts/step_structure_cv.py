@@ -21,10 +21,13 @@ variant at the catalog's values and the held-out prediction, then the pooled fig
 * ``comm-x2``: the per-token all-reduce at twice the link efficiency (NVLink SHARP / one-shot);
 * ``moe-all-experts F``: every MoE step reads all of its device's expert weights, at F x the time
   the HBM roofline gives (F = 1: no fitted number), instead of the experts a uniform routing of the
-  step's tokens touches.
+  step's tokens touches;
+* ``dp-as-tp``: only the rows launched with ``--data-parallel-size`` (``scripts/silicon_rows.py``'s
+  reading of ``tp_size`` < ``moe_tp_size x moe_ep_size``), simulated instead as one tensor-parallel
+  group of all their devices (aiconfigurator 0.12.0's ``generator/rule_plugin/vllm.rule``).
 
 Usage: python scripts/step_structure_cv.py [--engine vllm|sglang] [--variant per-layer|zero-overhead|
-       comm-x2|moe-all-experts] [--factor F] [--fp8-kv]
+       comm-x2|moe-all-experts|dp-as-tp] [--factor F] [--fp8-kv]
 """
 
 from __future__ import annotations
@@ -138,9 +141,14 @@ def one_off(rows: Sequence[Measurement], hw: Hardware, variant: str, factor: flo
     """Score one structure without a fit, per group."""
     engine = rows[0].engine
     base = hw.for_engine(engine)
+    if variant == "dp-as-tp":
+        rows = [m for m in rows if m.knobs.dp > 1]
     catalog = simulate_measurements(rows, hw, per_row_hardware=True)
     if variant == "zero-overhead":
         sim = simulate_measurements(rows, _with_overheads(hw, engine, 0.0, 0.0), per_row_hardware=True)
+    elif variant == "dp-as-tp":
+        alone = [replace(m, knobs=replace(m.knobs, tp=m.knobs.tp * m.knobs.dp, dp=1)) for m in rows]
+        sim = simulate_measurements(alone, hw, per_row_hardware=True)
     elif variant == "comm-x2":
         sim = simulate_measurements(rows, replace(hw, comm_eff=2.0 * base.comm_eff), per_row_hardware=True)
     else:
@@ -158,7 +166,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="vllm", choices=("vllm", "sglang"))
     parser.add_argument("--variant", default="per-layer",
-                        choices=("per-layer", "zero-overhead", "comm-x2", "moe-all-experts"))
+                        choices=("per-layer", "zero-overhead", "comm-x2", "moe-all-experts", "dp-as-tp"))
     parser.add_argument("--factor", type=float, default=1.0,
                         help="moe-all-experts: the expert read's time over the roofline's (default: %(default)s)")
     parser.add_argument("--fp8-kv", action="store_true", help="simulate fp8 rows with an fp8 KV cache")
