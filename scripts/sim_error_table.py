@@ -82,7 +82,17 @@ def _bare_cost(m: Measurement, hw: Hardware, kv_dtype: str = "bf16", peak: bool 
     return cost
 
 
-def implied_busy(m: Measurement, hw: Hardware, kv_dtype: str = "bf16", peak: bool = False) -> tuple[float, float]:
+def repeated_prompt_share(concurrency: int) -> float:
+    """Share of a row's measured requests whose prompt an earlier request of the run already sent,
+    had aiperf drawn the prompts with replacement (aiperf 0.1.1 and 0.2.0, ``random.choice`` in
+    ``aiperf/dataset/dataset_manager.py``; 0.3.0 and later shuffle) from the 12 x c entries
+    aiconfigurator's eval pipeline generates (``--num-dataset-entries``), after the 2 x c warm-up."""
+    n = 12 * concurrency
+    return float(np.mean([1.0 - (1.0 - 1.0 / n) ** j for j in range(2 * concurrency, n)]))
+
+
+def implied_busy(m: Measurement, hw: Hardware, kv_dtype: str = "bf16", peak: bool = False,
+                 prompt_share: float = 1.0) -> tuple[float, float]:
     """(prefill, decode) GPU seconds per second a measured closed-loop row implies on one replica.
 
     Requests finish at ``r = c / (ttft + tpot (out - 1))`` per second; each brings ``input_len``
@@ -90,6 +100,7 @@ def implied_busy(m: Measurement, hw: Hardware, kv_dtype: str = "bf16", peak: boo
     Little's law ``n = r tpot (out - 1)`` sequences decode at a time (fewer than ``c`` where requests
     queue), and one decode step of them (weights, KV reads) runs per measured TPOT. No step or
     sequence overhead is priced, so the sum is a lower bound of the roofline's busy time.
+    ``prompt_share``: the share of the prompt work that is computed (1: every prompt token).
     """
     c = _bare_cost(m, hw, kv_dtype, peak)
     rate = m.concurrency / m.knobs.dp / (m.ttft_s + m.tpot_s * (m.output_len - 1))
@@ -100,7 +111,7 @@ def implied_busy(m: Measurement, hw: Hardware, kv_dtype: str = "bf16", peak: boo
     decoding = rate * m.tpot_s * (m.output_len - 1)
     a, b = c.decode_coeffs(max(1, round(decoding)))
     decode = (a + b * (isl + m.output_len / 2) * decoding) / m.tpot_s
-    return rate * prefill, decode
+    return rate * prefill * prompt_share, decode
 
 
 def bounds(args: argparse.Namespace) -> None:
@@ -128,17 +139,19 @@ def bounds(args: argparse.Namespace) -> None:
                   f"{m.tpot_s * 1e3:.2f} ms | {step * 1e3:.2f} ms | {(m.tpot_s - step) * 1e3:+.2f} ms |")
         print(f"\n{engine}: GPU time the measured rows imply, no step or sequence overhead priced: "
               "median (min-max), rows above 100 %")
-        settings = (("catalog factors, bf16 KV", False, False), ("catalog factors, fp8 KV for fp8 rows", True, False),
-                    ("100 % of peak, free comm, fp8 KV for fp8 rows", True, True))
-        print("| group | rows | " + " | ".join(f"{label} | > 100 %" for label, _, _ in settings) + " |")
+        settings = (("catalog factors, bf16 KV", False, False, False),
+                    ("catalog factors, fp8 KV for fp8 rows", True, False, False),
+                    ("same, repeated prompts not computed", True, False, True),
+                    ("100 % of peak, free comm, fp8 KV for fp8 rows", True, True, False))
+        print("| group | rows | " + " | ".join(f"{s[0]} | > 100 %" for s in settings) + " |")
         print("|---|---|" + "---|---|" * len(settings))
         for g in sorted({(m.model, m.hardware) for m in rows}):
             sub = [m for m in rows if (m.model, m.hardware) == g]
             cells = []
-            for _, fp8_kv, peak in settings:
-                busy = np.array([sum(implied_busy(m, devices[m.hardware],
-                                                  "fp8" if fp8_kv and m.weight_dtype == "fp8" else "bf16", peak))
-                                 for m in sub])
+            for _, fp8_kv, peak, repeats in settings:
+                busy = np.array([sum(implied_busy(
+                    m, devices[m.hardware], "fp8" if fp8_kv and m.weight_dtype == "fp8" else "bf16", peak,
+                    1.0 - repeated_prompt_share(m.concurrency) if repeats else 1.0)) for m in sub])
                 cells.append(f"{np.median(busy):.0%} ({busy.min():.0%}-{busy.max():.0%}) | {int((busy > 1).sum())}")
             print(f"| {g[0]} on {g[1]} | {len(sub)} | " + " | ".join(cells) + " |")
 
