@@ -3,7 +3,7 @@
 For each reference CSV (vLLM and SGLang, Qwen3-32B bf16 on H100 SXM) it prints the MAPE of
 TTFT, TPOT and output tokens/s with fixed-length workloads and no per-row terms, each row
 launched with the server flags of ``--launch-rule`` (default: aiconfigurator's, which ran them)
-and simulated with ``--prompts-per-slot`` x concurrency requests (default 20, as they were sent):
+and simulated with ``--prompts-per-slot`` x concurrency requests (default 10, as they were sent):
 
 * ``catalog``: the shipped ``h100-sxm`` entry as is;
 * ``fitted``: in-sample, after :func:`msopt.sim.calibrate.fit_hardware` on that engine's rows;
