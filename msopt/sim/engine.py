@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,6 +125,9 @@ class _Limits:
         self.input_cap = int(knobs.max_prefill_tokens or 16384) if knobs.engine == "sglang" else 0
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 class _Decodes:
     """The running decodes of one replica, which sample their tokens together.
 
@@ -158,8 +162,8 @@ class _Decodes:
         return self.c0[i] + self.g
 
     def blocks(self, i: int) -> int:
-        b = -(-(self.c0[i] + self.g) // self.bs)
-        return max(b, self.bj[i])
+        b, bj = -(-(self.c0[i] + self.g) // self.bs), self.bj[i]
+        return b if b > bj else bj
 
     def _next_need(self, i: int) -> int:
         return self.g + self.blocks(i) * self.bs - self.ctx(i)
@@ -184,9 +188,9 @@ class _Decodes:
         else:
             t |= s
 
-    def needy(self) -> set[int]:
-        """The decodes that need a new KV block for their next token (do not change it)."""
-        return self.need.get(self.g) or set()
+    def needy(self) -> Set[int]:
+        """The decodes that need a new KV block for their next token."""
+        return self.need.get(self.g) or _NONE
 
     def add(self, i: int, ctx: int, out_left: int, blocks: int) -> None:
         """Request ``i`` starts decoding."""
@@ -234,6 +238,13 @@ class _Decodes:
         """Every decode but ``held`` (only with ``k == 1``) samples ``k`` tokens; returns the KV
         blocks they took."""
         bs, need, g = self.bs, self.need, self.g
+        if k == 1 and not held:  # the common step
+            self.g = g + 1
+            s = need.pop(g, None)
+            if s is None:
+                return 0
+            self._merge(g + bs, s)
+            return len(s)
         moved = []
         for i in held:  # its context stays: one token less relative to the counter
             x = self._next_need(i)
@@ -391,6 +402,8 @@ class ReplicaScheduler:
 
         ``blocked``: admission stopped by the KV cache or max_num_seqs (stays so while decoding).
         """
+        if not self.partial and not self.waiting:
+            return budget, False
         lim = self.lim
         input_left = lim.input_cap - (lim.budget0 - budget) if lim.input_cap else 0
         budget, input_left = self._continue_prefills(pf, budget, input_left)
@@ -481,15 +494,16 @@ class ReplicaScheduler:
     def _schedule_decodes(self, st: _Step) -> None:
         """Give each decode its next KV slot: preempt from the back, or let some wait a step."""
         dec, cap = self.dec, self.lim.preempt_cap
-        while len(dec.needy()) > self.free and (cap is None or st.victims < cap) and self.running:
-            self._preempt(st)
         needy = dec.needy()
+        while len(needy) > self.free and (cap is None or st.victims < cap) and self.running:
+            self._preempt(st)
+            needy = dec.needy()
         if len(needy) > self.free:  # preemption cap reached: sequences without a block wait a step
             st.held = [i for i in self.running if i in needy][self.free:]
             st.stalled = True
         if st.victims:
             st.blocked = True
-        n_dec = len(dec) - len(st.held)
+        n_dec = len(dec.members) - len(st.held)
         if n_dec > st.budget:
             held = set(st.held)
             st.held += [i for i in self.running if i in dec and i not in held][st.budget:]
@@ -500,7 +514,7 @@ class ReplicaScheduler:
 
     def _plan(self) -> _Step:
         """Schedule one step: decodes, prefill chunks and admissions, in the engine's order."""
-        st = _Step(len(self.dec), self.lim.budget0)
+        st = _Step(len(self.dec.members), self.lim.budget0)
         if not self.lim.mixed:
             self._prefill_first(st)
         if st.n_dec:
@@ -653,7 +667,8 @@ class ReplicaScheduler:
                 dt, k = self._mixed_step(st), 1
             self.t += dt
             self.steps += k
-            self.max_running = max(self.max_running, len(self.running))
+            if len(self.running) > self.max_running:
+                self.max_running = len(self.running)
             self._complete(st)
         return ReplicaTrace(send=np.array(self.send), first_token=np.array(self.first),
                             finish=np.array(self.finish), ok=np.array(self.ok, bool),
