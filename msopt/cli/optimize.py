@@ -340,6 +340,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     pool: EvaluatorPool | None = None
     started_ray: object = False
     search: _PriorSearch | None = None
+    outcome: RunOutcome | None = None
+    outputs: threading.Thread | None = None  # the report, written while Ray stops
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     on_term = _SigtermSeen()
     term_before = signal.signal(signal.SIGTERM, on_term)
@@ -386,9 +388,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if started_ray:
             from actors.pool import shutdown_ray
 
+            if outcome is not None:  # Ray takes a second or two to stop: the report is drawn meanwhile
+                outputs = threading.Thread(target=_write_outputs, args=(settings, store.run_dir, outcome.best),
+                                           name="msopt-outputs")
+                outputs.start()
             shutdown_ray(started_ray)
         signal.signal(signal.SIGTERM, term_before)
-    _write_outputs(settings, store.run_dir, outcome.best)
+    assert outcome is not None
+    if outputs is not None:
+        outputs.join()
+    else:
+        _write_outputs(settings, store.run_dir, outcome.best)
     return _print_result(settings, store, outcome)
 
 
