@@ -8,6 +8,8 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ from msopt.errors import ConfigError, FaultError, MsoptError
 
 if TYPE_CHECKING:
     from msopt.config import Settings
+    from msopt.evaluate.prior import SimulatorPrior
     from msopt.evaluate.results import EvaluationResult
     from msopt.run.events import RunOutcome
     from msopt.run.pool import EvaluatorPool
@@ -229,6 +232,63 @@ def _discard_if_empty(store: RunStore, previous: list[EvaluationResult]) -> None
         shutil.rmtree(store.run_dir, ignore_errors=True)
 
 
+class _Stopped(Exception):
+    """Ends a :class:`_PriorSearch` that is no longer wanted."""
+
+
+class _PriorSearch:
+    """The simulator prior's search, run in a thread while the main thread starts Ray and the
+    actor pool (seconds of ray.init and of actors starting, mostly spent waiting).
+
+    Ray must be started by the main thread, not this one: its processes get SIGKILL when the
+    thread that started them ends (Ray's fate sharing sets ``prctl(PR_SET_PDEATHSIG)``, which
+    follows the thread).
+    """
+
+    def __init__(self, prior: SimulatorPrior, seed: int | None) -> None:
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        report = prior.report
+
+        def tell(text: str) -> None:  # the search reports every tenth of its budget: where it can stop
+            if self._stop.is_set():
+                raise _Stopped
+            if report is not None:
+                report(text)
+
+        prior.report = tell
+        self._thread = threading.Thread(target=self._run, args=(prior, seed, report), name="msopt-prior-search",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, prior: SimulatorPrior, seed: int | None, report: Callable[[str], None] | None) -> None:
+        try:
+            prior.search_for_run(seed)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001  raised again in the main thread, by result()
+            self.error = exc
+        finally:
+            prior.report = report
+
+    def result(self) -> None:
+        """Wait for the search to end; raises what it raised."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        """End the search at its next report (the run stops) and wait for it."""
+        self._stop.set()
+        self._thread.join()
+
+
+def _announce_ray(args: argparse.Namespace) -> None:
+    """ray.init takes seconds: say what the silence is."""
+    where = args.address or os.environ.get("RAY_ADDRESS")
+    print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
+
+
 def _make_pool(args: argparse.Namespace, settings: Settings, store: RunStore, on_term: _SigtermSeen,
                previous: list[EvaluationResult]) -> tuple[EvaluatorPool, object]:
     """The evaluation pool (threads with --no-ray, else Ray actors) and what init_ray started
@@ -242,9 +302,6 @@ def _make_pool(args: argparse.Namespace, settings: Settings, store: RunStore, on
     simulate = settings.config.run.simulate
     cap = args.max_concurrent or settings.config.cluster.max_concurrent_trials
     slots = min(settings.n_particles, cap) if cap else settings.n_particles
-    where = args.address or os.environ.get("RAY_ADDRESS")
-    # ray.init takes seconds: say what the silence is
-    print(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...", flush=True)
     try:
         started = init_ray(settings, args.address, simulate=simulate, slots=slots)
         signal.signal(signal.SIGTERM, on_term)  # ray.init installed its own (a dump and exit 1)
@@ -253,6 +310,12 @@ def _make_pool(args: argparse.Namespace, settings: Settings, store: RunStore, on
     except MsoptError:
         _discard_if_empty(store, previous)
         raise
+
+
+def _say(text: str) -> None:
+    """Print one line at once (the prior's search reports from its own thread)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -276,20 +339,35 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     shown: ProgressCallback | None = None
     pool: EvaluatorPool | None = None
     started_ray: object = False
+    search: _PriorSearch | None = None
+    outcome: RunOutcome | None = None
+    outputs: threading.Thread | None = None  # the report, written while Ray stops
     # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
     on_term = _SigtermSeen()
     term_before = signal.signal(signal.SIGTERM, on_term)
     try:
+        simulated = settings.config.run.simulate
+        prior = make_prior(settings, checked.space) if simulated else None
+        if prior is not None:  # its search takes a while before the first launch: say how far it is
+            prior.report = _say
+        if not args.no_ray:
+            _announce_ray(args)
+            if prior is not None:  # searched while Ray starts
+                search = _PriorSearch(prior, checked.swarm.seed)
         pool, started_ray = _make_pool(args, settings, store, on_term, previous)
+        if search is not None:
+            search.result()
         print(f"run directory: {store.run_dir}", flush=True)
         shown = ProgressCallback(make_progress(True if args.plain else None), str(store.run_dir))
-        table = (None if settings.config.run.simulate
-                 else _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir))
-        prior = make_prior(settings, checked.space, simulator=table)
-        if prior is not None:  # its search takes a while before the first launch: say how far it is
-            prior.report = lambda text: print(text, flush=True)
+        if not simulated:
+            table = _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
+            prior = make_prior(settings, checked.space, simulator=table)
+            if prior is not None:
+                prior.report = _say
         outcome = optimize(checked, pool, callbacks=[shown], store=store, previous=previous, prior=prior)
     except KeyboardInterrupt as exc:
+        if search is not None:
+            search.stop()
         if shown is not None:
             shown.close({"interrupted": True})
         terminated = isinstance(exc, Terminated) or on_term.seen
@@ -300,6 +378,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise type(exc)(f"{exc}; the run stopped with its journal intact: once fixed, continue with: "
                          f"msopt optimize --resume {store.run_dir}") from None
     finally:
+        if search is not None:
+            search.stop()  # a no-op once it ended
         if shown is not None:
             shown.close(None)  # a no-op once the run ended or was interrupted
         if pool is not None:
@@ -308,9 +388,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if started_ray:
             from actors.pool import shutdown_ray
 
+            if outcome is not None:  # Ray takes a second or two to stop: the report is drawn meanwhile
+                outputs = threading.Thread(target=_write_outputs, args=(settings, store.run_dir, outcome.best),
+                                           name="msopt-outputs")
+                outputs.start()
             shutdown_ray(started_ray)
         signal.signal(signal.SIGTERM, term_before)
-    _write_outputs(settings, store.run_dir, outcome.best)
+    assert outcome is not None
+    if outputs is not None:
+        outputs.join()
+    else:
+        _write_outputs(settings, store.run_dir, outcome.best)
     return _print_result(settings, store, outcome)
 
 

@@ -494,6 +494,13 @@ class SimulatorPrior:
                         f"evaluations{why}")
         return self.ranked()
 
+    def search_for_run(self, seed: int | None) -> None:
+        """The search a run starts from (once): ``[search] evaluations`` simulations, drawn from the
+        run's seed. msopt optimize runs it while Ray starts; the driver, if it has not run."""
+        if not self.searched:
+            rng = np.random.default_rng(np.random.SeedSequence([int(seed or 0), 0x9121]))
+            self.search(self.options.evaluations, rng)
+
     def ranked(self) -> list[Prediction]:
         """Every prediction made so far, best first (failures last)."""
         return sorted(self._cache.values(), key=lambda p: p.fitness)

@@ -179,9 +179,7 @@ class Driver:
         default = self.space.default_position()
         rows = [default]
         if self.prior is not None:
-            if not self.prior.searched:
-                self.prior.search(self.prior.options.evaluations, np.random.default_rng(
-                    np.random.SeedSequence([int(seed or 0), 0x9121])))
+            self.prior.search_for_run(seed)
             want = self.prior.options.picks
             k = n - 1 if want is None else min(int(want), n - 1)
             base = self.space.decode(default, None).values

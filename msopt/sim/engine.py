@@ -1,10 +1,16 @@
 """Continuous batching of one data-parallel replica, simulated step by step.
 
-The state of every request lives in numpy arrays indexed by request; a step schedules the
-running decodes (vectorised), running prefill chunks and admissions from the waiting queue, and
-is priced by :class:`~msopt.sim.perf.StepCost`. Runs of identical decode-only steps (nothing
-arrives, nothing finishes, no KV block shortage) are jumped over in closed form, since such a
-step's time is affine in the total context length.
+A step schedules the running decodes, running prefill chunks and admissions from the waiting
+queue, and is priced by :class:`~msopt.sim.perf.StepCost`. Runs of identical decode-only steps
+(nothing arrives, nothing finishes, no KV block shortage) are jumped over in closed form, since
+such a step's time is affine in the total context length.
+
+A step costs O(1) in the number of running decodes, not O(n): every decode advances by one token
+together, so a decode's context and tokens left are kept relative to one shared counter
+(:class:`_Decodes`), with the sum of their contexts, a heap of when each finishes and the decodes
+grouped by the counter value at which each next fills its last KV block. Only events (a prompt
+done, a finish, a preemption, a decode that has to wait a step) touch single requests. The
+traces equal those of the plain per-request loop (tests/sim/reference_engine.py) bit for bit.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,14 +125,162 @@ class _Limits:
         self.input_cap = int(knobs.max_prefill_tokens or 16384) if knobs.engine == "sglang" else 0
 
 
+_NONE: frozenset[int] = frozenset()
+
+
+class _Decodes:
+    """The running decodes of one replica, which sample their tokens together.
+
+    Decode ``i`` has ``c0[i] + g`` tokens in the KV cache and ``o0[i] - g`` left to sample, ``g``
+    counting the tokens every decode sampled, and holds ``max(bj[i], ceil(ctx / bs))`` KV blocks
+    (``bj[i]``: its blocks when its prompt was done). ``need[x]`` holds the decodes whose last
+    block is full once ``g == x``: each needs a new block to sample its next token.
+    """
+
+    def __init__(self, n: int, bs: int) -> None:
+        self.bs = bs
+        self.g = 0
+        self.members: set[int] = set()
+        self.c0 = [0] * n
+        self.o0 = [0] * n
+        self.bj = [0] * n
+        self.base = 0  # the sum of c0 over the members
+        self.need: dict[int, set[int]] = {}
+        self.ends: list[tuple[int, int]] = []  # (o0, request): a heap; stale entries are skipped
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __contains__(self, i: int) -> bool:
+        return i in self.members
+
+    def ctx_sum(self) -> int:
+        """Tokens in the KV cache over all decodes."""
+        return self.base + len(self.members) * self.g
+
+    def ctx(self, i: int) -> int:
+        return self.c0[i] + self.g
+
+    def blocks(self, i: int) -> int:
+        b, bj = -(-(self.c0[i] + self.g) // self.bs), self.bj[i]
+        return b if b > bj else bj
+
+    def _next_need(self, i: int) -> int:
+        return self.g + self.blocks(i) * self.bs - self.ctx(i)
+
+    def _file(self, x: int, i: int) -> None:
+        s = self.need.get(x)
+        if s is None:
+            self.need[x] = {i}
+        else:
+            s.add(i)
+
+    def _unfile(self, x: int, i: int) -> None:
+        s = self.need[x]
+        s.discard(i)
+        if not s:
+            del self.need[x]
+
+    def _merge(self, x: int, s: set[int]) -> None:
+        t = self.need.get(x)
+        if t is None:
+            self.need[x] = s
+        else:
+            t |= s
+
+    def needy(self) -> Set[int]:
+        """The decodes that need a new KV block for their next token."""
+        return self.need.get(self.g) or _NONE
+
+    def add(self, i: int, ctx: int, out_left: int, blocks: int) -> None:
+        """Request ``i`` starts decoding."""
+        g = self.g
+        self.c0[i] = c0 = ctx - g
+        self.o0[i] = o0 = out_left + g
+        self.bj[i] = blocks
+        self.base += c0
+        self.members.add(i)
+        heapq.heappush(self.ends, (o0, i))
+        self._file(g + blocks * self.bs - ctx, i)
+
+    def remove(self, i: int) -> tuple[int, int, int]:
+        """Request ``i`` stops decoding; returns its (context, tokens left, blocks)."""
+        ctx, blocks = self.ctx(i), self.blocks(i)
+        self._unfile(self.g + blocks * self.bs - ctx, i)
+        self.members.discard(i)
+        self.base -= self.c0[i]
+        return ctx, self.o0[i] - self.g, blocks
+
+    def min_left(self) -> int:
+        """The fewest tokens any decode has left to sample (there is one)."""
+        ends, o0, members = self.ends, self.o0, self.members
+        while True:
+            o, i = ends[0]
+            if i in members and o0[i] == o:
+                return o - self.g
+            heapq.heappop(ends)
+
+    def pop_finished(self) -> list[tuple[int, int]]:
+        """Remove the decodes with nothing left to sample; returns (request, blocks) of each."""
+        ends, o0, members, out = self.ends, self.o0, self.members, []
+        while ends and ends[0][0] <= self.g:
+            o, i = heapq.heappop(ends)
+            if i in members and o0[i] == o:
+                out.append((i, self.remove(i)[2]))
+        return out
+
+    def extra(self, k: int) -> int:
+        """KV blocks the decodes take to sample ``k`` tokens each."""
+        end, bs = self.g + k, self.bs
+        return sum(len(s) * (1 + (end - 1 - x) // bs) for x, s in self.need.items() if x < end)
+
+    def advance(self, k: int, held: list[int]) -> int:
+        """Every decode but ``held`` (only with ``k == 1``) samples ``k`` tokens; returns the KV
+        blocks they took."""
+        bs, need, g = self.bs, self.need, self.g
+        if k == 1 and not held:  # the common step
+            self.g = g + 1
+            s = need.pop(g, None)
+            if s is None:
+                return 0
+            self._merge(g + bs, s)
+            return len(s)
+        moved = []
+        for i in held:  # its context stays: one token less relative to the counter
+            x = self._next_need(i)
+            self._unfile(x, i)
+            moved.append((x + 1, i))
+            self.c0[i] -= 1
+            self.o0[i] += 1
+            heapq.heappush(self.ends, (self.o0[i], i))
+        self.base -= len(held)
+        end = g + k
+        taken = 0
+        if k == 1:
+            s = need.pop(g, None)
+            if s:
+                taken = len(s)
+                self._merge(g + bs, s)
+        else:
+            for x in [x for x in need if x < end]:
+                s = need.pop(x)
+                m = 1 + (end - 1 - x) // bs
+                taken += len(s) * m
+                self._merge(x + m * bs, s)
+        self.g = end
+        for x, i in moved:
+            self._file(x, i)
+        return taken
+
+
 class _Step:
     """What one scheduler step carries: decodes, prefill chunks, and why admission stopped."""
 
-    def __init__(self, running: list[int], prompt_left: np.ndarray, budget: int) -> None:
-        run_arr = np.fromiter(running, np.int64, len(running))
-        decoding = prompt_left[run_arr] == 0
-        self.partial = run_arr[~decoding]
-        self.dec = run_arr[decoding]
+    __slots__ = ("n_dec", "held", "pf", "budget", "blocked", "stalled", "victims")
+
+    def __init__(self, n_dec: int, budget: int) -> None:
+        self.n_dec = n_dec  # decodes that sample a token in this step
+        self.held: list[int] = []  # decodes that wait this step (no block, or over the token budget)
         self.pf: list[tuple[int, int, int]] = []  # (request, chunk tokens, tokens already in KV)
         self.budget = budget
         self.blocked = False  # admission stopped by the KV cache or max_num_seqs
@@ -137,6 +292,8 @@ class ReplicaScheduler:
     """Continuous batching of one replica: the per-request state and one method per scheduler part.
 
     Build it with the replica's requests and call :meth:`run` once (see :func:`run_replica`).
+    Requests waiting or prefilling keep their state in plain lists; decoding ones in
+    :class:`_Decodes`.
     """
 
     def __init__(self, knobs: EngineKnobs, cost: StepCost, num_blocks: int, in_len: np.ndarray,
@@ -144,33 +301,41 @@ class ReplicaScheduler:
                  time_scale: float = 1.0, prefilled: bool = False) -> None:
         self.lim = lim = _Limits(knobs)
         self.cost = cost
+        self.coeffs: dict[int, tuple[float, float]] = {}  # cost.decode_coeffs by batch size
         self.client = client
+        self.arrival = np.asarray(client.arrival, np.float64).tolist()
+        self.think = None if client.think is None else np.asarray(client.think, np.float64).tolist()
+        self.jitter = None if client.jitter is None else np.asarray(client.jitter, np.float64).tolist()
         self.time_scale = time_scale
         n = self.n = len(in_len)
-        self.in_len = in_len = in_len.astype(np.int64)
-        self.out_len = out_len = out_len.astype(np.int64)
-        self.ctx = in_len.copy() if prefilled else np.zeros(n, np.int64)  # tokens whose K/V are in the cache
-        self.prompt_left = np.zeros(n, np.int64) if prefilled else in_len.copy()  # tokens still to prefill
-        self.out_left = out_len.copy()  # tokens still to sample
-        self.blocks = np.zeros(n, np.int64)
-        self.first = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.send = np.full(n, np.nan)
-        self.srv = np.full(n, np.inf)
-        self.ok = np.ones(n, bool)
-        rejected = in_len + out_len > max_model_len
+        in_arr, out_arr = in_len.astype(np.int64), out_len.astype(np.int64)
+        rejected = in_arr + out_arr > max_model_len
         if not lim.chunked and not prefilled:
-            rejected |= in_len > lim.budget0
+            rejected |= in_arr > lim.budget0
         if lim.reserve_full:
-            rejected |= -(-(in_len + out_len) // lim.bs) > num_blocks
-        self.rejected = rejected
+            rejected |= -(-(in_arr + out_arr) // lim.bs) > num_blocks
+        self.rejected: list[bool] = rejected.tolist()
+        self.in_len: list[int] = in_arr.tolist()
+        self.out_len: list[int] = out_arr.tolist()
+        # waiting and prefilling requests (a decoding one's live values are in self.dec)
+        self.ctx = list(self.in_len) if prefilled else [0] * n  # tokens whose K/V are in the cache
+        self.prompt_left = [0] * n if prefilled else list(self.in_len)  # tokens still to prefill
+        self.out_left = list(self.out_len)  # tokens still to sample
+        self.blocks = [0] * n
+        self.first = [math.nan] * n
+        self.finish = [math.nan] * n
+        self.send = [math.nan] * n
+        self.srv = [math.inf] * n
+        self.ok = [True] * n
         self.conc = n if client.concurrency is None else int(client.concurrency)
 
         self.free = int(num_blocks)
         self.running: list[int] = []
+        self.partial: list[int] = []  # the running requests still prefilling, in running order
+        self.dec = _Decodes(n, lim.bs)  # the running requests past their prompt
         self.waiting: deque[int] = deque()
         self.sent = 0
-        self.last_srv = -np.inf
+        self.last_srv = -math.inf
         self.pending: list[tuple[float, int]] = []  # (server arrival, request): sent, not yet at the engine
         self.done = 0
         self.t = 0.0
@@ -186,13 +351,14 @@ class ReplicaScheduler:
         # reaches the engine spread out, not all in the same step
         c, sent = self.client, self.sent
         if sent < self.n:
-            s = max(float(c.arrival[sent]), now) + (float(c.think[sent]) if c.think is not None else 0.0)
+            s = max(self.arrival[sent], now) + (self.think[sent] if self.think is not None else 0.0)
             self.send[sent] = s
             fe = c.frontend_s + c.frontend_tok_s * float(self.in_len[sent])
             self.last_srv = max(s, self.last_srv) + fe if fe > 0 else s
             # network/client jitter after the API server: it does not hold up the requests behind
-            self.srv[sent] = self.last_srv + c.api_overhead_s + (float(c.jitter[sent]) if c.jitter is not None else 0.0)
-            heapq.heappush(self.pending, (float(self.srv[sent]), sent))
+            self.srv[sent] = srv = self.last_srv + c.api_overhead_s + (
+                self.jitter[sent] if self.jitter is not None else 0.0)
+            heapq.heappush(self.pending, (srv, sent))
             self.sent = sent + 1
 
     def _arrive(self) -> None:
@@ -204,7 +370,7 @@ class ReplicaScheduler:
                 self.ok[i] = False
                 self.finish[i] = self.srv[i]
                 self.done += 1
-                self.release(float(self.srv[i]))
+                self.release(self.srv[i])
             else:
                 self.waiting.append(i)
 
@@ -218,7 +384,7 @@ class ReplicaScheduler:
             return False
         # MindIE waits up to maxQueueDelay to fill an idle prefill batch
         if self.lim.queue_delay > 0 and not self.running and len(waiting) < self.lim.max_pf and pending:
-            oldest = float(self.srv[waiting[0]])
+            oldest = self.srv[waiting[0]]
             nxt = pending[0][0]
             if nxt <= oldest + self.lim.queue_delay and nxt > self.t:
                 self.t = nxt
@@ -231,35 +397,36 @@ class ReplicaScheduler:
             return min(chunk, self.lim.long_cap)
         return chunk
 
-    def admit(self, partial: np.ndarray, pf: list[tuple[int, int, int]], budget: int) -> tuple[int, bool]:
+    def admit(self, pf: list[tuple[int, int, int]], budget: int) -> tuple[int, bool]:
         """Schedule running prefill chunks, then admit waiting requests; returns (budget, blocked).
 
         ``blocked``: admission stopped by the KV cache or max_num_seqs (stays so while decoding).
         """
+        if not self.partial and not self.waiting:
+            return budget, False
         lim = self.lim
         input_left = lim.input_cap - (lim.budget0 - budget) if lim.input_cap else 0
-        budget, input_left = self._continue_prefills(partial, pf, budget, input_left)
+        budget, input_left = self._continue_prefills(pf, budget, input_left)
         return self._admit_waiting(pf, budget, input_left)
 
-    def _continue_prefills(self, partial: np.ndarray, pf: list[tuple[int, int, int]], budget: int,
+    def _continue_prefills(self, pf: list[tuple[int, int, int]], budget: int,
                            input_left: int) -> tuple[int, int]:
         """The next chunk of each running prompt, as the budget and free blocks allow."""
-        bs = self.lim.bs
-        for i in partial:
+        bs, blocks, ctx = self.lim.bs, self.blocks, self.ctx
+        for i in self.partial:
             if budget <= 0:
                 break  # nothing is admitted either: that needs budget
-            i = int(i)
-            chunk = self._chunk_cap(int(min(self.prompt_left[i], budget)))
-            have = int(self.blocks[i]) * bs - int(self.ctx[i])
+            chunk = self._chunk_cap(min(self.prompt_left[i], budget))
+            have = blocks[i] * bs - ctx[i]
             need = max(0, -(-(chunk - have) // bs))
             if need > self.free:
                 chunk = have + self.free * bs
                 need = self.free
             if chunk <= 0:
                 continue
-            self.blocks[i] += need
+            blocks[i] += need
             self.free -= need
-            pf.append((i, chunk, int(self.ctx[i])))
+            pf.append((i, chunk, ctx[i]))
             budget -= chunk
             input_left -= chunk
         return budget, input_left
@@ -273,137 +440,150 @@ class ReplicaScheduler:
             if len(self.running) >= lim.mns:
                 return budget, True
             i = waiting[0]
-            left = int(self.prompt_left[i])
+            left = self.prompt_left[i]
             if not lim.chunked and left > budget:
                 if pf:
                     return budget, False
                 chunk = left  # a recomputed prompt may outgrow the budget; run it alone
             else:
                 chunk = self._chunk_cap(min(left, budget))
-            target = int(self.in_len[i] + self.out_len[i]) if lim.reserve_full else int(self.ctx[i]) + chunk
-            need = -(-target // lim.bs) - int(self.blocks[i])
+            target = self.in_len[i] + self.out_len[i] if lim.reserve_full else self.ctx[i] + chunk
+            need = -(-target // lim.bs) - self.blocks[i]
             if need > self.free:
                 return budget, True
             waiting.popleft()
             self.running.append(i)
+            self.partial.append(i)
             self.blocks[i] += need
             self.free -= need
-            pf.append((i, chunk, int(self.ctx[i])))
+            pf.append((i, chunk, self.ctx[i]))
             budget -= chunk
             input_left -= chunk
         return budget, False
 
     def _prefill_first(self, st: _Step) -> None:
         """Without mixed batches: a step is prefill (admission) or decode, never both."""
-        want_prefill = bool(self.waiting) or len(st.partial) > 0
-        if (want_prefill and self.lim.select and len(st.dec) and self.decode_streak < self.lim.select_steps
-                and not len(st.partial)):
+        want_prefill = bool(self.waiting) or bool(self.partial)
+        if (want_prefill and self.lim.select and st.n_dec and self.decode_streak < self.lim.select_steps
+                and not self.partial):
             want_prefill = False
         if want_prefill:
-            st.budget, st.blocked = self.admit(st.partial, st.pf, st.budget)
+            st.budget, st.blocked = self.admit(st.pf, st.budget)
         if st.pf:
-            st.dec = st.dec[:0]
+            st.n_dec = 0
             self.decode_streak = 0
         else:
             self.decode_streak += 1
 
     # -- decodes -----------------------------------------------------------------------------
+    def _preempt(self, st: _Step) -> None:
+        """Preempt the last running request (recompute): its blocks are freed, it waits first."""
+        v = self.running.pop()
+        st.victims += 1
+        self.preemptions += 1
+        if v in self.dec:
+            _, self.out_left[v], self.blocks[v] = self.dec.remove(v)
+        else:
+            self.partial.remove(v)
+        self.free += self.blocks[v]
+        self.blocks[v] = 0
+        self.prompt_left[v] = self.in_len[v] + (self.out_len[v] - self.out_left[v])
+        self.ctx[v] = 0
+        self.waiting.appendleft(v)
+
     def _schedule_decodes(self, st: _Step) -> None:
         """Give each decode its next KV slot: preempt from the back, or let some wait a step."""
-        dec, ctx, blocks, bs = st.dec, self.ctx, self.blocks, self.lim.bs
-        need_mask = ctx[dec] + 1 > blocks[dec] * bs
-        need = int(need_mask.sum())
-        cap = self.lim.preempt_cap
-        while need > self.free and (cap is None or st.victims < cap) and self.running:
-            v = self.running.pop()
-            st.victims += 1
-            self.preemptions += 1
-            self.free += int(blocks[v])
-            blocks[v] = 0
-            self.prompt_left[v] = self.in_len[v] + (self.out_len[v] - self.out_left[v])
-            ctx[v] = 0
-            self.waiting.appendleft(v)
-            keep = dec != v
-            dec = dec[keep]
-            need_mask = need_mask[keep]
-            need = int(need_mask.sum())
-        if need > self.free:  # preemption cap reached: sequences without a block wait a step
-            needy = np.flatnonzero(need_mask)
-            drop = needy[self.free:]
-            keepm = np.ones(len(dec), bool)
-            keepm[drop] = False
-            dec = dec[keepm]
+        dec, cap = self.dec, self.lim.preempt_cap
+        needy = dec.needy()
+        while len(needy) > self.free and (cap is None or st.victims < cap) and self.running:
+            self._preempt(st)
+            needy = dec.needy()
+        if len(needy) > self.free:  # preemption cap reached: sequences without a block wait a step
+            st.held = [i for i in self.running if i in needy][self.free:]
             st.stalled = True
         if st.victims:
             st.blocked = True
-            st.partial = st.partial[np.isin(st.partial, self.running)]
-        if len(dec) > st.budget:
-            dec = dec[:st.budget]
+        n_dec = len(dec.members) - len(st.held)
+        if n_dec > st.budget:
+            held = set(st.held)
+            st.held += [i for i in self.running if i in dec and i not in held][st.budget:]
+            n_dec = st.budget
             st.stalled = True
-        st.budget -= len(dec)
-        st.dec = dec
+        st.budget -= n_dec
+        st.n_dec = n_dec
 
     def _plan(self) -> _Step:
         """Schedule one step: decodes, prefill chunks and admissions, in the engine's order."""
-        st = _Step(self.running, self.prompt_left, self.lim.budget0)
+        st = _Step(len(self.dec.members), self.lim.budget0)
         if not self.lim.mixed:
             self._prefill_first(st)
-        if len(st.dec):
+        if st.n_dec:
             self._schedule_decodes(st)
         if self.lim.mixed and not st.victims:  # vLLM admits nothing in a step that preempted
-            st.budget, adm_blocked = self.admit(st.partial, st.pf, st.budget)
+            st.budget, adm_blocked = self.admit(st.pf, st.budget)
             st.blocked = st.blocked or adm_blocked
         return st
 
-    def _jump(self, st: _Step, a: float, b: float, s0: float) -> int:
+    def _dec_ctx(self, st: _Step) -> int:
+        """Tokens in the KV cache of the decodes of this step."""
+        dec = self.dec
+        if not st.held:
+            return dec.ctx_sum()
+        return dec.ctx_sum() - sum(dec.ctx(i) for i in st.held)
+
+    def _jump(self, a: float, b: float, s0: float, n_dec: int) -> int:
         """How many identical decode-only steps to take at once (1: just this one)."""
-        dec, n_dec, bs, blocks = st.dec, len(st.dec), self.lim.bs, self.blocks
-        ctx_dec = self.ctx[dec]
-        k = int(self.out_left[dec].min())
-        if k > 1:
-            # KV blocks for k more tokens each must be free
-            extra = int(np.maximum(-(-(ctx_dec + k) // bs) - blocks[dec], 0).sum())
-            if extra > self.free:
+        dec = self.dec
+        k = dec.min_left()
+        if k > 1 and dec.extra(k) > self.free:  # KV blocks for k more tokens each must be free
+            lo, hi = 1, k
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if dec.extra(mid) <= self.free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        if k > 1 and self.pending:
+            # stop at the first step that ends at or after the next arrival: the smallest s with
+            # cum(s) >= gap (cum rises with s; the same float operations as a numpy cumulation)
+            gap, ts = self.pending[0][0] - self.t, self.time_scale
+
+            def cum(s: float) -> float:
+                return (s * a + b * (s * s0 + n_dec * s * (s - 1) / 2)) * ts
+
+            if cum(float(k)) >= gap:
                 lo, hi = 1, k
                 while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    e = int(np.maximum(-(-(ctx_dec + mid) // bs) - blocks[dec], 0).sum())
-                    if e <= self.free:
-                        lo = mid
+                    mid = (lo + hi) // 2
+                    if cum(float(mid)) >= gap:
+                        hi = mid
                     else:
-                        hi = mid - 1
+                        lo = mid + 1
                 k = lo
-        if k > 1 and self.pending:
-            s = np.arange(1, k + 1, dtype=np.float64)
-            cum = (s * a + b * (s * s0 + n_dec * s * (s - 1) / 2)) * self.time_scale
-            k = min(k, int(np.searchsorted(cum, self.pending[0][0] - self.t)) + 1)
         return k
 
     def _decode_only(self, st: _Step) -> tuple[float, int]:
         """Run ``k`` decode-only steps (jumped over in closed form); returns (time, k)."""
-        dec, n_dec, bs, blocks = st.dec, len(st.dec), self.lim.bs, self.blocks
-        a, b = self.cost.decode_coeffs(n_dec)
-        ctx_dec = self.ctx[dec]
-        s0 = float(ctx_dec.sum() + n_dec)
+        n_dec = st.n_dec
+        ab = self.coeffs.get(n_dec)
+        if ab is None:
+            ab = self.coeffs[n_dec] = self.cost.decode_coeffs(n_dec)
+        a, b = ab
+        s0 = float(self._dec_ctx(st) + n_dec)
         k = 1
         steady = not self.waiting or st.blocked or len(self.running) >= self.lim.mns
         if not st.stalled and not st.victims and steady and not (self.lim.select and self.waiting):
-            k = self._jump(st, a, b, s0)
+            k = self._jump(a, b, s0, n_dec)
         dt = (k * a + b * (k * s0 + n_dec * k * (k - 1) / 2)) * self.time_scale
-        new_ctx = ctx_dec + k
-        nb = -(-new_ctx // bs)
-        grow = np.maximum(nb - blocks[dec], 0)
-        self.free -= int(grow.sum())
-        blocks[dec] = np.maximum(nb, blocks[dec])
-        self.ctx[dec] = new_ctx
-        self.out_left[dec] -= k
+        self.free -= self.dec.advance(k, st.held)
         return dt, k
 
     def _mixed_step(self, st: _Step) -> float:
         """Price and run one step of prefill chunks and (possibly) decodes; returns its time."""
-        dec, n_dec, ctx, blocks = st.dec, len(st.dec), self.ctx, self.blocks
+        n_dec = st.n_dec
         n_tok = float(n_dec)
-        pairs = float(ctx[dec].sum() + n_dec) if n_dec else 0.0
+        pairs = float(self._dec_ctx(st) + n_dec) if n_dec else 0.0
         kv_read = pairs
         n_logits = float(n_dec)
         for i, chunk, prior in st.pf:
@@ -414,11 +594,7 @@ class ReplicaScheduler:
                 n_logits += 1
         dt = self.cost.step(n_dec + len(st.pf), n_tok, n_logits, pairs, kv_read) * self.time_scale
         if n_dec:
-            ctx[dec] += 1
-            nb = -(-ctx[dec] // self.lim.bs)
-            self.free -= int(np.maximum(nb - blocks[dec], 0).sum())
-            blocks[dec] = np.maximum(nb, blocks[dec])
-            self.out_left[dec] -= 1
+            self.free -= self.dec.advance(1, st.held)
         return dt
 
     # -- completion --------------------------------------------------------------------------
@@ -433,16 +609,26 @@ class ReplicaScheduler:
                 if math.isnan(self.first[i]):
                     self.first[i] = t
                 self.out_left[i] -= 1
+                self.partial.remove(i)
                 if self.out_left[i] == 0:
                     finished.append(i)
-        if len(st.dec):
-            finished.extend(st.dec[self.out_left[st.dec] == 0].tolist())
+                else:
+                    self.dec.add(i, self.ctx[i], self.out_left[i], self.blocks[i])
+        ends = self.dec.ends
+        if st.n_dec and ends and ends[0][0] <= self.dec.g:
+            for i, blocks in self.dec.pop_finished():
+                self.blocks[i] = blocks
+                finished.append(i)
         if finished:
-            gone = set(finished)
-            self.running = [i for i in self.running if i not in gone]
+            if len(finished) < 8:
+                for i in finished:
+                    self.running.remove(i)
+            else:
+                gone = set(finished)
+                self.running = [i for i in self.running if i not in gone]
             for i in finished:
                 self.finish[i] = t
-                self.free += int(self.blocks[i])
+                self.free += self.blocks[i]
                 self.blocks[i] = 0
                 self.done += 1
                 self.release(t)
@@ -471,17 +657,19 @@ class ReplicaScheduler:
             if idle:
                 continue
             st = self._plan()
-            if not len(st.dec) and not st.pf:
+            if not st.n_dec and not st.pf:
                 # nothing can run (a bug or an impossible configuration): wait for an arrival or stop
                 self._stuck(st)
                 continue
-            if len(st.dec) and not st.pf:
+            if st.n_dec and not st.pf:
                 dt, k = self._decode_only(st)
             else:
                 dt, k = self._mixed_step(st), 1
             self.t += dt
             self.steps += k
-            self.max_running = max(self.max_running, len(self.running))
+            if len(self.running) > self.max_running:
+                self.max_running = len(self.running)
             self._complete(st)
-        return ReplicaTrace(send=self.send, first_token=self.first, finish=self.finish, ok=self.ok,
+        return ReplicaTrace(send=np.array(self.send), first_token=np.array(self.first),
+                            finish=np.array(self.finish), ok=np.array(self.ok, bool),
                             preemptions=self.preemptions, steps=self.steps, max_running=self.max_running)
