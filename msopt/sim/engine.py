@@ -50,6 +50,7 @@ def run_replica(
     jitter: np.ndarray | None = None,
     think: np.ndarray | None = None,
     prefilled: bool = False,
+    stream_tok_s: float = 0.0,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -69,9 +70,12 @@ def run_replica(
         prefilled: the prompts' KV arrives from a prefill instance (a decode instance of a
             disaggregated deployment): admission allocates the whole prompt's blocks and the
             admission step samples the first token here, with no prompt compute.
+        stream_tok_s: API-server time per streamed output token, on one serial resource that
+            every stream shares: the client sees a token when the frontend has sent it.
     """
     client = _Client(arrival=arrival, concurrency=concurrency, api_overhead_s=api_overhead_s,
-                     frontend_s=frontend_s, frontend_tok_s=frontend_tok_s, jitter=jitter, think=think)
+                     frontend_s=frontend_s, frontend_tok_s=frontend_tok_s, jitter=jitter, think=think,
+                     stream_tok_s=stream_tok_s)
     return ReplicaScheduler(knobs, cost, num_blocks, in_len, out_len, max_model_len, client,
                             time_scale=time_scale, prefilled=prefilled).run()
 
@@ -87,6 +91,7 @@ class _Client:
     frontend_tok_s: float
     jitter: np.ndarray | None
     think: np.ndarray | None
+    stream_tok_s: float = 0.0
 
 
 class _Limits:
@@ -171,6 +176,7 @@ class ReplicaScheduler:
         self.waiting: deque[int] = deque()
         self.sent = 0
         self.last_srv = -np.inf
+        self.stream_free = 0.0  # when the frontend has sent every token streamed so far
         self.pending: list[tuple[float, int]] = []  # (server arrival, request): sent, not yet at the engine
         self.done = 0
         self.t = 0.0
@@ -422,30 +428,54 @@ class ReplicaScheduler:
         return dt
 
     # -- completion --------------------------------------------------------------------------
-    def _complete(self, st: _Step) -> None:
-        """Advance prefilled requests, then retire finished ones (each frees a client slot)."""
+    def _complete(self, st: _Step, dt: float = 0.0, k: int = 1) -> None:
+        """Advance prefilled requests, then retire finished ones (each frees a client slot).
+
+        ``dt``, ``k``: the time and number of the steps just run (``k`` > 1: jumped decodes).
+        """
         t = self.t
         finished: list[int] = []
+        firsts: list[int] = []
+        sampled = 0  # prompts done in this step: each samples a token
         for i, chunk, _ in st.pf:
             self.ctx[i] += chunk
             self.prompt_left[i] -= chunk
             if self.prompt_left[i] == 0:
+                sampled += 1
                 if math.isnan(self.first[i]):
-                    self.first[i] = t
+                    firsts.append(i)
                 self.out_left[i] -= 1
                 if self.out_left[i] == 0:
                     finished.append(i)
+        # the client sees this step's tokens when the API server has streamed them
+        seen = self._stream(t, dt, k, len(st.dec), sampled) if self.client.stream_tok_s > 0 else t
+        for i in firsts:
+            self.first[i] = seen
         if len(st.dec):
             finished.extend(st.dec[self.out_left[st.dec] == 0].tolist())
         if finished:
             gone = set(finished)
             self.running = [i for i in self.running if i not in gone]
             for i in finished:
-                self.finish[i] = t
+                self.finish[i] = seen
                 self.free += int(self.blocks[i])
                 self.blocks[i] = 0
                 self.done += 1
-                self.release(t)
+                self.release(seen)
+
+    def _stream(self, t: float, dt: float, k: int, n_dec: int, n_first: int) -> float:
+        """Queue the tokens of the steps just run on the serial frontend; when the client sees the last.
+
+        Each of the ``k`` steps (the last ends at ``t``) emits ``n_dec`` tokens, the last also
+        ``n_first`` first tokens; the frontend sends them in order at ``stream_tok_s`` each (a
+        FIFO queue: with equal steps its last departure is the latest of "start after the
+        first step, or when free, and send them all" and "send the last step's tokens after it").
+        """
+        w = self.client.stream_tok_s
+        last = n_dec + n_first
+        start = max(self.stream_free, t - dt + dt / k)
+        self.stream_free = max(start + (k * n_dec + n_first) * w, t + last * w)
+        return self.stream_free
 
     def _stuck(self, st: _Step) -> bool:
         """Nothing can run this step: True to look again (an arrival or a preemption), else raise."""
@@ -482,6 +512,6 @@ class ReplicaScheduler:
             self.t += dt
             self.steps += k
             self.max_running = max(self.max_running, len(self.running))
-            self._complete(st)
+            self._complete(st, dt, k)
         return ReplicaTrace(send=self.send, first_token=self.first, finish=self.finish, ok=self.ok,
                             preemptions=self.preemptions, steps=self.steps, max_running=self.max_running)
