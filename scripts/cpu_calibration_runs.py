@@ -7,12 +7,18 @@ llama-tiny-2l-128 (so that ``msopt calibrate`` can simulate the run) and the pri
 delay the one launch). The runs go one after another, never in parallel; ``uptime`` is logged before
 each into ``<out>/load.log``.
 
+``--start FILE`` measures nothing either: it scores a coarse grid of the four factors the fit cannot
+move far from a zero start (``frontend_ms_per_req``, ``frontend_us_per_output_token``,
+``step_overhead_ms``, ``per_seq_overhead_us``) on the runs ``--only`` names (the fitted half) and
+writes the best, on the catalog's cpu-x86 without its ``[engines.vllm]`` table, as the hardware TOML
+``msopt calibrate --hardware`` starts from.
+
 ``--summary`` measures nothing: it prints each run's measured figures (from its journal) and the
-load logged before it, and the noise between the repeats of c04 (c04, c04r2, c04r3, ...): the
+load logged before it, and the noise between the repeats of c04 (c04, c04r2, ...) and of c09: the
 mean absolute deviation from their mean, as a share of the mean (what a MAPE of a perfect
 simulator against one repeat would be).
 
-Usage: python scripts/cpu_calibration_runs.py --out DIR [--only NAME ...] [--list] [--summary]
+Usage: python scripts/cpu_calibration_runs.py --out DIR [--only NAME ...] [--list] [--summary] [--start FILE]
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ RUNS: dict[str, tuple[int, int, bool, int, int]] = {
     "c04r2": (8, 1024, True, 5 * C, 0),
     "c04r3": (8, 1024, True, 5 * C, 0),
     "c04r4": (8, 1024, True, 5 * C, 0),
+    # repeats of c09: the noise at 16 sequences, where the streamed tokens of 16 clients meet on one core
+    "c09r2": (16, 2048, True, 5 * C, 0),
+    "c09r3": (16, 2048, True, 5 * C, 0),
     # the measurement protocol (issue 27 item 5): c04 at 5 x c and 20 x c requests, 0 and 2 x c warm-up
     "c04w32": (8, 1024, True, 5 * C, 2 * C),
     "c04n320": (8, 1024, True, 20 * C, 0),
@@ -98,7 +107,7 @@ def summary(out: Path, names: list[str]) -> None:
     print("| run | max_num_seqs | max_num_batched_tokens | chunked | prompts | warm-ups | TTFT ms | TPOT ms | "
           "tokens/s | load before (1, 5, 15 min) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    repeats = []
+    repeats: dict[str, list[tuple[float, float, float]]] = {}
     for name in names:
         got = measured(out / name)
         if got is None:
@@ -106,16 +115,56 @@ def summary(out: Path, names: list[str]) -> None:
         mns, mnbt, chunked, prompts, warm = RUNS[name]
         print(f"| {name} | {mns} | {mnbt} | {'yes' if chunked else 'no'} | {prompts} | {warm} | {got[0] * 1e3:.0f} | "
               f"{got[1] * 1e3:.2f} | {got[2]:.1f} | {loads.get(name, '?')} |")
-        if name == "c04" or name.startswith("c04r"):
-            repeats.append(got)
-    if len(repeats) > 1:
-        noise = []
-        for i in range(3):
-            vals = [r[i] for r in repeats]
-            mean = sum(vals) / len(vals)
-            noise.append(sum(abs(v - mean) for v in vals) / len(vals) / mean)
-        print(f"noise between {len(repeats)} repeats of c04 (mean |x - mean| / mean): TTFT {noise[0]:.1%}, "
-              f"TPOT {noise[1]:.1%}, tokens/s {noise[2]:.1%}")
+        for base in ("c04", "c09"):
+            if name == base or name.startswith(f"{base}r"):
+                repeats.setdefault(base, []).append(got)
+    for base, rows in repeats.items():
+        if len(rows) > 1:
+            noise = []
+            for i in range(3):
+                vals = [r[i] for r in rows]
+                mean = sum(vals) / len(vals)
+                noise.append(sum(abs(v - mean) for v in vals) / len(vals) / mean)
+            print(f"noise between {len(rows)} repeats of {base} (mean |x - mean| / mean): TTFT {noise[0]:.1%}, "
+                  f"TPOT {noise[1]:.1%}, tokens/s {noise[2]:.1%}")
+
+
+#: the start grid of ``--start``: factor -> values
+GRID: dict[str, tuple[float, ...]] = {
+    "frontend_ms_per_req": (10.0, 20.0, 30.0, 40.0, 50.0),
+    "frontend_us_per_output_token": (0.0, 1000.0, 2000.0, 2500.0, 3000.0, 4000.0),
+    "step_overhead_ms": (6.0, 8.0, 10.0, 12.0, 14.0),
+    "per_seq_overhead_us": (100.0, 300.0, 500.0, 700.0),
+}
+
+
+def start_entry(out: Path, names: list[str], dest: Path) -> None:
+    """Write the best point of :data:`GRID` on the runs ``names`` under ``out`` as a hardware TOML."""
+    import dataclasses
+    import itertools
+
+    sys.path.insert(0, str(ROOT))
+    from msopt.cli.calibrate import measurements_from_run
+    from msopt.sim import load_hardware
+    from msopt.sim.calibrate import mape, simulate_measurements
+    from msopt.sim.specs import hardware_toml
+
+    rows = [m for name in names for m in measurements_from_run(out / name, "vllm")[0]]
+    base = dataclasses.replace(load_hardware("cpu-x86"), engine_overrides={})
+    best: tuple[float, dict[str, float]] | None = None
+    for values in itertools.product(*GRID.values()):
+        kw = dict(zip(GRID, values))
+        err = mape(rows, simulate_measurements(rows, dataclasses.replace(base, **kw)))  # type: ignore[arg-type]
+        score = (err["ttft"] + err["tpot"] + err["tokens_per_s"]) / 3.0
+        if best is None or score < best[0]:
+            best = (score, kw)
+    assert best is not None
+    hw = dataclasses.replace(base, **best[1])  # type: ignore[arg-type]
+    header = (f"start of the cpu-x86 fit: the best of a {' x '.join(str(len(v)) for v in GRID.values())} grid "
+              f"over {', '.join(GRID)} on {', '.join(names)} (mean MAPE {best[0]:.1%})")
+    dest.write_text(hardware_toml(hw, header))
+    print(header)
+    print(", ".join(f"{k} = {v:g}" for k, v in best[1].items()), "->", dest)
 
 
 def main() -> int:
@@ -124,8 +173,13 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=list(RUNS), help="these runs only (default: all)")
     parser.add_argument("--list", action="store_true", help="print the runs and exit")
     parser.add_argument("--summary", action="store_true", help="print the measured figures and the noise")
+    parser.add_argument("--start", type=Path, metavar="FILE",
+                        help="write the best start of the grid on the --only runs to FILE (measures nothing)")
     args = parser.parse_args()
     names = args.only or list(RUNS)
+    if args.start:
+        start_entry(args.out, names, args.start)
+        return 0
     if args.summary:
         summary(args.out, names)
         return 0

@@ -52,6 +52,7 @@ ENGINE_PARAMS: tuple[tuple[str, str, float], ...] = (
     ("api_jitter_ms", "add", 3.0),
     ("frontend_ms_per_req", "add", 1.0),
     ("client_think_ms", "add", 3.0),
+    ("frontend_us_per_output_token", "add", 20.0),
 )
 #: A launch rule: the server flags a measured row was launched with, from its load
 #: ``(engine, input_len, output_len, concurrency)``, for rows that do not record their flags.

@@ -57,6 +57,7 @@ def run_replica(
     jitter: np.ndarray | None = None,
     think: np.ndarray | None = None,
     prefilled: bool = False,
+    stream_tok_s: float = 0.0,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -76,9 +77,12 @@ def run_replica(
         prefilled: the prompts' KV arrives from a prefill instance (a decode instance of a
             disaggregated deployment): admission allocates the whole prompt's blocks and the
             admission step samples the first token here, with no prompt compute.
+        stream_tok_s: API-server time per streamed output token, on one serial resource that
+            every stream shares: the client sees a token when the frontend has sent it.
     """
     client = _Client(arrival=arrival, concurrency=concurrency, api_overhead_s=api_overhead_s,
-                     frontend_s=frontend_s, frontend_tok_s=frontend_tok_s, jitter=jitter, think=think)
+                     frontend_s=frontend_s, frontend_tok_s=frontend_tok_s, jitter=jitter, think=think,
+                     stream_tok_s=stream_tok_s)
     return ReplicaScheduler(knobs, cost, num_blocks, in_len, out_len, max_model_len, client,
                             time_scale=time_scale, prefilled=prefilled).run()
 
@@ -94,6 +98,7 @@ class _Client:
     frontend_tok_s: float
     jitter: np.ndarray | None
     think: np.ndarray | None
+    stream_tok_s: float = 0.0
 
 
 class _Limits:
@@ -336,6 +341,7 @@ class ReplicaScheduler:
         self.waiting: deque[int] = deque()
         self.sent = 0
         self.last_srv = -math.inf
+        self.stream_free = 0.0  # when the frontend has sent every token streamed so far
         self.pending: list[tuple[float, int]] = []  # (server arrival, request): sent, not yet at the engine
         self.done = 0
         self.t = 0.0
@@ -598,22 +604,32 @@ class ReplicaScheduler:
         return dt
 
     # -- completion --------------------------------------------------------------------------
-    def _complete(self, st: _Step) -> None:
-        """Advance prefilled requests, then retire finished ones (each frees a client slot)."""
+    def _complete(self, st: _Step, dt: float = 0.0, k: int = 1) -> None:
+        """Advance prefilled requests, then retire finished ones (each frees a client slot).
+
+        ``dt``, ``k``: the time and number of the steps just run (``k`` > 1: jumped decodes).
+        """
         t = self.t
         finished: list[int] = []
+        firsts: list[int] = []
+        sampled = 0  # prompts done in this step: each samples a token
         for i, chunk, _ in st.pf:
             self.ctx[i] += chunk
             self.prompt_left[i] -= chunk
             if self.prompt_left[i] == 0:
+                sampled += 1
                 if math.isnan(self.first[i]):
-                    self.first[i] = t
+                    firsts.append(i)
                 self.out_left[i] -= 1
                 self.partial.remove(i)
                 if self.out_left[i] == 0:
                     finished.append(i)
                 else:
                     self.dec.add(i, self.ctx[i], self.out_left[i], self.blocks[i])
+        # the client sees this step's tokens when the API server has streamed them
+        seen = self._stream(t, dt, k, st.n_dec, sampled) if self.client.stream_tok_s > 0 else t
+        for i in firsts:
+            self.first[i] = seen
         ends = self.dec.ends
         if st.n_dec and ends and ends[0][0] <= self.dec.g:
             for i, blocks in self.dec.pop_finished():
@@ -627,11 +643,25 @@ class ReplicaScheduler:
                 gone = set(finished)
                 self.running = [i for i in self.running if i not in gone]
             for i in finished:
-                self.finish[i] = t
+                self.finish[i] = seen
                 self.free += self.blocks[i]
                 self.blocks[i] = 0
                 self.done += 1
-                self.release(t)
+                self.release(seen)
+
+    def _stream(self, t: float, dt: float, k: int, n_dec: int, n_first: int) -> float:
+        """Queue the tokens of the steps just run on the serial frontend; when the client sees the last.
+
+        Each of the ``k`` steps (the last ends at ``t``) emits ``n_dec`` tokens, the last also
+        ``n_first`` first tokens; the frontend sends them in order at ``stream_tok_s`` each (a
+        FIFO queue: with equal steps its last departure is the latest of "start after the
+        first step, or when free, and send them all" and "send the last step's tokens after it").
+        """
+        w = self.client.stream_tok_s
+        last = n_dec + n_first
+        start = max(self.stream_free, t - dt + dt / k)
+        self.stream_free = max(start + (k * n_dec + n_first) * w, t + last * w)
+        return self.stream_free
 
     def _stuck(self, st: _Step) -> bool:
         """Nothing can run this step: True to look again (an arrival or a preemption), else raise."""
@@ -669,7 +699,7 @@ class ReplicaScheduler:
             self.steps += k
             if len(self.running) > self.max_running:
                 self.max_running = len(self.running)
-            self._complete(st)
+            self._complete(st, dt, k)
         return ReplicaTrace(send=np.array(self.send), first_token=np.array(self.first),
                             finish=np.array(self.finish), ok=np.array(self.ok, bool),
                             preemptions=self.preemptions, steps=self.steps, max_running=self.max_running)

@@ -185,7 +185,8 @@ def simulate(
                             max_model_len, hw.api_overhead_ms * 1e-3, scale,
                             hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
                             None if jitter is None else jitter[idx],
-                            None if think is None else think[idx])
+                            None if think is None else think[idx],
+                            stream_tok_s=hw.frontend_us_per_output_token * 1e-6)
         send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok
         replica[idx] = r
         preemptions += trace.preemptions

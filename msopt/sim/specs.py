@@ -24,7 +24,7 @@ DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.
 
 #: ``[efficiency]`` keys a hardware file may set per engine in ``[engines.<engine>]``
 ENGINE_KEYS = ("reserve_gib", "step_overhead_ms", "per_seq_overhead_us", "api_overhead_ms", "frontend_ms_per_req",
-               "frontend_us_per_token", "api_jitter_ms", "client_think_ms")
+               "frontend_us_per_token", "api_jitter_ms", "client_think_ms", "frontend_us_per_output_token")
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class Hardware:
         frontend_ms_per_req: API-server time per request, requests handled one at a time.
         frontend_us_per_token: API-server time per prompt token (tokenization).
         api_jitter_ms: mean of a random (exponential) per-request client/network delay.
+        client_think_ms: mean of a random (exponential) delay before a client sends its next request.
+        frontend_us_per_output_token: API-server time per streamed output token (detokenize, one
+            SSE event, the client's parsing) on one serial resource every stream shares: it caps
+            the delivered token rate and makes TPOT grow with the concurrent streams.
         engine_overrides: per-engine values of the overhead factors (``[engines.<engine>]``:
             any of :data:`ENGINE_KEYS`), e.g. SGLang's step overhead differs from vLLM's.
     """
@@ -77,6 +81,7 @@ class Hardware:
     frontend_us_per_token: float = 0.0
     api_jitter_ms: float = 0.0
     client_think_ms: float = 0.0
+    frontend_us_per_output_token: float = 0.0
     engine_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def for_engine(self, engine: str) -> Hardware:
@@ -411,6 +416,7 @@ def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
         frontend_us_per_token=_get(d, path, "efficiency", "frontend_us_per_token", default=0.0),
         api_jitter_ms=_get(d, path, "efficiency", "api_jitter_ms", default=0.0),
         client_think_ms=_get(d, path, "efficiency", "client_think_ms", default=0.0),
+        frontend_us_per_output_token=_get(d, path, "efficiency", "frontend_us_per_output_token", default=0.0),
         engine_overrides=_engine_overrides(d, path),
     )
     for key in ("compute_eff", "memory_eff", "comm_eff"):
