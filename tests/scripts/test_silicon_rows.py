@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import shlex
 from pathlib import Path
+
+from tests.scripts_load import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("silicon_rows", ROOT / "scripts" / "silicon_rows.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("silicon_rows")
 
 
 def _row(**kw: str) -> dict[str, str]:

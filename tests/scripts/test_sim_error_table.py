@@ -4,24 +4,20 @@ other models and hardware")."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from msopt.sim import load_hardware
 from msopt.sim.calibrate import load_measurements_csv, on_hardware
+from tests.scripts_load import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 GAP_VLLM = ROOT / "tests" / "data" / "vllm_measured_gap_analysis.csv"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sim_error_table", ROOT / "scripts" / "sim_error_table.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("sim_error_table")
 
 
 def _busy(mod, rows, **kw) -> np.ndarray:
@@ -55,11 +51,7 @@ def test_implied_busy_counts_only_the_sequences_that_decode():
 
 
 def _structure():
-    spec = importlib.util.spec_from_file_location("step_structure_cv", ROOT / "scripts" / "step_structure_cv.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("step_structure_cv")
 
 
 def test_per_layer_overhead_keeps_the_64_layer_rows_and_moves_the_others():
