@@ -153,6 +153,28 @@ def test_open_reads_back_meta(run):
     assert [r.eval_id for r in again.load_journal()] == [0]
 
 
+def test_a_relative_output_and_resume_give_an_absolute_run_directory(tmp_path, settings, monkeypatch):
+    """Every path under the run directory goes to processes with other working directories (a server's,
+    a benchmark's, a Ray worker's): it is absolute however -o and --resume were written (issue 39)."""
+    monkeypatch.chdir(tmp_path)
+    store = RunStore.create("msopt_runs", settings, run_id="r1")
+    assert store.run_dir == tmp_path / "msopt_runs" / "r1" and store.run_dir.is_absolute()
+    store.close()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = RunStore.open("../msopt_runs/r1")
+    assert again.run_dir == tmp_path / "msopt_runs" / "r1"
+
+
+def test_an_evaluator_refuses_a_relative_run_directory(settings):
+    """An evaluator may run in another working directory than the driver: a relative run directory would
+    name another place there, so it is refused loudly rather than resolved."""
+    from msopt.evaluate.evaluator import Evaluator
+
+    with pytest.raises(ValueError, match="run_dir must be an absolute path, got 'msopt_runs/r1'"):
+        Evaluator(settings, simulate=True, run_dir="msopt_runs/r1")
+
+
 def test_open_validates_the_directory(tmp_path, run):
     with pytest.raises(StoreError, match="does not exist") as exc:
         RunStore.open(tmp_path / "nope")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -193,7 +194,9 @@ class BenchmarkAdapter:
         """
         from msopt.engines.process import exit_report, start_process
 
-        result_dir = Path(result_dir)
+        # absolute before the argv is rendered: the benchmark runs with result_dir as its working
+        # directory, where a relative --result-dir would name a directory inside itself
+        result_dir, log_path = Path(result_dir).absolute(), Path(log_path).absolute()
         result_dir.mkdir(parents=True, exist_ok=True)
         argv, env = self.render(values, fields, section, server=server, num_prompts=num_prompts,
                                 load=load, result_dir=result_dir)
@@ -207,6 +210,46 @@ class BenchmarkAdapter:
             raise EvaluationError(exit_report(f"benchmark {self.name} exited with status {code}", log_path,
                                               proc.tail(20)))
         return self.parse(result_dir, Path(log_path))
+
+
+#: Lines a process prints while its interpreter exits, after its work is done: nanobind's leak report
+#: (nanobind src/nb_internals.cpp, printed at module finalisation: "nanobind: leaked N instances!",
+#: " - leaked type ...", "See https://nanobind.readthedocs.io/en/latest/refleaks.html"; vLLM 0.32's
+#: bench serve ends with it through triton), Python's resource_tracker and warnings. They say nothing
+#: about why a benchmark left no result, so a report of a missing result skips them.
+_EXIT_NOISE = re.compile(r"^(nanobind: |See https://nanobind\.|\s*- leaked |.*resource_tracker|.*leaked semaphore"
+                         r"|\s*warnings\.warn\(|.*(User|Deprecation|Future|Resource)Warning)")
+
+#: How many files :func:`no_result_report` names.
+_FILES_SHOWN = 8
+
+
+def meaningful_tail(lines: Sequence[str], n: int = 8) -> list[str]:
+    """The last ``n`` lines of a log's end that are not exit-time noise (:data:`_EXIT_NOISE`) nor blank."""
+    kept = [ln.rstrip() for ln in lines if ln.strip() and not _EXIT_NOISE.match(ln.strip())]
+    return kept[-n:]
+
+
+def no_result_report(bench: str, expected: str, result_dir: Path, log_path: Path) -> str:
+    """Why there is no result, for a benchmark that exited 0 but left no ``expected`` in ``result_dir``.
+
+    The first line names what was expected where and what the benchmark wrote there instead (a file
+    one directory level too deep says the benchmark resolved a path against another directory); the
+    rest is the log's last meaningful lines, exit-time warnings left out.
+    """
+    from msopt.engines.process import tail
+
+    root = Path(result_dir)
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    if files:
+        shown = ", ".join(files[:_FILES_SHOWN]) + (f" and {len(files) - _FILES_SHOWN} more"
+                                                    if len(files) > _FILES_SHOWN else "")
+        wrote = f"it wrote {shown} there"
+    else:
+        wrote = "it wrote no file there"
+    lines = meaningful_tail(tail(log_path, 200))
+    head = f"{bench} wrote no {expected} into {root}; {wrote} (log {log_path})"
+    return head + ("\nthe log's last lines before exit:\n" + "\n".join(lines) if lines else "")
 
 
 def check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, float | None]:

@@ -29,6 +29,7 @@ from msopt.benchmarks.base import (
     BENCHMARKS,
     BenchmarkAdapter,
     check_metrics,
+    no_result_report,
     positive_int,
     resolve_load,
 )
@@ -353,6 +354,8 @@ class BuiltinBenchmark(BenchmarkAdapter):
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
         """Read ``builtin_result.json``."""
         path = Path(result_dir) / RESULT_FILE
+        if not path.exists():
+            raise EvaluationError(no_result_report(f"benchmark {self.name}", RESULT_FILE, result_dir, log_path))
         try:
             return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError) as exc:

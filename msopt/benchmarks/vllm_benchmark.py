@@ -12,6 +12,7 @@ from msopt.benchmarks.base import (
     BENCHMARKS,
     BenchmarkAdapter,
     check_metrics,
+    no_result_report,
     positive_int,
     resolve_load,
     server_values,
@@ -27,7 +28,6 @@ from msopt.engines.base import (
     format_value,
     split_others,
 )
-from msopt.engines.process import exit_report, tail
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
@@ -123,8 +123,7 @@ class VllmBenchmark(BenchmarkAdapter):
         if not path.exists():
             found = sorted(Path(result_dir).glob("*.json"), key=lambda p: p.stat().st_mtime)
             if not found:
-                raise EvaluationError(exit_report(f"vllm bench serve wrote no result into {result_dir}",
-                                                  log_path, tail(log_path, 20)))
+                raise EvaluationError(no_result_report("vllm bench serve", RESULT_FILE, result_dir, log_path))
             path = found[-1]
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

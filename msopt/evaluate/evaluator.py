@@ -65,6 +65,11 @@ class Evaluator:
         launcher: NodeLauncher | None = None,
         processes: ProcessRegistry | None = None,
     ) -> None:
+        if run_dir is not None and not os.path.isabs(run_dir):
+            # an evaluator runs in another working directory than the driver (a Ray worker's), and hands
+            # paths under run_dir to servers and benchmarks that run in their own: a relative one means
+            # something else in each (RunStore makes the run directory absolute where it is created)
+            raise ValueError(f"Evaluator: run_dir must be an absolute path, got {os.fspath(run_dir)!r}")
         self.settings = settings
         self.simulate = settings.config.run.simulate if simulate is None else simulate
         self.run_dir = Path(run_dir) if run_dir is not None else None

@@ -104,7 +104,7 @@ def test_vllm_benchmark_parse(tmp_path: Path) -> None:
                                "time_per_output_token": 0.025, "success_rate": 0.9, "throughput": 1.5})
     assert parse_result({"completed": 3, "errors": ["", "", "", "x"]})["success_rate"] == 0.75
     assert parse_result({"completed": 0, "num_prompts": 4, "mean_ttft_ms": 0.0})["time_to_first_token"] is None
-    with pytest.raises(EvaluationError, match="no result"):
+    with pytest.raises(EvaluationError, match=f"wrote no {RESULT_FILE} into"):
         get_benchmark("vllm_benchmark").parse(tmp_path / "empty", tmp_path / "log")
 
 
@@ -139,6 +139,55 @@ def test_default_run_starts_waits_and_parses(mode: str, server_spec: LaunchSpec,
     with pytest.raises(EvaluationError, match="within 1 s" if mode == "hang" else "(?s)status 4.*Connection refused"):
         bench.run(server_spec, {}, [], section, **kw)
     assert time.monotonic() - t0 < 15
+
+
+def test_relative_result_dir_and_log_are_where_the_benchmark_writes(server_spec: LaunchSpec, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative result directory (a relative ``-o``) meant the driver's working directory, but the
+    benchmark runs inside the result directory: vLLM then wrote one copy of the path too deep (issue 39)."""
+    script = write(tmp_path / "fake.py", FAKE_VLLM_BENCH)
+    section = {"command": {"executable": [sys.executable, str(script)]}, "env": {"FAKE_MODE": "ok"}}
+    monkeypatch.chdir(tmp_path)
+    m = get_benchmark("vllm_benchmark").run(server_spec, {}, [], section, num_prompts=10, load={},
+                                            result_dir=Path("runs/r1/work/e0/result"), log_path=Path("runs/b.log"),
+                                            timeout=30)
+    assert m["generate_speed"] == 300.0
+    assert (tmp_path / "runs/r1/work/e0/result" / RESULT_FILE).is_file()
+    assert not (tmp_path / "runs/r1/work/e0/result/runs").exists()
+    assert "fake bench" in (tmp_path / "runs/b.log").read_text()
+
+
+MISPLACED_BENCH = """
+import json, os, sys
+args = sys.argv[1:]
+d = os.path.join('deeper', args[args.index('--result-dir') + 1].lstrip('/'))
+os.makedirs(d, exist_ok=True)
+print('============ Serving Benchmark Result ============', flush=True)
+print('Output token throughput (tok/s):         300.0', flush=True)
+json.dump({}, open(os.path.join(d, args[args.index('--result-filename') + 1]), 'w'))
+print('nanobind: leaked 2 instances!', flush=True)
+print(' - leaked type "triton._C.X"', flush=True)
+print('nanobind: this is likely caused by a reference counting issue in the binding code.', flush=True)
+print('See https://nanobind.readthedocs.io/en/latest/refleaks.html', flush=True)
+"""
+
+
+def test_no_result_names_what_was_written_and_the_last_meaningful_lines(server_spec: LaunchSpec,
+                                                                         tmp_path: Path) -> None:
+    """A benchmark that exits 0 but writes its result elsewhere: the error names the files it did write and
+    the log's last lines before the exit-time warnings, not the nanobind leak report (issue 39)."""
+    script = write(tmp_path / "fake.py", MISPLACED_BENCH)
+    section = {"command": {"executable": [sys.executable, str(script)]}}
+    with pytest.raises(EvaluationError) as err:
+        get_benchmark("vllm_benchmark").run(server_spec, {}, [], section, num_prompts=10, load={},
+                                            result_dir=tmp_path / "res", log_path=tmp_path / "b.log", timeout=30)
+    first, *rest = str(err.value).splitlines()
+    assert first.startswith(f"vllm bench serve wrote no {RESULT_FILE} into {tmp_path / 'res'}; it wrote deeper/")
+    assert first.endswith(f"{RESULT_FILE} there (log {tmp_path / 'b.log'})")
+    assert "nanobind" not in str(err.value)
+    assert rest[-1] == "Output token throughput (tok/s):         300.0"
+    with pytest.raises(EvaluationError, match=r"wrote no builtin_result\.json into .*; it wrote no file there"):
+        get_benchmark("builtin").parse(tmp_path / "empty", tmp_path / "log")
 
 
 # -- ais_bench --------------------------------------------------------------------------------

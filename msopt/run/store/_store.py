@@ -105,7 +105,9 @@ class RunStore:
     """
 
     def __init__(self, run_dir: Path, meta: Mapping[str, Any]) -> None:
-        self.run_dir = Path(run_dir)
+        # absolute once, here: every path handed to a server, a benchmark or an actor derives from it, and
+        # those run with another working directory (the evaluation's work dir, a Ray worker's)
+        self.run_dir = Path(os.path.abspath(run_dir))
         self.meta: dict[str, Any] = dict(meta)
         self.warnings: list[str] = []
         self.journal = JournalFile(self.run_dir / JOURNAL, self._warn)
@@ -132,7 +134,7 @@ class RunStore:
         if not _RUN_ID.fullmatch(rid):
             raise StoreError(f"run id {rid!r} is not a plain directory name; use letters, digits, "
                              "'.', '_' and '-' (at most 128, not starting with '.' or '-')")
-        out = Path(os.path.expanduser(os.fspath(output_dir)))
+        out = Path(os.path.abspath(os.path.expanduser(os.fspath(output_dir))))
         run_dir = out / rid
         not_dir = StoreError(f"{out}: the output path is not a directory; choose another --output")
         if out.exists() and not out.is_dir():  # mkdir(exist_ok=True) would fail with "File exists"
@@ -190,7 +192,7 @@ class RunStore:
             StoreError: not a run directory, or run.json unreadable; the message names the path
                 and the fix.
         """
-        path = Path(os.path.expanduser(os.fspath(run_dir)))
+        path = Path(os.path.abspath(os.path.expanduser(os.fspath(run_dir))))
         fix = "give the run directory that msopt printed when the run started (<output>/<run-id>)"
         if not path.is_dir():
             what = "does not exist" if not path.exists() else "is not a directory"
