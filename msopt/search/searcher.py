@@ -236,7 +236,7 @@ def make_swarm_searcher(setup: SearcherSetup) -> SwarmSearcher:
 
 
 class _TPEFactory:
-    """Optuna's TPE (:class:`msopt.search.tpe.TPESearcher`; needs ``pip install 'msopt[tpe]'``)."""
+    """Optuna's TPE (:class:`msopt.search.tpe.TPESearcher`; needs ``pip install -e '.[tpe]'``)."""
 
     def __call__(self, setup: SearcherSetup) -> Searcher:
         from msopt.search.tpe import TPESearcher

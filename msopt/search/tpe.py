@@ -1,6 +1,6 @@
 """Optuna's TPE as a :class:`~msopt.search.searcher.Searcher` (``[search] searcher = "tpe"``).
 
-Needs the optional dependency: ``pip install 'msopt[tpe]'`` (``optuna>=3.6``).
+Needs the optional dependency: ``pip install -e '.[tpe]'`` (``optuna>=3.6``).
 
 Each dimension becomes one Optuna parameter: a dimension with candidates the candidate's index
 (``IntDistribution`` where the candidates are numbers, so TPE may use their order; a categorical
@@ -52,7 +52,7 @@ def require_optuna() -> Any:
     try:
         import optuna
     except ImportError:
-        raise ConfigError("[search] searcher = \"tpe\" needs Optuna: pip install 'msopt[tpe]'") from None
+        raise ConfigError("[search] searcher = \"tpe\" needs Optuna: pip install -e '.[tpe]'") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 

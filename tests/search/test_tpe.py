@@ -166,10 +166,10 @@ def test_validate_names_the_missing_extra(write_toml, monkeypatch):
     settings = _settings(write_toml)
     validate(settings)  # optuna is here
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
-    with pytest.raises(ConfigError, match=r"searcher = \"tpe\" needs Optuna: pip install 'msopt\[tpe\]'") as err:
+    with pytest.raises(ConfigError, match=r"searcher = \"tpe\" needs Optuna: pip install -e '\.\[tpe\]'") as err:
         validate(settings)
     assert "\n" not in str(err.value) and "search.searcher" in str(err.value) or ".toml" in str(err.value)
-    with pytest.raises(ConfigError, match=r"pip install 'msopt\[tpe\]'"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[tpe\]'"):
         check_searcher("tpe")
 
 
