@@ -21,14 +21,16 @@ import numpy as np
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
+from msopt.engines.pd import without_pd
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
-from msopt.errors import ConfigError, DecodeError, MsoptError
+from msopt.errors import ConfigError, DecodeError, EvaluationError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import make_objective
+from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.runner import configured_benchmark
-from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
+from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of, render_pd_trial
 from msopt.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class CandidateScreen:
         self.engine = get_engine(settings.engine)
         self.section = settings.section(settings.engine)
         self.devices = _devices(settings)
+        self.nodes = virtual_nodes(settings)
         sim = settings.config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
@@ -95,21 +98,53 @@ class CandidateScreen:
         if key in self._seen:
             return self._seen[key]
         try:
-            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
-                                      devices=list(self.devices), workdir=None)
-            cand = Candidate(spec, dict(values), self.section,
-                             self.model if self.model is not None else model_facts(spec.model),
-                             _AnyEnvironment(spec.env))
-            hit = broken_rule(cand, self.engine.startup_rules)
             out = None
-            if hit is not None:
-                rule, message = hit
-                out = (f"{spec.engine} refuses this configuration at start-up: {message} "
-                       f"[rule {rule.id}, {rule.source}, {rule.version}]")
+            for spec, section in self._instances(values):
+                cand = Candidate(spec, dict(values), section,
+                                 self.model if self.model is not None else model_facts(spec.model),
+                                 _AnyEnvironment(spec.env))
+                hit = broken_rule(cand, self.engine.startup_rules)
+                if hit is not None:
+                    rule, message = hit
+                    out = (f"{spec.engine} refuses this configuration at start-up: {message} "
+                           f"[rule {rule.id}, {rule.source}, {rule.version}]")
+                    break
+        except _LayoutError as exc:
+            out = str(exc)
         except MsoptError:
             out = None  # anything else is the evaluator's to report
         self._seen[key] = out
         return out
+
+
+    def _instances(self, values: Mapping[str, Any]) -> list[tuple[Any, Mapping[str, Any]]]:
+        """The launches of ``values`` with the section each is checked against: the one server, or every
+        instance of a prefill/decode-disaggregated trial (checked as the evaluator checks them, without
+        the ``pd`` table).
+
+        Raises:
+            _LayoutError: the disaggregated layout does not fit the trial (more devices than it holds):
+                known here, so no launch is spent on it.
+        """
+        if not self.engine.is_disaggregated(self.section):
+            return [(self.engine.render(values, self.settings.fields, self.section, port=0,
+                                        devices=list(self.devices), workdir=None), self.section)]
+        launch = _pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
+        inner = without_pd(self.section)
+        return [(spec, inner) for spec in (*launch.prefill, *launch.decode)]
+
+
+class _LayoutError(MsoptError):
+    """A disaggregated layout that cannot be placed on the trial's devices."""
+
+
+def _pd_launch(engine: Any, values: Mapping[str, Any], settings: Settings, section: Mapping[str, Any],
+               devices: Sequence[str], nodes: Sequence[Any]) -> Any:
+    """:func:`render_pd_trial`, its layout check raised as :class:`_LayoutError`: known before a launch."""
+    try:
+        return render_pd_trial(engine, values, settings, section, devices, nodes)
+    except EvaluationError as exc:
+        raise _LayoutError(f"the disaggregated layout does not fit the trial: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -262,6 +297,8 @@ class SimulatorPrior:
         self._observed_fitness: dict[str, float] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
         self.devices = _devices(settings)
+        self.nodes = virtual_nodes(settings)
+        self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
         self._memo = memo
@@ -296,16 +333,23 @@ class SimulatorPrior:
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
         from msopt.sim.calibrate import simulate_memo
         from msopt.sim.knobs import knobs_from_launch, load_overrides
+        from msopt.sim.simulator import simulate_pools
 
         try:
-            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
-                                      devices=list(self.devices), workdir=None)
             req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
             load = field_load_of(self.benchmark, values, req)
             wl = self.workload.with_overrides(load_overrides(load)) if load else self.workload
-            res = simulate_memo(self._sims, knobs_from_launch(spec), self.hardware, self.model_spec, wl,
-                                weight_dtype=str(self.table.get("weight_dtype", "bf16")),
-                                kv_dtype=self.table.get("kv_dtype"), seed=int(self.table.get("seed", 0)))
+            dtypes = {"weight_dtype": str(self.table.get("weight_dtype", "bf16")),
+                      "kv_dtype": self.table.get("kv_dtype"), "seed": int(self.table.get("seed", 0))}
+            if self.disaggregated:
+                # the evaluation's own simulation (SimRunner._measure_pd): both pools, the router's split
+                launch = _pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
+                res = simulate_pools(launch.prefill[0], launch.decode[0], launch.counts, self.hardware,
+                                     self.model_spec, wl, **dtypes)
+            else:
+                spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                                          devices=list(self.devices), workdir=None)
+                res = simulate_memo(self._sims, knobs_from_launch(spec), self.hardware, self.model_spec, wl, **dtypes)
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -379,6 +423,10 @@ class SimulatorPrior:
         self.refit_note = None
         rows = sorted(self._observed.values(), key=self._measured_fitness)[:max_rows]
         if len(rows) < 2:
+            return False
+        if self.disaggregated:
+            # the fit simulates each row as one co-located server; a disaggregated trial is two pools
+            self.refit_note = "prior kept: a prefill/decode-disaggregated trial is not refitted"
             return False
         fitted_on = tuple((_key(v), t, p, g) for v, t, p, g in rows)
         if fitted_on == self._fitted_on:

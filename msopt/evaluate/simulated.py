@@ -16,12 +16,13 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
-from msopt.engines.base import EngineAdapter, LaunchSpec
+from msopt.engines.base import EngineAdapter, LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
@@ -290,10 +291,9 @@ class SimRunner(EngineRunner):
         """A prefill/decode-disaggregated trial: every instance and the router rendered, both pools simulated."""
         from msopt.engines.pd import without_pd
 
-        devices = list(self.ctx.devices) or [str(d) for d in range(_trial_devices(self.settings))]
         nodes = self.ctx.nodes or self.virtual
-        launch = self.engine.render_pd(values, self.settings.fields, self.engine_section, ports=[0] * 1024,
-                                       devices=devices, workdir=self.ctx.run_dir, nodes=nodes)
+        launch = render_pd_trial(self.engine, values, self.settings, self.engine_section, self.ctx.devices, nodes,
+                                 workdir=self.ctx.run_dir)
         inner = without_pd(self.engine_section)
         self.last_server = None
         for spec in (*launch.prefill, *launch.decode):
@@ -318,6 +318,19 @@ class SimRunner(EngineRunner):
         if res.error:
             raise EvaluationError(res.error)
         return metrics_of(res)
+
+
+def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], settings: Settings, section: Mapping[str, Any],
+                    devices: Sequence[str], nodes: Sequence[TrialNode], workdir: Path | None = None) -> PdLaunch:
+    """A disaggregated trial as a simulated evaluation renders it (every instance and the router), on ``devices``
+    (none: ``0 .. devices_per_trial-1``); the simulator prior renders it the same way.
+
+    Raises:
+        EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
+    """
+    return engine.render_pd(values, settings.fields, section, ports=[0] * 1024,
+                            devices=list(devices) or [str(d) for d in range(_trial_devices(settings))],
+                            workdir=workdir, nodes=nodes)
 
 
 def _trial_devices(settings: Settings) -> int:

@@ -257,8 +257,6 @@ def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tupl
         ConfigError: a missing or invalid ``[simulator]`` key.
         SimulationError: a launch cannot be read.
     """
-    from msopt.sim.pd import Pool, simulate_pd
-
     unknown = set(sim_table) - SIM_KEYS
     if unknown:
         raise ConfigError(f"simulator: unknown key(s) {sorted(unknown)}; valid keys: {sorted(SIM_KEYS)}")
@@ -271,9 +269,19 @@ def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tupl
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
     if load:
         wl = wl.with_overrides(load_overrides(load))
-    weight_dtype = str(sim_table.get("weight_dtype", "bf16"))
-    kv_dtype = sim_table.get("kv_dtype") or ("fp16" if weight_dtype == "fp16" else "bf16")
-    noise = float(sim_table.get("noise", 0.0))
+    return simulate_pools(prefill, decode, counts, hw, spec, wl,
+                          weight_dtype=str(sim_table.get("weight_dtype", "bf16")), kv_dtype=sim_table.get("kv_dtype"),
+                          seed=int(sim_table.get("seed", 0)), noise=float(sim_table.get("noise", 0.0)))
+
+
+def simulate_pools(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, int], hw: Hardware, spec: ModelSpec,
+                   wl: Workload, *, weight_dtype: str = "bf16", kv_dtype: str | None = None, seed: int = 0,
+                   noise: float = 0.0) -> SimResult:
+    """:func:`simulate_disaggregated` on loaded inputs: the one simulation of a disaggregated trial that an
+    evaluation and the simulator prior (with its refitted ``hw``) both run."""
+    from msopt.sim.pd import Pool, simulate_pd
+
+    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
     pools = [Pool("prefill", knobs_from_launch(prefill).resolved(hw.hbm_gib), int(counts[0])),
@@ -289,7 +297,7 @@ def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tupl
         mem = plan_memory(hw, spec, knobs, weight_dtype, kv_dtype)
         return _memory_problem(knobs, hw, mem, max_len, spec), mem
 
-    seq = np.random.SeedSequence(int(sim_table.get("seed", 0)))
+    seq = np.random.SeedSequence(int(seed))
     rng_len, rng_arr, rng_noise = (np.random.default_rng(s) for s in seq.spawn(3))
     in_len, out_len = wl.sample_lengths(rng_len)
     arrival = wl.sample_arrivals(rng_arr)
