@@ -115,3 +115,16 @@ def test_a_recommendation_that_breaks_an_slo_another_met_says_so():
 def test_every_evaluation_failed():
     v = make_verdict(SETTINGS, [failed(0), failed(1)], None)
     assert v.lines() == ["!!! NO CONFIGURATION SUCCEEDED: all 2 evaluations failed; see the errors in the report"]
+
+
+def test_a_prediction_the_slo_penalty_dominates_names_the_broken_slos():
+    """A predicted fitness of twelve digits tells a user nothing: the broken SLOs do (issue 39)."""
+    from msopt.run.verdict import predicted_line
+
+    broken = {"time_to_first_token": 8.8, "time_per_output_token": 0.0374, "success_rate": 1.0,
+              "generate_speed": 2185.7, "fitness": 397519187374.5551}
+    assert predicted_line(SETTINGS, broken) == ("the simulator prior predicted TTFT 8.8 s > 2.5 s ✗, TPOT 37.4 ms > "
+                                                "20 ms ✗ for it (generate_speed 2185.7 tok/s; prior.json: its picks)")
+    met = dict(broken, time_to_first_token=1.0, time_per_output_token=0.01, fitness=0.35)
+    assert predicted_line(SETTINGS, met) == ("the simulator prior predicted fitness 0.3500 for it (generate_speed "
+                                             "2185.7 tok/s; prior.json: its picks)")

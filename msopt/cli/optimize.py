@@ -434,8 +434,9 @@ def _print_result(settings: Settings, store: RunStore, outcome: RunOutcome) -> i
         print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
         print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
     if best.predicted is not None and best.predicted.get("fitness") is not None:
-        print(f"the simulator prior predicted fitness {best.predicted['fitness']:.4f} for it "
-              f"(generate_speed {best.predicted.get('generate_speed') or 0:.1f} tok/s; prior.json: its picks)")
+        from msopt.run.verdict import predicted_line
+
+        print(predicted_line(settings, best.predicted))
     print(f"launch it: {store.run_dir / 'best_command.sh'}")
     print(store.run_dir)
     return 0

@@ -35,6 +35,16 @@ def slo_checks(settings: Settings, metrics: Mapping[str, Any]) -> list[SloCheck]
     return _slo_checks(settings.config.run.slos, metrics)
 
 
+def predicted_line(settings: Settings, predicted: Mapping[str, Any]) -> str:
+    """What the simulator prior predicted for the recommendation, in one line: the SLOs it predicted broken,
+    since a fitness the SLO penalty dominates (twelve digits) says nothing by itself; else the fitness."""
+    speed = f"generate_speed {predicted.get('generate_speed') or 0:.1f} tok/s; prior.json: its picks"
+    broken = [c.text() for c in slo_checks(settings, predicted) if c.value is not None and not c.met]
+    if broken:
+        return f"the simulator prior predicted {', '.join(broken)} for it ({speed})"
+    return f"the simulator prior predicted fitness {float(predicted['fitness']):.4f} for it ({speed})"
+
+
 def meets_slos(settings: Settings, result: EvaluationResult) -> bool:
     """True when ``result`` succeeded and met every SLO."""
     return not result.failed and all(c.met for c in slo_checks(settings, result.metrics))
