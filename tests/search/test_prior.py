@@ -318,3 +318,33 @@ def test_a_budget_remeasures_the_two_best_again(write_toml):
     # the extra quarter less one pays for the two best again and the baseline as often as the pick
     assert refined > 3 and 30 // 4 - 2 <= refined - 3 + baseline - 2 <= 30 // 4 - 1 and launched <= 30
     assert refine_count()[0] == 3
+
+
+PD_EXAMPLE = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "configs" / "pd_h200_sglang.toml")
+
+
+def test_a_disaggregated_trial_is_predicted_as_its_evaluation_simulates_it(write_toml):
+    """The prior renders a PD trial's instances and simulates both pools, as SimRunner does (issue 39); a layout
+    that needs more devices than the trial holds is refused before a launch."""
+    from msopt.evaluate.evaluator import Evaluator
+    from msopt.evaluate.results import EvalRequest
+
+    settings = load_settings(PD_EXAMPLE)
+    space = SearchSpace.from_settings(settings)
+    prior = make_prior(settings, space)
+    values = {"n_prefill": 10, "n_decode": 3, "prefill_tp": 1, "decode_tp": 2, "prefill_chunk": 2048,
+              "decode_max_running": 69}
+    pred = prior.predict(values)
+    assert pred.error is None
+    text = open(PD_EXAMPLE, encoding="utf-8").read()
+    assert "\nnoise = 0.02" in text
+    noiseless = load_settings(str(write_toml(text.replace("\nnoise = 0.02", "\nnoise = 0.0"))))
+    res = Evaluator(noiseless, simulate=True).evaluate(
+        EvalRequest(0, "search", 0, 0, tuple(space.encode(values).tolist()), num_prompts=prior.num_prompts))
+    assert res.error is None
+    for key in ("generate_speed", "time_to_first_token", "time_per_output_token"):
+        assert pred.metrics[key] == pytest.approx(res.metrics[key], rel=0.1), key
+    too_big = dict(values, n_prefill=12, n_decode=4, decode_tp=4)
+    refusal = prior.screen.refusal(too_big)
+    assert refusal is not None and refusal.startswith("the disaggregated layout does not fit the trial: ")
+    assert "needs 28 devices" in refusal and math.isinf(prior.predict(too_big).fitness)
