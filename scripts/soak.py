@@ -246,7 +246,10 @@ def chaos(args: argparse.Namespace) -> int:
             if run_dir is None:
                 found = [p.parent for p in (out / "chaos").glob("*/journal.jsonl")]
                 run_dir = found[0] if found else None
-            lines = len((run_dir / "journal.jsonl").read_bytes().splitlines()) if run_dir else 0
+            try:
+                lines = len((run_dir / "journal.jsonl").read_bytes().splitlines()) if run_dir else 0
+            except FileNotFoundError:  # a driver that stopped before its first result removed its run directory
+                run_dir, lines = None, 0
             if marks and lines >= marks[0]:
                 marks.pop(0)
                 driver.send_signal(signal.SIGKILL)
