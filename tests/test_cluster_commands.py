@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import readme
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 
@@ -41,15 +43,22 @@ def _namespaces_work() -> str | None:
     return None
 
 
-def run_in_namespace(script: str, home: Path, timeout: int = 420) -> subprocess.CompletedProcess:
-    bin_dir = str(Path(sys.executable).parent)
-    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}",
+def run_in_namespace(script: str, home: Path, timeout: int = 420, *, cwd: Path = REPO, bin_dir: Path | None = None,
+                     net: bool = True, pythonpath: bool = True) -> subprocess.CompletedProcess:
+    """``script`` in bash in a private PID namespace (and network namespace, with ``net``) from ``cwd``, with the
+    code of ``cwd`` first on the path (unless not ``pythonpath``: then ``bin_dir``'s environment decides), ``bin_dir``
+    (default: this interpreter's) first on PATH and HOME at ``home``. Without ``net`` the package index can be
+    reached (``pip install``)."""
+    bin_dir = bin_dir or Path(sys.executable).parent
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(cwd), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}",
                RAY_USAGE_STATS_ENABLED="0")
-    for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_JOB_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+    for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_JOB_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+                "VIRTUAL_ENV", *(() if pythonpath else ("PYTHONPATH",))):
         env.pop(key, None)
-    wrapped = f"ip link set lo up\nset -e\ncd {REPO}\n{script}\nray stop --force >/dev/null 2>&1 || true\n"
-    return subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "bash", "-c",
-                           wrapped], env=env, capture_output=True, text=True, timeout=timeout)
+    wrapped = (("ip link set lo up\n" if net else "") +
+               f"set -e\ncd {cwd}\n{script}\nray stop --force >/dev/null 2>&1 || true\n")
+    return subprocess.run(["unshare", *(["--net"] if net else []), "--pid", "--fork", "--mount-proc", "--kill-child",
+                           "bash", "-c", wrapped], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_readme_block_is_what_this_test_runs():
@@ -62,6 +71,12 @@ def test_the_readme_block_is_what_this_test_runs():
 @pytest.mark.slow
 @pytest.mark.parametrize("token", [False, True], ids=["no-token", "token-auth"])
 def test_readme_cluster_commands_as_printed(tmp_path, token):
+    """The block's lines but the second, verbatim, from a fresh copy of the repository (the job's working
+    directory is the relative ``.``; the job's driver and actors run in Ray's unpacked copy of it)."""
+    lines = [readme.command("ray start --head --resources '{\"NPU\": 8}'"),
+             readme.command("[ -f ~/.ray/auth_token ] && export RAY_AUTH_MODE=token"),
+             readme.command("ray job submit --working-dir . -- msopt optimize -c configs/quickstart.toml "
+                            "--address auto -o ~/msopt_runs")]
     why = _namespaces_work()
     if why:
         pytest.skip(why)
@@ -70,9 +85,8 @@ def test_readme_cluster_commands_as_printed(tmp_path, token):
     setup = ""
     if token:  # a user who ran a local msopt before: the head turns token authentication on
         setup = "ray get-auth-token --generate >/dev/null\n"
-    lines = readme_cluster_block()
-    script = setup + "\n".join(ln for i, ln in enumerate(lines) if i != 1)
-    out = run_in_namespace(script, home)
+    copy = readme.repository_copy(tmp_path / "repo")
+    out = run_in_namespace(setup + "\n".join(lines), home, cwd=copy)
     log = out.stdout[-4000:] + out.stderr[-4000:]
     assert out.returncode == 0, log
     assert "succeeded" in log and "AuthenticationError" not in log
@@ -98,26 +112,32 @@ def test_submit_job_without_a_dashboard_is_one_line():
     assert "Traceback" not in out.stderr and "ray start --head" in lines[0]
 
 
-QUICKSTART = "msopt optimize -c configs/quickstart.toml"
-
-
 @pytest.mark.slow
 def test_readme_quick_start_as_printed_gives_the_result_docs_quote(tmp_path):
-    """The quick start's command (README, first line after the install) and the seed-0 result
-    that docs/simulator.md quotes for it."""
-    readme = README.read_text(encoding="utf-8")
-    assert f"pip install -e . && {QUICKSTART}\n" in readme
+    """The quick start's first line, verbatim, in a fresh copy of the repository and a fresh environment (a
+    virtual environment that sees this machine's packages, so ``pip install -e .`` installs nothing but msopt),
+    with the default relative ``-o``; then the seed-0 result that docs/simulator.md quotes for it."""
+    line = readme.command("pip install -e . && msopt optimize -c configs/quickstart.toml")
     why = _namespaces_work()
     if why:
         pytest.skip(why)
     home = tmp_path / "home"
     home.mkdir()
-    out = run_in_namespace(f"cd {tmp_path}\nln -s {REPO / 'configs'} configs\n{QUICKSTART}", home)
+    copy = readme.repository_copy(tmp_path / "repo")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    out = run_in_namespace(line, home, cwd=copy, bin_dir=venv / "bin", net=False, pythonpath=False, timeout=900)
     log = out.stdout[-6000:] + out.stderr[-3000:]
     assert out.returncode == 0, log
+    (run,) = list((copy / "msopt_runs").iterdir())
+    assert (run / "best.json").is_file() and str(run) in out.stdout
     lines = out.stdout.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("recommended: "))
     values = " ".join(ln.strip() for ln in lines[i + 1:] if "=" in ln and not ln.startswith("launch it:"))
     doc = (REPO / "docs" / "simulator.md").read_text(encoding="utf-8")
     assert f"    {values}\n" in doc, (values, log)
-    assert lines[0] == "starting Ray ..." and "verdict: the recommended configuration meets every SLO" in lines
+    msopt_lines = lines[lines.index("starting Ray ..."):]  # pip's lines come first
+    assert "verdict: the recommended configuration meets every SLO" in msopt_lines
+    tpe = run_in_namespace(readme.command("pip install -e '.[tpe]'") + "\npython -c 'import optuna'", home,
+                           cwd=copy, bin_dir=venv / "bin", net=False, pythonpath=False, timeout=600)
+    assert tpe.returncode == 0, tpe.stdout[-3000:] + tpe.stderr[-3000:]
