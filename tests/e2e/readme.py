@@ -59,8 +59,8 @@ def _is_command(span: str) -> bool:
         return False
     if any(w.startswith("[") or w == "|" or "..." in w for w in words):
         return False  # a synopsis: [-c FILE], a | b, X1,X2,...
-    if any(re.fullmatch(r"[A-Z][A-Z0-9_]*", w) for w in words):
-        return False  # a placeholder: RUN_DIR, FILE, N
+    if any(re.fullmatch(r"[A-Z][A-Z0-9_]*", w) or re.search(r"<[^>]+>", w) for w in words):
+        return False  # a placeholder: RUN_DIR, FILE, N, msopt_runs/<run-id>
     if words[0] in ("msopt", "ray") and all(re.fullmatch(r"[a-z-]+", w) for w in words[1:]):
         return False  # a name: `msopt optimize`, `ray job submit`
     return len(words) > 1

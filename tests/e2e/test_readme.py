@@ -60,7 +60,8 @@ def test_what_ci_runs_is_in_ci_verbatim():
 
 def test_the_extraction_keeps_commands_and_leaves_out_synopses_and_names():
     text = ("Run `msopt optimize -c a.toml --seed 1`, see `msopt optimize`, `msopt report RUN_DIR`, "
-            "`msopt decode -c FILE [--json]`, `ray job stop`, `pip install -e '.[x]'`, `ray.init`.\n"
+            "`msopt decode -c FILE [--json]`, `ray job stop`, `pip install -e '.[x]'`, `ray.init`, "
+            "`msopt optimize --resume msopt_runs/<run-id>`.\n"
             "```bash\nray start --head   # on the head\n\necho '#not a comment' # but this is\n```\n")
     assert readme.commands(text) == ["ray start --head", "echo '#not a comment'",
                                      "msopt optimize -c a.toml --seed 1", "pip install -e '.[x]'"]
