@@ -129,6 +129,10 @@ def sglang_mem_fraction(hbm_gib: float, tp: int, pp: int, chunk: int, max_runnin
     return round((gpu_mb - reserved) / gpu_mb, 3)
 
 
+#: SGLang's step token budget with chunked prefill off (``--chunked-prefill-size -1``): none
+UNBOUNDED_TOKENS = 1 << 40
+
+
 def _split_argv(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     """Pairs (flag, value or None); handles ``--flag value`` and ``--flag=value``."""
     out: list[tuple[str, str | None]] = []
@@ -280,7 +284,10 @@ def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
                                   "--enable-dp-attention each attention rank holds tp/dp devices")
         kw["tp"] = world // dp
     if kw.get("max_num_batched_tokens", 0) == -1:  # SGLang: -1 disables chunking
-        kw["max_num_batched_tokens"] = None
+        # no chunk bound: --max-prefill-tokens bounds a prefill batch, and a prompt longer than it
+        # runs alone (PrefillAdder admits a batch's first request whole: sglang 0.5.23
+        # srt/managers/schedule_policy.py, add_one_req without a chunk); no step budget rejects it
+        kw["max_num_batched_tokens"] = UNBOUNDED_TOKENS
         kw["chunked_prefill"] = False
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
