@@ -17,10 +17,11 @@ reason, never guessed at.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +235,17 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
     sd = spec_of(notes)
     argv, assumed = _argv(engine, row, spec, hw.devices_per_node)
     if sd is not None:
-        raise _Skip(f"speculative decoding ({sd[0]}, {sd[1]} steps) is not modelled")
+        method, steps, draft, accept = sd
+        if engine == "sglang":
+            algo = {"mtp": "NEXTN", "eagle": "EAGLE3"}.get(method)
+            if algo is None:
+                raise _Skip(f"speculative decoding {method!r} is not modelled")
+            argv += ["--speculative-algorithm", algo, "--speculative-num-steps", str(steps),
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(draft)]
+        else:
+            argv += ["--speculative-config", json.dumps({"method": method, "num_speculative_tokens": steps})]
+        if accept is None:
+            assumed.append(f"acceptance length of {method} assumed (the row gives none)")
     try:
         knobs = get_knobs(engine, argv)
         if engine == "sglang" and knobs.memory_fraction is None and \
@@ -247,6 +258,8 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
             knobs = get_knobs(engine, argv)
     except MsoptError as exc:
         raise _Skip(f"server flags {' '.join(argv)}: {exc}") from None
+    if sd is not None and sd[3] is not None:
+        knobs = replace(knobs, spec_accept_len=sd[3])
     conc = _int(row["concurrency"])
     rate = _float(row["request_rate"]) if row["request_rate"].strip() else math.inf
     n = _int(row["num_prompts"]) or (10 * conc if conc else None)
