@@ -182,7 +182,7 @@ def simulate(
             msg = f"ValueError: num_speculative_tokens must be > 0, got {draft.steps}"
             log.append(f"ERROR {msg}")
             return failed(msg, log, ignored, wl.num_prompts)
-        cost = SpecStepCost(cost, spec, draft)
+        cost = SpecStepCost(cost, spec, draft, hw.verify_kv_per_token)
         # a verify step keeps `accept` tokens per sequence: the scheduler runs the steps, the
         # client counts the tokens (summarize below gets the real lengths)
         run_out = np.array([draft.decode_steps(int(o)) for o in out_len], dtype=out_len.dtype)

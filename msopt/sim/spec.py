@@ -87,12 +87,15 @@ class SpecStepCost(StepCost):
     """:class:`StepCost` of a server that decodes speculatively (``step`` and ``decode_coeffs``
     priced with the verify tokens and the draft passes; the other attributes are the base's)."""
 
-    def __init__(self, base: StepCost, model: ModelSpec, spec: Speculation) -> None:  # noqa: D107
+    def __init__(self, base: StepCost, model: ModelSpec, spec: Speculation,  # noqa: D107
+                 kv_per_token: bool = False) -> None:
         self.__dict__.update(base.__dict__)
         self.base = base
         self.spec = spec
         self.pp = base.pp
         self.frac = 0.0 if spec.method == "ngram" else draft_fraction(model)
+        # Hardware.verify_kv_per_token: the verify step reads the context once per verified token
+        self.kv_reads = spec.verify if kv_per_token else 1
 
     def _draft(self, n: int) -> float:
         """Seconds of the draft passes of one step of ``n`` sequences."""
@@ -106,7 +109,8 @@ class SpecStepCost(StepCost):
         """As :meth:`StepCost.step`, the sampling sequences verifying ``verify`` tokens each."""
         extra = (self.spec.verify - 1) * n_logits
         ctx = kv_read_tokens / max(n_seqs, 1)
-        return (self.base.step(n_seqs, n_tokens + extra, n_logits + extra, attn_pairs + extra * ctx, kv_read_tokens)
+        kv = kv_read_tokens + (self.kv_reads - 1) * ctx * n_logits
+        return (self.base.step(n_seqs, n_tokens + extra, n_logits + extra, attn_pairs + extra * ctx, kv)
                 + self._draft(int(n_logits)))
 
     def decode_coeffs(self, n: int) -> tuple[float, float]:
@@ -115,7 +119,7 @@ class SpecStepCost(StepCost):
         a, _ = self.base.decode_coeffs(n * v)
         a -= self.base.per_seq * n * (v - 1)  # per-sequence work is per sequence, not per token
         m = min(self.pp, max(n, 1))
-        b = self.pp * max(self.base.kv_read_time, v * self.base.attn_flop_time) / m
+        b = self.pp * max(self.kv_reads * self.base.kv_read_time, v * self.base.attn_flop_time) / m
         return a + self._draft(n), b
 
 

@@ -65,6 +65,9 @@ class Hardware:
             any of :data:`ENGINE_KEYS`), e.g. SGLang's step overhead differs from vLLM's.
         efficiency_from: the entry whose efficiency factors this one took without a fit of its
             own (another hardware kind's); "" when they were fitted to this hardware.
+        verify_kv_per_token: a speculative verify step reads each sequence's KV cache once per
+            verified token (attention kernels that run the verify tokens as separate decode
+            queries) instead of once per sequence (a multi-query kernel).
     """
 
     name: str
@@ -91,6 +94,7 @@ class Hardware:
     frontend_us_per_output_token: float = 0.0
     engine_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     efficiency_from: str = ""
+    verify_kv_per_token: bool = False
 
     def for_engine(self, engine: str) -> Hardware:
         """This hardware with ``[engines.<engine>]`` applied (itself when there is none)."""
@@ -349,6 +353,13 @@ def _get(data: Mapping[str, Any], path: Path, *keys: str, cast: type = float, de
     return value
 
 
+def _bool(d: Mapping[str, Any], path: Path, table: str, key: str) -> bool:
+    value = d.get(table, {}).get(key, False) if isinstance(d.get(table, {}), Mapping) else False
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: key {table}.{key} = {value!r} must be true or false")
+    return value
+
+
 def _engine_overrides(d: Mapping[str, Any], path: Path) -> dict[str, dict[str, float]]:
     engines = d.get("engines", {})
     if not isinstance(engines, Mapping):
@@ -389,6 +400,8 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
               f"compute = {num(hw.compute_eff)}", f"memory = {num(hw.memory_eff)}", f"comm = {num(hw.comm_eff)}"]
     for key in ("allreduce_latency_us", *(k for k in ENGINE_KEYS if k != "reserve_gib")):
         lines.append(f"{key} = {num(getattr(hw, key))}")
+    if hw.verify_kv_per_token:
+        lines.append("verify_kv_per_token = true")
     for engine, table in sorted(hw.engine_overrides.items()):
         lines += ["", f"[engines.{engine}]"] + [f"{k} = {num(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
@@ -453,6 +466,7 @@ def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
         frontend_us_per_output_token=_get(d, path, "efficiency", "frontend_us_per_output_token", default=0.0),
         engine_overrides=_engine_overrides(d, path),
         efficiency_from=str(d.get("efficiency_from", "")),
+        verify_kv_per_token=_bool(d, path, "efficiency", "verify_kv_per_token"),
     )
     for key in ("compute_eff", "memory_eff", "comm_eff"):
         if not 0 < getattr(hw, key) <= 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,35 @@ def test_vllm_ascend_qwen3_32b_rows_are_scored_per_group(capsys: pytest.CaptureF
     doc = json.loads(capsys.readouterr().out)
     assert "vllm-ascend qwen3-32b atlas-800i-a2" in doc["groups"]
     assert any("Hy3" in s["what"] for s in doc["skipped"])
+
+
+def test_verify_reading_kv_per_token_makes_long_context_spec_steps_slower():
+    from msopt.sim import simulate
+    from msopt.sim.knobs import knobs_sglang
+
+    knobs = replace(knobs_sglang(["--tp-size", "4", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps",
+                                   "4", "--max-running-requests", "32"]), spec_accept_len=2.0)
+    load = {"input_len": 4000, "output_len": 512, "num_prompts": 32, "concurrency": 32}
+    hw = load_hardware("atlas-800i-a3")
+    once = simulate(knobs, replace(hw, verify_kv_per_token=False), "qwen3-32b", load, weight_dtype="int8")
+    per_token = simulate(knobs, hw, "qwen3-32b", load, weight_dtype="int8")
+    assert hw.verify_kv_per_token and not load_hardware("h100-sxm").verify_kv_per_token
+    assert per_token.time_per_output_token > 1.5 * once.time_per_output_token
+
+
+@needs_measured
+def test_the_declared_split_and_the_shipped_ascend_fit(capsys: pytest.CaptureFixture):
+    """docs/simulator.md's table: the split holds (no held-out row in the fit set) and the shipped
+    entries reproduce the fit group figures it quotes."""
+    from tests.scripts_load import load_script
+
+    split = load_script("sim_measured_split")
+    rows = split.load(MEASURED)
+    fit = [r for r in rows if split.is_fit_row(r)]
+    assert {r.model for r in fit} == {"qwen3-32b", "qwen3-235b-a22b"} and len(fit) == 14
+    assert all(r.engine == "sglang" and r.hardware.startswith("atlas") for r in fit)
+    assert not any(split.is_fit_row(r) for r in rows if r.model in ("deepseek-v3", "qwen3-coder-480b-a35b"))
+    assert split.main(["--measured", str(MEASURED)]) == 0
+    out = capsys.readouterr().out
+    assert "| fit | SGLang qwen3-32b atlas-800i-a3 | 5 | 50% | 21% | 12% | 0 | 0.90 |" in out
+    assert "| held out | vLLM llama-3.1-70b a100-sxm-40gb | 16 | 92% | 31% | 104% | 0 | 0.97 | 3.6% / 0.8% / 0.4% |" in out
