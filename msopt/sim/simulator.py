@@ -79,6 +79,31 @@ def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model
     return None
 
 
+def assumed_inputs(knobs: EngineKnobs, hw: Hardware) -> list[str]:
+    """What a simulation of ``knobs`` on ``hw`` assumes rather than knows, one line each: the
+    efficiencies of another hardware entry (a catalog entry without a fit of its own, or a roofline
+    entry built for a detected part), a default acceptance length of speculative decoding."""
+    out = []
+    if hw.efficiency_from:
+        out.append(f"efficiencies of {hw.efficiency_from} ({hw.name} has no fit of its own)")
+    draft = speculation_of(knobs)
+    if draft is not None and draft.assumed:
+        out.append(f"acceptance length {draft.accept:.2f} of {draft.method} with {draft.steps} draft steps "
+                   "(a default: set [simulator] spec_accept_len)")
+    return out
+
+
+def launch_assumptions(spec: LaunchSpec, sim_table: Mapping[str, Any]) -> list[str]:
+    """:func:`assumed_inputs` of what :func:`simulate_launch` would simulate (``[simulator]`` as there)."""
+    dirs = sim_table.get("catalog_dirs", ())
+    hw = load_hardware(sim_table["hardware"], (dirs,) if isinstance(dirs, str) else dirs)
+    knobs = knobs_from_launch(spec)
+    accept = sim_table.get("spec_accept_len")
+    if is_number(accept):
+        knobs = replace(knobs, spec_accept_len=float(accept))
+    return assumed_inputs(knobs, hw)
+
+
 def simulate(
     knobs: EngineKnobs,
     hardware: Hardware | str,
@@ -169,7 +194,7 @@ def simulate(
     think = (rng_jit.exponential(hw.client_think_ms * 1e-3, size=wl.num_prompts)
              if hw.client_think_ms > 0 else None)
     cost: StepCost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
-    assumed = [f"efficiencies of {hw.efficiency_from} ({hw.name} has no fit of its own)"] if hw.efficiency_from else []
+    assumed = assumed_inputs(knobs, hw)
     run_out = out_len
     draft = speculation_of(knobs)
     if draft is not None:
@@ -189,9 +214,6 @@ def simulate(
         how = "assumed default" if draft.assumed else "given"
         log.append(f"INFO [msopt.sim] speculative decoding: {draft.method}, {draft.steps} draft step(s), "
                    f"{draft.verify} token(s) verified per step, acceptance length {draft.accept:.2f} ({how})")
-        if draft.assumed:
-            assumed.append(f"acceptance length {draft.accept:.2f} of {draft.method} with {draft.steps} draft steps "
-                           "(a default: set [simulator] spec_accept_len)")
 
     n = wl.num_prompts
     send = np.full(n, np.nan)
