@@ -222,7 +222,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     held_sim = simulate_measurements(held, cal.hardware, pps, args.seed) if held else None
     held_err = mape(held, held_sim) if held_sim is not None else {}
     name = args.name or out.stem
-    hw = replace(cal.hardware, name=name, efficiency_from="" if not args.engine_only else start.efficiency_from,
+    hw = replace(cal.hardware, name=name,
                  description=f"{start.description} (calibrated by msopt calibrate on {len(rows)} runs)")
     engines = sorted({r.engine for r in rows})
     header = (f"Calibrated by `msopt calibrate` from {start.name} on {len(rows)} measured runs "

@@ -544,6 +544,8 @@ def fit_hardware(
         cv = mape(measurements, held)
     params = _params(hardware, {m.engine for m in measurements}, fit_shared)
     factors = {(f"{e}.{a}" if e else a): _get(fitted, a, e) for a, e, _, _ in params}
+    if fit_shared:  # its efficiencies are now its own, not another entry's
+        fitted = replace(fitted, efficiency_from="")
     return Calibration(hardware=fitted, before=before, after=after, cross_validated=cv, factors=factors,
                        evaluations=evals, cross_validated_sim=held)
 
