@@ -77,3 +77,19 @@ def test_simulator_spec_accept_len_is_read_and_checked():
     assert given.time_per_output_token < assumed.time_per_output_token
     with pytest.raises(ConfigError, match="spec_accept_len"):
         simulate_launch(spec, table | {"spec_accept_len": 0.5})
+
+
+def test_speculative_steps_as_a_searched_sglang_field_gain_less_with_each_step():
+    """A [[sglang.target_field]] on --speculative-num-steps is what the search tunes: each value
+    is simulated with SGLang's own resolution (topk 1: steps + 1 verified) and the assumed
+    acceptance of that many drafts; each added step buys less (the chain's acceptance is geometric)."""
+    table = {"hardware": "h100-sxm", "model": "qwen3-32b", "workload": LOAD | {"concurrency": 8, "num_prompts": 16}}
+    tpot = {}
+    for steps in (1, 2, 3, 5, 8):
+        argv = ["python", "-m", "sglang.launch_server", "--tp-size", "2", "--speculative-algorithm", "EAGLE3",
+                "--speculative-num-steps", str(steps)]
+        res = simulate_launch(LaunchSpec(engine="sglang", argv=argv), table)
+        assert res.error is None and any(f"{steps + 1} token(s) verified" in line for line in res.log_lines)
+        tpot[steps] = res.time_per_output_token
+    per_step = [(tpot[a] - tpot[b]) / (b - a) for a, b in ((1, 2), (2, 3), (3, 5), (5, 8))]
+    assert all(x > y for x, y in zip(per_step, per_step[1:])), tpot
