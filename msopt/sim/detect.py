@@ -273,7 +273,8 @@ def hardware_for(found: Detected, extra_dirs: Sequence[str | Path] = ()) -> Hard
     else:
         basis = base.name
     hw = replace(base, name=name, hbm_gib=round(found.memory_gib, 2), devices_per_node=max(1, found.count),
-                 engine_overrides=dict(base.engine_overrides), efficiency_from=basis)
+                 engine_overrides=dict(base.engine_overrides),
+                 efficiency_from=getattr(base, "efficiency_from", "") or basis)
     figures = "peak figures and efficiencies of " + basis
     if found.kind == "CPU":
         tflops = found.cores * found.ghz * found.flops_per_cycle / 1e3

@@ -89,4 +89,5 @@ def test_a_cpu_is_a_roofline_of_its_cores():
 def test_a_roofline_entry_names_the_entry_whose_efficiencies_it_took():
     l40s = detect_devices({"nvidia-smi": _read("nvidia_smi_l40s.csv")}, "GPU")
     choice = hardware_for(l40s)
-    assert choice.hardware.efficiency_from == choice.basis != ""
+    # the nearest CUDA entry by memory is a100-sxm-40gb, whose own efficiencies are h100-sxm's
+    assert choice.basis == "a100-sxm-40gb" and choice.hardware.efficiency_from == "h100-sxm"
