@@ -198,8 +198,40 @@ def _argv(engine: str, row: dict[str, str], spec: ModelSpec, devices_per_node: i
     return argv, assumed
 
 
+#: per-request lengths beside a CSV: ``<stem>.request_lengths.csv`` with columns run, request_rate,
+#: request_index, input_len, output_len; a row whose ``source_ref`` holds ``/<run>/`` at its rate replays them
+SIDECAR_SUFFIX = ".request_lengths.csv"
+
+Lengths = dict[tuple[str, float], list[tuple[int, int]]]
+
+
+def _sidecar(path: Path) -> Lengths:
+    """The per-request (input, output) lengths of a CSV's sidecar by (run, rate), in request order."""
+    side = path.with_name(path.name.removesuffix(".csv") + SIDECAR_SUFFIX)
+    out: dict[tuple[str, float], list[tuple[int, int, int]]] = {}
+    if not side.is_file():
+        return {}
+    with side.open(newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                key = (r["run"], float(r["request_rate"]))
+                out.setdefault(key, []).append((int(r["request_index"]), int(r["input_len"]), int(r["output_len"])))
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(f"{side}: not a per-request lengths file (run, request_rate, request_index, "
+                                  "input_len, output_len)") from None
+    return {k: [(i, o) for _, i, o in sorted(v)] for k, v in out.items()}
+
+
+def _replay(row: dict[str, str], lengths: Lengths) -> list[tuple[int, int]] | None:
+    rate = _float(row["request_rate"]) if row["request_rate"].strip() else math.inf
+    for (run, r), pairs in lengths.items():
+        if f"/{run}/" in row["source_ref"] and (r == rate or (math.isinf(r) and math.isinf(rate))):
+            return pairs
+    return None
+
+
 def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
-         models: dict[str, ModelSpec]) -> Measurement | None:
+         models: dict[str, ModelSpec], lengths: Lengths | None = None) -> Measurement | None:
     kind = (row.get("measurement_kind") or "").lower()
     if "offline" in kind:
         raise _Skip("offline run (a batch at t=0 or max throughput), not a serving measurement")
@@ -274,7 +306,12 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
         table["request_rate"] = math.inf
     if dtype_note:
         assumed.append(dtype_note)
-    if re.search(r"\bmeans?\b.*over|dataset averages", notes):
+    replay = _replay(row, lengths or {})
+    if replay is not None:
+        table["input_len"] = {"dist": "list", "values": [i for i, _ in replay]}
+        table["output_len"] = {"dist": "list", "values": [o for _, o in replay]}
+        table["num_prompts"] = len(replay)
+    elif re.search(r"\bmeans?\b.*over|dataset averages", notes):
         assumed.append("input/output lengths are the run's means, simulated as fixed lengths")
     if hw.efficiency_from:
         assumed.append(f"{hw.name}: efficiencies of {hw.efficiency_from}")
@@ -311,6 +348,7 @@ def load_measured_csv(path: str | Path, engine: str | None = None) -> tuple[list
     rows: list[Measurement] = []
     skipped: list[Skipped] = []
     models: dict[str, ModelSpec] = {}
+    lengths = _sidecar(path)
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         if not is_measured_schema(reader.fieldnames):
@@ -318,7 +356,7 @@ def load_measured_csv(path: str | Path, engine: str | None = None) -> tuple[list
                               f"{', '.join(SCHEMA_COLUMNS)}")
         for line, row in enumerate(reader, start=2):
             try:
-                m = _row(path, line, row, engine, models)
+                m = _row(path, line, row, engine, models, lengths)
             except _Skip as why:
                 skipped.append(Skipped(f"{path}:{line}", f"{row['engine']} | {row['model']} | {row['hardware']}",
                                        str(why)))
