@@ -158,7 +158,7 @@ def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names:
     import csv
 
     from msopt.sim.calibrate import load_measurements_csv
-    from msopt.sim.measured import is_measured_schema, load_measured_csv
+    from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
 
     rows: list[Any] = []
     for item in items:
@@ -168,6 +168,10 @@ def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names:
             if hw_name:
                 hw_names.add(str(hw_name))
         elif path.is_file():
+            if path.name.endswith(SIDECAR_SUFFIX):
+                main_csv = path.name.removesuffix(SIDECAR_SUFFIX) + ".csv"
+                raise ConfigError(f"measurements {item!r}: the per-request lengths beside {main_csv}, not runs; "
+                                  f"give {main_csv} (its rows replay these lengths)")
             with path.open(newline="") as f:
                 measured = is_measured_schema(csv.DictReader(f).fieldnames)
             if measured:

@@ -366,5 +366,5 @@ def load_measured_csv(path: str | Path, engine: str | None = None) -> tuple[list
     return rows, skipped
 
 
-__all__ = ["ASSUMED_SGLANG_FRACTION", "MIN_SGLANG_FRACTION", "SCHEMA_COLUMNS", "Skipped", "get_knobs",
+__all__ = ["ASSUMED_SGLANG_FRACTION", "MIN_SGLANG_FRACTION", "SCHEMA_COLUMNS", "SIDECAR_SUFFIX", "Skipped", "get_knobs",
            "is_measured_schema", "load_measured_csv", "spec_of", "weight_dtype_of"]

@@ -113,6 +113,8 @@ def test_every_measured_file_reads_and_the_cli_lists_what_it_cannot_simulate(cap
     assert main(["calibrate", str(MEASURED / "mlperf_inference_v5_0_server.csv")]) == 0
     out = capsys.readouterr().out
     assert "0 rows simulated" in out and "TensorRT-LLM is not modelled" in out
+    assert main(["calibrate", str(MEASURED / "surajssd_llm_k8s_llama33_70b_a100.request_lengths.csv")]) == 2
+    assert "give surajssd_llm_k8s_llama33_70b_a100.csv" in capsys.readouterr().err
 
 
 @needs_measured
