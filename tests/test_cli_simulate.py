@@ -69,3 +69,12 @@ def test_json_says_which_inputs_were_assumed(tmp_path: Path):
     m = json.loads(run("-c", str(conf), "--json").stdout)
     assert m["error"] is None
     assert m["assumed"] == ["efficiencies of h100-sxm (a100-sxm-80gb has no fit of its own)"]
+
+
+def test_a_bad_spec_accept_len_is_one_line_at_load(tmp_path: Path):
+    text = Path(QUICK).read_text().replace('weight_dtype = "bf16"', 'weight_dtype = "bf16"\nspec_accept_len = 0.5')
+    conf = tmp_path / "bad.toml"
+    conf.write_text(text)
+    out = run("-c", str(conf), "--json")
+    assert out.returncode == 2 and "spec_accept_len must be a number from 1 to 64" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
