@@ -20,7 +20,8 @@ def test_quickstart_json_is_sensible():
     assert out.returncode == 0, out.stderr
     m = json.loads(out.stdout)
     assert set(m) == {"generate_speed", "time_to_first_token", "time_per_output_token", "success_rate",
-                      "throughput", "error", "refused"}
+                      "throughput", "error", "refused", "assumed"}
+    assert m["assumed"] == []  # atlas-800i-a2's efficiencies are its own
     assert m["error"] is None and m["refused"] is False and m["success_rate"] == 1.0
     assert 100 < m["generate_speed"] < 100_000 and 0 < m["time_per_output_token"] < 1
     assert 0 < m["time_to_first_token"] < 60 and m["throughput"] > 0
@@ -59,3 +60,21 @@ def test_simulate_does_not_import_ray():
             "assert 'ray' not in sys.modules; sys.exit(rc)" % QUICK)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_json_says_which_inputs_were_assumed(tmp_path: Path):
+    text = Path(QUICK).read_text().replace('hardware = "atlas-800i-a2"', 'hardware = "NVIDIA A100-SXM4-80GB"')
+    conf = tmp_path / "a100.toml"
+    conf.write_text(text)
+    m = json.loads(run("-c", str(conf), "--json").stdout)
+    assert m["error"] is None
+    assert m["assumed"] == ["efficiencies of h100-sxm (a100-sxm-80gb has no fit of its own)"]
+
+
+def test_a_bad_spec_accept_len_is_one_line_at_load(tmp_path: Path):
+    text = Path(QUICK).read_text().replace('weight_dtype = "bf16"', 'weight_dtype = "bf16"\nspec_accept_len = 0.5')
+    conf = tmp_path / "bad.toml"
+    conf.write_text(text)
+    out = run("-c", str(conf), "--json")
+    assert out.returncode == 2 and "spec_accept_len must be a number from 1 to 64" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

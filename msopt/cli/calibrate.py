@@ -22,12 +22,15 @@ def register(sub: Any) -> None:
     """Add the calibrate subcommand."""
     p = sub.add_parser("calibrate", help="fit a simulator hardware entry to measured runs; write it as TOML")
     p.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
-                   help="CSV files in the reference format, or run directories of real 'msopt optimize' runs")
+                   help="CSV files in the reference format or the measured schema (../shared/measured), or run "
+                        "directories of real 'msopt optimize' runs")
     p.add_argument("-e", "--engine", metavar="ENGINE", help="use only the runs of this engine (vllm, sglang, mindie)")
     p.add_argument("--hardware", metavar="NAME",
                    help="catalog name or TOML path to start from (default: the CSV's hardware column or the "
                         "run's [simulator] hardware)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the hardware TOML to write")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="the hardware TOML to write (without it: no fit; each row is simulated on its own "
+                        "catalog entry and the errors are printed per group)")
     p.add_argument("--name", metavar="NAME", help="name written into the TOML (default: the output file's stem)")
     p.add_argument("--folds", type=int, default=5, metavar="K",
                    help="cross-validation folds, rows grouped by configuration (0: skip; default 5)")
@@ -148,9 +151,14 @@ def _row_figures(rows: Sequence[Any], sim: Any) -> list[dict[str, Any]]:
              "simulated": [float(v) for v in s]} for r, s in zip(rows, sim)]
 
 
-def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names: set[str]) -> list[Any]:
-    """The measured runs of CSV files and run directories; adds the hardware they name to ``hw_names``."""
+def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names: set[str],
+                       skipped: list[Any] | None = None) -> list[Any]:
+    """The measured runs of CSV files and run directories; adds the hardware they name to ``hw_names``
+    and the rows of measured-schema files that cannot be simulated to ``skipped``."""
+    import csv
+
     from msopt.sim.calibrate import load_measurements_csv
+    from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
 
     rows: list[Any] = []
     for item in items:
@@ -160,11 +168,21 @@ def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names:
             if hw_name:
                 hw_names.add(str(hw_name))
         elif path.is_file():
-            found = load_measurements_csv(path, engine=args.engine, launch_rule=args.launch_rule)
-            import csv
-
+            if path.name.endswith(SIDECAR_SUFFIX):
+                main_csv = path.name.removesuffix(SIDECAR_SUFFIX) + ".csv"
+                raise ConfigError(f"measurements {item!r}: the per-request lengths beside {main_csv}, not runs; "
+                                  f"give {main_csv} (its rows replay these lengths)")
             with path.open(newline="") as f:
-                hw_names.update(r["hardware"] for r in csv.DictReader(f) if r.get("hardware"))
+                measured = is_measured_schema(csv.DictReader(f).fieldnames)
+            if measured:
+                found, left = load_measured_csv(path, engine=args.engine)
+                hw_names.update(m.hardware for m in found)
+                if skipped is not None:
+                    skipped += left
+            else:
+                found = load_measurements_csv(path, engine=args.engine, launch_rule=args.launch_rule)
+                with path.open(newline="") as f:
+                    hw_names.update(r["hardware"] for r in csv.DictReader(f) if r.get("hardware"))
         else:
             raise ConfigError(f"measurements {item!r}: no such file or directory; give CSV files or run directories")
         rows += found
@@ -180,8 +198,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.launch_rule not in LAUNCH_RULES:
         raise ConfigError(f"--launch-rule {args.launch_rule!r} is not one of {', '.join(LAUNCH_RULES.names())}")
     hw_names: set[str] = set()
-    rows = _read_measurements(args.measurements, args, hw_names)
-    held = _read_measurements(args.held_out, args, hw_names)
+    skipped: list[Any] = []
+    rows = _read_measurements(args.measurements, args, hw_names, skipped)
+    held = _read_measurements(args.held_out, args, hw_names, skipped)
+    if args.output is None:
+        return _score(rows + held, skipped, args)
     if not rows:
         raise ConfigError("no usable measurements (successful real evaluations or CSV rows"
                           + (f" of engine {args.engine!r}" if args.engine else "") + "); nothing to calibrate")
@@ -239,3 +260,65 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in cal.factors.items()))
         print(f"wrote {out}; use it with [simulator] hardware = \"{out}\"")
     return 0
+
+
+def _score(rows: Sequence[Any], skipped: Sequence[Any], args: argparse.Namespace) -> int:
+    """No fit: simulate each row on its own catalog entry, print the errors per group and the rows
+    that were not simulated, with why."""
+    from collections import Counter
+
+    import numpy as np
+
+    from msopt.sim.calibrate import PROMPTS_PER_SLOT, group_errors, mape, simulate_measurements
+    from msopt.sim.specs import load_hardware
+
+    pps = args.prompts_per_slot or PROMPTS_PER_SLOT
+    sim = np.full((len(rows), 3), np.nan)
+    for name in sorted({r.hardware for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r.hardware == name]
+        if not name:
+            raise ConfigError(f"{rows[idx[0]].source}: the row names no hardware; give -o and --hardware to fit one")
+        sim[idx] = simulate_measurements([rows[i] for i in idx], load_hardware(name), pps, args.seed)
+    groups = group_errors(rows, sim) if rows else {}
+    total = mape(rows, sim) if rows else {}
+    if args.json:
+        print(json.dumps(_no_nan({
+            "rows": len(rows), "errors": total, "groups": groups,
+            "rows_detail": [{**f, "group": r.group, "assumed": list(r.assumed)}
+                            for f, r in zip(_row_figures(rows, sim), rows)],
+            "skipped": [{"source": k.source, "what": k.what, "reason": k.reason} for k in skipped]})))
+        return 0
+    print(f"{len(rows)} rows simulated, {len(skipped)} not simulated")
+    for g, err in groups.items():
+        rho = err["spearman"]
+        print(f"  {g} ({int(err['rows'])} rows): {_fmt_nan(err)}  Spearman tokens/s "
+              + ("n/a" if rho != rho else f"{rho:.2f}"))
+    if rows:
+        print(f"all rows: {_fmt_nan(total)}")
+    assumed = Counter(a for r in rows for a in r.assumed)
+    for what, n in assumed.most_common():
+        print(f"assumed ({n} rows): {what}")
+    reasons = Counter(k.reason for k in skipped)
+    for reason, n in reasons.most_common():
+        first = next(k for k in skipped if k.reason == reason)
+        print(f"not simulated ({n} rows, e.g. {first.source}: {first.what}): {reason}")
+    return 0
+
+
+def _fmt_nan(err: Mapping[str, float]) -> str:
+    def pct(v: float) -> str:
+        return "   n/a" if v != v else f"{v:6.1%}"
+
+    return (f"TTFT {pct(err['ttft'])}  TPOT {pct(err['tpot'])}  tokens/s {pct(err['tokens_per_s'])}  "
+            f"refused {err['refused']}")
+
+
+def _no_nan(value: Any) -> Any:
+    """``value`` with every NaN float as None (JSON has no NaN: a figure not published or refused)."""
+    if isinstance(value, float):
+        return None if value != value else value
+    if isinstance(value, Mapping):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    return value

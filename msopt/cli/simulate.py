@@ -108,11 +108,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     metrics = {k: result.metrics.get(k) for k in ("generate_speed", "time_to_first_token",
                                                    "time_per_output_token", "success_rate", "throughput")}
     failed = result.error is not None
+    assumed = _assumed(settings, result.values)
     if args.json:
         out: dict[str, Any] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                for k, v in metrics.items()}
         out["error"] = result.error if failed else None
         out["refused"] = result.refused
+        out["assumed"] = assumed
         print(json.dumps(out))
     else:
         for k, v in result.values.items():
@@ -124,4 +126,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print(f"fitness: {result.fitness:.6g}")
         if failed:
             print(f"error: {result.error}")
+        for line in assumed:
+            print(f"assumed: {line}")
     return 1 if failed else 0
+
+
+def _assumed(settings: Any, values: Any) -> list[str]:
+    """The inputs the simulation assumed (:func:`msopt.sim.simulator.launch_assumptions`) for the
+    configuration at ``values``; [] where the launch cannot be rendered alone (a disaggregated one)."""
+    import tempfile
+    from pathlib import Path
+
+    from msopt.engines import get_engine
+    from msopt.sim.simulator import launch_assumptions
+
+    adapter = get_engine(settings.engine)
+    section = settings.section(settings.engine)
+    if adapter.is_disaggregated(section):
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = adapter.render(dict(values), settings.fields, section, port=0, devices=[], workdir=Path(tmp))
+    return launch_assumptions(spec, settings.section("simulator"))

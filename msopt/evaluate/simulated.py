@@ -112,6 +112,10 @@ class SimulatorSetup:
         if not is_number(noise) or not 0 <= noise <= 10:
             raise ConfigError(f"{where('noise')}: [simulator] noise must be a number from 0 to 10 (a relative "
                               f"standard deviation), got {noise!r}")
+        accept = table.get("spec_accept_len")
+        if accept is not None and (not is_number(accept) or not 1 <= accept <= 64):
+            raise ConfigError(f"{where('spec_accept_len')}: [simulator] spec_accept_len must be a number from 1 to 64 "
+                              f"(tokens kept per speculative verify step, the target's own included), got {accept!r}")
         weight_dtype = table.get("weight_dtype", "bf16")
         for key in ("weight_dtype", "kv_dtype"):
             dt = table.get(key, weight_dtype)

@@ -122,6 +122,12 @@ class Measurement:
             fixed lengths (a run directory's); None: fixed lengths, closed loop.
         hardware: the hardware the run was measured on, as its CSV names it ("": not given);
             simulated on it only with ``per_row_hardware`` (see :func:`fit_hardware`).
+        group: the rows measured together (one source's engine, model and hardware), for
+            per-group errors ("": none).
+        assumed: what reading the row assumed (a layout rule, mean lengths as fixed ones, ...).
+
+    ``ttft_s``, ``tpot_s`` or ``tokens_per_s`` is NaN where the source does not publish it; the
+    errors then leave that metric of the row out.
     """
 
     knobs: EngineKnobs
@@ -138,6 +144,8 @@ class Measurement:
     source: str = ""
     workload: Mapping[str, Any] | None = None
     hardware: str = ""
+    group: str = ""
+    assumed: tuple[str, ...] = ()
 
     def workload_table(self, prompts_per_slot: int = PROMPTS_PER_SLOT) -> dict[str, Any]:
         """The ``[simulator.workload]`` table to simulate this run with."""
@@ -324,7 +332,8 @@ def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
 def mape(measurements: Sequence[Measurement], sim: np.ndarray) -> dict[str, float]:
     """Mean absolute percentage error per metric, and ``refused`` (rows the simulator failed).
 
-    A refused row counts as 100 % error in every metric.
+    A refused row counts as 100 % error in every metric; a metric a row does not publish (NaN) is
+    left out of that metric's mean (NaN when no row publishes it).
     """
     if not measurements:
         return {**{k: math.nan for k in METRICS}, "refused": 0}
@@ -332,7 +341,46 @@ def mape(measurements: Sequence[Measurement], sim: np.ndarray) -> dict[str, floa
     err = np.abs(sim - meas) / meas
     refused = np.isnan(sim).any(axis=1)
     err[refused] = 1.0
-    return {**{k: float(err[:, i].mean()) for i, k in enumerate(METRICS)}, "refused": int(refused.sum())}
+    err[np.isnan(meas)] = np.nan
+    out = {k: float(np.nanmean(col)) if np.isfinite(col).any() else math.nan
+           for k, col in zip(METRICS, err.T)}
+    return {**out, "refused": int(refused.sum())}
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    for v in np.unique(x):
+        tie = x == v
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Spearman's rank correlation of two sequences (pairs with a NaN left out; NaN below 3 pairs
+    or when either side is constant)."""
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+
+
+def group_errors(measurements: Sequence[Measurement], sim: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per :attr:`Measurement.group`: :func:`mape`, ``rows`` and ``spearman`` (of tokens/s,
+    measured against simulated, within the group: the ranking a prior needs)."""
+    out: dict[str, dict[str, float]] = {}
+    for g in sorted({m.group for m in measurements}):
+        idx = [i for i, m in enumerate(measurements) if m.group == g]
+        rows = [measurements[i] for i in idx]
+        err: dict[str, float] = dict(mape(rows, sim[idx]))
+        err["rows"] = len(rows)
+        err["spearman"] = spearman([m.tokens_per_s for m in rows], sim[idx, 2])
+        out[g] = err
+    return out
 
 
 @dataclass(frozen=True)
@@ -359,7 +407,8 @@ class Calibration:
 
 
 def _objective(err: dict[str, float]) -> float:
-    return (err["ttft"] + err["tpot"] + err["tokens_per_s"]) / 3.0
+    known = [err[k] for k in METRICS if not math.isnan(err[k])]
+    return sum(known) / len(known) if known else math.inf
 
 
 def _params(hw: Hardware, engines: Iterable[str], shared: bool = True) -> list[tuple[str, str | None, str, float]]:
@@ -495,6 +544,8 @@ def fit_hardware(
         cv = mape(measurements, held)
     params = _params(hardware, {m.engine for m in measurements}, fit_shared)
     factors = {(f"{e}.{a}" if e else a): _get(fitted, a, e) for a, e, _, _ in params}
+    if fit_shared:  # its efficiencies are now its own, not another entry's
+        fitted = replace(fitted, efficiency_from="")
     return Calibration(hardware=fitted, before=before, after=after, cross_validated=cv, factors=factors,
                        evaluations=evals, cross_validated_sim=held)
 
@@ -561,6 +612,7 @@ __all__ = [
     "Simulations",
     "closed_loop_tokens_per_s",
     "fit_hardware",
+    "group_errors",
     "load_measurements_csv",
     "mape",
     "on_hardware",
@@ -568,4 +620,5 @@ __all__ = [
     "simulate_measurements",
     "simulate_memo",
     "simulation_key",
+    "spearman",
 ]

@@ -54,6 +54,13 @@ class EngineKnobs:
             vLLM and MindIE always do so for an MoE model). ``tp`` is then each rank's attention TP.
         nnodes: nodes one instance spans (vLLM ``--nnodes`` or DP ranks over nodes, SGLang
             ``--nnodes``, MindIE ``multiNodesInferEnabled`` with a rank table).
+        spec_method: speculative decoding's draft, "mtp", "eagle" or "ngram" ("": off; see
+            :mod:`msopt.sim.spec`).
+        spec_tokens: draft tokens proposed per step (vLLM ``num_speculative_tokens``, SGLang
+            ``--speculative-num-steps``).
+        spec_verify_tokens: tokens verified per sequence and step (SGLang
+            ``--speculative-num-draft-tokens``); 0: ``spec_tokens + 1``.
+        spec_accept_len: tokens kept per step (the acceptance length); None: an assumed default.
         ignored: flags/keys read from the launch that the simulator does not model.
     """
 
@@ -82,6 +89,10 @@ class EngineKnobs:
     moe_tp: int | None = None
     dp_attention: bool = False
     nnodes: int = 1
+    spec_method: str = ""
+    spec_tokens: int = 0
+    spec_verify_tokens: int = 0
+    spec_accept_len: float | None = None
     ignored: tuple[str, ...] = field(default=())
 
     @property
@@ -127,6 +138,10 @@ def sglang_mem_fraction(hbm_gib: float, tp: int, pp: int, chunk: int, max_runnin
     if gpu_mb > 60 * 1024:
         reserved = max(reserved, 10 * 1024.0)
     return round((gpu_mb - reserved) / gpu_mb, 3)
+
+
+#: SGLang's step token budget with chunked prefill off (``--chunked-prefill-size -1``): none
+UNBOUNDED_TOKENS = 1 << 40
 
 
 def _split_argv(argv: Sequence[str]) -> list[tuple[str, str | None]]:
@@ -236,6 +251,8 @@ def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
             kw["expert_parallel"] = text not in ("0", "false", "no", "off")
         elif flag == "--no-enable-expert-parallel":
             kw["expert_parallel"] = False
+        elif flag in ("--speculative-config", "--speculative_config", "-sc"):
+            kw.update(_vllm_speculative(flag, value))
         elif flag in ("--data-parallel-size-local", "-dpl", "--data-parallel-start-rank", "-dpr",
                       "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp", "--headless",
                       "--node-rank", "-r", "--master-addr", "--master-port", "--data-parallel-backend", "-dpb"):
@@ -244,6 +261,74 @@ def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
             ignored.append(flag)
     kw["mixed_batch"] = kw.get("chunked_prefill", True)
     return EngineKnobs(ignored=tuple(ignored), **kw)
+
+
+#: vLLM ``--speculative-config`` methods (vllm 0.32.0 ``vllm/config/speculative.py``: ``SpeculativeMethod``;
+#: every ``*_mtp`` of ``MTPModelTypes`` is replaced with "mtp", "eagle3" is an EAGLE draft)
+_VLLM_SPEC_METHODS = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "eagle": "eagle",
+                      "eagle3": "eagle", "ngram": "ngram", "[ngram]": "ngram", "ngram_gpu": "ngram"}
+
+
+def _vllm_speculative(flag: str, value: str | None) -> dict[str, Any]:
+    """The spec fields of vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``)."""
+    import json
+
+    try:
+        conf = json.loads(value or "")
+    except ValueError:
+        raise SimulationError(f"{flag} {value!r} is not JSON; vLLM takes e.g. "
+                              "'{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'") from None
+    if not isinstance(conf, dict):
+        raise SimulationError(f"{flag} {value!r}: a JSON object is expected")
+    method = str(conf.get("method") or conf.get("model") or "").lower()
+    if method.endswith("_mtp"):
+        method = "mtp"
+    if method not in _VLLM_SPEC_METHODS:
+        raise SimulationError(f"{flag}: method {method!r} is not simulated; use one of {sorted(_VLLM_SPEC_METHODS)}")
+    tokens = conf.get("num_speculative_tokens")
+    if not isinstance(tokens, int) or isinstance(tokens, bool):
+        raise SimulationError(f"{flag}: num_speculative_tokens = {tokens!r} must be an integer")
+    return {"spec_method": _VLLM_SPEC_METHODS[method], "spec_tokens": tokens}
+
+
+#: SGLang's speculative flags (sglang 0.5.23 ``srt/server_args.py``)
+_SGLANG_SPEC = MappingProxyType({"--speculative-num-steps": "spec_tokens",
+                                 "--speculative-num-draft-tokens": "spec_verify_tokens",
+                                 "--speculative-eagle-topk": "spec_topk"})
+#: ``--speculative-algorithm`` -> draft method; NEXTN is SGLang's alias of EAGLE for a model's own MTP
+#: layers (sglang 0.5.23 ``srt/arg_groups/speculative_hook.py``, ``_resolve_speculative_algorithm_alias``)
+_SGLANG_SPEC_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle", "NEXTN": "mtp", "NGRAM": "ngram"}
+
+
+def _sglang_speculative(kw: dict[str, Any]) -> None:
+    """SGLang's start-up resolution of its speculative flags (sglang 0.5.23
+    ``srt/arg_groups/speculative_hook.py``): EAGLE/EAGLE3/NEXTN without ``--speculative-num-steps``
+    take (steps, topk, draft tokens) = (3, 1, 4) (``_auto_choose_speculative_params``; LlamaForCausalLM's
+    (5, 4, 8) tree is not modelled), topk 1 sets draft tokens to steps + 1 (``_handle_eagle_family``);
+    NGRAM verifies 12 draft tokens by default (``_handle_ngram``); either resets an unset
+    ``--max-running-requests`` to 48 and turns ``--enable-mixed-chunk`` off."""
+    algo = kw.pop("spec_algorithm", "")
+    topk = kw.pop("spec_topk", None)
+    if not algo:
+        for key in ("spec_tokens", "spec_verify_tokens"):
+            kw.pop(key, None)
+        return
+    if algo not in _SGLANG_SPEC_METHODS:
+        raise SimulationError(f"--speculative-algorithm {algo} is not simulated; use one of "
+                              f"{sorted(_SGLANG_SPEC_METHODS)}")
+    method = _SGLANG_SPEC_METHODS[algo]
+    kw["spec_method"] = method
+    if method == "ngram":
+        kw.setdefault("spec_verify_tokens", 12)
+        kw.setdefault("spec_tokens", 0)
+    else:
+        kw.setdefault("spec_tokens", 3)
+        if (topk or 1) == 1:
+            kw["spec_verify_tokens"] = kw["spec_tokens"] + 1
+        else:
+            raise SimulationError(f"--speculative-eagle-topk {topk}: tree drafts (topk > 1) are not simulated")
+    kw.setdefault("max_num_seqs", 48)
+    kw["mixed_batch"] = False
 
 
 def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
@@ -263,8 +348,13 @@ def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
             kw["attn_dp"] = _as_int(flag, value)  # sglang 0.5.23's spelling of --dp-size N --enable-dp-attention
         elif flag in ("--node-rank", "--dist-init-addr"):
             pass  # where this process sits in a multi-node instance: the instance is simulated whole
+        elif flag == "--speculative-algorithm":
+            kw["spec_algorithm"] = str(value or "").upper()
+        elif flag in _SGLANG_SPEC:
+            kw[_SGLANG_SPEC[flag]] = _as_int(flag, value)
         elif flag not in ignored:
             ignored.append(flag)
+    _sglang_speculative(kw)
     attn_dp = kw.pop("attn_dp", 1)
     if attn_dp > 1:
         if kw.get("dp", 1) > 1:
@@ -280,7 +370,10 @@ def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
                                   "--enable-dp-attention each attention rank holds tp/dp devices")
         kw["tp"] = world // dp
     if kw.get("max_num_batched_tokens", 0) == -1:  # SGLang: -1 disables chunking
-        kw["max_num_batched_tokens"] = None
+        # no chunk bound: --max-prefill-tokens bounds a prefill batch, and a prompt longer than it
+        # runs alone (PrefillAdder admits a batch's first request whole: sglang 0.5.23
+        # srt/managers/schedule_policy.py, add_one_req without a chunk); no step budget rejects it
+        kw["max_num_batched_tokens"] = UNBOUNDED_TOKENS
         kw["chunked_prefill"] = False
     return EngineKnobs(ignored=tuple(ignored), **kw)
 

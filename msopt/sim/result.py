@@ -31,6 +31,8 @@ class SimResult:
         error: None, or the reason the server failed.
         log_lines: what the server log would say (startup, warnings, the failure).
         ignored: launch flags / config keys read but not modelled.
+        assumed: inputs the prediction assumed rather than knew (efficiencies of another hardware
+            entry, a default acceptance length), one line each.
     """
 
     generate_speed: float = 0.0
@@ -52,6 +54,7 @@ class SimResult:
     error: str | None = None
     log_lines: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

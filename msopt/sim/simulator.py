@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,11 +17,13 @@ from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, known
 from msopt.sim.result import SimResult, failed, summarize
+from msopt.sim.spec import SpecStepCost, speculation_of
 from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 #: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
-SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs"})
+SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs",
+                      "spec_accept_len"})
 
 
 def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_model_len: int) -> str | None:
@@ -74,6 +77,31 @@ def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model
     if mem.kv_tokens < max_model_len and not knobs.personality.caps_context_to_kv:
         return knobs.personality.short_kv(knobs, mem, max_model_len)
     return None
+
+
+def assumed_inputs(knobs: EngineKnobs, hw: Hardware) -> list[str]:
+    """What a simulation of ``knobs`` on ``hw`` assumes rather than knows, one line each: the
+    efficiencies of another hardware entry (a catalog entry without a fit of its own, or a roofline
+    entry built for a detected part), a default acceptance length of speculative decoding."""
+    out = []
+    if hw.efficiency_from:
+        out.append(f"efficiencies of {hw.efficiency_from} ({hw.name} has no fit of its own)")
+    draft = speculation_of(knobs)
+    if draft is not None and draft.assumed:
+        out.append(f"acceptance length {draft.accept:.2f} of {draft.method} with {draft.steps} draft steps "
+                   "(a default: set [simulator] spec_accept_len)")
+    return out
+
+
+def launch_assumptions(spec: LaunchSpec, sim_table: Mapping[str, Any]) -> list[str]:
+    """:func:`assumed_inputs` of what :func:`simulate_launch` would simulate (``[simulator]`` as there)."""
+    dirs = sim_table.get("catalog_dirs", ())
+    hw = load_hardware(sim_table["hardware"], (dirs,) if isinstance(dirs, str) else dirs)
+    knobs = knobs_from_launch(spec)
+    accept = sim_table.get("spec_accept_len")
+    if is_number(accept):
+        knobs = replace(knobs, spec_accept_len=float(accept))
+    return assumed_inputs(knobs, hw)
 
 
 def simulate(
@@ -165,7 +193,27 @@ def simulate(
     jitter = rng_jit.exponential(hw.api_jitter_ms * 1e-3, size=wl.num_prompts) if hw.api_jitter_ms > 0 else None
     think = (rng_jit.exponential(hw.client_think_ms * 1e-3, size=wl.num_prompts)
              if hw.client_think_ms > 0 else None)
-    cost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
+    cost: StepCost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
+    assumed = assumed_inputs(knobs, hw)
+    run_out = out_len
+    draft = speculation_of(knobs)
+    if draft is not None:
+        if knobs.engine == "sglang" and draft.method == "ngram" and hw.memory_kind == "NPU":
+            # sglang 0.5.23 srt/arg_groups/speculative_hook.py, _handle_ngram
+            msg = "ValueError: Ngram speculative decoding only supports CUDA, CPU, or XPU devices."
+            log.append(f"ERROR {msg}")
+            return failed(msg, log, ignored, wl.num_prompts)
+        if draft.steps < 1 and draft.method != "ngram":  # vllm 0.32.0 vllm/config/speculative.py: gt=0
+            msg = f"ValueError: num_speculative_tokens must be > 0, got {draft.steps}"
+            log.append(f"ERROR {msg}")
+            return failed(msg, log, ignored, wl.num_prompts)
+        cost = SpecStepCost(cost, spec, draft, hw.verify_kv_per_token)
+        # a verify step keeps `accept` tokens per sequence: the scheduler runs the steps, the
+        # client counts the tokens (summarize below gets the real lengths)
+        run_out = np.array([draft.decode_steps(int(o)) for o in out_len], dtype=out_len.dtype)
+        how = "assumed default" if draft.assumed else "given"
+        log.append(f"INFO [msopt.sim] speculative decoding: {draft.method}, {draft.steps} draft step(s), "
+                   f"{draft.verify} token(s) verified per step, acceptance length {draft.accept:.2f} ({how})")
 
     n = wl.num_prompts
     send = np.full(n, np.nan)
@@ -181,7 +229,7 @@ def simulate(
         if not len(idx):
             continue
         c_r = None if conc is None else conc // replicas + (r < conc % replicas)
-        trace = run_replica(knobs, cost, mem.num_blocks, in_len[idx], out_len[idx], arrival[idx], c_r,
+        trace = run_replica(knobs, cost, mem.num_blocks, in_len[idx], run_out[idx], arrival[idx], c_r,
                             max_model_len, hw.api_overhead_ms * 1e-3, scale,
                             hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
                             None if jitter is None else jitter[idx],
@@ -197,8 +245,9 @@ def simulate(
     if rejected:
         log.append(f"ERROR {rejected} requests rejected: prompt + output tokens exceed max_model_len "
                    f"({max_model_len}) or the prefill token budget")
-    return summarize(send, first, finish, ok, in_len, out_len, replica, preemptions=preemptions,
-                     kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
+    res = summarize(send, first, finish, ok, in_len, out_len, replica, preemptions=preemptions,
+                    kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
+    return replace(res, assumed=tuple(assumed)) if assumed else res
 
 
 def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
@@ -241,7 +290,14 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
         raise ConfigError(f"simulator.seed = {seed!r}: must be an integer")
     if not is_number(noise):
         raise ConfigError(f"simulator.noise = {noise!r}: must be a number >= 0")
-    return simulate(knobs_from_launch(spec), hw, model, wl,
+    knobs = knobs_from_launch(spec)
+    accept = sim_table.get("spec_accept_len")
+    if accept is not None:
+        if not is_number(accept) or not accept >= 1:
+            raise ConfigError(f"simulator.spec_accept_len = {accept!r}: must be a number >= 1 (tokens kept per "
+                              "verify step, the target's own token included)")
+        knobs = replace(knobs, spec_accept_len=float(accept))
+    return simulate(knobs, hw, model, wl,
                     weight_dtype=str(sim_table.get("weight_dtype", "bf16")),
                     kv_dtype=sim_table.get("kv_dtype"), seed=seed, noise=float(noise))
 

@@ -7,6 +7,7 @@ given directly as the path of a TOML file.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -20,7 +21,11 @@ from msopt.registry import close_matches
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 
 #: bytes per element of each supported weight / KV-cache dtype
-DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0})
+DTYPE_BYTES = MappingProxyType({"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5})
+
+#: dtypes whose matrix multiplies run at another dtype's peak: fp16 at bf16's; int4 weights
+#: (Ascend's W4A8, modelslim) are multiplied with 8-bit activations at int8's
+_COMPUTE_AS = MappingProxyType({"fp16": "bf16", "int4": "int8"})
 
 #: ``[efficiency]`` keys a hardware file may set per engine in ``[engines.<engine>]``
 ENGINE_KEYS = ("reserve_gib", "step_overhead_ms", "per_seq_overhead_us", "api_overhead_ms", "frontend_ms_per_req",
@@ -58,6 +63,11 @@ class Hardware:
             the delivered token rate and makes TPOT grow with the concurrent streams.
         engine_overrides: per-engine values of the overhead factors (``[engines.<engine>]``:
             any of :data:`ENGINE_KEYS`), e.g. SGLang's step overhead differs from vLLM's.
+        efficiency_from: the entry whose efficiency factors this one took without a fit of its
+            own (another hardware kind's); "" when they were fitted to this hardware.
+        verify_kv_per_token: a speculative verify step reads each sequence's KV cache once per
+            verified token (attention kernels that run the verify tokens as separate decode
+            queries) instead of once per sequence (a multi-query kernel).
     """
 
     name: str
@@ -83,6 +93,8 @@ class Hardware:
     client_think_ms: float = 0.0
     frontend_us_per_output_token: float = 0.0
     engine_overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    efficiency_from: str = ""
+    verify_kv_per_token: bool = False
 
     def for_engine(self, engine: str) -> Hardware:
         """This hardware with ``[engines.<engine>]`` applied (itself when there is none)."""
@@ -90,8 +102,8 @@ class Hardware:
         return replace(self, **over) if over else self
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak in FLOP/s for ``dtype`` (fp16 counts as bf16); raises if unsupported."""
-        key = "bf16" if dtype == "fp16" else dtype
+        """Dense peak in FLOP/s for ``dtype`` (fp16 counts as bf16, int4 as int8); raises if unsupported."""
+        key = _COMPUTE_AS.get(dtype, dtype)
         value = float(self.tflops.get(key, 0.0))
         if value <= 0:
             raise SimulationError(
@@ -284,13 +296,36 @@ def _find(kind: str, name_or_path: str | Path, extra_dirs: Iterable[str | Path])
         candidate = d / f"{text}.toml"
         if candidate.is_file():
             return candidate
+    other = _other_name(kind, text, extra_dirs)
+    if other is not None:
+        return _find(kind, other, extra_dirs)
     valid = _list(kind, extra_dirs)
     hint = close_matches(text, valid)
     raise ConfigError(
         f"unknown {kind} {text!r}; valid names: {', '.join(valid)}"
         + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        + ("; or a device name as nvidia-smi / npu-smi print it (\"NVIDIA A100-SXM4-40GB\")" if kind == "hardware"
+           else "; or the Hugging Face id of one")
         + "; or give the path of a TOML file (see docs/simulator.md)"
     )
+
+
+def _other_name(kind: str, text: str, extra_dirs: tuple[str | Path, ...]) -> str | None:
+    """The entry a name that is not an entry's own means: a device name as nvidia-smi, npu-smi or a
+    write-up gives it ("NVIDIA A100-SXM4-40GB", "Atlas 800I A3") for hardware; for a model, the
+    entry whose ``hf_id`` or ``aliases`` hold the Hugging Face id (case aside)."""
+    if kind == "hardware":
+        from msopt.sim.detect import catalog_part
+
+        # a lower-case slug is meant as an entry's name: a typo of one gets "did you mean", not a part
+        return None if re.fullmatch(r"[a-z0-9._-]+", text) else catalog_part(text)
+    want = text.lower()
+    for name in _list(kind, extra_dirs):
+        d = _read(_find(kind, name, extra_dirs))
+        ids = [d.get("hf_id", "")] + list(d.get("aliases", []) if isinstance(d.get("aliases"), list) else [])
+        if want in (str(i).lower() for i in ids if i):
+            return name
+    return None
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -315,6 +350,13 @@ def _get(data: Mapping[str, Any], path: Path, *keys: str, cast: type = float, de
         raise ConfigError(f"{path}: key {'.'.join(keys)!r} = {node!r} is not a {cast.__name__}") from None
     if cast in (int, float) and value < 0:
         raise ConfigError(f"{path}: key {'.'.join(keys)!r} = {node!r} must be >= 0")
+    return value
+
+
+def _bool(d: Mapping[str, Any], path: Path, table: str, key: str) -> bool:
+    value = d.get(table, {}).get(key, False) if isinstance(d.get(table, {}), Mapping) else False
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: key {table}.{key} = {value!r} must be true or false")
     return value
 
 
@@ -346,7 +388,10 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
 
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     lines += [f"name = {_toml_str(hw.name)}", f"description = {_toml_str(hw.description)}",
-              f"memory_kind = {_toml_str(hw.memory_kind)}", "", "[compute]"]
+              f"memory_kind = {_toml_str(hw.memory_kind)}"]
+    if hw.efficiency_from:
+        lines.append(f"efficiency_from = {_toml_str(hw.efficiency_from)}")
+    lines += ["", "[compute]"]
     lines += [f"{k} = {num(v)}" for k, v in hw.tflops.items()]
     lines += ["", "[memory]", f"hbm_gib = {num(hw.hbm_gib)}", f"hbm_tb_s = {num(hw.hbm_tb_s)}",
               f"reserve_gib = {num(hw.reserve_gib)}", "", "[interconnect]",
@@ -355,6 +400,8 @@ def hardware_toml(hw: Hardware, header: str = "") -> str:
               f"compute = {num(hw.compute_eff)}", f"memory = {num(hw.memory_eff)}", f"comm = {num(hw.comm_eff)}"]
     for key in ("allreduce_latency_us", *(k for k in ENGINE_KEYS if k != "reserve_gib")):
         lines.append(f"{key} = {num(getattr(hw, key))}")
+    if hw.verify_kv_per_token:
+        lines.append("verify_kv_per_token = true")
     for engine, table in sorted(hw.engine_overrides.items()):
         lines += ["", f"[engines.{engine}]"] + [f"{k} = {num(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
@@ -418,6 +465,8 @@ def load_hardware(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
         client_think_ms=_get(d, path, "efficiency", "client_think_ms", default=0.0),
         frontend_us_per_output_token=_get(d, path, "efficiency", "frontend_us_per_output_token", default=0.0),
         engine_overrides=_engine_overrides(d, path),
+        efficiency_from=str(d.get("efficiency_from", "")),
+        verify_kv_per_token=_bool(d, path, "efficiency", "verify_kv_per_token"),
     )
     for key in ("compute_eff", "memory_eff", "comm_eff"):
         if not 0 < getattr(hw, key) <= 1:

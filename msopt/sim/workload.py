@@ -12,7 +12,8 @@ import numpy as np
 from msopt.checks import is_number
 from msopt.errors import ConfigError
 
-#: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma}
+#: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
+#: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
 LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | Y needs 3.10 objects
 
 _KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup"})
@@ -81,6 +82,8 @@ class Workload:
 def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
     if isinstance(spec, Mapping):
         dist = spec["dist"]
+        if dist == "list":  # a replay: request i takes values[i], the list repeated when shorter
+            return np.resize(np.asarray(spec["values"], dtype=np.int64), n)
         if dist == "uniform":
             values = rng.integers(int(spec["low"]), int(spec["high"]) + 1, size=n)
         else:  # lognormal: mean is the distribution's mean in tokens
@@ -128,9 +131,16 @@ def _length(table: Mapping[str, Any], key: str, where: str) -> LengthSpec:
                 f"{where}.{key}: lognormal needs mean from 1 to {MAX_LENGTH} and sigma from 0 to 10, "
                 f"got {dict(value)!r}"
             )
+    elif dist == "list":
+        values = value.get("values")
+        if not isinstance(values, (list, tuple)) or not values or not all(
+                is_number(v) and not isinstance(v, bool) and v == int(v) and 1 <= v <= MAX_LENGTH for v in values):
+            raise ConfigError(f"{where}.{key}: list needs values = [lengths], integers from 1 to {MAX_LENGTH} "
+                              "(request i takes the i-th, the list repeated when shorter)")
+        return {"dist": "list", "values": [int(v) for v in values]}
     else:
         raise ConfigError(
-            f"{where}.{key}.dist = {dist!r}: use an integer or a table with dist = 'uniform' or 'lognormal'"
+            f"{where}.{key}.dist = {dist!r}: use an integer or a table with dist = 'uniform', 'lognormal' or 'list'"
         )
     return dict(value)
 

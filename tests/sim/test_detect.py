@@ -84,3 +84,10 @@ def test_a_cpu_is_a_roofline_of_its_cores():
     assert hw.memory_kind == "CPU" and hw.tflops["bf16"] == pytest.approx(2 * 2.445 * 32 / 1e3, abs=1e-4)
     assert "lscpu" in hw.description
     assert detect_devices({"lscpu": _read("lscpu_epyc_2core_kvm.txt")}, "GPU") is None
+
+
+def test_a_roofline_entry_names_the_entry_whose_efficiencies_it_took():
+    l40s = detect_devices({"nvidia-smi": _read("nvidia_smi_l40s.csv")}, "GPU")
+    choice = hardware_for(l40s)
+    # the nearest CUDA entry by memory is a100-sxm-40gb, whose own efficiencies are h100-sxm's
+    assert choice.basis == "a100-sxm-40gb" and choice.hardware.efficiency_from == "h100-sxm"

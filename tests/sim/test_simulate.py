@@ -141,3 +141,14 @@ def test_a_delayed_request_does_not_hold_up_the_ones_behind_it():
                      32768, jitter=jitter)
     assert np.all(tr.first_token[1:] < 1.0)
     assert tr.first_token[0] > 5.0
+
+
+def test_sglang_without_chunking_serves_prompts_beyond_any_step_budget():
+    """--chunked-prefill-size -1: a 12k-token prompt runs whole (it was rejected against vLLM's 8192 budget)."""
+    from msopt.sim.knobs import knobs_sglang
+
+    knobs = knobs_sglang(["--tp-size", "2", "--chunked-prefill-size", "-1", "--max-prefill-tokens", "8192"])
+    assert not knobs.chunked_prefill
+    res = simulate(knobs, "h100-sxm", "qwen3-32b", {"input_len": 12000, "output_len": 16, "num_prompts": 4,
+                                                     "concurrency": 2})
+    assert res.error is None and res.success_rate == 1.0

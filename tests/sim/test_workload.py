@@ -45,6 +45,8 @@ def test_open_loop_and_capped():
     ({"input_len": {"dist": "normal"}}, "input_len"),
     ({"input_len": {"dist": "uniform", "low": 5}}, "input_len"),
     ({"input_len": {"dist": "uniform", "low": 9, "high": 5}}, "input_len"),
+    ({"output_len": {"dist": "list", "values": []}}, "output_len"),
+    ({"output_len": {"dist": "list", "values": [3, 0]}}, "output_len"),
     ({"rate": 3}, "rate"),
 ])
 def test_errors_name_the_key(table, key):
@@ -94,3 +96,11 @@ def test_a_waited_out_warmup_leaves_the_simulated_figures_as_they_were():
     assert warm.error is None and warm.num_prompts == 40
     assert (warm.time_to_first_token, warm.time_per_output_token, warm.generate_speed) == (
         cold.time_to_first_token, cold.time_per_output_token, cold.generate_speed)
+
+
+def test_a_list_replays_recorded_lengths_in_order_whatever_the_seed():
+    w = workload_from_mapping({"input_len": {"dist": "list", "values": [10, 20, 30]},
+                               "output_len": {"dist": "list", "values": [5, 6, 7]}, "num_prompts": 5})
+    for seed in (0, 1):
+        i, o = w.sample_lengths(np.random.default_rng(seed))
+        assert i.tolist() == [10, 20, 30, 10, 20] and o.tolist() == [5, 6, 7, 5, 6]
