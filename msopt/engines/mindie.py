@@ -63,6 +63,11 @@ DEVICE_IDS = ("BackendConfig", "npuDeviceIds")
 INSTANCES = ("BackendConfig", "modelInstanceNumber")
 MULTI_NODE = ("BackendConfig", "multiNodesInferEnabled")
 INTER_NODE_TLS = ("BackendConfig", "interNodeTLSEnabled")
+#: The variable naming the config.json MindIE reads, which each trial points at its own copy by default:
+#: the daemon reads ``--config-file``, else ``$MIES_CONFIG_JSON_PATH``, else ``<home>/conf/config.json``
+#: (MindIE-LLM 8b4871a src/utils/common_util.cpp:264-282), and re-reads that file whenever its mtime
+#: changes, every 10 s (config_manager_impl.cpp:351-372), so trials sharing one file change each other.
+DEFAULT_CONFIG_ENV = "MIES_CONFIG_JSON_PATH"
 #: the rank table file name msopt writes next to the config of a trial that spans nodes
 RANK_TABLE = "rank_table_file.json"
 
@@ -240,6 +245,22 @@ def get_path(doc: Any, path: Sequence[str | int], default: Any = None) -> Any:
     return node
 
 
+def config_env(section: Mapping[str, Any]) -> str | None:
+    """The variable that points each trial's server at its private config.json (``[mindie] config_env``,
+    default :data:`DEFAULT_CONFIG_ENV`); None: ``config_env = false``, trials edit ``config_path`` in place.
+
+    Raises:
+        ConfigError: neither false nor an environment variable name.
+    """
+    raw = section.get("config_env", DEFAULT_CONFIG_ENV)
+    if raw is False or raw == "":
+        return None
+    if not isinstance(raw, str) or not raw.replace("_", "a").isalnum() or raw[0].isdigit():
+        raise ConfigError(f"[mindie] 'config_env' must be an environment variable name (default "
+                          f"\"{DEFAULT_CONFIG_ENV}\") or false, got {raw!r}")
+    return raw
+
+
 def load_config(section: Mapping[str, Any], *, missing_ok: bool = False) -> tuple[dict[str, Any], str | None]:
     """The original config.json (or the built-in template) and its path (None: template).
 
@@ -310,8 +331,25 @@ class MindieAdapter(EngineAdapter):
         return target
 
     def check_settings(self, settings: Settings) -> None:
-        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`)."""
+        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`);
+        ``config_env = false`` (one config.json edited in place) with room for two trials on a node is refused."""
         refuse_mindie_pd(settings)
+        section = settings.section(self.name)
+        if config_env(section) is not None or settings.config.run.simulate:
+            return
+        cluster = settings.config.cluster
+        per_trial = max(1, cluster.trial_devices)
+        per_node = cluster.devices_per_node
+        if cluster.max_concurrent_trials == 1 or (per_node and per_node < 2 * per_trial):
+            return
+        room = (f"devices_per_node = {per_node} holds {per_node // per_trial} trials of {per_trial}" if per_node
+                else "devices_per_node is not set, so trials may share a node")
+        where = settings.where(self.name + ".config_env")
+        raise ConfigError(f"{where}: [mindie] config_env = false has every trial of a node edit "
+                          f"the one config_path, and {room}; MindIE re-reads that file every 10 s "
+                          "(config_manager_impl.cpp:351-372, MindIE-LLM 8b4871a). Drop config_env = false (each "
+                          "trial then reads its own copy through $MIES_CONFIG_JSON_PATH), or set [cluster] "
+                          "max_concurrent_trials = 1")
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering:
@@ -320,6 +358,7 @@ class MindieAdapter(EngineAdapter):
             raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
                               "roles run through ms_controller); drop the table")
         device_ip_table(section.get("device_ips"))
+        config_env(section)
         doc, src = load_config(section, missing_ok=True)
         if str(get_path(doc, INFER_MODE, "standard")).lower() == "dmi":
             raise ConfigError(f"[mindie] config_path {src}: ServerConfig.inferMode is \"dmi\", MindIE's "
@@ -371,9 +410,9 @@ class MindieAdapter(EngineAdapter):
         with ``config_env``); what happens to HTTPS; the addresses MindIE will listen on."""
         found = find_install(probe=True)
         out: list[tuple[str, bool, str]] = [self._install_check(section, found)]
-        raw, private = section.get("config_path"), bool(section.get("config_env"))
+        raw, private = section.get("config_path"), bool(config_env(section))
         if not raw:
-            if private:
+            if "config_env" in section and private:
                 return [*out, ("config.json", True, "no config_path: every trial writes the built-in template "
                                f"into its work directory and points ${section.get('config_env')} at it")]
             where = found.config if found is not None and found.config else "<mindie-service>/conf/config.json"
@@ -487,11 +526,11 @@ class MindieAdapter(EngineAdapter):
                            ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
         env = env_fields(values, fields, section, self.name)
-        config_env = section.get("config_env")
-        if config_env and workdir is not None:
+        private = config_env(section)
+        if private and workdir is not None:
             # The server reads a private copy named by this variable; the original stays as it is.
             target = str(Path(workdir) / "config.json")
-            env[str(config_env)] = target
+            env[private] = target
         elif path is not None:
             target = path
         else:
