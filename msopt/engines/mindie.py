@@ -36,6 +36,8 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
 from msopt.engines.health_sources import MINDIE_SOURCES
 from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie_original import refuse_mindie_pd
@@ -359,6 +361,7 @@ class MindieAdapter(EngineAdapter):
                               "roles run through ms_controller); drop the table")
         device_ip_table(section.get("device_ips"))
         config_env(section)
+        check_hccl(section, self.name)
         doc, src = load_config(section, missing_ok=True)
         if str(get_path(doc, INFER_MODE, "standard")).lower() == "dmi":
             raise ConfigError(f"[mindie] config_path {src}: ServerConfig.inferMode is \"dmi\", MindIE's "
@@ -526,6 +529,8 @@ class MindieAdapter(EngineAdapter):
                            ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
         env = env_fields(values, fields, section, self.name)
+        if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/engines/hccl.py)
+            env = hccl_env(env, section, devices, fields, self.name)
         private = config_env(section)
         if private and workdir is not None:
             # The server reads a private copy named by this variable; the original stays as it is.

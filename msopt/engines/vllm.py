@@ -12,7 +12,7 @@ preflight`` checks them against the installed version's.
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
 the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
 additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
-it. Each trial gets its own ``HCCL_IF_BASE_PORT`` range (:func:`hccl_base_port`).
+it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from msopt.checks import is_int
 from msopt.engines.base import (
     ENGINES,
     LaunchSpec,
@@ -38,6 +37,8 @@ from msopt.engines.base import (
     value_of,
 )
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
 from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.rules.vllm import RULES as VLLM_RULES
@@ -59,11 +60,6 @@ REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 
                                  "ascend_scheduler_config": "vllm-ascend PR #4623 dropped the ascend scheduler"})
 #: config_position prefix of a key of ``--additional-config``
 ADDITIONAL = "additional_config."
-#: CANN: "the system occupies 16 ports starting from the specified port", 1024..65520; default
-#: 60000-60015 (HCCL_IF_BASE_PORT, CANN environment variable reference envref_07_0074)
-HCCL_PORTS_PER_TRIAL = 16
-HCCL_DEFAULT_BASE = 60000
-HCCL_MAX_BASE = 65520
 
 
 def flag_table(version: str) -> Mapping[str, bool]:
@@ -134,20 +130,6 @@ def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
         raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
                           f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")
     return str(platform), (str(version) if version is not None else None)
-
-
-def hccl_base_port(devices: Sequence[str], start: int = HCCL_DEFAULT_BASE) -> int | None:
-    """The first of the 16 HCCL host ports of the trial holding ``devices`` on a node.
-
-    Trials on one node hold disjoint devices, so ``start + 16 x min(device id)`` never overlaps
-    another trial's range (HCCL's default, 60000, for the trial on device 0); None without
-    integer device ids.
-    """
-    ids = [int(d) for d in devices if str(d).strip().isdigit()]
-    if not ids or len(ids) != len(devices):
-        return None
-    base = start + HCCL_PORTS_PER_TRIAL * min(ids)
-    return base if base <= HCCL_MAX_BASE else None
 
 
 def is_vllm_serve(exe: Sequence[str]) -> bool:
@@ -239,6 +221,8 @@ class VllmAdapter(CommandLineAdapter):
         platform, version = target(section)
         plain, extra = self._split(fields)
         super().check(plain, section)
+        if platform == "ascend":
+            check_hccl(section, self.name)
         table = section.get("additional_config", {})
         if not isinstance(table, Mapping):
             raise ConfigError("[vllm] 'additional_config' must be a table of vllm-ascend keys; write "
@@ -300,22 +284,8 @@ class VllmAdapter(CommandLineAdapter):
 
     def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any], devices: Sequence[str],
                   fields: Sequence[FieldDecl]) -> dict[str, str]:
-        """``env`` with this trial's ``HCCL_IF_BASE_PORT`` unless the user sets it ([vllm.env] or an env
-        field of that name wins)."""
-        out = dict(env)
-        start = section.get("hccl_base_port", HCCL_DEFAULT_BASE)
-        extra = section.get("env", {})
-        user = (isinstance(extra, Mapping) and "HCCL_IF_BASE_PORT" in extra) or any(
-            d.name == "HCCL_IF_BASE_PORT" and d.config_position == "env" for d in fields)
-        if start is False or user:
-            return out
-        if not is_int(start) or not 1024 <= start <= HCCL_MAX_BASE:
-            raise ConfigError(f"[vllm] 'hccl_base_port' must be a port from 1024 to {HCCL_MAX_BASE} (or false), "
-                              f"got {start!r}")
-        base = hccl_base_port(devices, int(start))
-        if base is not None:
-            out["HCCL_IF_BASE_PORT"] = str(base)
-        return out
+        """``env`` with this trial's HCCL port blocks (:func:`msopt.engines.hccl.hccl_env`)."""
+        return hccl_env(env, section, devices, fields, self.name)
 
     def notes(self, section: Mapping[str, Any]) -> list[str]:
         """What msopt adds on ascend (``msopt validate``)."""
@@ -325,8 +295,9 @@ class VllmAdapter(CommandLineAdapter):
                     f"flags not checked at load time (set [vllm] version: {', '.join(VLLM_VERSIONS)})"]
         return [f"vllm-ascend {ASCEND_RELEASES[str(version)]} on vLLM {version}: flags checked against "
                 f"msopt/engines/flags/vllm-{version}.txt",
-                "HCCL_IF_BASE_PORT: per trial, [vllm] hccl_base_port (60000) + 16 x the trial's first device id "
-                "(16 ports each), unless [vllm.env] sets it"]
+                "HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [vllm] hccl_base_port "
+                "(60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x the trial's first "
+                "device id (32 ports each), unless [vllm.env] sets them"]
 
 
 def _paths(table: Mapping[str, Any], prefix: str = "") -> list[str]:

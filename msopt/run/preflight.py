@@ -266,6 +266,28 @@ def _device_ips(settings: Settings, devices: int | None) -> Check | None:
                  "takes its own NPUs' addresses, read again when its actors start)")
 
 
+def _hccl(settings: Settings, section: Mapping[str, Any]) -> Check | None:
+    """Which HCCL port variables the first trial's launch on this node has, and where each comes from
+    (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
+    from msopt.engines.hccl import VARIABLES, in_force
+
+    key, k = trial_devices(settings)
+    if key != "NPU":
+        return None
+    per_node = settings.config.cluster.devices_per_node
+    devices = [str(i) for i in range(min(k, per_node) if per_node else k)]
+    try:
+        space = SearchSpace.from_settings(settings)
+        values = dict(space.decode(space.default_position()).values)
+        spec = get_engine(settings.engine).render(values, settings.fields, section, port=0, devices=devices)
+    except MsoptError:
+        return None
+    if not any(v in spec.env or v in os.environ for v in VARIABLES):
+        return None
+    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(spec.env)} (each trial's blocks "
+                 "start 32 ports further per first device id)")
+
+
 #: The tools :func:`hardware_probe` runs, and the seconds each may take.
 HARDWARE_TOOLS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nvidia-smi", ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader")),
@@ -358,6 +380,9 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         ips = _device_ips(settings, devices)
         if ips is not None:
             checks.append(ips)
+        hccl = _hccl(settings, section)
+        if hccl is not None:
+            checks.append(hccl)
         if key_of(settings) == "CPU":
             checks.append(_numa(settings, spec))
         checks.append(_hardware(settings))
