@@ -605,8 +605,12 @@ class MindieAdapter(EngineAdapter):
         ``leader_ports[0]`` when given, so trials whose leaders share a node do not collide.
         """
         if len(nodes) == 1:
-            return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
-                                workdir=workdir)]
+            spec = self.render(values, fields, section, port=port, devices=list(nodes[0].devices), workdir=workdir)
+            if torch_backend(spec) and "MASTER_PORT" not in spec.env:
+                # the torch backend starts torch.distributed on MASTER_PORT even on one node
+                # (mindie_llm/runtime/utils/distributed/__init__.py:59-61): each trial its own, from its lease
+                spec = replace(spec, env={**spec.env, "MASTER_PORT": str(rendezvous_port)})
+            return [spec]
         table = rank_table(nodes, section.get("device_ips"))
         table_path = str(Path(workdir) / RANK_TABLE) if workdir is not None else RANK_TABLE
         out = []
@@ -628,6 +632,16 @@ class MindieAdapter(EngineAdapter):
                    "MIES_CONTAINER_MANAGEMENT_IP": node.address}
             out.append(replace(spec, env=env, files=files, host=node.address))
         return out
+
+
+def torch_backend(spec: LaunchSpec) -> bool:
+    """Whether a ModelConfig of the rendered config.json has ``backendType`` "torch"."""
+    for doc in spec.files.values():
+        models = get_path(doc, (*MODEL_CONFIG[:-1],)) if isinstance(doc, Mapping) else None
+        if isinstance(models, list) and any(isinstance(m, Mapping) and str(m.get("backendType", "")).lower()
+                                            == "torch" for m in models):
+            return True
+    return False
 
 
 def single_port(doc: dict[str, Any], port: int) -> None:
