@@ -21,7 +21,13 @@ from typing import Any
 import tomli_w
 
 from msopt.checks import is_finite, is_int, port_range
-from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
+from msopt.config.original import (
+    VLLM_IMPLICIT_FLAGS,
+    map_ais_bench,
+    map_health_check,
+    map_vllm_env_flags,
+    refuse_no_equivalent,
+)
 from msopt.config.typed import Config, build_config
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
@@ -459,6 +465,8 @@ def load_settings(
         if mapped != layer:
             notes.append(f"{source}: [health_check.*_errors.*_patterns] (the original tool's spelling) read as "
                          "[health_check.service|benchmark.fatal|retryable]")
+        mapped, moved = map_ais_bench(mapped, source)
+        notes += moved
         _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
 
