@@ -269,3 +269,21 @@ def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
     atb = get_engine("mindie").render_nodes({}, [], {}, port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
                                             rendezvous_port=29600)
     assert "MASTER_PORT" not in atb[0].env  # the atb backend starts no torch.distributed
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (("--tp-size", "8", "--attn-dp-size", "8"), None),
+    (("--tp-size", "8", "--dp-size", "2"), None),
+    (("--tp-size", "8", "--dp-size", "2", "--attn-dp-size", "4"), "sglang.dp_size_with_attn_dp_size"),
+    (("--tp-size", "8", "--data-parallel-size=2", "--attention-data-parallel-size", "2"),
+     "sglang.dp_size_with_attn_dp_size"),
+    (("--tp-size", "8", "--dp-size", "4", "--enable-dp-attention"), None),  # the deprecated spelling: attn dp 4
+    (("--tp-size", "8", "--dp-size", "2", "--attn-dp-size", "4", "--enable-dp-attention"),
+     "sglang.dp_size_with_attn_dp_size"),
+])
+def test_sglang_dp_size_with_attn_dp_size(flags: tuple[str, ...], expected: str | None) -> None:
+    # sglang 0.5.23 sglang/srt/arg_groups/parallel_hook.py:287-292
+    assert refusal(sglang(*flags)) == expected
+    if expected:
+        with pytest.raises(RefusedError, match="data-parallel replicas combined with attention data parallelism"):
+            check_rules(sglang(*flags), {}, {}, model=ModelFacts(), environ={})
