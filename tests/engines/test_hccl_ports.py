@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+import msopt.engines.mindie as mindie_mod
 from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.engines.hccl import hccl_env, in_force, lease_blocks
 from msopt.engines.process import PortLease
 from msopt.errors import EvaluationError
 
-TEMPLATE = Path(__file__).parents[1] / "data/engines/mindie_config.json"
+TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")  # msopt's built-in template
 
 
 def _blocks(env: dict[str, str]) -> tuple[set[int], set[int]]:

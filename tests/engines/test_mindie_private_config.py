@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+import msopt.engines.mindie as mindie_mod
 from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.errors import ConfigError
 from msopt.run.validate import validate
 
-TEMPLATE = Path(__file__).parents[1] / "data/engines/mindie_config.json"
+TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")  # msopt's built-in template
 
 
 def _conf(tmp_path: Path) -> Path:

@@ -15,6 +15,7 @@ from msopt.engines.rules import Candidate, ModelFacts, broken_rule, check_rules,
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from tests.shared_data import MINDIE_SHIPPED, shared
 
 
 def vllm(*flags: str) -> LaunchSpec:
@@ -255,7 +256,7 @@ def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
     assert refusal(spec, env={"MASTER_PORT": "29500"}) is None
     # each trial gets its own MASTER_PORT: the rendezvous port of its lease
     conf = tmp_path / "config.json"
-    doc = json.loads((Path(__file__).parents[1] / "data/engines/mindie_config.json").read_text())
+    doc = json.loads(shared(MINDIE_SHIPPED).read_text())
     doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["backendType"] = "torch"
     conf.write_text(json.dumps(doc))
     ports = []
