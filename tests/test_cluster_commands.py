@@ -120,4 +120,5 @@ def test_readme_quick_start_as_printed_gives_the_result_docs_quote(tmp_path):
     values = " ".join(ln.strip() for ln in lines[i + 1:] if "=" in ln and not ln.startswith("launch it:"))
     doc = (REPO / "docs" / "simulator.md").read_text(encoding="utf-8")
     assert f"    {values}\n" in doc, (values, log)
-    assert lines[0] == "starting Ray ..." and "verdict: the recommended configuration meets every SLO" in lines
+    assert lines[0].startswith("engine: vllm (the 'engine' key of ") and lines[1].startswith("benchmark: vllm_benchmark")
+    assert lines[2] == "starting Ray ..." and "verdict: the recommended configuration meets every SLO" in lines

@@ -206,6 +206,22 @@ class Settings:
         out.config  # noqa: B018  built once, after the checks
         return out
 
+    def with_field_values(self, values: Mapping[str, Any]) -> Settings:
+        """A copy whose searched section's fields named in ``values`` have that ``value`` (the baseline
+        the original tool took from the installed configuration, msopt.engines.installed)."""
+        if not values:
+            return self
+        data = thaw(self.data)
+        raws = data[self.engine]["target_field"]
+        for raw in raws:
+            if isinstance(raw, dict) and raw.get("name") in values:
+                raw["value"] = values[raw["name"]]
+        where = self.origin.get(f"{self.engine}.target_field", self.sources[-1] if self.sources else "<defaults>")
+        fields = tuple(parse_field(r, source=where, section=self.engine, index=i) for i, r in enumerate(raws))
+        out = Settings(_freeze(data), self.engine, fields, self.sources, self.config_path, self.origin, self.notes)
+        out.config  # noqa: B018  built once, after the checks
+        return out
+
     def to_toml(self) -> str:
         """The effective configuration as TOML text (saved in every run directory).
 

@@ -434,6 +434,13 @@ class EngineAdapter:
     #: Whether :meth:`render_pd` renders a prefill/decode-disaggregated trial (a ``pd`` table).
     supports_pd: ClassVar[bool] = False
 
+    def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+                         environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+        """What the installation runs today, per field name, with where it was read
+        (:func:`msopt.engines.installed.installed_baseline`): an env field's ``$NAME`` here."""
+        return {d.name: (environ[d.name], f"${d.name} in this environment") for d in fields
+                if d.config_position == "env" and d.name in environ}
+
     def render(
         self,
         values: Mapping[str, Any],

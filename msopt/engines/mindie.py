@@ -556,6 +556,21 @@ class MindieAdapter(EngineAdapter):
             stop_grace=self.stop_grace,
         )
 
+    def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+                         environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+        """As every engine, plus each dotted field's value in the config.json ``config_path`` names,
+        as the original took it (optimizer.py ``prepare_plugin``: ``get_required_field_from_json``)."""
+        out = super().installed_values(fields, section, environ)
+        doc, path = load_config(section, missing_ok=True)
+        if path is None:
+            return out
+        for decl in fields:
+            if is_json_path(decl.config_position) and decl.name not in out:
+                value = get_path(doc, parse_path(decl.config_position, decl))
+                if value is not None and not isinstance(value, (dict, list)):
+                    out[decl.name] = (value, f"{decl.config_position} of {path}")
+        return out
+
     def model_path(self, section: Mapping[str, Any]) -> str:
         """``[mindie.command] model``, else ModelConfig[0].modelWeightPath of the config.json template."""
         given = super().model_path(section)
