@@ -81,3 +81,32 @@ def test_preflight_names_the_variables_in_force(tmp_path: Path, monkeypatch: pyt
     assert check is not None and check.ok
     assert "HCCL_IF_BASE_PORT=60000" in check.detail and "replaces '60000-60050' from this environment" in check.detail
     assert "HCCL_NPU_SOCKET_PORT_RANGE=16666-16697" in check.detail
+
+
+def test_two_trials_on_one_node_each_have_their_own_config_hccl_blocks_and_master_port(tmp_path: Path) -> None:
+    """The issue's stand-in: MindIE trials on NPUs 0-3 and 4-7 of one node (torch backend, which needs
+    MASTER_PORT even on one node), rendered as the real path renders them, with ports from two leases."""
+    import json
+
+    from msopt.engines.base import TrialNode
+    from msopt.engines.rules import ModelFacts, check_rules
+
+    doc = json.loads(TEMPLATE.read_text())
+    doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0].update(backendType="torch", tp=4)
+    conf = tmp_path / "config.json"
+    conf.write_text(json.dumps(doc))
+    specs = []
+    with PortLease() as a, PortLease() as b:
+        for lease, devices in ((a, tuple("0123")), (b, tuple("4567"))):
+            (spec,) = get_engine("mindie").render_nodes(
+                {}, [], {"config_path": str(conf)}, port=lease.take(), nodes=(TrialNode(0, "127.0.0.1", devices),),
+                rendezvous_port=lease.take(), workdir=tmp_path / devices[0])
+            check_rules(spec, {}, {}, model=ModelFacts(), environ={})
+            lease_blocks(spec.env, lease)
+            specs.append(spec)
+        configs = [next(iter(s.files)) for s in specs]
+        assert configs[0] != configs[1] and [s.env["MIES_CONFIG_JSON_PATH"] for s in specs] == configs
+        assert specs[0].env["MASTER_PORT"] != specs[1].env["MASTER_PORT"]
+        (h0, n0), (h1, n1) = (_blocks(s.env) for s in specs)
+        assert h0.isdisjoint(h1) and n0.isdisjoint(n1)
+        assert [s.files[c]["BackendConfig"]["npuDeviceIds"] for s, c in zip(specs, configs)] == [[[0, 1, 2, 3]]] * 2
