@@ -48,12 +48,16 @@ from msopt.space.fields import FieldDecl
 
 FLAGS_DIR = Path(__file__).with_name("flags")
 #: vLLM versions with a flag table (msopt/engines/flags/vllm-<version>.txt)
-VLLM_VERSIONS = ("0.23.0", "0.33.0")
+VLLM_VERSIONS = ("0.23.0", "0.25.1", "0.26.0", "0.27.1", "0.33.0")
 #: the vLLM version msopt's rules and docs are written for when ``[vllm] version`` is not set
 DEFAULT_VERSION = "0.33.0"
 PLATFORMS = ("cuda", "ascend")
-#: vLLM version -> the vllm-ascend release built on it (vllm-ascend 0.23.0.post1 Dockerfile:42 VLLM_TAG)
-ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1"})
+#: vLLM version -> the vllm-ascend release built on it (each release's Dockerfile ``ARG VLLM_TAG``): the stable
+#: 0.23.0.post1 (the package index's newest, and the default on ascend), then the release candidates users run:
+#: tag v0.25.1rc1, branch releases/v0.26.0rc at cf0baa38 and main at 182b75ea (vllm-project/vllm-ascend,
+#: 2026-08-22), which the package index does not serve (their key tables come from ``git archive``).
+ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1", "0.25.1": "0.25.1rc1", "0.26.0": "0.26.0rc-cf0baa38",
+                                   "0.27.1": "main-182b75ea"})
 #: keys older vllm-ascend releases read, gone by 0.23.0.post1 (vllm-ascend PRs #4814 "Drop torchair",
 #: #4623 "Drop ascend scheduler"); still in many guides
 REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 dropped torchair",
@@ -113,6 +117,32 @@ def check_installed_flags(argv: Sequence[str], version_text: str, exe_len: int) 
     return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/flags/vllm-{version}.txt)"
 
 
+def check_installed_additional_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
+    """``msopt preflight``: the launch's ``--additional-config`` keys against the key table of the
+    vllm-ascend built on the installed vLLM (:data:`ASCEND_RELEASES`); None without that flag."""
+    items = list(argv)
+    raw = next((items[i + 1] for i, a in enumerate(items[:-1]) if a == "--additional-config"),
+               next((a.split("=", 1)[1] for a in items if a.startswith("--additional-config=")), None))
+    if raw is None:
+        return None
+    version = installed_version(version_text)
+    release = ASCEND_RELEASES.get(str(version))
+    if release is None:
+        return True, (f"installed vLLM {version or 'unknown'} has no vllm-ascend key table in msopt (tables: vLLM "
+                      f"{', '.join(ASCEND_RELEASES)}); the --additional-config keys are not checked")
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return False, f"--additional-config is not JSON ({exc}); vllm-ascend would not start"
+    known = additional_config_keys(release)
+    try:
+        for path in _paths(doc if isinstance(doc, Mapping) else {}):
+            _check_key(path, known, release, "--additional-config")
+    except ConfigError as exc:
+        return False, f"{exc} (the installed vLLM {version} is vllm-ascend {release}'s)"
+    return True, f"every --additional-config key is read by vllm-ascend {release} (installed vLLM {version})"
+
+
 def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
     """``([vllm] platform, [vllm] version)``; the version is None when unset (not checked at load time),
     except on ascend, where it defaults to the one vLLM version msopt knows vllm-ascend for."""
@@ -162,7 +192,9 @@ class VllmAdapter(CommandLineAdapter):
         """The launch's flags against the flag table of the installed vLLM (msopt/engines/flags/vllm-<version>.txt)."""
         if not version.startswith("vllm "):
             return []
-        return [("flags", *check_installed_flags(argv, version[5:], exe_len))]
+        out = [("flags", *check_installed_flags(argv, version[5:], exe_len))]
+        ascend = check_installed_additional_config(argv, version[5:])
+        return out + ([("additional_config", *ascend)] if ascend is not None else [])
 
     def model_args(self, exe: Sequence[str], model: str) -> list[str]:
         """``vllm serve MODEL``; ``--model MODEL`` for every other entry point.

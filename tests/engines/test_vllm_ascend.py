@@ -2,7 +2,7 @@
 --additional-config, per-trial HCCL ports, the block-size advisory.
 
 Sources: vllm-ascend 0.23.0.post1 sdist (Dockerfile:42 ``ARG VLLM_TAG=v0.23.0``,
-vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0 and 0.33.0 wheels
+vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0, 0.25.1, 0.26.0, 0.27.1 and 0.33.0 wheels
 (msopt/engines/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
 """
 
@@ -59,7 +59,7 @@ def test_version_flags_are_refused_at_load_time_in_one_line() -> None:
         assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="--grpc-port"):
         vllm.check([], {"version": "0.23.0", "command": {"others": "--grpc-port 5"}})
-    with pytest.raises(ConfigError, match="'version' '0.99.0' has no flag table.*0.23.0, 0.33.0"):
+    with pytest.raises(ConfigError, match="'version' '0.99.0' has no flag table.*0.23.0, 0.25.1, 0.26.0, 0.27.1, 0.33.0"):
         vllm.check([], {"version": "0.99.0"})
     with pytest.raises(ConfigError, match="only on vLLM 0.23.0"):
         vllm.check([], {"platform": "ascend", "version": "0.33.0"})
