@@ -277,11 +277,11 @@ def test_optimize_runs_mindie_trials_side_by_side_through_the_stand_in(tmp_path)
     fields = """[[mindie.target_field]]
 name = "max_batch_size"
 config_position = "BackendConfig.ScheduleConfig.maxBatchSize"
-min = 4
+min = 50
 max = 64
 dtype = "int"
-value = 8
-"""
+value = 56
+"""  # at least the template's maxPrefillBatchSize 50, or MindIE refuses (schedule_config.cpp:284-286)
     text = sim_serve_config(recorded([*STAND_IN[:-1], "0.01", "--startup-delay", "0.5"], pids), tmp_path / "Qwen3-8B",
                             engine="mindie", served="qwen3-8b", fields=fields, n_particles=4,
                             cluster="max_concurrent_trials = 2\n",
