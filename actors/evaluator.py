@@ -8,7 +8,7 @@ from typing import Any
 
 import ray
 
-from actors.nodes import RayNodeLauncher, node_address
+from actors.nodes import RayNodeLauncher, node_address, own_device_ips
 from msopt.config import Settings
 from msopt.engines.base import TrialNode
 from msopt.evaluate.evaluator import Evaluator
@@ -40,9 +40,14 @@ class EvaluatorActor:
         launcher = None
         if followers:
             infos = ray.get([f.info.remote() for f in followers])
-            self.nodes = [TrialNode(0, node_address(), tuple(self.devices), ray.get_runtime_context().get_node_id())]
-            self.nodes += [TrialNode(i + 1, str(info["address"]), tuple(info["devices"]), str(info["node"]))
-                           for i, info in enumerate(infos)]
+            # a real trial's rank table carries each NPU's RoCE address, read on its own node
+            no_ips: tuple[tuple[tuple[str, str], ...], str] = ((), "")
+            ips = ([own_device_ips(key, self.devices), *ray.get([f.device_ips.remote() for f in followers])]
+                   if not simulate else [no_ips] * (len(followers) + 1))
+            self.nodes = [TrialNode(0, node_address(), tuple(self.devices), ray.get_runtime_context().get_node_id(),
+                                    *ips[0])]
+            self.nodes += [TrialNode(i + 1, str(info["address"]), tuple(info["devices"]), str(info["node"]),
+                                     *ips[i + 1]) for i, info in enumerate(infos)]
             launcher = RayNodeLauncher(followers, infos)
         self.evaluator = Evaluator(settings, simulate=simulate, run_dir=run_dir, devices=self.devices,
                                    actor=name, nodes=self.nodes, launcher=launcher)

@@ -32,6 +32,18 @@ def node_address() -> str:
     return str(ray.util.get_node_ip_address())
 
 
+def own_device_ips(key: str | None, devices: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], str]:
+    """The RoCE addresses of this node's ``devices`` (physical ids) and why some are missing, read
+    with ``hccn_tool`` as ``msopt preflight`` reads them (:func:`msopt.engines.hccn.read_device_ips`);
+    nothing is asked off NPUs."""
+    if key != "NPU" or not devices:
+        return (), ""
+    from msopt.engines.hccn import read_device_ips
+
+    ips, error = read_device_ips(devices)
+    return tuple(ips.items()), error
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class NodeAgent:
     """Holds the devices of one follower node of a trial and runs its server there."""
@@ -40,6 +52,7 @@ class NodeAgent:
         """``key``: the Ray accelerator resource ("NPU", "GPU"), None for none."""
         ids = ray.get_runtime_context().get_accelerator_ids()
         self.devices = [str(d) for d in ids.get(key, [])] if key else []
+        self.key = key
         self.name = name
         self._proc: ManagedProcess | None = None
         self._files: contextlib.ExitStack | None = None
@@ -50,6 +63,10 @@ class NodeAgent:
         return {"pid": os.getpid(), "devices": self.devices, "name": self.name, "address": node_address(),
                 "node": ray.get_runtime_context().get_node_id(),
                 "visible": {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")}}
+
+    def device_ips(self) -> tuple[tuple[tuple[str, str], ...], str]:
+        """This node's devices' RoCE addresses and why some are missing (:func:`own_device_ips`)."""
+        return own_device_ips(self.key, self.devices)
 
     def start(self, spec: LaunchSpec, log_path: str, workdir: str) -> None:
         """Stage the spec's files and start its server (not waiting: followers serve no HTTP)."""

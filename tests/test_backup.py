@@ -33,6 +33,7 @@ benchmark = "builtin"
 accelerator = "none"
 [mindie]
 config_path = "{conf}"
+config_env = false  # edited in place: the original is what the backup keeps
 wait_start_time = 30
 [mindie.command]
 executable = {exe}

@@ -136,8 +136,10 @@ def test_readme_quick_start_as_printed_gives_the_result_docs_quote(tmp_path):
     values = " ".join(ln.strip() for ln in lines[i + 1:] if "=" in ln and not ln.startswith("launch it:"))
     doc = (REPO / "docs" / "simulator.md").read_text(encoding="utf-8")
     assert f"    {values}\n" in doc, (values, log)
-    msopt_lines = lines[lines.index("starting Ray ..."):]  # pip's lines come first
-    assert "verdict: the recommended configuration meets every SLO" in msopt_lines
+    start = lines.index("starting Ray ...")  # pip's lines come first
+    assert lines[start - 2].startswith("engine: vllm (the 'engine' key of ")
+    assert lines[start - 1].startswith("benchmark: vllm_benchmark")
+    assert "verdict: the recommended configuration meets every SLO" in lines[start:]
     tpe = run_in_namespace(readme.command("pip install -e '.[tpe]'") + "\npython -c 'import optuna'", home,
                            cwd=copy, bin_dir=venv / "bin", net=False, pythonpath=False, timeout=600)
     assert tpe.returncode == 0, tpe.stdout[-3000:] + tpe.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""The original tool's own config.toml (tests/data/original, cited in tests/data/README.md) and its
+"""The original tool's own config.toml (../shared/original/, cited in its README.md) and its
 spellings: what each becomes in msopt, and the one line for what msopt does not support."""
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ from msopt.engines.mindie_original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.run.validate import load
+from tests.shared_data import ORIGINAL_CONFIG, shared
 
-ORIGINAL = Path(__file__).parent / "data" / "original" / "config.toml"
+
+def original() -> Path:
+    """The original's shipped config.toml in ../shared/original/ (the test skips where it is absent)."""
+    return shared(ORIGINAL_CONFIG)
 
 
 def msopt(*args: str) -> subprocess.CompletedProcess:
@@ -31,17 +35,17 @@ def msopt(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_file_is_the_original_unchanged():
-    text = ORIGINAL.read_text(encoding="utf-8")
+    text = original().read_text(encoding="utf-8")
     # its own spellings, as shipped: the tables msopt maps and the original's field names
     assert "[health_check.service_errors.fatal_patterns]" in text
     assert "[health_check.benchmark_errors.retryable_patterns]" in text
     assert 'name = "max_queue_deloy_mircroseconds"' in text
-    assert "9582f434cdd4daf150e2c8210fadebe8b5a39fe2" in (ORIGINAL.parent.parent / "README.md").read_text()
+    assert "9582f434" in (ORIGINAL_CONFIG.parent / "README.md").read_text()
 
 
 @pytest.mark.parametrize("engine", ["mindie", "vllm"])
 def test_validate_accepts_it_for_both_engines(engine):
-    out = msopt("validate", "-c", str(ORIGINAL), "-e", engine, "--json")
+    out = msopt("validate", "-c", str(original()), "-e", engine, "--json")
     assert out.returncode == 0, out.stderr
     dims = [d["name"] for d in json.loads(out.stdout)["dimensions"]]
     if engine == "mindie":
@@ -49,30 +53,30 @@ def test_validate_accepts_it_for_both_engines(engine):
                         "decode_time_ms_per_req", "support_select_batch", "max_queue_deloy_mircroseconds",
                         "max_preempt_count", "CONCURRENCY", "REQUESTRATE"]
     else:
-        assert dims == ["MAX_NUM_BATCHED_TOKENS", "MAX_NUM_SEQS", "CONCURRENCY"]
+        assert dims == ["MAX_NUM_BATCHED_TOKENS", "MAX_NUM_SEQS", "CONCURRENCY", "REQUESTRATE"]
 
 
 def test_validate_says_what_it_read_in_the_original_spelling():
-    out = msopt("validate", "-c", str(ORIGINAL), "-e", "vllm")
+    out = msopt("validate", "-c", str(original()), "-e", "vllm")
     assert out.returncode == 0, out.stderr
     notes = [line for line in out.stdout.splitlines() if line.startswith("original tool: ")]
-    assert len(notes) == 4
+    assert len(notes) == 3  # its REQUESTRATE (1-1000) is searched: no "can only be 0" note
     assert "[health_check.*_errors.*_patterns] (the original tool's spelling) read as" in notes[0]
     assert notes[1].endswith("'MAX_NUM_BATCHED_TOKENS' (config_position = \"env\") rendered as "
                              "--max-num-batched-tokens, as the original tool's vLLM command did")
-    assert "'MAX_NUM_SEQS'" in notes[2] and "REQUESTRATE can only be 0: no request rate (unpaced)" in notes[3]
+    assert "'MAX_NUM_SEQS'" in notes[2]
     plain = msopt("validate", "-c", str(Path(__file__).parent.parent / "configs" / "quickstart.toml"))
     assert plain.returncode == 0 and "original tool" not in plain.stdout
 
 
 @pytest.mark.parametrize("engine,bench", [("mindie", "ais_bench"), ("vllm", "vllm_benchmark")])
 def test_it_loads_with_the_benchmark_each_engine_used(engine, bench):
-    checked = load(str(ORIGINAL), engine, environ={}, overrides={"benchmark": bench})
+    checked = load(str(original()), engine, environ={}, overrides={"benchmark": bench})
     assert checked.settings.engine == engine and checked.benchmark is not None
 
 
 def test_health_check_tables_map_onto_msopts():
-    s = load_settings(str(ORIGINAL), "mindie", environ={})
+    s = load_settings(str(original()), "mindie", environ={})
     table = s.section("health_check")
     assert "service_errors" not in table and "benchmark_errors" not in table
     assert table["log_snippet_length"] == 200
@@ -133,7 +137,7 @@ def test_bad_original_health_tables_are_one_line(write_toml, text, needle):
 
 
 def test_vllm_env_fields_render_as_the_flags_the_original_passed():
-    s = load_settings(str(ORIGINAL), "vllm", environ={})
+    s = load_settings(str(original()), "vllm", environ={})
     positions = {f.name: f.config_position for f in s.fields}
     assert positions == {"MAX_NUM_BATCHED_TOKENS": "--max-num-batched-tokens", "MAX_NUM_SEQS": "--max-num-seqs",
                          "CONCURRENCY": "env", "REQUESTRATE": "env"}
@@ -168,14 +172,14 @@ value = 64
 
 
 def test_a_simulated_evaluation_of_the_vllm_section_runs():
-    out = msopt("simulate", "-c", str(ORIGINAL), "-e", "vllm", "--json")
+    out = msopt("simulate", "-c", str(original()), "-e", "vllm", "--json")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr
     result = json.loads(out.stdout)  # REQUESTRATE 0 (its constant there) ran unpaced, not refused
     assert result["error"] is None and result["generate_speed"] > 0
 
 
 def test_top_level_wait_start_time_goes_to_the_engine(write_toml):
-    base = ORIGINAL.read_text(encoding="utf-8")
+    base = original().read_text(encoding="utf-8")
     s = load_settings(str(write_toml("wait_start_time = 1800\n" + base)), "mindie", environ={})
     assert s.section("mindie")["wait_start_time"] == 1800 and "wait_start_time" not in s.data
     s2 = load_settings(str(write_toml("wait_start_time = 1800\n[vllm]\nwait_start_time = 60\n")), "vllm", environ={})
@@ -228,7 +232,7 @@ dtype_param = "default_p_rate"
 def test_mindie_pd_ratio_fields_get_one_line_exit_2(tmp_path):
     # the fields exactly as the original's docs/en/serviceparam_optimizer_instruct.md tells users to add them
     cfg = tmp_path / "config.toml"
-    cfg.write_text(ORIGINAL.read_text(encoding="utf-8") + PD_FIELDS, encoding="utf-8")
+    cfg.write_text(original().read_text(encoding="utf-8") + PD_FIELDS, encoding="utf-8")
     out = msopt("validate", "-c", str(cfg), "-e", "mindie")
     assert out.returncode == 2 and out.stdout == ""
     (line,) = out.stderr.splitlines()
@@ -240,7 +244,7 @@ def test_mindie_pd_ratio_fields_get_one_line_exit_2(tmp_path):
 
 
 def test_kubectl_path_gets_the_pd_line(write_toml):
-    base = ORIGINAL.read_text(encoding="utf-8").replace('kubectl_default_path = ""',
+    base = original().read_text(encoding="utf-8").replace('kubectl_default_path = ""',
                                                         'kubectl_default_path = "/opt/k8s/deploy"')
     with pytest.raises(ConfigError) as exc:
         load(str(write_toml(base)), "mindie", environ={})
@@ -255,7 +259,7 @@ def test_kubectl_path_gets_the_pd_line(write_toml):
     (["--pd", "disaggregation"], f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}"),
 ])
 def test_the_original_flags_msopt_does_otherwise_are_one_line(flags, needle):
-    out = msopt("optimizer", "-c", str(ORIGINAL), "-e", "mindie", "--simulate", "--no-ray", *flags)
+    out = msopt("optimizer", "-c", str(original()), "-e", "mindie", "--simulate", "--no-ray", *flags)
     assert out.returncode == 2
     (line,) = out.stderr.splitlines()
     assert needle in line
@@ -264,7 +268,7 @@ def test_the_original_flags_msopt_does_otherwise_are_one_line(flags, needle):
 def test_the_original_flags_that_are_msopts_behaviour_are_accepted():
     from msopt.cli.main import build_parser
 
-    args = build_parser().parse_args(["optimizer", "-c", str(ORIGINAL), "-d", "single", "--pd", "competition",
+    args = build_parser().parse_args(["optimizer", "-c", str(original()), "-d", "single", "--pd", "competition",
                                       "--benchmark_policy", "ais_bench"])
     assert args.benchmark == "ais_bench" and args.deploy_policy == "single" and args.pd == "competition"
     from msopt.cli.optimize import _load
@@ -309,6 +313,15 @@ def test_migrating_md_takes_every_key_and_flag_of_the_original():
     def absent(words):
         return sorted(w for w in words if not re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", doc))
 
-    keys = {k.split(".")[-1] for k in _keys(read_toml(ORIGINAL))}
+    keys = {k.split(".")[-1] for k in _keys(read_toml(original()))}
     assert len(keys) > 30 and absent(keys) == []
     assert absent(ORIGINAL_FLAGS) == [] and absent(ORIGINAL_SETTINGS) == []
+
+
+def test_a_requestrate_of_zero_is_read_as_unpaced_with_a_note(write_toml):
+    # the original's earlier shipped file had REQUESTRATE min = max = value = 0 in [vllm]
+    path = write_toml('engine = "vllm"\n[[vllm.target_field]]\nname = "MAX_NUM_SEQS"\nconfig_position = "env"\n'
+                      'min = 8\nmax = 64\ndtype = "int"\n[[vllm.target_field]]\nname = "REQUESTRATE"\n'
+                      'config_position = "env"\nmin = 0\nmax = 0\ndtype = "int"\nvalue = 0\n')
+    notes = load_settings(path).notes
+    assert any("REQUESTRATE can only be 0: no request rate (unpaced)" in n for n in notes)

@@ -28,13 +28,16 @@ generated config per evaluation.
 
 A user's own ``models`` / ``datasets`` (configs that read ``MSOPT_SERVER_PORT`` etc. from the
 environment, which msopt still exports) replace the generated ones; AISBench's stock names are
-refused, since they would measure the wrong server or ten 10-token requests.
+refused, since they would measure the wrong server or ten 10-token requests; a ``models`` naming a
+stock template msopt mirrors is read as that ``model_template`` (the original tool's spelling,
+:func:`mapped_section`).
 
 Result layout (AISBench 3.x): ``<work-dir>/<timestamp>/performances/<abbr>/<dataset>.csv``
 (per-request statistics: columns ``Performance Parameters, Stage, Average, ...``, rows ``TTFT``,
 ``TPOT`` with values such as ``2006.0 ms``) and ``<dataset>.json`` (common metrics: ``Total
 Requests``, ``Success Requests``, ``Request Throughput``, ``Output Token Throughput``, each a
-number, a string with a unit, or ``{"total": value}``). The newest pair is read.
+number, a string with a unit, or ``{"total": value}``). The pair is read by the dataset's abbr
+(:meth:`AisBench.parse`).
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ OWNED_MODEL_KEYS = ("attr", "type", "abbr", "path", "model", "stream", "request_
 DEFAULT_BATCH_SIZE = 1000
 #: Names of the generated files under ``--config-dir`` (unique, so AISBench's search matches one file).
 MODEL_NAME, DATASET_NAME = "msopt_model", "msopt_synthetic"
+#: The generated dataset's ``abbr``, which names its result files.
+DATASET_ABBR = "synthetic"
 CONFIG_DIR = "ais_bench_configs"
 DATASET_TYPES = ("tokenid", "string")
 #: AISBench's bounds on synthetic lengths and counts, [1, 2**20] (datasets/synthetic.py, check_range).
@@ -109,6 +114,77 @@ _MAX_SYNTHETIC = 2 ** 20
 _COMMAND_KEYS = ("executable", "models", "datasets", "mode", "num_prompts", "others", "max_concurrency",
                  "concurrency", "request_rate", "model_template", "dataset_type", "input_len", "output_len",
                  "prefix_len", "ignore_eos", "tokenizer", "trust_remote_code")
+
+
+#: The original tool's ``[ais_bench]`` keys (msserviceprofiler@9582f434 ms_serviceparam_optimizer/config/config.py
+#: ``AisBenchConfig``, lines 898-911) that name what msopt sets per trial, refused with what to do instead.
+#: (``max_out_len`` and ``path`` are moved to ``output_len`` / ``tokenizer`` when the layer is loaded,
+#: msopt.config.original.map_ais_bench.)
+ORIGINAL_REFUSED = MappingProxyType({
+    "host_ip": "msopt points AISBench at each trial's own server; the address it listens on is "
+               "[<engine>.command] host",
+    "host_port": "msopt gives every trial its own port and points AISBench at it",
+    "process_name": "write [ais_bench.command] executable = [\"ais_bench\"] (or the path of yours)",
+    "output_path": "msopt writes each evaluation's results into its own directory under the run directory",
+    "work_path": "msopt writes each evaluation's results into its own directory under the run directory",
+})
+#: ``[ais_bench.command]`` keys of the original msopt sets itself.
+ORIGINAL_COMMAND_REFUSED = MappingProxyType({
+    "work_dir": "msopt passes --work-dir, each evaluation's own result directory, and reads it",
+})
+#: The original's shipped config.toml names its model and dataset configs by these placeholders
+#: (``models = "models"``, ``datasets = "datasets"``: the user was to put the AISBench config names there).
+PLACEHOLDERS = MappingProxyType({"models": "models", "datasets": "datasets"})
+
+
+def mapped_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """``[ais_bench]`` with the original tool's spellings read as what they meant.
+
+    ``max_out_len`` and ``path`` were moved when the layer was loaded
+    (:func:`msopt.config.original.map_ais_bench`). ``model = "<name>"`` (a string: the model name
+    the original's AISBench config sent) is refused with where msopt takes it from; ``models``
+    naming one of AISBench's stock service-API templates becomes ``model_template`` (msopt's
+    generated config of that template, pointed at the trial's server); the shipped file's
+    placeholders ``models = "models"`` / ``datasets = "datasets"`` mean "not chosen" (msopt
+    generates both).
+
+    Raises:
+        ConfigError: an original key msopt sets itself.
+    """
+    out = dict(section)
+    cmd = dict(command_table(section, "ais_bench"))
+    for key, why in ORIGINAL_REFUSED.items():
+        if key in section and section[key] not in ("", 0, None):
+            raise ConfigError(f"[ais_bench] '{key}' is a key of the original tool that msopt sets itself ({why}); "
+                              "drop it (docs/migrating.md)")
+        out.pop(key, None)
+    for key, why in ORIGINAL_COMMAND_REFUSED.items():
+        if key in cmd and cmd[key] not in ("", None):
+            raise ConfigError(f"[ais_bench.command] '{key}' is a key of the original tool that msopt sets itself "
+                              f"({why}); drop it (docs/migrating.md)")
+        cmd.pop(key, None)
+    if section.get("target_field"):
+        raise ConfigError("[[ais_bench.target_field]] are the original tool's benchmark fields, which msopt does not "
+                          "read there; move them into [[<engine>.target_field]] (a CONCURRENCY or REQUESTRATE field at "
+                          "config_position = \"env\" is read as the load, docs/migrating.md)")
+    out.pop("target_field", None)
+    model = section.get("model")
+    if isinstance(model, str):
+        if model:
+            raise ConfigError(f"[ais_bench] model = {model!r} is the original tool's model name for AISBench's "
+                              "requests; msopt sends the engine's served model name, so write served_model_name = "
+                              f"{model!r} in [<engine>.command] and drop it ([ais_bench.model] is a table of "
+                              "AISBench model-config keys)")
+        out.pop("model")
+    for key, placeholder in PLACEHOLDERS.items():
+        if cmd.get(key) == placeholder:
+            cmd.pop(key)
+    models = cmd.get("models")
+    if isinstance(models, str) and models in MODEL_TEMPLATES:  # the template it names, at the trial's server
+        cmd.pop("models")
+        cmd["model_template"] = models
+    out["command"] = cmd
+    return out
 
 
 def _names(cmd: Mapping[str, Any], key: str, where: str, values: Mapping[str, Any]) -> list[str] | None:
@@ -207,6 +283,16 @@ def model_config(section: Mapping[str, Any], server: LaunchSpec, *, concurrency:
     return "\n".join(lines)
 
 
+def template_streams(section: Mapping[str, Any]) -> bool | None:
+    """Whether msopt's generated model config streams (None: a user's own ``models``, unknown)."""
+    cmd = command_table(section, "ais_bench")
+    if cmd.get("models") is not None:
+        return None
+    template = cmd.get("model_template", "vllm_api_stream_chat")
+    spec = MODEL_TEMPLATES.get(str(template))
+    return None if spec is None else spec[2] is not False
+
+
 def synthetic_config(section: Mapping[str, Any], count: int) -> dict[str, Any]:
     """The ``synthetic_config`` of the generated dataset: ``count`` requests of the configured lengths
     (AISBench 29c363e datasets/synthetic.py: ``_check_synthetic_config`` and the type's check)."""
@@ -253,7 +339,7 @@ def dataset_config(section: Mapping[str, Any], count: int) -> str:
         "                           retriever=dict(type=ZeroRetriever), inferencer=dict(type=GenInferencer))",
         "synthetic_eval_cfg = dict(evaluator=dict(type=MATHEvaluator, version='v2'),",
         "                          pred_postprocessor=dict(type=math_postprocess_v2))",
-        "synthetic_datasets = [dict(abbr='synthetic', type=SyntheticDataset, config=synthetic_config,",
+        f"synthetic_datasets = [dict(abbr={DATASET_ABBR!r}, type=SyntheticDataset, config=synthetic_config,",
         "                           reader_cfg=synthetic_reader_cfg, infer_cfg=synthetic_infer_cfg,",
         "                           eval_cfg=synthetic_eval_cfg)]",
         ""])
@@ -283,14 +369,33 @@ class AisBench(BenchmarkAdapter):
     def num_prompts(self, section: Mapping[str, Any]) -> int | None:
         """``[ais_bench.command] num_prompts``, default 1000: the requests of the dataset msopt generates,
         or the first ones of the user's own ``datasets`` (``--num-prompts``)."""
-        n = command_table(section, self.name).get("num_prompts", 1000)
+        n = command_table(mapped_section(section), self.name).get("num_prompts", 1000)
         if not is_int(n) or n < 1:
             raise ConfigError(f"[{self.name}.command]: 'num_prompts' must be a positive integer, got {n!r}")
         return int(n)
 
+    def produced(self, section: Mapping[str, Any]) -> frozenset[str]:
+        """Without TTFT and TPOT for a non-streaming template: AISBench sets both to 0 and drops them
+        (summarizers/default_perf.py:170-173, calculators/base_perf_metric_calculator.py:382-387 at 29c363e),
+        and its PyPI build 3.1.20260630 reports the whole request's latency as TTFT."""
+        if template_streams(mapped_section(section)) is False:
+            return self.produces - {"time_to_first_token", "time_per_output_token"}
+        return self.produces
+
+    def produced_note(self, section: Mapping[str, Any]) -> str:
+        """Why :meth:`produced` lacks metrics: the non-streaming template and what to use instead."""
+        sec = mapped_section(section)
+        if template_streams(sec) is not False:
+            return ""
+        template = command_table(sec, self.name).get("model_template")
+        return (f"its model_template {template} does not stream, so AISBench measures no TTFT or TPOT; use "
+                "model_template vllm_api_stream_chat or vllm_api_general_stream")
+
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Known keys only; no stock model or synthetic config by name; ``others`` must not repeat
-        a flag msopt renders; the generated configs must render."""
+        a flag msopt renders; the generated configs must render. The original tool's keys are read as
+        :func:`mapped_section` says."""
+        section = mapped_section(section)
         cmd = command_table(section, self.name)
         where = f"[{self.name}.command]"
         for key in cmd:
@@ -334,6 +439,7 @@ class AisBench(BenchmarkAdapter):
     ) -> tuple[tuple[str, ...], dict[str, str]]:
         """The ``ais_bench`` command line; writes the evaluation's model and dataset configs under
         ``result_dir/ais_bench_configs``; the server address and load also go into the environment."""
+        section = mapped_section(section)
         where = f"[{self.name}.command]"
         cmd = command_table(section, self.name)
         sv = server_values(server)
@@ -368,10 +474,26 @@ class AisBench(BenchmarkAdapter):
         return tuple(argv), env
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
-        """Read the newest ``performances/<abbr>/<dataset>.json`` and its ``.csv``."""
-        found = sorted(Path(result_dir).glob("**/performances/*/*.json"), key=lambda p: p.stat().st_mtime)
+        """Read ``performances/<abbr>/<dataset_abbr>.json`` and its ``.csv`` by name.
+
+        AISBench writes ``<dataset_abbr>.csv`` and ``<dataset_abbr>.json`` there
+        (summarizers/default_perf.py:327, 350-353 at 29c363e) and, with ``request_rate > 0``, other
+        files beside them (tasks/utils.py:593-612, the RPS distribution plot), so "the newest JSON"
+        can be the wrong file. The dataset's abbr is ``synthetic`` for the generated dataset; for a
+        user's own ``datasets`` each per-request ``.csv`` names its ``.json``, as the original tool read
+        them (optimizer/plugins/benchmark.py:148-151).
+        """
+        result_dir = Path(result_dir)
+        generated = (result_dir / CONFIG_DIR / "datasets" / f"{DATASET_NAME}.py").exists()
+        csvs = sorted(result_dir.glob("**/performances/*/*.csv"), key=lambda p: p.stat().st_mtime)
+        if generated:
+            named = list(result_dir.glob(f"**/performances/*/{DATASET_ABBR}.json"))
+        else:
+            named = [c.with_suffix(".json") for c in csvs if c.with_suffix(".json").exists()]
+        found = sorted(set(named), key=lambda p: p.stat().st_mtime)
         if not found:
-            raise EvaluationError(exit_report(f"ais_bench wrote no performances/*/*.json under {result_dir}",
+            want = f"{DATASET_ABBR}.json" if generated else "<dataset_abbr>.json beside its .csv"
+            raise EvaluationError(exit_report(f"ais_bench wrote no performances/<model>/{want} under {result_dir}",
                                               log_path, tail(log_path, 20)))
         jpath = found[-1]
         try:

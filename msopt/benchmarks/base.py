@@ -125,6 +125,14 @@ class BenchmarkAdapter:
         """The metrics from what the benchmark wrote (None: not measured)."""
         raise NotImplementedError
 
+    def produced(self, section: Mapping[str, Any]) -> frozenset[str]:
+        """The metrics this benchmark measures as ``section`` configures it (default: :attr:`produces`)."""
+        return self.produces
+
+    def produced_note(self, section: Mapping[str, Any]) -> str:
+        """Why :meth:`produced` lacks some of :attr:`produces` under ``section`` ("" when it does not)."""
+        return ""
+
     def num_prompts(self, section: Mapping[str, Any]) -> int | None:
         """The prompts one uncapped run sends (the full workload), read from this benchmark's own
         ``[<benchmark>]`` section as :meth:`render` reads it; None when the tool decides and msopt

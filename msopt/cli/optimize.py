@@ -66,7 +66,8 @@ def register(sub: Any) -> None:
         p.add_argument("-lb", "--load_breakpoint", action="store_true", help=argparse.SUPPRESS)
         p.add_argument("-d", "--deploy_policy", choices=("single", "multiple"), help=argparse.SUPPRESS)
         p.add_argument("--pd", choices=("competition", "disaggregation"), help=argparse.SUPPRESS)
-        p.set_defaults(func=cmd_optimize)
+        # the original's spelling takes the original's defaults, -e mindie -b ais_bench (optimizer.py arg_parse)
+        p.set_defaults(func=cmd_optimize, original_defaults=name == "optimizer")
 
 
 def _original_flags(args: argparse.Namespace) -> None:
@@ -134,7 +135,49 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
             store.close()
             raise
         return checked, store
-    return load(args.config, args.engine, overrides=_overrides(args)), None
+    overrides = _overrides(args)
+    engine, lines = _engine_and_benchmark(args, overrides)
+    checked = load(args.config, engine, overrides=overrides)
+    if not checked.settings.config.run.simulate:
+        from msopt.engines.installed import installed_baseline
+        from msopt.run.validate import validate
+
+        values, said = installed_baseline(checked.settings)
+        checked = validate(checked.settings.with_field_values(values)) if values else checked
+        lines += said
+    for line in lines:
+        print(line, flush=True)
+    return checked, None
+
+
+#: The original tool's defaults (msserviceprofiler@9582f434 optimizer/optimizer.py ``arg_parse``).
+ORIGINAL_DEFAULTS = {"engine": "mindie", "benchmark": "ais_bench"}
+
+
+def _engine_and_benchmark(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """The engine (for ``load``) and the first lines: which engine and benchmark the run uses, and why;
+    ``msopt optimizer`` takes the original's defaults where neither a flag nor a file chooses."""
+    from msopt.config import DEFAULTS_PATH, load_settings
+    from msopt.run.validate import registered_sections
+
+    settings = load_settings(args.config, args.engine, sections=registered_sections())
+    chosen: dict[str, tuple[str, str]] = {}
+    for key, flag in (("engine", args.engine), ("benchmark", overrides.get("benchmark"))):
+        source = settings.origin.get(key)
+        if flag is not None:
+            chosen[key] = (str(flag), f"-{key[0]}")
+        elif source is not None and source != str(DEFAULTS_PATH):
+            chosen[key] = (str(settings.get(key)), f"the '{key}' key of {source}")
+        elif args.original_defaults:
+            chosen[key] = (ORIGINAL_DEFAULTS[key], "msopt optimizer takes the original tool's default")
+        else:
+            chosen[key] = (str(settings.get(key, "vllm" if key == "engine" else "vllm_benchmark")),
+                           "msopt's default (msopt/config/defaults.toml)")
+    if args.original_defaults and "benchmark" not in overrides:
+        overrides["benchmark"] = chosen["benchmark"][0]
+    engine = chosen["engine"][0] if args.engine is not None or args.original_defaults else args.engine
+    lines = [f"{key}: {value} ({why})" for key, (value, why) in chosen.items()]
+    return engine, lines
 
 
 class Terminated(KeyboardInterrupt):

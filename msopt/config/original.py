@@ -111,6 +111,45 @@ def _is_mean(value: Any) -> bool:
     return all(isinstance(v, Mapping) and {**_MEAN[k], **v} == _MEAN[k] for k, v in value.items())
 
 
+#: The original's ``[ais_bench]`` keys that mirror the AISBench model config the user edited by hand
+#: (msserviceprofiler@9582f434 config/config.py ``AisBenchConfig``, lines 898-911), and the
+#: ``[ais_bench.command]`` key each is in msopt: ``max_out_len`` is the output length, ``path`` the tokenizer.
+AIS_BENCH_MAPPED = {"max_out_len": "output_len", "path": "tokenizer"}
+
+
+def map_ais_bench(layer: Mapping[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """The layer with the original's ``[ais_bench] max_out_len`` / ``path`` moved to
+    ``[ais_bench.command] output_len`` / ``tokenizer`` (:data:`AIS_BENCH_MAPPED`; the original's
+    defaults 0 and "" mean unset), and a note for each key moved.
+
+    Raises:
+        ConfigError: the same layer sets both spellings to different values.
+    """
+    table = layer.get("ais_bench")
+    if not isinstance(table, Mapping) or not any(k in table for k in AIS_BENCH_MAPPED):
+        return dict(layer), []
+    section = dict(table)
+    cmd = section.get("command", {})
+    if not isinstance(cmd, Mapping):
+        return dict(layer), []  # the benchmark's own check names a malformed [ais_bench.command]
+    cmd = dict(cmd)
+    notes = []
+    for key, target in AIS_BENCH_MAPPED.items():
+        if key not in section:
+            continue
+        value = section.pop(key)
+        if value in (0, ""):
+            continue
+        if target in cmd and cmd[target] != value:
+            raise ConfigError(f"{source}: [ais_bench] {key} = {value!r} (the original tool's spelling of "
+                              f"[ais_bench.command] {target}) disagrees with {target} = {cmd[target]!r}; keep one")
+        cmd[target] = value
+        notes.append(f"{source}: [ais_bench] {key} (the original tool's) read as [ais_bench.command] {target} = "
+                     f"{value!r}")
+    section["command"] = cmd
+    return {**layer, "ais_bench": section}, notes
+
+
 def map_health_check(layer: Mapping[str, Any], source: str) -> dict[str, Any]:
     """The layer with the original's ``[health_check.<kind>_errors.<severity>_patterns]`` tables
     moved to msopt's ``[health_check.<kind>.<severity>]`` (same error types, same patterns).

@@ -21,7 +21,13 @@ from typing import Any
 import tomli_w
 
 from msopt.checks import is_finite, is_int, port_range
-from msopt.config.original import VLLM_IMPLICIT_FLAGS, map_health_check, map_vllm_env_flags, refuse_no_equivalent
+from msopt.config.original import (
+    VLLM_IMPLICIT_FLAGS,
+    map_ais_bench,
+    map_health_check,
+    map_vllm_env_flags,
+    refuse_no_equivalent,
+)
 from msopt.config.typed import Config, build_config
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
@@ -197,6 +203,22 @@ class Settings:
         _check_scalars(data, origin)
         out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
                        MappingProxyType(origin), self.notes)
+        out.config  # noqa: B018  built once, after the checks
+        return out
+
+    def with_field_values(self, values: Mapping[str, Any]) -> Settings:
+        """A copy whose searched section's fields named in ``values`` have that ``value`` (the baseline
+        the original tool took from the installed configuration, msopt.engines.installed)."""
+        if not values:
+            return self
+        data = thaw(self.data)
+        raws = data[self.engine]["target_field"]
+        for raw in raws:
+            if isinstance(raw, dict) and raw.get("name") in values:
+                raw["value"] = values[raw["name"]]
+        where = self.origin.get(f"{self.engine}.target_field", self.sources[-1] if self.sources else "<defaults>")
+        fields = tuple(parse_field(r, source=where, section=self.engine, index=i) for i, r in enumerate(raws))
+        out = Settings(_freeze(data), self.engine, fields, self.sources, self.config_path, self.origin, self.notes)
         out.config  # noqa: B018  built once, after the checks
         return out
 
@@ -459,6 +481,8 @@ def load_settings(
         if mapped != layer:
             notes.append(f"{source}: [health_check.*_errors.*_patterns] (the original tool's spelling) read as "
                          "[health_check.service|benchmark.fatal|retryable]")
+        mapped, moved = map_ais_bench(mapped, source)
+        notes += moved
         _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
 

@@ -84,12 +84,17 @@ class TrialNode:
         address: the node's IP address (where the leader's rendezvous listens).
         devices: the accelerator ids reserved on this node (as Ray assigned them there).
         node_id: the cluster's id of the node (for the journal).
+        device_ips: ``(physical device id, RoCE address)`` pairs read on that node
+            (:func:`msopt.engines.hccn.read_device_ips`); empty where none were read.
+        ip_error: why they could not be read there ("" when read, or not asked).
     """
 
     rank: int
     address: str
     devices: tuple[str, ...] = ()
     node_id: str = ""
+    device_ips: tuple[tuple[str, str], ...] = ()
+    ip_error: str = ""
 
 
 def single_node(devices: Sequence[str] = ()) -> tuple[TrialNode, ...]:
@@ -423,8 +428,18 @@ class EngineAdapter:
     #: Program names (an executable's base name) that print the engine's version with ``--version``
     #: (``msopt preflight`` asks them).
     version_programs: ClassVar[tuple[str, ...]] = ()
+    #: Whether a trial that spans nodes needs each NPU's RoCE address (``hccn_tool -i N -ip -g``; MindIE's
+    #: rank table): ``msopt preflight`` reads them on every node and says which it could not.
+    needs_device_ips: ClassVar[bool] = False
     #: Whether :meth:`render_pd` renders a prefill/decode-disaggregated trial (a ``pd`` table).
     supports_pd: ClassVar[bool] = False
+
+    def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+                         environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+        """What the installation runs today, per field name, with where it was read
+        (:func:`msopt.engines.installed.installed_baseline`): an env field's ``$NAME`` here."""
+        return {d.name: (environ[d.name], f"${d.name} in this environment") for d in fields
+                if d.config_position == "env" and d.name in environ}
 
     def render(
         self,

@@ -8,6 +8,7 @@ ever become JSON values at fixed keys of that one file: no value is used as a pa
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import os
 import shutil
@@ -35,6 +36,8 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
 from msopt.engines.health_sources import MINDIE_SOURCES
 from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie_original import refuse_mindie_pd
@@ -62,6 +65,11 @@ DEVICE_IDS = ("BackendConfig", "npuDeviceIds")
 INSTANCES = ("BackendConfig", "modelInstanceNumber")
 MULTI_NODE = ("BackendConfig", "multiNodesInferEnabled")
 INTER_NODE_TLS = ("BackendConfig", "interNodeTLSEnabled")
+#: The variable naming the config.json MindIE reads, which each trial points at its own copy by default:
+#: the daemon reads ``--config-file``, else ``$MIES_CONFIG_JSON_PATH``, else ``<home>/conf/config.json``
+#: (MindIE-LLM 8b4871a src/utils/common_util.cpp:264-282), and re-reads that file whenever its mtime
+#: changes, every 10 s (config_manager_impl.cpp:351-372), so trials sharing one file change each other.
+DEFAULT_CONFIG_ENV = "MIES_CONFIG_JSON_PATH"
 #: the rank table file name msopt writes next to the config of a trial that spans nodes
 RANK_TABLE = "rank_table_file.json"
 
@@ -239,6 +247,22 @@ def get_path(doc: Any, path: Sequence[str | int], default: Any = None) -> Any:
     return node
 
 
+def config_env(section: Mapping[str, Any]) -> str | None:
+    """The variable that points each trial's server at its private config.json (``[mindie] config_env``,
+    default :data:`DEFAULT_CONFIG_ENV`); None: ``config_env = false``, trials edit ``config_path`` in place.
+
+    Raises:
+        ConfigError: neither false nor an environment variable name.
+    """
+    raw = section.get("config_env", DEFAULT_CONFIG_ENV)
+    if raw is False or raw == "":
+        return None
+    if not isinstance(raw, str) or not raw.replace("_", "a").isalnum() or raw[0].isdigit():
+        raise ConfigError(f"[mindie] 'config_env' must be an environment variable name (default "
+                          f"\"{DEFAULT_CONFIG_ENV}\") or false, got {raw!r}")
+    return raw
+
+
 def load_config(section: Mapping[str, Any], *, missing_ok: bool = False) -> tuple[dict[str, Any], str | None]:
     """The original config.json (or the built-in template) and its path (None: template).
 
@@ -291,6 +315,8 @@ class MindieAdapter(EngineAdapter):
     #: Free ports a multi-node launch needs on the leader besides ``port`` and ``rendezvous_port``:
     #: ``BackendConfig.multiNodesInferPort``, the master's gRPC port (src/executor/grpc_communicator.cpp:152-199).
     leader_ports = 1
+    #: Its rank table needs every device's ``device_ip`` (ranktable_config.cpp:189, 293-297).
+    needs_device_ips = True
 
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """``[mindie.command] port``, else ``ServerConfig.port`` of the config.json, else 1025."""
@@ -307,8 +333,25 @@ class MindieAdapter(EngineAdapter):
         return target
 
     def check_settings(self, settings: Settings) -> None:
-        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`)."""
+        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`);
+        ``config_env = false`` (one config.json edited in place) with room for two trials on a node is refused."""
         refuse_mindie_pd(settings)
+        section = settings.section(self.name)
+        if config_env(section) is not None or settings.config.run.simulate:
+            return
+        cluster = settings.config.cluster
+        per_trial = max(1, cluster.trial_devices)
+        per_node = cluster.devices_per_node
+        if cluster.max_concurrent_trials == 1 or (per_node and per_node < 2 * per_trial):
+            return
+        room = (f"devices_per_node = {per_node} holds {per_node // per_trial} trials of {per_trial}" if per_node
+                else "devices_per_node is not set, so trials may share a node")
+        where = settings.where(self.name + ".config_env")
+        raise ConfigError(f"{where}: [mindie] config_env = false has every trial of a node edit "
+                          f"the one config_path, and {room}; MindIE re-reads that file every 10 s "
+                          "(config_manager_impl.cpp:351-372, MindIE-LLM 8b4871a). Drop config_env = false (each "
+                          "trial then reads its own copy through $MIES_CONFIG_JSON_PATH), or set [cluster] "
+                          "max_concurrent_trials = 1")
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering:
@@ -316,6 +359,9 @@ class MindieAdapter(EngineAdapter):
         if self.is_disaggregated(section):
             raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
                               "roles run through ms_controller); drop the table")
+        device_ip_table(section.get("device_ips"))
+        config_env(section)
+        check_hccl(section, self.name)
         doc, src = load_config(section, missing_ok=True)
         if str(get_path(doc, INFER_MODE, "standard")).lower() == "dmi":
             raise ConfigError(f"[mindie] config_path {src}: ServerConfig.inferMode is \"dmi\", MindIE's "
@@ -367,9 +413,9 @@ class MindieAdapter(EngineAdapter):
         with ``config_env``); what happens to HTTPS; the addresses MindIE will listen on."""
         found = find_install(probe=True)
         out: list[tuple[str, bool, str]] = [self._install_check(section, found)]
-        raw, private = section.get("config_path"), bool(section.get("config_env"))
+        raw, private = section.get("config_path"), bool(config_env(section))
         if not raw:
-            if private:
+            if "config_env" in section and private:
                 return [*out, ("config.json", True, "no config_path: every trial writes the built-in template "
                                f"into its work directory and points ${section.get('config_env')} at it")]
             where = found.config if found is not None and found.config else "<mindie-service>/conf/config.json"
@@ -483,11 +529,13 @@ class MindieAdapter(EngineAdapter):
                            ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
         env = env_fields(values, fields, section, self.name)
-        config_env = section.get("config_env")
-        if config_env and workdir is not None:
+        if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/engines/hccl.py)
+            env = hccl_env(env, section, devices, fields, self.name)
+        private = config_env(section)
+        if private and workdir is not None:
             # The server reads a private copy named by this variable; the original stays as it is.
             target = str(Path(workdir) / "config.json")
-            env[str(config_env)] = target
+            env[private] = target
         elif path is not None:
             target = path
         else:
@@ -507,6 +555,21 @@ class MindieAdapter(EngineAdapter):
             ready_timeout=wait_start_time(section, self.name),
             stop_grace=self.stop_grace,
         )
+
+    def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+                         environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+        """As every engine, plus each dotted field's value in the config.json ``config_path`` names,
+        as the original took it (optimizer.py ``prepare_plugin``: ``get_required_field_from_json``)."""
+        out = super().installed_values(fields, section, environ)
+        doc, path = load_config(section, missing_ok=True)
+        if path is None:
+            return out
+        for decl in fields:
+            if is_json_path(decl.config_position) and decl.name not in out:
+                value = get_path(doc, parse_path(decl.config_position, decl))
+                if value is not None and not isinstance(value, (dict, list)):
+                    out[decl.name] = (value, f"{decl.config_position} of {path}")
+        return out
 
     def model_path(self, section: Mapping[str, Any]) -> str:
         """``[mindie.command] model``, else ModelConfig[0].modelWeightPath of the config.json template."""
@@ -545,8 +608,9 @@ class MindieAdapter(EngineAdapter):
         ``server_count`` and ``server_list`` (``server_id``, ``container_ip``, ``device`` with
         ``device_id``, ``device_ip``, ``rank_id``; the first server is the master); ``MASTER_IP``,
         ``MIES_CONTAINER_IP`` (this node) and ``MASTER_PORT`` in the environment. The NPUs' RoCE
-        addresses (``hccn_tool -i N -ip -g``) come from ``[mindie] device_ips``
-        (node address -> list, one per device); without them ``device_ip`` is left out.
+        addresses (``hccn_tool -i N -ip -g``) are what each node read (:class:`TrialNode`
+        ``device_ips``), or ``[mindie] device_ips`` (node address -> list indexed by physical
+        device id) where it names the node (:func:`rank_table`).
 
         ``MIES_CONTAINER_IP`` replaces ``ipAddress`` and ``MIES_CONTAINER_MANAGEMENT_IP`` replaces
         ``managementIpAddress`` (server_config.cpp:618-636), so each node's config.json names its own
@@ -556,8 +620,12 @@ class MindieAdapter(EngineAdapter):
         ``leader_ports[0]`` when given, so trials whose leaders share a node do not collide.
         """
         if len(nodes) == 1:
-            return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
-                                workdir=workdir)]
+            spec = self.render(values, fields, section, port=port, devices=list(nodes[0].devices), workdir=workdir)
+            if torch_backend(spec) and "MASTER_PORT" not in spec.env:
+                # the torch backend starts torch.distributed on MASTER_PORT even on one node
+                # (mindie_llm/runtime/utils/distributed/__init__.py:59-61): each trial its own, from its lease
+                spec = replace(spec, env={**spec.env, "MASTER_PORT": str(rendezvous_port)})
+            return [spec]
         table = rank_table(nodes, section.get("device_ips"))
         table_path = str(Path(workdir) / RANK_TABLE) if workdir is not None else RANK_TABLE
         out = []
@@ -579,6 +647,16 @@ class MindieAdapter(EngineAdapter):
                    "MIES_CONTAINER_MANAGEMENT_IP": node.address}
             out.append(replace(spec, env=env, files=files, host=node.address))
         return out
+
+
+def torch_backend(spec: LaunchSpec) -> bool:
+    """Whether a ModelConfig of the rendered config.json has ``backendType`` "torch"."""
+    for doc in spec.files.values():
+        models = get_path(doc, (*MODEL_CONFIG[:-1],)) if isinstance(doc, Mapping) else None
+        if isinstance(models, list) and any(isinstance(m, Mapping) and str(m.get("backendType", "")).lower()
+                                            == "torch" for m in models):
+            return True
+    return False
 
 
 def single_port(doc: dict[str, Any], port: int) -> None:
@@ -606,28 +684,83 @@ def single_port(doc: dict[str, Any], port: int) -> None:
         set_path(doc, MULTI_NODE_PORT, port + 1 if port < 65535 else port - 1)
 
 
+def device_ip_table(device_ips: Any, where: str = "[mindie] device_ips") -> dict[str, dict[str, str]]:
+    """``[mindie.device_ips]`` as ``{node address: {physical device id: RoCE address}}``.
+
+    Each node's entry is a list indexed by physical device id (``hccn_tool -i N``: entry N is NPU
+    N's address, so a trial on NPUs 4-7 takes entries 4-7) or a table ``"N" = "address"``.
+
+    Raises:
+        ConfigError: not a table of node address = list or table of IP addresses.
+    """
+    if device_ips is None:
+        return {}
+    fix = ('write [mindie.device_ips] "<node address>" = ["<NPU 0 address>", "<NPU 1 address>", ...] '
+           "(entry N is hccn_tool -i N -ip -g of that node), or leave it out to have each node read them")
+    if not isinstance(device_ips, Mapping):
+        raise ConfigError(f"{where} must be a table of node address = [RoCE addresses], got {device_ips!r}; {fix}")
+    out: dict[str, dict[str, str]] = {}
+    for node, ips in device_ips.items():
+        if isinstance(ips, (list, tuple)):
+            pairs = [(str(i), ip) for i, ip in enumerate(ips)]
+        elif isinstance(ips, Mapping):
+            pairs = [(str(k), ip) for k, ip in ips.items()]
+        else:
+            raise ConfigError(f"{where}.{node!r} must be a list (indexed by device id) or a table of device id = "
+                              f"address, got {ips!r}; {fix}")
+        table: dict[str, str] = {}
+        for dev, ip in pairs:
+            try:
+                ipaddress.ip_address(str(ip))
+            except ValueError:
+                raise ConfigError(f"{where}.{node!r}: device {dev} has {ip!r}, not an IP address; {fix}") from None
+            if not dev.isdigit():
+                raise ConfigError(f"{where}.{node!r}: key {dev!r} is not a physical device id; {fix}")
+            table[dev] = str(ip)
+        out[str(node)] = table
+    return out
+
+
 def rank_table(nodes: Sequence[TrialNode], device_ips: Any = None) -> dict[str, Any]:
     """MindIE/HCCL's rank table for ``nodes`` (ranks numbered node by node, device by device).
 
-    Devices are numbered as the server sees them (0..n-1 on each node, as Ray remaps them).
+    ``device_id`` numbers the devices as the server sees them (0..n-1 on each node, as Ray remaps
+    them); ``device_ip`` is the RoCE address of the *physical* device behind it (``node.devices[i]``),
+    from ``[mindie.device_ips]`` where it names the node, else what the node read itself
+    (``node.device_ips``). A node that tried and failed to read them (``node.ip_error``) without a
+    table entry fails the trial before any launch: MindIE refuses a rank table without
+    ``device_ip`` (MindIE-LLM 8b4871a ranktable_config.cpp:189, 293-297). Nodes nobody read (the
+    simulator, an export) get no ``device_ip``.
 
     Raises:
-        EvaluationError: ``device_ips`` is given but does not list one address per device of a node.
+        EvaluationError: a device's address is unknown on a node that was read, or the table
+            lacks one of the trial's devices.
     """
-    if device_ips is not None and not isinstance(device_ips, Mapping):
-        raise EvaluationError(f"[mindie] device_ips must be a table of node address = [RoCE IPs], got {device_ips!r}")
+    try:
+        given = device_ip_table(device_ips)
+    except ConfigError as exc:
+        raise EvaluationError(str(exc)) from None
     servers = []
     rank = 0
     for node in nodes:
-        ips = (device_ips or {}).get(node.address)
-        if ips is not None and (not isinstance(ips, (list, tuple)) or len(ips) != len(node.devices)):
-            raise EvaluationError(f"[mindie] device_ips.{node.address!r} must list {len(node.devices)} addresses "
-                                  f"(one per device of that node), got {ips!r}")
+        ips: Mapping[str, str] | None = given.get(node.address)
+        source = f"[mindie.device_ips] {node.address!r}"
+        if ips is None and (node.device_ips or node.ip_error):
+            ips, source = dict(node.device_ips), f"hccn_tool on {node.address}"
+            if node.ip_error:
+                raise EvaluationError(f"node {node.address}: {node.ip_error}; MindIE's rank table needs every "
+                                      "device_ip (ranktable_config.cpp:293-297): make hccn_tool work there or set "
+                                      f"[mindie.device_ips] {node.address!r}")
         devices = []
-        for i in range(len(node.devices)):
+        for i, dev in enumerate(node.devices):
             entry = {"device_id": str(i), "rank_id": str(rank)}
             if ips is not None:
-                entry["device_ip"] = str(ips[i])
+                ip = ips.get(str(dev).strip())
+                if ip is None:
+                    raise EvaluationError(f"{source} has no address for NPU {dev} (this trial holds NPUs "
+                                          f"{', '.join(node.devices)} there); list one address per physical "
+                                          "device id, entry N for hccn_tool -i N -ip -g")
+                entry["device_ip"] = ip
             devices.append(entry)
             rank += 1
         servers.append({"server_id": node.address, "container_ip": node.address, "device": devices})

@@ -489,6 +489,32 @@ class PortLease:
                               "this trial, the rest in use or held by other trials); widen the range or lower "
                               "max_concurrent_trials")
 
+    def hold(self, lo: int, hi: int, what: str, *, bound_here: bool = True) -> None:
+        """Hold the ports ``lo..hi`` for this trial (the same locks as :meth:`take`), e.g. the HCCL
+        block its devices give it; ``bound_here``: they are bound on this host, so one in use is an error too.
+
+        Raises:
+            EvaluationError: another trial holds one, or (``bound_here``) something listens on one.
+        """
+        import fcntl
+
+        where = Path(tempfile.gettempdir()) / f"msopt-ports-{os.getuid()}"
+        where.mkdir(mode=0o700, exist_ok=True)
+        for port in range(lo, hi + 1):
+            if port in self._held:
+                continue
+            if bound_here and not port_free(port, self.host):
+                raise EvaluationError(f"{what}: port {port} of {lo}-{hi} is in use on this node; stop what holds "
+                                      "it or move the block ([<engine>] hccl_base_port / hccl_npu_base_port)")
+            fd = os.open(where / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise EvaluationError(f"{what}: port {port} of {lo}-{hi} is held by another trial on this "
+                                      "node") from None
+            self._held[port] = fd
+
     def close(self) -> None:
         """Give every port back."""
         held, self._held = self._held, {}

@@ -12,7 +12,7 @@ preflight`` checks them against the installed version's.
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
 the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
 additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
-it. Each trial gets its own ``HCCL_IF_BASE_PORT`` range (:func:`hccl_base_port`).
+it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from msopt.checks import is_int
 from msopt.engines.base import (
     ENGINES,
     LaunchSpec,
@@ -38,6 +37,8 @@ from msopt.engines.base import (
     value_of,
 )
 from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
 from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.rules.vllm import RULES as VLLM_RULES
@@ -47,23 +48,22 @@ from msopt.space.fields import FieldDecl
 
 FLAGS_DIR = Path(__file__).with_name("flags")
 #: vLLM versions with a flag table (msopt/engines/flags/vllm-<version>.txt)
-VLLM_VERSIONS = ("0.23.0", "0.33.0")
+VLLM_VERSIONS = ("0.23.0", "0.25.1", "0.26.0", "0.27.1", "0.33.0")
 #: the vLLM version msopt's rules and docs are written for when ``[vllm] version`` is not set
 DEFAULT_VERSION = "0.33.0"
 PLATFORMS = ("cuda", "ascend")
-#: vLLM version -> the vllm-ascend release built on it (vllm-ascend 0.23.0.post1 Dockerfile:42 VLLM_TAG)
-ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1"})
+#: vLLM version -> the vllm-ascend release built on it (each release's Dockerfile ``ARG VLLM_TAG``): the stable
+#: 0.23.0.post1 (the package index's newest, and the default on ascend), then the release candidates users run:
+#: tag v0.25.1rc1, branch releases/v0.26.0rc at cf0baa38 and main at 182b75ea (vllm-project/vllm-ascend,
+#: 2026-08-22), which the package index does not serve (their key tables come from ``git archive``).
+ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1", "0.25.1": "0.25.1rc1", "0.26.0": "0.26.0rc-cf0baa38",
+                                   "0.27.1": "main-182b75ea"})
 #: keys older vllm-ascend releases read, gone by 0.23.0.post1 (vllm-ascend PRs #4814 "Drop torchair",
 #: #4623 "Drop ascend scheduler"); still in many guides
 REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 dropped torchair",
                                  "ascend_scheduler_config": "vllm-ascend PR #4623 dropped the ascend scheduler"})
 #: config_position prefix of a key of ``--additional-config``
 ADDITIONAL = "additional_config."
-#: CANN: "the system occupies 16 ports starting from the specified port", 1024..65520; default
-#: 60000-60015 (HCCL_IF_BASE_PORT, CANN environment variable reference envref_07_0074)
-HCCL_PORTS_PER_TRIAL = 16
-HCCL_DEFAULT_BASE = 60000
-HCCL_MAX_BASE = 65520
 
 
 def flag_table(version: str) -> Mapping[str, bool]:
@@ -117,6 +117,32 @@ def check_installed_flags(argv: Sequence[str], version_text: str, exe_len: int) 
     return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/flags/vllm-{version}.txt)"
 
 
+def check_installed_additional_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
+    """``msopt preflight``: the launch's ``--additional-config`` keys against the key table of the
+    vllm-ascend built on the installed vLLM (:data:`ASCEND_RELEASES`); None without that flag."""
+    items = list(argv)
+    raw = next((items[i + 1] for i, a in enumerate(items[:-1]) if a == "--additional-config"),
+               next((a.split("=", 1)[1] for a in items if a.startswith("--additional-config=")), None))
+    if raw is None:
+        return None
+    version = installed_version(version_text)
+    release = ASCEND_RELEASES.get(str(version))
+    if release is None:
+        return True, (f"installed vLLM {version or 'unknown'} has no vllm-ascend key table in msopt (tables: vLLM "
+                      f"{', '.join(ASCEND_RELEASES)}); the --additional-config keys are not checked")
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return False, f"--additional-config is not JSON ({exc}); vllm-ascend would not start"
+    known = additional_config_keys(release)
+    try:
+        for path in _paths(doc if isinstance(doc, Mapping) else {}):
+            _check_key(path, known, release, "--additional-config")
+    except ConfigError as exc:
+        return False, f"{exc} (the installed vLLM {version} is vllm-ascend {release}'s)"
+    return True, f"every --additional-config key is read by vllm-ascend {release} (installed vLLM {version})"
+
+
 def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
     """``([vllm] platform, [vllm] version)``; the version is None when unset (not checked at load time),
     except on ascend, where it defaults to the one vLLM version msopt knows vllm-ascend for."""
@@ -134,20 +160,6 @@ def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
         raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
                           f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")
     return str(platform), (str(version) if version is not None else None)
-
-
-def hccl_base_port(devices: Sequence[str], start: int = HCCL_DEFAULT_BASE) -> int | None:
-    """The first of the 16 HCCL host ports of the trial holding ``devices`` on a node.
-
-    Trials on one node hold disjoint devices, so ``start + 16 x min(device id)`` never overlaps
-    another trial's range (HCCL's default, 60000, for the trial on device 0); None without
-    integer device ids.
-    """
-    ids = [int(d) for d in devices if str(d).strip().isdigit()]
-    if not ids or len(ids) != len(devices):
-        return None
-    base = start + HCCL_PORTS_PER_TRIAL * min(ids)
-    return base if base <= HCCL_MAX_BASE else None
 
 
 def is_vllm_serve(exe: Sequence[str]) -> bool:
@@ -180,7 +192,9 @@ class VllmAdapter(CommandLineAdapter):
         """The launch's flags against the flag table of the installed vLLM (msopt/engines/flags/vllm-<version>.txt)."""
         if not version.startswith("vllm "):
             return []
-        return [("flags", *check_installed_flags(argv, version[5:], exe_len))]
+        out = [("flags", *check_installed_flags(argv, version[5:], exe_len))]
+        ascend = check_installed_additional_config(argv, version[5:])
+        return out + ([("additional_config", *ascend)] if ascend is not None else [])
 
     def model_args(self, exe: Sequence[str], model: str) -> list[str]:
         """``vllm serve MODEL``; ``--model MODEL`` for every other entry point.
@@ -239,6 +253,8 @@ class VllmAdapter(CommandLineAdapter):
         platform, version = target(section)
         plain, extra = self._split(fields)
         super().check(plain, section)
+        if platform == "ascend":
+            check_hccl(section, self.name)
         table = section.get("additional_config", {})
         if not isinstance(table, Mapping):
             raise ConfigError("[vllm] 'additional_config' must be a table of vllm-ascend keys; write "
@@ -300,22 +316,8 @@ class VllmAdapter(CommandLineAdapter):
 
     def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any], devices: Sequence[str],
                   fields: Sequence[FieldDecl]) -> dict[str, str]:
-        """``env`` with this trial's ``HCCL_IF_BASE_PORT`` unless the user sets it ([vllm.env] or an env
-        field of that name wins)."""
-        out = dict(env)
-        start = section.get("hccl_base_port", HCCL_DEFAULT_BASE)
-        extra = section.get("env", {})
-        user = (isinstance(extra, Mapping) and "HCCL_IF_BASE_PORT" in extra) or any(
-            d.name == "HCCL_IF_BASE_PORT" and d.config_position == "env" for d in fields)
-        if start is False or user:
-            return out
-        if not is_int(start) or not 1024 <= start <= HCCL_MAX_BASE:
-            raise ConfigError(f"[vllm] 'hccl_base_port' must be a port from 1024 to {HCCL_MAX_BASE} (or false), "
-                              f"got {start!r}")
-        base = hccl_base_port(devices, int(start))
-        if base is not None:
-            out["HCCL_IF_BASE_PORT"] = str(base)
-        return out
+        """``env`` with this trial's HCCL port blocks (:func:`msopt.engines.hccl.hccl_env`)."""
+        return hccl_env(env, section, devices, fields, self.name)
 
     def notes(self, section: Mapping[str, Any]) -> list[str]:
         """What msopt adds on ascend (``msopt validate``)."""
@@ -325,8 +327,9 @@ class VllmAdapter(CommandLineAdapter):
                     f"flags not checked at load time (set [vllm] version: {', '.join(VLLM_VERSIONS)})"]
         return [f"vllm-ascend {ASCEND_RELEASES[str(version)]} on vLLM {version}: flags checked against "
                 f"msopt/engines/flags/vllm-{version}.txt",
-                "HCCL_IF_BASE_PORT: per trial, [vllm] hccl_base_port (60000) + 16 x the trial's first device id "
-                "(16 ports each), unless [vllm.env] sets it"]
+                "HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [vllm] hccl_base_port "
+                "(60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x the trial's first "
+                "device id (32 ports each), unless [vllm.env] sets them"]
 
 
 def _paths(table: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -24,6 +24,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.cpu import CpuFacts, check_cpu_trial
+from msopt.engines.hccl import lease_blocks
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
@@ -182,6 +183,7 @@ class RealRunner(EngineRunner):
                                          nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
         spec = specs[0]
         check_rules(spec, values, self.engine_section)
+        lease_blocks(spec.env, lease)  # this node's HCCL blocks, held as the trial's other ports
         self._check_cpu(spec)
         if len(specs) > 1 and self.ctx.launcher is None:
             raise EvaluationError(f"a trial of {len(specs)} nodes needs the Ray pool (no --no-ray) to start "

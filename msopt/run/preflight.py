@@ -242,6 +242,52 @@ def _devices(settings: Settings, devices: int | None) -> Check:
     return Check("devices", True, f"{have} {key}(s), {have // k} trial(s) of {k} fit")
 
 
+def _device_ips(settings: Settings, devices: int | None) -> Check | None:
+    """Every NPU's RoCE address on this node, read as a trial's node reads it
+    (:func:`msopt.engines.hccn.read_device_ips`), where the engine's trials that span nodes need them."""
+    key, k = trial_devices(settings)
+    per_node = settings.config.cluster.devices_per_node
+    if key != "NPU" or not get_engine(settings.engine).needs_device_ips or not per_node or k <= per_node:
+        return None
+    from msopt.engines.hccn import read_device_ips
+
+    section = settings.section(settings.engine)
+    n = count_devices(key) if devices is None else devices
+    ips, error = read_device_ips([str(i) for i in range(n)])
+    given = section.get("device_ips")
+    if error:
+        if isinstance(given, Mapping) and given:
+            return Check("device_ip", True, f"{error}; the rank table takes [{settings.engine}.device_ips] for "
+                         "the nodes it names (a trial on a node it does not name fails before its launch)")
+        return Check("device_ip", False, f"{error}; a trial that spans nodes needs every NPU's address in its "
+                     f"rank table: make hccn_tool work on this node or set [{settings.engine}.device_ips]")
+    listed = ", ".join(f"NPU {d} {ip}" for d, ip in ips.items())
+    return Check("device_ip", True, f"hccn_tool -i N -ip -g: {listed or 'no NPU'} (each trial's rank table "
+                 "takes its own NPUs' addresses, read again when its actors start)")
+
+
+def _hccl(settings: Settings, section: Mapping[str, Any]) -> Check | None:
+    """Which HCCL port variables the first trial's launch on this node has, and where each comes from
+    (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
+    from msopt.engines.hccl import VARIABLES, in_force
+
+    key, k = trial_devices(settings)
+    if key != "NPU":
+        return None
+    per_node = settings.config.cluster.devices_per_node
+    devices = [str(i) for i in range(min(k, per_node) if per_node else k)]
+    try:
+        space = SearchSpace.from_settings(settings)
+        values = dict(space.decode(space.default_position()).values)
+        spec = get_engine(settings.engine).render(values, settings.fields, section, port=0, devices=devices)
+    except MsoptError:
+        return None
+    if not any(v in spec.env or v in os.environ for v in VARIABLES):
+        return None
+    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(spec.env)} (each trial's blocks "
+                 "start 32 ports further per first device id)")
+
+
 #: The tools :func:`hardware_probe` runs, and the seconds each may take.
 HARDWARE_TOOLS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nvidia-smi", ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader")),
@@ -331,6 +377,12 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         checks.append(ports)
     if full:
         checks.append(_devices(settings, devices))
+        ips = _device_ips(settings, devices)
+        if ips is not None:
+            checks.append(ips)
+        hccl = _hccl(settings, section)
+        if hccl is not None:
+            checks.append(hccl)
         if key_of(settings) == "CPU":
             checks.append(_numa(settings, spec))
         checks.append(_hardware(settings))

@@ -179,10 +179,12 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         # checked too: dropping `simulate` must not break it
         _check_benchmark(settings, benchmark_adapter, bench_name)
     else:
-        name = bench_name
         benchmark = benchmark_adapter
-        _check_benchmark(settings, benchmark, name)
-        produces = frozenset(benchmark.produces)
+        _check_benchmark(settings, benchmark, bench_name)
+        section = settings.section(bench_name)
+        produces = frozenset(benchmark.produced(section))
+        note = benchmark.produced_note(section)
+        name = f"{bench_name} ({note})" if note else bench_name
         check_capacity_metrics(capacity, sorted(produces), name)
     try:
         check_metrics_available(objective, produces, name)

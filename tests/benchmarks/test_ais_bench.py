@@ -158,7 +158,7 @@ def test_users_own_configs_are_named_and_num_prompts_slices_them(server_spec, tm
 
 
 @pytest.mark.parametrize(("command", "model", "match"), [
-    ({"models": "vllm_api_stream_chat"}, {}, "hard-codes host_port 8080"),
+    ({"models": "tgi_api_general"}, {}, "hard-codes host_port 8080"),
     ({"datasets": "synthetic_gen"}, {}, "RequestCount 10"),
     ({"model_template": "hf_chat_model"}, {}, "model_template.*valid: mindie_stream_api_general"),
     ({"dataset_type": "sharegpt"}, {}, "dataset_type"),

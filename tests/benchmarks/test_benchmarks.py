@@ -192,12 +192,14 @@ def test_no_result_names_what_was_written_and_the_last_meaningful_lines(server_s
 
 # -- ais_bench --------------------------------------------------------------------------------
 def test_ais_bench_argv_and_env(server_spec: LaunchSpec, tmp_path: Path) -> None:
-    section = {"command": {"models": "vllm_api_stream_chat", "datasets": ["synthetic_gen"],
+    # the user's own configs (reading $MSOPT_SERVER_PORT); a stock template's name would be msopt's
+    # generated config of that template instead (test_ais_bench_original.py)
+    section = {"command": {"models": "my_vllm_api", "datasets": ["gsm8k_gen"],
                            "num_prompts": 3000, "others": "--debug --num-warmups 0"}}
     argv, env = get_benchmark("ais_bench").render(
         {"CONCURRENCY": 32}, [decl("CONCURRENCY")], section, server=server_spec, num_prompts=None,
         load={"request_rate": 2.0}, result_dir=tmp_path)
-    assert argv == ("ais_bench", "--models", "vllm_api_stream_chat", "--datasets", "synthetic_gen",
+    assert argv == ("ais_bench", "--models", "my_vllm_api", "--datasets", "gsm8k_gen",
                     "--mode", "perf", "--work-dir", str(tmp_path), "--num-prompts", "3000", "--debug",
                     "--num-warmups", "0")
     assert env["MSOPT_SERVER_PORT"] == "8123" and env["MSOPT_SERVER_HOST"] == "127.0.0.1"

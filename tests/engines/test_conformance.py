@@ -3,7 +3,7 @@
 The flag tables (msopt/engines/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
 also reads at load time and in preflight, and tests/data/engines/sglang_flags.txt) were read from the
 wheels by scripts/engine_flags.py; MindIE's shipped config.json
-(tests/data/engines/mindie_config.json) comes from MindIE-LLM's src/server/conf/config.json. Each
+(../shared/original/mindie_config.json, beside the repository) is MindIE-LLM's src/server/conf/config.json. Each
 file's header says where it comes from and how to refresh it.
 """
 
@@ -23,6 +23,7 @@ from msopt.engines.vllm import is_vllm_serve
 from msopt.errors import ConfigError
 from msopt.space import DecodeContext, SearchSpace
 from msopt.space.fields import parse_field
+from tests.shared_data import MINDIE_SHIPPED, shared
 
 ROOT = Path(__file__).parents[2]
 DATA = ROOT / "tests" / "data" / "engines"
@@ -169,14 +170,13 @@ def test_msopt_validate_runs_the_adapters_checks(body: str, match: str, tmp_path
 
 
 # -- MindIE: the shipped config.json, edited ---------------------------------------------------
-MINDIE_SHIPPED = DATA / "mindie_config.json"
 
 
 def mindie_section(tmp_path: Path) -> tuple[object, dict]:
     """configs/mindie_real.toml with config_path at a copy of MindIE's shipped config.json."""
     conf = tmp_path / "conf" / "config.json"
     conf.parent.mkdir(exist_ok=True)
-    conf.write_bytes(MINDIE_SHIPPED.read_bytes())
+    conf.write_bytes(shared(MINDIE_SHIPPED).read_bytes())
     text = (CONFIGS / "mindie_real.toml").read_text()
     text = __import__("re").sub(r'(?m)^config_path = .*$', f"config_path = {str(conf)!r}", text)
     (tmp_path / "mindie.toml").write_text(text)
@@ -278,7 +278,7 @@ def test_mindie_integers_where_mindie_wants_them(tmp_path: Path) -> None:
 
 
 def test_msopt_validate_says_what_happens_to_https(tmp_path: Path) -> None:
-    (tmp_path / "c.toml").write_text(f'engine = "mindie"\n[mindie]\nconfig_path = "{MINDIE_SHIPPED}"\n')
+    (tmp_path / "c.toml").write_text(f'engine = "mindie"\n[mindie]\nconfig_path = "{shared(MINDIE_SHIPPED)}"\n')
     out = msopt_cli("validate", "-c", "c.toml", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "ServerConfig.httpsEnabled: true in" in out.stdout and "sets it to false" in out.stdout

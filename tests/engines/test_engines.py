@@ -245,7 +245,8 @@ def test_mindie_dotted_paths_with_list_indices(tmp_path: Path) -> None:
     assert sched["maxBatchSize"] == 128 and isinstance(sched["maxBatchSize"], int)
     assert doc["ServerConfig"]["port"] == 4321
     assert spec.argv == ("mindieservice_daemon", "--x", "4")
-    assert spec.env == {"MINDIE_LOG_LEVEL": "debug"}
+    assert spec.env == {"MINDIE_LOG_LEVEL": "debug", "HCCL_IF_BASE_PORT": "60128",  # NPUs 4-5's HCCL blocks
+                        "HCCL_HOST_SOCKET_PORT_RANGE": "60128-60159", "HCCL_NPU_SOCKET_PORT_RANGE": "16794-16825"}
     assert spec.health_path == "/v1/models" and spec.served_model_name == "qwen3-8b"
     assert path.read_text() == before  # rendering never writes
 

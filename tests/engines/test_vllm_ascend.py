@@ -2,7 +2,7 @@
 --additional-config, per-trial HCCL ports, the block-size advisory.
 
 Sources: vllm-ascend 0.23.0.post1 sdist (Dockerfile:42 ``ARG VLLM_TAG=v0.23.0``,
-vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0 and 0.33.0 wheels
+vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0, 0.25.1, 0.26.0, 0.27.1 and 0.33.0 wheels
 (msopt/engines/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
 """
 
@@ -19,11 +19,11 @@ import pytest
 from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.engines.base import TrialNode
+from msopt.engines.hccl import block as hccl_block
 from msopt.engines.rules import advisories
 from msopt.engines.vllm import (
     additional_config_keys,
     flag_table,
-    hccl_base_port,
     unknown_flags,
 )
 from msopt.errors import ConfigError
@@ -59,7 +59,7 @@ def test_version_flags_are_refused_at_load_time_in_one_line() -> None:
         assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="--grpc-port"):
         vllm.check([], {"version": "0.23.0", "command": {"others": "--grpc-port 5"}})
-    with pytest.raises(ConfigError, match="'version' '0.99.0' has no flag table.*0.23.0, 0.33.0"):
+    with pytest.raises(ConfigError, match="'version' '0.99.0' has no flag table.*0.23.0, 0.25.1, 0.26.0, 0.27.1, 0.33.0"):
         vllm.check([], {"version": "0.99.0"})
     with pytest.raises(ConfigError, match="only on vLLM 0.23.0"):
         vllm.check([], {"platform": "ascend", "version": "0.33.0"})
@@ -119,21 +119,23 @@ def test_additional_config_needs_ascend_and_is_not_repeated_in_others() -> None:
 def test_each_trial_on_a_node_gets_its_own_hccl_port_range() -> None:
     vllm = get_engine("vllm")
     ranges = []
-    for devices in (["0", "1"], ["2", "3"], ["4", "5", "6", "7"]):
+    for devices in (["0"], ["1"], ["2", "3"], ["4", "5", "6", "7"]):
         env = vllm.render({}, [], ASCEND, port=1, devices=devices).env
         base = int(env["HCCL_IF_BASE_PORT"])
-        ranges.append(set(range(base, base + 16)))
-    assert ranges[0].isdisjoint(ranges[1]) and ranges[1].isdisjoint(ranges[2]) and min(ranges[0]) == 60000
+        assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == f"{base}-{base + 31}"
+        ranges.append(set(range(base, base + 32)))  # CANN >= 8.2: 32 ports from the base
+    assert all(a.isdisjoint(b) for i, a in enumerate(ranges) for b in ranges[i + 1:]) and min(ranges[0]) == 60000
     assert vllm.render({}, [], {}, port=1, devices=["0"]).env == {}  # cuda: nothing
     assert vllm.render({}, [], {**ASCEND, "env": {"HCCL_IF_BASE_PORT": "50000"}}, port=1,
                        devices=["3"]).env["HCCL_IF_BASE_PORT"] == "50000"
     assert "HCCL_IF_BASE_PORT" not in vllm.render({}, [], {**ASCEND, "hccl_base_port": False}, port=1,
                                                   devices=["3"]).env
-    assert hccl_base_port(["15"], 60000) == 60240 and hccl_base_port(["x"]) is None
+    assert hccl_block(["15"], 60000) == (60480, 60511) and hccl_block(["x"], 60000) is None
     nodes = (TrialNode(0, "10.0.0.1", ("0", "1", "2", "3")), TrialNode(1, "10.0.0.2", ("4", "5", "6", "7")))
     specs = vllm.render_nodes({"tp": 8}, [decl("tp", "--tensor-parallel-size")], ASCEND, port=1, nodes=nodes,
                               rendezvous_port=2)
-    assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60064"]
+    assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60128"]
+    assert [s.env["HCCL_NPU_SOCKET_PORT_RANGE"] for s in specs] == ["16666-16697", "16794-16825"]
     with pytest.raises(ConfigError, match="hccl_base_port"):
         vllm.render({}, [], {**ASCEND, "hccl_base_port": 80}, port=1, devices=["0"])
 

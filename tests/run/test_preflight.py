@@ -12,6 +12,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec
 from msopt.run.preflight import CHEAP, fixed_ports, node_checks, port_free
+from tests.shared_data import MINDIE_SHIPPED, shared
 
 EXE = [sys.executable, "-m", "msopt.cli", "sim-serve"]
 
@@ -101,9 +102,10 @@ def test_port_free(busy_port: int) -> None:
 
 def test_mindie_config_json_checks(tmp_path: Path) -> None:
     conf = tmp_path / "config.json"
-    conf.write_bytes((Path(__file__).parents[1] / "data/engines/mindie_config.json").read_bytes())
+    conf.write_bytes(shared(MINDIE_SHIPPED).read_bytes())
     path = tmp_path / "m.toml"
-    path.write_text(f'engine = "mindie"\n[cluster]\naccelerator = "none"\n[mindie]\nconfig_path = "{conf}"\n')
+    path.write_text(f'engine = "mindie"\n[cluster]\naccelerator = "none"\n[mindie]\nconfig_path = "{conf}"\n'
+                    'config_env = false\n')  # edited in place
     checks = node_checks(load_settings(path), full=False)
     by = {c.name: c for c in checks}
     assert by["config.json"].ok and "writable" in by["config.json"].detail
@@ -143,8 +145,7 @@ def _fake_run_package(root: Path) -> Path:
     daemon.write_text("#!/bin/sh\nexit 0\n")
     daemon.chmod(0o755)
     (root / "conf").mkdir()
-    (root / "conf" / "config.json").write_bytes((Path(__file__).parents[1] / "data/engines/mindie_config.json")
-                                                .read_bytes())
+    (root / "conf" / "config.json").write_bytes(shared(MINDIE_SHIPPED).read_bytes())
     return daemon
 
 
@@ -156,13 +157,15 @@ def test_mindie_preflight_reports_the_layout_it_found(tmp_path: Path, monkeypatc
     assert by["install"].ok and "mindie-service layout, found by $MIES_INSTALL_PATH" in by["install"].detail
     assert by["executable"].ok and by["executable"].detail == str(daemon)  # the found daemon is launched
     assert by["config.json"].ok
-    # a config_path the found installation does not read would tune nothing
+    # edited in place, a config_path the found installation does not read would tune nothing
     other = tmp_path / "other.json"
     other.write_bytes(conf.read_bytes())
-    line = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)), full=False)}["config.json"]
+    in_place = _mindie_toml(tmp_path, other, "config_env = false\n")
+    line = {c.name: c for c in node_checks(load_settings(in_place), full=False)}["config.json"]
     assert not line.ok and f"not the config.json the mindie-service installation here reads ({conf})" in line.detail
-    private = _mindie_toml(tmp_path, other, 'config_env = "MIES_CONFIG_JSON_PATH"\n')
-    assert {c.name: c for c in node_checks(load_settings(private), full=False)}["config.json"].ok
+    # by default each trial reads a private copy through $MIES_CONFIG_JSON_PATH: any file can start it
+    line = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)), full=False)}["config.json"]
+    assert line.ok and "trials edit private copies" in line.detail
     # the pip layout: mindie_llm_server on PATH, its package's conf/config.json
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
     venv = tmp_path / "venv"
@@ -183,7 +186,7 @@ def test_mindie_preflight_reports_the_layout_it_found(tmp_path: Path, monkeypatc
 def test_mindie_preflight_binds_the_addresses_it_listens_on(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
     conf = tmp_path / "config.json"
-    conf.write_bytes((Path(__file__).parents[1] / "data/engines/mindie_config.json").read_bytes())
+    conf.write_bytes(shared(MINDIE_SHIPPED).read_bytes())
     by = [c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)), full=False) if c.name == "address"]
     assert [c.ok for c in by] == [True, True]
     assert "managementIpAddress 127.0.0.1" in by[1].detail and "the file has 127.0.0.2" in by[1].detail

@@ -164,6 +164,75 @@ def _mindie_preempt_batch(c: Candidate) -> str | None:
     return None
 
 
+_SCHEDULE = "src/config_manager/schedule_config.cpp"
+#: ``ScheduleConfig`` key -> (min, max) as ScheduleConfigManager::CheckParam checks it
+#: (schedule_config.cpp:265-302, 8b4871a); a str bound is the key whose value is the bound.
+#: MAX_INPUT_LEN = 4M (schedule_config.cpp:23).
+SCHEDULE_RANGES: Mapping[str, tuple[int | str, int | str]] = {
+    "cacheBlockSize": (1, 128),
+    "decodeTimeMsPerReq": (0, 1000),
+    "maxBatchSize": (1, 819200),
+    "maxPrefillTokens": (1, 4 * 1024 * 1024),
+    "maxPrefillBatchSize": (1, "maxBatchSize"),
+    "maxQueueDelayMicroseconds": (500, 1000000),
+    "maxFirstTokenWaitTime": (0, 3600000),
+    "prefillTimeMsPerReq": (0, 1000),
+    "maxNumPartialPrefills": (1, 64),
+    "maxLongPartialPrefills": (1, "maxNumPartialPrefills"),
+    "longPrefillTokenThreshold": (1, 8192),
+    # CheckSLOParam (schedule_config.cpp:227-251), only where the key is in the file
+    "stageSelectPolicy": (0, 2),
+    "prefillExpectedTime": (1, 10000),
+    "decodeExpectedTime": (1, 10000),
+    # CheckBeamSearchParam (schedule_config.cpp:253-263)
+    "maxN": (1, 8192),
+}
+#: Policy keys and the values ParamChecker accepts (src/config_manager/param_checker.cpp:363-379).
+SCHEDULE_POLICIES: Mapping[str, tuple[tuple[int, ...], str]] = {
+    "decodePolicyType": ((0, 1, 2, 3), "is outside the expected schedule policy range: 0, 1, 2, 3"),
+    "prefillPolicyType": ((0, 1, 2, 3), "is outside the expected schedule policy range: 0, 1, 2, 3"),
+    "policyType": ((0, 4, 5, 6, 7), "is outside the expected range: 0 or 4~7."),
+}
+
+
+def _mindie_schedule_ranges(c: Candidate) -> str | None:
+    # ParamChecker::CheckMaxMinValue's messages (src/include/config/param_checker.h:79-90, 8b4871a)
+    for key, (lo, hi) in SCHEDULE_RANGES.items():
+        value = _mindie_schedule(c, key)
+        low = _mindie_schedule(c, lo) if isinstance(lo, str) else lo
+        high = _mindie_schedule(c, hi) if isinstance(hi, str) else hi
+        if value is None:
+            continue
+        if high is not None and value > high:
+            return f"scheduleParam.{key} [{value}] is out of bound [{high}]"
+        if low is not None and value < low:
+            return f"scheduleParam.{key} [{value}] is less than [{low}]"
+    for key, (allowed, text) in SCHEDULE_POLICIES.items():
+        value = _mindie_schedule(c, key)
+        if value is not None and value not in allowed:
+            return f"scheduleParam.{key} [{value}] {text}"
+    return None
+
+
+def _mindie_max_n(c: Candidate) -> str | None:
+    # schedule_config.cpp:256-261 (CheckBeamSearchParam, 8b4871a)
+    n, batch = _mindie_schedule(c, "maxN"), _mindie_schedule(c, "maxBatchSize")
+    if n is not None and batch is not None and n > batch:
+        return ("The maxN cannot be set greater than maxBatchSize, please set 'maxN' to be not greater than "
+                "'maxBatchSize' in config.json.")
+    return None
+
+
+def _mindie_torch_master_port(c: Candidate) -> str | None:
+    # mindie_llm/runtime/utils/distributed/__init__.py:59-61 (init_distributed, 8b4871a): the torch backend
+    # starts torch.distributed over tcp://MASTER_IP:MASTER_PORT even on one node; MASTER_IP defaults to
+    # 127.0.0.1 (mindie_llm/runtime/utils/helpers/env.py:37), MASTER_PORT to nothing (:38).
+    if any(str(m.get("backendType", "")).lower() == "torch" for m in _mindie_models(c)) \
+            and not c.environ.get("MASTER_PORT"):
+        return "Master port is not set, use export MASTER_PORT=xxxx to solve"
+    return None
+
+
 #: MindIE's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("mindie.dp_and_pp", "mindie", _mindie_dp_pp, f"{_MAPPING} (Mapping.validate)", MINDIE_VERSION),
@@ -180,6 +249,13 @@ RULES: tuple[Rule, ...] = (
          f"{_CONFIG_MANAGER}:325-328 (ConfigManager::Impl::CheckAllParam)", MINDIE_VERSION),
     Rule("mindie.max_preempt_count_vs_max_batch_size", "mindie", _mindie_preempt_batch,
          "src/config_manager/schedule_config.cpp:276-281 (ScheduleConfigManager::CheckParam)", MINDIE_VERSION),
+    Rule("mindie.schedule_value_ranges", "mindie", _mindie_schedule_ranges,
+         f"{_SCHEDULE}:227-302 (CheckParam, CheckSLOParam; maxPrefillBatchSize <= maxBatchSize at 284-286), "
+         "src/config_manager/param_checker.cpp:363-379", MINDIE_VERSION),
+    Rule("mindie.max_n_vs_max_batch_size", "mindie", _mindie_max_n,
+         f"{_SCHEDULE}:253-263 (ScheduleConfigManager::CheckBeamSearchParam)", MINDIE_VERSION),
+    Rule("mindie.torch_backend_master_port", "mindie", _mindie_torch_master_port,
+         "mindie_llm/runtime/utils/distributed/__init__.py:59-61 (init_distributed)", MINDIE_VERSION),
 
 
 )

@@ -24,10 +24,26 @@ def _sglang_chunk_page(c: Candidate) -> str | None:
     return None
 
 
+def _sglang_dp_with_attn_dp(c: Candidate) -> str | None:
+    # sglang/srt/arg_groups/parallel_hook.py:287-292 (handle_data_parallelism); the deprecated
+    # `--dp-size N --enable-dp-attention` with no --attn-dp-size becomes attn_dp_size N, dp_size 1 first
+    # (_handle_deprecated_dp_attention, parallel_hook.py:40-60)
+    dp = c.int_flag("--dp-size", "--data-parallel-size", "--dp") or 1
+    attn = c.int_flag("--attn-dp-size", "--attention-data-parallel-size") or 1
+    if attn == 1 and "--enable-dp-attention" in c.flags:
+        attn, dp = dp, 1
+    if attn > 1 and dp > 1:
+        return (f"ValueError: --dp-size {dp} with --attn-dp-size {attn}: data-parallel replicas combined with "
+                "attention data parallelism are not supported.")
+    return None
+
+
 #: SGLang's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("sglang.tp_divides_attention_heads", "sglang", _sglang_tp_heads,
          "sglang/srt/models/llama.py, qwen2.py, qwen3.py (attention __init__)", SGLANG_VERSION),
     Rule("sglang.chunked_prefill_vs_page_size", "sglang", _sglang_chunk_page,
          "sglang/srt/arg_groups/validation_hook.py", SGLANG_VERSION),
+    Rule("sglang.dp_size_with_attn_dp_size", "sglang", _sglang_dp_with_attn_dp,
+         "sglang/srt/arg_groups/parallel_hook.py:287-292 (handle_data_parallelism)", SGLANG_VERSION),
 )
