@@ -209,10 +209,10 @@ class BenchmarkAdapter:
         return self.parse(result_dir, Path(log_path))
 
 
-def check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, float | None]:
-    """Keep the known metrics as floats (or None)."""
+def check_metrics(name: str, metrics: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, float | None]:
+    """Keep the known metrics as floats (or None): the five, and ``extra`` (percentiles) where present."""
     out: dict[str, float | None] = {}
-    for key in METRICS:
+    for key in (*METRICS, *(k for k in extra if k in metrics)):
         v = metrics.get(key)
         out[key] = None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
     return out

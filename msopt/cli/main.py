@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from msopt.cli import calibrate, optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
+from msopt.slo import slo_checks
 
 if TYPE_CHECKING:
     from msopt.run.validate import Validated
@@ -72,6 +73,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"{len(space.derived)} derived field(s)")
     print(f"searcher: {settings.section('search').get('searcher', 'swarm')}, {settings.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
+    slos = settings.config.run.slos
+    print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

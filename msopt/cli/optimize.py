@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
                        help="launch budget (max_launches): baseline, search, re-measurements (the baseline's "
                             "too) and capacity probes together, a resumed run's journal included; failures "
                             "count, reuse and start-up refusals are free; 0: iters decides")
+        p.add_argument("--slo", metavar="SLOS",
+                       help='the SLOs as one string, e.g. "ttft:p99<500ms,tpot:p95<50ms,success>=0.99" '
+                            "(mean, p50, p90, p95, p99; ms or s): replaces those metrics' [slo] / ttft_slo, ...")
         p.add_argument("--backup", action="store_true", default=None,
                        help="keep what every evaluation launched: its command line, environment and files (MindIE's "
                             "config.json as edited) in RUN_DIR/backup/, and the originals of files edited in place "
@@ -97,6 +100,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["simulate"] = True
     if args.backup:
         out["backup"] = True
+    if args.slo is not None:
+        from msopt.slo import parse_slo, slo_table_text
+
+        out["slo"] = slo_table_text(parse_slo(args.slo))
     if "n_particles" in out and not 1 <= out["n_particles"] <= 100_000:
         raise ConfigError(f"--particles {out['n_particles']} must be from 1 to 100000")
     if "iters" in out and out["iters"] < 0:
@@ -121,7 +128,8 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
                                       ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
                                       ("--mode", args.mode), ("--particles", args.particles),
-                                      ("--iters", args.iters), ("--backup", args.backup)) if v is not None]
+                                      ("--iters", args.iters), ("--backup", args.backup),
+                                      ("--slo", args.slo)) if v is not None]
         if given:
             raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
                               f"{', '.join(given)} (a different configuration is a new run: use -c)")
