@@ -744,7 +744,7 @@ def init_settings(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Val
     validated with the command line's ``overrides`` (the run directory saves it as config.toml)."""
     from msopt.run.validate import load
 
-    choice = build(args.engine, args.model, devices=args.devices, slo=None, workload=args.workload,
+    choice = build(args.engine or "vllm", args.model, devices=args.devices, slo=None, workload=args.workload,
                    simulate=bool(args.simulate))
     with tempfile.TemporaryDirectory(prefix="msopt-init-") as tmp:
         path = Path(tmp) / "config.toml"

@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
                        help="launch budget (max_launches): baseline, search, re-measurements (the baseline's "
                             "too) and capacity probes together, a resumed run's journal included; failures "
                             "count, reuse and start-up refusals are free; 0: iters decides")
+        from msopt.cli.init import add_model_args
+
+        add_model_args(p, required=False)  # without -c: the configuration `msopt init` would write
         p.add_argument("--slo", metavar="SLOS",
                        help='the SLOs as one string, e.g. "ttft:p99<500ms,tpot:p95<50ms,success>=0.99" '
                             "(mean, p50, p90, p95, p99; ms or s): replaces those metrics' [slo] / ttft_slo, ...")
@@ -129,7 +132,7 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
                                       ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
                                       ("--mode", args.mode), ("--particles", args.particles),
                                       ("--iters", args.iters), ("--backup", args.backup),
-                                      ("--slo", args.slo)) if v is not None]
+                                      ("--slo", args.slo), ("--model", args.model)) if v is not None]
         if given:
             raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
                               f"{', '.join(given)} (a different configuration is a new run: use -c)")
@@ -142,6 +145,16 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
             store.close()
             raise
         return checked, store
+    if args.model is not None:
+        if args.config is not None:
+            raise ConfigError(f"--model builds the configuration (as msopt init does) and -c {args.config} names one; "
+                              "drop one of them")
+        from msopt.cli.init import init_settings
+
+        return init_settings(args, _overrides(args)), None
+    if args.devices is not None or args.workload is not None:
+        raise ConfigError("--devices and --workload build a configuration with --model; with -c, set [cluster] "
+                          "devices_per_trial and the benchmark's workload in the file")
     return load(args.config, args.engine, overrides=_overrides(args)), None
 
 
@@ -336,6 +349,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from msopt.run.store import StoreError
 
     store, previous = _open_store(args, checked, store)
+    if args.model is not None:
+        saved = store.run_dir / "config.toml"
+        print(f"configuration: built for --model {args.model} (as `msopt init` writes it), saved as {saved}; "
+              f"run it again with: msopt optimize -c {saved}", flush=True)
     if not settings.config.run.simulate and not args.no_preflight:
         from msopt.cli.preflight import cheap_preflight
 
