@@ -383,7 +383,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if search is not None:
             search.result()
         print(f"run directory: {store.run_dir}", flush=True)
-        shown = ProgressCallback(make_progress(True if args.plain else None), str(store.run_dir))
+        slos = settings.config.run.slos
+        shown = ProgressCallback(make_progress(True if args.plain else None,
+                                               slo_metrics=(slos.ttft_metric, slos.tpot_metric)), str(store.run_dir))
         if not simulated:
             table = _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
             prior = make_prior(settings, checked.space, simulator=table)
