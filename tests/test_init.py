@@ -226,3 +226,10 @@ def test_existing_output_is_kept_without_force(tmp_path, capsys):
     assert out.read_text() == "mine\n"
     assert main(["init", "--engine", "vllm", "--model", "qwen3-8b", "--devices", "8", "-o", str(out), "--force"]) == 0
     assert tomllib.loads(out.read_text())["engine"] == "vllm"
+
+
+def test_without_output_it_prints_the_file(capsys):
+    assert main(["init", "--engine", "sglang", "--model", "qwen3-8b", "--devices", "4", "--simulate"]) == 0
+    doc = tomllib.loads(capsys.readouterr().out)
+    assert doc["engine"] == "sglang" and doc["simulate"] is True and doc["cluster"]["devices_per_trial"] == 4
+    assert [f["name"] for f in doc["sglang"]["target_field"]][:3] == ["tp", "pp", "dp"]
