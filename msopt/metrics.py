@@ -17,7 +17,7 @@ THROUGHPUT = "throughput"
 METRICS: tuple[str, ...] = (GENERATE_SPEED, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, SUCCESS_RATE, THROUGHPUT)
 
 #: TTFT and TPOT percentiles (seconds), where the benchmark reports them.
-PERCENTILES: tuple[str, ...] = tuple(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 99))
+PERCENTILES: tuple[str, ...] = tuple(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 95, 99))
 
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")

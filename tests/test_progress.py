@@ -374,10 +374,13 @@ def test_live_table_long_values_and_narrow_terminal():
     narrow = render_text(lt, 50)
     assert all(len(ln) <= 50 for ln in narrow.splitlines())
     r = rows(narrow)["p0"]
-    assert "done" in r and "0.5000" in r and "3.14" in r and "xxxxxxx…" in r  # short names: every field fits
+    # the fields give way to the metrics the SLOs judge: all of them in one configuration column, cut
+    assert "done" in r and "0.5000" in r and "3512" in r and "0.412" in r and "31.1" in r and "tp=2 pp=1" in r
+    assert "4 fields in one column" in narrow
     tiny = render_text(lt, 30)
     assert all(len(ln) <= 30 for ln in tiny.splitlines())
-    assert "2 more dimensions hidden" in tiny and "a_very_long_dimension_name" in tiny
+    assert "0.50" in rows(tiny)["p0"] and "4 fields in one column" in " ".join(tiny.split())
+    assert "avldn=a_very_long_dimension_na" in tiny  # the legend, wrapped
 
 
 def test_live_table_runs_live_and_closes_with_a_summary():
@@ -463,8 +466,9 @@ def test_every_field_is_readable_at_80_120_and_200_columns(width):
     assert status.startswith("phase search  4/51 evaluations, 0 failed, 3 running") and "ETA" in status  # one line, not wrapped
     best = lines[2]
     assert best == "best so far 0.3456 (eval 5 p4): tp=2 pp=1 dp=4 mns=14 mnbt=3333 gmu=0.80 ecp=on"
+    assert "TTFT" in header  # an SLO: never dropped (issue 40 item 5)
     if width >= 120:
-        assert "TTFT" in header and "devices" in header
+        assert "devices" in header
 
 
 def Result(fitness: float) -> EvaluationResult:
@@ -507,3 +511,50 @@ def test_a_launch_budget_is_counted_as_launches_and_a_reused_failure_as_a_failur
     assert lines[0].endswith("run /r: at most 1 launch, 4 particles, dimensions: tp, pp, max_num_seqs")
     assert "finished: 3 evaluations, 1/1 launches, 2 failed, 1 reused;" in lines[-1]
     assert lines[-1].endswith("evaluations=3 failures=2 reused=1 launches=1")
+
+
+# -- the metrics the SLOs judge are never dropped (issue 40 item 5) ------------------------------------
+MANY_DIMS = ["tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_num_seqs",
+             "max_num_batched_tokens", "gpu_memory_utilization", "enable_chunked_prefill", "enable_prefix_caching",
+             "block_size", "swap_space", "scheduling_policy", "kv_cache_dtype"]
+
+
+def slo_table(slo_metrics: tuple[str, ...] = ()) -> LiveTable:
+    lt = LiveTable(Console(file=io.StringIO(), width=80), slo_metrics=slo_metrics)
+    lt._t.start(20, 2, MANY_DIMS, "msopt_runs/r")
+    values = {d: 1024 + i for i, d in enumerate(MANY_DIMS)}
+    metrics = dict(METRICS, ttft_p99=1.875, tpot_p95=0.0422)
+    lt.update(done(0, None, 1.25, phase="baseline", values=values, metrics=metrics))
+    lt.update(done(1, 0, 0.75, values=values, metrics=metrics))
+    return lt
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_slo_metrics_stay_and_the_fields_share_one_column(width):
+    text = screen(slo_table(("ttft_p99", "tpot_p95")), width)
+    lines = text.splitlines()
+    assert all(len(ln) <= width for ln in lines), text
+    header = next(ln for ln in lines if " status " in ln)
+    for title in ("tok/s", "TTFT p99", "TPOT p95", "fitness"):
+        assert title in header, (title, text)
+    r = rows(text)["p0"]
+    assert "1.875" in r and "42.2" in r and "3512" in r  # the percentiles the SLOs hold, not the means
+    assert "0.412" not in r
+    if width == 80:  # twelve fields do not fit a column each beside the metrics: they share one
+        assert "config" in header and "tps " not in header
+        assert re.search(r"tps=1024 pps=1025", r), r  # every field, in order, in the configuration column
+        assert "12 fields in one column" in text
+    else:
+        assert "config" not in header and " tps " in header and " kcd " in header
+        assert "in one column" not in text
+    assert "TTFT in s, TPOT in ms" in text
+
+
+def test_fields_keep_their_own_columns_when_they_fit_beside_the_slo_metrics():
+    lt = slo_table()
+    lt._t.start(20, 2, MANY_DIMS[:3], "msopt_runs/r")
+    lt.update(done(1, 0, 0.75, values={d: 2 for d in MANY_DIMS[:3]}))
+    text = screen(lt, 80)
+    header = next(ln for ln in text.splitlines() if " status " in ln)
+    assert "config" not in header and "TTFT" in header and "TTFT p99" not in header
+    assert "in one column" not in text

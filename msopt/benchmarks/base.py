@@ -260,10 +260,10 @@ def no_result_report(bench: str, expected: str, result_dir: Path, log_path: Path
     return head + ("\nthe log's last lines before exit:\n" + "\n".join(lines) if lines else "")
 
 
-def check_metrics(name: str, metrics: Mapping[str, Any]) -> dict[str, float | None]:
-    """Keep the known metrics as floats (or None)."""
+def check_metrics(name: str, metrics: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, float | None]:
+    """Keep the known metrics as floats (or None): the five, and ``extra`` (percentiles) where present."""
     out: dict[str, float | None] = {}
-    for key in METRICS:
+    for key in (*METRICS, *(k for k in extra if k in metrics)):
         v = metrics.get(key)
         out[key] = None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
     return out

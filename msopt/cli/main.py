@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from msopt.cli import calibrate, optimize, preflight, report, serve, simulate
+from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.errors import DecodeError, MsoptError
+from msopt.slo import slo_checks
 
 if TYPE_CHECKING:
     from msopt.run.validate import Validated
@@ -72,6 +73,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"{len(space.derived)} derived field(s)")
     print(f"searcher: {settings.section('search').get('searcher', 'swarm')}, {settings.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
+    slos = settings.config.run.slos
+    print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":
@@ -170,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_decode)
 
-    for module in (simulate, optimize, serve, report, preflight):
+    for module in (init, simulate, optimize, serve, report, preflight):
         module.register(sub)
     calibrate.register(sub)
     return parser

@@ -51,6 +51,12 @@ def register(sub: Any) -> None:
                        help="launch budget (max_launches): baseline, search, re-measurements (the baseline's "
                             "too) and capacity probes together, a resumed run's journal included; failures "
                             "count, reuse and start-up refusals are free; 0: iters decides")
+        from msopt.cli.init import add_model_args
+
+        add_model_args(p, required=False)  # without -c: the configuration `msopt init` would write
+        p.add_argument("--slo", metavar="SLOS",
+                       help='the SLOs as one string, e.g. "ttft:p99<500ms,tpot:p95<50ms,success>=0.99" '
+                            "(mean, p50, p90, p95, p99; ms or s): replaces those metrics' [slo] / ttft_slo, ...")
         p.add_argument("--backup", action="store_true", default=None,
                        help="keep what every evaluation launched: its command line, environment and files (MindIE's "
                             "config.json as edited) in RUN_DIR/backup/, and the originals of files edited in place "
@@ -98,6 +104,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["simulate"] = True
     if args.backup:
         out["backup"] = True
+    if args.slo is not None:
+        from msopt.slo import parse_slo, slo_table_text
+
+        out["slo"] = slo_table_text(parse_slo(args.slo))
     if "n_particles" in out and not 1 <= out["n_particles"] <= 100_000:
         raise ConfigError(f"--particles {out['n_particles']} must be from 1 to 100000")
     if "iters" in out and out["iters"] < 0:
@@ -122,7 +132,8 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         given = [flag for flag, v in (("-c", args.config), ("-e", args.engine), ("-b", args.benchmark),
                                       ("--simulate", args.simulate), ("-o", args.output), ("--seed", args.seed),
                                       ("--mode", args.mode), ("--particles", args.particles),
-                                      ("--iters", args.iters), ("--backup", args.backup)) if v is not None]
+                                      ("--iters", args.iters), ("--backup", args.backup),
+                                      ("--slo", args.slo), ("--model", args.model)) if v is not None]
         if given:
             raise ConfigError(f"--resume continues the run with the configuration saved in {args.resume}; drop "
                               f"{', '.join(given)} (a different configuration is a new run: use -c)")
@@ -135,6 +146,16 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
             store.close()
             raise
         return checked, store
+    if args.model is not None:
+        if args.config is not None:
+            raise ConfigError(f"--model builds the configuration (as msopt init does) and -c {args.config} names one; "
+                              "drop one of them")
+        from msopt.cli.init import init_settings
+
+        return init_settings(args, _overrides(args)), None
+    if args.devices is not None or args.workload is not None:
+        raise ConfigError("--devices and --workload build a configuration with --model; with -c, set [cluster] "
+                          "devices_per_trial and the benchmark's workload in the file")
     overrides = _overrides(args)
     engine, lines = _engine_and_benchmark(args, overrides)
     checked = load(args.config, engine, overrides=overrides)
@@ -371,6 +392,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from msopt.run.store import StoreError
 
     store, previous = _open_store(args, checked, store)
+    if args.model is not None:
+        saved = store.run_dir / "config.toml"
+        print(f"configuration: built for --model {args.model} (as `msopt init` writes it), saved as {saved}; "
+              f"run it again with: msopt optimize -c {saved}", flush=True)
     if not settings.config.run.simulate and not args.no_preflight:
         from msopt.cli.preflight import cheap_preflight
 
@@ -401,7 +426,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if search is not None:
             search.result()
         print(f"run directory: {store.run_dir}", flush=True)
-        shown = ProgressCallback(make_progress(True if args.plain else None), str(store.run_dir))
+        slos = settings.config.run.slos
+        shown = ProgressCallback(make_progress(True if args.plain else None,
+                                               slo_metrics=(slos.ttft_metric, slos.tpot_metric)), str(store.run_dir))
         if not simulated:
             table = _real_prior_table(settings, ray_nodes=not args.no_ray, run_dir=store.run_dir)
             prior = make_prior(settings, checked.space, simulator=table)

@@ -187,8 +187,14 @@ class LiveTable(Progress):
     """
 
     def __init__(self, console: Console | None = None, *, refresh_per_second: float = 4.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, slo_metrics: Sequence[str] = ()) -> None:
+        """``slo_metrics``: the TTFT and TPOT statistics the SLOs hold (``ttft_p99``; default the means),
+        shown in the TTFT and TPOT columns."""
         self.console = console if console is not None else Console()
+        self._metric = {"gen": "generate_speed", "ttft": "time_to_first_token", "tpot": "time_per_output_token"}
+        for name in slo_metrics:
+            key = "ttft" if name.startswith(("ttft", "time_to_first")) else "tpot"
+            self._metric[key] = name
         self._refresh = min(max(float(refresh_per_second), 0.5), 4.0)
         self._lock = threading.Lock()
         self._t = _Tracker(clock)
@@ -221,17 +227,26 @@ class LiveTable(Progress):
         "fitness": ("fitness", 9, False), "devices": ("devices", 10, True),
     }
 
-    def _layout(self, width: int) -> tuple[list[str], int, dict[str, int]]:
-        """The columns that fit in ``width`` (dimensions named ``=<field>``), the gap between
-        columns, and each column's width.
+    def _title(self, c: str) -> str:
+        """A metric column's title: ``TTFT``, or ``TTFT p99`` when the SLO holds a percentile."""
+        title = self._FIXED[c][0]
+        stat = self._metric.get(c, "").rpartition("_")[2]
+        return f"{title} {stat}" if c in ("ttft", "tpot") and stat.startswith("p") and stat[1:].isdigit() else title
 
-        Particle, status, fitness and every field come first (with short names, so the quick
-        start's seven fields fit in 80 columns); then throughput, TPOT, TTFT, the iteration and
-        the devices, while they fit. Fields that still do not fit are counted in a note.
+    def _layout(self, width: int) -> tuple[list[str], int, dict[str, int]]:
+        """The columns that fit in ``width`` (dimensions named ``=<field>``, all of them in one
+        ``config`` column when they do not fit apart), the gap between columns, and each column's width.
+
+        Particle, status, fitness and the metrics the SLOs and the fitness judge (throughput, TTFT,
+        TPOT) come first and are never dropped for a field; then every field with a short name (the
+        quick start's seven fit beside them in 80 columns), else all of them in one compact
+        configuration column; then the iteration and the devices, while they fit.
         """
         t = self._t
         short = short_names(t.dimensions)
         widths = {c: w for c, (_, w, _) in self._FIXED.items()}
+        for c in ("ttft", "tpot"):
+            widths[c] = max(widths[c], len(self._title(c)))
         widths["particle"] = max([len(r.label) for r in t.rows.values()] + [4])
         widths["devices"] = min(max([len(",".join(r.devices)) for r in t.rows.values()] + [7]), 24)
         if any(r.status == "replayed" for r in t.rows.values()):
@@ -239,21 +254,26 @@ class LiveTable(Progress):
         for d in t.dimensions:
             seen = [len(compact_value(r.values[d], t.steps.get(d))) for r in t.rows.values() if d in r.values]
             widths[f"={d}"] = min(max([len(short[d]), 2, *seen]), 10)
-        order = ["particle", "it", "status", *(f"={d}" for d in t.dimensions), "gen", "ttft", "tpot", "fitness",
-                 "devices"]
-        priority = ["particle", "status", "fitness", *(f"={d}" for d in t.dimensions), "gen", "tpot", "ttft", "it",
-                    "devices"]
+        judged = ["particle", "status", "fitness", "gen", "ttft", "tpot"]
+        fields = [f"={d}" for d in t.dimensions]
+        order = ["particle", "it", "status", *fields, "config", "gen", "ttft", "tpot", "fitness", "devices"]
+
+        def cost(cols: Sequence[str], gap: int) -> int:
+            return sum(widths[c] for c in cols) + gap * max(len(cols) - 1, 0)
+
         for gap in (2, 1):
-            chosen: list[str] = []
-            used = -gap
-            for c in priority:
-                if used + gap + widths[c] <= width:
-                    chosen.append(c)
-                    used += gap + widths[c]
-                elif c.startswith("="):
-                    break  # keep the fields in order: never show a later one in place of an earlier
-            if gap == 1 or all(f"={d}" in chosen for d in t.dimensions):
+            if cost([*judged, *fields], gap) <= width:
+                chosen = [*judged, *fields]
                 break
+        else:  # the fields give way first: all of them in one column, cut at its width
+            gap = 1
+            while len(judged) > 3 and cost(judged, gap) + gap + 8 > width:
+                judged.pop()  # narrower than any terminal: the metrics last
+            widths["config"] = max(width - cost(judged, gap) - gap, 8)
+            chosen = [*judged, "config"] if t.dimensions else judged
+        for c in ("it", "devices"):
+            if cost([*chosen, c], gap) <= width:
+                chosen.append(c)
         return [c for c in order if c in chosen], gap, widths
 
     def _header(self, width: int) -> Text:
@@ -293,8 +313,8 @@ class LiveTable(Progress):
             table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, gap, 0, 0), header_style="bold",
                           collapse_padding=True)
             for c in cols:
-                title = short[c[1:]] if c.startswith("=") else self._FIXED[c][0]
-                left = c.startswith("=") is False and self._FIXED[c][2]
+                title = short[c[1:]] if c.startswith("=") else "config" if c == "config" else self._title(c)
+                left = c == "config" or (c.startswith("=") is False and self._FIXED[c][2])
                 table.add_column(title, justify="left" if left else "right", no_wrap=True, overflow="ellipsis",
                                  min_width=widths[c], max_width=widths[c])
             best_id = t.best.eval_id if t.best is not None else None
@@ -304,18 +324,20 @@ class LiveTable(Progress):
                 row = t.rows[key]
                 marked = row.eval_id is not None and row.eval_id == best_id and row.status in FINISHED_KINDS
                 fit = "inf" if row.status == "failed" else _fitness(row.fitness)
-                tpot = row.metrics.get("time_per_output_token")
+                tpot = row.metrics.get(self._metric["tpot"])
+                dim = "dim" if row.status in ("queued", "running") else ""
                 cells: dict[str, Any] = {
                     "particle": row.label,
                     "it": "" if row.iteration is None else str(row.iteration),
                     "status": Text(row.status, style=_STYLES.get(row.status, "")),
                     "devices": _short(",".join(row.devices), widths["devices"]),
-                    "gen": _num(row.metrics.get("generate_speed"), ".0f"),
-                    "ttft": _num(row.metrics.get("time_to_first_token"), ".3f"),
+                    "gen": _num(row.metrics.get(self._metric["gen"]), ".0f"),
+                    "ttft": _num(row.metrics.get(self._metric["ttft"]), ".3f"),
+                    "config": Text(" ".join(f"{short[d]}={compact_value(row.values[d], t.steps.get(d))}"
+                                            for d in t.dimensions if d in row.values), style=dim),
                     "tpot": _num(tpot * 1000 if is_finite(tpot) else tpot, ".1f"),
                     "fitness": Text(("★ " if marked else "") + fit, style="bold green" if marked else ""),
                 }
-                dim = "dim" if row.status in ("queued", "running") else ""
                 table.add_row(*(
                     Text(compact_value(row.values[c[1:]], t.steps.get(c[1:])) if c[1:] in row.values else "",
                          style=dim) if c.startswith("=") else cells[c]
@@ -323,7 +345,7 @@ class LiveTable(Progress):
             parts: list[RenderableType] = [
                 Text(f"msopt run {t.run_dir}", style="dim", no_wrap=True, overflow="ellipsis"),
                 self._header(width), self._best_line(), table]
-            legend = [f"{short[d]}={d}" for d in t.dimensions if short[d] != d and d not in hidden]
+            legend = [f"{short[d]}={d}" for d in t.dimensions if short[d] != d]
             if "ttft" in cols or "tpot" in cols:
                 legend.append("TTFT in s, TPOT in ms")
             if legend:
@@ -332,8 +354,8 @@ class LiveTable(Progress):
             if len(shown) < len(keys):
                 notes.append(f"{len(keys) - len(shown)} more rows hidden (terminal too short)")
             if hidden:
-                notes.append(f"{len(hidden)} more dimension{'s' if len(hidden) > 1 else ''} hidden "
-                             f"(terminal too narrow): {', '.join(hidden)}")
+                notes.append(f"{len(hidden)} field{'s' if len(hidden) > 1 else ''} in one column (terminal too "
+                             "narrow for a column each)")
             if t.messages:
                 notes.append(_short(t.messages[-1], max(width - 2, 20)))
             if notes:
@@ -380,11 +402,12 @@ class LiveTable(Progress):
 
 
 def make_progress(plain: bool | None = None, stream: IO[str] | None = None, *,
-                  environ: Mapping[str, str] | None = None) -> Progress:
+                  environ: Mapping[str, str] | None = None, slo_metrics: Sequence[str] = ()) -> Progress:
     """The display for ``stream`` (default stdout).
 
     Plain lines when ``plain`` is true, when the stream is not a terminal, or when ``$CI`` is
-    set; otherwise a live table.
+    set; otherwise a live table, whose TTFT and TPOT columns show ``slo_metrics`` (the statistics
+    the SLOs hold, :class:`LiveTable`).
     """
     out = stream if stream is not None else sys.stdout
     env = os.environ if environ is None else environ
@@ -394,7 +417,7 @@ def make_progress(plain: bool | None = None, stream: IO[str] | None = None, *,
         tty = False
     if plain or not tty or env.get("CI"):
         return PlainLog(out)
-    return LiveTable(Console(file=out))
+    return LiveTable(Console(file=out), slo_metrics=slo_metrics)
 
 
 class ProgressCallback:

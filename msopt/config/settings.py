@@ -31,6 +31,7 @@ from msopt.config.original import (
 from msopt.config.typed import Config, build_config
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
+from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
 
@@ -54,7 +55,7 @@ ORIGINAL_KEYS = (
 MSOPT_KEYS = (
     "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
     "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
-    "max_launches", "search", "backup",
+    "max_launches", "search", "backup", "slo",
 )
 TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
 
@@ -197,10 +198,15 @@ class Settings:
     def replace(self, **top_level: Any) -> Settings:
         """A copy with top-level keys overridden (CLI flags such as --particles)."""
         data = thaw(self.data)
+        slo = top_level.get("slo")
+        if isinstance(slo, Mapping):  # --slo names some metrics: the file's [slo] keeps the others
+            top_level = {**top_level, "slo": {**data.get("slo", {}), **slo}}
         data.update(top_level)
         origin = dict(self.origin)
         origin.update({k: "<command line>" for k in top_level})
         _check_scalars(data, origin)
+        if isinstance(slo, Mapping):
+            _apply_slo(data, origin, conflicts=False)
         out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
                        MappingProxyType(origin), self.notes)
         out.config  # noqa: B018  built once, after the checks
@@ -485,6 +491,7 @@ def load_settings(
         notes += moved
         _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
+    _apply_slo(data, origin, conflicts=True)
 
     eng = engine or data.get("engine") or "vllm"
     section = data.get(eng)
@@ -518,6 +525,32 @@ def load_settings(
     SearchSpace(fields)  # the field model checks itself now, not during the search
     settings.config  # noqa: B018  the typed configuration, built once, after every check above
     return settings
+
+
+_SLO_KEYS = {"ttft": "ttft_slo", "tpot": "tpot_slo", "success": "success_rate_slo"}
+
+
+def _apply_slo(data: dict[str, Any], origin: dict[str, str], *, conflicts: bool) -> None:
+    """``[slo]`` (msopt.slo's grammar) sets ``ttft_slo``, ``tpot_slo`` and ``success_rate_slo``;
+    the statistic it names is read again by the typed configuration. With ``conflicts``, a metric
+    that a user's file sets both ways is refused (which one would hold is not obvious)."""
+    table = data.get("slo")
+    if table is None:
+        return
+    where = origin.get("slo", "<defaults>")
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: 'slo' must be a table, e.g. [slo] ttft = \"p99<500ms\"")
+    terms = parse_slo_table(table, where)
+    for metric, term in terms.items():
+        key = _SLO_KEYS[metric]
+        set_by = origin.get(key)
+        # a saved run's config.toml holds both, equal: only two different limits are ambiguous
+        if conflicts and set_by not in (None, str(DEFAULTS_PATH)) and data.get(key) != term.limit:
+            raise ConfigError(f"{set_by}: '{key}' = {data.get(key)!r} and [slo] {metric} "
+                              f"({origin.get(f'slo.{metric}', where)}: {term.limit:g}) both set the {metric} SLO; "
+                              "keep one")
+        data[key] = term.limit
+        origin[key] = origin.get(f"slo.{metric}", where)
 
 
 def _place_wait_start_time(data: dict[str, Any], origin: dict[str, str], engine: str) -> None:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.checks import port_range
-from msopt.slo import Slos
+from msopt.slo import Slos, parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl
 
-__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "RunConfig", "build_config"]
+__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "RunConfig", "build_config", "slos"]
 
 #: Keys defaults.toml leaves unset, and what that means (docs/configuration.md documents each).
 UNSET_DEFAULTS: Mapping[str, Any] = {
@@ -138,6 +138,15 @@ def _get(data: Mapping[str, Any], dotted: str) -> Any:
     return where[key] if key in where else UNSET_DEFAULTS[dotted]
 
 
+def slos(data: Mapping[str, Any]) -> Slos:
+    """The SLOs of merged settings data: the limits, and the statistic ``[slo]`` names (else the means)."""
+    terms = parse_slo_table(_table(data, "slo"), "[slo]")
+    base = Slos(float(data["ttft_slo"]), float(data["tpot_slo"]), float(data["success_rate_slo"]))
+    return Slos(base.ttft, base.tpot, base.success_rate,
+                terms["ttft"].column if "ttft" in terms else base.ttft_metric,
+                terms["tpot"].column if "tpot" in terms else base.tpot_metric)
+
+
 def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, ...]) -> Config:
     """The typed configuration of merged, load-time-validated settings data (defaults.toml merged)."""
     run = RunConfig(
@@ -147,7 +156,7 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
         sample_size=int(data["sample_size"]), max_launches=int(_get(data, "max_launches") or 0),
         backup=bool(_get(data, "backup")), n_particles=int(data["n_particles"]), iters=int(data["iters"]),
         pso_top_k=int(_table(data, "data_storage")["pso_top_k"] or 0), searcher=str(_get(data, "search.searcher")),
-        slos=Slos(float(data["ttft_slo"]), float(data["tpot_slo"]), float(data["success_rate_slo"])))
+        slos=slos(data))
     cluster = _table(data, "cluster")
     k = _get(data, "cluster.devices_per_trial")
     if k is None:

@@ -31,7 +31,7 @@ from msopt.metrics import (
     TIME_TO_FIRST_TOKEN,
 )
 from msopt.registry import Registry
-from msopt.slo import Slos, slo_checks
+from msopt.slo import Slos, parse_slo_table, slo_checks
 
 if TYPE_CHECKING:
     from msopt.config import Settings
@@ -103,6 +103,8 @@ class ObjectiveSettings:
         ttft_penalty: exponent scale of the TTFT term (>= 0; 0 switches the constraint off).
         tpot_penalty: exponent scale of the TPOT term (>= 0).
         success_rate_penalty: exponent scale of the success-rate term (>= 0).
+        ttft_metric, tpot_metric: the statistic each time SLO holds (``[slo]``): the means
+            (``time_to_first_token``, ``time_per_output_token``) or a percentile (``ttft_p99``).
     """
 
     ttft_slo: float
@@ -112,6 +114,8 @@ class ObjectiveSettings:
     ttft_penalty: float = 1.0
     tpot_penalty: float = 1.0
     success_rate_penalty: float = 5.0
+    ttft_metric: str = TIME_TO_FIRST_TOKEN
+    tpot_metric: str = TIME_PER_OUTPUT_TOKEN
 
     def __post_init__(self) -> None:
         rules: dict[str, tuple[str, Callable[[float], bool]]] = {
@@ -123,6 +127,9 @@ class ObjectiveSettings:
             "tpot_penalty": (">= 0", lambda v: v >= 0),
             "success_rate_penalty": (">= 0", lambda v: v >= 0),
         }
+        for key in ("ttft_metric", "tpot_metric"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise ConfigError(f"{key} must be a metric name, got {getattr(self, key)!r}")
         for key, (rule, ok) in rules.items():
             value = getattr(self, key)
             if value is None and key == "generate_speed_target":
@@ -139,7 +146,7 @@ class ObjectiveSettings:
     @property
     def slos(self) -> Slos:
         """The three SLOs, as :func:`msopt.slo.slo_checks` takes them."""
-        return Slos(self.ttft_slo, self.tpot_slo, self.success_rate_slo)
+        return Slos(self.ttft_slo, self.tpot_slo, self.success_rate_slo, self.ttft_metric, self.tpot_metric)
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> ObjectiveSettings:
@@ -153,7 +160,14 @@ class ObjectiveSettings:
         for required in ("ttft_slo", "tpot_slo"):
             if required not in settings:
                 raise ConfigError(f"{required} is required by the objective but not set")
-        return cls(**{k: settings[k] for k in names if k in settings})
+        kwargs = {k: settings[k] for k in names if k in settings}
+        table = settings.get("slo")
+        if isinstance(table, Mapping):  # [slo] names the statistic (its limits are ttft_slo, ... already)
+            terms = parse_slo_table(table, "[slo]")
+            for metric in ("ttft", "tpot"):
+                if metric in terms:
+                    kwargs[f"{metric}_metric"] = terms[metric].column
+        return cls(**kwargs)
 
 
 class Objective(ABC):
@@ -169,6 +183,9 @@ class Objective(ABC):
 
     def __init__(self, settings: ObjectiveSettings) -> None:
         self.settings = settings
+        # the SLOs' statistics stand in for the means a formula names (``[slo] ttft = "p99<..."``)
+        swap = {TIME_TO_FIRST_TOKEN: settings.ttft_metric, TIME_PER_OUTPUT_TOKEN: settings.tpot_metric}
+        self.required_metrics = frozenset(swap.get(m, m) for m in type(self).required_metrics)
 
     @abstractmethod
     def __call__(self, metrics: Metrics) -> float:
@@ -189,6 +206,7 @@ class DefaultObjective(Objective):
     + 0.3 · exp(tpot_penalty · (TPOT / tpot_slo − 1))
     + 0.1 · exp(success_rate_penalty · (success_rate_slo / success_rate − 1))``
 
+    TTFT and TPOT are the statistics the SLOs hold (``[slo]``: the means unless a percentile is named).
     At exactly the target and the SLOs the fitness is 1.0. ``inf`` when ``generate_speed`` or
     ``success_rate`` is missing, NaN or <= 0, or when TTFT / TPOT is missing, NaN or negative
     while its penalty is > 0. A penalty of 0 makes its term exactly its weight (the metric is
@@ -215,8 +233,8 @@ class DefaultObjective(Objective):
             return math.inf
         total = 0.4 * _capped(cast(float, s.generate_speed_target) / speed)  # checked in __init__
         for weight, key, slo, penalty in (
-            (0.2, TIME_TO_FIRST_TOKEN, s.ttft_slo, s.ttft_penalty),
-            (0.3, TIME_PER_OUTPUT_TOKEN, s.tpot_slo, s.tpot_penalty),
+            (0.2, s.ttft_metric, s.ttft_slo, s.ttft_penalty),
+            (0.3, s.tpot_metric, s.tpot_slo, s.tpot_penalty),
         ):
             if penalty == 0:
                 total += weight
@@ -258,14 +276,14 @@ class GoodputObjective(Objective):
     def __call__(self, metrics: Metrics) -> float:  # noqa: D102
         s = self.settings
         speed = _metric(metrics, GENERATE_SPEED)
-        ttft = _metric(metrics, TIME_TO_FIRST_TOKEN)
-        tpot = _metric(metrics, TIME_PER_OUTPUT_TOKEN)
+        ttft = _metric(metrics, s.ttft_metric)
+        tpot = _metric(metrics, s.tpot_metric)
         success = _metric(metrics, SUCCESS_RATE)
         if speed is None or ttft is None or tpot is None or success is None:
             return math.inf
         if speed <= 0 or success <= 0 or ttft < 0 or tpot < 0:
             return math.inf
-        checks = slo_checks(s.slos, {TIME_TO_FIRST_TOKEN: ttft, TIME_PER_OUTPUT_TOKEN: tpot, SUCCESS_RATE: success})
+        checks = slo_checks(s.slos, {s.ttft_metric: ttft, s.tpot_metric: tpot, SUCCESS_RATE: success})
         violation = checks[0].violation + checks[1].violation + checks[2].violation
         if violation == 0.0:
             return -_capped(speed)

@@ -24,7 +24,7 @@ from msopt.checks import is_finite, is_int
 from msopt.config import Settings
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load
-from msopt.slo import slo_checks
+from msopt.slo import Slos, slo_checks
 
 #: The keys of ``[capacity]``.
 CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
@@ -93,6 +93,11 @@ class CapacityOptions:
         if self.percentile is None:
             return "time_to_first_token", "time_per_output_token"
         return f"ttft_p{self.percentile}", f"tpot_p{self.percentile}"
+
+    def judged(self, slos: Slos) -> tuple[str, str]:
+        """The TTFT and TPOT metrics a probe is held to: ``percentile``'s, or for "mean" (the
+        default) what the SLOs hold, the statistic ``[slo]`` names (else the means)."""
+        return self.metric_names() if self.percentile is not None else (slos.ttft_metric, slos.tpot_metric)
 
     def start_for(self, values: Mapping[str, Any]) -> float:
         """The load a configuration starts from: its own field's value, else ``start_load``."""
@@ -211,8 +216,9 @@ def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], so
 def probe_verdict(metrics: Mapping[str, Any], error: str | None, settings: Settings,
                   options: CapacityOptions) -> tuple[bool, str | None]:
     """(passed, why not) of one probe's metrics against the SLOs."""
-    ttft_name, tpot_name = options.metric_names()
-    checks = slo_checks(settings.config.run.slos, metrics, ttft=ttft_name, tpot=tpot_name)
+    slos = settings.config.run.slos
+    ttft_name, tpot_name = options.judged(slos)
+    checks = slo_checks(slos, metrics, ttft=ttft_name, tpot=tpot_name)
     if not all(is_finite(c.value) for c in checks):
         return False, error or "a metric is missing"
     broken = next((c for c in checks if not c.met), None)

@@ -80,7 +80,7 @@ def best_record(best: EvaluationResult, settings: Settings,
 def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOptions,
                     settings: Settings) -> dict[str, Any]:
     """capacity.json (and best.json's "capacity" section): the SLOs and every configuration's result."""
-    ttft, tpot = options.metric_names()
+    ttft, tpot = options.judged(settings.config.run.slos)
     configs = []
     for c in capacity:
         c = dict(c)

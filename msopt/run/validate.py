@@ -186,12 +186,27 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         note = benchmark.produced_note(section)
         name = f"{bench_name} ({note})" if note else bench_name
         check_capacity_metrics(capacity, sorted(produces), name)
+    _check_slo_statistics(settings, produces, name)
     try:
         check_metrics_available(objective, produces, name)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: {exc}") from None
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
                      workload_config(settings))
+
+
+def _check_slo_statistics(settings: Settings, produces: frozenset[str], source: str) -> None:
+    """A statistic ``[slo]`` (or ``--slo``) holds must be one the run's measurements report."""
+    slos = settings.config.run.slos
+    for metric, column, mean in (("ttft", slos.ttft_metric, METRICS[1]), ("tpot", slos.tpot_metric, METRICS[2])):
+        if column in produces:
+            continue
+        have = (["mean"] if mean in produces else []) + [c.rpartition("_")[2] for c in sorted(produces)
+                                                         if c.startswith(f"{metric}_p")]
+        stat = column.rpartition("_")[2]
+        raise ConfigError(f"{settings.where('slo.' + metric)}: [slo] {metric}: {source} does not report the {stat} "
+                          f"of {metric} ({column}); it reports {', '.join(have) or 'no statistic of it'}: use "
+                          f"one of those")
 
 
 def _check_benchmark(settings: Settings, benchmark: BenchmarkAdapter, name: str) -> None:

@@ -20,7 +20,8 @@ class SimResult:
     Attributes:
         generate_speed: output tokens per second over the run.
         time_to_first_token, time_per_output_token: means over successful requests.
-        ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99: percentiles of the same.
+        ttft_p50, ttft_p90, ttft_p95, ttft_p99, tpot_p50, tpot_p90, tpot_p95, tpot_p99: percentiles of
+            the same.
         success_rate: completed / sent requests.
         throughput: completed requests per second.
         duration: simulated wall time from the first send to the last completion.
@@ -40,9 +41,11 @@ class SimResult:
     time_per_output_token: float = NAN
     ttft_p50: float = NAN
     ttft_p90: float = NAN
+    ttft_p95: float = NAN
     ttft_p99: float = NAN
     tpot_p50: float = NAN
     tpot_p90: float = NAN
+    tpot_p95: float = NAN
     tpot_p99: float = NAN
     success_rate: float = 0.0
     throughput: float = 0.0
@@ -113,8 +116,8 @@ def summarize(
         generate_speed=float(out_len[good].sum()) / duration,
         time_to_first_token=float(ttft.mean()),
         time_per_output_token=float(tpot.mean()) if len(tpot) else NAN,
-        ttft_p50=pct(ttft, 50), ttft_p90=pct(ttft, 90), ttft_p99=pct(ttft, 99),
-        tpot_p50=pct(tpot, 50), tpot_p90=pct(tpot, 90), tpot_p99=pct(tpot, 99),
+        ttft_p50=pct(ttft, 50), ttft_p90=pct(ttft, 90), ttft_p95=pct(ttft, 95), ttft_p99=pct(ttft, 99),
+        tpot_p50=pct(tpot, 50), tpot_p90=pct(tpot, 90), tpot_p95=pct(tpot, 95), tpot_p99=pct(tpot, 99),
         success_rate=float(good.sum()) / n,
         throughput=float(good.sum()) / duration,
         duration=duration,

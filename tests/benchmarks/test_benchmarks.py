@@ -19,6 +19,7 @@ from msopt.benchmarks.vllm_benchmark import RESULT_FILE, parse_result
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError, RegistryError
 from msopt.evaluate.results import METRICS
+from msopt.metrics import PERCENTILES
 from msopt.space.fields import FieldDecl, parse_field
 
 from .conftest import write
@@ -35,7 +36,7 @@ def decl(name: str, position: str = "env", dtype: str = "int", **kw: Any) -> Fie
 def test_contract(name: str, server_spec: LaunchSpec, tmp_path: Path) -> None:
     bench = get_benchmark(name)
     assert isinstance(bench, BenchmarkAdapter) and bench.name == name
-    assert bench.produces and bench.produces <= set(METRICS)
+    assert bench.produces and set(METRICS) <= bench.produces <= set(METRICS) | set(PERCENTILES)
     fields = [decl("S", dtype="enum", dtype_param=[NASTY]), decl("CONCURRENCY")]
     section = {"command": {"others": "--tag $S"}, "others": "--tag $S"}
     argv, env = bench.render({"S": NASTY, "CONCURRENCY": 3}, fields, section, server=server_spec,
@@ -73,6 +74,7 @@ def test_vllm_benchmark_argv(server_spec: LaunchSpec, tmp_path: Path) -> None:
                     "--dataset-name", "random", "--num-prompts", "100", "--max-concurrency", "16",
                     "--request-rate", "2.5", "--random-input-len", "512", "--save-result",
                     "--result-dir", str(tmp_path), "--result-filename", RESULT_FILE,
+                    "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,90,95,99",
                     "--ignore-eos", "--seed", "64")
     assert env == {"CONCURRENCY": "16", "REQUESTRATE": "2.5"}
 

@@ -24,6 +24,7 @@ from msopt.engines import LaunchSpec
 from msopt.engines.process import free_port
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.results import METRICS
+from msopt.metrics import PERCENTILES
 
 
 def test_synthetic_prompts_are_seeded_and_sized() -> None:
@@ -37,8 +38,10 @@ def test_closed_loop(sim_server: LaunchSpec, tmp_path: Path, endpoint: str) -> N
     section = {"endpoint": endpoint, "input_len": 64, "output_len": 8, "concurrency": 8}
     m = get_benchmark("builtin").run(sim_server, {}, [], section, num_prompts=16, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
-    assert set(m) == set(METRICS)
+    assert set(m) == set(METRICS) | set(PERCENTILES)
     assert m["success_rate"] == 1.0 and all(m[k] > 0 for k in METRICS)
+    assert m["ttft_p50"] <= m["ttft_p90"] <= m["ttft_p95"] <= m["ttft_p99"]  # what [slo] percentiles hold
+    assert m["tpot_p50"] <= m["tpot_p99"]
     summary = json.loads((tmp_path / RESULT_FILE).read_text())
     assert summary["completed"] == 16 and summary["total_output_tokens"] == 16 * 8
     records = [json.loads(line) for line in (tmp_path / REQUESTS_FILE).read_text().splitlines()]
