@@ -55,6 +55,7 @@ from msopt.benchmarks.base import (
     BENCHMARKS,
     BenchmarkAdapter,
     check_metrics,
+    no_result_report,
     resolve_load,
     server_values,
 )
@@ -70,7 +71,7 @@ from msopt.engines.base import (
     split_others,
     substitute,
 )
-from msopt.engines.process import exit_report, tail, write_atomic
+from msopt.engines.process import write_atomic
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -493,8 +494,7 @@ class AisBench(BenchmarkAdapter):
         found = sorted(set(named), key=lambda p: p.stat().st_mtime)
         if not found:
             want = f"{DATASET_ABBR}.json" if generated else "<dataset_abbr>.json beside its .csv"
-            raise EvaluationError(exit_report(f"ais_bench wrote no performances/<model>/{want} under {result_dir}",
-                                              log_path, tail(log_path, 20)))
+            raise EvaluationError(no_result_report("ais_bench", f"performances/<model>/{want}", result_dir, log_path))
         jpath = found[-1]
         try:
             common = json.loads(jpath.read_text(encoding="utf-8"))

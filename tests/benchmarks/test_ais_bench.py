@@ -205,3 +205,16 @@ def test_aisbench_loader_reads_the_generated_configs(ais_names, server_spec, tmp
     assert len(datasets) == 1 and datasets[0]["type"] is ais_names["SyntheticDataset"]
     check_synthetic(datasets[0]["config"])
     assert datasets[0]["config"]["RequestCount"] == 9 and datasets[0]["config"]["Type"] == kind
+
+
+def test_no_result_names_what_ais_bench_wrote(tmp_path):
+    """Like vllm bench serve's (issue 39): the files AISBench did write are named, not only its log's end."""
+    from msopt.benchmarks import get_benchmark
+    from msopt.errors import EvaluationError
+
+    (tmp_path / "outputs" / "default" / "20261201").mkdir(parents=True)
+    (tmp_path / "outputs" / "default" / "20261201" / "summary.txt").write_text("x")
+    with pytest.raises(EvaluationError) as err:
+        get_benchmark("ais_bench").parse(tmp_path, tmp_path / "log")
+    assert str(err.value).startswith("ais_bench wrote no performances/<model>/")
+    assert "it wrote outputs/default/20261201/summary.txt there" in str(err.value)
