@@ -186,11 +186,11 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         note = benchmark.produced_note(section)
         name = f"{bench_name} ({note})" if note else bench_name
         check_capacity_metrics(capacity, sorted(produces), name)
-    _check_slo_statistics(settings, produces, name)
-    try:
+    try:  # first: a metric the objective needs and the benchmark lacks says which, whatever the SLOs' statistic
         check_metrics_available(objective, produces, name)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: {exc}") from None
+    _check_slo_statistics(settings, produces, name)
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
                      workload_config(settings))
 
@@ -203,7 +203,7 @@ def _check_slo_statistics(settings: Settings, produces: frozenset[str], source: 
             continue
         have = (["mean"] if mean in produces else []) + [c.rpartition("_")[2] for c in sorted(produces)
                                                          if c.startswith(f"{metric}_p")]
-        stat = column.rpartition("_")[2]
+        stat = "mean" if column == mean else column.rpartition("_")[2]
         raise ConfigError(f"{settings.where('slo.' + metric)}: [slo] {metric}: {source} does not report the {stat} "
                           f"of {metric} ({column}); it reports {', '.join(have) or 'no statistic of it'}: use "
                           f"one of those")
