@@ -186,11 +186,16 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         note = benchmark.produced_note(section)
         name = f"{bench_name} ({note})" if note else bench_name
         check_capacity_metrics(capacity, sorted(produces), name)
-    try:  # first: a metric the objective needs and the benchmark lacks says which, whatever the SLOs' statistic
-        check_metrics_available(objective, produces, name)
-    except ConfigError as exc:
-        raise ConfigError(f"{settings.where('objective')}: {exc}") from None
-    _check_slo_statistics(settings, produces, name)
+    def objective_metrics() -> None:
+        try:
+            check_metrics_available(objective, produces, name)
+        except ConfigError as exc:
+            raise ConfigError(f"{settings.where('objective')}: {exc}") from None
+
+    if not {METRICS[1], METRICS[2]} <= produces:
+        objective_metrics()  # a benchmark without TTFT or TPOT at all: this line names what lacks and why
+    _check_slo_statistics(settings, produces, name)  # then which statistic of them the SLOs can hold
+    objective_metrics()
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
                      workload_config(settings))
 
