@@ -12,8 +12,9 @@ capacity) and owns ask → dispatch → record → tell.
 - the callbacks (:mod:`msopt.run.events`): every event of the run, typed, goes to each in order;
   the run directory's (:class:`~msopt.run.callbacks.StoreCallback`) comes first.
 
-:func:`optimize` is the entry point: the validated configuration, the pool, the callbacks in, the
-:class:`~msopt.run.events.RunOutcome` out.
+:func:`optimize` runs the loop: the validated configuration, the pool, the callbacks in, the
+:class:`~msopt.run.events.RunOutcome` out; :class:`msopt.run.session.RunSession` is the whole run
+around it (run directory, prior, pool, signals, outputs), as ``msopt optimize`` runs it.
 
 The driver talks to an :class:`~msopt.run.pool.EvaluatorPool` (submit a request, wait for finished
 results); ``actors.pool.RayPool`` implements it with Ray actors,
@@ -69,7 +70,6 @@ from msopt.run.validate import Validated
 from msopt.run.verdict import VerdictTally
 from msopt.search import Constraint, Screen, swarm_options
 from msopt.search.searcher import Searcher, SearcherSetup, Trial, make_searcher, search_dimensions
-from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
 # re-exported: the homes of the last five are msopt.run.events, .callbacks and .records
@@ -236,14 +236,6 @@ class Driver:
 
         return Screen(opts.screen, opts.explore, score)
 
-    @property
-    def swarm(self) -> Swarm:
-        """The particle swarm of the default searcher."""
-        swarm = getattr(self.searcher, "swarm", None)
-        if not isinstance(swarm, Swarm):
-            raise AttributeError(f"the {self.searcher.name!r} searcher has no swarm")
-        return swarm
-
     # -- recording ------------------------------------------------------------------------
     def emit(self, event: RunEvent) -> None:
         """Send one event to every callback, in order."""
@@ -367,10 +359,6 @@ class Driver:
         """Evaluations submitted to the pool (not replayed, not reused)."""
         return self.dispatcher.launched
 
-    def search_request(self, particle: int, count: int, position: np.ndarray) -> EvalRequest:
-        """The request to evaluate ``position`` as particle ``particle``'s ``count``-th search."""
-        return stages.search_request(self, particle, count, position)
-
     def expected_evaluations(self) -> int:
         """Evaluations a run without a launch budget makes: see :func:`stages.expected_evaluations`."""
         return stages.expected_evaluations(self)
@@ -380,17 +368,6 @@ class Driver:
         """The stages of this run, in order."""
         search: stages.Stage = stages.AsyncSearch() if self.mode == "async" else stages.SyncSearch()
         return [stages.Baseline(), search, stages.Refine(), stages.Capacity()]
-
-    def run_baseline(self) -> EvaluationResult:
-        """Evaluate the default configuration (every field at its ``value``)."""
-        self.stage = "baseline"
-        result: EvaluationResult = stages.Baseline().run(self)
-        return result
-
-    def run_refine(self) -> list[EvaluationResult]:
-        """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
-        self.stage = "refine"
-        return stages.Refine().run(self)
 
     # -- ranking (the leaderboard's) ----------------------------------------------------------
     def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
@@ -463,7 +440,8 @@ class Driver:
 def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[RunCallback] = (),
              store: RunRecord | None = None, previous: Sequence[EvaluationResult] = (),
              prior: SimulatorPrior | None = None) -> RunOutcome:
-    """Run one optimization: the entry point behind ``msopt optimize``.
+    """Run one optimization's loop over a pool the caller started: what
+    :class:`msopt.run.session.RunSession` (``msopt optimize``) runs between its start and its outputs.
 
     Args:
         validated: what :func:`msopt.run.validate.validate` (or ``load``) returned.
