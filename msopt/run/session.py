@@ -31,14 +31,13 @@ from typing import Any, Protocol
 
 from msopt.config import Settings
 from msopt.errors import FaultError, MsoptError, Terminated
-from msopt.evaluate.prior import SimulatorPrior, make_prior, prior_options
 from msopt.evaluate.results import EvaluationResult
+from msopt.prior import PriorGuide, PriorSearch, make_prior, real_prior_table
 from msopt.run.driver import optimize
 from msopt.run.events import RunCallback, RunOutcome
 from msopt.run.pool import EvaluatorPool, InProcessPool
 from msopt.run.preflight import hardware_probe
-from msopt.run.prior_source import prior_source, user_set
-from msopt.run.store import RunStore, StoreError
+from msopt.run.store import RunStore, StoreError, atomic_write
 from msopt.run.validate import Validated, load
 from msopt.run.verdict import Verdict, make_verdict
 
@@ -157,78 +156,10 @@ def resume_store(run_dir: str | Path) -> tuple[Validated, RunStore]:
     return checked, store
 
 
-class _Stopped(Exception):
-    """Ends a :class:`_PriorSearch` that is no longer wanted."""
-
-
-class _PriorSearch:
-    """The simulator prior's search, run in a thread while the main thread starts a slow pool
-    (seconds of ray.init and of actors starting, mostly spent waiting).
-
-    Ray must be started by the main thread, not this one: its processes get SIGKILL when the
-    thread that started them ends (Ray's fate sharing sets ``prctl(PR_SET_PDEATHSIG)``, which
-    follows the thread).
-    """
-
-    def __init__(self, prior: SimulatorPrior, seed: int | None) -> None:
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        report = prior.report
-
-        def tell(text: str) -> None:  # the search reports every tenth of its budget: where it can stop
-            if self._stop.is_set():
-                raise _Stopped
-            if report is not None:
-                report(text)
-
-        prior.report = tell
-        self._thread = threading.Thread(target=self._run, args=(prior, seed, report), name="msopt-prior-search",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, prior: SimulatorPrior, seed: int | None, report: Callable[[str], None] | None) -> None:
-        try:
-            prior.search_for_run(seed)
-        except _Stopped:
-            pass
-        except BaseException as exc:  # noqa: BLE001  raised again in the main thread, by result()
-            self.error = exc
-        finally:
-            prior.report = report
-
-    def result(self) -> None:
-        """Wait for the search to end; raises what it raised."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-
-    def stop(self) -> None:
-        """End the search at its next report (the run stops) and wait for it."""
-        self._stop.set()
-        self._thread.join()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
-
-
 def _say(text: str) -> None:
     """Print one line at once (the prior's search reports from its own thread)."""
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _real_prior_table(settings: Settings, probes: Callable[[], Probes | None], run_dir: Path,
-                      say: Callable[[str], None]) -> dict[str, Any] | None:
-    """A real run's prior: its model from the model's config.json and its hardware from the nodes
-    (``probes``), unless ``[simulator]`` sets them; says what it uses."""
-    if prior_options(settings).mode == "none":
-        return None
-    source = prior_source(settings, None if user_set(settings, "hardware") else probes(), run_dir)
-    for line in source.lines:
-        say(line)
-    return source.table
 
 
 class RunSession:
@@ -301,7 +232,7 @@ class RunSession:
                 raise
         shown: Display | None = None
         pool: EvaluatorPool | None = None
-        search: _PriorSearch | None = None
+        search: PriorSearch | None = None
         outcome: RunOutcome | None = None
         outputs: threading.Thread | None = None  # the outputs, written while a slow pool stops
         # SIGTERM (ray job stop, kill) ends the run like Ctrl-C: the journal is already on disk
@@ -315,7 +246,7 @@ class RunSession:
                 prior.report = self.say
             self.pools.announce(self.say)
             if prior is not None and self.pools.slow:  # searched while the pool starts
-                search = _PriorSearch(prior, checked.swarm.seed)
+                search = PriorSearch(prior, checked.swarm.seed)
             try:
                 pool = self.pools.start(settings, store.run_dir, self.say)
             except MsoptError:
@@ -331,11 +262,13 @@ class RunSession:
                 shown = self.display(store.run_dir)
                 callbacks.append(shown)
             if not simulated:
-                table = _real_prior_table(settings, lambda: self.pools.hardware(self.say), store.run_dir, self.say)
+                table = real_prior_table(settings, lambda: self.pools.hardware(self.say), store.run_dir, self.say,
+                                         write=atomic_write)
                 prior = make_prior(settings, checked.space, simulator=table)
                 if prior is not None:
                     prior.report = self.say
-            outcome = optimize(checked, pool, callbacks=callbacks, store=store, previous=previous, prior=prior)
+            outcome = optimize(checked, pool, callbacks=callbacks, store=store, previous=previous,
+                               guide=PriorGuide(prior) if prior is not None else None)
         except KeyboardInterrupt as exc:
             if search is not None:
                 search.stop()

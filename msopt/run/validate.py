@@ -29,10 +29,10 @@ from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
-from msopt.evaluate.prior import prior_options
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
+from msopt.prior.simulator import prior_options
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options

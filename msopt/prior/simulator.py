@@ -1,11 +1,9 @@
-"""What the driver knows before a launch: the engine's start-up rules and the simulator's prediction.
-
-- :class:`CandidateScreen` renders a candidate as an evaluator would and checks the engine's
-  start-up rules (:mod:`msopt.engines.rules`), so a refused candidate is never dispatched.
-- :class:`SimulatorPrior` predicts a configuration's metrics and fitness with the embedded
-  simulator (noise off) for the run's own model, hardware, workload and objective, and searches
-  the run's space on it before the first launch (:meth:`SimulatorPrior.search`), so the swarm
-  starts from the baseline plus diverse top predictions.
+"""The simulator as the search's prior: :class:`SimulatorPrior` predicts a configuration's metrics
+and fitness with the embedded simulator (noise off) for the run's own model, hardware, workload
+and objective, and searches the run's space on it before the first launch
+(:meth:`SimulatorPrior.search`), so the searcher starts from the baseline plus diverse top
+predictions. Refused candidates (the engine's start-up rules, :class:`msopt.evaluate.screen.CandidateScreen`)
+are predicted as failures.
 """
 
 from __future__ import annotations
@@ -21,20 +19,20 @@ import numpy as np
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import make_objective
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.runner import configured_benchmark
+from msopt.evaluate.screen import CandidateScreen
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.space import SearchSpace
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
 
-__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior",
+__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
            "make_prior", "prior_applies", "prior_options"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
@@ -47,69 +45,6 @@ REFIT_TOLERANCE = 0.05
 _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
 
-
-
-def _devices(settings: Settings) -> list[str]:
-    return settings.config.cluster.device_ids()
-
-
-class _AnyEnvironment(dict):
-    """The server's environment as the driver's pre-check sees it: every variable set. Rules on
-    the environment (e.g. MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
-    its evaluator checks them there, with its own environment."""
-
-    def get(self, key: Any, default: Any = None) -> Any:  # noqa: D102
-        return super().get(key, "set")
-
-
-class CandidateScreen:
-    """The engine's start-up rules, checked in the driver before a candidate is dispatched.
-
-    Renders the launch as the evaluator would (device ids ``0..devices_per_trial-1`` stand in
-    for the ones an actor gets) and checks the engine's rules with the simulated model's facts
-    (simulated run, or ``simulator``: the prior's own ``[simulator]`` table) or the model
-    directory's config.json (real run). Rules on the server's
-    environment are left to the evaluator, which knows the environment the server gets.
-    """
-
-    def __init__(self, settings: Settings, *, simulate: bool | None = None,
-                 simulator: Mapping[str, Any] | None = None) -> None:
-        self.settings = settings
-        self.engine = get_engine(settings.engine)
-        self.section = settings.section(settings.engine)
-        self.devices = _devices(settings)
-        sim = settings.config.run.simulate if simulate is None else simulate
-        self.model: ModelFacts | None = None
-        if sim:
-            from msopt.sim import load_model
-
-            table = settings.section("simulator") if simulator is None else simulator
-            dirs = table.get("catalog_dirs", ())
-            m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
-            self.model = ModelFacts(attention_heads=m.heads, max_position=m.max_position)
-        self._seen: dict[str, str | None] = {}
-
-    def refusal(self, values: Mapping[str, Any]) -> str | None:
-        """The engine's refusal of ``values`` (its message and rule), or None when it would start."""
-        key = _key(values)
-        if key in self._seen:
-            return self._seen[key]
-        try:
-            spec = self.engine.render(values, self.settings.fields, self.section, port=0,
-                                      devices=list(self.devices), workdir=None)
-            cand = Candidate(spec, dict(values), self.section,
-                             self.model if self.model is not None else model_facts(spec.model),
-                             _AnyEnvironment(spec.env))
-            hit = broken_rule(cand, self.engine.startup_rules)
-            out = None
-            if hit is not None:
-                rule, message = hit
-                out = (f"{spec.engine} refuses this configuration at start-up: {message} "
-                       f"[rule {rule.id}, {rule.source}, {rule.version}]")
-        except MsoptError:
-            out = None  # anything else is the evaluator's to report
-        self._seen[key] = out
-        return out
 
 
 @dataclass(frozen=True)
@@ -187,7 +122,7 @@ def prior_applies(settings: Settings, options: PriorOptions, described: bool = F
 
     ``"simulator"``: always. ``"auto"``: when the simulator describes the run, i.e. a simulated
     run, a real run whose model and hardware were found (``described``:
-    :func:`msopt.run.prior_source.prior_source`), or one whose ``[simulator]`` hardware and model
+    :func:`msopt.prior.source.prior_source`), or one whose ``[simulator]`` hardware and model
     were set in a configuration file (the packaged defaults describe nobody's cluster). The engine
     must be one the simulator models (its adapter names a ``sim_personality``).
     """
@@ -261,7 +196,7 @@ class SimulatorPrior:
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self._observed_fitness: dict[str, float] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
-        self.devices = _devices(settings)
+        self.devices = settings.config.cluster.device_ids()
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
         self._memo = memo
@@ -556,7 +491,7 @@ def make_prior(settings: Settings, space: SearchSpace | None = None,
         settings: the run's settings.
         space: its search space (default: built from ``settings``).
         simulator: the ``[simulator]`` table the prior models (a real run's, found by
-            :func:`msopt.run.prior_source.prior_source`); None: the run's own table.
+            :func:`msopt.prior.source.prior_source`); None: the run's own table.
 
     Raises:
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
