@@ -8,8 +8,7 @@ from pathlib import Path
 
 from msopt.config import Settings
 from msopt.evaluate.results import EvaluationResult
-from msopt.report.export import export_best
-from msopt.report.html import write_report
+from msopt.report import export, html
 
 __all__ = ["write_outputs"]
 
@@ -24,12 +23,12 @@ def write_outputs(settings: Settings, run_dir: Path, best: EvaluationResult | No
     stderr, never the run (everything needed to retry is in the run directory)."""
     try:
         if best is not None:
-            export_best(settings, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
+            export.export_best(settings, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
     except Exception as exc:  # noqa: BLE001  the run is done and journaled; say so and go on
         print(f"msopt: warning: could not write the best configuration's launch command "
               f"({_one_line(exc)})", file=sys.stderr)
     try:
-        print(f"report: {write_report(run_dir, export=False)}", flush=True)
+        print(f"report: {html.write_report(run_dir, export=False)}", flush=True)
     except Exception as exc:  # noqa: BLE001
         print(f"msopt: warning: could not write the report ({_one_line(exc)}); retry with: "
               f"msopt report {run_dir}", file=sys.stderr)
