@@ -290,7 +290,7 @@ class SimRunner(EngineRunner):
         """A prefill/decode-disaggregated trial: every instance and the router rendered, both pools simulated."""
         from msopt.engines.pd import without_pd
 
-        devices = list(self.ctx.devices) or [str(d) for d in range(_trial_devices(self.settings))]
+        devices = list(self.ctx.devices) or [str(d) for d in range(self.settings.config.cluster.devices_per_trial or 0)]
         nodes = self.ctx.nodes or self.virtual
         launch = self.engine.render_pd(values, self.settings.fields, self.engine_section, ports=[0] * 1024,
                                        devices=devices, workdir=self.ctx.run_dir, nodes=nodes)
@@ -319,7 +319,3 @@ class SimRunner(EngineRunner):
             raise EvaluationError(res.error)
         return metrics_of(res)
 
-
-def _trial_devices(settings: Settings) -> int:
-    """``[cluster] devices_per_trial`` (0 when unset: the instances are not checked against it)."""
-    return settings.config.cluster.devices_per_trial or 0
