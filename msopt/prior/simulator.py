@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from msopt.checks import is_int, is_number
-from msopt.config import Settings, thaw
+from msopt.config import PriorConfig, Settings, thaw
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
@@ -62,59 +61,13 @@ class Prediction:
         return {**self.metrics, "fitness": self.fitness if math.isfinite(self.fitness) else None}
 
 
-@dataclass(frozen=True)
-class PriorOptions:
-    """``[search]`` keys of the prior.
-
-    Attributes:
-        mode: one of :data:`PRIOR_MODES`.
-        evaluations: simulated evaluations of the prior search.
-        picks: how many particles besides the baseline start at the prior's top predictions
-            (None: all of them).
-        screen: moves a particle proposes per evaluation, the prior ranks them and the best
-            predicted is taken (0 or 1: no screening).
-        explore: the chance a screened particle takes its first proposal unranked instead, so a
-            wrong model cannot trap the search.
-        refit: after each iteration, refit the simulator's efficiency factors to the run's own
-            measurements (:func:`msopt.sim.calibrate.fit_hardware`, regularised toward the
-            catalog) and predict with the refitted hardware from then on.
-    """
-
-    mode: str = "auto"
-    evaluations: int = 600
-    picks: int | None = None
-    screen: int = 4
-    explore: float = 0.25
-    refit: bool = True
+#: The prior's ``[search]`` options: :class:`msopt.config.PriorConfig` (``settings.config.prior``).
+PriorOptions = PriorConfig
 
 
 def prior_options(settings: Settings) -> PriorOptions:
-    """The prior's options from ``[search]``.
-
-    Raises:
-        ConfigError: naming the file and the key.
-    """
-    table = settings.section("search")
-    where = settings.table_source("search")
-    mode = table.get("prior", "auto")
-    if mode not in PRIOR_MODES:
-        raise ConfigError(f"{where}: [search] prior must be one of {', '.join(PRIOR_MODES)}, got {mode!r}")
-    n = table.get("prior_evaluations", 600)
-    if not is_int(n) or not 0 <= n <= 1_000_000:
-        raise ConfigError(f"{where}: [search] prior_evaluations must be an integer from 0 to 1000000, got {n!r}")
-    picks = table.get("prior_picks")
-    if picks is not None and (not is_int(picks) or picks < 0):
-        raise ConfigError(f"{where}: [search] prior_picks must be a non-negative integer, got {picks!r}")
-    screen = table.get("screen", 4)
-    if not is_int(screen) or not 0 <= screen <= 64:
-        raise ConfigError(f"{where}: [search] screen must be an integer from 0 to 64, got {screen!r}")
-    explore = table.get("explore", 0.25)
-    if not is_number(explore) or not 0 <= explore <= 1:
-        raise ConfigError(f"{where}: [search] explore must be a number from 0 to 1, got {explore!r}")
-    refit = table.get("refit", True)
-    if not isinstance(refit, bool):
-        raise ConfigError(f"{where}: [search] refit must be true or false, got {refit!r}")
-    return PriorOptions(str(mode), int(n), picks, int(screen), float(explore), refit)
+    """The prior's options from ``[search]``, as validated at load time (``settings.config.prior``)."""
+    return settings.config.prior
 
 
 def prior_applies(settings: Settings, options: PriorOptions, described: bool = False) -> bool:

@@ -32,7 +32,6 @@ from msopt.evaluate.objective import Objective, check_metrics_available, make_ob
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
-from msopt.prior.simulator import prior_options
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
@@ -127,7 +126,6 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
                           "all constant or derived), so a search would evaluate one configuration over and over; "
                           "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
     swarm = swarm_options(settings)
-    prior_options(settings)
     searcher = settings.config.run.searcher
     if searcher not in SEARCHERS:
         raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
