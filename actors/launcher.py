@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.pool import RayPool, init_ray, shutdown_ray
+from actors.preflight import cluster_hardware
 from msopt.config import Settings
 from msopt.run.pool import EvaluatorPool
 from msopt.run.session import Probes
@@ -41,14 +42,13 @@ class RayLauncher:
         """Start (or join) Ray and the actor pool."""
         simulate = settings.config.run.simulate
         cap = self.max_concurrent or settings.config.cluster.max_concurrent_trials
-        slots = min(settings.n_particles, cap) if cap else settings.n_particles
+        n = settings.config.run.n_particles
+        slots = min(n, cap) if cap else n
         self._started = init_ray(settings, self.address, simulate=simulate, slots=slots)
         return RayPool(settings, simulate=simulate, run_dir=str(run_dir), max_concurrent=self.max_concurrent)
 
     def hardware(self, say: Callable[[str], None]) -> Probes | None:
         """Each node's hardware, by a Ray task per node (None, said in a line, where it fails)."""
-        from actors.preflight import cluster_hardware
-
         try:
             return cluster_hardware()
         except Exception as exc:  # noqa: BLE001  a node that cannot be probed costs the prior, not the run
