@@ -15,12 +15,6 @@ from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 
 
-def accelerator_key(settings: Settings) -> str | None:
-    """The Ray resource name of ``[cluster] accelerator`` ("NPU", "GPU", "CPU" for "cpu": cores), None
-    for "none"."""
-    return settings.config.cluster.accelerator_key
-
-
 @ray.remote(num_cpus=0, max_restarts=0)
 class EvaluatorActor:
     """Owns an :class:`Evaluator`; decodes with each request's DecodeContext and evaluates it.
@@ -32,7 +26,7 @@ class EvaluatorActor:
 
     def __init__(self, settings: Settings, simulate: bool, run_dir: str | None, name: str,
                  followers: Sequence[Any] = ()) -> None:
-        key = accelerator_key(settings)
+        key = settings.config.cluster.accelerator_key
         ids = ray.get_runtime_context().get_accelerator_ids()
         self.devices = [str(d) for d in ids.get(key, [])] if key else []
         self.name = name

@@ -20,13 +20,13 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors.evaluator import EvaluatorActor, accelerator_key
+from actors.evaluator import EvaluatorActor
 from msopt.config import Settings
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
-from msopt.run.pool import LaunchCosts, devices_per_trial, route, unneeded
+from msopt.run.pool import LaunchCosts, route, unneeded
 
 log = logging.getLogger("msopt.pool")
 
@@ -44,7 +44,7 @@ def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:
     """
     configured = settings.config.cluster.devices_per_node
     try:
-        return split_trial(devices_per_trial(settings), configured or per_node)
+        return split_trial(settings.config.cluster.trial_devices, configured or per_node)
     except ConfigError as exc:
         raise ClusterError(str(exc)) from None
 
@@ -130,8 +130,8 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
             raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
                                "'ray start --head' or drop --address") from None
         return False
-    key = accelerator_key(settings)
-    k = devices_per_trial(settings)
+    key = settings.config.cluster.accelerator_key
+    k = settings.config.cluster.trial_devices
     resources: dict[str, float] = {}
     num_gpus = None
     if key == "CPU":  # cores are Ray's own CPU resource: nothing virtual to declare
@@ -201,8 +201,8 @@ class RayPool:
         self.settings = settings
         self.simulate = simulate
         self.run_dir = run_dir
-        self.key = accelerator_key(settings)
-        self.k = devices_per_trial(settings) if self.key else 0
+        self.key = settings.config.cluster.accelerator_key
+        self.k = settings.config.cluster.trial_devices if self.key else 0
         self.nodes_per_trial, self.per_node = (trial_nodes(settings, self._cluster_per_node()) if self.k
                                                else (1, 0))
         self.time_limit = settings.config.run.particles_time_out

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.evaluator import accelerator_key
 from msopt.config import Settings
 from msopt.run.preflight import Check, node_checks
 
@@ -24,7 +23,7 @@ def cluster_checks(settings: Settings, *, full: bool = True) -> list[Check]:
     A node's accelerator count is what Ray offers there (its ``NPU``/``GPU`` resource), which is
     what the trials' placement groups will get.
     """
-    key = accelerator_key(settings)
+    key = settings.config.cluster.accelerator_key
     refs = []
     for node in ray.nodes():
         if not node.get("Alive"):

@@ -64,3 +64,7 @@ class FaultError(MsoptError):
     An evaluation that meets one is never journaled as that configuration's result: the driver
     retries it a bounded number of times, then stops the run; ``--resume`` runs it again.
     """
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``ray job stop``): stops a run as Ctrl-C does (the CLI exits 143)."""

@@ -10,7 +10,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
-from msopt.run.stages import SyncSearch
+from msopt.run.stages import Baseline, SyncSearch
 from msopt.space import SearchSpace
 
 from .driver_helpers import FormulaEvaluator
@@ -91,7 +91,7 @@ def test_write_back_reaches_swarm_before_bests(write_toml):
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seed=k))
     try:
         driver = Driver(settings, pool, keep_results=True)
-        driver.run_baseline()
+        Baseline().run(driver)  # the driver's own baseline stage
         SyncSearch().run(driver)  # the driver's own search stage
         search = [r for r in driver.results if r.phase == "search"]
         assert sorted(r.particle for r in search) == list(range(driver.n))
@@ -100,9 +100,9 @@ def test_write_back_reaches_swarm_before_bests(write_toml):
         assert all(r.values["tp"] * r.values["pp"] * r.values["dp"] == 8 for r in search)
         for r in search:
             if math.isfinite(r.fitness):  # a first finite result always becomes the personal best
-                assert np.allclose(driver.swarm.personal_best_positions[r.particle], r.position), r
+                assert np.allclose(driver.searcher.swarm.personal_best_positions[r.particle], r.position), r
         best = min(search, key=lambda r: r.fitness)
-        assert np.allclose(driver.swarm.best_position, best.position)
+        assert np.allclose(driver.searcher.swarm.best_position, best.position)
     finally:
         pool.close()
 
@@ -141,7 +141,7 @@ def test_async_every_particle_gets_its_evaluations(make_driver):
         if r.phase == "search":
             per.setdefault(r.particle, []).append(r.iteration)
     assert {p: sorted(v) for p, v in per.items()} == {p: [0, 1, 2, 3] for p in range(6)}
-    assert list(driver.swarm.evaluation_counts) == [4] * 6
+    assert list(driver.searcher.swarm.evaluation_counts) == [4] * 6
 
 
 def test_unrepairable_is_inf_with_own_values(write_toml):

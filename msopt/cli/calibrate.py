@@ -84,7 +84,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     store = RunStore.open(run_dir)
     settings = load(str(run_dir / CONFIG)).settings
     hw_name, model, dirs = _sim_catalog(settings)
-    from msopt.run.prior_source import user_set
+    from msopt.prior.source import user_set
     from msopt.sim.hf_config import config_path
 
     found = None if user_set(settings, "model") else config_path(

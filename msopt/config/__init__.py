@@ -17,7 +17,7 @@ from msopt.config.settings import (
     thaw,
     tomllib,
 )
-from msopt.config.typed import ClusterConfig, Config, RunConfig
+from msopt.config.typed import ClusterConfig, Config, PriorConfig, RunConfig
 
-__all__ = ["DEFAULTS_PATH", "ENV_CONFIG", "ClusterConfig", "Config", "RunConfig", "Settings", "dump_toml",
-           "load_settings", "read_toml", "resolve_config_path", "thaw", "tomllib"]
+__all__ = ["DEFAULTS_PATH", "ENV_CONFIG", "ClusterConfig", "Config", "PriorConfig", "RunConfig", "Settings",
+           "dump_toml", "load_settings", "read_toml", "resolve_config_path", "thaw", "tomllib"]

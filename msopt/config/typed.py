@@ -19,13 +19,14 @@ from msopt.slo import Slos, parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl
 
-__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "RunConfig", "build_config", "slos"]
+__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "PriorConfig", "RunConfig", "build_config", "slos"]
 
 #: Keys defaults.toml leaves unset, and what that means (docs/configuration.md documents each).
 UNSET_DEFAULTS: Mapping[str, Any] = {
     "max_launches": 0,             # no launch budget
     "backup": False,               # --backup off
     "search.searcher": "swarm",
+    "search.prior_picks": None,          # every particle besides the baseline
     "cluster.devices_per_trial": None,   # the ternary_factories product, else 1 (ClusterConfig.trial_devices)
     "cluster.devices_per_node": None,    # the cluster's largest node; simulated: the hardware's
     "cluster.ports": None,               # the OS picks any free port
@@ -120,11 +121,38 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class PriorConfig:
+    """The simulator prior's ``[search]`` keys, validated at load time (defaults: defaults.toml).
+
+    Attributes:
+        mode: ``prior``: "auto", "simulator" or "none".
+        evaluations: ``prior_evaluations``: simulated evaluations of the prior search.
+        picks: ``prior_picks``: how many particles besides the baseline start at the prior's top
+            predictions (None: all of them).
+        screen: moves a particle proposes per evaluation, the prior ranks them and the best
+            predicted is taken (0 or 1: no screening).
+        explore: the chance a screened particle takes its first proposal unranked instead, so a
+            wrong model cannot trap the search.
+        refit: after each iteration, refit the simulator's efficiency factors to the run's own
+            measurements (:func:`msopt.sim.calibrate.fit_hardware`, regularised toward the
+            catalog) and predict with the refitted hardware from then on.
+    """
+
+    mode: str = "auto"
+    evaluations: int = 600
+    picks: int | None = None
+    screen: int = 4
+    explore: float = 0.25
+    refit: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything typed that a Settings resolves to (see the module docstring)."""
 
     run: RunConfig
     cluster: ClusterConfig
+    prior: PriorConfig
 
 
 def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -165,8 +193,12 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
     else:
         trial = int(k)
     per_node = _get(data, "cluster.devices_per_node")
+    picks = _get(data, "search.prior_picks")
+    prior = PriorConfig(mode=str(_get(data, "search.prior")), evaluations=int(_get(data, "search.prior_evaluations")),
+                        picks=None if picks is None else int(picks), screen=int(_get(data, "search.screen")),
+                        explore=float(_get(data, "search.explore")), refit=bool(_get(data, "search.refit")))
     return Config(run, ClusterConfig(
         accelerator=str(cluster["accelerator"]), devices_per_trial=None if k is None else int(k), trial_devices=trial,
         devices_per_node=int(per_node) if per_node else None,
         max_concurrent_trials=int(cluster["max_concurrent_trials"] or 0),
-        ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])))
+        ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])), prior)

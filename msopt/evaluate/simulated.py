@@ -332,11 +332,7 @@ def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], settings: 
     Raises:
         EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
     """
-    return engine.render_pd(values, settings.fields, section, ports=[0] * 1024,
-                            devices=list(devices) or [str(d) for d in range(_trial_devices(settings))],
+    default = [str(d) for d in range(settings.config.cluster.devices_per_trial or 0)]
+    return engine.render_pd(values, settings.fields, section, ports=[0] * 1024, devices=list(devices) or default,
                             workdir=workdir, nodes=nodes)
 
-
-def _trial_devices(settings: Settings) -> int:
-    """``[cluster] devices_per_trial`` (0 when unset: the instances are not checked against it)."""
-    return settings.config.cluster.devices_per_trial or 0

@@ -12,8 +12,9 @@ capacity) and owns ask → dispatch → record → tell.
 - the callbacks (:mod:`msopt.run.events`): every event of the run, typed, goes to each in order;
   the run directory's (:class:`~msopt.run.callbacks.StoreCallback`) comes first.
 
-:func:`optimize` is the entry point: the validated configuration, the pool, the callbacks in, the
-:class:`~msopt.run.events.RunOutcome` out.
+:func:`optimize` runs the loop: the validated configuration, the pool, the callbacks in, the
+:class:`~msopt.run.events.RunOutcome` out; :class:`msopt.run.session.RunSession` is the whole run
+around it (run directory, prior, pool, signals, outputs), as ``msopt optimize`` runs it.
 
 The driver talks to an :class:`~msopt.run.pool.EvaluatorPool` (submit a request, wait for finished
 results); ``actors.pool.RayPool`` implements it with Ray actors,
@@ -42,8 +43,8 @@ import numpy as np
 
 from msopt.config import Settings
 from msopt.errors import ConfigError, DecodeError
-from msopt.evaluate.prior import CandidateScreen, SimulatorPrior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.evaluate.screen import CandidateScreen
 from msopt.evaluate.workload import workload_config
 from msopt.run import stages
 from msopt.run.callbacks import RunRecord, StoreCallback
@@ -62,14 +63,14 @@ from msopt.run.events import (
     RunOutcome,
     RunStarted,
 )
+from msopt.run.guide import Guide
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import best_record, capacity_line, capacity_record
 from msopt.run.validate import Validated
 from msopt.run.verdict import VerdictTally
-from msopt.search import Constraint, Screen, swarm_options
+from msopt.search import Constraint, swarm_options
 from msopt.search.searcher import Searcher, SearcherSetup, Trial, make_searcher, search_dimensions
-from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
 # re-exported: the homes of the last five are msopt.run.events, .callbacks and .records
@@ -91,11 +92,11 @@ class Driver:
             there is no store, whose journal otherwise is the record (long runs stay flat).
         validated: what :func:`msopt.run.validate.validate` returned for ``settings``: its search
             space, swarm options and capacity options are used instead of being built again.
-        prior: the simulator prior (:class:`msopt.evaluate.prior.SimulatorPrior`, see
-            :func:`msopt.evaluate.prior.make_prior`): searched here when it has not been, the
-            swarm starts from the baseline plus its diverse top predictions, every request carries
-            its prediction to the journal and, with ``[search] screen``, each particle's move is
-            picked among several by the prior. None: no prior.
+        guide: a model of the run around the searcher (:class:`msopt.run.guide.Guide`, e.g. the
+            simulator prior's ``msopt.prior.PriorGuide``): the searcher starts from the baseline
+            plus its starting positions, its constraint carries the guide's screen, every request
+            carries its prediction to the journal, and the guide learns after each iteration.
+            None: no guide.
         screen: check the engine's start-up rules before dispatching (default true): a refused
             candidate is never launched, costs nothing and is answered again without a check.
     """
@@ -103,7 +104,7 @@ class Driver:
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
                  callbacks: Sequence[RunCallback] = (), previous: Sequence[EvaluationResult] = (),
                  keep_results: bool | None = None, validated: Validated | None = None,
-                 prior: SimulatorPrior | None = None, screen: bool = True) -> None:
+                 guide: Guide | None = None, screen: bool = True) -> None:
         if validated is not None and validated.settings is not settings:
             raise ValueError("Driver: 'validated' must be the validation of these settings")
         self.settings = settings
@@ -125,15 +126,15 @@ class Driver:
                                                   else capacity_options(settings))
         self.capacity: list[dict[str, Any]] = []
         options = validated.swarm if validated is not None else swarm_options(settings)
-        self.prior = prior
-        self.prior_picks: list[dict[str, Any]] = []
+        self.guide = guide
         init = self._initial_positions(options.n_particles, options.seed)
         checker = CandidateScreen(settings) if screen else None
         self.checker = checker
         self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
-        # every searcher is held to it: known refusals (this very set), the start-up rules, the prior's screen
+        # every searcher is held to it: known refusals (this very set), the start-up rules, the guide's screen
         self.constraint = Constraint(decode=self._decode_plain, key=values_key, refused_keys=self.refused_keys,
-                                     rules=checker.refusal if checker is not None else None, screen=self._screen())
+                                     rules=checker.refusal if checker is not None else None,
+                                     screen=guide.screen() if guide is not None else None)
         name = settings.config.run.searcher
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=options.n_particles,
@@ -150,7 +151,7 @@ class Driver:
         self._expected: list[EvaluationResult] | None = None
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous, events=self.events,
                                      refusal=checker.refusal if checker is not None else None,
-                                     predict=self._predict if prior is not None else None,
+                                     predict=guide.predict if guide is not None else None,
                                      server_key=self._server_key, wanted=self.servers_wanted)
 
     def _server_key(self, values: Mapping[str, Any]) -> str | None:
@@ -173,43 +174,19 @@ class Driver:
         self._expected = list(configs)
         self.dispatcher.retain()
 
-    # -- the prior --------------------------------------------------------------------------
+    # -- the guide --------------------------------------------------------------------------
     def _initial_positions(self, n: int, seed: int | None) -> np.ndarray:
-        """Particle 0 at the default configuration; with a prior, particles 1..k at its picks."""
+        """Lane 0 at the default configuration; with a guide, lanes 1..k at its starting positions."""
         default = self.space.default_position()
         rows = [default]
-        if self.prior is not None:
-            self.prior.search_for_run(seed)
-            want = self.prior.options.picks
-            k = n - 1 if want is None else min(int(want), n - 1)
-            base = self.space.decode(default, None).values
-            for p in self.prior.picks(k, exclude=[base]):
-                rows.append(p.position)
-                self.prior_picks.append({"values": dict(p.values), **p.record()})
+        if self.guide is not None:
+            rows.extend(self.guide.starts(self.space, default, n, seed))
         return np.array(rows, dtype=float)
 
     def learn(self) -> None:
-        """After an iteration: refit the prior to this run's measurements (``[search] refit``)."""
-        if self.prior is None or not self.prior.options.refit:
-            return
-        if self.prior.refit(progress=lambda text: self.emit(PhaseStarted("search", text))):
-            self.emit(PhaseStarted("search", f"prior refitted to {len(self.prior.observed)} measured "
-                                   f"configuration(s) (refit {self.prior.refits})"))
-        elif self.prior.refit_note:
-            self.emit(PhaseStarted("search", self.prior.refit_note))
-
-    def prior_record(self) -> dict[str, Any]:
-        """What the prior did: its simulated evaluations, the picks the swarm started from, and its
-        best prediction (what the prior alone would recommend, with zero launches)."""
-        assert self.prior is not None
-        best = next((p for p in self.prior.ranked() if np.isfinite(p.fitness)), None)
-        return {"evaluations": self.prior.search_evaluations, "predictions": self.prior.evaluations,
-                "refits": self.prior.refits, "refits_kept": self.prior.kept, "picks": self.prior_picks,
-                "best": None if best is None else {"values": dict(best.values), **best.record()}}
-
-    def _predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
-        assert self.prior is not None
-        return self.prior.predict(values, position).record()
+        """After an iteration: the guide learns from this run's measurements (e.g. the prior's refit)."""
+        if self.guide is not None:
+            self.guide.learn(lambda text: self.emit(PhaseStarted("search", text)))
 
     def _decode_plain(self, position: np.ndarray) -> Mapping[str, Any] | None:
         """``position``'s values decoded without a context, or None where it cannot be decoded."""
@@ -217,32 +194,6 @@ class Driver:
             return self.space.decode(np.asarray(position, dtype=float), None).values
         except DecodeError:
             return None
-
-    def _screen(self) -> Screen | None:
-        """The prior's screen (``[search] screen``, ``explore``), or None."""
-        opts = self.prior.options if self.prior is not None else None
-        if opts is None or opts.screen <= 1:
-            return None
-        prior = self.prior
-        assert prior is not None
-
-        def score(candidates: np.ndarray) -> np.ndarray:
-            out = np.full(len(candidates), np.inf)
-            for k, x in enumerate(candidates):
-                p = prior.predict_position(x)
-                if p is not None:
-                    out[k] = p.fitness
-            return out
-
-        return Screen(opts.screen, opts.explore, score)
-
-    @property
-    def swarm(self) -> Swarm:
-        """The particle swarm of the default searcher."""
-        swarm = getattr(self.searcher, "swarm", None)
-        if not isinstance(swarm, Swarm):
-            raise AttributeError(f"the {self.searcher.name!r} searcher has no swarm")
-        return swarm
 
     # -- recording ------------------------------------------------------------------------
     def emit(self, event: RunEvent) -> None:
@@ -267,9 +218,8 @@ class Driver:
         self.tally.add(r)
         if r.refused and r.values:
             self.refused_keys.add(values_key(r.values))
-        own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)  # not a re-measurement
-        if self.prior is not None and not r.reused and not r.failed and own:
-            self.prior.observe(r.values, r.metrics)
+        if self.guide is not None:
+            self.guide.observe(r)
         if r.phase == "refine" and not r.failed:
             pick = self.leaderboard.best()
             if pick is not None:
@@ -297,8 +247,8 @@ class Driver:
 
     def tell(self, told: Sequence[tuple[Trial, EvaluationResult]], generation: int | None = None) -> None:
         """Tell the searcher ``told`` in order (each repaired position written back before its
-        bests move). Then, in sync mode (``generation``: the iteration just told, from 1), refit
-        the prior and checkpoint with the iteration; in async mode, refit after each
+        bests move). Then, in sync mode (``generation``: the iteration just told, from 1), let the
+        guide learn and checkpoint with the iteration; in async mode, learn after each
         iteration's worth of results and checkpoint after every tell."""
         for t, r in told:
             self.searcher.tell(t.id, r.fitness, list(r.position))
@@ -367,10 +317,6 @@ class Driver:
         """Evaluations submitted to the pool (not replayed, not reused)."""
         return self.dispatcher.launched
 
-    def search_request(self, particle: int, count: int, position: np.ndarray) -> EvalRequest:
-        """The request to evaluate ``position`` as particle ``particle``'s ``count``-th search."""
-        return stages.search_request(self, particle, count, position)
-
     def expected_evaluations(self) -> int:
         """Evaluations a run without a launch budget makes: see :func:`stages.expected_evaluations`."""
         return stages.expected_evaluations(self)
@@ -380,17 +326,6 @@ class Driver:
         """The stages of this run, in order."""
         search: stages.Stage = stages.AsyncSearch() if self.mode == "async" else stages.SyncSearch()
         return [stages.Baseline(), search, stages.Refine(), stages.Capacity()]
-
-    def run_baseline(self) -> EvaluationResult:
-        """Evaluate the default configuration (every field at its ``value``)."""
-        self.stage = "baseline"
-        result: EvaluationResult = stages.Baseline().run(self)
-        return result
-
-    def run_refine(self) -> list[EvaluationResult]:
-        """Measure the best ``pso_top_k`` distinct configurations again with the full workload."""
-        self.stage = "refine"
-        return stages.Refine().run(self)
 
     # -- ranking (the leaderboard's) ----------------------------------------------------------
     def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
@@ -414,10 +349,9 @@ class Driver:
                              steps={f.name: f.step for f in self.settings.fields}, launches=self.max_launches))
         for line in stages.budget_lines(self):  # the run's first lines: how the launch budget will be spent
             self.emit(Note(line))
-        if self.prior_picks:
-            done = self.prior.search_evaluations if self.prior else 0
-            self.emit(PhaseStarted("prior", f"simulator prior: {done} simulated evaluations, "
-                                            f"{len(self.prior_picks)} particles start at its top predictions"))
+        intro = self.guide.intro() if self.guide is not None else None
+        if intro is not None:
+            self.emit(PhaseStarted(*intro))
         for stage in self.plan():
             self.stage = stage.name  # the kept servers the rest of the run may use follow it
             got = stage.run(self)
@@ -436,12 +370,12 @@ class Driver:
         return outcome
 
     def records(self, best: EvaluationResult | None) -> dict[str, Any]:
-        """The run's JSON records by file name, in the order they are written: prior.json (with
-        a prior), capacity.json (when the capacity stage ran), best.json (when some evaluation
-        succeeded)."""
+        """The run's JSON records by file name, in the order they are written: the guide's (the
+        prior's prior.json), capacity.json (when the capacity stage ran), best.json (when some
+        evaluation succeeded)."""
         out: dict[str, Any] = {}
-        if self.prior is not None:
-            out["prior.json"] = self.prior_record()
+        if self.guide is not None:
+            out.update(self.guide.records())
         if self.capacity:
             out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, self.settings)
         if best is not None:
@@ -462,8 +396,9 @@ class Driver:
 
 def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[RunCallback] = (),
              store: RunRecord | None = None, previous: Sequence[EvaluationResult] = (),
-             prior: SimulatorPrior | None = None) -> RunOutcome:
-    """Run one optimization: the entry point behind ``msopt optimize``.
+             guide: Guide | None = None) -> RunOutcome:
+    """Run one optimization's loop over a pool the caller started: what
+    :class:`msopt.run.session.RunSession` (``msopt optimize``) runs between its start and its outputs.
 
     Args:
         validated: what :func:`msopt.run.validate.validate` (or ``load``) returned.
@@ -471,11 +406,12 @@ def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[R
         callbacks: receive every event, after the store's (e.g. the progress display).
         store: the run directory (journal, state.json, records), or None.
         previous: the journal of the run resumed (``--resume``): replayed, not re-run.
-        prior: the simulator prior, or None.
+        guide: a model of the run around the searcher (the simulator prior's
+            ``msopt.prior.PriorGuide``), or None.
 
     Returns:
         The outcome, with its verdict; the callbacks got it as :class:`RunEnded` too.
     """
     driver = Driver(validated.settings, pool, store=store, callbacks=callbacks, previous=previous,
-                    validated=validated, prior=prior)
+                    validated=validated, guide=guide)
     return driver.run()

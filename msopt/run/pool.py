@@ -18,12 +18,6 @@ from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
 from msopt.evaluate.results import describe_fault, fault_result
 
 
-def devices_per_trial(settings: Settings) -> int:
-    """The accelerators one trial holds: ``[cluster] devices_per_trial`` (checked at load time: an
-    integer from 0 to 4096); default: the ternary_factories product, else 1."""
-    return settings.config.cluster.trial_devices
-
-
 class LaunchCosts:
     """What a launch costs in this run, from the results a pool has seen: the mean seconds of a
     server start (``server.start_s`` as journaled: measured on the real path, the simulator's

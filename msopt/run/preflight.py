@@ -28,7 +28,6 @@ from msopt.engines import ENGINES, get_engine
 from msopt.engines.base import LaunchSpec, flag_name
 from msopt.engines.process import port_free
 from msopt.errors import MsoptError
-from msopt.run.pool import devices_per_trial
 from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
@@ -197,16 +196,6 @@ def count_devices(accelerator: str) -> int:
     return sum(1 for p in Path("/dev").iterdir() if re.fullmatch(pattern, p.name))
 
 
-def trial_devices(settings: Settings) -> tuple[str | None, int]:
-    """``[cluster] accelerator`` (None for "none") and the devices one trial needs."""
-    return settings.config.cluster.accelerator_key, devices_per_trial(settings)
-
-
-def key_of(settings: Settings) -> str | None:
-    """``[cluster] accelerator`` as a resource name ("NPU", "GPU", "CPU"), None for "none"."""
-    return trial_devices(settings)[0]
-
-
 def _numa(settings: Settings, spec: LaunchSpec) -> Check:
     """The CPU build's NUMA binding (msopt/engines/cpu.py) for the baseline launch on this node."""
     from msopt.engines.cpu import CpuFacts, check_cpu_trial, workers
@@ -215,7 +204,7 @@ def _numa(settings: Settings, spec: LaunchSpec) -> Check:
     facts = CpuFacts.here()
     total, local = workers(spec)
     try:
-        check_cpu_trial(spec, devices_per_trial(settings) or facts.cores, facts, {**os.environ, **spec.env})
+        check_cpu_trial(spec, settings.config.cluster.trial_devices or facts.cores, facts, {**os.environ, **spec.env})
     except RefusedError as exc:
         return Check("numa", False, f"the baseline would be refused: {exc}")
     return Check("numa", True, f"{len(facts.numa_nodes)} NUMA node(s) {list(facts.numa_nodes)}, {facts.cores} "
@@ -223,7 +212,7 @@ def _numa(settings: Settings, spec: LaunchSpec) -> Check:
 
 
 def _devices(settings: Settings, devices: int | None) -> Check:
-    key, k = trial_devices(settings)
+    key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
     if key is None or k == 0:
         return Check("devices", True, "no accelerators requested ([cluster] accelerator / devices_per_trial)")
     have = count_devices(key) if devices is None else devices
@@ -323,7 +312,7 @@ def hardware_probe() -> dict[str, str]:
 def _hardware(settings: Settings) -> Check:
     from msopt.sim.detect import detect_devices, hardware_for
 
-    key, _ = trial_devices(settings)
+    key = settings.config.cluster.accelerator_key
     found = detect_devices(hardware_probe(), key or "none")
     if found is None:
         return Check("hardware", True, f"no {key or 'CPU'} found by nvidia-smi, npu-smi or lscpu; the simulator "
@@ -383,7 +372,7 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         hccl = _hccl(settings, section)
         if hccl is not None:
             checks.append(hccl)
-        if key_of(settings) == "CPU":
+        if settings.config.cluster.accelerator_key == "CPU":
             checks.append(_numa(settings, spec))
         checks.append(_hardware(settings))
     if not full:

@@ -29,7 +29,6 @@ from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
-from msopt.evaluate.prior import prior_options
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
@@ -127,7 +126,6 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
                           "all constant or derived), so a search would evaluate one configuration over and over; "
                           "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
     swarm = swarm_options(settings)
-    prior_options(settings)
     searcher = settings.config.run.searcher
     if searcher not in SEARCHERS:
         raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "

@@ -18,8 +18,8 @@ import numpy as np
 
 from msopt.config import Settings
 from msopt.errors import DecodeError
-from msopt.evaluate.prior import SimulatorPrior, make_prior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.prior import PriorGuide, SimulatorPrior, make_prior
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.space import SearchSpace
@@ -143,7 +143,7 @@ Launches = list[tuple[int, float]]
 
 def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = "sync",
               variant: Variant = SHIPPED) -> tuple[Launches, int]:
-    """msopt through its public API: ``Driver(settings, pool, prior=...).run()`` with
+    """msopt through its public API: ``Driver(settings, pool, guide=PriorGuide(prior)).run()`` with
     ``max_launches = budget`` over an in-process pool whose evaluator asks the oracle; the pick
     is the run's recommendation (``RunOutcome.best``). Async results come back one at a time in
     dispatch order (:class:`_InOrderPool`), as from evaluations of equal duration."""
@@ -151,7 +151,8 @@ def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = 
     pool: Any = (InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
                  if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
     try:
-        out = Driver(settings, pool, prior=_prior(table, settings)).run()
+        prior = _prior(table, settings)
+        out = Driver(settings, pool, guide=PriorGuide(prior) if prior is not None else None).run()
     finally:
         pool.close()
     if len(oracle.launches) > budget:

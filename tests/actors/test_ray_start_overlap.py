@@ -1,4 +1,4 @@
-"""msopt optimize searches the simulator prior while Ray starts (msopt/cli/optimize.py, _PriorSearch):
+"""msopt optimize searches the simulator prior while Ray starts (msopt/run/session.py, _PriorSearch):
 the same search the driver would run, and a Ray that fails to start is still one line naming --no-ray."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import actors.launcher as launcher_mod
 import actors.pool as pool_mod
 from msopt.cli.main import main
 from msopt.run.pool import InProcessPool
@@ -71,8 +72,8 @@ def test_the_prior_searched_while_ray_starts_gives_the_run_it_gives_without_ray(
     def pool(settings: Any, *, simulate: bool, run_dir: str, max_concurrent: int) -> InProcessPool:
         return InProcessPool(settings, size=max_concurrent, run_dir=run_dir)
 
-    monkeypatch.setattr(pool_mod, "init_ray", slow_start)
-    monkeypatch.setattr(pool_mod, "RayPool", pool)
+    monkeypatch.setattr(launcher_mod, "init_ray", slow_start)
+    monkeypatch.setattr(launcher_mod, "RayPool", pool)
     assert main(["optimize", *flags, "-o", str(tmp_path / "ray")]) == 0
     text = capsys.readouterr().out
     assert seen == [True] and not searching()

@@ -7,9 +7,10 @@ import pickle
 import pytest
 
 from msopt.config import DEFAULTS_PATH, load_settings, read_toml
-from msopt.config.typed import UNSET_DEFAULTS
+from msopt.config.typed import UNSET_DEFAULTS, PriorConfig
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load, workload_config
+from msopt.prior import prior_options
 from msopt.slo import Slos
 from tests.fields_toml import TP_PP_DP
 
@@ -39,6 +40,25 @@ def test_trial_devices_resolved_once(write_toml):
                       environ={})
     assert s.config.cluster.trial_devices == 4 and s.config.cluster.device_ids() == ["0", "1", "2", "3"]
     assert s.config.cluster.ports == (20000, 20010)
+
+
+def test_prior_keys_come_once_from_defaults_toml(write_toml):
+    s = load_settings(str(write_toml(TP_PP_DP)), environ={})
+    search = read_toml(DEFAULTS_PATH)["search"]
+    assert (search["prior_evaluations"], search["screen"], search["explore"]) == (600, 4, 0.25)
+    assert s.config.prior == PriorConfig(mode=search["prior"], evaluations=search["prior_evaluations"], picks=None,
+                                         screen=search["screen"], explore=search["explore"], refit=search["refit"])
+    assert s.where("search.prior_evaluations") == str(DEFAULTS_PATH)
+    assert prior_options(s) is s.config.prior  # the prior reads the typed config, never the raw table
+    s = load_settings(str(write_toml("[search]\nprior = \"none\"\nprior_picks = 2\nscreen = 0\nrefit = false\n"
+                                     + TP_PP_DP)), environ={})
+    assert s.config.prior == PriorConfig(mode="none", evaluations=600, picks=2, screen=0, explore=0.25, refit=False)
+
+
+def test_a_bad_prior_key_is_refused_at_load_time(write_toml):
+    path = write_toml("[search]\nexplore = 1.5\n" + TP_PP_DP)
+    with pytest.raises(ConfigError, match=rf"^{path}: \[search\] 'explore' must be a number from 0 to 1"):
+        load_settings(str(path), environ={})
 
 
 def test_overrides_rebuild_and_pickle_carries_it(write_toml):

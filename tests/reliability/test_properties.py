@@ -140,8 +140,8 @@ def test_driver_survives_any_reported_position_and_fitness(base: Settings, data:
     finally:
         pool.close()
     low, high = space.bounds
-    assert _in_bounds(driver.swarm.positions, low, high)
-    assert np.all(np.isfinite(driver.swarm.velocities))
+    assert _in_bounds(driver.searcher.swarm.positions, low, high)
+    assert np.all(np.isfinite(driver.searcher.swarm.velocities))
     search = [r for r in outcome.results if r.phase == "search"]
     assert len(search) == settings.n_particles * settings.iters
     assert sorted({(r.particle, r.iteration) for r in search}) == sorted(

@@ -16,7 +16,7 @@ from msopt.search import Constraint
 from msopt.search.swarm import Swarm, SwarmOptions
 from msopt.space import SearchSpace
 from tests.driver_helpers import FormulaEvaluator
-from tests.search.test_prior import CFG
+from tests.prior.test_simulator import CFG
 
 
 @pytest.mark.parametrize("search", ['prior = "none"', "explore = 1.0", "explore = 0.25"])
@@ -28,12 +28,13 @@ def test_a_refused_configuration_is_proposed_once_at_most(write_toml, search):
     text = CFG.format(simulate="true", extra="").replace("iters = 2", "iters = 8")
     settings = load_settings(str(write_toml(text + f"\n[search]\n{search}\n")), environ={})
     space = SearchSpace.from_settings(settings)
-    from msopt.evaluate.prior import make_prior
+    from msopt.prior import PriorGuide, make_prior
 
     # the fastest configurations have few batched tokens: the swarm is pulled toward refusals
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
         space, lambda v: v["max_num_batched_tokens"] / 1000 + v["max_num_seqs"] / 100))
-    driver = Driver(settings, pool, prior=make_prior(settings, space))
+    prior = make_prior(settings, space)
+    driver = Driver(settings, pool, guide=PriorGuide(prior) if prior is not None else None)
     try:
         out = driver.run()
     finally:

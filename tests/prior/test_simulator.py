@@ -9,12 +9,19 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.errors import ConfigError
-from msopt.evaluate.prior import CandidateScreen, SimulatorPrior, make_prior, prior_applies, prior_options
 from msopt.evaluate.results import EvaluationResult
+from msopt.evaluate.screen import CandidateScreen
+from msopt.prior import PriorGuide, SimulatorPrior, make_prior, prior_applies, prior_options
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.space import SearchSpace
 from tests.driver_helpers import FormulaEvaluator
+
+
+def guide_of(prior: SimulatorPrior | None) -> PriorGuide | None:
+    """The prior as the driver's guide, as a run session makes it."""
+    return PriorGuide(prior) if prior is not None else None
+
 
 CFG = """
 simulate = {simulate}
@@ -141,14 +148,15 @@ def test_driver_starts_at_picks_and_journals_predictions(write_toml):
     assert prior is not None
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
         space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
-    driver = Driver(settings, pool, prior=prior)
-    assert driver.prior_picks and len(driver.prior_picks) == 4
+    guide = PriorGuide(prior)
+    driver = Driver(settings, pool, guide=guide)
+    assert guide.picks and len(guide.picks) == 4
     try:
         out = driver.run()
     finally:
         pool.close()
     first = {r.particle: r for r in out.results if r.phase == "search" and r.iteration == 0}
-    for k, pick in enumerate(driver.prior_picks, start=1):
+    for k, pick in enumerate(guide.picks, start=1):
         assert {n: first[k].values[n] for n in space.names} == {n: pick["values"][n] for n in space.names}
         assert first[k].predicted is not None
         assert first[k].predicted["fitness"] == pytest.approx(pick["fitness"])
@@ -176,7 +184,7 @@ def test_report_shows_the_prior(write_toml, tmp_path):
     store = RunStore.create(tmp_path / "runs", settings)
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, lambda v: v["tp"]))
     try:
-        Driver(settings, pool, store=store, prior=make_prior(settings, space)).run()
+        Driver(settings, pool, store=store, guide=guide_of(make_prior(settings, space))).run()
     finally:
         pool.close()
         store.close()
@@ -236,14 +244,14 @@ def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
 
     def run():
         pool = InProcessPool(settings, size=1)
-        driver = Driver(settings, pool, prior=make_prior(settings, space))
+        driver = Driver(settings, pool, guide=guide_of(make_prior(settings, space)))
         out = driver.run()
         pool.close()
         return driver, [(r.eval_id, r.fitness, r.reused, r.refused) for r in out.results]
 
     first, journal = run()
-    assert first.prior is not None and first.prior.refits >= 1
-    assert first.prior_record()["refits"] == first.prior.refits
+    assert isinstance(first.guide, PriorGuide) and first.guide.prior.refits >= 1
+    assert first.guide.records()["prior.json"]["refits"] == first.guide.prior.refits
     _, again = run()
     assert again == journal
     assert sum(1 for _, _, reused, refused in journal if not reused and not refused) <= 14
@@ -309,7 +317,7 @@ def test_a_budget_remeasures_the_two_best_again(write_toml):
         settings = base.replace(data_storage={"pso_top_k": 3}, **kw)
         pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
             space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
-        out = Driver(settings, pool, prior=make_prior(settings, space)).run()
+        out = Driver(settings, pool, guide=guide_of(make_prior(settings, space))).run()
         pool.close()
         return (sum(r.phase == "refine" for r in out.results), out.launched,
                 sum(r.phase == "baseline" for r in out.results))

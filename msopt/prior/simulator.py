@@ -1,11 +1,9 @@
-"""What the driver knows before a launch: the engine's start-up rules and the simulator's prediction.
-
-- :class:`CandidateScreen` renders a candidate as an evaluator would and checks the engine's
-  start-up rules (:mod:`msopt.engines.rules`), so a refused candidate is never dispatched.
-- :class:`SimulatorPrior` predicts a configuration's metrics and fitness with the embedded
-  simulator (noise off) for the run's own model, hardware, workload and objective, and searches
-  the run's space on it before the first launch (:meth:`SimulatorPrior.search`), so the swarm
-  starts from the baseline plus diverse top predictions.
+"""The simulator as the search's prior: :class:`SimulatorPrior` predicts a configuration's metrics
+and fitness with the embedded simulator (noise off) for the run's own model, hardware, workload
+and objective, and searches the run's space on it before the first launch
+(:meth:`SimulatorPrior.search`), so the searcher starts from the baseline plus diverse top
+predictions. Refused candidates (the engine's start-up rules, :class:`msopt.evaluate.screen.CandidateScreen`)
+are predicted as failures.
 """
 
 from __future__ import annotations
@@ -18,25 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from msopt.checks import is_int, is_number
-from msopt.config import Settings, thaw
+from msopt.config import PriorConfig, Settings, thaw
 from msopt.engines import get_engine
-from msopt.engines.pd import without_pd
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
-from msopt.errors import ConfigError, DecodeError, EvaluationError, MsoptError
+from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import make_objective
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.runner import configured_benchmark
-from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of, render_pd_trial
+from msopt.evaluate.screen import CandidateScreen, pd_launch
+from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.space import SearchSpace
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
 
-__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "CandidateScreen", "Prediction", "PriorOptions", "SimulatorPrior",
+__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
            "make_prior", "prior_applies", "prior_options"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
@@ -49,102 +45,6 @@ REFIT_TOLERANCE = 0.05
 _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
 
-
-
-def _devices(settings: Settings) -> list[str]:
-    return settings.config.cluster.device_ids()
-
-
-class _AnyEnvironment(dict):
-    """The server's environment as the driver's pre-check sees it: every variable set. Rules on
-    the environment (e.g. MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
-    its evaluator checks them there, with its own environment."""
-
-    def get(self, key: Any, default: Any = None) -> Any:  # noqa: D102
-        return super().get(key, "set")
-
-
-class CandidateScreen:
-    """The engine's start-up rules, checked in the driver before a candidate is dispatched.
-
-    Renders the launch as the evaluator would (device ids ``0..devices_per_trial-1`` stand in
-    for the ones an actor gets) and checks the engine's rules with the simulated model's facts
-    (simulated run, or ``simulator``: the prior's own ``[simulator]`` table) or the model
-    directory's config.json (real run). Rules on the server's
-    environment are left to the evaluator, which knows the environment the server gets.
-    """
-
-    def __init__(self, settings: Settings, *, simulate: bool | None = None,
-                 simulator: Mapping[str, Any] | None = None) -> None:
-        self.settings = settings
-        self.engine = get_engine(settings.engine)
-        self.section = settings.section(settings.engine)
-        self.devices = _devices(settings)
-        self.nodes = virtual_nodes(settings)
-        sim = settings.config.run.simulate if simulate is None else simulate
-        self.model: ModelFacts | None = None
-        if sim:
-            from msopt.sim import load_model
-
-            table = settings.section("simulator") if simulator is None else simulator
-            dirs = table.get("catalog_dirs", ())
-            m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
-            self.model = ModelFacts(attention_heads=m.heads, max_position=m.max_position)
-        self._seen: dict[str, str | None] = {}
-
-    def refusal(self, values: Mapping[str, Any]) -> str | None:
-        """The engine's refusal of ``values`` (its message and rule), or None when it would start."""
-        key = _key(values)
-        if key in self._seen:
-            return self._seen[key]
-        try:
-            out = None
-            for spec, section in self._instances(values):
-                cand = Candidate(spec, dict(values), section,
-                                 self.model if self.model is not None else model_facts(spec.model),
-                                 _AnyEnvironment(spec.env))
-                hit = broken_rule(cand, self.engine.startup_rules)
-                if hit is not None:
-                    rule, message = hit
-                    out = (f"{spec.engine} refuses this configuration at start-up: {message} "
-                           f"[rule {rule.id}, {rule.source}, {rule.version}]")
-                    break
-        except _LayoutError as exc:
-            out = str(exc)
-        except MsoptError:
-            out = None  # anything else is the evaluator's to report
-        self._seen[key] = out
-        return out
-
-
-    def _instances(self, values: Mapping[str, Any]) -> list[tuple[Any, Mapping[str, Any]]]:
-        """The launches of ``values`` with the section each is checked against: the one server, or every
-        instance of a prefill/decode-disaggregated trial (checked as the evaluator checks them, without
-        the ``pd`` table).
-
-        Raises:
-            _LayoutError: the disaggregated layout does not fit the trial (more devices than it holds):
-                known here, so no launch is spent on it.
-        """
-        if not self.engine.is_disaggregated(self.section):
-            return [(self.engine.render(values, self.settings.fields, self.section, port=0,
-                                        devices=list(self.devices), workdir=None), self.section)]
-        launch = _pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
-        inner = without_pd(self.section)
-        return [(spec, inner) for spec in (*launch.prefill, *launch.decode)]
-
-
-class _LayoutError(MsoptError):
-    """A disaggregated layout that cannot be placed on the trial's devices."""
-
-
-def _pd_launch(engine: Any, values: Mapping[str, Any], settings: Settings, section: Mapping[str, Any],
-               devices: Sequence[str], nodes: Sequence[Any]) -> Any:
-    """:func:`render_pd_trial`, its layout check raised as :class:`_LayoutError`: known before a launch."""
-    try:
-        return render_pd_trial(engine, values, settings, section, devices, nodes)
-    except EvaluationError as exc:
-        raise _LayoutError(f"the disaggregated layout does not fit the trial: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -162,59 +62,13 @@ class Prediction:
         return {**self.metrics, "fitness": self.fitness if math.isfinite(self.fitness) else None}
 
 
-@dataclass(frozen=True)
-class PriorOptions:
-    """``[search]`` keys of the prior.
-
-    Attributes:
-        mode: one of :data:`PRIOR_MODES`.
-        evaluations: simulated evaluations of the prior search.
-        picks: how many particles besides the baseline start at the prior's top predictions
-            (None: all of them).
-        screen: moves a particle proposes per evaluation, the prior ranks them and the best
-            predicted is taken (0 or 1: no screening).
-        explore: the chance a screened particle takes its first proposal unranked instead, so a
-            wrong model cannot trap the search.
-        refit: after each iteration, refit the simulator's efficiency factors to the run's own
-            measurements (:func:`msopt.sim.calibrate.fit_hardware`, regularised toward the
-            catalog) and predict with the refitted hardware from then on.
-    """
-
-    mode: str = "auto"
-    evaluations: int = 600
-    picks: int | None = None
-    screen: int = 4
-    explore: float = 0.25
-    refit: bool = True
+#: The prior's ``[search]`` options: :class:`msopt.config.PriorConfig` (``settings.config.prior``).
+PriorOptions = PriorConfig
 
 
 def prior_options(settings: Settings) -> PriorOptions:
-    """The prior's options from ``[search]``.
-
-    Raises:
-        ConfigError: naming the file and the key.
-    """
-    table = settings.section("search")
-    where = settings.table_source("search")
-    mode = table.get("prior", "auto")
-    if mode not in PRIOR_MODES:
-        raise ConfigError(f"{where}: [search] prior must be one of {', '.join(PRIOR_MODES)}, got {mode!r}")
-    n = table.get("prior_evaluations", 600)
-    if not is_int(n) or not 0 <= n <= 1_000_000:
-        raise ConfigError(f"{where}: [search] prior_evaluations must be an integer from 0 to 1000000, got {n!r}")
-    picks = table.get("prior_picks")
-    if picks is not None and (not is_int(picks) or picks < 0):
-        raise ConfigError(f"{where}: [search] prior_picks must be a non-negative integer, got {picks!r}")
-    screen = table.get("screen", 4)
-    if not is_int(screen) or not 0 <= screen <= 64:
-        raise ConfigError(f"{where}: [search] screen must be an integer from 0 to 64, got {screen!r}")
-    explore = table.get("explore", 0.25)
-    if not is_number(explore) or not 0 <= explore <= 1:
-        raise ConfigError(f"{where}: [search] explore must be a number from 0 to 1, got {explore!r}")
-    refit = table.get("refit", True)
-    if not isinstance(refit, bool):
-        raise ConfigError(f"{where}: [search] refit must be true or false, got {refit!r}")
-    return PriorOptions(str(mode), int(n), picks, int(screen), float(explore), refit)
+    """The prior's options from ``[search]``, as validated at load time (``settings.config.prior``)."""
+    return settings.config.prior
 
 
 def prior_applies(settings: Settings, options: PriorOptions, described: bool = False) -> bool:
@@ -222,7 +76,7 @@ def prior_applies(settings: Settings, options: PriorOptions, described: bool = F
 
     ``"simulator"``: always. ``"auto"``: when the simulator describes the run, i.e. a simulated
     run, a real run whose model and hardware were found (``described``:
-    :func:`msopt.run.prior_source.prior_source`), or one whose ``[simulator]`` hardware and model
+    :func:`msopt.prior.source.prior_source`), or one whose ``[simulator]`` hardware and model
     were set in a configuration file (the packaged defaults describe nobody's cluster). The engine
     must be one the simulator models (its adapter names a ``sim_personality``).
     """
@@ -296,7 +150,7 @@ class SimulatorPrior:
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self._observed_fitness: dict[str, float] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
-        self.devices = _devices(settings)
+        self.devices = settings.config.cluster.device_ids()
         self.nodes = virtual_nodes(settings)
         self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
@@ -343,7 +197,7 @@ class SimulatorPrior:
                       "kv_dtype": self.table.get("kv_dtype"), "seed": int(self.table.get("seed", 0))}
             if self.disaggregated:
                 # the evaluation's own simulation (SimRunner._measure_pd): both pools, the router's split
-                launch = _pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
+                launch = pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
                 res = simulate_pools(launch.prefill[0], launch.decode[0], launch.counts, self.hardware,
                                      self.model_spec, wl, **dtypes)
             else:
@@ -604,7 +458,7 @@ def make_prior(settings: Settings, space: SearchSpace | None = None,
         settings: the run's settings.
         space: its search space (default: built from ``settings``).
         simulator: the ``[simulator]`` table the prior models (a real run's, found by
-            :func:`msopt.run.prior_source.prior_source`); None: the run's own table.
+            :func:`msopt.prior.source.prior_source`); None: the run's own table.
 
     Raises:
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``

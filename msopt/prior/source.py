@@ -3,14 +3,16 @@
 A real run gets its prior's model from the model directory's config.json (the engine adapter
 names the directory: :meth:`msopt.engines.base.EngineAdapter.model_path`; any Hugging Face model,
 the catalog's entry where the architecture is one of the catalog's) and its hardware from the
-nodes (:func:`msopt.run.preflight.hardware_probe`, one Ray task per node, or this machine without
-Ray), mapped to a catalog entry or to a roofline entry (:func:`msopt.sim.detect.hardware_for`).
+nodes (:func:`msopt.run.preflight.hardware_probe`: the session's pool launcher runs it, one Ray
+task per node, or on this machine without Ray), mapped to a catalog entry or to a roofline entry
+(:func:`msopt.sim.detect.hardware_for`).
 ``[simulator]`` keys set in a configuration file win over both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,12 @@ from typing import Any
 from msopt.config import Settings, thaw
 from msopt.engines import get_engine
 from msopt.errors import MsoptError
+from msopt.prior.simulator import prior_options
 
-__all__ = ["PRIOR_HARDWARE_FILE", "PriorSource", "prior_source", "user_set"]
+__all__ = ["PRIOR_HARDWARE_FILE", "PriorSource", "prior_source", "real_prior_table", "user_set"]
+
+#: Writes a file of the run directory whole (the run store's ``atomic_write``).
+Write = Callable[[Path, bytes], None]
 
 #: The roofline hardware entry of a run on hardware outside the catalog, in its run directory.
 PRIOR_HARDWARE_FILE = "prior_hardware.toml"
@@ -33,6 +39,13 @@ def user_set(settings: Settings, key: str) -> bool:
     from msopt.config.settings import DEFAULTS_PATH
 
     return settings.where(f"simulator.{key}") not in ("<defaults>", str(DEFAULTS_PATH))
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``path`` whole: a temp file beside it, renamed over it (never half written)."""
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -50,9 +63,8 @@ class PriorSource:
 
 
 def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None,
-              run_dir: Path | None, dirs: Sequence[str]) -> tuple[str | None, str, Any]:
+              run_dir: Path | None, dirs: Sequence[str], write: Write) -> tuple[str | None, str, Any]:
     """(the [simulator] hardware value, where it came from, the Hardware) or (None, why, None)."""
-    from msopt.run.preflight import trial_devices
     from msopt.sim.detect import detect_devices, hardware_for
     from msopt.sim.specs import hardware_toml, load_hardware
 
@@ -63,7 +75,7 @@ def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]
             load_hardware(name, dirs)
     if not probes:
         return None, "no node was probed for its hardware; set [simulator] hardware", None
-    key, _ = trial_devices(settings)
+    key = settings.config.cluster.accelerator_key
     found = [(node, detect_devices(p, key or "none")) for node, p in probes]
     seen = [(node, d) for node, d in found if d is not None]
     if not seen:
@@ -85,9 +97,7 @@ def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]
     if run_dir is None:
         return None, text + "; no run directory to write its entry into", None
     path = Path(run_dir) / PRIOR_HARDWARE_FILE
-    from msopt.run.store import atomic_write
-
-    atomic_write(path, hardware_toml(choice.hardware, header=f"msopt: {choice.how}").encode())
+    write(path, hardware_toml(choice.hardware, header=f"msopt: {choice.how}").encode())
     return str(path), text + f"; written to {path}", choice.hardware
 
 
@@ -111,10 +121,11 @@ def _model(settings: Settings, dirs: Sequence[str]) -> tuple[str | None, str, st
 
 
 def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None = None,
-                 run_dir: Path | None = None) -> PriorSource:
+                 run_dir: Path | None = None, *, write: Write | None = None) -> PriorSource:
     """The ``[simulator]`` table of a real run's prior: model and hardware from ``[simulator]`` where
     a configuration file sets them, else from the model's config.json and the nodes' ``probes``
-    (``(node, hardware_probe())`` pairs); a roofline hardware entry is written into ``run_dir``.
+    (``(node, hardware_probe())`` pairs); a roofline hardware entry is written into ``run_dir``
+    (by ``write``: the run store's ``atomic_write``; default: a temp file beside it, then renamed).
 
     Never raises for what it cannot find: ``table`` is then None and ``lines`` say why.
     """
@@ -123,7 +134,7 @@ def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, st
     dirs = (raw,) if isinstance(raw, str) else tuple(raw)
     try:
         model, model_line, dtype = _model(settings, dirs)
-        hardware, hw_line, hw = _hardware(settings, probes, run_dir, dirs)
+        hardware, hw_line, hw = _hardware(settings, probes, run_dir, dirs, write or _replace)
     except MsoptError as exc:
         return PriorSource(None, [f"prior: none ({exc})"])
     if model is None or hardware is None:
@@ -139,3 +150,17 @@ def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, st
         if chosen != dtype:
             line2 += f"; {dtype} weights simulated as {chosen} ({hw.name} has no {dtype} compute)"
     return PriorSource(table, [f"prior: {model_line}", f"prior: {line2}"])
+
+
+def real_prior_table(settings: Settings, probes: Callable[[], Sequence[tuple[str, Mapping[str, str]]] | None],
+                     run_dir: Path, say: Callable[[str], None], *, write: Write | None = None) -> dict[str, Any] | None:
+    """A real run's prior: its model from the model's config.json and its hardware from the nodes
+    (``probes``, called only when ``[simulator] hardware`` is not set), unless ``[simulator]`` sets
+    them; says what it uses (``prior: ...`` lines). None: no prior (``[search] prior = "none"``, or
+    ``lines`` said why)."""
+    if prior_options(settings).mode == "none":
+        return None
+    source = prior_source(settings, None if user_set(settings, "hardware") else probes(), run_dir, write=write)
+    for line in source.lines:
+        say(line)
+    return source.table

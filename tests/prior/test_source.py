@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 from msopt.config import load_settings
-from msopt.evaluate.prior import make_prior
-from msopt.run.prior_source import PRIOR_HARDWARE_FILE, prior_source
+from msopt.prior import PRIOR_HARDWARE_FILE, make_prior, prior_source
 from tests.sim.test_hf_config import DEEPSEEK_V3, LLAMA_70B
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hardware"
