@@ -128,6 +128,7 @@ class TraceSummary:
         prefix_ceiling: share of hash-id blocks that repeat an id seen earlier (an infinite
             cache's reuse), or None for a trace without hash ids.
         counts: the pass's :class:`TraceCounts`.
+        format: the trace's format.
     """
 
     requests: int
@@ -139,6 +140,16 @@ class TraceSummary:
     block_size: int
     prefix_ceiling: float | None
     counts: TraceCounts = field(default_factory=TraceCounts)
+    format: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready values."""
+        c = self.counts
+        return {"format": self.format, "requests": self.requests, "span_s": self.span_s, "rate": self.rate,
+                "gap_cv": self.gap_cv, "input_tokens": dict(self.input_pct), "output_tokens": dict(self.output_pct),
+                "block_size": self.block_size, "prefix_ceiling": self.prefix_ceiling,
+                "rows": {"read": c.rows, "in_window": c.in_window, "failed": c.failed, "over_limit": c.over_limit,
+                         "dropped": c.dropped, "scale": c.scale}}
 
     def lines(self) -> list[str]:
         """The summary as lines for a terminal."""
@@ -153,7 +164,9 @@ class TraceSummary:
         if self.prefix_ceiling is None:
             out.append("prefix reuse ceiling: n/a (no hash ids: never credited with prefix-cache hits)")
         else:
-            out.append(f"prefix reuse ceiling {self.prefix_ceiling:.1%} of {self.block_size}-token blocks")
+            scaled = (f", {self.block_size * self.counts.scale:.0f} tokens each once scaled"
+                      if self.counts.scale != 1.0 else "")
+            out.append(f"prefix reuse ceiling {self.prefix_ceiling:.1%} of {self.block_size}-token blocks{scaled}")
         skipped = []
         if c.failed:
             skipped.append(f"{c.failed} failed (zero tokens) skipped")
@@ -497,7 +510,8 @@ class Trace:
         return TraceSummary(requests=len(ins), span_s=span, rate=(len(ins) - 1) / span if span > 0 else None,
                             gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
                             block_size=self.block_size if blocks else 0,
-                            prefix_ceiling=repeats / blocks if blocks else None, counts=counts)
+                            prefix_ceiling=repeats / blocks if blocks else None, counts=counts,
+                            format=self.format)
 
 
 def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceRequest]:
