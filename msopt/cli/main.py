@@ -82,9 +82,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"workload: trace {settings.section('workload').get('trace')} ({tr.format})")
         for line in tr.lines():
             print(f"  {line}")
-        print(f"  sent as {tr.requests} requests of {tr.input_pct['mean']:.0f} tokens in, {tr.output_pct['mean']:.0f} "
-              "out (the means), Poisson at the mean rate: the benchmarks and the simulator do not replay the "
-              "trace's own arrivals, lengths and prefixes yet")
+        print(f"  the simulator replays its arrivals and lengths; the real benchmarks send {tr.requests} requests "
+              f"of {tr.input_pct['mean']:.0f} tokens in, {tr.output_pct['mean']:.0f} out (the means), Poisson at "
+              "the mean rate (they do not replay a trace yet); no path models its shared prefixes yet")
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

@@ -38,7 +38,7 @@ from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
-from msopt.workload.table import trace_load, with_load, workload_settings
+from msopt.workload.table import sim_trace, trace_load, with_load, workload_settings
 
 
 @dataclass(frozen=True)
@@ -201,15 +201,15 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
 
 
 def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
-    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches)
-    and set each benchmark's and the simulator's load to the trace's requests, mean lengths and
-    mean rate (:func:`msopt.workload.table.trace_load`)."""
+    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
+    the simulator replays the trace (``[simulator.workload] trace``), and each benchmark sends its
+    requests with its mean lengths at its mean rate (:func:`msopt.workload.table.trace_load`)."""
     wl = workload_settings(settings.section("workload"), settings.where("workload"))
     trace = wl.open_trace()
     if trace is None:
         return settings, None
     summary = trace.summary()
-    return settings.replace(**with_load(settings.data, trace_load(wl, summary))), summary
+    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
 def _check_slo_statistics(settings: Settings, produces: frozenset[str], source: str) -> None:

@@ -224,9 +224,9 @@ def _drop_default_load(data: dict[str, Any], origin: dict[str, str], defaults: s
 
 
 def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
-    """The synthetic load that stands for a trace where no replay is wired yet: its requests, mean
-    lengths and mean rate (Poisson arrivals), by ``[workload]`` name; ``[workload] concurrency``
-    stays a cap."""
+    """The load of a trace, by ``[workload]`` name: its requests and mean rate, and the mean
+    lengths the real benchmarks send (they do not replay a trace yet: Poisson arrivals at the
+    mean rate); ``[workload] concurrency`` stays a cap."""
     load: dict[str, Any] = {"input_len": max(1, round(summary.input_pct["mean"])),
                             "output_len": max(1, round(summary.output_pct["mean"])),
                             "num_prompts": summary.requests,
@@ -234,10 +234,21 @@ def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
     return {**load, **wl.synthetic()}
 
 
-def with_load(data: Mapping[str, Any], load: Mapping[str, Any]) -> dict[str, Any]:
+def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
+    """``[simulator.workload] trace``: the table the simulator replays the trace from."""
+    out: dict[str, Any] = {"path": wl.trace}
+    for key in TRACE_KEYS[1:]:
+        value = getattr(wl, key)
+        if value is not None:
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
+              trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
     each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
-    decides it)."""
+    decides it). With ``trace``, ``[simulator.workload]`` replays it (its own lengths and arrivals)."""
     out: dict[str, Any] = {}
     for section, spelling in SPELLINGS.items():
         top, _, sub = section.partition(".")
@@ -248,6 +259,10 @@ def with_load(data: Mapping[str, Any], load: Mapping[str, Any]) -> dict[str, Any
                 node[name] = load[key]
             elif key in ("concurrency", "request_rate"):
                 node.pop(name, None)
+        if trace is not None and section == "simulator.workload":
+            node["trace"] = dict(trace)
+            node.pop("input_len", None)
+            node.pop("output_len", None)
         out[top] = table
     return out
 
@@ -261,4 +276,4 @@ def _thaw(value: Any) -> Any:
 
 
 __all__ = ["SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
-           "trace_load", "with_load", "workload_settings"]
+           "sim_trace", "trace_load", "with_load", "workload_settings"]

@@ -111,10 +111,13 @@ def test_a_trace_sets_the_load_and_is_summarised(tmp_path):
     assert tr is not None and (tr.format, tr.requests, tr.span_s, tr.rate) == ("mooncake", 9, 2.0, 4.0)
     assert tr.prefix_ceiling == pytest.approx(8 / 18)
     sim = dict(checked.settings.section("simulator")["workload"])
-    assert sim == {"input_len": 1400, "output_len": 50, "num_prompts": 9, "request_rate": 4.0, "concurrency": 6}
+    assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6,    # the simulator replays it
+                   "trace": {"path": str(tmp_path / "t.jsonl"), "time_scale": 2.0, "length_policy": "clip"}}
     v = checked.settings.section("vllm_benchmark")["command"]
     assert (v["random_input_len"], v["num_prompts"], v["request_rate"], v["max_concurrency"]) == (1400, 9, 4.0, 6)
     assert checked.workload is not None and checked.workload.full_prompts == 9
+    b = checked.settings.section("builtin")      # the real benchmarks: the means at the mean rate
+    assert (b["input_len"], b["output_len"], b["num_prompts"], b["request_rate"]) == (1400, 50, 9, 4.0)
 
 
 def test_a_bad_trace_row_fails_validation(tmp_path):
