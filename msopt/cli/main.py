@@ -82,9 +82,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"workload: trace {settings.section('workload').get('trace')} ({tr.format})")
         for line in tr.lines():
             print(f"  {line}")
-        print(f"  the simulator replays its arrivals and lengths; the real benchmarks send {tr.requests} requests "
+        print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids); "
+              f"the real benchmarks send {tr.requests} requests "
               f"of {tr.input_pct['mean']:.0f} tokens in, {tr.output_pct['mean']:.0f} out (the means), Poisson at "
-              "the mean rate (they do not replay a trace yet); no path models its shared prefixes yet")
+              "the mean rate (they do not replay a trace yet)")
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

@@ -74,25 +74,31 @@ class Workload:
             out["trace"] = dict(self.trace)
         return out
 
-    def _trace_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
-        """(input lengths, output lengths, arrivals, mean rate) of the whole trace, read once per
-        workload (kept on the instance: with_overrides builds a new one)."""
+    def _trace_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, list[tuple[int, ...]], int]:
+        """(input lengths, output lengths, arrivals, mean rate, hash ids, tokens per hash id) of the
+        whole trace, read once per workload (kept on the instance: with_overrides builds a new one)."""
         cached = self.__dict__.get("_trace_cache")
         if cached is None:
-            from msopt.workload import Trace
+            from msopt.workload import Trace, TraceCounts
 
             assert self.trace is not None
             opts = {k: self.trace[k] for k in TRACE_KEYS[1:] if k in self.trace}
             if "window" in opts:
                 opts["window"] = tuple(opts["window"])
-            ins, outs, arr = [], [], []
-            for r in Trace(self.trace["path"], where="[simulator.workload] trace", **opts):
+            ins, outs, arr, hashes = [], [], [], []
+            trace = Trace(self.trace["path"], where="[simulator.workload] trace", **opts)
+            counts = TraceCounts()
+            for r in trace.requests(counts):
                 ins.append(r.input_tokens)
                 outs.append(r.output_tokens)
                 arr.append(r.arrival_s)
+                hashes.append(r.hash_ids)
             span = arr[-1] - arr[0]
             rate = (len(arr) - 1) / span if span > 0 else None
-            cached = (np.asarray(ins, np.int64), np.asarray(outs, np.int64), np.asarray(arr, np.float64), rate)
+            # a scaled trace's hash id stands for fewer tokens (msopt.workload.trace, "scale")
+            block = max(1, round(trace.block_size * counts.scale)) if trace.block_size else 0
+            cached = (np.asarray(ins, np.int64), np.asarray(outs, np.int64), np.asarray(arr, np.float64), rate,
+                      hashes, block)
             object.__setattr__(self, "_trace_cache", cached)
         return cached
 
@@ -100,7 +106,7 @@ class Workload:
         """Draw (input lengths, output lengths), int64 arrays of ``num_prompts``, each >= 1."""
         n = self.num_prompts
         if self.trace is not None:
-            ins, outs, _, _ = self._trace_arrays()
+            ins, outs, *_ = self._trace_arrays()
             return np.resize(ins, n), np.resize(outs, n)
         return _draw(self.input_len, n, rng), _draw(self.output_len, n, rng)
 
@@ -116,9 +122,20 @@ class Workload:
         return np.cumsum(gaps)
 
 
+    def sample_prefixes(self) -> tuple[list[tuple[int, ...]], int] | None:
+        """Each request's prompt block ids (equal ids: equal token blocks) and the tokens per id, or
+        None: a trace without hash ids, or no trace (never credited with prefix-cache hits)."""
+        if self.trace is None:
+            return None
+        _, _, _, _, hashes, block = self._trace_arrays()
+        if not block or not any(hashes):
+            return None
+        m = len(hashes)
+        return [hashes[i % m] for i in range(self.num_prompts)], block
+
     def _trace_arrivals(self) -> np.ndarray:
         """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
-        _, _, arr, trace_rate = self._trace_arrays()
+        _, _, arr, trace_rate, _, _ = self._trace_arrays()
         n, m = self.num_prompts, len(arr)
         if n > m:  # the trace again, one mean gap after its last arrival
             period = arr[-1] - arr[0] + (1.0 / trace_rate if trace_rate else 0.0)
