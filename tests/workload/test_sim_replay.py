@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +68,26 @@ def test_a_bad_trace_table_is_one_line():
     with pytest.raises(ConfigError) as exc:
         workload_from_mapping({"trace": {"file": "x.csv"}})
     assert "simulator.workload.trace: must be a table with path" in str(exc.value)
+
+
+@pytest.mark.slow
+def test_a_simulated_run_tunes_on_the_trace(tmp_path):
+    import subprocess
+    import sys
+
+    rows = [{"timestamp": 250 * i, "input_length": 1500 + 37 * i, "output_length": 40 + i % 7,
+             "hash_ids": [0, 1, 100 + i]} for i in range(60)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "c.toml").write_text('simulate = true\nn_particles = 2\niters = 1\n[simulator]\nhardware = "h100-sxm"\n'
+                                     '[workload]\ntrace = "t.jsonl"\ntime_scale = 2\n[data_storage]\npso_top_k = 1\n',
+                                     encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "--plain", "--no-ray", "-c",
+                          str(tmp_path / "c.toml"), "-o", str(tmp_path / "runs")], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    records = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    assert records and {r["num_prompts"] for r in records} == {60}       # the trace's requests, all of them
+    assert all(r["metrics"]["success_rate"] == 1.0 for r in records)
+    saved = (run / "config.toml").read_text()
+    assert f'path = "{tmp_path / "t.jsonl"}"' in saved      # the simulator replayed the trace itself
