@@ -264,7 +264,7 @@ class Trace:
     # -- reading ------------------------------------------------------------------------------
     def _open(self) -> io.TextIOWrapper:
         try:
-            return self.path.open(encoding="utf-8", newline="")
+            return self.path.open(encoding="utf-8-sig", newline="")  # -sig: a spreadsheet's byte-order mark
         except FileNotFoundError:
             raise ConfigError(f"{self.where} {self.path}: no such file; give the path of a request trace") from None
         except OSError as exc:

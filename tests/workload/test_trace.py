@@ -109,7 +109,8 @@ def test_generic(tmp_path):
     rs = read_requests(text(tmp_path / "mine.csv", body))
     assert [(r.arrival_s, r.session_id, r.prefix_group) for r in rs] == [(0.0, "u1", "sys-a"), (0.25, None, "sys-a"),
                                                                         (1.0, "u2", None)]
-    minimal = read_requests(text(tmp_path / "min.csv", "arrival_s,input_tokens,output_tokens\n0,1,1\n"))
+    # a spreadsheet export starts with a byte-order mark
+    minimal = read_requests(text(tmp_path / "min.csv", "\ufeffarrival_s,input_tokens,output_tokens\n0,1,1\n"))
     assert (minimal[0].session_id, minimal[0].prefix_group) == (None, None)
 
 
