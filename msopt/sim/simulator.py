@@ -257,6 +257,8 @@ def simulate(
                    f"({max_model_len}) or the prefill token budget")
     res = summarize(send, first, finish, ok, in_len, out_len, replica, preemptions=preemptions,
                     kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
+    if prefixes is not None:
+        res = replace(res, prefix_cache_hits=hit_tokens, prefix_cache_queries=query_tokens)
     return replace(res, assumed=tuple(assumed)) if assumed else res
 
 

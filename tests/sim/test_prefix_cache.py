@@ -82,10 +82,12 @@ def test_vllm_caches_prefixes_by_default_and_the_flag_turns_it_off(tmp_path) -> 
     on = simulate(EngineKnobs(engine="vllm"), "h100-sxm", "qwen3-8b", wl)
     assert _hits(on) == ["INFO [msopt.sim] prefix cache hit rate: 65.6% of 16,384 prompt tokens queried "
                          "(10,752 hit)"]                      # 7 of 8 prompts hit 3 of 4 blocks
+    assert (on.prefix_cache_hits, on.prefix_cache_queries) == (10_752, 16_384)
     off_knobs = knobs_vllm(["vllm", "serve", "m", "--no-enable-prefix-caching"])
     assert off_knobs.prefix_caching is False
     off = simulate(off_knobs, "h100-sxm", "qwen3-8b", wl)
     assert _hits(off) == [] and off.time_to_first_token > on.time_to_first_token
+    assert (off.prefix_cache_hits, off.prefix_cache_queries) == (0, 0)
     assert knobs_vllm(["vllm", "serve", "m", "--enable-prefix-caching"]).prefix_caching
     assert knobs_vllm(["vllm", "serve", "m"]).prefix_caching is None      # the personality's default: on
 
@@ -98,3 +100,33 @@ def test_a_trace_without_hash_ids_is_never_credited(tmp_path) -> None:
 def test_sglang_and_mindie_do_not_model_it_yet(tmp_path) -> None:
     res = simulate(EngineKnobs(engine="sglang"), "h100-sxm", "qwen3-8b", _trace(tmp_path, with_ids=True))
     assert _hits(res) == []
+
+
+def test_on_a_shared_trace_more_kv_memory_keeps_more_prefixes() -> None:
+    path = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "mooncake_conversation_trace.sample.jsonl"
+    if not path.exists():
+        pytest.skip(f"{path} is absent: ../shared/traces/ beside the repository holds the public trace samples, "
+                    "which the project does not carry")
+    from msopt.workload import Trace
+
+    window = [0, 120]
+    reqs = list(Trace(path, window=(0, 120), max_model_len=32768))
+    seen: set[int] = set()
+    ceiling = 0                                        # an unbounded cache, requests in arrival order
+    for r in reqs:
+        run = 0
+        for h in r.hash_ids:
+            if h not in seen:
+                break
+            run += 1
+        ceiling += min(run * 512, r.input_tokens - 1)
+        seen.update(r.hash_ids)
+    wl = {"num_prompts": len(reqs), "trace": {"path": str(path), "window": window, "max_model_len": 32768}}
+    rates = []
+    for frac in (0.5, 0.9):
+        res = simulate(EngineKnobs(engine="vllm", tp=2, memory_fraction=frac), "h200-sxm", "qwen3-8b", wl)
+        hit, queried = res.prefix_cache_hits, res.prefix_cache_queries
+        assert res.preemptions == 0 and queried == sum(r.input_tokens for r in reqs)
+        assert 0 < hit <= ceiling
+        rates.append(hit / queried)
+    assert rates[0] < rates[1]                          # LRU under KV pressure: a bigger cache keeps more
