@@ -22,22 +22,20 @@ text is checked by loading it (:func:`msopt.run.validate.validate`) before anyth
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msopt.errors import ConfigError
+from msopt.workload import Trace
 
 if TYPE_CHECKING:
     from msopt.run.validate import Validated
@@ -186,80 +184,25 @@ def detect_machine(target: str, devices: int | None, probe: Mapping[str, str] | 
                    f"device is the simulator's {hw} ({mem:g} GiB)")
 
 
-def _timestamp(text: str) -> float | None:
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:  # Azure's "2023-11-16 18:15:46.6805900": 7 fraction digits, more than fromisoformat takes
-        head, _, frac = text.partition(".")
-        return datetime.fromisoformat(head).timestamp() + (float("0." + frac) if frac else 0.0)
-    except ValueError:
-        return None
-
-
 def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
     """A request trace's workload: mean input and output tokens, the mean arrival rate, and whether
-    prompts share prefixes. msopt replays no trace; its benchmark sends requests of these lengths at
-    this rate.
+    prompts share prefixes (at least a tenth of their hash-id blocks repeat an earlier one).
 
-    Formats: CSV with ``ContextTokens``/``GeneratedTokens`` (and ``TIMESTAMP``) columns (Azure LLM
-    inference traces) or ``input_length``/``output_length``; JSON lines with ``input_length``,
-    ``output_length``, ``timestamp`` (ms) and ``hash_ids`` (Mooncake).
+    Any format :class:`msopt.workload.Trace` reads (Mooncake, Bailian, Azure, BurstGPT, generic CSV).
 
     Raises:
-        ConfigError: unreadable, or no row with lengths (naming the file and the columns expected).
+        ConfigError: unreadable, not a format msopt reads, a bad row, or no request.
     """
-    p = Path(path).expanduser()
-    rows: list[tuple[float | None, int, int, Sequence[Any]]] = []
-    try:
-        with p.open(encoding="utf-8") as f:
-            first = f.readline()
-            f.seek(0)
-            if first.lstrip().startswith("{"):
-                for line in f:
-                    if line.strip():
-                        d = json.loads(line)
-                        ts = d.get("timestamp")
-                        rows.append((float(ts) / 1000.0 if isinstance(ts, (int, float)) else None,
-                                     int(d["input_length"]), int(d["output_length"]), d.get("hash_ids") or ()))
-            else:
-                for r in csv.DictReader(f):
-                    inp = r.get("ContextTokens", r.get("input_length"))
-                    out = r.get("GeneratedTokens", r.get("output_length"))
-                    if inp is None or out is None:
-                        raise KeyError("ContextTokens/GeneratedTokens")
-                    ts_text = r.get("TIMESTAMP", r.get("timestamp"))
-                    rows.append((_timestamp(ts_text) if ts_text else None, int(inp), int(out), ()))
-    except FileNotFoundError:
-        raise ConfigError(f"--workload {p}: no such file") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--workload {p}: not a trace msopt reads ({type(exc).__name__}: {exc}); give a CSV with "
-                          "ContextTokens,GeneratedTokens[,TIMESTAMP] or JSON lines with input_length, "
-                          "output_length[, timestamp]") from None
-    rows = [row for row in rows if row[1] > 0 and row[2] > 0]
-    if not rows:
-        raise ConfigError(f"--workload {p}: no request with input and output tokens")
-    inp = round(statistics.fmean(row[1] for row in rows))
-    out = round(statistics.fmean(row[2] for row in rows))
-    stamps = sorted(row[0] for row in rows if row[0] is not None)
-    rate = None
-    if len(stamps) > 1 and stamps[-1] > stamps[0]:
-        rate = round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 3)
-    seen: set[Any] = set()
-    repeated = total = 0
-    for row in rows:
-        for h in row[3]:
-            total += 1
-            repeated += h in seen
-            seen.add(h)
-    shared = total > 0 and repeated / total >= 0.1
-    n = min(len(rows), 1000)
-    what = (f"{p.name}: {len(rows)} requests, mean {inp} tokens in / {out} out"
-            + (f", {rate:g} requests/s" if rate else "") + (f", {repeated / total:.0%} of prompt blocks repeat"
-                                                            if total else ""))
-    return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), n, None if rate else 64, rate, what, shared)
+    trace = Trace(path, where="--workload")
+    s = trace.summary()
+    inp, out = round(s.input_pct["mean"]), round(s.output_pct["mean"])
+    rate = round(s.rate, 3) if s.rate else None
+    shared = s.prefix_ceiling is not None and s.prefix_ceiling >= 0.1
+    what = (f"{trace.path.name}: {s.requests} requests, mean {inp} tokens in / {out} out"
+            + (f", {rate:g} requests/s" if rate else "")
+            + (f", {s.prefix_ceiling:.0%} of prompt blocks repeat" if s.prefix_ceiling is not None else ""))
+    return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), min(s.requests, 1000), None if rate else 64, rate,
+                         what, shared)
 
 
 def default_workload(cpu: bool) -> TraceWorkload:
@@ -792,7 +735,8 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool) -> None:
                    help="a Hugging Face model directory (its config.json), or a simulator catalog model's name")
     p.add_argument("--devices", type=int, metavar="N", help="devices one trial holds (default: those detected here)")
     p.add_argument("--workload", metavar="TRACE",
-                   help="a request trace (Azure CSV, Mooncake JSON lines): its mean lengths and rate set the workload")
+                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV): its mean lengths "
+                        "and rate set the workload")
 
 
 def register(sub: Any) -> None:

@@ -66,6 +66,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "derived": list(space.derived),
             "settings": settings.scalars(),
         }
+        if checked.trace is not None:
+            out["workload"] = {"trace": settings.section("workload").get("trace"), **checked.trace.as_dict()}
         print(json.dumps(_jsonable(out)))
         return 0
     print(f"configuration OK: {' < '.join(settings.sources)}")
@@ -75,6 +77,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"in flight ({settings.config.run.mode})")
     slos = settings.config.run.slos
     print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
+    if checked.trace is not None:
+        tr = checked.trace
+        print(f"workload: trace {settings.section('workload').get('trace')} ({tr.format})")
+        for line in tr.lines():
+            print(f"  {line}")
+        print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids); "
+              f"the real benchmarks send {tr.requests} requests "
+              f"of {tr.input_pct['mean']:.0f} tokens in, {tr.output_pct['mean']:.0f} out (the means), Poisson at "
+              "the mean rate (they do not replay a trace yet)")
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

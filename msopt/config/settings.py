@@ -34,6 +34,7 @@ from msopt.registry import close_matches
 from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
+from msopt.workload.table import apply_workload
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
 #: The largest configuration file read (a FIFO, a device or anything larger is refused).
@@ -55,7 +56,7 @@ ORIGINAL_KEYS = (
 MSOPT_KEYS = (
     "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
     "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
-    "max_launches", "search", "backup", "slo",
+    "max_launches", "search", "backup", "slo", "workload",
 )
 TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
 
@@ -492,6 +493,7 @@ def load_settings(
         _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
     _apply_slo(data, origin, conflicts=True)
+    apply_workload(data, origin, str(DEFAULTS_PATH))
 
     eng = engine or data.get("engine") or "vllm"
     section = data.get(eng)

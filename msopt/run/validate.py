@@ -36,6 +36,8 @@ from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity
 from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.space import SearchSpace
+from msopt.workload import TraceSummary
+from msopt.workload.table import sim_trace, trace_load, with_load, workload_settings
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Validated:
         simulator: the ``[simulator]`` table, checked (None for a real run).
         produces: the metrics the run's measurements report.
         workload: the prompts and load of an evaluation (:mod:`msopt.evaluate.workload`).
+        trace: the ``[workload] trace``'s summary (every row checked), or None without one.
     """
 
     settings: Settings
@@ -65,6 +68,7 @@ class Validated:
     simulator: SimulatorSetup | None
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
+    trace: TraceSummary | None = None
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -117,6 +121,7 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         ConfigError: one line naming the file, the key and the fix.
     """
     _check_engine_section(settings)
+    settings, trace = _trace_workload(settings)
     if settings.engine in ENGINES:  # an unknown engine is named below, where the adapter is needed
         ENGINES.get(settings.engine)().check_settings(settings)
     space = SearchSpace.from_settings(settings)
@@ -195,7 +200,19 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     _check_slo_statistics(settings, produces, name)  # then which statistic of them the SLOs can hold
     objective_metrics()
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
-                     workload_config(settings))
+                     workload_config(settings), trace)
+
+
+def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
+    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
+    the simulator replays the trace (``[simulator.workload] trace``), and each benchmark sends its
+    requests with its mean lengths at its mean rate (:func:`msopt.workload.table.trace_load`)."""
+    wl = workload_settings(settings.section("workload"), settings.where("workload"))
+    trace = wl.open_trace()
+    if trace is None:
+        return settings, None
+    summary = trace.summary()
+    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
 def _check_slo_statistics(settings: Settings, produces: frozenset[str], source: str) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
-from collections.abc import Set
+from collections import OrderedDict, deque
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +39,8 @@ class ReplicaTrace:
     preemptions: int
     steps: int
     max_running: int
+    prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
 
 
 def run_replica(
@@ -58,6 +60,8 @@ def run_replica(
     think: np.ndarray | None = None,
     prefilled: bool = False,
     stream_tok_s: float = 0.0,
+    prefixes: Sequence[tuple[int, ...]] | None = None,
+    prefix_block: int = 0,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -79,12 +83,15 @@ def run_replica(
             admission step samples the first token here, with no prompt compute.
         stream_tok_s: API-server time per streamed output token, on one serial resource that
             every stream shares: the client sees a token when the frontend has sent it.
+        prefixes: with prefix caching on, each request's prompt block ids (equal ids: equal
+            tokens), ``prefix_block`` tokens each (:class:`_PrefixCache`); None: no cache.
     """
     client = _Client(arrival=arrival, concurrency=concurrency, api_overhead_s=api_overhead_s,
                      frontend_s=frontend_s, frontend_tok_s=frontend_tok_s, jitter=jitter, think=think,
                      stream_tok_s=stream_tok_s)
     return ReplicaScheduler(knobs, cost, num_blocks, in_len, out_len, max_model_len, client,
-                            time_scale=time_scale, prefilled=prefilled).run()
+                            time_scale=time_scale, prefilled=prefilled, prefixes=prefixes,
+                            prefix_block=prefix_block).run()
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,73 @@ class _Limits:
 
 
 _NONE: frozenset[int] = frozenset()
+
+
+class _PrefixCache:
+    """Block-level prefix caching (vLLM's): prompt blocks keyed by their id (a prefix hash).
+
+    A block a running request holds is pinned; once no request holds it, it stays cached in the
+    free KV blocks until they are needed: the least recently used unpinned block is evicted first
+    (vllm 0.32.0 v1/core/block_pool.py, the free block queue in LRU order). A prompt's hit is its
+    leading run of cached blocks, capped at the prompt less one token (the last is computed to
+    sample from) and aligned to the engine's KV block (v1/core/kv_cache_manager.py:290-298). A
+    request holds the KV of its hit like any other (shared blocks are counted for each holder).
+    """
+
+    def __init__(self, prefixes: Sequence[tuple[int, ...]], block: int, kv_block: int) -> None:
+        self.prefixes = prefixes
+        self.block = block
+        self.kv_block = kv_block
+        self.refs: dict[int, int] = {}  # cached block id -> requests holding it
+        self.idle: OrderedDict[int, None] = OrderedDict()  # unpinned cached blocks, least recent first
+        self.held: dict[int, tuple[int, ...]] = {}  # request -> the block ids it pins
+        self.hit_tokens = 0
+        self.query_tokens = 0
+
+    def hit(self, i: int, prompt: int, free_blocks: int) -> tuple[int, int]:
+        """(cached prompt tokens of request ``i``, blocks matched), after evicting what ``free_blocks``
+        KV blocks cannot keep."""
+        keep = free_blocks * self.kv_block // self.block
+        idle = self.idle
+        while len(idle) > keep:
+            del self.refs[idle.popitem(last=False)[0]]
+        k = 0
+        refs = self.refs
+        for h in self.prefixes[i]:
+            if h not in refs:
+                break
+            k += 1
+        tokens = min(k * self.block, prompt - 1)
+        return max(0, tokens - tokens % self.kv_block), k
+
+    def admit(self, i: int, prompt: int, tokens: int, k: int) -> None:
+        """Request ``i`` is admitted with ``tokens`` cached: it pins its ``k`` matched blocks."""
+        self.query_tokens += prompt
+        self.hit_tokens += tokens
+        self._pin(i, self.prefixes[i][:k])
+
+    def prompt_done(self, i: int) -> None:
+        """Request ``i``'s prompt is in the KV cache: its blocks are cached (and pinned)."""
+        have = len(self.held.get(i, ()))
+        self._pin(i, self.prefixes[i][have:])
+
+    def release(self, i: int) -> None:
+        """Request ``i`` finished or was preempted: its blocks stay cached, unpinned."""
+        for h in self.held.pop(i, ()):
+            n = self.refs[h] - 1
+            self.refs[h] = n
+            if n == 0:
+                self.idle[h] = None
+
+    def _pin(self, i: int, blocks: tuple[int, ...]) -> None:
+        refs, idle = self.refs, self.idle
+        for h in blocks:
+            n = refs.get(h, 0)
+            if n == 0 and h in idle:
+                del idle[h]
+            refs[h] = n + 1
+        self.held[i] = self.held.get(i, ()) + blocks
+
 
 
 class _Decodes:
@@ -303,8 +377,11 @@ class ReplicaScheduler:
 
     def __init__(self, knobs: EngineKnobs, cost: StepCost, num_blocks: int, in_len: np.ndarray,
                  out_len: np.ndarray, max_model_len: int, client: _Client, *,
-                 time_scale: float = 1.0, prefilled: bool = False) -> None:
+                 time_scale: float = 1.0, prefilled: bool = False,
+                 prefixes: Sequence[tuple[int, ...]] | None = None, prefix_block: int = 0) -> None:
         self.lim = lim = _Limits(knobs)
+        self.cache = (_PrefixCache(prefixes, prefix_block, lim.bs)
+                      if prefixes is not None and prefix_block > 0 and not prefilled else None)
         self.cost = cost
         self.coeffs: dict[int, tuple[float, float]] = {}  # cost.decode_coeffs by batch size
         self.client = client
@@ -447,16 +524,25 @@ class ReplicaScheduler:
                 return budget, True
             i = waiting[0]
             left = self.prompt_left[i]
+            ctx0 = self.ctx[i]
+            cache = self.cache
+            if cache is not None:
+                cached, matched = cache.hit(i, self.in_len[i], self.free)
+                ctx0 += cached
+                left -= cached
             if not lim.chunked and left > budget:
                 if pf:
                     return budget, False
                 chunk = left  # a recomputed prompt may outgrow the budget; run it alone
             else:
                 chunk = self._chunk_cap(min(left, budget))
-            target = self.in_len[i] + self.out_len[i] if lim.reserve_full else self.ctx[i] + chunk
+            target = self.in_len[i] + self.out_len[i] if lim.reserve_full else ctx0 + chunk
             need = -(-target // lim.bs) - self.blocks[i]
             if need > self.free:
                 return budget, True
+            if cache is not None:
+                cache.admit(i, self.in_len[i], ctx0 - self.ctx[i], matched)
+                self.ctx[i], self.prompt_left[i] = ctx0, left
             waiting.popleft()
             self.running.append(i)
             self.partial.append(i)
@@ -493,6 +579,8 @@ class ReplicaScheduler:
             self.partial.remove(v)
         self.free += self.blocks[v]
         self.blocks[v] = 0
+        if self.cache is not None:
+            self.cache.release(v)
         self.prompt_left[v] = self.in_len[v] + (self.out_len[v] - self.out_left[v])
         self.ctx[v] = 0
         self.waiting.appendleft(v)
@@ -617,6 +705,8 @@ class ReplicaScheduler:
             self.ctx[i] += chunk
             self.prompt_left[i] -= chunk
             if self.prompt_left[i] == 0:
+                if self.cache is not None:
+                    self.cache.prompt_done(i)
                 sampled += 1
                 if math.isnan(self.first[i]):
                     firsts.append(i)
@@ -643,6 +733,8 @@ class ReplicaScheduler:
                 gone = set(finished)
                 self.running = [i for i in self.running if i not in gone]
             for i in finished:
+                if self.cache is not None:
+                    self.cache.release(i)
                 self.finish[i] = seen
                 self.free += self.blocks[i]
                 self.blocks[i] = 0
@@ -702,4 +794,6 @@ class ReplicaScheduler:
             self._complete(st, dt, k)
         return ReplicaTrace(send=np.array(self.send), first_token=np.array(self.first),
                             finish=np.array(self.finish), ok=np.array(self.ok, bool),
-                            preemptions=self.preemptions, steps=self.steps, max_running=self.max_running)
+                            preemptions=self.preemptions, steps=self.steps, max_running=self.max_running,
+                            prefix_hit_tokens=self.cache.hit_tokens if self.cache is not None else 0,
+                            prefix_query_tokens=self.cache.query_tokens if self.cache is not None else 0)

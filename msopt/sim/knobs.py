@@ -61,6 +61,9 @@ class EngineKnobs:
         spec_verify_tokens: tokens verified per sequence and step (SGLang
             ``--speculative-num-draft-tokens``); 0: ``spec_tokens + 1``.
         spec_accept_len: tokens kept per step (the acceptance length); None: an assumed default.
+        prefix_caching: KV blocks of earlier prompts are reused by prompts with the same prefix
+            (vLLM ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``); None: the
+            personality's default (:attr:`msopt.sim.personality.Personality.prefix_caching`).
         ignored: flags/keys read from the launch that the simulator does not model.
     """
 
@@ -93,6 +96,7 @@ class EngineKnobs:
     spec_tokens: int = 0
     spec_verify_tokens: int = 0
     spec_accept_len: float | None = None
+    prefix_caching: bool | None = None
     ignored: tuple[str, ...] = field(default=())
 
     @property
@@ -246,6 +250,11 @@ def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
             kw["chunked_prefill"] = text not in ("0", "false", "no", "off")
         elif flag == "--no-enable-chunked-prefill":
             kw["chunked_prefill"] = False
+        elif flag == "--enable-prefix-caching":  # vllm 0.32.0 engine/arg_utils.py: a BooleanOptionalAction
+            text = str(value).strip().lower()
+            kw["prefix_caching"] = text not in ("0", "false", "no", "off")
+        elif flag == "--no-enable-prefix-caching":
+            kw["prefix_caching"] = False
         elif flag in ("--enable-expert-parallel", "-ep"):
             text = str(value).strip().lower()
             kw["expert_parallel"] = text not in ("0", "false", "no", "off")

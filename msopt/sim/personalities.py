@@ -25,6 +25,10 @@ class VllmPersonality(Personality):
     default_batched_tokens = (2048, 8192)
     default_max_seqs = (256, 1024)
     moe_shares_dp = True
+    # vllm 0.32.0 engine/arg_utils.py:3021-3022: enable_prefix_caching None -> the model config's
+    # is_prefix_caching_supported (True for a generative decoder); block-level, hits capped at the
+    # prompt less one token and block aligned (v1/core/kv_cache_manager.py:290-298)
+    prefix_caching = True
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_vllm(argv)

@@ -51,6 +51,10 @@ class Personality:
     #: ``ep`` fills the rest (MindIE); otherwise ``ep`` defaults (1, or the whole MoE world with
     #: ``expert_parallel``) and ``moe_tp`` fills the rest.
     moe_tp_first: bool = False
+    #: Prefix caching is on unless the launch turns it off: a prompt whose leading blocks an
+    #: earlier prompt computed skips their prefill (blocks kept while free, least recently used
+    #: evicted first). Off by default: a personality that models it says so.
+    prefix_caching: bool = False
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs | None:
         """The knobs of a server command line; None when this engine's knobs do not come from one."""

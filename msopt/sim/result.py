@@ -32,6 +32,9 @@ class SimResult:
         error: None, or the reason the server failed.
         log_lines: what the server log would say (startup, warnings, the failure).
         ignored: launch flags / config keys read but not modelled.
+        prefix_cache_hits, prefix_cache_queries: prompt tokens found in the prefix cache and prompt
+            tokens looked up (vLLM's ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``);
+            0 without a prefix cache.
         assumed: inputs the prediction assumed rather than knew (efficiencies of another hardware
             entry, a default acceptance length), one line each.
     """
@@ -58,6 +61,8 @@ class SimResult:
     log_lines: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
     assumed: tuple[str, ...] = ()
+    prefix_cache_hits: int = 0
+    prefix_cache_queries: int = 0
 
     @property
     def ok(self) -> bool:

@@ -215,6 +215,9 @@ def simulate(
         log.append(f"INFO [msopt.sim] speculative decoding: {draft.method}, {draft.steps} draft step(s), "
                    f"{draft.verify} token(s) verified per step, acceptance length {draft.accept:.2f} ({how})")
 
+    caching = knobs.prefix_caching if knobs.prefix_caching is not None else knobs.personality.prefix_caching
+    prefixes = wl.sample_prefixes() if caching else None
+    hit_tokens = query_tokens = 0
     n = wl.num_prompts
     send = np.full(n, np.nan)
     first = np.full(n, np.nan)
@@ -234,11 +237,18 @@ def simulate(
                             hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
                             None if jitter is None else jitter[idx],
                             None if think is None else think[idx],
-                            stream_tok_s=hw.frontend_us_per_output_token * 1e-6)
+                            stream_tok_s=hw.frontend_us_per_output_token * 1e-6,
+                            prefixes=None if prefixes is None else [prefixes[0][j] for j in idx.tolist()],
+                            prefix_block=0 if prefixes is None else prefixes[1])
+        hit_tokens += trace.prefix_hit_tokens
+        query_tokens += trace.prefix_query_tokens
         send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok
         replica[idx] = r
         preemptions += trace.preemptions
     rejected = int((~ok).sum())
+    if prefixes is not None:
+        log.append(f"INFO [msopt.sim] prefix cache hit rate: {hit_tokens / max(query_tokens, 1):.1%} of "
+                   f"{query_tokens:,} prompt tokens queried ({hit_tokens:,} hit)")
     if preemptions:
         log.append(f"WARNING {preemptions} preemptions (recompute): the KV cache ran out; fewer "
                    "concurrent sequences or more KV memory would avoid them")
@@ -247,6 +257,8 @@ def simulate(
                    f"({max_model_len}) or the prefill token budget")
     res = summarize(send, first, finish, ok, in_len, out_len, replica, preemptions=preemptions,
                     kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
+    if prefixes is not None:
+        res = replace(res, prefix_cache_hits=hit_tokens, prefix_cache_queries=query_tokens)
     return replace(res, assumed=tuple(assumed)) if assumed else res
 
 

@@ -16,7 +16,9 @@ from msopt.errors import ConfigError
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
 LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | Y needs 3.10 objects
 
-_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup"})
+_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup", "trace"})
+#: keys of ``[simulator.workload] trace`` (msopt.workload.Trace's options; ``path`` the file)
+TRACE_KEYS = ("path", "format", "window", "time_scale", "block_size", "max_model_len", "length_policy")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ class Workload:
             server keeps no state between requests (no compile, no cache), so a waited-out warm-up
             leaves the measured run exactly as without it: the key records the protocol a run
             was measured with (``msopt calibrate`` reads it from ``--num-warmups``).
+        trace: a request trace replayed (``path`` and :class:`msopt.workload.Trace`'s options), or
+            None. Request i takes the trace's i-th lengths and arrival (the trace repeated, one
+            mean gap after its last arrival, when ``num_prompts`` is larger); ``input_len`` and
+            ``output_len`` are not used, and a ``request_rate`` (a capacity probe's load) scales
+            the arrivals to that mean rate.
     """
 
     input_len: LengthSpec = 1024
@@ -44,6 +51,7 @@ class Workload:
     concurrency: int | None = 64
     request_rate: float | None = None
     warmup: int = 0
+    trace: Mapping[str, Any] | None = None
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Workload:
         """A copy with keys replaced (as :func:`msopt.sim.benchmark_overrides` returns them)."""
@@ -62,21 +70,81 @@ class Workload:
             out["request_rate"] = self.request_rate
         if self.warmup:
             out["warmup"] = self.warmup
+        if self.trace is not None:
+            out["trace"] = dict(self.trace)
         return out
+
+    def _trace_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, list[tuple[int, ...]], int]:
+        """(input lengths, output lengths, arrivals, mean rate, hash ids, tokens per hash id) of the
+        whole trace, read once per workload (kept on the instance: with_overrides builds a new one)."""
+        cached = self.__dict__.get("_trace_cache")
+        if cached is None:
+            from msopt.workload import Trace, TraceCounts
+
+            assert self.trace is not None
+            opts = {k: self.trace[k] for k in TRACE_KEYS[1:] if k in self.trace}
+            if "window" in opts:
+                opts["window"] = tuple(opts["window"])
+            ins, outs, arr, hashes = [], [], [], []
+            trace = Trace(self.trace["path"], where="[simulator.workload] trace", **opts)
+            counts = TraceCounts()
+            for r in trace.requests(counts):
+                ins.append(r.input_tokens)
+                outs.append(r.output_tokens)
+                arr.append(r.arrival_s)
+                hashes.append(r.hash_ids)
+            span = arr[-1] - arr[0]
+            rate = (len(arr) - 1) / span if span > 0 else None
+            # a scaled trace's hash id stands for fewer tokens (msopt.workload.trace, "scale")
+            block = max(1, round(trace.block_size * counts.scale)) if trace.block_size else 0
+            cached = (np.asarray(ins, np.int64), np.asarray(outs, np.int64), np.asarray(arr, np.float64), rate,
+                      hashes, block)
+            object.__setattr__(self, "_trace_cache", cached)
+        return cached
 
     def sample_lengths(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Draw (input lengths, output lengths), int64 arrays of ``num_prompts``, each >= 1."""
         n = self.num_prompts
+        if self.trace is not None:
+            ins, outs, *_ = self._trace_arrays()
+            return np.resize(ins, n), np.resize(outs, n)
         return _draw(self.input_len, n, rng), _draw(self.output_len, n, rng)
 
     def sample_arrivals(self, rng: np.random.Generator) -> np.ndarray:
         """Open-loop send times in seconds (zeros when there is no request_rate)."""
         rate = self.request_rate
+        if self.trace is not None:
+            return self._trace_arrivals()
         if rate is None or math.isinf(rate):
             return np.zeros(self.num_prompts)
         gaps = rng.exponential(1.0 / rate, size=self.num_prompts)
         gaps[0] = 0.0
         return np.cumsum(gaps)
+
+
+    def sample_prefixes(self) -> tuple[list[tuple[int, ...]], int] | None:
+        """Each request's prompt block ids (equal ids: equal token blocks) and the tokens per id, or
+        None: a trace without hash ids, or no trace (never credited with prefix-cache hits)."""
+        if self.trace is None:
+            return None
+        _, _, _, _, hashes, block = self._trace_arrays()
+        if not block or not any(hashes):
+            return None
+        m = len(hashes)
+        return [hashes[i % m] for i in range(self.num_prompts)], block
+
+    def _trace_arrivals(self) -> np.ndarray:
+        """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
+        _, _, arr, trace_rate, _, _ = self._trace_arrays()
+        n, m = self.num_prompts, len(arr)
+        if n > m:  # the trace again, one mean gap after its last arrival
+            period = arr[-1] - arr[0] + (1.0 / trace_rate if trace_rate else 0.0)
+            arr = np.resize(arr, n) + np.repeat(np.arange(-(-n // m)), m)[:n] * period
+        out = arr[:n] - arr[0]
+        rate = self.request_rate
+        if rate is not None and trace_rate:
+            out = out * (trace_rate / rate) if math.isfinite(rate) else np.zeros(n)
+        return out
 
 
 def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -177,4 +245,18 @@ def workload_from_mapping(table: Mapping[str, Any], where: str = "simulator.work
         if not is_number(rate) or not rate > 0:
             raise ConfigError(f"{where}.request_rate = {rate!r}: must be a number > 0 (inf for all at once)")
         kwargs["request_rate"] = float(rate)
+    if "trace" in table:
+        kwargs["trace"] = _trace_table(table["trace"], where)
     return replace(w, **kwargs)
+
+
+def _trace_table(value: Any, where: str) -> dict[str, Any]:
+    """``[simulator.workload] trace``: a table with ``path`` and the trace's options, checked as
+    :class:`msopt.workload.Trace` checks them (the file itself is read when it is sampled)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("path"), str):
+        raise ConfigError(f"{where}.trace: must be a table with path = \"TRACE\" (and {', '.join(TRACE_KEYS[1:])}); "
+                          "[workload] trace sets it")
+    unknown = sorted(set(value) - set(TRACE_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}.trace: unknown key(s) {unknown}; valid keys: {', '.join(TRACE_KEYS)}")
+    return dict(value)

@@ -1,0 +1,279 @@
+"""The ``[workload]`` table: one description of the load for every benchmark and the simulator.
+
+``[workload]`` holds the synthetic keys (``input_len``, ``output_len``, ``num_prompts``,
+``concurrency``, ``request_rate``, ``warmup``) and a request trace's (``trace``, ``format``,
+``window``, ``time_scale``, ``block_size``, ``max_model_len``, ``length_policy``).
+
+:func:`workload_settings` reads the table into a typed :class:`WorkloadSettings`;
+:func:`apply_workload` (run by :func:`msopt.config.load_settings`) writes its synthetic keys into
+each built-in benchmark's own spelling (:data:`SPELLINGS`), so that the per-benchmark keys keep
+working and every reader of a benchmark's section sees one load. A key set in a user's file
+under both spellings with different values is refused in one line naming both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msopt.checks import is_finite, is_int
+from msopt.errors import ConfigError
+from msopt.workload.trace import FORMATS, LENGTH_POLICIES, Trace, TraceSummary
+
+#: the synthetic keys of ``[workload]``
+SYNTHETIC_KEYS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup")
+#: the trace keys of ``[workload]``
+TRACE_KEYS: tuple[str, ...] = ("trace", "format", "window", "time_scale", "block_size", "max_model_len",
+                               "length_policy")
+#: what a trace decides, so ``[workload]`` may not also set it
+TRACE_SETS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "request_rate")
+
+#: each built-in section's spelling of the synthetic keys (a key it lacks is not written there):
+#: ``[simulator.workload]`` (msopt/sim/workload.py), ``[builtin]`` (msopt/benchmarks/builtin.py),
+#: ``[vllm_benchmark.command]`` (``vllm bench serve --random-input-len`` ..., msopt/benchmarks/
+#: vllm_benchmark.py), ``[ais_bench.command]`` (msopt/benchmarks/ais_bench.py)
+SPELLINGS: Mapping[str, Mapping[str, str]] = {
+    "simulator.workload": {k: k for k in SYNTHETIC_KEYS},
+    "builtin": {"input_len": "input_len", "output_len": "output_len", "num_prompts": "num_prompts",
+                "concurrency": "concurrency", "request_rate": "request_rate"},
+    "vllm_benchmark.command": {"input_len": "random_input_len", "output_len": "random_output_len",
+                               "num_prompts": "num_prompts", "concurrency": "max_concurrency",
+                               "request_rate": "request_rate"},
+    "ais_bench.command": {"input_len": "input_len", "output_len": "output_len", "num_prompts": "num_prompts",
+                          "concurrency": "max_concurrency", "request_rate": "request_rate"},
+}
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """The ``[workload]`` table, checked (None: not set there).
+
+    Attributes:
+        input_len, output_len, num_prompts, concurrency, request_rate, warmup: the synthetic load.
+        trace: the request trace's path (resolved against the file that set it), or None.
+        format: the trace's format (None: detected).
+        window: (start_s, end_s) of the trace replayed, or None for all of it.
+        time_scale: replay speed (2: twice the trace's rate).
+        block_size: tokens per hash id (None: the format's).
+        max_model_len: the server's context limit the length policy applies (None: no limit).
+        length_policy: ``clip``, ``scale`` or ``drop``.
+        where: the file that set the table.
+    """
+
+    input_len: int | None = None
+    output_len: int | None = None
+    num_prompts: int | None = None
+    concurrency: int | None = None
+    request_rate: Any = None
+    warmup: int | None = None
+    trace: str | None = None
+    format: str | None = None
+    window: tuple[float, float] | None = None
+    time_scale: float = 1.0
+    block_size: int | None = None
+    max_model_len: int | None = None
+    length_policy: str = "clip"
+    where: str = "[workload]"
+
+    def synthetic(self) -> dict[str, Any]:
+        """The synthetic keys set, by ``[workload]`` name."""
+        return {k: getattr(self, k) for k in SYNTHETIC_KEYS if getattr(self, k) is not None}
+
+    def open_trace(self) -> Trace | None:
+        """The trace, opened (its format detected from the first row), or None without one.
+
+        Raises:
+            ConfigError: a missing or unreadable file, an unrecognised format.
+        """
+        if self.trace is None:
+            return None
+        return Trace(self.trace, format=self.format, window=self.window, time_scale=self.time_scale,
+                     block_size=self.block_size, max_model_len=self.max_model_len,
+                     length_policy=self.length_policy, where=f"{self.where}: [workload] trace")
+
+
+_CHECKS: Mapping[str, tuple[Any, str]] = {
+    # a distribution of lengths is the simulator's alone: [simulator.workload] input_len = { dist = ... }
+    "input_len": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
+    "output_len": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
+    "num_prompts": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
+    "concurrency": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
+    "request_rate": (lambda v: v == "inf" or (is_finite(v) and v > 0) or (isinstance(v, float) and math.isinf(v)),
+                     "a number of requests/s above 0, or \"inf\" (all at once)"),
+    "warmup": (lambda v: is_int(v) and v >= 0, "a whole number >= 0"),
+    "trace": (lambda v: isinstance(v, str) and v != "", "the path of a request trace"),
+    "format": (lambda v: v in FORMATS, f"one of {', '.join(FORMATS)} (omit it to detect the format)"),
+    "window": (lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(is_finite(x) for x in v)
+               and 0 <= v[0] < v[1], "[start_s, end_s] with 0 <= start_s < end_s"),
+    "time_scale": (lambda v: is_finite(v) and v > 0, "a number above 0 (2: twice the trace's rate)"),
+    "block_size": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
+    "max_model_len": (lambda v: is_int(v) and v >= 2, "a whole number of tokens >= 2"),
+    "length_policy": (lambda v: v in LENGTH_POLICIES, f"one of {', '.join(LENGTH_POLICIES)}"),
+}
+
+
+def workload_settings(table: Mapping[str, Any] | None, where: str = "<defaults>",
+                      base: Path | None = None) -> WorkloadSettings:
+    """Read a ``[workload]`` table into :class:`WorkloadSettings`.
+
+    Args:
+        table: the table (None or empty: nothing set).
+        where: the file that set it, for messages.
+        base: the directory a relative ``trace`` path is resolved against (default: as written).
+
+    Raises:
+        ConfigError: an unknown key, a wrong type or range, or a trace with keys it decides.
+    """
+    table = table or {}
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: 'workload' must be a table, e.g. [workload] input_len = 1024")
+    for key, value in table.items():
+        if key not in _CHECKS:
+            raise ConfigError(f"{where}: unknown key '{key}' in [workload]; valid keys: {', '.join(_CHECKS)}")
+        ok, rule = _CHECKS[key]
+        if not ok(value):
+            raise ConfigError(f"{where}: [workload] '{key}' must be {rule}, got {value!r}; fix '{key}'")
+    if "trace" not in table:
+        stray = [k for k in TRACE_KEYS if k in table]
+        if stray:
+            raise ConfigError(f"{where}: [workload] '{stray[0]}' applies to a trace, and [workload] has no trace; "
+                              "add trace = \"PATH\" or remove it")
+    else:
+        decided = [k for k in TRACE_SETS if k in table]
+        if decided:
+            raise ConfigError(f"{where}: [workload] '{decided[0]}' and trace both set the requests; the trace "
+                              f"decides {', '.join(TRACE_SETS)}: remove '{decided[0]}' (window and time_scale "
+                              "choose the part and the rate)")
+    values = dict(table)
+    if "trace" in values:
+        p = Path(values["trace"]).expanduser()
+        values["trace"] = str((base / p if base is not None and not p.is_absolute() else p).absolute())
+    if "window" in values:
+        values["window"] = (float(values["window"][0]), float(values["window"][1]))
+    return WorkloadSettings(**values, where=where)
+
+
+def _get(data: Mapping[str, Any], dotted: str) -> Mapping[str, Any] | None:
+    node: Any = data
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def apply_workload(data: dict[str, Any], origin: dict[str, str], defaults: str) -> WorkloadSettings:
+    """Check ``[workload]`` and write its synthetic keys into every built-in section's spelling.
+
+    Args:
+        data: the merged configuration (changed in place).
+        origin: dotted key -> the file that set it (updated for the keys written).
+        defaults: the packaged defaults' path: a key set only there never conflicts.
+
+    Raises:
+        ConfigError: a bad ``[workload]`` key, or one key set under both spellings with different
+            values in the user's files (one line naming both).
+    """
+    table = data.get("workload")
+    where = origin.get("workload", defaults)
+    base = Path(where).parent if where not in (defaults, "<defaults>", "<command line>") else None
+    wl = workload_settings(table, where, base)
+    if wl.trace is not None:  # absolute from here on: a run directory's config.toml names the same file
+        data["workload"]["trace"] = wl.trace
+    for key, value in wl.synthetic().items():
+        key_where = origin.get(f"workload.{key}", where)
+        for section, spelling in SPELLINGS.items():
+            if key not in spelling:
+                continue
+            name = spelling[key]
+            node = _get(data, section)
+            dotted = f"{section}.{name}"
+            set_by = origin.get(dotted)
+            if node is not None and name in node and set_by not in (None, defaults) and node[name] != value:
+                raise ConfigError(f"{set_by}: [{section}] {name} = {node[name]!r} and {key_where}: [workload] "
+                                  f"{key} = {value!r} both set {key}; keep one ([workload] {key} sets it for "
+                                  "every benchmark and the simulator)")
+            parts = section.split(".")
+            target = data
+            for part in parts:
+                target = target.setdefault(part, {})
+            target[name] = value
+            origin[dotted] = key_where
+    _drop_default_load(data, origin, defaults, wl)
+    return wl
+
+
+def _drop_default_load(data: dict[str, Any], origin: dict[str, str], defaults: str, wl: WorkloadSettings) -> None:
+    """A load ``[workload]`` sets replaces the packaged default of the other load key: a
+    ``request_rate`` alone is not capped by a packaged concurrency, nor a ``concurrency`` alone paced
+    by a packaged rate. (A section's key from a user's file stays: a rate capped by a concurrency.)"""
+    set_ = wl.synthetic()
+    other = {"request_rate": "concurrency", "concurrency": "request_rate"}
+    for key, drop in other.items():
+        if key not in set_ or drop in set_:
+            continue
+        for section, spelling in SPELLINGS.items():
+            name = spelling.get(drop)
+            node = _get(data, section)
+            if name and node is not None and name in node and origin.get(f"{section}.{name}", defaults) == defaults:
+                del node[name]  # type: ignore[attr-defined]
+                origin.pop(f"{section}.{name}", None)
+
+
+
+
+def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
+    """The load of a trace, by ``[workload]`` name: its requests and mean rate, and the mean
+    lengths the real benchmarks send (they do not replay a trace yet: Poisson arrivals at the
+    mean rate); ``[workload] concurrency`` stays a cap."""
+    load: dict[str, Any] = {"input_len": max(1, round(summary.input_pct["mean"])),
+                            "output_len": max(1, round(summary.output_pct["mean"])),
+                            "num_prompts": summary.requests,
+                            "request_rate": round(summary.rate, 6) if summary.rate else "inf"}
+    return {**load, **wl.synthetic()}
+
+
+def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
+    """``[simulator.workload] trace``: the table the simulator replays the trace from."""
+    out: dict[str, Any] = {"path": wl.trace}
+    for key in TRACE_KEYS[1:]:
+        value = getattr(wl, key)
+        if value is not None:
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
+              trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
+    each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
+    decides it). With ``trace``, ``[simulator.workload]`` replays it (its own lengths and arrivals)."""
+    out: dict[str, Any] = {}
+    for section, spelling in SPELLINGS.items():
+        top, _, sub = section.partition(".")
+        table = _thaw(data.get(top, {}))
+        node = table.setdefault(sub, {}) if sub else table
+        for key, name in spelling.items():
+            if key in load:
+                node[name] = load[key]
+            elif key in ("concurrency", "request_rate"):
+                node.pop(name, None)
+        if trace is not None and section == "simulator.workload":
+            node["trace"] = dict(trace)
+            node.pop("input_len", None)
+            node.pop("output_len", None)
+        out[top] = table
+    return out
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+__all__ = ["SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
+           "sim_trace", "trace_load", "with_load", "workload_settings"]

@@ -1,0 +1,523 @@
+"""Request traces: read a recorded service's arrivals, lengths and prefix blocks, streaming.
+
+A trace is read row by row (:meth:`Trace.__iter__`), never whole: a trace of millions of rows
+costs one row of memory, and a window stops reading at its end (timestamps must not go back).
+Each row becomes a :class:`TraceRequest` whose arrival is in seconds since the trace's first row,
+then cut to ``window`` and divided by ``time_scale``.
+
+Formats (:data:`FORMATS`), detected from the JSON keys or the CSV header:
+
+- ``mooncake``: JSON lines ``timestamp`` (ms), ``input_length``, ``output_length``, optional
+  ``hash_ids`` (prefix-chained ids of 512-token blocks; kvcache-ai/Mooncake FAST25-release/traces);
+- ``bailian``: JSON lines ``chat_id``, ``parent_chat_id`` (-1: a first turn), ``timestamp`` (s),
+  ``input_length``, ``output_length``, ``turn``, ``hash_ids`` of 16-token blocks
+  (alibaba-edu/qwen-bailian-usagetraces-anon);
+- ``azure``: CSV ``TIMESTAMP,ContextTokens,GeneratedTokens`` with wall-clock timestamps in the
+  2023 (``2023-11-16 18:17:03.9799600``), 2024 (``2024-05-10 00:00:00.009930+00:00``) and 2025
+  (``2024-10-15T12:00:00.269Z``, an extra ``NumImages`` column) forms (Azure/AzurePublicDataset);
+- ``burstgpt``: CSV ``Timestamp`` (s), ``Request tokens``, ``Response tokens``, read by name
+  (v3 inserts ``Session ID,Elapsed time`` after ``Timestamp``); a row with zero tokens is a
+  failed request (HPMLL/BurstGPT README) and is skipped, counted in ``failed``;
+- ``generic``: CSV ``arrival_s,input_tokens,output_tokens[,session_id][,prefix_group]``, for a
+  service's own logs.
+
+A row with zero input or output tokens is skipped in every format and counted in ``failed``.
+A request longer than ``max_model_len`` (input plus output) follows the length policy
+(:data:`LENGTH_POLICIES`): ``clip`` cuts its input (and its output to leave one input token),
+``drop`` skips it, ``scale`` multiplies every request's lengths by one factor, the limit over
+the longest request in the window, so the distribution keeps its shape (a first pass finds it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from msopt.errors import ConfigError
+
+#: the trace formats msopt reads
+FORMATS: tuple[str, ...] = ("mooncake", "bailian", "azure", "burstgpt", "generic")
+#: what happens to a request longer than max_model_len
+LENGTH_POLICIES: tuple[str, ...] = ("clip", "scale", "drop")
+#: tokens per hash id, by format (Mooncake FAST'25 README: 512; Bailian's file names: blksz_16)
+DEFAULT_BLOCK_SIZE: Mapping[str, int] = {"mooncake": 512, "bailian": 16}
+
+# the columns each format needs (by name), and the optional ones it reads
+_COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "mooncake": (("timestamp", "input_length", "output_length"), ("hash_ids",)),
+    "bailian": (("timestamp", "input_length", "output_length", "chat_id"), ("hash_ids", "parent_chat_id", "turn")),
+    "azure": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), ()),
+    "burstgpt": (("Timestamp", "Request tokens", "Response tokens"), ("Session ID",)),
+    "generic": (("arrival_s", "input_tokens", "output_tokens"), ("session_id", "prefix_group")),
+}
+_JSON_FORMATS = ("mooncake", "bailian")
+_TIME_UNIT = {"mooncake": 1e-3}  # ms; the others are seconds (azure: wall clock, parsed)
+
+
+def formats_line() -> str:
+    """The accepted formats with their identifying columns, for error messages."""
+    return "; ".join(f"{name} ({', '.join(_COLUMNS[name][0])})" for name in FORMATS)
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace.
+
+    Attributes:
+        arrival_s: send time, seconds after the window's start, divided by ``time_scale``.
+        input_tokens, output_tokens: lengths after the length policy (each >= 1).
+        hash_ids: the prompt's block ids, prefix-chained (equal ids: equal token blocks); empty
+            when the trace records none (never credited with prefix hits).
+        session_id: the conversation (Bailian ``chat_id``, BurstGPT ``Session ID``, generic
+            ``session_id``), or None.
+        parent_id: the previous turn's ``chat_id`` (Bailian), or None.
+        prefix_group: a generic CSV's shared-prefix label, or None.
+        row: the row's line number in the file (1-based, the header counted).
+    """
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    session_id: str | None = None
+    parent_id: str | None = None
+    prefix_group: str | None = None
+    row: int = 0
+
+
+@dataclass
+class TraceCounts:
+    """What a pass over the trace saw (filled while it streams).
+
+    Attributes:
+        rows: data rows read (up to the window's end).
+        in_window: rows inside the window (before the length policy and failures).
+        failed: rows skipped for zero input or output tokens.
+        over_limit: rows longer than max_model_len (clipped, scaled or dropped by the policy).
+        dropped: rows dropped by the ``drop`` policy.
+        scale: the factor every length was multiplied by (``scale`` policy; 1.0 otherwise).
+    """
+
+    rows: int = 0
+    in_window: int = 0
+    failed: int = 0
+    over_limit: int = 0
+    dropped: int = 0
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """A trace's statistics, as ``msopt validate`` prints them.
+
+    Attributes:
+        requests: requests sent (after window, failures and length policy).
+        span_s: last arrival minus first, in replay seconds.
+        rate: mean requests per second ((requests - 1) / span), or None for a span of 0.
+        gap_cv: coefficient of variation of the gaps between arrivals (1 for Poisson), or None.
+        input_pct, output_pct: {50, 90, 99: tokens} and "mean".
+        block_size: tokens per hash id (0 when the trace records none).
+        prefix_ceiling: share of hash-id blocks that repeat an id seen earlier (an infinite
+            cache's reuse), or None for a trace without hash ids.
+        counts: the pass's :class:`TraceCounts`.
+        format: the trace's format.
+    """
+
+    requests: int
+    span_s: float
+    rate: float | None
+    gap_cv: float | None
+    input_pct: Mapping[str, float]
+    output_pct: Mapping[str, float]
+    block_size: int
+    prefix_ceiling: float | None
+    counts: TraceCounts = field(default_factory=TraceCounts)
+    format: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready values."""
+        c = self.counts
+        return {"format": self.format, "requests": self.requests, "span_s": self.span_s, "rate": self.rate,
+                "gap_cv": self.gap_cv, "input_tokens": dict(self.input_pct), "output_tokens": dict(self.output_pct),
+                "block_size": self.block_size, "prefix_ceiling": self.prefix_ceiling,
+                "rows": {"read": c.rows, "in_window": c.in_window, "failed": c.failed, "over_limit": c.over_limit,
+                         "dropped": c.dropped, "scale": c.scale}}
+
+    def lines(self) -> list[str]:
+        """The summary as lines for a terminal."""
+        def pct(p: Mapping[str, float]) -> str:
+            return f"mean {p['mean']:.0f}, p50 {p['50']:.0f}, p90 {p['90']:.0f}, p99 {p['99']:.0f}"
+
+        c = self.counts
+        rate = f"{self.rate:.3g} req/s" if self.rate is not None else "all at once"
+        cv = f"{self.gap_cv:.2f}" if self.gap_cv is not None else "n/a"
+        out = [f"requests {self.requests} over {self.span_s:.1f} s, {rate}, burstiness (CV of gaps) {cv}",
+               f"input tokens {pct(self.input_pct)}", f"output tokens {pct(self.output_pct)}"]
+        if self.prefix_ceiling is None:
+            out.append("prefix reuse ceiling: n/a (no hash ids: never credited with prefix-cache hits)")
+        else:
+            scaled = (f", {self.block_size * self.counts.scale:.0f} tokens each once scaled"
+                      if self.counts.scale != 1.0 else "")
+            out.append(f"prefix reuse ceiling {self.prefix_ceiling:.1%} of {self.block_size}-token blocks{scaled}")
+        skipped = []
+        if c.failed:
+            skipped.append(f"{c.failed} failed (zero tokens) skipped")
+        if c.over_limit:
+            if c.dropped:
+                what = "dropped"
+            elif c.scale != 1.0:
+                what = f"every length scaled by {c.scale:.3g}"
+            else:
+                what = "clipped"
+            skipped.append(f"{c.over_limit} over max_model_len ({what})")
+        if skipped:
+            out.append("; ".join(skipped))
+        return out
+
+
+def _percentiles(xs: Sequence[int]) -> dict[str, float]:
+    """Linear-interpolation percentiles (numpy's default) and the mean."""
+    s = sorted(xs)
+    if not s:
+        return {"mean": 0.0, "50": 0.0, "90": 0.0, "99": 0.0}
+    out = {"mean": math.fsum(s) / len(s)}
+    for q in (50, 90, 99):
+        k = (len(s) - 1) * q / 100.0
+        lo, hi = math.floor(k), math.ceil(k)
+        out[str(q)] = s[lo] + (s[hi] - s[lo]) * (k - lo)
+    return out
+
+
+def _azure_seconds(text: str) -> float:
+    """Epoch seconds of an Azure timestamp (2023: 7 fraction digits, no zone; 2024: ``+00:00``;
+    2025: ``T`` and ``Z``); no zone means UTC."""
+    s = text.strip().replace("T", " ")
+    tz = UTC
+    if s.endswith("Z"):
+        s = s[:-1]
+    elif len(s) > 6 and s[-6] in "+-" and s[-3] == ":":
+        sign = 1 if s[-6] == "+" else -1
+        tz = timezone(sign * (datetime.strptime(s[-5:], "%H:%M") - datetime(1900, 1, 1)))
+        s = s[:-6]
+    base, _, frac = s.partition(".")
+    if frac and not frac.isdigit():
+        raise ValueError(text)
+    return datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + (
+        float("0." + frac) if frac else 0.0)
+
+
+class Trace:
+    """A request trace on disk, read lazily; every iteration streams the file again.
+
+    Args:
+        path: the trace file.
+        format: one of :data:`FORMATS`, or None to detect it from the columns.
+        window: (start_s, end_s) in seconds after the trace's first row, or None for all of it.
+        time_scale: replay speed: arrivals are divided by it (2: twice the trace's rate).
+        block_size: tokens per hash id (default: 512 Mooncake, 16 Bailian).
+        max_model_len: the server's context limit, or None for no limit.
+        length_policy: one of :data:`LENGTH_POLICIES`.
+        where: how errors name the setting (e.g. ``"[workload] trace"``).
+
+    Raises:
+        ConfigError: a missing or unreadable file, an unknown or undetectable format, a bad option.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002  the key's name
+                 window: tuple[float, float] | None = None, time_scale: float = 1.0,
+                 block_size: int | None = None, max_model_len: int | None = None,
+                 length_policy: str = "clip", where: str = "trace") -> None:
+        self.path = Path(path).expanduser()
+        self.where = where
+        if format is not None and format not in FORMATS:
+            raise ConfigError(f"{where}: format {format!r} is not one msopt reads; use one of {', '.join(FORMATS)}")
+        if length_policy not in LENGTH_POLICIES:
+            raise ConfigError(f"{where}: length policy {length_policy!r} is not one of {', '.join(LENGTH_POLICIES)}")
+        if not (isinstance(time_scale, (int, float)) and math.isfinite(time_scale) and time_scale > 0):
+            raise ConfigError(f"{where}: time_scale {time_scale!r} must be a number above 0 (2: twice the rate)")
+        if window is not None:
+            start, end = window
+            if not (0 <= start < end):
+                raise ConfigError(f"{where}: window [{start}, {end}] must be [start_s, end_s] with "
+                                  "0 <= start_s < end_s")
+        if block_size is not None and block_size < 1:
+            raise ConfigError(f"{where}: block_size {block_size!r} must be a whole number of tokens >= 1")
+        if max_model_len is not None and max_model_len < 2:
+            raise ConfigError(f"{where}: max_model_len {max_model_len!r} must be >= 2 tokens")
+        self.window = window
+        self.time_scale = float(time_scale)
+        self.max_model_len = max_model_len
+        self.length_policy = length_policy
+        self.format = self._detect() if format is None else format
+        if format is not None:
+            self._check_columns()
+        self.block_size = block_size if block_size is not None else DEFAULT_BLOCK_SIZE.get(self.format, 0)
+
+    # -- reading ------------------------------------------------------------------------------
+    def _open(self) -> io.TextIOWrapper:
+        try:
+            return self.path.open(encoding="utf-8-sig", newline="")  # -sig: a spreadsheet's byte-order mark
+        except FileNotFoundError:
+            raise ConfigError(f"{self.where} {self.path}: no such file; give the path of a request trace") from None
+        except OSError as exc:
+            raise ConfigError(f"{self.where} {self.path}: cannot be read ({exc.strerror or exc})") from None
+
+    def _first(self) -> tuple[str, list[str] | dict[str, Any]]:
+        """("json", the first row's keys and values) or ("csv", the header)."""
+        with self._open() as f:
+            try:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    if line.lstrip().startswith("{"):
+                        try:
+                            row = json.loads(line)
+                        except json.JSONDecodeError:
+                            row = None
+                        if not isinstance(row, dict):
+                            raise ConfigError(f"{self.where} {self.path}: row 1 is not a JSON object; "
+                                              f"msopt reads {formats_line()}")
+                        return "json", row
+                    return "csv", next(csv.reader([line]))
+            except UnicodeDecodeError:
+                pass
+        raise ConfigError(f"{self.where} {self.path}: empty or not text; msopt reads {formats_line()}")
+
+    def _detect(self) -> str:
+        kind, first = self._first()
+        keys = set(first)
+        candidates = [n for n in (_JSON_FORMATS if kind == "json" else [f for f in FORMATS if f not in _JSON_FORMATS])
+                      if set(_COLUMNS[n][0]) <= keys]
+        if candidates:
+            return candidates[-1] if kind == "json" else candidates[0]  # bailian's columns include mooncake's
+        shown = ", ".join(sorted(keys))[:120]
+        raise ConfigError(f"{self.where} {self.path}: format not recognised from its columns ({shown}); "
+                          f"msopt reads {formats_line()}; or set format")
+
+    def _check_columns(self) -> None:
+        kind, first = self._first()
+        if (kind == "json") != (self.format in _JSON_FORMATS):
+            raise ConfigError(f"{self.where} {self.path}: format {self.format!r} is "
+                              f"{'JSON lines' if self.format in _JSON_FORMATS else 'CSV'}, the file is "
+                              f"{'JSON lines' if kind == 'json' else 'CSV'}; msopt reads {formats_line()}")
+        missing = [c for c in _COLUMNS[self.format][0] if c not in first]
+        if missing:
+            raise ConfigError(f"{self.where} {self.path}: row 1 has no column {missing[0]!r}, which format "
+                              f"{self.format!r} needs ({', '.join(_COLUMNS[self.format][0])})")
+
+    def _bad(self, row: int, column: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.where} {self.path}: row {row}, column {column!r}: {problem}")
+
+    def _number(self, value: Any, row: int, column: str, *, integer: bool) -> float:
+        if isinstance(value, bool) or value is None:
+            raise self._bad(row, column, f"{value!r} is not a number")
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise self._bad(row, column, f"{value!r} is not a number") from None
+        if not math.isfinite(x) or x < 0:
+            raise self._bad(row, column, f"{value!r} must be a finite number >= 0")
+        if integer and x != int(x):
+            raise self._bad(row, column, f"{value!r} is not a whole number of tokens")
+        return x
+
+    def _raw(self) -> Iterator[tuple[int, float, int, int, tuple[int, ...], str | None, str | None, str | None]]:
+        """(line, seconds since the first row, input, output, hash ids, session, parent, prefix group)
+        for every data row, checked, in file order, stopping after the window's end."""
+        fmt = self.format
+        t_col, in_col, out_col = _COLUMNS[fmt][0][:3]
+        unit = _TIME_UNIT.get(fmt, 1.0)
+        end = self.window[1] if self.window else math.inf
+        t0: float | None = None
+        last = -math.inf
+        with self._open() as f:
+            rows: Iterator[tuple[int, Mapping[str, Any]]]
+            if fmt in _JSON_FORMATS:
+                rows = self._json_rows(f)
+            else:
+                rows = self._csv_rows(f)
+            try:
+                for line, rec in rows:
+                    if fmt == "azure":
+                        try:
+                            t = _azure_seconds(str(rec.get(t_col, "")))
+                        except ValueError:
+                            raise self._bad(line, t_col, f"{rec.get(t_col)!r} is not a timestamp like "
+                                            "2023-11-16 18:17:03.9799600, 2024-05-10 00:00:00+00:00 or "
+                                            "2024-10-15T12:00:00.269Z") from None
+                    else:
+                        t = self._number(rec.get(t_col), line, t_col, integer=False) * unit
+                    if t < last:
+                        raise self._bad(line, t_col, f"{rec.get(t_col)!r} is earlier than the row before; "
+                                        "sort the trace by arrival time")
+                    last = t
+                    if t0 is None:
+                        t0 = t
+                    rel = t - t0
+                    if rel > end:
+                        return
+                    n_in = int(self._number(rec.get(in_col), line, in_col, integer=True))
+                    n_out = int(self._number(rec.get(out_col), line, out_col, integer=True))
+                    hashes: tuple[int, ...] = ()
+                    raw_h = rec.get("hash_ids")
+                    if raw_h is not None:
+                        if not isinstance(raw_h, list) or not all(isinstance(h, int) and not isinstance(h, bool)
+                                                                  for h in raw_h):
+                            raise self._bad(line, "hash_ids", "must be a list of whole numbers")
+                        hashes = tuple(raw_h)
+                    session = parent = group = None
+                    if fmt == "bailian":
+                        session = str(rec["chat_id"])
+                        p = rec.get("parent_chat_id")
+                        parent = None if p in (None, -1, "-1") else str(p)
+                    elif fmt == "burstgpt":
+                        session = rec.get("Session ID") or None
+                    elif fmt == "generic":
+                        session = rec.get("session_id") or None
+                        group = rec.get("prefix_group") or None
+                    yield line, rel, n_in, n_out, hashes, session, parent, group
+            except UnicodeDecodeError:
+                raise ConfigError(f"{self.where} {self.path}: not UTF-8 text; msopt reads {formats_line()}") from None
+
+    def _json_rows(self, f: io.TextIOWrapper) -> Iterator[tuple[int, Mapping[str, Any]]]:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{self.where} {self.path}: row {line_no}: not JSON ({exc.msg} at column "
+                                  f"{exc.colno})") from None
+            if not isinstance(rec, dict):
+                raise ConfigError(f"{self.where} {self.path}: row {line_no}: not a JSON object")
+            for col in _COLUMNS[self.format][0]:
+                if col not in rec:
+                    raise self._bad(line_no, col, "missing")
+            yield line_no, rec
+
+    def _csv_rows(self, f: io.TextIOWrapper) -> Iterator[tuple[int, Mapping[str, Any]]]:
+        reader = csv.reader(f)
+        header = next(reader, None) or []
+        index = {name.strip(): i for i, name in enumerate(header)}
+        wanted = [c for c in (*_COLUMNS[self.format][0], *_COLUMNS[self.format][1]) if c in index]
+        for values in reader:
+            if not values or not any(v.strip() for v in values):
+                continue
+            line = reader.line_num
+            if len(values) < len(header):
+                missing = header[len(values)].strip()
+                if missing in wanted:
+                    raise self._bad(line, missing, f"missing: the row has {len(values)} of {len(header)} columns")
+            yield line, {c: values[index[c]].strip() for c in wanted if index[c] < len(values)}
+
+    def _longest(self) -> int:
+        """The longest request (input + output) in the window, for the ``scale`` policy."""
+        start = self.window[0] if self.window else 0.0
+        return max((i + o for _, t, i, o, *_ in self._raw() if t >= start and i > 0 and o > 0), default=0)
+
+    def requests(self, counts: TraceCounts | None = None) -> Iterator[TraceRequest]:
+        """Stream the window's requests, after failures and the length policy.
+
+        Args:
+            counts: filled while streaming (rows read, failed, over the limit, dropped, scale).
+
+        Raises:
+            ConfigError: a bad row (naming the file, the row and the column), or an empty window.
+        """
+        counts = counts if counts is not None else TraceCounts()
+        start = self.window[0] if self.window else 0.0
+        limit = self.max_model_len
+        factor = 1.0
+        if limit is not None and self.length_policy == "scale":
+            longest = self._longest()
+            factor = min(1.0, limit / longest) if longest else 1.0
+        counts.scale = factor
+        sent = 0
+        for line, t, n_in, n_out, hashes, session, parent, group in self._raw():
+            counts.rows += 1
+            if t < start:
+                continue
+            counts.in_window += 1
+            if n_in == 0 or n_out == 0:
+                counts.failed += 1
+                continue
+            if limit is not None and n_in + n_out > limit:
+                counts.over_limit += 1
+                if self.length_policy == "drop":
+                    counts.dropped += 1
+                    continue
+                if self.length_policy == "clip":
+                    n_out = min(n_out, limit - 1)
+                    n_in = limit - n_out
+            if factor != 1.0:
+                n_in = max(1, int(n_in * factor))
+                n_out = max(1, int(n_out * factor))
+            if hashes and self.block_size and n_in < len(hashes) * self.block_size * factor:
+                # a clipped prompt keeps the blocks it still covers (a scaled one keeps all: each
+                # block stands for block_size * factor tokens)
+                hashes = hashes[:max(1, math.ceil(n_in / (self.block_size * factor)))]
+            sent += 1
+            yield TraceRequest((t - start) / self.time_scale, n_in, n_out, hashes, session, parent, group, line)
+        if sent == 0:
+            where = f"window [{self.window[0]:g}, {self.window[1]:g}] s" if self.window else "the trace"
+            raise ConfigError(f"{self.where} {self.path}: {where} holds no request "
+                              f"({counts.rows} rows read, {counts.in_window} in the window, {counts.failed} failed, "
+                              f"{counts.dropped} dropped); widen the window or check the file")
+
+    def __iter__(self) -> Iterator[TraceRequest]:
+        return self.requests()
+
+    def summary(self) -> TraceSummary:
+        """Requests, span, rate, burstiness, length percentiles and the prefix-reuse ceiling, in one pass."""
+        counts = TraceCounts()
+        ins: list[int] = []
+        outs: list[int] = []
+        first = prev = None
+        n_gaps = 0
+        gap_sum = gap_sq = 0.0
+        seen: set[int] = set()
+        blocks = repeats = 0
+        for r in self.requests(counts):
+            ins.append(r.input_tokens)
+            outs.append(r.output_tokens)
+            if first is None:
+                first = r.arrival_s
+            if prev is not None:
+                g = r.arrival_s - prev
+                n_gaps += 1
+                gap_sum += g
+                gap_sq += g * g
+            prev = r.arrival_s
+            for h in r.hash_ids:
+                blocks += 1
+                if h in seen:
+                    repeats += 1
+                else:
+                    seen.add(h)
+        span = (prev or 0.0) - (first or 0.0)
+        cv = None
+        if n_gaps and gap_sum > 0:
+            mean = gap_sum / n_gaps
+            cv = math.sqrt(max(0.0, gap_sq / n_gaps - mean * mean)) / mean
+        return TraceSummary(requests=len(ins), span_s=span, rate=(len(ins) - 1) / span if span > 0 else None,
+                            gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
+                            block_size=self.block_size if blocks else 0,
+                            prefix_ceiling=repeats / blocks if blocks else None, counts=counts,
+                            format=self.format)
+
+
+def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceRequest]:
+    """Every request of a trace window as a list (for small traces and tests); see :class:`Trace`."""
+    return list(Trace(path, **options))
+
+
+__all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "Trace", "TraceCounts", "TraceRequest",
+                      "TraceSummary", "formats_line", "read_requests"]

@@ -1,0 +1,146 @@
+"""The [workload] table: its synthetic keys reach every benchmark's and the simulator's spelling, two
+spellings of one key are refused together, a trace is read and summarised by validate, bad keys are one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msopt.config import load_settings
+from msopt.errors import ConfigError
+from msopt.run.validate import load, validate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cfg(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def trace(tmp_path: Path, name: str = "t.jsonl") -> Path:
+    rows = [{"timestamp": 500 * i, "input_length": 1000 + 100 * i, "output_length": 50, "hash_ids": [0, i + 1]}
+            for i in range(9)]
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return p
+
+
+def test_synthetic_keys_reach_every_spelling(tmp_path):
+    s = load_settings(cfg(tmp_path, "[workload]\ninput_len = 300\noutput_len = 30\nnum_prompts = 40\n"
+                                    "concurrency = 5\nwarmup = 2\n"))
+    assert dict(s.section("simulator")["workload"]) == {"input_len": 300, "output_len": 30, "num_prompts": 40,
+                                                       "concurrency": 5, "warmup": 2}
+    b = s.section("builtin")
+    assert (b["input_len"], b["output_len"], b["num_prompts"], b["concurrency"]) == (300, 30, 40, 5)
+    v = s.section("vllm_benchmark")["command"]
+    assert (v["random_input_len"], v["random_output_len"], v["num_prompts"], v["max_concurrency"]) == (300, 30, 40, 5)
+    a = s.section("ais_bench")["command"]
+    assert (a["input_len"], a["output_len"], a["num_prompts"], a["max_concurrency"]) == (300, 30, 40, 5)
+    assert "request_rate" not in s.section("builtin")     # the packaged "inf" would not pace a concurrency anyway
+    checked = validate(s)
+    assert checked.workload is not None and checked.workload.full_prompts == 1000 // 25   # vllm_benchmark's
+
+
+def test_a_rate_alone_is_not_capped_by_a_packaged_concurrency(tmp_path):
+    s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\nrequest_rate = 4.0\n"))
+    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "num_prompts": 200,
+                                                       "request_rate": 4.0}
+    assert "concurrency" not in s.section("builtin") and s.section("builtin")["request_rate"] == 4.0
+    mine = load_settings(cfg(tmp_path, "[workload]\nrequest_rate = 4.0\n[builtin]\nconcurrency = 3\n"))
+    assert mine.section("builtin")["concurrency"] == 3    # a user's cap stays
+
+
+def test_the_old_spellings_keep_working(tmp_path):
+    s = load_settings(cfg(tmp_path, "[vllm_benchmark.command]\nrandom_input_len = 77\n"))
+    assert s.section("vllm_benchmark")["command"]["random_input_len"] == 77
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[workload]\ninput_len = 100\n[builtin]\ninput_len = 200\n",
+     "[builtin] input_len = 200 and {f}: [workload] input_len = 100 both set input_len; keep one"),
+    ("[workload]\nconcurrency = 4\n[vllm_benchmark.command]\nmax_concurrency = 8\n",
+     "[vllm_benchmark.command] max_concurrency = 8 and {f}: [workload] concurrency = 4 both set concurrency"),
+    ("[workload]\nnum_prompts = 4\n[simulator.workload]\nnum_prompts = 8\n",
+     "[simulator.workload] num_prompts = 8 and {f}: [workload] num_prompts = 4"),
+])
+def test_two_spellings_of_one_key_are_refused_together(tmp_path, text, needle):
+    path = cfg(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_settings(path)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(str(path)) and needle.format(f=path) in msg
+
+
+def test_equal_spellings_reload_a_saved_configuration(tmp_path):
+    s = load_settings(cfg(tmp_path, "[workload]\ninput_len = 100\n[builtin]\ninput_len = 100\n"))
+    again = load_settings(cfg(tmp_path, s.to_toml(), "saved.toml"))
+    assert again.section("builtin")["input_len"] == 100
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[workload]\ninput_length = 5\n", "unknown key 'input_length' in [workload]; valid keys: input_len"),
+    ("[workload]\ninput_len = 0\n", "[workload] 'input_len' must be a whole number of tokens >= 1, got 0"),
+    ("[workload]\nrequest_rate = -1\n", "[workload] 'request_rate' must be a number of requests/s above 0"),
+    ("[workload]\nwindow = [0, 10]\n", "[workload] 'window' applies to a trace, and [workload] has no trace"),
+    ('[workload]\ntrace = "t.csv"\nwindow = [10, 0]\n', "'window' must be [start_s, end_s] with 0 <= start_s"),
+    ('[workload]\ntrace = "t.csv"\nformat = "sharegpt"\n', "'format' must be one of mooncake, bailian, azure"),
+    ('[workload]\ntrace = "t.csv"\nlength_policy = "cut"\n', "'length_policy' must be one of clip, scale, drop"),
+    ('[workload]\ntrace = "t.csv"\ninput_len = 100\n', "[workload] 'input_len' and trace both set the requests"),
+    ("workload = 3\n", "'workload' must be a table"),
+])
+def test_bad_keys_are_one_line(tmp_path, text, needle):
+    path = cfg(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_settings(path)
+    msg = str(exc.value)
+    assert "\n" not in msg and needle in msg and str(path) in msg
+
+
+def test_a_trace_sets_the_load_and_is_summarised(tmp_path):
+    trace(tmp_path)
+    path = cfg(tmp_path, 'simulate = true\n[workload]\ntrace = "t.jsonl"\ntime_scale = 2\nconcurrency = 6\n')
+    checked = load(path)
+    assert checked.settings.section("workload")["trace"] == str(tmp_path / "t.jsonl")    # relative to the file
+    tr = checked.trace
+    assert tr is not None and (tr.format, tr.requests, tr.span_s, tr.rate) == ("mooncake", 9, 2.0, 4.0)
+    assert tr.prefix_ceiling == pytest.approx(8 / 18)
+    sim = dict(checked.settings.section("simulator")["workload"])
+    assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6,    # the simulator replays it
+                   "trace": {"path": str(tmp_path / "t.jsonl"), "time_scale": 2.0, "length_policy": "clip"}}
+    v = checked.settings.section("vllm_benchmark")["command"]
+    assert (v["random_input_len"], v["num_prompts"], v["request_rate"], v["max_concurrency"]) == (1400, 9, 4.0, 6)
+    assert checked.workload is not None and checked.workload.full_prompts == 9
+    b = checked.settings.section("builtin")      # the real benchmarks: the means at the mean rate
+    assert (b["input_len"], b["output_len"], b["num_prompts"], b["request_rate"]) == (1400, 50, 9, 4.0)
+
+
+def test_a_bad_trace_row_fails_validation(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,5,5\n1,5,-5\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as exc:
+        load(cfg(tmp_path, '[workload]\ntrace = "t.csv"\n'))
+    assert f"[workload] trace {tmp_path / 't.csv'}: row 3, column 'output_tokens'" in str(exc.value)
+
+
+def _msopt(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "msopt.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_msopt_validate_prints_the_workload(tmp_path):
+    trace(tmp_path)
+    path = cfg(tmp_path, '[workload]\ntrace = "t.jsonl"\n')
+    out = _msopt("validate", "-c", str(path))
+    assert out.returncode == 0, out.stderr
+    assert f"workload: trace {tmp_path / 't.jsonl'} (mooncake)" in out.stdout
+    assert "requests 9 over 4.0 s, 2 req/s, burstiness (CV of gaps) 0.00" in out.stdout
+    assert "input tokens mean 1400, p50 1400, p90 1720, p99 1792" in out.stdout
+    assert "prefix reuse ceiling 44.4% of 512-token blocks" in out.stdout
+    data = json.loads(_msopt("validate", "-c", str(path), "--json").stdout)
+    assert data["workload"]["requests"] == 9 and data["workload"]["prefix_ceiling"] == pytest.approx(8 / 18)
+    bad = _msopt("validate", "-c", str(cfg(tmp_path, '[workload]\ntrace = "absent.csv"\n', "bad.toml")))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no such file" in bad.stderr
