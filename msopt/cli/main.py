@@ -70,7 +70,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"configuration OK: {' < '.join(settings.sources)}")
     print(f"engine: {settings.engine}; {len(space.dimensions)} dimension(s), "
           f"{len(space.derived)} derived field(s)")
-    print(f"searcher: {settings.section('search').get('searcher', 'swarm')}, {settings.n_particles} evaluation(s) "
+    searcher = settings.config.run.searcher
+    if searcher == "auto":
+        searcher = "auto (the swarm where a prior can be built, else tpe)"
+    print(f"searcher: {searcher}, {settings.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
     for d in space.dimensions:
         cands = ""

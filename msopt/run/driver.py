@@ -68,7 +68,14 @@ from msopt.run.records import best_record, capacity_line, capacity_record
 from msopt.run.validate import Validated
 from msopt.run.verdict import VerdictTally
 from msopt.search import Constraint, Screen, swarm_options
-from msopt.search.searcher import Searcher, SearcherSetup, Trial, make_searcher, search_dimensions
+from msopt.search.searcher import (
+    Searcher,
+    SearcherSetup,
+    Trial,
+    make_searcher,
+    resolve_searcher,
+    search_dimensions,
+)
 from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
@@ -98,12 +105,15 @@ class Driver:
             picked among several by the prior. None: no prior.
         screen: check the engine's start-up rules before dispatching (default true): a refused
             candidate is never launched, costs nothing and is answered again without a check.
+        searcher: the searcher to build (a name in ``SEARCHERS``); None: ``[search] searcher``,
+            where ``"auto"`` is the swarm. :func:`optimize` (``msopt optimize``) passes
+            :func:`~msopt.search.resolve_searcher`'s choice: TPE where there is no prior.
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
                  callbacks: Sequence[RunCallback] = (), previous: Sequence[EvaluationResult] = (),
                  keep_results: bool | None = None, validated: Validated | None = None,
-                 prior: SimulatorPrior | None = None, screen: bool = True) -> None:
+                 prior: SimulatorPrior | None = None, screen: bool = True, searcher: str | None = None) -> None:
         if validated is not None and validated.settings is not settings:
             raise ValueError("Driver: 'validated' must be the validation of these settings")
         self.settings = settings
@@ -134,7 +144,9 @@ class Driver:
         # every searcher is held to it: known refusals (this very set), the start-up rules, the prior's screen
         self.constraint = Constraint(decode=self._decode_plain, key=values_key, refused_keys=self.refused_keys,
                                      rules=checker.refusal if checker is not None else None, screen=self._screen())
-        name = settings.config.run.searcher
+        name = searcher or settings.config.run.searcher
+        if name == "auto":
+            name = "swarm"  # a Driver built directly; optimize() resolves "auto" with resolve_searcher
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=options.n_particles,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
@@ -476,6 +488,7 @@ def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[R
     Returns:
         The outcome, with its verdict; the callbacks got it as :class:`RunEnded` too.
     """
+    searcher = resolve_searcher(validated.settings.config.run.searcher, prior is not None)
     driver = Driver(validated.settings, pool, store=store, callbacks=callbacks, previous=previous,
-                    validated=validated, prior=prior)
+                    validated=validated, prior=prior, searcher=searcher)
     return driver.run()

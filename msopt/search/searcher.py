@@ -42,7 +42,7 @@ from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
 __all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "check_searcher", "make_searcher",
-           "search_dimensions"]
+           "resolve_searcher", "search_dimensions"]
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def make_swarm_searcher(setup: SearcherSetup) -> SwarmSearcher:
 
 
 class _TPEFactory:
-    """Optuna's TPE (:class:`msopt.search.tpe.TPESearcher`; needs ``pip install 'msopt[tpe]'``)."""
+    """Optuna's TPE (:class:`msopt.search.tpe.TPESearcher`; Optuna is a dependency of msopt)."""
 
     def __call__(self, setup: SearcherSetup) -> Searcher:
         from msopt.search.tpe import TPESearcher
@@ -251,10 +251,37 @@ class _TPEFactory:
         require_optuna()
 
 
+class _AutoFactory:
+    """``"auto"`` (the default) is no searcher of its own: the driver resolves it with
+    :func:`resolve_searcher` before it builds one. Registered so the name is reserved and listed."""
+
+    def __call__(self, setup: SearcherSetup) -> Searcher:
+        raise ValueError("searcher 'auto' is resolved by resolve_searcher() before make_searcher()")
+
+    @staticmethod
+    def available() -> None:
+        """Raise ConfigError when TPE, which "auto" takes without a prior, cannot run."""
+        _TPEFactory.available()
+
+
 SEARCHERS: Registry[Callable[[SearcherSetup], Searcher]] = Registry("searcher", "msopt.searchers")
 """Searcher factories by name (``[search] searcher``); entry-point group ``msopt.searchers``."""
+SEARCHERS.register("auto", _AutoFactory())
 SEARCHERS.register("swarm", make_swarm_searcher)
 SEARCHERS.register("tpe", _TPEFactory())
+
+
+def resolve_searcher(name: str, has_prior: bool) -> str:
+    """The searcher ``[search] searcher = name`` stands for in a run with or without a prior.
+
+    ``"auto"`` is the swarm where a prior seeds and screens it, and Optuna's TPE where none can
+    be built (no config.json, unknown hardware, ``prior = "none"``): without a prior the swarm
+    alone lost to TPE on the search bench (docs/benchmarks.md, issue 38 item 2). Any other name
+    is itself.
+    """
+    if name != "auto":
+        return name
+    return "swarm" if has_prior else "tpe"
 
 
 def make_searcher(name: str, setup: SearcherSetup) -> Searcher:
