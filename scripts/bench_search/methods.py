@@ -22,6 +22,7 @@ from msopt.evaluate.prior import SimulatorPrior, make_prior
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
+from msopt.search import resolve_searcher
 from msopt.space import SearchSpace
 
 from .oracle import Oracle, OracleEvaluator
@@ -73,6 +74,9 @@ class Variant:
 
 SHIPPED = Variant("shipped")
 FIXED_PRIOR = Variant("fixed prior", search=(("refit", False),))
+#: msopt where no prior can be built (issue 38 item 2): ``prior = "none"``, so the default searcher
+#: "auto" is Optuna's TPE, driven by msopt's driver (baseline, launch budget, re-measurements)
+NO_PRIOR = Variant("no prior", search=(("prior", "none"),))
 #: msopt on hardware outside the catalog: the prior starts from a roofline entry and is refitted
 GENERIC = Variant("generic roofline, refit", generic=True)
 
@@ -150,8 +154,10 @@ def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = 
     settings = _msopt_settings(table, budget, seed, mode, variant)
     pool: Any = (InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
                  if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
-    try:
-        out = Driver(settings, pool, prior=_prior(table, settings)).run()
+    prior = _prior(table, settings)
+    try:  # the searcher as `msopt optimize` resolves it (run.driver.optimize): "auto" is TPE without a prior
+        out = Driver(settings, pool, prior=prior,
+                     searcher=resolve_searcher(settings.config.run.searcher, prior is not None)).run()
     finally:
         pool.close()
     if len(oracle.launches) > budget:
@@ -237,7 +243,7 @@ def run_tpe(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
         return {d.name: (d.candidates[d.nearest(v)] if d.candidates is not None else float(v)) for d, v in zip(dims, x)}
 
     def product(v: Any) -> str | None:
-        return None if world % (v["tp"] * v["pp"]) == 0 else f"tp·pp does not divide {world}"
+        return None if world % (v["tp"] * v.get("pp", 1)) == 0 else f"tp·pp does not divide {world}"
 
     searcher = make_searcher("tpe", SearcherSetup(
         dims, seed, 1, "sync", np.array([space.default_position()]), lambda lane, count: None,
@@ -370,6 +376,9 @@ METHODS = (
            "as shipped, on hardware outside the catalog: the prior starts from a roofline entry with the "
            "part's memory and the figures and efficiencies of the nearest other catalog entry "
            "(methods.generic_hardware), refitted to the run's launches", default=False),
+    Method("msopt (no prior)", lambda *a: run_msopt(*a, variant=NO_PRIOR), False,
+           "as shipped where no prior can be built ([search] prior = \"none\"): the default searcher \"auto\" "
+           "is then Optuna's TPE, driven by msopt (baseline, launch budget, re-measurements)", default=False),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
            "as above, async: one result at a time in dispatch order", default=False),
     Method("simulator prior alone", run_prior_alone, False,
