@@ -72,7 +72,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"{len(space.derived)} derived field(s)")
     searcher = settings.config.run.searcher
     if searcher == "auto":
-        searcher = "auto (the swarm where a prior can be built, else tpe)"
+        searcher = "auto (the swarm; tpe where no prior can be built and max_launches <= 10)"
     print(f"searcher: {searcher}, {settings.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
     for d in space.dimensions:

@@ -107,7 +107,7 @@ class Driver:
             candidate is never launched, costs nothing and is answered again without a check.
         searcher: the searcher to build (a name in ``SEARCHERS``); None: ``[search] searcher``,
             where ``"auto"`` is the swarm. :func:`optimize` (``msopt optimize``) passes
-            :func:`~msopt.search.resolve_searcher`'s choice: TPE where there is no prior.
+            :func:`~msopt.search.resolve_searcher`'s choice (TPE without a prior at a small launch budget).
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
@@ -488,7 +488,8 @@ def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[R
     Returns:
         The outcome, with its verdict; the callbacks got it as :class:`RunEnded` too.
     """
-    searcher = resolve_searcher(validated.settings.config.run.searcher, prior is not None)
+    run = validated.settings.config.run
+    searcher = resolve_searcher(run.searcher, prior is not None, run.max_launches)
     driver = Driver(validated.settings, pool, store=store, callbacks=callbacks, previous=previous,
                     validated=validated, prior=prior, searcher=searcher)
     return driver.run()

@@ -42,7 +42,7 @@ from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
 __all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "check_searcher", "make_searcher",
-           "resolve_searcher", "search_dimensions"]
+           "resolve_searcher", "search_dimensions", "AUTO_TPE_MAX_LAUNCHES"]
 
 
 @dataclass(frozen=True)
@@ -271,17 +271,26 @@ SEARCHERS.register("swarm", make_swarm_searcher)
 SEARCHERS.register("tpe", _TPEFactory())
 
 
-def resolve_searcher(name: str, has_prior: bool) -> str:
+#: The largest launch budget at which "auto" takes TPE where there is no prior (see resolve_searcher).
+AUTO_TPE_MAX_LAUNCHES = 10
+
+
+def resolve_searcher(name: str, has_prior: bool, max_launches: int = 0) -> str:
     """The searcher ``[search] searcher = name`` stands for in a run with or without a prior.
 
-    ``"auto"`` is the swarm where a prior seeds and screens it, and Optuna's TPE where none can
-    be built (no config.json, unknown hardware, ``prior = "none"``): without a prior the swarm
-    alone lost to TPE on the search bench (docs/benchmarks.md, issue 38 item 2). Any other name
-    is itself.
+    ``"auto"`` is the swarm where a prior seeds and screens it. Where none can be built (no
+    config.json, unknown hardware, ``prior = "none"``) it is Optuna's TPE for a launch budget of
+    at most :data:`AUTO_TPE_MAX_LAUNCHES` and the swarm for a larger one or none: on the search
+    bench's independent reality without a prior, TPE (its first 10 trials drawn uniformly over
+    the valid candidates) beat the swarm at 6 and 10 launches, and the swarm beat TPE driven in
+    generations of ``n_particles`` at 20 and 50 (docs/benchmarks.md, issue 38 item 2). Any other
+    name is itself.
     """
     if name != "auto":
         return name
-    return "swarm" if has_prior else "tpe"
+    if has_prior:
+        return "swarm"
+    return "tpe" if 0 < max_launches <= AUTO_TPE_MAX_LAUNCHES else "swarm"
 
 
 def make_searcher(name: str, setup: SearcherSetup) -> Searcher:

@@ -12,6 +12,7 @@ from msopt.run.events import Checkpoint
 from msopt.run.pool import InProcessPool
 from msopt.run.validate import validate
 from msopt.search import SEARCHERS, check_searcher, make_searcher, resolve_searcher
+from msopt.search.searcher import AUTO_TPE_MAX_LAUNCHES
 from msopt.space import SearchSpace
 from tests.driver_helpers import FormulaEvaluator
 from tests.fields_toml import TP_PP_DP
@@ -44,10 +45,12 @@ def _settings(write_toml, search=""):
     return load_settings(str(write_toml(SETTINGS.format(search=search) + TP_PP_DP + KNOBS)), environ={})
 
 
-def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without():
-    assert resolve_searcher("auto", True) == "swarm"
-    assert resolve_searcher("auto", False) == "tpe"
-    assert resolve_searcher("swarm", False) == "swarm" and resolve_searcher("tpe", True) == "tpe"
+def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without_at_a_small_budget():
+    assert resolve_searcher("auto", True) == resolve_searcher("auto", True, 6) == "swarm"
+    assert resolve_searcher("auto", False, 6) == resolve_searcher("auto", False, AUTO_TPE_MAX_LAUNCHES) == "tpe"
+    # a larger budget, or none (n_particles x iters launches): the swarm
+    assert resolve_searcher("auto", False, AUTO_TPE_MAX_LAUNCHES + 1) == resolve_searcher("auto", False) == "swarm"
+    assert resolve_searcher("swarm", False, 6) == "swarm" and resolve_searcher("tpe", True) == "tpe"
 
 
 def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_toml):
@@ -62,10 +65,13 @@ def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_
         check_searcher("nope")
 
 
-@pytest.mark.parametrize("search, expected", [("", "tpe"), ('[search]\nsearcher = "swarm"', "swarm"),
-                                              ('[search]\nsearcher = "tpe"', "tpe")])
-def test_optimize_without_a_prior_takes_tpe_for_auto(write_toml, search, expected):
+@pytest.mark.parametrize("search, launches, expected", [
+    ("", 8, "tpe"), ("", 0, "swarm"), ("", 11, "swarm"),
+    ('[search]\nsearcher = "swarm"', 8, "swarm"), ('[search]\nsearcher = "tpe"', 0, "tpe")])
+def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_toml, search, launches, expected):
     settings = _settings(write_toml, search)
+    if launches:
+        settings = settings.replace(max_launches=launches)
     space = SearchSpace.from_settings(settings)
     seen = _Searchers()
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
