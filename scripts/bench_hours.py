@@ -65,7 +65,8 @@ def render(got: dict[int, list[dict]], command: str, cache: str) -> str:
              f"{LOAD_GIB_S:.2f} GiB/s (vLLM's own log in vllm-project/vllm issue 38820: 12.66 GiB in 24.84 s), "
              f"then {COMPILE_S:.0f} s of torch.compile (route179.dev's cold-start phase table, 2026-06-30) and "
              f"{CAPTURE_S:.0f} s of graph capture, profiling and API server start (an assumption). "
-             "`scripts/bench_search/hours.py` documents every method's model.", "",
+             "msopt runs with its prior fixed (`[search] refit = false`, the search bench's \"msopt (fixed prior)\"), "
+             "cheaper to benchmark; `scripts/bench_search/hours.py` documents every method's model.", "",
              f"Cells: median wall-clock hours [interquartile range], median server starts, share of runs "
              f"within 1 % of the optimum. **Tuned** is the smallest budget at which at least {GOAL:.0%} of the "
              "runs are within 1 %.", ""]

@@ -74,9 +74,12 @@ class Variant:
 
 SHIPPED = Variant("shipped")
 FIXED_PRIOR = Variant("fixed prior", search=(("refit", False),))
-#: msopt where no prior can be built (issue 38 item 2): ``prior = "none"``, so the default searcher
-#: "auto" is Optuna's TPE, driven by msopt's driver (baseline, launch budget, re-measurements)
+#: msopt where no prior can be built (issue 38 item 2): ``prior = "none"`` and the default searcher
+#: "auto" (Optuna's TPE at a budget of at most 10 launches, else the swarm)
 NO_PRIOR = Variant("no prior", search=(("prior", "none"),))
+#: the same with TPE, and with the swarm, at every budget
+NO_PRIOR_TPE = Variant("no prior, tpe", search=(("prior", "none"), ("searcher", "tpe")))
+NO_PRIOR_SWARM = Variant("no prior, swarm", search=(("prior", "none"), ("searcher", "swarm")))
 #: msopt on hardware outside the catalog: the prior starts from a roofline entry and is refitted
 GENERIC = Variant("generic roofline, refit", generic=True)
 
@@ -155,9 +158,10 @@ def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = 
     pool: Any = (InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
                  if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
     prior = _prior(table, settings)
-    try:  # the searcher as `msopt optimize` resolves it (run.driver.optimize): "auto" is TPE without a prior
+    try:  # the searcher as `msopt optimize` resolves it (run.driver.optimize)
         out = Driver(settings, pool, prior=prior,
-                     searcher=resolve_searcher(settings.config.run.searcher, prior is not None)).run()
+                     searcher=resolve_searcher(settings.config.run.searcher, prior is not None,
+                                               settings.config.run.max_launches)).run()
     finally:
         pool.close()
     if len(oracle.launches) > budget:
@@ -378,7 +382,12 @@ METHODS = (
            "(methods.generic_hardware), refitted to the run's launches", default=False),
     Method("msopt (no prior)", lambda *a: run_msopt(*a, variant=NO_PRIOR), False,
            "as shipped where no prior can be built ([search] prior = \"none\"): the default searcher \"auto\" "
-           "is then Optuna's TPE, driven by msopt (baseline, launch budget, re-measurements)", default=False),
+           "is then Optuna's TPE at a budget of at most 10 launches, else the swarm", default=False),
+    Method("msopt (no prior; tpe)", lambda *a: run_msopt(*a, variant=NO_PRIOR_TPE), False,
+           "as msopt (no prior), with [search] searcher = \"tpe\" at every budget: TPE driven by msopt "
+           "(generations of 10, baseline, re-measurements)", default=False),
+    Method("msopt (no prior; swarm)", lambda *a: run_msopt(*a, variant=NO_PRIOR_SWARM), False,
+           "as msopt (no prior), with [search] searcher = \"swarm\": the default before \"auto\"", default=False),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
            "as above, async: one result at a time in dispatch order", default=False),
     Method("simulator prior alone", run_prior_alone, False,
@@ -398,7 +407,7 @@ METHODS = (
 
 ABLATION: tuple[tuple[float, tuple[str, ...], Variant], ...] = (
     (0.03, ("sync",), Variant("no prior: the swarm alone (msopt before issue 17, with a launch budget)",
-                              search=(("prior", "none"),))),
+                              search=(("prior", "none"), ("searcher", "swarm")))),
     (0.03, ("sync",), Variant("+ prior: baseline + diverse top predictions (no screening, no refit)",
                               search=(("screen", 0), ("refit", False)))),
     (0.03, ("sync",), Variant("+ screened moves (fixed prior: no refit)", search=(("refit", False),))),

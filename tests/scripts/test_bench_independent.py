@@ -7,6 +7,7 @@ saying why."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -26,13 +27,20 @@ def pkg():
         why = independent.available()
         if why is not None:
             pytest.skip(why)
-        pytest.importorskip("pyswarms", reason="pyswarms (the original tool's PSO in bench_hours) is not installed")
+        if importlib.util.find_spec("pyswarms") is None:  # not imported here: it writes report.log into the cwd
+            pytest.skip("pyswarms (the original tool's PSO in bench_hours) is not installed")
         yield SimpleNamespace(independent=independent, problems=importlib.import_module("bench_search.problems"),
                               cli=importlib.import_module("bench_search.cli"),
                               hours=importlib.import_module("bench_search.hours"),
                               hours_cli=importlib.import_module("bench_hours"))
     finally:
         sys.path.remove(scripts)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One table cache for the module's runs: the problem's table is built once."""
+    return tmp_path_factory.mktemp("bench_cache")
 
 
 def _smallest(pkg) -> int:
@@ -64,13 +72,13 @@ def test_the_mapping_onto_aiconfigurator_caps_the_batch_and_fails_out_of_memory(
 
 
 @pytest.mark.slow
-def test_bench_search_runs_on_the_independent_reality(pkg, tmp_path):
+def test_bench_search_runs_on_the_independent_reality(pkg, cache, tmp_path):
     index = _smallest(pkg)
     out = tmp_path / "benchmarks.md"
     out.write_text("# kept\n\n<!-- independent: begin -->\nold\n<!-- independent: end -->\n\n## also kept\n")
     rc = pkg.cli.main(["--problems", str(index), "--seeds", "2", "--budgets", "6,10",
                        "--methods", "msopt (fixed prior),Optuna TPE", "--ablation-seeds", "none",
-                       "--cache", str(tmp_path / "cache"), "--out", str(out), "--section", "independent"])
+                       "--cache", str(cache), "--out", str(out), "--section", "independent"])
     assert rc == 0
     text = out.read_text()
     assert text.startswith("# kept\n") and text.rstrip().endswith("## also kept") and "\nold\n" not in text
@@ -80,10 +88,11 @@ def test_bench_search_runs_on_the_independent_reality(pkg, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_hours_lays_every_method_out_on_the_cluster(pkg, tmp_path):
+def test_bench_hours_lays_every_method_out_on_the_cluster(pkg, cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # pyswarms' Reporter writes report.log into the working directory
     index = _smallest(pkg)
     out = tmp_path / "benchmarks.md"
-    rc = pkg.hours_cli.main(["--problems", str(index), "--seeds", "2", "--cache", str(tmp_path / "cache"),
+    rc = pkg.hours_cli.main(["--problems", str(index), "--seeds", "2", "--cache", str(cache),
                              "--out", str(out)])
     assert rc == 0
     text = out.read_text()
