@@ -281,10 +281,10 @@ def resolve_searcher(name: str, has_prior: bool, max_launches: int = 0) -> str:
     ``"auto"`` is the swarm where a prior seeds and screens it. Where none can be built (no
     config.json, unknown hardware, ``prior = "none"``) it is Optuna's TPE for a launch budget of
     at most :data:`AUTO_TPE_MAX_LAUNCHES` and the swarm for a larger one or none: on the search
-    bench's independent reality without a prior, TPE (its first 10 trials drawn uniformly over
-    the valid candidates) beat the swarm at 6 and 10 launches, and the swarm beat TPE driven in
-    generations of ``n_particles`` at 20 and 50 (docs/benchmarks.md, issue 38 item 2). Any other
-    name is itself.
+    bench's independent reality without a prior (100 seeds), TPE driven in generations of
+    ``n_particles`` was level with the swarm at 6 launches and ahead at 10 (18 % of the runs
+    within 1 % against 16 %), behind at 20 and 50 (25 % against 30 %, 56 % against 70 %)
+    (docs/benchmarks.md, issue 38 item 2). Any other name is itself.
     """
     if name != "auto":
         return name
