@@ -73,7 +73,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"configuration OK: {' < '.join(settings.sources)}")
     print(f"engine: {settings.engine}; {len(space.dimensions)} dimension(s), "
           f"{len(space.derived)} derived field(s)")
-    print(f"searcher: {settings.section('search').get('searcher', 'swarm')}, {settings.n_particles} evaluation(s) "
+    searcher = settings.config.run.searcher
+    if searcher == "auto":
+        searcher = "auto (the swarm; tpe where no prior can be built and max_launches <= 10)"
+    print(f"searcher: {searcher}, {settings.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
     slos = settings.config.run.slos
     print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))

@@ -70,7 +70,14 @@ from msopt.run.records import best_record, capacity_line, capacity_record
 from msopt.run.validate import Validated
 from msopt.run.verdict import VerdictTally
 from msopt.search import Constraint, swarm_options
-from msopt.search.searcher import Searcher, SearcherSetup, Trial, make_searcher, search_dimensions
+from msopt.search.searcher import (
+    Searcher,
+    SearcherSetup,
+    Trial,
+    make_searcher,
+    resolve_searcher,
+    search_dimensions,
+)
 from msopt.space import DecodeContext, SearchSpace
 
 # re-exported: the homes of the last five are msopt.run.events, .callbacks and .records
@@ -99,12 +106,15 @@ class Driver:
             None: no guide.
         screen: check the engine's start-up rules before dispatching (default true): a refused
             candidate is never launched, costs nothing and is answered again without a check.
+        searcher: the searcher to build (a name in ``SEARCHERS``); None: ``[search] searcher``,
+            where ``"auto"`` is the swarm. :func:`optimize` (``msopt optimize``) passes
+            :func:`~msopt.search.resolve_searcher`'s choice (TPE without a prior at a small launch budget).
     """
 
     def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
                  callbacks: Sequence[RunCallback] = (), previous: Sequence[EvaluationResult] = (),
                  keep_results: bool | None = None, validated: Validated | None = None,
-                 guide: Guide | None = None, screen: bool = True) -> None:
+                 guide: Guide | None = None, screen: bool = True, searcher: str | None = None) -> None:
         if validated is not None and validated.settings is not settings:
             raise ValueError("Driver: 'validated' must be the validation of these settings")
         self.settings = settings
@@ -135,7 +145,9 @@ class Driver:
         self.constraint = Constraint(decode=self._decode_plain, key=values_key, refused_keys=self.refused_keys,
                                      rules=checker.refusal if checker is not None else None,
                                      screen=guide.screen() if guide is not None else None)
-        name = settings.config.run.searcher
+        name = searcher or settings.config.run.searcher
+        if name == "auto":
+            name = "swarm"  # a Driver built directly; optimize() resolves "auto" with resolve_searcher
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=options.n_particles,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
@@ -412,6 +424,8 @@ def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[R
     Returns:
         The outcome, with its verdict; the callbacks got it as :class:`RunEnded` too.
     """
+    run = validated.settings.config.run
+    searcher = resolve_searcher(run.searcher, guide is not None, run.max_launches)
     driver = Driver(validated.settings, pool, store=store, callbacks=callbacks, previous=previous,
-                    validated=validated, guide=guide)
+                    validated=validated, guide=guide, searcher=searcher)
     return driver.run()

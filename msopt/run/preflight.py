@@ -234,7 +234,7 @@ def _devices(settings: Settings, devices: int | None) -> Check:
 def _device_ips(settings: Settings, devices: int | None) -> Check | None:
     """Every NPU's RoCE address on this node, read as a trial's node reads it
     (:func:`msopt.engines.hccn.read_device_ips`), where the engine's trials that span nodes need them."""
-    key, k = trial_devices(settings)
+    key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
     per_node = settings.config.cluster.devices_per_node
     if key != "NPU" or not get_engine(settings.engine).needs_device_ips or not per_node or k <= per_node:
         return None
@@ -260,7 +260,7 @@ def _hccl(settings: Settings, section: Mapping[str, Any]) -> Check | None:
     (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
     from msopt.engines.hccl import VARIABLES, in_force
 
-    key, k = trial_devices(settings)
+    key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
     if key != "NPU":
         return None
     per_node = settings.config.cluster.devices_per_node

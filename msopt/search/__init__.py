@@ -1,5 +1,5 @@
-"""The search: which positions to evaluate next. The particle swarm is the default searcher,
-Optuna's TPE (``[search] searcher = "tpe"``, optional) the second."""
+"""The search: which positions to evaluate next. The particle swarm and Optuna's TPE; the default
+``[search] searcher = "auto"`` takes the swarm where a prior seeds it and TPE where there is none."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from msopt.search.searcher import (
     Trial,
     check_searcher,
     make_searcher,
+    resolve_searcher,
     search_dimensions,
 )
 from msopt.search.swarm import Swarm
 
 __all__ = ["NO_CONSTRAINT", "REFUSED_REDRAWS", "SCHEDULES", "SEARCHERS", "Constraint", "Screen", "SearchDimension",
            "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher", "Trial", "check_searcher",
-           "make_searcher", "search_dimensions", "swarm_options"]
+           "make_searcher", "resolve_searcher", "search_dimensions", "swarm_options"]

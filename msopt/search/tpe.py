@@ -1,6 +1,6 @@
 """Optuna's TPE as a :class:`~msopt.search.searcher.Searcher` (``[search] searcher = "tpe"``).
 
-Needs the optional dependency: ``pip install -e '.[tpe]'`` (``optuna>=3.6``).
+Needs ``optuna>=3.6``, a dependency of msopt (``[search] searcher = "auto"`` takes TPE without a prior).
 
 Each dimension becomes one Optuna parameter: a dimension with candidates the candidate's index
 (``IntDistribution`` where the candidates are numbers, so TPE may use their order; a categorical

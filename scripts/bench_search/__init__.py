@@ -3,13 +3,19 @@
 Usage:
     python scripts/bench_search.py [--seeds 20] [--first-seed 0] [--budgets 6,10,20,50] [--problems all]
                                    [--methods all] [--noise 0.03] [--cache DIR] [--jobs 1]
-                                   [--ablation-seeds 100:200] [--out docs/benchmarks.md]
+                                   [--ablation-seeds 100:200] [--out docs/benchmarks.md] [--section NAME]
 
-Needs the ``bench`` extra (``pip install -e '.[bench]'``: optuna, cmaes, nevergrad, pyswarms).
+Needs the ``bench`` extra (``pip install -e '.[bench]'``: optuna, cmaes, nevergrad, pyswarms,
+aiconfigurator). Without aiconfigurator the independent reality's problems are skipped (with
+``--problems all``) or refused (named with ``--problems``), unless their tables are cached.
 
 How it works (printed with the table as well):
 
-1. Problems: a vLLM search space (tp, pp, dp = world / (tp·pp) as ``ternary_factories``,
+0. Realities: each problem's table is either NVIDIA AIConfigurator's estimate of every
+   configuration (the independent reality, :mod:`.independent`) or msopt's own simulator with a
+   hidden gap (self-referential, :class:`.problems.Gap`). The report shows them side by side,
+   the independent one first.
+1. Problems: a vLLM (or SGLang) search space (tp, pp, dp = world / (tp·pp) as ``ternary_factories``,
    max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, enable_chunked_prefill) on a
    simulated model / hardware / workload. Every valid configuration (tp·pp divides the world
    size) is evaluated ONCE with msopt's own :class:`msopt.evaluate.evaluator.Evaluator` (simulate=True,
@@ -29,6 +35,8 @@ How it works (printed with the table as well):
 
 Modules, in the order of the flow: :mod:`.problems` (the problems and their cached tables;
 ``problem.toml.in``), :mod:`.oracle`, :mod:`.methods` (one adapter per method, the ablation's
-msopt variants), :mod:`.runs` (tasks, the result cache, worker processes), :mod:`.score`,
+msopt variants), :mod:`.runs` (tasks, the result cache, worker processes), :mod:`.score`, :mod:`.independent`
+(AIConfigurator), :mod:`.hours` (hours to a tuned configuration on a simulated cluster,
+``scripts/bench_hours.py``),
 :mod:`.render` (tables; the prose is in ``report.md.in`` and ``ablation.md.in``) and :mod:`.cli`.
 """

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __doc__ as PACKAGE_DOC
+from .independent import available
 from .methods import ABLATION, METHODS
 from .problems import PROBLEMS
-from .render import ablation_table, render
+from .render import ablation_table, render, splice
 from .runs import ROOT, fingerprint, run_ablation, run_task, table
 from .score import fmt, summarize
 
@@ -34,11 +35,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-result-cache", action="store_true",
                         help="run every method again instead of reading scores cached under --cache/results")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="'-' for none")
+    parser.add_argument("--section", default="",
+                        help="write the report between the markers <!-- SECTION: begin --> and <!-- SECTION: end --> "
+                             "of --out, keeping the rest of the file (default: the whole file)")
     parser.add_argument("--ablation-seeds", default="100:200",
                         help="seeds START:STOP of the msopt ablation (other seeds than the table's); 'none' skips it")
     args = parser.parse_args(argv)
     budgets = sorted(int(b) for b in args.budgets.split(","))
     problems = PROBLEMS if args.problems == "all" else tuple(PROBLEMS[int(i)] for i in args.problems.split(","))
+    why = available()
+    if why is not None and any(p.reality == "aic" for p in problems):
+        if args.problems != "all":
+            parser.error(f"--problems names problems of the independent reality, but {why}")
+        print(f"  skipping the independent reality's problems: {why}", file=sys.stderr)
+        problems = tuple(p for p in problems if p.reality != "aic")
     if args.methods in ("all", "default"):
         methods = tuple(m for m in METHODS if args.methods == "all" or m.default)
     else:
@@ -58,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
     prints = {m.name: ("" if args.no_result_cache else fingerprint(m.name)) for m in methods}
     tasks = [(PROBLEMS.index(p), m.name, seed, tuple(budgets), args.noise, args.cache, prints[m.name], gap)
-             for p in problems for m in methods for seed in range(args.first_seed, args.first_seed + args.seeds)]
+             # seed-major: a run stopped early leaves whole seeds in the result cache
+             for seed in range(args.first_seed, args.first_seed + args.seeds) for p in problems for m in methods]
     done: dict[tuple[str, str], int] = {}
     t_pm: dict[tuple[str, str], float] = {}
 
@@ -102,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     gap), budgets)
     text = render(tables, results, methods, budgets, args, command, time.time() - t_start)
     print(text)
-    if args.out != "-":
+    if args.out != "-" and args.section:  # a section of a larger page: its headings one level down
+        splice(Path(args.out), args.section,
+               "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines()))
+    elif args.out != "-":
         Path(args.out).write_text(text, encoding="utf-8")
     return 0

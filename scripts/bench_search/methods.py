@@ -22,6 +22,7 @@ from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.prior import PriorGuide, SimulatorPrior, make_prior
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
+from msopt.search import resolve_searcher
 from msopt.space import SearchSpace
 
 from .oracle import Oracle, OracleEvaluator
@@ -73,6 +74,12 @@ class Variant:
 
 SHIPPED = Variant("shipped")
 FIXED_PRIOR = Variant("fixed prior", search=(("refit", False),))
+#: msopt where no prior can be built (issue 38 item 2): ``prior = "none"`` and the default searcher
+#: "auto" (Optuna's TPE at a budget of at most 10 launches, else the swarm)
+NO_PRIOR = Variant("no prior", search=(("prior", "none"),))
+#: the same with TPE, and with the swarm, at every budget
+NO_PRIOR_TPE = Variant("no prior, tpe", search=(("prior", "none"), ("searcher", "tpe")))
+NO_PRIOR_SWARM = Variant("no prior, swarm", search=(("prior", "none"), ("searcher", "swarm")))
 #: msopt on hardware outside the catalog: the prior starts from a roofline entry and is refitted
 GENERIC = Variant("generic roofline, refit", generic=True)
 
@@ -150,9 +157,11 @@ def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = 
     settings = _msopt_settings(table, budget, seed, mode, variant)
     pool: Any = (InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
                  if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
-    try:
-        prior = _prior(table, settings)
-        out = Driver(settings, pool, guide=PriorGuide(prior) if prior is not None else None).run()
+    prior = _prior(table, settings)
+    try:  # the searcher as `msopt optimize` resolves it (run.driver.optimize)
+        out = Driver(settings, pool, guide=PriorGuide(prior) if prior is not None else None,
+                     searcher=resolve_searcher(settings.config.run.searcher, prior is not None,
+                                               settings.config.run.max_launches)).run()
     finally:
         pool.close()
     if len(oracle.launches) > budget:
@@ -238,7 +247,7 @@ def run_tpe(table: Table, oracle: Oracle, budget: int, seed: int) -> None:
         return {d.name: (d.candidates[d.nearest(v)] if d.candidates is not None else float(v)) for d, v in zip(dims, x)}
 
     def product(v: Any) -> str | None:
-        return None if world % (v["tp"] * v["pp"]) == 0 else f"tp·pp does not divide {world}"
+        return None if world % (v["tp"] * v.get("pp", 1)) == 0 else f"tp·pp does not divide {world}"
 
     searcher = make_searcher("tpe", SearcherSetup(
         dims, seed, 1, "sync", np.array([space.default_position()]), lambda lane, count: None,
@@ -371,6 +380,14 @@ METHODS = (
            "as shipped, on hardware outside the catalog: the prior starts from a roofline entry with the "
            "part's memory and the figures and efficiencies of the nearest other catalog entry "
            "(methods.generic_hardware), refitted to the run's launches", default=False),
+    Method("msopt (no prior)", lambda *a: run_msopt(*a, variant=NO_PRIOR), False,
+           "as shipped where no prior can be built ([search] prior = \"none\"): the default searcher \"auto\" "
+           "is then Optuna's TPE at a budget of at most 10 launches, else the swarm", default=False),
+    Method("msopt (no prior; tpe)", lambda *a: run_msopt(*a, variant=NO_PRIOR_TPE), False,
+           "as msopt (no prior), with [search] searcher = \"tpe\" at every budget: TPE driven by msopt "
+           "(generations of 10, baseline, re-measurements)", default=False),
+    Method("msopt (no prior; swarm)", lambda *a: run_msopt(*a, variant=NO_PRIOR_SWARM), False,
+           "as msopt (no prior), with [search] searcher = \"swarm\": the default before \"auto\"", default=False),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
            "as above, async: one result at a time in dispatch order", default=False),
     Method("simulator prior alone", run_prior_alone, False,
@@ -390,7 +407,7 @@ METHODS = (
 
 ABLATION: tuple[tuple[float, tuple[str, ...], Variant], ...] = (
     (0.03, ("sync",), Variant("no prior: the swarm alone (msopt before issue 17, with a launch budget)",
-                              search=(("prior", "none"),))),
+                              search=(("prior", "none"), ("searcher", "swarm")))),
     (0.03, ("sync",), Variant("+ prior: baseline + diverse top predictions (no screening, no refit)",
                               search=(("screen", 0), ("refit", False)))),
     (0.03, ("sync",), Variant("+ screened moves (fixed prior: no refit)", search=(("refit", False),))),

@@ -21,6 +21,7 @@ class Oracle:
         self.seed = seed
         self.noise = noise
         self.launches: list[tuple[int, float]] = []   # (table row or -1 when undecodable, observed fitness)
+        self.stages: list[tuple[str, int]] = []       # msopt's launches: (phase, iteration) of each, in order
         self._count: dict[int, int] = {}
 
     def launch(self, values: Mapping[str, Any] | None) -> tuple[float, dict[str, Any], str | None]:
@@ -57,6 +58,7 @@ class OracleEvaluator:
         base = dict(eval_id=req.eval_id, phase=req.phase, particle=req.particle, iteration=req.iteration,
                     position_in=list(req.position), devices=[], actor="oracle",
                     num_prompts=req.num_prompts, real_evaluation=False)
+        self.oracle.stages.append((req.phase, req.iteration))
         try:
             d = self.space.decode(req.position, req.context)
         except DecodeError as exc:

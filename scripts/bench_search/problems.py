@@ -31,6 +31,13 @@ from msopt.space import SearchSpace
 
 #: The configuration of a problem, a str.format template (its text keys the table cache).
 TEMPLATE = Path(__file__).with_name("problem.toml.in")
+#: The same for an SGLang problem.
+SGLANG_TEMPLATE = Path(__file__).with_name("problem_sglang.toml.in")
+
+#: The realities a problem's table can be: msopt's own simulator, perturbed (:class:`Gap`), or
+#: NVIDIA AIConfigurator's estimate (:mod:`.independent`).
+REALITIES = {"self": "msopt's simulator with a hidden gap (self-referential)",
+             "aic": "NVIDIA AIConfigurator 0.12.0 (independent)"}
 
 
 @dataclass(frozen=True)
@@ -46,16 +53,28 @@ class Problem:
     concurrency: int
     target: float       # generate_speed_target of the default objective
     prompts: int = 256
+    engine: str = "vllm"
+    reality: str = "self"   # a key of REALITIES
+    aic_model: str = ""     # AIConfigurator's model, system and engine version (reality "aic")
+    aic_system: str = ""
+    aic_version: str = ""
 
     def toml(self) -> str:
-        return TEMPLATE.read_text(encoding="utf-8").format(
+        template = SGLANG_TEMPLATE if self.engine == "sglang" else TEMPLATE
+        return template.read_text(encoding="utf-8").format(
             target=self.target, prompts=self.prompts, hw=self.hardware, model=self.model,
             inp=self.input_len, out=self.output_len, conc=self.concurrency, tp0=self.tp_default,
             pps=list(self.pp_values), W=self.world)
 
     @property
     def key(self) -> str:
-        """The table's cache key: the problem's configuration and the simulator's code and catalog."""
+        """The table's cache key: the problem's configuration and the simulator's code and catalog
+        (AIConfigurator's release and the mapping onto it for an independent problem)."""
+        if self.reality == "aic":
+            from .independent import fingerprint
+
+            return hashlib.sha256(f"{self.toml()} {self.aic_model} {self.aic_system} {self.aic_version} "
+                                  f"{fingerprint()}".encode()).hexdigest()[:16]
         return hashlib.sha256(self.toml().encode() + simulator_fingerprint().encode()).hexdigest()[:16]
 
 
@@ -132,6 +151,18 @@ PROBLEMS = (
     Problem("llama-3.1-70b/h100-sxm/W8", "h100-sxm", "llama-3.1-70b", 8, 4, (1, 2, 4), 2048, 256, 64, 1500),
     Problem("qwen3-32b/h200-sxm/W16", "h200-sxm", "qwen3-32b", 16, 2, (1, 2, 4, 8), 512, 512, 128, 4000),
     Problem("llama-3.1-8b/h100-sxm/W16", "h100-sxm", "llama-3.1-8b", 16, 1, (1, 2, 4, 8), 2048, 128, 256, 8000),
+    # The independent reality: models, GPUs and engine versions of AIConfigurator's support matrix
+    # (aiconfigurator_core/systems/support_matrix/h100_sxm.csv and h200_sxm.csv: vllm 0.24.0 and
+    # sglang 0.5.14, agg, PASS). Qwen3-32B in bf16 on 80 GB H100s is the memory-bound one: it
+    # does not fit on one device, and at tp 2 the KV cache of a large batch does not fit either.
+    Problem("aic: qwen3-32b/h100-sxm/vllm/W8", "h100-sxm", "qwen3-32b", 8, 2, (1, 2, 4), 2048, 256, 128, 4000,
+            reality="aic", aic_model="Qwen/Qwen3-32B", aic_system="h100_sxm", aic_version="0.24.0"),
+    Problem("aic: llama-3.1-8b/h200-sxm/vllm/W8", "h200-sxm", "llama-3.1-8b", 8, 1, (1, 2, 4), 1024, 512, 256,
+            40000, reality="aic", aic_model="meta-llama/Meta-Llama-3.1-8B", aic_system="h200_sxm",
+            aic_version="0.24.0"),
+    Problem("aic: qwen3-8b/h100-sxm/sglang/W8", "h100-sxm", "qwen3-8b", 8, 1, (1,), 1024, 256, 128, 16000,
+            engine="sglang", reality="aic", aic_model="Qwen/Qwen3-8B", aic_system="h100_sxm",
+            aic_version="0.5.14"),
 )
 
 
@@ -202,6 +233,11 @@ class Table:
 
         space = self.space
         evaluator = Evaluator(self.settings, simulate=True)
+        estimator = None
+        if self.problem.reality == "aic":  # AIConfigurator's estimate instead of the simulator's
+            from .independent import Estimator
+
+            estimator = Estimator(self.problem)
         cands = [d.candidates for d in space.dimensions]
         rows: list[dict[str, Any]] = []
         seen: set[tuple] = set()
@@ -216,6 +252,12 @@ class Table:
             if key != tuple(combo) or key in seen:
                 continue  # tp·pp does not divide the world size: not a valid configuration
             seen.add(key)
+            if estimator is not None:
+                metrics, error = estimator.metrics(d.values)
+                rows.append({"key": list(key), "values": dict(d.values),
+                             "metrics": {m: None if metrics is None else metrics.get(m) for m in METRICS},
+                             "fitness": None if metrics is None else float(self.objective(metrics)), "error": error})
+                continue
             r = evaluator.evaluate(EvalRequest(len(rows), "search", None, 0, tuple(d.position.tolist())))
             if self.gap is not None and HIDDEN_RULES[self.gap.rule][1](r.values):
                 r.fitness, r.error = math.inf, f"refused by this engine version: {HIDDEN_RULES[self.gap.rule][0]}"

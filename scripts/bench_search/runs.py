@@ -21,12 +21,13 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from . import independent as independent_mod
 from . import methods as methods_mod
 from . import oracle as oracle_mod
 from . import problems as problems_mod
 from .methods import ABLATION, METHODS, N_PARTICLES, REFINE_TOP_K, Launches, run_msopt
 from .oracle import Oracle
-from .problems import PROBLEMS, TEMPLATE, Gap, Problem, Table
+from .problems import PROBLEMS, SGLANG_TEMPLATE, TEMPLATE, Gap, Problem, Table
 from .score import score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +53,7 @@ def table(index: int, cache_dir: str, gap: bool = True) -> Table:
     its hidden reality (:class:`Gap`) by default, else the simulator as the prior knows it."""
     problem = PROBLEMS[index]
     return Table(problem, Path(cache_dir), lambda msg: print(msg, file=sys.stderr, flush=True),
-                 Gap.of(problem) if gap else None)
+                 Gap.of(problem) if gap and problem.reality == "self" else None)
 
 
 @cache
@@ -62,9 +63,9 @@ def fingerprint(method_name: str) -> str:
     driver and defaults for msopt's own methods), the peers' versions."""
     method = next(m for m in METHODS if m.name == method_name)
     h = hashlib.sha256()
-    for mod in (problems_mod, oracle_mod):
+    for mod in (problems_mod, oracle_mod, independent_mod):
         h.update(inspect.getsource(mod).encode())
-    h.update(TEMPLATE.read_bytes())
+    h.update(TEMPLATE.read_bytes() + SGLANG_TEMPLATE.read_bytes())
     h.update(inspect.getsource(methods_mod._decode_values).encode())
     h.update(inspect.getsource(methods_mod._Penalty).encode())
     h.update(method.name.encode())

@@ -33,12 +33,12 @@ def test_launcher_keeps_its_flags():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     for flag in ("--seeds", "--first-seed", "--budgets", "--problems", "--methods", "--noise", "--cache", "--jobs",
-                 "--no-result-cache", "--out", "--ablation-seeds"):
+                 "--no-result-cache", "--out", "--ablation-seeds", "--section"):
         assert flag in out.stdout
 
 
 def test_report_fills_every_field(pkg):
-    problem = SimpleNamespace(input_len=1, output_len=2, concurrency=3, prompts=4, world=8)
+    problem = SimpleNamespace(input_len=1, output_len=2, concurrency=3, prompts=4, world=8, reality="self")
     opt = {"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 16, "max_num_batched_tokens": 2048,
            "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True}
     table = SimpleNamespace(problem=problem, opt_values=opt, n_valid=10, n_feasible=9, f_opt=1.0, f_med=2.0,

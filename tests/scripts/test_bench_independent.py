@@ -1,0 +1,117 @@
+"""The search bench on the independent reality (NVIDIA AIConfigurator) and the hours-to-tuned
+bench, each run small (two seeds, one problem) so that they keep working (issue 38).
+
+They need aiconfigurator 0.12.0 and pyswarms (both in the ``test`` extra); without them they skip
+saying why."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pkg():
+    scripts = str(ROOT / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        independent = importlib.import_module("bench_search.independent")
+        why = independent.available()
+        if why is not None:
+            pytest.skip(why)
+        if importlib.util.find_spec("pyswarms") is None:  # not imported here: it writes report.log into the cwd
+            pytest.skip("pyswarms (the original tool's PSO in bench_hours) is not installed")
+        yield SimpleNamespace(independent=independent, problems=importlib.import_module("bench_search.problems"),
+                              cli=importlib.import_module("bench_search.cli"),
+                              hours=importlib.import_module("bench_search.hours"),
+                              hours_cli=importlib.import_module("bench_hours"))
+    finally:
+        sys.path.remove(scripts)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One table cache for the module's runs: the problem's table is built once."""
+    return tmp_path_factory.mktemp("bench_cache")
+
+
+def _smallest(pkg) -> int:
+    """The independent problem with the fewest configurations (the SGLang one: 600)."""
+    aic = [i for i, p in enumerate(pkg.problems.PROBLEMS) if p.reality == "aic"]
+    assert {pkg.problems.PROBLEMS[i].engine for i in aic} == {"vllm", "sglang"}
+    return next(i for i in aic if pkg.problems.PROBLEMS[i].engine == "sglang")
+
+
+def test_the_mapping_onto_aiconfigurator_caps_the_batch_and_fails_out_of_memory(pkg):
+    p = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.model == "qwen3-32b")
+    est = pkg.independent.Estimator(p)
+    base = {"tp": 2, "pp": 1, "dp": 4, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+            "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": 4096}
+    # 128 clients over 4 replicas: 32 each, whatever max_num_seqs allows
+    assert est.worker(base)[3] == 32
+    assert est.worker({**base, "max_num_seqs": 16})[3] == 16
+    metrics, error = est.metrics({**base, "max_num_seqs": 16})
+    assert error is None and metrics["generate_speed"] > 0 and metrics["time_to_first_token"] > 0
+    # fewer slots than clients: the rest queue, so TTFT grows beyond the worker's own
+    worker = est._memo[(2, 1, 16, 8192, 0.9)][0]
+    assert metrics["time_to_first_token"] > worker["ttft"] / 1e3
+    # Qwen3-32B in bf16 does not fit one 80 GB H100
+    metrics, error = est.metrics({**base, "tp": 1, "dp": 8})
+    assert metrics is None and "out of memory" in error
+    # vLLM's start-up rule without chunked prefill
+    metrics, error = est.metrics({**base, "enable_chunked_prefill": False, "max_num_batched_tokens": 2048})
+    assert metrics is None and "max_model_len" in error
+
+
+@pytest.mark.slow
+def test_bench_search_runs_on_the_independent_reality(pkg, cache, tmp_path):
+    index = _smallest(pkg)
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# kept\n\n<!-- independent: begin -->\nold\n<!-- independent: end -->\n\n## also kept\n")
+    rc = pkg.cli.main(["--problems", str(index), "--seeds", "2", "--budgets", "6,10",
+                       "--methods", "msopt (fixed prior),Optuna TPE", "--ablation-seeds", "none",
+                       "--cache", str(cache), "--out", str(out), "--section", "independent"])
+    assert rc == 0
+    text = out.read_text()
+    assert text.startswith("# kept\n") and text.rstrip().endswith("## also kept") and "\nold\n" not in text
+    assert "\n### Reality: NVIDIA AIConfigurator 0.12.0 (independent)\n" in text  # headings one level down
+    assert "Issue 38's goals" in text and "- msopt (fixed prior) @10:" in text
+    assert pkg.problems.PROBLEMS[index].name in text and "$" not in text
+
+
+@pytest.mark.slow
+def test_bench_hours_lays_every_method_out_on_the_cluster(pkg, cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # pyswarms' Reporter writes report.log into the working directory
+    index = _smallest(pkg)
+    out = tmp_path / "benchmarks.md"
+    rc = pkg.hours_cli.main(["--problems", str(index), "--seeds", "2", "--cache", str(cache),
+                             "--out", str(out)])
+    assert rc == 0
+    text = out.read_text()
+    for name in pkg.hours_cli.ORDER:
+        assert f"| {name} |" in text
+    assert "<!-- bench_hours: begin -->" in text and "<!-- bench_hours: end -->" in text
+
+
+def test_wall_clock_keeps_servers_and_honours_barriers(pkg):
+    import numpy as np
+
+    costs = pkg.hours.Costs(start=np.array([100.0, 100.0]), bench=np.array([10.0, 10.0]), slots=2)
+    # one slot, the same configuration twice: one start when the server is kept, two when not
+    assert pkg.hours.wall_clock(costs, [0, 0], 1, keep=True) == (120.0, 1)
+    assert pkg.hours.wall_clock(costs, [0, 0], 1, keep=False) == (220.0, 2)
+    # two slots: two launches at once; a barrier between them puts the second after the first
+    assert pkg.hours.wall_clock(costs, [0, 1], 2) == (110.0, 2)
+    assert pkg.hours.wall_clock(costs, [0, 1], 2, groups=["a", "b"]) == (220.0, 2)
+    # a start: each rank's share of the bf16 weights, then compile and capture
+    one = pkg.hours.start_seconds(8.0, 1, 1)
+    assert math.isclose(pkg.hours.start_seconds(8.0, 2, 1) - pkg.hours.COMPILE_S - pkg.hours.CAPTURE_S,
+                        (one - pkg.hours.COMPILE_S - pkg.hours.CAPTURE_S) / 2)

@@ -1,0 +1,94 @@
+"""``[search] searcher = "auto"`` (the default, issue 38 item 2): ``msopt optimize`` takes the
+swarm where a prior seeds it and Optuna's TPE where no prior can be built."""
+
+from __future__ import annotations
+
+import pytest
+
+from msopt.config import load_settings
+from msopt.errors import ConfigError
+from msopt.run.driver import Driver, optimize
+from msopt.run.events import Checkpoint
+from msopt.run.pool import InProcessPool
+from msopt.run.validate import validate
+from msopt.search import SEARCHERS, check_searcher, make_searcher, resolve_searcher
+from msopt.search.searcher import AUTO_TPE_MAX_LAUNCHES
+from msopt.space import SearchSpace
+from tests.driver_helpers import FormulaEvaluator
+from tests.fields_toml import TP_PP_DP
+from tests.search.test_searcher import KNOBS, score
+
+pytest.importorskip("optuna")
+
+SETTINGS = """
+n_particles = 4
+seed = 3
+iters = 3
+{search}
+[data_storage]
+pso_top_k = 2
+"""
+
+
+class _Searchers:
+    """The searcher names of the run's checkpoints."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, Checkpoint):
+            self.names.append(event.state["searcher"])
+
+
+def _settings(write_toml, search=""):
+    return load_settings(str(write_toml(SETTINGS.format(search=search) + TP_PP_DP + KNOBS)), environ={})
+
+
+def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without_at_a_small_budget():
+    assert resolve_searcher("auto", True) == resolve_searcher("auto", True, 6) == "swarm"
+    assert resolve_searcher("auto", False, 6) == resolve_searcher("auto", False, AUTO_TPE_MAX_LAUNCHES) == "tpe"
+    # a larger budget, or none (n_particles x iters launches): the swarm
+    assert resolve_searcher("auto", False, AUTO_TPE_MAX_LAUNCHES + 1) == resolve_searcher("auto", False) == "swarm"
+    assert resolve_searcher("swarm", False, 6) == "swarm" and resolve_searcher("tpe", True) == "tpe"
+
+
+def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_toml):
+    settings = _settings(write_toml)
+    assert settings.config.run.searcher == "auto"
+    assert "auto" in SEARCHERS.names()
+    check_searcher("auto")  # optuna is installed: TPE can run
+    validate(settings)
+    with pytest.raises(ValueError, match="resolve_searcher"):
+        make_searcher("auto", None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="valid: auto, swarm, tpe"):
+        check_searcher("nope")
+
+
+@pytest.mark.parametrize("search, launches, expected", [
+    ("", 8, "tpe"), ("", 0, "swarm"), ("", 11, "swarm"),
+    ('[search]\nsearcher = "swarm"', 8, "swarm"), ('[search]\nsearcher = "tpe"', 0, "tpe")])
+def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_toml, search, launches, expected):
+    settings = _settings(write_toml, search)
+    if launches:
+        settings = settings.replace(max_launches=launches)
+    space = SearchSpace.from_settings(settings)
+    seen = _Searchers()
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    try:
+        outcome = optimize(validate(settings), pool, callbacks=[seen], prior=None)
+    finally:
+        pool.close()
+    assert outcome.best is not None
+    assert seen.names and set(seen.names) == {expected}
+
+
+def test_a_driver_built_directly_takes_the_swarm_for_auto(write_toml):
+    settings = _settings(write_toml)
+    space = SearchSpace.from_settings(settings)
+    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    try:
+        assert Driver(settings, pool).searcher.name == "swarm"
+        assert Driver(settings, pool, searcher="tpe").searcher.name == "tpe"
+    finally:
+        pool.close()
