@@ -9,11 +9,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import shlex
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from tests.e2e import readme
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,8 +95,11 @@ def test_bench_hours_lays_every_method_out_on_the_cluster(pkg, cache, tmp_path, 
     monkeypatch.chdir(tmp_path)  # pyswarms' Reporter writes report.log into the working directory
     index = _smallest(pkg)
     out = tmp_path / "benchmarks.md"
-    rc = pkg.hours_cli.main(["--problems", str(index), "--seeds", "2", "--cache", str(cache),
-                             "--out", str(out)])
+    line = readme.command("python scripts/bench_hours.py",
+                          append=["--problems", str(index), "--seeds", "2", "--cache", str(cache), "--out", str(out)])
+    argv = shlex.split(line)
+    assert argv[:2] == ["python", "scripts/bench_hours.py"]
+    rc = pkg.hours_cli.main(argv[2:])  # the README's line, in this process (its cache is the module's)
     assert rc == 0
     text = out.read_text()
     for name in pkg.hours_cli.ORDER:
