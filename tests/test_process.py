@@ -426,3 +426,39 @@ def test_port_leases_from_a_range_never_share_a_port(tmp_path: Path) -> None:
             b.take()
     with PortLease((lo, hi)) as c:  # given back on close
         assert lo <= c.take() <= hi
+
+
+def test_a_port_an_outgoing_connection_uses_is_not_a_listened_port():
+    """HCCL blocks (PortLease.hold) are refused only for a listener: a connection's local port in the
+    ephemeral range, where HCCL's default block lies, made the check fail on a busy machine."""
+    import socket
+
+    from msopt.engines.process import port_free, port_listened
+
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        with server.accept()[0]:
+            local = client.getsockname()[1]
+            assert not port_listened(local, "127.0.0.1")
+            assert port_listened(server.getsockname()[1], "127.0.0.1")
+            assert not port_free(server.getsockname()[1], "127.0.0.1")
+
+
+def test_a_block_with_a_listener_is_refused_and_one_with_a_connection_is_held():
+    import socket
+
+    from msopt.engines.process import PortLease
+    from msopt.errors import EvaluationError
+
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        with server.accept()[0]:
+            listened, local = server.getsockname()[1], client.getsockname()[1]
+            with PortLease() as lease:
+                with pytest.raises(EvaluationError, match=f"port {listened} of {listened}-{listened} is in use"):
+                    lease.hold(listened, listened, "X")
+                lease.hold(local, local, "Y")

@@ -438,6 +438,30 @@ def port_free(port: int, host: str = "0.0.0.0") -> bool:
     return True
 
 
+def port_listened(port: int, host: str = "0.0.0.0") -> bool:
+    """True when a TCP socket of this host listens on ``port``, as /proc/net/tcp and tcp6 list them
+    (state 0A, LISTEN); where they cannot be read, when a plain bind on ``host`` fails (:func:`port_free`).
+
+    A port that outgoing connections merely use as their local port is not counted: Linux's ephemeral range
+    (32768-60999) holds HCCL's default 60000 block, a busy node's Ray keeps loopback connections there, and a
+    plain bind on 0.0.0.0 refused HCCL blocks that no listener held (HCCL binds the NIC's own address).
+    """
+    listening = False
+    read = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        read = True
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 3 and cols[3] == "0A" and int(cols[1].rpartition(":")[2], 16) == port:
+                listening = True
+    return listening if read else not port_free(port, host)
+
+
 class PortLease:
     """Ports for one trial: OS-picked ones, or, with ``[cluster] ports``, ports of that range each
     held for the lease's lifetime.
@@ -503,7 +527,7 @@ class PortLease:
         for port in range(lo, hi + 1):
             if port in self._held:
                 continue
-            if bound_here and not port_free(port, self.host):
+            if bound_here and port_listened(port, self.host):
                 raise EvaluationError(f"{what}: port {port} of {lo}-{hi} is in use on this node; stop what holds "
                                       "it or move the block ([<engine>] hccl_base_port / hccl_npu_base_port)")
             fd = os.open(where / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)

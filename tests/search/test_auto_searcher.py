@@ -76,7 +76,7 @@ def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_tom
     seen = _Searchers()
     pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
     try:
-        outcome = optimize(validate(settings), pool, callbacks=[seen], prior=None)
+        outcome = optimize(validate(settings), pool, callbacks=[seen], guide=None)
     finally:
         pool.close()
     assert outcome.best is not None
