@@ -49,7 +49,7 @@ def test_soak_chaos():
 
 def test_bench_search(tmp_path):
     out = run(readme.command("python scripts/bench_search.py --jobs 2",
-                             append=["--seeds", "1", "--budgets", "6", "--problems", "0", "--methods", "msopt,random search",
+                             append=["--seeds", "1", "--budgets", "6", "--problems", "0", "--methods", "random search",
                                      "--ablation-seeds", "none", "--no-result-cache", "--cache", str(tmp_path),
                                      "--out", "-"]), timeout=1200)
-    assert "msopt" in out and "random search" in out
+    assert "random search" in out  # msopt's own runs: tests/scripts/test_bench_independent.py
