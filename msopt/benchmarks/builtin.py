@@ -272,7 +272,8 @@ def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
     send = window.arrivals(p.num_prompts, rate).tolist()
     # the n-th pass over the trace is the trace again (its hash ids too, as the simulator replays
     # it); content without hash ids stays each request's own
-    prompts = [block_prompt(r.hash_ids, window.block_tokens, r.input_tokens, p.seed, str(i))
+    blocks: dict[int, tuple[str, tuple[str, ...]]] = {}
+    prompts = [block_prompt(r.hash_ids, window.block_tokens, r.input_tokens, p.seed, str(i), blocks)
                for i, r in enumerate(reqs)]
     return Replay(send, prompts, [r.output_tokens for r in reqs], [r.input_tokens for r in reqs],
                   float(send[-1] - send[0]) if send else 0.0)

@@ -120,33 +120,45 @@ def replay_arrivals(arrivals: np.ndarray, n: int, request_rate: float | None = N
     return out
 
 
-def _block_words(key: str, size: int) -> list[str]:
-    """``size`` words drawn from a stable digest of ``key`` (the same in every process: Python's
-    own ``hash`` of a string is salted per process)."""
+#: the words as they stand in a prompt, each after its space
+_SPACED = np.array([" " + w for w in BLOCK_WORDS])
+
+
+def _block_words(key: str, size: int) -> tuple[str, ...]:
+    """``size`` words (each after its space) drawn from a stable digest of ``key`` (the same in every
+    process: Python's own ``hash`` of a string is salted per process)."""
     seed = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-    idx = np.random.default_rng(seed).integers(0, len(BLOCK_WORDS), size=size)
-    return [BLOCK_WORDS[i] for i in idx]
+    return tuple(_SPACED[np.random.default_rng(seed).integers(0, len(BLOCK_WORDS), size=size)].tolist())
 
 
 def block_prompt(hash_ids: Sequence[int], block_tokens: int, input_tokens: int, seed: int,
-                 unique: str) -> str:
+                 unique: str, cache: dict[int, tuple[str, tuple[str, ...]]] | None = None) -> str:
     """The prompt text of one request: ``input_tokens`` words, each one token.
 
     Block j (``block_tokens`` words) is drawn from ``(seed, hash_ids[j])`` alone, so requests with
     equal leading hash ids share those blocks word for word; a last, partial block is the start of
     its id's full block. Tokens past the hash ids (or every token, without them) are drawn from
     ``(seed, unique)``: give each request its own ``unique`` and no other request shares them.
+    ``cache`` (hash id -> its block's text and words, for one seed and block size) saves drawing a
+    block again.
     """
-    words: list[str] = []
+    pieces: list[str] = []
+    left = input_tokens
     if block_tokens > 0:
         for h in hash_ids:
-            if len(words) >= input_tokens:
+            if left <= 0:
                 break
-            words += _block_words(f"{seed}:h:{h}", block_tokens)[:input_tokens - len(words)]
-    rest = input_tokens - len(words)
-    if rest > 0:
-        words += _block_words(f"{seed}:u:{unique}", rest)
-    return "".join(" " + w for w in words)
+            block = cache.get(h) if cache is not None else None
+            if block is None:
+                words = _block_words(f"{seed}:h:{h}", block_tokens)
+                block = ("".join(words), words)
+                if cache is not None:
+                    cache[h] = block
+            pieces.append(block[0] if left >= block_tokens else "".join(block[1][:left]))
+            left -= block_tokens
+    if left > 0:
+        pieces.append("".join(_block_words(f"{seed}:u:{unique}", left)))
+    return "".join(pieces)
 
 
 __all__ = ["BLOCK_WORDS", "REPLAY_KEYS", "TraceWindow", "block_prompt", "open_window", "replay_arrivals"]

@@ -288,3 +288,10 @@ def test_vllm_bench_serve_replays_through_timed_trace(tmp_path: Path) -> None:
                             result_dir=tmp_path / "p")
     rows = [json.loads(x) for x in (tmp_path / "p" / "timed_trace.jsonl").read_text().splitlines()]
     assert [r["timestamp"] for r in rows] == [0.0, 0.083333, 0.25]  # 2.67 req/s (2 gaps in 0.75 s) to 8: a third
+
+
+def test_a_block_cache_gives_the_same_prompts() -> None:
+    cache: dict[int, tuple[str, tuple[str, ...]]] = {}
+    for ids, n in (([1, 2, 3], 40), ([1, 2, 4], 48), ([1], 10)):
+        assert block_prompt(ids, 16, n, 3, "u", cache) == block_prompt(ids, 16, n, 3, "u")
+    assert set(cache) == {1, 2, 3, 4} and all(len(v[1]) == 16 for v in cache.values())
