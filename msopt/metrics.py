@@ -19,5 +19,9 @@ METRICS: tuple[str, ...] = (GENERATE_SPEED, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT
 #: TTFT and TPOT percentiles (seconds), where the benchmark reports them.
 PERCENTILES: tuple[str, ...] = tuple(f"{m}_p{p}" for m in ("ttft", "tpot") for p in (50, 90, 95, 99))
 
+#: The prefix cache's share of prompt tokens found cached over a measurement, where the server reports
+#: it (vLLM's ``/metrics`` counters) or the simulator models it (a trace with hash ids): absent otherwise.
+PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
+
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")

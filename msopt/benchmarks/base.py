@@ -107,6 +107,11 @@ class BenchmarkAdapter:
     #: each sets: the original tool's CONCURRENCY and REQUESTRATE (``config_position = "env"``).
     load_field_keys: ClassVar[Mapping[str, str]] = MappingProxyType(LOAD_FIELDS)
 
+    #: True when the benchmark replays ``[workload] trace`` (its own ``[<benchmark>] trace`` table:
+    #: each request at its trace time, equal hash ids as equal token blocks); a real run of a
+    #: benchmark that cannot is refused at load time, naming ``builtin``.
+    replays_trace: ClassVar[bool] = False
+
     def render(
         self,
         values: Mapping[str, Any],

@@ -2,9 +2,13 @@
 
 Streams ``/v1/completions`` (or ``/v1/chat/completions``) with synthetic prompts of a given
 token length, either closed-loop (``concurrency`` requests in flight) or open-loop at a Poisson
-``request_rate`` (seeded; still capped by ``concurrency`` when both are set). Per request it
-records TTFT, TPOT and end-to-end latency; it writes ``builtin_result.json`` (summary) and
-``requests.jsonl`` (one record per request) into the result directory.
+``request_rate`` (seeded; still capped by ``concurrency`` when both are set). With ``[builtin]
+trace`` (written by ``[workload] trace``) it replays the trace instead, open loop: each request at
+its trace time with the trace's lengths, its prompt built from its hash ids so that equal ids are
+token-identical blocks (:mod:`msopt.workload.replay`). Per request it records TTFT, TPOT and
+end-to-end latency (and, replaying, how late it was sent); it writes ``builtin_result.json``
+(summary) and ``requests.jsonl`` (one record per request) into the result directory. Around the
+measurement it reads the server's prefix-cache counters (:mod:`msopt.benchmarks.engine_metrics`).
 
 Runs in-process (``run``); ``python -m msopt.benchmarks PARAMS_JSON`` runs the same thing as a
 child process.
@@ -33,12 +37,14 @@ from msopt.benchmarks.base import (
     positive_int,
     resolve_load,
 )
+from msopt.benchmarks.engine_metrics import cache_report, read_counters
 from msopt.checks import is_int, is_number
 from msopt.config import thaw
 from msopt.engines.base import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
-from msopt.metrics import METRICS, PERCENTILES
+from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE
 from msopt.space.fields import FieldDecl
+from msopt.workload.replay import TraceWindow, block_prompt, open_window
 
 RESULT_FILE = "builtin_result.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -66,14 +72,20 @@ class LoadParams:
     request_timeout: float = 600.0
     stream: bool = True
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    #: a trace replayed (``path`` and the trace's options, :data:`msopt.workload.replay.REPLAY_KEYS`),
+    #: or None for synthetic prompts
+    trace: Mapping[str, Any] | None = None
 
 
 @dataclass
 class RequestRecord:
-    """What happened to one request (times in seconds since the run started)."""
+    """What happened to one request (times in seconds since the run started; ``scheduled``: when a
+    replay meant to send it, None for synthetic load)."""
 
     index: int
     start: float = 0.0
+    scheduled: float | None = None
+    input_tokens: int | None = None
     ttft: float | None = None
     latency: float | None = None
     tpot: float | None = None
@@ -109,9 +121,19 @@ def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: 
     endpoint = section.get("endpoint", "/v1/completions")
     if endpoint not in ENDPOINTS:
         raise ConfigError(f"{where}: 'endpoint' must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
-    conc, rate = resolve_load(values, fields, {"concurrency": 8, **section}, load, where)
-    if conc is None and (rate is None or not math.isfinite(rate)):
-        raise ConfigError(f"{where}: give a concurrency or a finite request_rate")
+    trace = section.get("trace")
+    if trace is not None:
+        if not isinstance(trace, Mapping):
+            raise ConfigError(f"{where}: 'trace' must be a table (written by [workload] trace)")
+        # open loop at the trace's times: only an explicit concurrency caps it, and only a load's
+        # rate (a capacity probe, a REQUESTRATE field) rescales it; [builtin] request_rate is the
+        # trace's own mean rate
+        conc, rate = resolve_load(values, fields, {k: section[k] for k in ("concurrency",) if k in section},
+                                  load, where)
+    else:
+        conc, rate = resolve_load(values, fields, {"concurrency": 8, **section}, load, where)
+        if conc is None and (rate is None or not math.isfinite(rate)):
+            raise ConfigError(f"{where}: give a concurrency or a finite request_rate")
     output_len = positive_int(section, "output_len", 256, where)
     timeout = section.get("request_timeout", 600.0)
     if not is_number(timeout) or timeout <= 0:
@@ -140,11 +162,12 @@ def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: 
         request_timeout=float(timeout),
         stream=bool(section.get("stream", True)),
         extra_body=thaw(extra),
+        trace=thaw(trace) if trace is not None else None,
     )
 
 
-def _body(p: LoadParams, prompt: str) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": p.model, "max_tokens": p.max_tokens or p.output_len,
+def _body(p: LoadParams, prompt: str, max_tokens: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": p.model, "max_tokens": max_tokens or p.max_tokens or p.output_len,
                             "stream": p.stream, "temperature": 0.0}
     if p.ignore_eos:
         body["ignore_eos"] = True
@@ -174,7 +197,7 @@ def _text_of(chunk: Mapping[str, Any]) -> str:
 
 
 async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0: float,
-               log: Any) -> None:
+               log: Any, max_tokens: int | None = None) -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
     rec.start = start - t0
@@ -183,7 +206,7 @@ async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0:
     first: float | None = None
     done = not p.stream
     try:
-        async with session.post(p.url + p.endpoint, json=_body(p, prompt)) as resp:
+        async with session.post(p.url + p.endpoint, json=_body(p, prompt, max_tokens)) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:300]
                 raise RuntimeError(f"HTTP {resp.status}: {text}")
@@ -227,12 +250,42 @@ async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0:
         rec.tpot = (end - first) / (rec.output_tokens - 1)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """A trace replay's requests: send times (s), prompts, output lengths, input lengths."""
+
+    send: Sequence[float]
+    prompts: Sequence[str]
+    max_tokens: Sequence[int]
+    input_tokens: Sequence[int]
+    trace_span: float
+
+
+def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
+    """What a replay of ``p.trace`` sends: ``p.num_prompts`` requests of the window (repeated when
+    it holds fewer), at its times (rescaled to a finite ``p.request_rate``), with prompts whose equal
+    hash ids are token-identical blocks; content without hash ids is the request's own."""
+    assert p.trace is not None
+    window = window or open_window(p.trace, "[builtin] trace")
+    reqs = window.pick(p.num_prompts)
+    rate = p.request_rate if math.isfinite(p.request_rate) else None
+    send = window.arrivals(p.num_prompts, rate).tolist()
+    # the n-th pass over the trace is the trace again (its hash ids too, as the simulator replays
+    # it); content without hash ids stays each request's own
+    blocks: dict[int, tuple[str, tuple[str, ...]]] = {}
+    prompts = [block_prompt(r.hash_ids, window.block_tokens, r.input_tokens, p.seed, str(i), blocks)
+               for i, r in enumerate(reqs)]
+    return Replay(send, prompts, [r.output_tokens for r in reqs], [r.input_tokens for r in reqs],
+                  float(send[-1] - send[0]) if send else 0.0)
+
+
 async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], list[RequestRecord]]:
     """Send the whole workload; return the summary and the per-request records."""
     import aiohttp
 
-    prompts = synthetic_prompts(p.num_prompts, p.input_len, p.seed)
-    gaps = arrival_gaps(p.num_prompts, p.request_rate, p.seed)
+    replay = replay_plan(p) if p.trace is not None else None
+    prompts = replay.prompts if replay else synthetic_prompts(p.num_prompts, p.input_len, p.seed)
+    gaps = arrival_gaps(p.num_prompts, p.request_rate, p.seed) if replay is None else []
     records = [RequestRecord(i) for i in range(p.num_prompts)]
     sem = asyncio.Semaphore(p.concurrency) if p.concurrency else None
     timeout = aiohttp.ClientTimeout(total=p.request_timeout)
@@ -242,20 +295,50 @@ async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], lis
         t0 = loop.time()
 
         async def guarded(i: int) -> None:
+            max_tokens = replay.max_tokens[i] if replay else None
             if sem is None:
-                await _one(session, p, records[i], prompts[i], t0, log)
+                await _one(session, p, records[i], prompts[i], t0, log, max_tokens)
                 return
             async with sem:
-                await _one(session, p, records[i], prompts[i], t0, log)
+                await _one(session, p, records[i], prompts[i], t0, log, max_tokens)
 
         tasks = []
         for i in range(p.num_prompts):
-            if i > 0 and gaps[i - 1] > 0:
+            if replay is not None:
+                # open loop at absolute times: a late send does not delay the ones after it
+                records[i].scheduled = replay.send[i]
+                records[i].input_tokens = replay.input_tokens[i]
+                wait = t0 + replay.send[i] - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            elif i > 0 and gaps[i - 1] > 0:
                 await asyncio.sleep(gaps[i - 1])
             tasks.append(asyncio.create_task(guarded(i)))
         await asyncio.gather(*tasks)
         duration = loop.time() - t0
-    return summarize(records, duration, p), records
+    summary = summarize(records, duration, p)
+    if replay is not None:
+        summary["replay"] = replay_report(records, replay)
+    return summary, records
+
+
+def replay_report(records: Sequence[RequestRecord], replay: Replay) -> dict[str, Any]:
+    """What a replay actually sent: requests, span (first to last send) against the trace's,
+    mean lengths, and how late each send was against its trace time (the client's own delay; a
+    request held back by ``concurrency`` counts as late)."""
+    sent = [r for r in records if r.scheduled is not None]
+    starts = [r.start for r in sent]
+    late = [r.start - (r.scheduled or 0.0) for r in sent]
+    out_tokens = [r.output_tokens for r in sent if r.success]
+
+    def q(xs: Sequence[float], pct: float) -> float | None:
+        return float(np.percentile(xs, pct)) if xs else None
+
+    return {"requests": len(sent), "span_s": (max(starts) - min(starts)) if starts else 0.0,
+            "trace_span_s": replay.trace_span,
+            "mean_input_tokens": float(np.mean(replay.input_tokens)) if replay.input_tokens else None,
+            "mean_output_tokens": float(np.mean(out_tokens)) if out_tokens else None,
+            "lateness_s": {"p50": q(late, 50), "p99": q(late, 99), "max": max(late) if late else None}}
 
 
 def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams | None = None) -> dict[str, Any]:
@@ -318,6 +401,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
 
     name = "builtin"
     produces = frozenset((*METRICS, *PERCENTILES))
+    replays_trace = True
 
     def num_prompts(self, section: Mapping[str, Any]) -> int:
         """``[builtin] num_prompts`` (default 200)."""
@@ -363,7 +447,8 @@ class BuiltinBenchmark(BenchmarkAdapter):
         if not path.exists():
             raise EvaluationError(no_result_report(f"benchmark {self.name}", RESULT_FILE, result_dir, log_path))
         try:
-            return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")), PERCENTILES)
+            return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")),
+                                 (*PERCENTILES, PREFIX_CACHE_HIT_RATE))
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
@@ -390,17 +475,25 @@ class BuiltinBenchmark(BenchmarkAdapter):
                 logf.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
                 logf.flush()
 
-            log(f"builtin benchmark: {p.num_prompts} prompts to {p.url}{p.endpoint}, concurrency "
+            what = f"a replay of {p.trace['path']}" if p.trace else "synthetic prompts"
+            log(f"builtin benchmark: {p.num_prompts} prompts ({what}) to {p.url}{p.endpoint}, concurrency "
                 f"{p.concurrency}, request_rate {p.request_rate}")
+            before = read_counters(p.url)
             try:
                 summary, records = _run_sync(p, timeout, log)
             except TimeoutError:
                 log(f"timed out after {timeout:g} s")
                 raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None
+            cache = cache_report(before, read_counters(p.url))
+            summary["prefix_cache"] = cache
+            if cache[PREFIX_CACHE_HIT_RATE] is not None:  # absent where not measured: journals stay as they were
+                summary[PREFIX_CACHE_HIT_RATE] = cache[PREFIX_CACHE_HIT_RATE]
+                log(f"prefix cache: {cache[PREFIX_CACHE_HIT_RATE]:.1%} of {cache['prefix_cache_queries']:.0f} "
+                    "prompt tokens queried were cached")
             log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "
                 f"{summary['duration']:.3f} s")
         write_results(result_dir, summary, records)
-        return check_metrics(self.name, summary, PERCENTILES)
+        return check_metrics(self.name, summary, (*PERCENTILES, PREFIX_CACHE_HIT_RATE))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

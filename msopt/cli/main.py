@@ -85,10 +85,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"workload: trace {settings.section('workload').get('trace')} ({tr.format})")
         for line in tr.lines():
             print(f"  {line}")
-        print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids); "
-              f"the real benchmarks send {tr.requests} requests "
-              f"of {tr.input_pct['mean']:.0f} tokens in, {tr.output_pct['mean']:.0f} out (the means), Poisson at "
-              "the mean rate (they do not replay a trace yet)")
+        bench = settings.config.run.benchmark
+        real = "" if settings.config.run.simulate else (
+            f"; {bench} replays it too, each request at its trace time, equal hash ids as token-identical "
+            "prompt blocks, and reads the server's prefix-cache hits")
+        print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids)" + real)
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":

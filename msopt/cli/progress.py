@@ -50,7 +50,7 @@ from msopt.run.events import (
     RunStarted,
     TotalChanged,
 )
-from msopt.run.records import capacity_line, load_text
+from msopt.run.records import capacity_line, load_text, sizing_line
 from msopt.space.fields import show_value
 
 __all__ = ["EVENT_KINDS", "FINISHED_KINDS", "LiveTable", "PlainLog", "Progress", "ProgressCallback", "ProgressEvent",
@@ -447,7 +447,8 @@ class ProgressCallback:
             o = event.outcome
             self.close({"best": o.best, "evaluations": o.evaluations, "failures": o.failures, "reused": o.reused,
                         "launches": o.launches, "run_dir": self.run_dir,
-                        "capacity": [capacity_line(c) for c in o.capacity]})
+                        "capacity": [capacity_line(c) for c in o.capacity]
+                        + [line for line in [sizing_line(o.capacity)] if line]})
         else:
             shown = progress_event(event)
             if shown is not None:

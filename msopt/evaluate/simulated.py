@@ -29,7 +29,7 @@ from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, configured_benchmark, server_key
-from msopt.metrics import SIMULATED
+from msopt.metrics import PREFIX_CACHE_HIT_RATE, SIMULATED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
@@ -41,8 +41,14 @@ def _finite(x: Any) -> float | None:
 
 
 def metrics_of(res: Any) -> dict[str, float | None]:
-    """The benchmark metrics of a SimResult (NaN becomes None), percentiles included."""
-    return {k: _finite(getattr(res, k)) for k in SIMULATED}
+    """The benchmark metrics of a SimResult (NaN becomes None), percentiles included, and the prefix
+    cache's hit rate where the simulator modelled one (a trace with hash ids, caching on): the
+    prediction a real replay's measured ``prefix_cache_hit_rate`` stands beside."""
+    out = {k: _finite(getattr(res, k)) for k in SIMULATED}
+    queries = getattr(res, "prefix_cache_queries", 0)
+    if queries:
+        out[PREFIX_CACHE_HIT_RATE] = res.prefix_cache_hits / queries
+    return out
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 - ``report_fitness.png``: fitness of every evaluation and the running best, failures marked;
 - ``report_parallel.png``: parallel coordinates of the dimensions, coloured by fitness;
 - ``report_pareto.png``: generate_speed against TPOT with the SLOs and the Pareto front;
-- ``report_prior.png`` (runs with the simulator prior): its prediction error over the run.
+- ``report_prior.png`` (runs with the simulator prior): its prediction error over the run;
+- ``report_workload.png`` (runs on a trace): arrivals, lengths, prefix reuse (:mod:`msopt.report.workload`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from msopt.evaluate.results import EvaluationResult
 from msopt.report.data import RunData
+from msopt.report.workload import WorkloadPanel
 
 #: Candidate axes with more values than this get numeric ticks instead of one label per value.
 MAX_LABELLED = 12
@@ -379,3 +381,38 @@ def prior_summary(data: RunData) -> dict[str, Any] | None:
         return errs[len(errs) // 2] if errs else None
 
     return {"launches": max(len(speed), len(fit)), "speed_error": med(speed), "fitness_error": med(fit)}
+
+
+def plot_workload(panel: WorkloadPanel) -> bytes:
+    """Arrivals per second, the length histograms, and the reuse ceiling against the hits achieved."""
+    reqs = panel.window.requests
+    fig = _figure(14, 3.8)
+    ax1, ax2, ax3, ax4 = (fig.add_subplot(1, 4, k) for k in range(1, 5))
+    arrivals = [r.arrival_s for r in reqs]
+    span = max(arrivals[-1], 1e-9)
+    bins = max(1, min(200, math.ceil(span)))
+    ax1.hist(arrivals, bins=bins, color="#4c72b0")
+    ax1.set_xlabel("seconds into the replay")
+    ax1.set_ylabel(f"requests per {span / bins:.3g} s")
+    ax1.set_title(f"arrivals ({len(reqs)} requests)")
+    for ax, key, title, colour in ((ax2, "input_tokens", "input tokens", "#55a868"),
+                                   (ax3, "output_tokens", "output tokens", "#c44e52")):
+        ax.hist([getattr(r, key) for r in reqs], bins=40, color=colour)
+        ax.set_title(title)
+        ax.set_ylabel("requests")
+    ceiling = panel.summary.prefix_ceiling
+    if ceiling is None and not panel.measured and not panel.predicted:
+        _empty(ax4, "no hash ids:\nno prefix reuse credited")
+    else:
+        names, values = [], []
+        for name, xs in (("ceiling", [ceiling] if ceiling is not None else []), ("measured", panel.measured),
+                         ("predicted", panel.predicted)):
+            if xs:
+                names.append(name)
+                values.append(100.0 * sorted(xs)[len(xs) // 2])
+        ax4.bar(names, values, color=["0.6", "#4c72b0", "#dd8452"][:len(names)])
+        ax4.set_ylim(0, 100)
+        ax4.set_ylabel("% of prompt tokens (median)")
+        ax4.set_title("prefix reuse: ceiling and hits")
+    fig.tight_layout()
+    return _png(fig)

@@ -37,8 +37,10 @@ from msopt.report.figures import (
     plot_parallel,
     plot_pareto,
     plot_prior,
+    plot_workload,
     prior_summary,
 )
+from msopt.report.workload import COMPARED, WORKLOAD_PNG, WorkloadPanel, panel_text, predicted_rows, workload_panel
 from msopt.run.leaderboard import is_measurement, weighted_mean
 from msopt.run.records import ServerStarts
 from msopt.run.store import atomic_write
@@ -215,8 +217,58 @@ def _prior_block(data: RunData) -> str:
             f"on fitness over {summary['launches']} successful launch(es).</p>")
 
 
-def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str, Any] | None) -> str:
-    """The report page; ``images`` (file name -> PNG bytes) are embedded as data URIs."""
+def _img(name: str, png: bytes) -> str:
+    return f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+
+
+def _workload(panel: WorkloadPanel | str | None, images: Mapping[str, bytes]) -> str:
+    """The workload panel: the trace's summary, its figure, the hits against the ceiling."""
+    if panel is None:
+        return ""
+    if isinstance(panel, str):
+        return f'<h2>Workload</h2>\n<p class="note">{_e(panel)}</p>'
+    parts = ["<h2>Workload</h2>", "<p>" + "<br>".join(_e(line) for line in panel_text(panel)) + "</p>"]
+    if WORKLOAD_PNG in images:
+        parts.append(_img(WORKLOAD_PNG, images[WORKLOAD_PNG]))
+    return "\n".join(parts)
+
+
+def _predicted_table(data: RunData) -> str:
+    """Every launched evaluation of a real run: the prior's prediction beside the measurement."""
+    rows = predicted_rows(data)
+    if not rows:
+        return ""
+    shown = [c for c in COMPARED if any(row[c[0]][1] is not None or row[c[0]][0] is not None for row in rows)]
+    head = "".join(f"<th>{_e(title)} predicted</th><th>measured ({_e(unit)})</th><th>error</th>"
+                   for _, title, _, unit in shown)
+    body = []
+    for row in rows:
+        cells = [f"<td>{_e(row['eval_id'])}</td>", f'<td class="t">{_e(row["phase"])}</td>']
+        for key, _, scale, _ in shown:
+            p, m, err = row[key]
+
+            def num(x: Any, scale: float = scale) -> str:
+                return "" if not isinstance(x, (int, float)) or not math.isfinite(x) else f"{x * scale:.4g}"
+
+            if err is None:
+                e = ""
+            elif key == COMPARED[-1][0]:
+                e = f"{100 * err:+.1f} pt"
+            else:
+                e = f"{100 * err:+.1f} %"
+            cells += [f"<td>{num(p)}</td>", f"<td>{num(m)}</td>", f"<td>{e}</td>"]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return ("<h2>Predicted against measured</h2>\n<p>Each launched evaluation: the simulator prior's prediction "
+            "(the journal's <code>predicted</code>) beside the measurement, and the error (relative; for the hit "
+            "rate, in percentage points).</p>\n"
+            f'<div class="wide"><table><tr><th>eval</th><th>phase</th>{head}</tr>\n' + "\n".join(body)
+            + "</table></div>")
+
+
+def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str, Any] | None,
+                panel: WorkloadPanel | str | None = None) -> str:
+    """The report page; ``images`` (file name -> PNG bytes) are embedded as data URIs; ``panel``: the
+    run's trace (:func:`msopt.report.workload.workload_panel`)."""
     n, ok = len(data.results), len(data.ok)
     failed = n - ok
     reused = sum(r.reused for r in data.results)
@@ -236,6 +288,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     ]
     for w in data.warnings:
         parts.append(f'<p class="note">{_e(w)}</p>')
+    parts.append(_workload(panel, images))
     if ok == 0:
         parts.append(f'<p class="note"><b>No evaluation succeeded</b> ({n} evaluation(s) in the journal): '
                      "there is no best configuration. See the failures below and the logs/ directory.</p>")
@@ -263,9 +316,11 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
                 PRIOR_PNG: "What the simulator prior predicted"}
     parts.append(_prior_block(data))
     for name, png in images.items():
-        b64 = base64.b64encode(png).decode("ascii")
+        if name == WORKLOAD_PNG:  # in the workload panel
+            continue
         parts.append(f"<h2>{_e(captions.get(name, name))}</h2>")
-        parts.append(f'<img alt="{_e(name)}" src="data:image/png;base64,{b64}">')
+        parts.append(_img(name, png))
+    parts.append(_predicted_table(data))
     parts.append("<h2>Top configurations</h2>")
     top = _top(data, TOP_ROWS)
     if top:
@@ -301,6 +356,9 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
     prior_png = plot_prior(data)
     if prior_png is not None:
         images[PRIOR_PNG] = prior_png
+    panel = workload_panel(data)
+    if isinstance(panel, WorkloadPanel):
+        images[WORKLOAD_PNG] = plot_workload(panel)
     for name, png in images.items():
         atomic_write(data.run_dir / name, png)
     command = None
@@ -315,5 +373,5 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
         except MsoptError as exc:
             data.warnings.append(f"the best configuration could not be rendered as a launch command: {exc}")
     path = data.run_dir / REPORT_HTML
-    atomic_write(path, render_html(data, images, command).encode("utf-8"))
+    atomic_write(path, render_html(data, images, command, panel).encode("utf-8"))
     return path

@@ -7,6 +7,13 @@ when TTFT and TPOT (mean, or ``percentile``) are within ``ttft_slo``/``tpot_slo`
 rate reaches ``success_rate_slo``. The load found is probed ``repeats`` times in all; a load that
 failed any probe is never reported.
 
+On a request trace (``[workload] trace``) the load is the request rate, and a probe at rate R
+replays the trace with its send times rescaled to mean rate R (:mod:`msopt.workload.replay`): the
+search finds the largest time scale at which the SLOs hold, reported in req/s and as a multiple of
+the trace's own rate (``trace_multiple``). With ``target_rate`` (req/s, or ``"3x"``: three times
+the trace's rate) each configuration's result says how many replicas, and devices, serve the target
+(:func:`sizing`), and the record names the one that needs the fewest devices.
+
 This module holds the options, the pass test and the per-configuration search as a small
 state machine (:class:`CapacitySearch`); the driver runs the searches of all configurations in
 rounds through its pool, so eval ids, and therefore resume, are deterministic.
@@ -28,7 +35,7 @@ from msopt.slo import Slos, slo_checks
 
 #: The keys of ``[capacity]``.
 CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
-                 "min_load", "max_load")
+                 "min_load", "max_load", "target_rate")
 
 #: Percentiles whose metrics (``ttft_pNN``, ``tpot_pNN``) the simulator and benchmarks report.
 PERCENTILES = (50, 90, 99)
@@ -70,6 +77,9 @@ class CapacityOptions:
         start_load: the load to start from when a configuration has none of its own.
         min_load: the lowest load probed; failing there means zero capacity.
         max_load: the highest load probed (None: no cap but ``max_probes``).
+        trace_rate: the trace window's own mean rate (req/s at time scale 1), None without a trace.
+        target_rate: the rate to size a deployment for (req/s), or None.
+        target_multiple: ``target_rate`` as written in multiples of the trace's rate (``"3x"``), or None.
     """
 
     enabled: bool
@@ -82,6 +92,9 @@ class CapacityOptions:
     start_load: float | None = None
     min_load: float | None = None
     max_load: float | None = None
+    trace_rate: float | None = None
+    target_rate: float | None = None
+    target_multiple: float | None = None
 
     @property
     def integer(self) -> bool:
@@ -134,11 +147,16 @@ def capacity_options(settings: Settings) -> CapacityOptions:
     if unknown:
         raise ConfigError(f"{settings.where('capacity')}: [capacity] unknown key(s) {unknown}; "
                           f"valid keys: {', '.join(CAPACITY_KEYS)}")
+    trace_rate = _trace_rate(settings)
+    target, multiple = _target(table.get("target_rate"), trace_rate, where("target_rate"))
     enabled = table.get("enabled")
     if enabled is None:
-        enabled = bool(_varied_load_fields(settings))
+        enabled = bool(_varied_load_fields(settings)) or target is not None
     elif not isinstance(enabled, bool):
         raise ConfigError(f"{where('enabled')} must be true or false, got {enabled!r}")
+    if target is not None and not enabled:
+        raise ConfigError(f"{where('target_rate')} sizes the deployment from the capacity stage's result, which "
+                          "enabled = false turns off; remove one of them")
 
     pct = table.get("percentile", "mean")
     if pct == "mean" or pct is None:
@@ -180,6 +198,9 @@ def capacity_options(settings: Settings) -> CapacityOptions:
             load = "concurrency"
     elif load not in LOAD_KEYS:
         raise ConfigError(f"{where('load')} must be \"auto\", \"request_rate\" or \"concurrency\", got {load!r}")
+    if target is not None and load != "request_rate":
+        raise ConfigError(f"{where('target_rate')} is a request rate, and the capacity search varies {load}; "
+                          "set [capacity] load = \"request_rate\"")
 
     def number(key: str, default: Any) -> float | None:
         v = table.get(key, default)
@@ -200,7 +221,71 @@ def capacity_options(settings: Settings) -> CapacityOptions:
                           f"the capacity search from; e.g. start_load = 8")
     return CapacityOptions(enabled=enabled, percentile=percentile, tolerance=float(tol), max_probes=probes,
                            repeats=repeats, load=load, field=fields.get(load), start_load=start,
-                           min_load=min_load, max_load=max_load)
+                           min_load=min_load, max_load=max_load, trace_rate=trace_rate, target_rate=target,
+                           target_multiple=multiple)
+
+
+def _trace_rate(settings: Settings) -> float | None:
+    """The trace window's own mean rate (req/s at time scale 1): the rate its replay is written with
+    (:func:`msopt.workload.table.trace_load`: ``time_scale`` times the window's own) over the
+    ``time_scale``; None without a trace or for a window whose requests all arrive at once."""
+    wl = settings.section("workload")
+    if not wl.get("trace"):
+        return None
+    rate = configured_load(settings).get("request_rate")
+    scale = wl.get("time_scale", 1.0)
+    return float(rate) / float(scale) if is_finite(rate) and rate > 0 and is_finite(scale) and scale > 0 else None
+
+
+def _target(value: Any, trace_rate: float | None, where: str) -> tuple[float | None, float | None]:
+    """(req/s, multiple of the trace's rate as written) of ``[capacity] target_rate``."""
+    if value is None:
+        return None, None
+    if is_finite(value) and value > 0:
+        return float(value), None
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text.endswith("x"):
+        try:
+            multiple = float(text[:-1])
+        except ValueError:
+            multiple = math.nan
+        if math.isfinite(multiple) and multiple > 0:
+            if trace_rate is None:
+                raise ConfigError(f"{where} = {value!r} is a multiple of the trace's rate, and [workload] has no "
+                                  "trace with a rate; give requests/s, e.g. target_rate = 20")
+            return multiple * trace_rate, multiple
+    raise ConfigError(f"{where} must be requests/s above 0 or a multiple of the trace's rate such as \"3x\", "
+                      f"got {value!r}")
+
+
+def sizing(result: Mapping[str, Any], options: CapacityOptions, devices_per_replica: int) -> dict[str, Any]:
+    """What one configuration's capacity means for the trace and the target: ``trace_multiple`` (its
+    sustainable rate over the trace's own: the largest time scale within the SLOs), and for a
+    ``target_rate`` the ``replicas`` (each serving at most its sustainable rate) and ``devices``
+    (replicas x the devices one trial holds) that serve it; None where it sustains nothing."""
+    out: dict[str, Any] = {}
+    load = result.get("sustainable_load") or 0.0
+    if options.load != "request_rate":
+        return out
+    if options.trace_rate:
+        out["trace_multiple"] = load / options.trace_rate
+    if options.target_rate is not None:
+        replicas = math.ceil(options.target_rate / load - 1e-9) if load > 0 else None
+        out["target_rate"] = options.target_rate
+        if options.target_multiple is not None:
+            out["target_multiple"] = options.target_multiple
+        out["replicas"] = replicas
+        out["devices"] = replicas * devices_per_replica if replicas is not None else None
+    return out
+
+
+def sizing_pick(configs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The configuration that serves the target with the fewest devices (then the most capacity,
+    then the better rank), or None when none can."""
+    able = [c for c in configs if c.get("devices") is not None]
+    if not able:
+        return None
+    return min(able, key=lambda c: (c["devices"], -(c.get("sustainable_load") or 0.0), c.get("rank", 0)))
 
 
 def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], source: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from msopt.config import Settings
 from msopt.evaluate.results import EvaluationResult
-from msopt.run.capacity import CapacityOptions
+from msopt.run.capacity import CapacityOptions, sizing_pick
 
 
 def finite(x: Any) -> Any:
@@ -86,10 +86,34 @@ def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOpti
         c = dict(c)
         c["edge_metrics"] = {k: finite(v) for k, v in c.get("edge_metrics", {}).items()}
         configs.append(c)
-    return {"load": options.load, "percentile": options.percentile, "tolerance": options.tolerance,
-            "repeats": options.repeats, "max_probes": options.max_probes,
-            "slo": {ttft: settings.ttft_slo, tpot: settings.tpot_slo, "success_rate": settings.success_rate_slo},
-            "configurations": configs}
+    record: dict[str, Any] = {
+        "load": options.load, "percentile": options.percentile, "tolerance": options.tolerance,
+        "repeats": options.repeats, "max_probes": options.max_probes,
+        "slo": {ttft: settings.ttft_slo, tpot: settings.tpot_slo, "success_rate": settings.success_rate_slo},
+        "configurations": configs}
+    if options.trace_rate is not None:
+        record["trace_rate"] = options.trace_rate
+    if options.target_rate is not None:
+        pick = sizing_pick(configs)
+        record["sizing"] = {"target_rate": options.target_rate, "target_multiple": options.target_multiple,
+                            "devices_per_replica": settings.config.cluster.trial_devices,
+                            "pick": None if pick is None else pick["rank"], "line": sizing_line(configs)}
+    return record
+
+
+def sizing_line(capacity: Sequence[Mapping[str, Any]]) -> str | None:
+    """The configuration that serves ``[capacity] target_rate`` with the fewest devices, in one line
+    (None without a target)."""
+    sized = [c for c in capacity if c.get("target_rate") is not None]
+    if not sized:
+        return None
+    rate, multiple = sized[0]["target_rate"], sized[0].get("target_multiple")
+    target = f"{rate:.3g} req/s" + (f" ({multiple:g}x the trace's rate)" if multiple is not None else "")
+    pick = sizing_pick(capacity)
+    if pick is None:
+        return f"sizing for {target}: no configuration sustains any rate within the SLOs"
+    return (f"sizing for {target}: #{pick['rank']} (eval {pick['eval_id']}) with {pick['replicas']} replica(s), "
+            f"{pick['devices']} device(s), at {pick['sustainable_load']:.3g} req/s each")
 
 
 def capacity_line(c: Mapping[str, Any]) -> str:
@@ -105,6 +129,11 @@ def capacity_line(c: Mapping[str, Any]) -> str:
         text += ")"
     if c.get("sustainable_load") and not c.get("verified"):
         text += " [not all repeats ran]"
+    if c.get("trace_multiple") is not None:
+        text += f" = {c['trace_multiple']:.3g}x the trace's rate"
+    if "replicas" in c:
+        text += (f"; target: {c['replicas']} replica(s), {c['devices']} device(s)" if c["replicas"] is not None
+                 else "; target: not reachable")
     return text
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from msopt.config import Settings
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.budget import BudgetPlan, contenders, plan_budget, relative_noise
-from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict
+from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict, sizing
 from msopt.run.dispatcher import Dispatcher
 from msopt.run.events import PhaseStarted, RunCallback, TotalChanged
 from msopt.run.leaderboard import Leaderboard, values_key
@@ -508,6 +508,7 @@ class Capacity:
                     s.tell(probes)
             loop.expect([r for r, s in zip(configs, searches) if s.next_loads()])  # the others' servers stop
         loop.events.on_event(TotalChanged(loop.evaluations))
+        per_replica = loop.settings.config.cluster.trial_devices
         return [{"rank": rank, "eval_id": r.eval_id, "fitness": finite(r.fitness), "values": dict(r.values),
-                 **s.result()}
+                 **s.result(), **sizing(s.result(), opts, per_replica)}
                 for rank, (r, s) in enumerate(zip(configs, searches))]

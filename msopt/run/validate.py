@@ -205,12 +205,19 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
 
 def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
     """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
-    the simulator replays the trace (``[simulator.workload] trace``), and each benchmark sends its
-    requests with its mean lengths at its mean rate (:func:`msopt.workload.table.trace_load`)."""
+    the simulator and the benchmarks that replay (``BenchmarkAdapter.replays_trace``) replay it
+    (``[simulator.workload] trace``, ``[builtin] trace``, ``[vllm_benchmark] trace``); a real run of a
+    benchmark that cannot replay is refused."""
     wl = workload_settings(settings.section("workload"), settings.where("workload"))
     trace = wl.open_trace()
     if trace is None:
         return settings, None
+    bench = settings.config.run.benchmark
+    if not settings.config.run.simulate and bench in BENCHMARKS and not BENCHMARKS.get(bench).replays_trace:
+        replaying = ", ".join(n for n in BENCHMARKS.names() if BENCHMARKS.get(n).replays_trace)
+        raise ConfigError(f"{settings.where('workload.trace')}: [workload] trace: benchmark {bench!r} cannot replay "
+                          f"a request trace (its send times and shared prefixes); set benchmark = \"builtin\" "
+                          f"(replaying: {replaying}), or simulate")
     summary = trace.summary()
     return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 

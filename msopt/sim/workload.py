@@ -79,26 +79,15 @@ class Workload:
         whole trace, read once per workload (kept on the instance: with_overrides builds a new one)."""
         cached = self.__dict__.get("_trace_cache")
         if cached is None:
-            from msopt.workload import Trace, TraceCounts
+            from msopt.workload.replay import open_window
 
             assert self.trace is not None
-            opts = {k: self.trace[k] for k in TRACE_KEYS[1:] if k in self.trace}
-            if "window" in opts:
-                opts["window"] = tuple(opts["window"])
-            ins, outs, arr, hashes = [], [], [], []
-            trace = Trace(self.trace["path"], where="[simulator.workload] trace", **opts)
-            counts = TraceCounts()
-            for r in trace.requests(counts):
-                ins.append(r.input_tokens)
-                outs.append(r.output_tokens)
-                arr.append(r.arrival_s)
-                hashes.append(r.hash_ids)
-            span = arr[-1] - arr[0]
-            rate = (len(arr) - 1) / span if span > 0 else None
-            # a scaled trace's hash id stands for fewer tokens (msopt.workload.trace, "scale")
-            block = max(1, round(trace.block_size * counts.scale)) if trace.block_size else 0
-            cached = (np.asarray(ins, np.int64), np.asarray(outs, np.int64), np.asarray(arr, np.float64), rate,
-                      hashes, block)
+            window = open_window(self.trace, "[simulator.workload] trace")
+            reqs = window.requests
+            cached = (np.asarray([r.input_tokens for r in reqs], np.int64),
+                      np.asarray([r.output_tokens for r in reqs], np.int64),
+                      np.asarray([r.arrival_s for r in reqs], np.float64), window.rate,
+                      [r.hash_ids for r in reqs], window.block_tokens)
             object.__setattr__(self, "_trace_cache", cached)
         return cached
 
@@ -135,16 +124,10 @@ class Workload:
 
     def _trace_arrivals(self) -> np.ndarray:
         """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
-        _, _, arr, trace_rate, _, _ = self._trace_arrays()
-        n, m = self.num_prompts, len(arr)
-        if n > m:  # the trace again, one mean gap after its last arrival
-            period = arr[-1] - arr[0] + (1.0 / trace_rate if trace_rate else 0.0)
-            arr = np.resize(arr, n) + np.repeat(np.arange(-(-n // m)), m)[:n] * period
-        out = arr[:n] - arr[0]
-        rate = self.request_rate
-        if rate is not None and trace_rate:
-            out = out * (trace_rate / rate) if math.isfinite(rate) else np.zeros(n)
-        return out
+        from msopt.workload.replay import replay_arrivals
+
+        _, _, arr, _, _, _ = self._trace_arrays()
+        return replay_arrivals(arr, self.num_prompts, self.request_rate)
 
 
 def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:

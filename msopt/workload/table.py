@@ -223,10 +223,15 @@ def _drop_default_load(data: dict[str, Any], origin: dict[str, str], defaults: s
 
 
 
+#: the sections (of :data:`SPELLINGS`) whose benchmark replays a trace: :func:`with_load` writes the
+#: trace table into the benchmark's own table (``[builtin] trace``, ``[vllm_benchmark] trace``)
+REPLAYING: tuple[str, ...] = ("builtin", "vllm_benchmark.command")
+
+
 def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
-    """The load of a trace, by ``[workload]`` name: its requests and mean rate, and the mean
-    lengths the real benchmarks send (they do not replay a trace yet: Poisson arrivals at the
-    mean rate); ``[workload] concurrency`` stays a cap."""
+    """The load of a trace, by ``[workload]`` name: its requests, its mean rate (where a capacity
+    search starts; a replay sends at the trace's own times) and its mean lengths (what a benchmark
+    that cannot replay would send); ``[workload] concurrency`` stays a cap."""
     load: dict[str, Any] = {"input_len": max(1, round(summary.input_pct["mean"])),
                             "output_len": max(1, round(summary.output_pct["mean"])),
                             "num_prompts": summary.requests,
@@ -248,7 +253,8 @@ def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
               trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
     each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
-    decides it). With ``trace``, ``[simulator.workload]`` replays it (its own lengths and arrivals)."""
+    decides it). With ``trace``, ``[simulator.workload]`` and the benchmarks of :data:`REPLAYING`
+    replay it (its own lengths and arrivals)."""
     out: dict[str, Any] = {}
     for section, spelling in SPELLINGS.items():
         top, _, sub = section.partition(".")
@@ -263,6 +269,8 @@ def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
             node["trace"] = dict(trace)
             node.pop("input_len", None)
             node.pop("output_len", None)
+        if trace is not None and section in REPLAYING:
+            table["trace"] = dict(trace)  # the benchmark's own table, beside its command
         out[top] = table
     return out
 
@@ -275,5 +283,5 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-__all__ = ["SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
+__all__ = ["REPLAYING", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
            "sim_trace", "trace_load", "with_load", "workload_settings"]

@@ -19,7 +19,10 @@ Formats (:data:`FORMATS`), detected from the JSON keys or the CSV header:
   (v3 inserts ``Session ID,Elapsed time`` after ``Timestamp``); a row with zero tokens is a
   failed request (HPMLL/BurstGPT README) and is skipped, counted in ``failed``;
 - ``generic``: CSV ``arrival_s,input_tokens,output_tokens[,session_id][,prefix_group]``, for a
-  service's own logs.
+  service's own logs. Requests of one ``prefix_group`` share their prompt's leading tokens, up to
+  the shorter prompt (a document or a conversation that grows): the reader gives block j of a
+  group's prompt the hash id of (group, j) (:func:`group_hash_ids`), so the simulator and the
+  benchmarks see the sharing as they see a Mooncake trace's hash ids.
 
 A row with zero input or output tokens is skipped in every format and counted in ``failed``.
 A request longer than ``max_model_len`` (input plus output) follows the length policy
@@ -31,6 +34,7 @@ the longest request in the window, so the distribution keeps its shape (a first 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -47,8 +51,9 @@ from msopt.errors import ConfigError
 FORMATS: tuple[str, ...] = ("mooncake", "bailian", "azure", "burstgpt", "generic")
 #: what happens to a request longer than max_model_len
 LENGTH_POLICIES: tuple[str, ...] = ("clip", "scale", "drop")
-#: tokens per hash id, by format (Mooncake FAST'25 README: 512; Bailian's file names: blksz_16)
-DEFAULT_BLOCK_SIZE: Mapping[str, int] = {"mooncake": 512, "bailian": 16}
+#: tokens per hash id, by format (Mooncake FAST'25 README: 512; Bailian's file names: blksz_16; a generic
+#: CSV's ``prefix_group`` blocks: 16, vLLM's default KV block)
+DEFAULT_BLOCK_SIZE: Mapping[str, int] = {"mooncake": 512, "bailian": 16, "generic": 16}
 
 # the columns each format needs (by name), and the optional ones it reads
 _COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -60,6 +65,13 @@ _COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _JSON_FORMATS = ("mooncake", "bailian")
 _TIME_UNIT = {"mooncake": 1e-3}  # ms; the others are seconds (azure: wall clock, parsed)
+
+
+def group_hash_ids(group: str, blocks: int) -> tuple[int, ...]:
+    """The hash ids of a generic CSV's ``prefix_group`` prompt of ``blocks`` blocks: block j's is a
+    stable 63-bit digest of (group, j), the same in every process and for every request of the group."""
+    return tuple(int.from_bytes(hashlib.blake2b(f"prefix_group:{group}:{j}".encode(), digest_size=8).digest(),
+                                "little") >> 1 for j in range(blocks))
 
 
 def formats_line() -> str:
@@ -383,6 +395,8 @@ class Trace:
                     elif fmt == "generic":
                         session = rec.get("session_id") or None
                         group = rec.get("prefix_group") or None
+                        if group is not None and self.block_size:
+                            hashes = group_hash_ids(group, -(-n_in // self.block_size))
                     yield line, rel, n_in, n_out, hashes, session, parent, group
             except UnicodeDecodeError:
                 raise ConfigError(f"{self.where} {self.path}: not UTF-8 text; msopt reads {formats_line()}") from None
@@ -520,4 +534,4 @@ def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceReq
 
 
 __all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "Trace", "TraceCounts", "TraceRequest",
-                      "TraceSummary", "formats_line", "read_requests"]
+                      "TraceSummary", "formats_line", "group_hash_ids", "read_requests"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from msopt.evaluate.simulated import metrics_of
 from msopt.sim import EngineKnobs, load_hardware, load_model, simulate
 from msopt.sim import engine as fast
 from msopt.sim.knobs import knobs_vllm
@@ -90,6 +91,9 @@ def test_vllm_caches_prefixes_by_default_and_the_flag_turns_it_off(tmp_path) -> 
     assert (off.prefix_cache_hits, off.prefix_cache_queries) == (0, 0)
     assert knobs_vllm(["vllm", "serve", "m", "--enable-prefix-caching"]).prefix_caching
     assert knobs_vllm(["vllm", "serve", "m"]).prefix_caching is None      # the personality's default: on
+    # the evaluation's metrics (and the prior's prediction) carry the hit rate where it was modelled
+    assert metrics_of(on)["prefix_cache_hit_rate"] == 10_752 / 16_384
+    assert "prefix_cache_hit_rate" not in metrics_of(off)
 
 
 def test_a_trace_without_hash_ids_is_never_credited(tmp_path) -> None:
