@@ -273,15 +273,18 @@ num_prompts = 4
 
 
 @pytest.mark.slow  # whole runs through sim-serve
-@pytest.mark.parametrize("ray", [False, True])
-def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) -> None:
+@pytest.mark.parametrize("ray, workers", [(False, 2), (True, 2), (False, 1)])
+def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool, workers: int) -> None:
+    """Two workers: one start per configuration. One worker (issue 38): a start only on a change of
+    configuration, and each configuration's capacity probes back to back on one server."""
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
     (tmp_path / "Qwen3-8B").mkdir()
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(RUN_CONFIG.format(exe=exe, model=tmp_path / "Qwen3-8B", cluster=""))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain",
-                          "--max-concurrent", "2", *([] if ray else ["--no-ray"]), "-o", str(tmp_path / "runs")],
+                          "--max-concurrent", str(workers), *([] if ray else ["--no-ray"]),
+                          "-o", str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
@@ -291,10 +294,18 @@ def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) ->
     reuses = [r for r in launched if r["server"]["start"] == "reused"]
     assert len(starts) == started(pids)  # the journal's starts are the processes that ran
     assert reuses and len(starts) + len(reuses) == len(launched)
-    # two workers, each keeping the server of its configuration: one start per configuration
-    assert len(starts) == len({r["server"]["key"] for r in launched})
     probes = [r for r in launched if r["phase"] == "capacity"]
-    assert probes and all(r["server"]["start"] == "reused" for r in probes)
+    keys = [r["server"]["key"] for r in launched]
+    if workers == 2:  # each worker keeping the server of its configuration: one start per configuration
+        assert len(starts) == len(set(keys))
+        assert probes and all(r["server"]["start"] == "reused" for r in probes)
+    else:  # the journal is the run's order: a start is a change of configuration, nothing else
+        assert len(set(keys)) == 2
+        assert [r["server"]["start"] == "started" for r in launched] == \
+            [i == 0 or keys[i - 1] != k for i, k in enumerate(keys)]
+        seq = [r["server"]["key"] for r in probes]
+        assert [k for i, k in enumerate(seq) if i == 0 or seq[i - 1] != k] == list(dict.fromkeys(seq))
+        assert probes[0]["server"]["start"] == "reused"  # the server kept from the re-measurements first
     assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
     report = (run / "report.html").read_text()  # the report: the starts, their time, the starts saved and theirs
     assert f"{len(starts)} server starts (" in report and f"{len(reuses)} on a kept server (~" in report

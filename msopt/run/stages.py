@@ -15,7 +15,9 @@ the dispatch order would make a simulated async run, and a resumed one, depend o
 after the search (re-measurements, capacity probes) follow on contiguously from the highest id the
 search asked for (:attr:`Dispatcher.next_id`), so a budget that stops the search early leaves no
 gap there. A search stopped by a launch budget in the middle of an iteration leaves the ids of
-that iteration's unsent trials unused: those are the only gaps. Resume replays by the key
+that iteration's unsent trials unused; and with fewer workers than server keys among the capacity
+stage's configurations, a probe's id is ``first + rank × max_probes + probe index`` (:class:`Capacity`),
+which leaves the ids of probes a search did not need unused: those are the only gaps. Resume replays by the key
 (phase, particle, iteration), not by the id; the ids come out the same because the same requests
 are asked for in the same order.
 
