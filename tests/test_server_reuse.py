@@ -608,3 +608,26 @@ def test_a_fault_during_a_probe_by_server_key_is_run_again(write_toml) -> None:
     assert faults and any(r.eval_id == faults[0] for r in out.results)
     assert out.capacity == clean.capacity
     assert sorted(r.eval_id for r in out.results) == sorted(r.eval_id for r in clean.results)
+
+
+def test_by_server_key_a_launch_budget_is_shared_between_the_configurations(write_toml) -> None:
+    """One worker, a budget that cannot pay every probe: each configuration may spend an equal share of
+    the launches left when the stage begins (the better ranks get the remainder), and no more."""
+    from msopt.run.driver import Driver
+    from tests.test_capacity import CFG
+
+    text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 6",
+                      load="concurrency = 4", extra="")
+    settings = load_settings(write_toml(text), environ={}).replace(max_launches=16)
+    pool = InProcessPool(settings, size=1)
+    try:
+        out = Driver(settings, pool, keep_results=True).run()
+    finally:
+        pool.close()
+    probes = [r for r in out.results if r.phase == "capacity"]
+    left = 16 - (out.launches - len(probes))  # what the stage began with
+    assert out.launches <= 16 and len(out.capacity) >= 2 and len({r.server["key"] for r in probes}) > 1
+    k = len(out.capacity)
+    for c in out.capacity:
+        assert len(c["probes"]) <= left // k + (c["rank"] < left % k)
+    assert any(len(c["probes"]) == left // k + (c["rank"] < left % k) for c in out.capacity)  # a share binds

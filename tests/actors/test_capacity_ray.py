@@ -33,7 +33,7 @@ def test_actor_killed_during_capacity_costs_a_retry(ray_session, tmp_path):
     costs a retry, not the stage, nor the other configuration's probes."""
     from actors.pool import RayPool
 
-    settings = settings_for(tmp_path, n=2, iters=1, k=2, emulate="true", secs=0.5)
+    settings = settings_for(tmp_path, n=3, iters=1, k=2, emulate="true", secs=0.5)  # one candidate refused: 2 picks
     settings = settings.replace(capacity={"enabled": True, "max_probes": 3}, data_storage={"pso_top_k": 2})
     pool = RayPool(settings, simulate=True, max_concurrent=1)
     try:
