@@ -352,6 +352,10 @@ class RayPool:
         # sent when the driver waits, so that a batch is routed as a whole (see msopt.run.pool.route)
         self._queue.append(req)
 
+    def kept_keys(self) -> set[str]:
+        """The server keys the free actors keep."""
+        return {s.kept for s in self._free if s.kept is not None}
+
     def retain(self, keys: Collection[str]) -> None:
         """Stop the servers free actors keep that neither ``keys`` (what the run may still measure) nor
         a queued request needs; the actor is not sent anything until its server has stopped."""
@@ -419,7 +423,8 @@ class RayPool:
         elif timeout:
             time.sleep(min(timeout, 0.05))
         self._expire()
-        self._dispatch()
+        if not self._done:  # else sent at the next wait: what the results make the driver submit comes first
+            self._dispatch()
         out, self._done = self._done, []
         return out
 

@@ -198,17 +198,22 @@ def test_repeats_at_the_edge(write_toml):
     assert len(c["probes"]) <= 14
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_resume_replays_capacity_probes(write_toml, tmp_path, mode):
+@pytest.mark.parametrize("mode, size", [("sync", 2), ("async", 2), ("sync", 1)])
+def test_resume_replays_capacity_probes(write_toml, tmp_path, mode, size):
+    """With one worker for two configurations the probes go by server key (one configuration's, then
+    the other's), and a resumed run replays them the same."""
     settings = settings_for(write_toml, n=2, iters=1, top_k=2).replace(mode=mode)
     store = RunStore.create(tmp_path / "runs", settings)
-    _, full = run(settings, store=store)
+    _, full = run(settings, store=store, size=size)
     store.close()
     journal = RunStore.open(store.run_dir).load_journal()
     probes = [r for r in journal if r.phase == "capacity"]
     assert len(probes) >= 6
+    if size == 1:  # back to back: the particle (rank) changes once
+        ranks = [r.particle for r in probes]
+        assert sum(a != b for a, b in zip(ranks, ranks[1:])) == 1, ranks
     previous = journal[:-3]  # the driver died with three capacity probes unjournaled
-    driver, resumed = run(settings, previous=previous)
+    driver, resumed = run(settings, previous=previous, size=size)
     assert driver.launched == 3
     assert resumed.capacity == full.capacity
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.load, r.values, r.metrics)

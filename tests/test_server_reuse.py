@@ -273,15 +273,18 @@ num_prompts = 4
 
 
 @pytest.mark.slow  # whole runs through sim-serve
-@pytest.mark.parametrize("ray", [False, True])
-def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) -> None:
+@pytest.mark.parametrize("ray, workers", [(False, 2), (True, 2), (False, 1)])
+def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool, workers: int) -> None:
+    """Two workers: one start per configuration. One worker (issue 38): a start only on a change of
+    configuration, and each configuration's capacity probes back to back on one server."""
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
     (tmp_path / "Qwen3-8B").mkdir()
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(RUN_CONFIG.format(exe=exe, model=tmp_path / "Qwen3-8B", cluster=""))
     out = subprocess.run([sys.executable, "-m", "msopt.cli", "optimize", "-c", str(cfg), "--plain",
-                          "--max-concurrent", "2", *([] if ray else ["--no-ray"]), "-o", str(tmp_path / "runs")],
+                          "--max-concurrent", str(workers), *([] if ray else ["--no-ray"]),
+                          "-o", str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
@@ -291,10 +294,18 @@ def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool) ->
     reuses = [r for r in launched if r["server"]["start"] == "reused"]
     assert len(starts) == started(pids)  # the journal's starts are the processes that ran
     assert reuses and len(starts) + len(reuses) == len(launched)
-    # two workers, each keeping the server of its configuration: one start per configuration
-    assert len(starts) == len({r["server"]["key"] for r in launched})
     probes = [r for r in launched if r["phase"] == "capacity"]
-    assert probes and all(r["server"]["start"] == "reused" for r in probes)
+    keys = [r["server"]["key"] for r in launched]
+    if workers == 2:  # each worker keeping the server of its configuration: one start per configuration
+        assert len(starts) == len(set(keys))
+        assert probes and all(r["server"]["start"] == "reused" for r in probes)
+    else:  # the journal is the run's order: a start is a change of configuration, nothing else
+        assert len(set(keys)) == 2
+        assert [r["server"]["start"] == "started" for r in launched] == \
+            [i == 0 or keys[i - 1] != k for i, k in enumerate(keys)]
+        seq = [r["server"]["key"] for r in probes]
+        assert [k for i, k in enumerate(seq) if i == 0 or seq[i - 1] != k] == list(dict.fromkeys(seq))
+        assert probes[0]["server"]["start"] == "reused"  # the server kept from the re-measurements first
     assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
     report = (run / "report.html").read_text()  # the report: the starts, their time, the starts saved and theirs
     assert f"{len(starts)} server starts (" in report and f"{len(reuses)} on a kept server (~" in report
@@ -511,3 +522,112 @@ def test_route_starts_rather_than_wait_when_a_measurement_outlasts_two_starts() 
     assert route([req], ["b"], busy={"a"}, costs=short) == []
     # ... a long one is not: start "a" now (b's server stops)
     assert route([req], ["b"], busy={"a"}, costs=long_) == [(0, 0)]
+
+
+# -- fewer workers than server keys: the capacity stage goes by server key (issue 38 item 5) --------------------
+
+def _capacity_run(write_toml, workers: int, *, evaluator_factory=None, name: str = "cfg.toml"):
+    """A simulated run (no noise) whose capacity stage probes three configurations of three server keys."""
+    from msopt.run.driver import Driver
+    from tests.test_capacity import CFG
+
+    text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 4",
+                      load="concurrency = 4", extra="")
+    settings = load_settings(write_toml(text, name), environ={})
+    pool = InProcessPool(settings, size=workers, evaluator_factory=evaluator_factory)
+    try:
+        driver = Driver(settings, pool, keep_results=True)
+        out = driver.run()
+    finally:
+        pool.close()
+    return driver, out
+
+
+def _by_worker(results) -> dict[str, list]:
+    """Each worker's launches, in the order it ran them."""
+    out: dict[str, list] = {}
+    for r in sorted((r for r in results if r.server and not r.reused), key=lambda r: r.started):
+        out.setdefault(r.actor, []).append(r)
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fewer_workers_than_keys_run_each_keys_probes_back_to_back(write_toml, workers: int) -> None:
+    driver, out = _capacity_run(write_toml, workers)
+    probes = [r for r in out.results if r.phase == "capacity"]
+    keys = {r.server["key"] for r in probes}
+    assert len(out.capacity) == len(keys) == 3 > workers  # the stage goes by server key
+    for key in keys:
+        mine = [r for r in probes if r.server["key"] == key]
+        assert len({r.actor for r in mine}) == 1  # one worker holds the key's server for all its probes
+        # one start at most in the stage (none for a server a worker kept from the re-measurements)
+        assert sum(r.server["start"] == "started" for r in mine) <= 1
+        assert [r.server["start"] for r in mine[1:]] == ["reused"] * (len(mine) - 1)
+    # a server kept from the re-measurements serves its configuration's probes without a start
+    assert any(all(r.server["start"] == "reused" for r in probes if r.server["key"] == key) for key in keys)
+    for runs in _by_worker(out.results).values():
+        seq = [r.server["key"] for r in runs if r.phase == "capacity"]
+        blocks = [k for i, k in enumerate(seq) if i == 0 or seq[i - 1] != k]
+        assert len(blocks) == len(set(blocks))  # each key's probes back to back on its worker
+        # a start is a change of key on the worker, nothing else
+        starts = [r.server["start"] == "started" for r in runs]
+        assert starts == [i == 0 or runs[i - 1].server["key"] != r.server["key"] for i, r in enumerate(runs)]
+    # a probe's eval id is a function of its resume key, whatever order the probes ran in
+    first = min(r.eval_id for r in probes)
+    assert all(r.eval_id == first + r.particle * 4 + r.iteration for r in probes)
+    # the same capacities as a worker per key (round by round)
+    _, rounds = _capacity_run(write_toml, 3, name="rounds.toml")
+    assert [(c["values"], c["sustainable_load"]) for c in out.capacity] == \
+        [(c["values"], c["sustainable_load"]) for c in rounds.capacity]
+
+
+def test_a_fault_during_a_probe_by_server_key_is_run_again(write_toml) -> None:
+    """One worker, three keys: a probe whose evaluation raised (a fault of the machinery) is submitted
+    again, nothing measured is lost, and the stage completes as without the fault."""
+    from msopt.evaluate.evaluator import Evaluator as _Evaluator
+
+    faults: list[int] = []
+
+    class Faulty(_Evaluator):
+        def evaluate(self, req):
+            if req.phase == "capacity" and not faults:
+                faults.append(req.eval_id)
+                raise RuntimeError("the worker lost its server")
+            return super().evaluate(req)
+
+    def factory(k: int):
+        return Faulty(settings, actor=f"worker-{k}", devices=[])
+
+    from tests.test_capacity import CFG
+
+    text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 4",
+                      load="concurrency = 4", extra="")
+    settings = load_settings(write_toml(text, "faulty.toml"), environ={})
+    _, out = _capacity_run(write_toml, 1, evaluator_factory=factory, name="faulty.toml")
+    _, clean = _capacity_run(write_toml, 1, name="clean.toml")
+    assert faults and any(r.eval_id == faults[0] for r in out.results)
+    assert out.capacity == clean.capacity
+    assert sorted(r.eval_id for r in out.results) == sorted(r.eval_id for r in clean.results)
+
+
+def test_by_server_key_a_launch_budget_is_shared_between_the_configurations(write_toml) -> None:
+    """One worker, a budget that cannot pay every probe: each configuration may spend an equal share of
+    the launches left when the stage begins (the better ranks get the remainder), and no more."""
+    from msopt.run.driver import Driver
+    from tests.test_capacity import CFG
+
+    text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 6",
+                      load="concurrency = 4", extra="")
+    settings = load_settings(write_toml(text), environ={}).replace(max_launches=16)
+    pool = InProcessPool(settings, size=1)
+    try:
+        out = Driver(settings, pool, keep_results=True).run()
+    finally:
+        pool.close()
+    probes = [r for r in out.results if r.phase == "capacity"]
+    left = 16 - (out.launches - len(probes))  # what the stage began with
+    assert out.launches <= 16 and len(out.capacity) >= 2 and len({r.server["key"] for r in probes}) > 1
+    k = len(out.capacity)
+    for c in out.capacity:
+        assert len(c["probes"]) <= left // k + (c["rank"] < left % k)
+    assert any(len(c["probes"]) == left // k + (c["rank"] < left % k) for c in out.capacity)  # a share binds

@@ -15,8 +15,9 @@ the trace's rate) each configuration's result says how many replicas, and device
 (:func:`sizing`), and the record names the one that needs the fewest devices.
 
 This module holds the options, the pass test and the per-configuration search as a small
-state machine (:class:`CapacitySearch`); the driver runs the searches of all configurations in
-rounds through its pool, so eval ids, and therefore resume, are deterministic.
+state machine (:class:`CapacitySearch`); the driver runs the searches of all configurations
+through its pool (:class:`msopt.run.stages.Capacity`: in rounds, or server key by server key with fewer
+workers than keys), with eval ids that do not depend on timing, so resume is deterministic.
 """
 
 from __future__ import annotations

@@ -164,9 +164,9 @@ class Driver:
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous, events=self.events,
                                      refusal=checker.refusal if checker is not None else None,
                                      predict=guide.predict if guide is not None else None,
-                                     server_key=self._server_key, wanted=self.servers_wanted)
+                                     server_key=self.server_key, wanted=self.servers_wanted)
 
-    def _server_key(self, values: Mapping[str, Any]) -> str | None:
+    def server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
         from msopt.engines import get_engine
         from msopt.evaluate.runner import server_key
@@ -179,7 +179,18 @@ class Driver:
 
         configs = planned(self.stage, self.leaderboard, top_k=self.top_k, capacity=self.capacity_options.enabled,
                           budget=self.max_launches > 0, expected=self._expected)
-        return {k for r in configs if (k := self._server_key(r.values)) is not None}
+        return {k for r in configs if (k := self.server_key(r.values)) is not None}
+
+    @property
+    def workers(self) -> int:
+        """How many evaluations the pool runs at once (the capacity stage goes by server key with fewer
+        workers than keys)."""
+        return self.pool.size
+
+    def kept_servers(self) -> set[str]:
+        """The server keys the pool's idle workers keep (empty for a pool that keeps none)."""
+        kept = getattr(self.pool, "kept_keys", None)
+        return set(kept()) if kept is not None else set()
 
     def expect(self, configs: Sequence[EvaluationResult]) -> None:
         """The capacity stage's configurations with probes left: the pool stops the others' kept servers."""

@@ -144,6 +144,9 @@ class RetainingPool(EvaluatorPool, Protocol):
     def retain(self, keys: Collection[str]) -> None:
         """Stop the servers idle workers keep whose key is not in ``keys`` and no queued request has."""
 
+    def kept_keys(self) -> set[str]:
+        """The server keys the idle workers keep (the capacity stage starts with their configurations)."""
+
 
 class InProcessPool:
     """Threads in this process, one :class:`Evaluator` each (tests, ``--no-ray``); a request goes
@@ -224,14 +227,20 @@ class InProcessPool:
                 self.costs.add(result)
                 self._running.pop(k, None)
                 self._idle.append(k)
-                self._route()
-            self._results.put(result)
+                # not routed here but when the driver has seen the result: what it makes the driver
+                # submit (a capacity probe's next one) then comes first to the worker keeping its server
+                self._results.put(result)
 
     def submit(self, req: EvalRequest) -> None:
         # routed when the driver waits (or a worker frees), so that a batch (a capacity round,
         # the re-measurements) is routed as a whole and each request finds its kept server
         with self._lock:
             self._pending.append(req)
+
+    def kept_keys(self) -> set[str]:
+        """The server keys the idle workers keep."""
+        with self._lock:
+            return {k for w in self._idle if (k := getattr(self._evaluators[w], "kept_key", None)) is not None}
 
     def retain(self, keys: Collection[str]) -> None:
         """Stop the servers idle workers keep that neither ``keys`` (what the run may still measure)
@@ -247,7 +256,8 @@ class InProcessPool:
 
     def _route_now(self) -> None:
         with self._lock:
-            self._route()
+            if self._results.empty():  # else the driver sees those results first (see _work)
+                self._route()
 
     def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
         self._route_now()

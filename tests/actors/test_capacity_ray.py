@@ -29,11 +29,13 @@ class KillOnFirstProbe:
 
 
 def test_actor_killed_during_capacity_costs_a_retry(ray_session, tmp_path):
+    """One actor, two configurations (issue 38): the probes go server key by server key, and the kill
+    costs a retry, not the stage, nor the other configuration's probes."""
     from actors.pool import RayPool
 
-    settings = settings_for(tmp_path, n=1, iters=1, k=2, emulate="true", secs=0.5)
-    settings = settings.replace(capacity={"enabled": True, "max_probes": 3})
-    pool = RayPool(settings, simulate=True)
+    settings = settings_for(tmp_path, n=3, iters=1, k=2, emulate="true", secs=0.5)  # one candidate refused: 2 picks
+    settings = settings.replace(capacity={"enabled": True, "max_probes": 3}, data_storage={"pso_top_k": 2})
+    pool = RayPool(settings, simulate=True, max_concurrent=1)
     try:
         (info,) = pool.actor_infos()
         progress = KillOnFirstProbe(info["pid"])
@@ -45,5 +47,12 @@ def test_actor_killed_during_capacity_costs_a_retry(ray_session, tmp_path):
     assert progress.killed_during in probes
     assert probes[progress.killed_during].attempts == 2 and pool.replaced == 1
     assert all(r.attempts == 1 for i, r in probes.items() if i != progress.killed_during)
-    (c,) = out.capacity
-    assert 1 <= len(c["probes"]) <= 3 and c["sustainable_load"] > 0 and c["goodput"] > 0
+    assert len(out.capacity) == 2
+    for c in out.capacity:
+        assert 1 <= len(c["probes"]) <= 3 and c["sustainable_load"] > 0 and c["goodput"] > 0
+    ordered = sorted(probes.values(), key=lambda r: r.started)
+    keys = [r.server["key"] for r in ordered]
+    assert len(set(keys)) == 2  # two server keys, one actor
+    assert [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k] == list(dict.fromkeys(keys))
+    for key in set(keys):  # one start at most per key in the stage, the killed probe's retry included
+        assert sum(r.server["start"] == "started" for r in ordered if r.server["key"] == key) <= 1

@@ -1,9 +1,13 @@
-"""Issue 26 against the real vLLM CPU build: one server start per configuration.
+"""Issues 26 and 38 against the real vLLM CPU build: server starts with one worker.
 
-A small run (the baseline and two capacity probes of it, ``--no-ray``, one particle and iteration) with ``[cluster] reuse_servers``
-true and then false, in one sitting: the server starts the journal records are the vLLM servers that ran
-(recorded pids), equal to the distinct server configurations with reuse (one), one per launch without;
-each measurement on the reused server is seeded apart; no server process survives either run.
+One small run (``--no-ray``, one worker: configs/vllm_cpu.toml's ``max_concurrent_trials = 1``; 2 particles,
+1 iteration, ``pso_top_k = 2``, 2 capacity probes per configuration, 8 prompts a search, 16 a re-measurement
+or probe) over two server configurations: the server starts the journal records are the vLLM servers that ran
+(recorded pids); each stage after the search goes server key by server key, so a start is only ever a change
+of configuration on the worker, and each configuration's capacity probes run back to back on one server (a
+start at most, none for the server kept from the re-measurements); each measurement on a reused server is
+seeded apart; no server process survives. It needs the real engine because what is counted is vLLM processes
+started and stopped by msopt's real path (the simulated path's counts are tests/test_server_reuse.py's).
 """
 
 from __future__ import annotations
@@ -30,40 +34,41 @@ def _seed(run_dir: Path, rec: dict) -> str | None:
     raise AssertionError(f"no argv line in {log}")
 
 
-def test_capacity_probes_reuse_the_baseline_server(tmp_path: Path, vllm_cpu: VllmCpu) -> None:
-    figures = []
-    for reuse in (False, True):
-        pids = tmp_path / f"pids-{reuse}"
-        # one particle, one iteration: the search's particle is the default, the baseline's duplicate
-        # (reused, no launch); then two capacity probes of it. No --max-launches: a budget of one
-        # launch would leave the probes nothing (every launch counts, issue 25)
-        cfg = write_config(tmp_path, vllm_cpu, {
-            "n_particles": 1, "iters": 1,
-            "data_storage": {"pso_top_k": 0},
-            "cluster": {"reuse_servers": reuse},
-            "capacity": {"enabled": True, "max_probes": 2, "repeats": 1, "load": "concurrency"},
-            "vllm": {"command": {"executable": recorded([vllm_cpu.vllm, "serve"], pids)}}})
-        proc, run_dir, wall = optimize(cfg, tmp_path / f"runs-{reuse}", "--no-ray")
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        launched = [r for r in journal(run_dir) if r.get("server") and not r["reused"]]
-        assert [r["phase"] for r in launched] == ["baseline", "capacity", "capacity"], launched
-        for r in launched:
-            assert r["error"] is None, r["error"]
-        starts = [r for r in launched if r["server"]["start"] == "started"]
-        assert len(starts) == started(pids)  # the journal's starts are the vLLM servers that ran
-        if reuse:
-            assert len(starts) == len({r["server"]["key"] for r in launched}) == 1
-            assert [r["server"]["start"] for r in launched] == ["started", "reused", "reused"]
-            seed = int(_seed(run_dir, launched[0]) or 0)  # configs/vllm_cpu.toml: seed = 0
-            assert [_seed(run_dir, r) for r in launched] == [str(seed), str(seed + 1), str(seed + 2)]
-            assert "1 server start" in proc.stdout and "2 on a kept server" in proc.stdout
-        else:
-            assert len(starts) == 3 and all(r["server"]["key"] is None for r in launched)
-        assert survivors(pids) == [] and left_behind(pids) == []  # no server outlives the run, kept ones included
-        start_s = sum(r["server"]["start_s"] for r in starts)
-        figures.append(f"reuse_servers={str(reuse).lower()}: {len(starts)} server starts "
-                       f"({start_s:.0f} s starting), {len(launched)} launches, wall {wall:.0f} s, run {run_dir}")
-    print("\n[real_engine] " + "\n[real_engine] ".join(figures))
+def test_one_worker_starts_a_server_only_on_a_change_of_configuration(tmp_path: Path, vllm_cpu: VllmCpu) -> None:
+    pids = tmp_path / "pids"
+    cfg = write_config(tmp_path, vllm_cpu, {
+        "n_particles": 2, "iters": 1, "sample_size": 8,
+        "data_storage": {"pso_top_k": 2},
+        "capacity": {"enabled": True, "max_probes": 2, "repeats": 1, "load": "concurrency"},
+        "vllm": {"command": {"executable": recorded([vllm_cpu.vllm, "serve"], pids)}},
+        "vllm_benchmark": {"command": {"num_prompts": 16, "max_concurrency": 4}}})
+    proc, run_dir, wall = optimize(cfg, tmp_path / "runs", "--no-ray")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    launched = [r for r in journal(run_dir) if r.get("server") and not r["reused"]]  # one worker: in run order
+    for r in launched:
+        assert r["error"] is None, r["error"]
+    keys = [r["server"]["key"] for r in launched]
+    assert len(set(keys)) == 2, launched  # the search's second particle is another server configuration
+    starts = [r["server"]["start"] == "started" for r in launched]
+    assert sum(starts) == started(pids)  # the journal's starts are the vLLM servers that ran
+    # a server starts only when the worker changes configuration
+    assert starts == [i == 0 or keys[i - 1] != k for i, k in enumerate(keys)], list(zip(keys, starts))
+    probes = [(k, s) for r, k, s in zip(launched, keys, starts) if r["phase"] == "capacity"]
+    assert len(probes) == 4
+    for key in set(keys):  # back to back on one server: one start at most, none for the kept one first
+        mine = [i for i, (k, _) in enumerate(probes) if k == key]
+        assert mine == list(range(mine[0], mine[0] + len(mine))) and sum(probes[i][1] for i in mine) <= 1
+    assert not probes[0][1]  # the server kept from the re-measurements serves its probes first
+    seed = int(_seed(run_dir, launched[0]) or 0)  # configs/vllm_cpu.toml: seed = 0
+    for i, r in enumerate(launched):  # each measurement on a reused server is seeded apart
+        j = i
+        while not starts[j]:
+            j -= 1
+        assert _seed(run_dir, r) == str(seed + i - j), (i, r["eval_id"])
+    assert survivors(pids) == [] and left_behind(pids) == []  # no server outlives the run, kept ones included
+    start_s = sum(r["server"]["start_s"] for r, s in zip(launched, starts) if s)
+    print(f"\n[real_engine] one worker: {sum(starts)} server starts ({start_s:.0f} s starting) for "
+          f"{len(set(keys))} server configurations, {len(launched)} launches, wall {wall:.0f} s, run {run_dir}")
 
 
 def test_a_kept_server_nothing_needs_is_stopped_while_the_pool_runs(tmp_path: Path, vllm_cpu: VllmCpu) -> None:
