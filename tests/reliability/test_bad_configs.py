@@ -1,7 +1,7 @@
 """Bad input: every malformed configuration in tests/data/bad_configs/ is refused by the real CLI.
 
-Each case runs ``python -m msopt.cli optimize -c FILE --plain -o OUTDIR`` in its own process and
-checks the contract of a user error: exit code 2, exactly one line on stderr that names the file
+Each case runs ``msopt optimize -c FILE --plain -o OUTDIR`` through the CLI's ``main`` (a few of them also as
+``python -m msopt.cli`` in a process of their own) and checks the contract of a user error: exit code 2, exactly one line on stderr that names the file
 and the key (MANIFEST.toml says which key each file gets wrong), no traceback, and no run
 directory (OUTDIR stays absent or empty): every check happens before ``RunStore.create``.
 """
@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,25 +57,30 @@ def test_manifest_states_every_case():
         assert entry.get("key") and entry.get("why"), name
 
 
-@pytest.fixture(scope="module")
-def optimize_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
-    """``msopt optimize`` on every case, two processes at a time (each is mostly start-up)."""
-    base = tmp_path_factory.mktemp("bad")
-
-    def run(name: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-        cwd = base / name.replace(".", "_")
-        cwd.mkdir()
-        out = cwd / "runs"
-        return _cli("optimize", "-c", str(BAD / name), "--plain", "-o", str(out), cwd=cwd), out
-
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return dict(zip(CASES, ex.map(run, CASES)))
+#: The cases also run through ``python -m msopt.cli`` in a process of its own (one per kind of check): the exit
+#: status, the stderr and the absent run directory as a shell sees them.
+PROCESS_CASES = ["syntax_unclosed_table.toml", "not_utf8.toml", "field_min_gt_max.toml", "unknown_objective.toml",
+                 "cluster_bad_accelerator.toml"]
 
 
-@pytest.mark.slow  # msopt optimize in a process per case
 @pytest.mark.parametrize("name", CASES)
-def test_optimize_refuses_bad_config(name: str, optimize_runs: dict) -> None:
-    proc, out = optimize_runs[name]
+def test_optimize_refuses_bad_config(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``msopt optimize`` in this process (the CLI's ``main``, as the console script calls it)."""
+    for var in ("MODEL_EVAL_STATE_CONFIG_PATH", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "runs"
+    code = main(["optimize", "-c", str(BAD / name), "--plain", "-o", str(out)])
+    captured = capsys.readouterr()
+    _assert_refused(code, captured.out, captured.err, BAD / name, MANIFEST[name]["key"], out)
+
+
+@pytest.mark.slow  # a process per case
+@pytest.mark.parametrize("name", PROCESS_CASES)
+def test_the_cli_process_refuses_bad_config(name: str, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    proc = _cli("optimize", "-c", str(BAD / name), "--plain", "-o", str(out), cwd=tmp_path)
     _assert_refused(proc.returncode, proc.stdout, proc.stderr, BAD / name, MANIFEST[name]["key"], out)
 
 
