@@ -1,7 +1,9 @@
 """The README's real path as a new user meets it (issue 39): a fresh copy of the repository, the configuration as
 shipped, the default relative ``-o``; without Ray, then with Ray stopped by SIGTERM and continued with a relative
 ``--resume msopt_runs/<run>``. Every evaluation must succeed: a path that is relative in one working directory and
-read in another (the benchmark's, an actor's) fails every one of them."""
+read in another (the benchmark's, an actor's) fails every one of them. No process the run started outlives the
+driver stopped by SIGTERM, nor the resumed one: this is also the real engine's SIGTERM case with Ray of issue 25
+(tests/real_engine/test_lifecycle.py has the others)."""
 
 from __future__ import annotations
 
@@ -47,6 +49,31 @@ def _new_run(runs: Path, before: set[Path]) -> Path:
     return run
 
 
+def _inside(copy: Path) -> list[str]:
+    """The live processes working inside the copy, each as "pid cmdline": every server (and vLLM's EngineCore, which
+    renames itself) and benchmark runs in an evaluation's work directory there, and Ray's processes in the driver's."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+            state = (proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X") and (cwd == str(copy) or cwd.startswith(f"{copy}{os.sep}")):
+            out.append(f"{proc.name} {cmdline[:200]}")
+    return out
+
+
+def _none_inside(copy: Path) -> None:
+    deadline = time.monotonic() + 120  # a guard against a hang only: Ray's own processes stop a moment later
+    while _inside(copy) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _inside(copy) == []
+
+
 def _all_succeeded(recs: list[dict[str, Any]], log: str) -> None:
     assert recs, log
     failed = [(r["eval_id"], r.get("error")) for r in recs if r.get("error") or r.get("fitness") is None]
@@ -69,6 +96,7 @@ def test_the_real_path_as_printed_without_ray(copy: Path) -> None:
     run = _new_run(copy / "msopt_runs", set())
     assert str(run) in proc.stdout and "NO CONFIGURATION SUCCEEDED" not in proc.stdout
     _all_succeeded(_journal(run), log)
+    _none_inside(copy)
 
 
 def test_the_real_path_with_ray_stopped_and_resumed_by_a_relative_run_directory(copy: Path) -> None:
@@ -94,6 +122,8 @@ def test_the_real_path_with_ray_stopped_and_resumed_by_a_relative_run_directory(
             driver.wait()
     assert driver.returncode == 143, out[-4000:]
     assert f"msopt optimize --resume {run}" in out, out[-4000:]
+    assert list((run / "logs").glob("eval-*-server-*.log")), "no server had started"
+    _none_inside(copy)
     done = len(_journal(run))
     resume = subprocess.run(_argv(f"msopt optimize --resume msopt_runs/{run.name}"), cwd=copy, env=_env(copy),
                             capture_output=True, text=True, timeout=TIMEOUT_S, start_new_session=True)
@@ -102,3 +132,4 @@ def test_the_real_path_with_ray_stopped_and_resumed_by_a_relative_run_directory(
     recs = _journal(run)
     assert len(recs) > done, log
     _all_succeeded(recs, log)
+    _none_inside(copy)

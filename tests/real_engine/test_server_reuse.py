@@ -6,7 +6,8 @@ or probe) over two server configurations: the server starts the journal records 
 (recorded pids); each stage after the search goes server key by server key, so a start is only ever a change
 of configuration on the worker, and each configuration's capacity probes run back to back on one server (a
 start at most, none for the server kept from the re-measurements); each measurement on a reused server is
-seeded apart; no server process survives. It needs the real engine because what is counted is vLLM processes
+seeded apart; no server process survives; every metric is vLLM's own benchmark's, and capacity.json's verdicts
+are the SLOs applied to them. It needs the real engine because what is counted is vLLM processes
 started and stopped by msopt's real path (the simulated path's counts are tests/test_server_reuse.py's).
 """
 
@@ -19,7 +20,7 @@ import pytest
 
 from tests.procs import left_behind, recorded, started, survivors
 from tests.real_engine.conftest import VllmCpu
-from tests.real_engine.test_vllm_cpu import journal, optimize, write_config
+from tests.real_engine.test_vllm_cpu import check_against_vllm_bench, journal, optimize, write_config
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -66,6 +67,8 @@ def test_one_worker_starts_a_server_only_on_a_change_of_configuration(tmp_path: 
             j -= 1
         assert _seed(run_dir, r) == str(seed + i - j), (i, r["eval_id"])
     assert survivors(pids) == [] and left_behind(pids) == []  # no server outlives the run, kept ones included
+    # what was measured is what vLLM's own benchmark measured, and the capacity verdicts are the SLOs' on it
+    assert check_against_vllm_bench(run_dir, cfg, journal(run_dir)) == 4
     start_s = sum(r["server"]["start_s"] for r, s in zip(launched, starts) if s)
     print(f"\n[real_engine] one worker: {sum(starts)} server starts ({start_s:.0f} s starting) for "
           f"{len(set(keys))} server configurations, {len(launched)} launches, wall {wall:.0f} s, run {run_dir}")
