@@ -44,6 +44,58 @@ def _vllm_tp_heads(c: Candidate) -> str | None:
     return None
 
 
+# -- --speculative-config: vllm 0.32.0 vllm/config/speculative.py (SpeculativeConfig) and
+# vllm/engine/arg_utils.py (create_speculative_config: --spec-method/--spec-model/--spec-tokens join the JSON)
+SPEC_VERSION = "vllm 0.32.0"
+#: methods whose draft needs no ``model`` in the JSON (SpeculativeConfig.__post_init__: mtp and dspark draft
+#: from the target, the others need no weights); any other method, or none (then "draft_model"), refuses
+#: ``num_speculative_tokens`` without ``model``
+_NO_DRAFT_MODEL = frozenset({"mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states",
+                             "custom_class"})
+
+
+def speculative_config(c: Candidate) -> dict[str, Any] | None:
+    """The launch's speculative config as vLLM assembles it (None: none, or not a JSON object)."""
+    import json
+
+    flags = c.flags
+    raw = flags.get("--speculative-config", flags.get("-sc"))
+    try:
+        conf = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    if not isinstance(conf, dict):
+        return None
+    for flag, key in (("--spec-method", "method"), ("--spec-model", "model")):
+        if flags.get(flag) is not None:
+            conf[key] = flags[flag]
+    tokens = c.int_flag("--spec-tokens")
+    if tokens is not None:
+        conf["num_speculative_tokens"] = tokens
+    return {k.replace("-", "_"): v for k, v in conf.items()} or None
+
+
+def _spec_tokens_positive(c: Candidate) -> str | None:
+    conf = speculative_config(c)
+    n = conf.get("num_speculative_tokens") if conf else None
+    if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
+        # pydantic's message for Field(gt=0), as vLLM 0.32.0 prints it
+        return ("1 validation error for SpeculativeConfig num_speculative_tokens Input should be greater than 0 "
+                f"[type=greater_than, input_value={n}, input_type=int]")
+    return None
+
+
+def _spec_needs_draft_model(c: Candidate) -> str | None:
+    conf = speculative_config(c)
+    if not conf or conf.get("model") is not None or conf.get("num_speculative_tokens") is None:
+        return None
+    method = str(conf.get("method") or "draft_model")
+    if method in _NO_DRAFT_MODEL or method.endswith("_mtp"):  # every *_mtp becomes "mtp"
+        return None
+    return ("1 validation error for SpeculativeConfig Value error, num_speculative_tokens was provided but without "
+            "speculative model. [type=value_error]")
+
+
 #: vLLM's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("vllm.batched_tokens_vs_max_model_len", "vllm", _vllm_batched_vs_model_len,
@@ -52,6 +104,10 @@ RULES: tuple[Rule, ...] = (
          "vllm/config/scheduler.py (SchedulerConfig.verify_max_model_len)", VLLM_VERSION),
     Rule("vllm.tp_divides_attention_heads", "vllm", _vllm_tp_heads,
          "vllm/config/model.py (ModelConfig.verify_with_parallel_config)", VLLM_VERSION),
+    Rule("vllm.num_speculative_tokens_positive", "vllm", _spec_tokens_positive,
+         "vllm/config/speculative.py (SpeculativeConfig.num_speculative_tokens: Field(gt=0))", SPEC_VERSION),
+    Rule("vllm.speculative_method_needs_model", "vllm", _spec_needs_draft_model,
+         "vllm/config/speculative.py (SpeculativeConfig.__post_init__)", SPEC_VERSION),
 )
 
 
