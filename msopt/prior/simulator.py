@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from msopt.space import SearchSpace
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
+    from msopt.sim.knobs import EngineKnobs
 
 __all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
            "make_prior", "prior_applies", "prior_options"]
@@ -203,7 +204,8 @@ class SimulatorPrior:
             else:
                 spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
-                res = simulate_memo(self._sims, knobs_from_launch(spec), self.hardware, self.model_spec, wl, **dtypes)
+                res = simulate_memo(self._sims, self._knobs(knobs_from_launch(spec)), self.hardware, self.model_spec,
+                                    wl, **dtypes)
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -211,6 +213,14 @@ class SimulatorPrior:
             return Prediction(dict(values), pos, math.inf, metrics, str(res.error))
         fit = float(self.objective(metrics))
         return Prediction(dict(values), pos, fit if math.isfinite(fit) else math.inf, metrics, None)
+
+    def _knobs(self, knobs: EngineKnobs) -> EngineKnobs:
+        """``knobs`` with the acceptance length the run's evaluations simulate with (``[simulator]
+        spec_accept_len``, as :func:`msopt.sim.simulator.simulate_launch` applies it)."""
+        accept = self.table.get("spec_accept_len")
+        if knobs.spec_method and accept is not None:
+            return replace(knobs, spec_accept_len=float(accept))
+        return knobs
 
     def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
         """Remember one launched, successful measurement of ``values`` for :meth:`refit`."""
@@ -305,7 +315,7 @@ class SimulatorPrior:
             try:
                 spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
-                knobs = knobs_from_launch(spec)
+                knobs = self._knobs(knobs_from_launch(spec))
             except MsoptError:
                 continue
             measurements.append(Measurement(
