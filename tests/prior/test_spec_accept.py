@@ -62,3 +62,34 @@ def test_the_prior_simulates_with_the_given_acceptance_length_as_the_evaluation_
     (tmp_path / "plain").mkdir()
     assumed = SimulatorPrior(settings_of(tmp_path / "plain"), space).predict(values, pos)
     assert assumed.metrics["time_per_output_token"] > 1.3 * tpot  # ngram's assumed 1.66 tokens a step, not 3.5
+
+
+MEASURED = {"time_to_first_token": 0.05, "time_per_output_token": 0.01, "generate_speed": 300.0}
+
+
+def test_a_measured_acceptance_length_replaces_the_assumed_and_the_given_one(tmp_path: Path) -> None:
+    from msopt.sim.knobs import knobs_vllm
+    from msopt.sim.spec import chain_accept_len, chain_accept_rate
+
+    settings = settings_of(tmp_path, "spec_accept_len = 3.5")
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings, space)
+    before = prior.predict({"spec_tokens": 3}).metrics["time_per_output_token"]
+    prior.observe({"spec_tokens": 3}, {**MEASURED, "spec_accept_len": 1.3})  # the server's counters said 1.3
+    after = prior.predict({"spec_tokens": 3}).metrics["time_per_output_token"]
+    assert after > 1.5 * before  # 1.3 tokens a step, not the given 3.5: the cached prediction is gone
+    (tmp_path / "given").mkdir()
+    given = SimulatorPrior(settings_of(tmp_path / "given", "spec_accept_len = 1.3"), space)
+    assert after == pytest.approx(given.predict({"spec_tokens": 3}).metrics["time_per_output_token"], rel=1e-9)
+    # another number of draft tokens: the measured per-token rate, carried along the chain
+    five = knobs_vllm(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5}'])
+    rate = chain_accept_rate(1.3, 3)
+    assert 0.2 < rate < 0.3 and prior.accept_len(five) == pytest.approx(chain_accept_len(rate, 5))
+    assert chain_accept_len(rate, 3) == pytest.approx(1.3)
+    prior.observe({"spec_tokens": 5}, {**MEASURED, "spec_accept_len": 1.45})
+    assert prior.accept_len(five) == pytest.approx(1.45)  # measured at 5 itself
+    # no metric, a failed read or another method: nothing changes
+    prior.observe({"spec_tokens": 5}, MEASURED)
+    assert prior.accept_len(five) == pytest.approx(1.45)
+    eagle = knobs_vllm(["--speculative-config", '{"method": "eagle3", "model": "d", "num_speculative_tokens": 5}'])
+    assert prior.accept_len(eagle) is None
