@@ -233,6 +233,22 @@ class SimulatorPrior:
             return replace(knobs, spec_accept_len=float(accept))
         return knobs
 
+    def assumed(self, values: Mapping[str, Any]) -> list[str]:
+        """What the prediction of ``values`` assumes rather than knows, one line each
+        (:func:`msopt.sim.simulator.assumed_inputs` at the prior's hardware, refitted or not, and
+        acceptance length, measured or not); [] where the launch cannot be rendered alone."""
+        from msopt.sim.knobs import knobs_from_launch
+        from msopt.sim.simulator import assumed_inputs
+
+        if self.disaggregated:
+            return []
+        try:
+            knobs = knobs_from_launch(self.engine.render(values, self.settings.fields, self.section, port=0,
+                                                         devices=list(self.devices), workdir=None))
+        except MsoptError:
+            return []
+        return assumed_inputs(self._knobs(knobs), self.hardware)
+
     def accept_len(self, knobs: EngineKnobs) -> float | None:
         """The acceptance length this run measured (the ``spec_accept_len`` metric, the server's own
         counters) for ``knobs``' draft method and number of draft tokens: their mean where that number

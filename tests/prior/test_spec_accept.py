@@ -93,3 +93,25 @@ def test_a_measured_acceptance_length_replaces_the_assumed_and_the_given_one(tmp
     assert prior.accept_len(five) == pytest.approx(1.45)
     eagle = knobs_vllm(["--speculative-config", '{"method": "eagle3", "model": "d", "num_speculative_tokens": 5}'])
     assert prior.accept_len(eagle) is None
+
+
+def test_the_report_lists_what_the_predictions_assumed(tmp_path: Path) -> None:
+    import contextlib
+    import io
+    import json
+
+    from msopt.cli.main import main
+
+    cfg = tmp_path / "c.toml"
+    # a100-sxm-80gb borrows h100-sxm's efficiencies; ngram's acceptance length is the default
+    cfg.write_text(CFG.format(accept="", extra="").replace('"h100-sxm"', '"a100-sxm-80gb"'))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["optimize", "-c", str(cfg), "--no-ray", "--plain", "-o", str(tmp_path / "out"),
+                     "--particles", "2", "--iters", "1", "--seed", "0"])
+    assert code == 0
+    (run,) = (tmp_path / "out").iterdir()
+    assumed = json.loads((run / "prior.json").read_text())["assumed"]
+    assert any("efficiencies of h100-sxm" in a for a in assumed)
+    assert any(a.startswith("acceptance length") and "ngram" in a for a in assumed)
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "Assumed inputs" in page and all(a.replace("'", "&#x27;") in page for a in assumed)
