@@ -145,3 +145,55 @@ def test_the_searched_value_reaches_the_simulator(tmp_path: Path) -> None:
     assert (one.values["spec_tokens"], six.values["spec_tokens"]) == (1, 6)
     # ngram's assumed per-token rate 0.4: 1 draft keeps 1.4 tokens a step, 6 keep 1.67, each verifying more
     assert one.metrics["time_per_output_token"] != six.metrics["time_per_output_token"]
+
+
+MTP = ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+
+
+@pytest.mark.parametrize(("flags", "model", "expected"), [
+    (MTP, ModelFacts(model_type="llama"), "vllm.mtp_needs_mtp_layers"),
+    (MTP, ModelFacts(model_type="qwen3_moe"), "vllm.mtp_needs_mtp_layers"),
+    (("--speculative-config", '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'), ModelFacts(model_type="qwen3"),
+     "vllm.mtp_needs_mtp_layers"),
+    (("--spec-method", "mtp", "--spec-tokens", "2"), ModelFacts(model_type="qwen3"), "vllm.mtp_needs_mtp_layers"),
+    (MTP, ModelFacts(model_type="deepseek_v3", mtp_layers=1), None),
+    (MTP, ModelFacts(model_type="kimi_k2"), None),  # a type msopt has not read vLLM's handling of: no refusal
+    (MTP, ModelFacts(), None),                      # unknown model: no refusal
+    (("--speculative-config", '{"method": "mtp", "model": "/mtp", "num_speculative_tokens": 3}'),
+     ModelFacts(model_type="llama"), None),         # a separate MTP checkpoint
+    (MTP, ModelFacts(model_type="qwen3_next", mtp_layers=2), "vllm.mtp_tokens_divisible"),
+    (("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 4}'),
+     ModelFacts(model_type="qwen3_next", mtp_layers=2), None),
+    (("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'),
+     ModelFacts(model_type="qwen3_next", mtp_layers=2), None),  # fewer than n_predict: fine
+])
+def test_mtp_rules(flags: tuple[str, ...], model: ModelFacts, expected: str | None) -> None:
+    hit = refusal(vllm(*flags), model)
+    assert (hit[0] if hit else None) == expected
+
+
+def test_mtp_messages_are_vllms_own() -> None:
+    # what vllm 0.32.0 (the CPU build) raised for SpeculativeConfig(method="mtp", num_speculative_tokens=1)
+    # on its tiny Llama
+    hit = refusal(vllm(*MTP), ModelFacts(model_type="llama"))
+    assert hit and hit[1] == "NotImplementedError: Unsupported speculative method: 'mtp'"
+    hit = refusal(vllm(*MTP), ModelFacts(model_type="qwen3_next", mtp_layers=2))
+    assert hit and hit[1] == "num_speculative_tokens:3 must be divisible by n_predict=2"
+
+
+def test_the_model_facts_carry_the_mtp_layers(tmp_path: Path) -> None:
+    from msopt.engines.rules import model_facts
+    from msopt.sim import load_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "num_attention_heads": 128,
+                                                      "num_nextn_predict_layers": 1}))
+    assert model_facts(str(tmp_path)) == ModelFacts(128, None, "deepseek_v3", 1)
+    assert ModelFacts.of_spec(load_model("deepseek-v3")) == ModelFacts(128, 163840, "deepseek_v3", 1)
+    assert ModelFacts.of_spec(load_model("qwen3-8b")).model_type == "qwen3"
+
+
+def test_a_simulated_mtp_on_a_model_without_mtp_layers_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(SIM.replace('method = "ngram"', 'method = "mtp"'))
+    res = Evaluator(load_settings(path), run_dir=tmp_path / "run").evaluate(EvalRequest(1, "search", 0, 0, (2,)))
+    assert res.refused and "Unsupported speculative method: 'mtp'" in (res.error or "")

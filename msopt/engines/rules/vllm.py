@@ -96,6 +96,46 @@ def _spec_needs_draft_model(c: Candidate) -> str | None:
             "speculative model. [type=value_error]")
 
 
+#: model types whose config vLLM rewrites into an MTP draft reading ``num_nextn_predict_layers`` as its
+#: ``n_predict`` (SpeculativeConfig.hf_config_override: deepseek_v3/v32 and glm_moe_dsa become deepseek_mtp,
+#: qwen3_next becomes qwen3_next_mtp)
+_MTP_FROM_NEXTN = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "qwen3_next"})
+#: model types hf_config_override leaves as they are, so the draft is no MTP model type (no branch names them)
+_NO_MTP = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+
+
+def _mtp(c: Candidate) -> tuple[dict[str, Any], str] | None:
+    """The speculative config and the model type when the launch drafts with the target's own MTP layers."""
+    conf = speculative_config(c)
+    if not conf or conf.get("model") is not None or c.model.model_type is None:
+        return None
+    method = str(conf.get("method") or "")
+    if method != "mtp" and not method.endswith("_mtp"):
+        return None
+    # a model path naming eagle/dflash/dspark switches the method before the MTP check (__post_init__)
+    if any(k in c.spec.model.lower() for k in ("eagle-", "eagle3", "dflash", "dspark")):
+        return None
+    return conf, c.model.model_type
+
+
+def _mtp_needs_mtp_layers(c: Candidate) -> str | None:
+    found = _mtp(c)
+    if found is None or found[1] not in _NO_MTP:
+        return None
+    # checked with the CPU build: SpeculativeConfig(method="mtp", ...) on its Llama raised this
+    return "NotImplementedError: Unsupported speculative method: 'mtp'"
+
+
+def _mtp_tokens_divisible(c: Candidate) -> str | None:
+    found = _mtp(c)
+    n, layers = (found[0].get("num_speculative_tokens"), c.model.mtp_layers) if found else (None, None)
+    if found is None or found[1] not in _MTP_FROM_NEXTN or not isinstance(n, int) or not layers:
+        return None
+    if n > layers and n % layers:
+        return f"num_speculative_tokens:{n} must be divisible by n_predict={layers}"
+    return None
+
+
 #: vLLM's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("vllm.batched_tokens_vs_max_model_len", "vllm", _vllm_batched_vs_model_len,
@@ -108,6 +148,10 @@ RULES: tuple[Rule, ...] = (
          "vllm/config/speculative.py (SpeculativeConfig.num_speculative_tokens: Field(gt=0))", SPEC_VERSION),
     Rule("vllm.speculative_method_needs_model", "vllm", _spec_needs_draft_model,
          "vllm/config/speculative.py (SpeculativeConfig.__post_init__)", SPEC_VERSION),
+    Rule("vllm.mtp_needs_mtp_layers", "vllm", _mtp_needs_mtp_layers,
+         "vllm/config/speculative.py (SpeculativeConfig.__post_init__, hf_config_override)", SPEC_VERSION),
+    Rule("vllm.mtp_tokens_divisible", "vllm", _mtp_tokens_divisible,
+         "vllm/config/speculative.py (SpeculativeConfig.__post_init__: n_predict)", SPEC_VERSION),
 )
 
 
