@@ -23,5 +23,9 @@ PERCENTILES: tuple[str, ...] = tuple(f"{m}_p{p}" for m in ("ttft", "tpot") for p
 #: it (vLLM's ``/metrics`` counters) or the simulator models it (a trace with hash ids): absent otherwise.
 PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
 
+#: Speculative decoding's mean acceptance length over a measurement (tokens kept per verify step, the
+#: target's own included), where the server counts its drafts (vLLM's ``/metrics``): absent otherwise.
+SPEC_ACCEPT_LEN = "spec_accept_len"
+
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")

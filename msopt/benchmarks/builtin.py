@@ -37,12 +37,12 @@ from msopt.benchmarks.base import (
     positive_int,
     resolve_load,
 )
-from msopt.benchmarks.engine_metrics import cache_report, read_counters
+from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_report
 from msopt.checks import is_int, is_number
 from msopt.config import thaw
 from msopt.engines.base import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
-from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE
+from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN
 from msopt.space.fields import FieldDecl
 from msopt.workload.replay import TraceWindow, block_prompt, open_window
 
@@ -448,7 +448,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
             raise EvaluationError(no_result_report(f"benchmark {self.name}", RESULT_FILE, result_dir, log_path))
         try:
             return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")),
-                                 (*PERCENTILES, PREFIX_CACHE_HIT_RATE))
+                                 (*PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN))
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
@@ -484,8 +484,13 @@ class BuiltinBenchmark(BenchmarkAdapter):
             except TimeoutError:
                 log(f"timed out after {timeout:g} s")
                 raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None
-            cache = cache_report(before, read_counters(p.url))
+            after = read_counters(p.url)
+            cache = cache_report(before, after)
             summary["prefix_cache"] = cache
+            accept = spec_report(before, after)
+            if accept is not None:  # absent where the server drafted nothing
+                summary[SPEC_ACCEPT_LEN] = accept
+                log(f"speculative decoding: mean acceptance length {accept:.3f} (the server's counters)")
             if cache[PREFIX_CACHE_HIT_RATE] is not None:  # absent where not measured: journals stay as they were
                 summary[PREFIX_CACHE_HIT_RATE] = cache[PREFIX_CACHE_HIT_RATE]
                 log(f"prefix cache: {cache[PREFIX_CACHE_HIT_RATE]:.1%} of {cache['prefix_cache_queries']:.0f} "
@@ -493,7 +498,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
             log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "
                 f"{summary['duration']:.3f} s")
         write_results(result_dir, summary, records)
-        return check_metrics(self.name, summary, (*PERCENTILES, PREFIX_CACHE_HIT_RATE))
+        return check_metrics(self.name, summary, (*PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

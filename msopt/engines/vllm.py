@@ -13,6 +13,11 @@ preflight`` checks them against the installed version's.
 the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
 additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
 it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
+
+On any platform a field whose ``config_position`` is ``speculative_config.<key>`` sets that key of the
+one ``--speculative-config`` JSON argument (with the ``[vllm] speculative_config`` table as its base),
+e.g. ``speculative_config.num_speculative_tokens``: vLLM 0.32.0 parses the flag with ``json.loads``
+(vllm/engine/arg_utils.py, ``--speculative-config``) into ``SpeculativeConfig`` (vllm/config/speculative.py).
 """
 
 from __future__ import annotations
@@ -64,6 +69,14 @@ REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 
                                  "ascend_scheduler_config": "vllm-ascend PR #4623 dropped the ascend scheduler"})
 #: config_position prefix of a key of ``--additional-config``
 ADDITIONAL = "additional_config."
+#: config_position prefix of a key of ``--speculative-config``
+SPECULATIVE = "speculative_config."
+#: the spellings of ``--speculative-config`` and the shortcuts that write one of its keys (vllm 0.32.0
+#: vllm/engine/arg_utils.py: ``--speculative-config``/``-sc``; ``--spec-method``, ``--spec-model`` and
+#: ``--spec-tokens`` are refused beside the same key: "{flag} and --speculative-config['{key}'] are
+#: mutually exclusive", ``create_speculative_config``)
+SPECULATIVE_FLAGS = MappingProxyType({"--speculative-config": "", "-sc": "", "--spec-method": "method",
+                                      "--spec-model": "model", "--spec-tokens": "num_speculative_tokens"})
 
 
 def flag_table(version: str) -> Mapping[str, bool]:
@@ -244,7 +257,7 @@ class VllmAdapter(CommandLineAdapter):
     # -- vllm-ascend: the structured --additional-config, its keys, HCCL ports --------------------
     def _split(self, fields: Sequence[FieldDecl]) -> tuple[list[FieldDecl], list[FieldDecl]]:
         extra = [d for d in fields if d.config_position.startswith(ADDITIONAL)]
-        return [d for d in fields if d not in extra], extra
+        return [d for d in fields if d not in extra and not d.config_position.startswith(SPECULATIVE)], extra
 
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """As every command-line engine, plus: ``[vllm] platform``/``version`` valid; every rendered
@@ -253,6 +266,7 @@ class VllmAdapter(CommandLineAdapter):
         platform, version = target(section)
         plain, extra = self._split(fields)
         super().check(plain, section)
+        _check_speculative(fields, section)
         if platform == "ascend":
             check_hccl(section, self.name)
         table = section.get("additional_config", {})
@@ -293,6 +307,7 @@ class VllmAdapter(CommandLineAdapter):
         platform, _ = target(section)
         plain, extra = self._split(fields)
         spec = super().render(values, plain, section, port=port, devices=devices, workdir=workdir)
+        spec = replace(spec, argv=spec.argv + _speculative_argv(values, fields, section))
         if platform != "ascend":
             return spec
         doc = copy.deepcopy(dict(section.get("additional_config", {})))
@@ -361,15 +376,56 @@ def _check_key(path: str, known: frozenset[str], release: str, where: str) -> No
                               f"{release}-additional-config.txt, from vllm_ascend/ascend_config.py); {fix}")
 
 
-def _set(doc: dict[str, Any], parts: Sequence[str], value: Any, decl: FieldDecl) -> None:
+def _set(doc: dict[str, Any], parts: Sequence[str], value: Any, decl: FieldDecl,
+         table: str = "additional_config") -> None:
     node = doc
     for part in parts[:-1]:
         nxt = node.setdefault(part, {})
         if not isinstance(nxt, dict):
-            raise decl.error(f"additional_config.{'.'.join(parts)} goes below {part!r}, which [vllm.additional_config] "
+            raise decl.error(f"{table}.{'.'.join(parts)} goes below {part!r}, which [vllm.{table}] "
                              "sets to a value", "make it a table or move the field")
         node = nxt
     node[parts[-1]] = value
+
+
+# -- --speculative-config: a JSON flag whose keys are fields ---------------------------------------
+def _check_speculative(fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+    """``speculative_config.<key>`` fields and ``[vllm.speculative_config]``: a table, keys named, and no
+    other spelling of the flag or of a key they set (vLLM would stop or msopt's value would be overridden)."""
+    table = section.get("speculative_config", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("[vllm] 'speculative_config' must be a table of --speculative-config keys; write "
+                          "[vllm.speculative_config]")
+    spec = [d for d in fields if d.config_position.startswith(SPECULATIVE)]
+    if not spec and not table:
+        return
+    keys = {d.config_position[len(SPECULATIVE):].split(".")[0] for d in spec} | set(table)
+    for d in spec:
+        if not all(p.isidentifier() for p in d.config_position[len(SPECULATIVE):].split(".")):
+            raise d.error(f"config_position {d.config_position!r} names no --speculative-config key",
+                          "write speculative_config.<key>, e.g. speculative_config.num_speculative_tokens")
+    others = split_others(command_table(section, "vllm").get("others", ""), {}, "[vllm.command]")
+    for flag, key in SPECULATIVE_FLAGS.items():
+        clash = [d.where for d in fields if d.config_position == flag]
+        clash += ["[vllm.command] 'others'"] if any(flag_name(o) == flag for o in others) else []
+        if clash and (not key or key in keys):
+            raise ConfigError(f"{clash[0]}: {flag} beside the speculative_config.* fields or [vllm.speculative_config] "
+                              f"would {'render --speculative-config twice' if not key else 'set ' + key + ' twice'}, "
+                              "which vLLM 0.32.0 refuses or overrides (vllm/engine/arg_utils.py, "
+                              "create_speculative_config); set the key as a speculative_config.<key> field or in "
+                              "[vllm.speculative_config]")
+
+
+def _speculative_argv(values: Mapping[str, Any], fields: Sequence[FieldDecl],
+                      section: Mapping[str, Any]) -> tuple[str, ...]:
+    """``("--speculative-config", JSON)`` from ``[vllm.speculative_config]`` and the fields; () without either."""
+    spec = [d for d in fields if d.config_position.startswith(SPECULATIVE)]
+    doc = copy.deepcopy(dict(section.get("speculative_config", {})))
+    for decl in spec:
+        value = value_of(values, decl)
+        if value is not None:
+            _set(doc, decl.config_position[len(SPECULATIVE):].split("."), value, decl, "speculative_config")
+    return ("--speculative-config", json.dumps(doc, separators=(",", ":"), sort_keys=True)) if doc else ()
 
 
 ENGINES.register("vllm", VllmAdapter)

@@ -58,7 +58,7 @@ class CandidateScreen:
             table = settings.section("simulator") if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
-            self.model = ModelFacts(attention_heads=m.heads, max_position=m.max_position)
+            self.model = ModelFacts.of_spec(m)
         self._seen: dict[str, str | None] = {}
 
     def refusal(self, values: Mapping[str, Any]) -> str | None:

@@ -241,7 +241,7 @@ class SimRunner(EngineRunner):
         dirs = self.sim.table.get("catalog_dirs", ())
         model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
         self.start_s = simulated_start_s(model.params_b, str(self.sim.table.get("weight_dtype", "bf16")))
-        return ModelFacts(attention_heads=model.heads, max_position=model.max_position)
+        return ModelFacts.of_spec(model)
 
     @property
     def kept_key(self) -> str | None:

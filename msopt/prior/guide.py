@@ -97,14 +97,16 @@ class PriorGuide:
             say(prior.refit_note)
 
     def records(self) -> dict[str, Any]:
-        """prior.json: the prior's simulated evaluations, the picks the searcher started from, and
-        its best prediction (what the prior alone would recommend, with zero launches)."""
+        """prior.json: the prior's simulated evaluations, the picks the searcher started from, its
+        best prediction (what the prior alone would recommend, with zero launches), and what that
+        prediction assumed rather than knew at the run's end (``assumed``: the report shows it)."""
         prior = self.prior
         best = next((p for p in prior.ranked() if np.isfinite(p.fitness)), None)
         return {"prior.json": {
             "evaluations": prior.search_evaluations, "predictions": prior.evaluations,
             "refits": prior.refits, "refits_kept": prior.kept, "picks": self.picks,
-            "best": None if best is None else {"values": dict(best.values), **best.record()}}}
+            "best": None if best is None else {"values": dict(best.values), **best.record()},
+            "assumed": [] if best is None else prior.assumed(best.values)}}
 
 
 class _Stopped(Exception):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,10 +27,12 @@ from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.runner import configured_benchmark
 from msopt.evaluate.screen import CandidateScreen, pd_launch
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
+from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.space import SearchSpace
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
+    from msopt.sim.knobs import EngineKnobs
 
 __all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
            "make_prior", "prior_applies", "prior_options"]
@@ -45,6 +47,12 @@ REFIT_TOLERANCE = 0.05
 _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
 
+
+
+def _chain_steps(knobs: EngineKnobs) -> int:
+    """The drafted tokens a verify step can accept (:func:`msopt.sim.spec.speculation_of`'s chain)."""
+    verify = knobs.spec_verify_tokens or knobs.spec_tokens + 1
+    return min(knobs.spec_tokens, verify - 1)
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,8 @@ class SimulatorPrior:
         self.search_evaluations = 0
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self._observed_fitness: dict[str, float] = {}
+        #: measured acceptance lengths by draft method: (draft tokens in the chain, acceptance length)
+        self._accepts: dict[str, list[tuple[int, float]]] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
         self.devices = settings.config.cluster.device_ids()
         self.nodes = virtual_nodes(settings)
@@ -203,7 +213,8 @@ class SimulatorPrior:
             else:
                 spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
-                res = simulate_memo(self._sims, knobs_from_launch(spec), self.hardware, self.model_spec, wl, **dtypes)
+                res = simulate_memo(self._sims, self._knobs(knobs_from_launch(spec)), self.hardware, self.model_spec,
+                                    wl, **dtypes)
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -212,8 +223,52 @@ class SimulatorPrior:
         fit = float(self.objective(metrics))
         return Prediction(dict(values), pos, fit if math.isfinite(fit) else math.inf, metrics, None)
 
+    def _knobs(self, knobs: EngineKnobs) -> EngineKnobs:
+        """``knobs`` with the acceptance length to simulate: the one this run measured for its draft
+        method (:meth:`accept_len`), else ``[simulator] spec_accept_len`` (as
+        :func:`msopt.sim.simulator.simulate_launch` applies it), else the assumed default."""
+        measured = self.accept_len(knobs)
+        accept = measured if measured is not None else self.table.get("spec_accept_len")
+        if knobs.spec_method and accept is not None:
+            return replace(knobs, spec_accept_len=float(accept))
+        return knobs
+
+    def assumed(self, values: Mapping[str, Any]) -> list[str]:
+        """What the prediction of ``values`` assumes rather than knows, one line each
+        (:func:`msopt.sim.simulator.assumed_inputs` at the prior's hardware, refitted or not, and
+        acceptance length, measured or not); [] where the launch cannot be rendered alone."""
+        from msopt.sim.knobs import knobs_from_launch
+        from msopt.sim.simulator import assumed_inputs
+
+        if self.disaggregated:
+            return []
+        try:
+            knobs = knobs_from_launch(self.engine.render(values, self.settings.fields, self.section, port=0,
+                                                         devices=list(self.devices), workdir=None))
+        except MsoptError:
+            return []
+        return assumed_inputs(self._knobs(knobs), self.hardware)
+
+    def accept_len(self, knobs: EngineKnobs) -> float | None:
+        """The acceptance length this run measured (the ``spec_accept_len`` metric, the server's own
+        counters) for ``knobs``' draft method and number of draft tokens: their mean where that number
+        was measured, else the chain of the mean per-token rate the measurements of other numbers
+        give (:func:`msopt.sim.spec.chain_accept_rate`); None where the method was not measured."""
+        from msopt.sim.spec import chain_accept_len, chain_accept_rate
+
+        rows = self._accepts.get(knobs.spec_method) if knobs.spec_method else None
+        if not rows:
+            return None
+        steps = _chain_steps(knobs)
+        same = [a for s, a in rows if s == steps]
+        if same:
+            return float(np.mean(same))
+        return chain_accept_len(float(np.mean([chain_accept_rate(a, s) for s, a in rows])), steps)
+
     def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
-        """Remember one launched, successful measurement of ``values`` for :meth:`refit`."""
+        """Remember one launched, successful measurement of ``values`` for :meth:`refit`, and its
+        acceptance length (``spec_accept_len``) for the predictions that follow."""
+        self._observe_accept(values, metrics.get(SPEC_ACCEPT_LEN))
         ttft, tpot, speed = (metrics.get("time_to_first_token"), metrics.get("time_per_output_token"),
                              metrics.get("generate_speed"))
         nums = [x for x in (ttft, tpot, speed) if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
@@ -226,6 +281,22 @@ class SimulatorPrior:
             except (MsoptError, TypeError, ValueError):
                 f = math.inf
             self._observed_fitness[key] = f if math.isfinite(f) else math.inf
+
+    def _observe_accept(self, values: Mapping[str, Any], accept: Any) -> None:
+        if not isinstance(accept, (int, float)) or not math.isfinite(accept) or accept < 1 or self.disaggregated:
+            return
+        from msopt.sim.knobs import knobs_from_launch
+
+        try:
+            knobs = knobs_from_launch(self.engine.render(values, self.settings.fields, self.section, port=0,
+                                                         devices=list(self.devices), workdir=None))
+        except MsoptError:
+            return
+        if not knobs.spec_method:
+            return
+        self._accepts.setdefault(knobs.spec_method, []).append((_chain_steps(knobs), float(accept)))
+        self._cache = {}  # every speculative prediction may change
+        self._memo = None  # the shared predictions are of the assumed acceptance
 
     def _measured_fitness(self, row: tuple[dict[str, Any], float, float, float]) -> float:
         """The run's objective on a measured row, as measured (its last measurement)."""
@@ -305,7 +376,7 @@ class SimulatorPrior:
             try:
                 spec = self.engine.render(values, self.settings.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
-                knobs = knobs_from_launch(spec)
+                knobs = self._knobs(knobs_from_launch(spec))
             except MsoptError:
                 continue
             measurements.append(Measurement(

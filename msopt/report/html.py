@@ -217,6 +217,24 @@ def _prior_block(data: RunData) -> str:
             f"on fitness over {summary['launches']} successful launch(es).</p>")
 
 
+def _assumed_block(data: RunData) -> str:
+    """The inputs the run's simulations assumed rather than knew (prior.json's ``assumed``, as
+    ``msopt simulate --json`` lists them): borrowed efficiencies, a default acceptance length."""
+    import json
+
+    try:
+        doc = json.loads((data.run_dir / "prior.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    lines = doc.get("assumed") if isinstance(doc, dict) else None
+    if not isinstance(lines, list) or not lines:
+        return ""
+    items = "".join(f"<li>{_e(str(line))}</li>" for line in lines)
+    return ("<p>Assumed inputs: the simulator's predictions (the prior's best, at the run's end) rest on these "
+            "rather than on a measurement or a fit of this run's own:</p>\n"
+            f'<ul class="assumed">{items}</ul>')
+
+
 def _img(name: str, png: bytes) -> str:
     return f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
@@ -315,6 +333,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
                 PARETO_PNG: "generate_speed against TPOT, Pareto front",
                 PRIOR_PNG: "What the simulator prior predicted"}
     parts.append(_prior_block(data))
+    parts.append(_assumed_block(data))
     for name, png in images.items():
         if name == WORKLOAD_PNG:  # in the workload panel
             continue

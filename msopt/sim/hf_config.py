@@ -197,7 +197,8 @@ def model_from_config(path: str | Path, name: str | None = None) -> tuple[Any, s
         v_head_dim=_int(doc, path, "v_head_dim", default=head_dim) if mla else 0,
         experts=experts, experts_per_token=min(top_k, experts) if experts else 0,
         shared_experts=shared if experts else 0, moe_ffn=moe_ffn if experts else 0,
-        dense_layers=dense if experts else 0, topk_group=_int(doc, path, "topk_group", default=0) if experts else 0)
+        dense_layers=dense if experts else 0, topk_group=_int(doc, path, "topk_group", default=0) if experts else 0,
+        model_type=str(doc.get("model_type") or ""), mtp_layers=_int(doc, path, "num_nextn_predict_layers", default=0))
     if heads < 1 or layers < 1 or hidden < 1 or vocab < 1 or heads % kv_heads:
         raise ConfigError(f"{path}: num_attention_heads {heads} / num_key_value_heads {kv_heads} / layers "
                           f"{layers} / hidden {hidden} do not describe a transformer msopt can simulate")

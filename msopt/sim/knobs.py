@@ -238,6 +238,7 @@ def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
     """vLLM's knobs from its command line."""
     kw: dict[str, Any] = {"engine": "vllm", "block_size": 16, "memory_fraction": 0.9}
     ignored: list[str] = []
+    spec_conf: dict[str, Any] = {}
     for flag, value in _split_argv(argv):
         if flag in _VLLM_INT:
             kw[_VLLM_INT[flag]] = _as_int(flag, value)
@@ -261,25 +262,33 @@ def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
         elif flag == "--no-enable-expert-parallel":
             kw["expert_parallel"] = False
         elif flag in ("--speculative-config", "--speculative_config", "-sc"):
-            kw.update(_vllm_speculative(flag, value))
+            spec_conf.update(_vllm_speculative_json(flag, value))
+        elif flag in _VLLM_SPEC_SHORTCUTS:  # vllm 0.32.0 engine/arg_utils.py: join --speculative-config's keys
+            key = _VLLM_SPEC_SHORTCUTS[flag]
+            spec_conf[key] = _as_int(flag, value) if key == "num_speculative_tokens" else value
         elif flag in ("--data-parallel-size-local", "-dpl", "--data-parallel-start-rank", "-dpr",
                       "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp", "--headless",
                       "--node-rank", "-r", "--master-addr", "--master-port", "--data-parallel-backend", "-dpb"):
             pass  # where this process sits in a multi-node instance: the instance is simulated whole
         elif flag not in ignored:
             ignored.append(flag)
+    if spec_conf:
+        kw.update(_vllm_speculative("--speculative-config", spec_conf))
     kw["mixed_batch"] = kw.get("chunked_prefill", True)
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 
+#: vLLM's shortcuts for one key of ``--speculative-config`` (vllm 0.32.0 vllm/engine/arg_utils.py)
+_VLLM_SPEC_SHORTCUTS = MappingProxyType({"--spec-method": "method", "--spec-model": "model",
+                                         "--spec-tokens": "num_speculative_tokens"})
 #: vLLM ``--speculative-config`` methods (vllm 0.32.0 ``vllm/config/speculative.py``: ``SpeculativeMethod``;
 #: every ``*_mtp`` of ``MTPModelTypes`` is replaced with "mtp", "eagle3" is an EAGLE draft)
 _VLLM_SPEC_METHODS = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "eagle": "eagle",
                       "eagle3": "eagle", "ngram": "ngram", "[ngram]": "ngram", "ngram_gpu": "ngram"}
 
 
-def _vllm_speculative(flag: str, value: str | None) -> dict[str, Any]:
-    """The spec fields of vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``)."""
+def _vllm_speculative_json(flag: str, value: str | None) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` JSON object."""
     import json
 
     try:
@@ -289,6 +298,11 @@ def _vllm_speculative(flag: str, value: str | None) -> dict[str, Any]:
                               "'{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'") from None
     if not isinstance(conf, dict):
         raise SimulationError(f"{flag} {value!r}: a JSON object is expected")
+    return conf
+
+
+def _vllm_speculative(flag: str, conf: dict[str, Any]) -> dict[str, Any]:
+    """The spec fields of vLLM's speculative config (``method``, ``num_speculative_tokens``)."""
     method = str(conf.get("method") or conf.get("model") or "").lower()
     if method.endswith("_mtp"):
         method = "mtp"

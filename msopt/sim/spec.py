@@ -32,11 +32,33 @@ DEFAULT_ACCEPT_RATE = {"mtp": 0.8, "eagle": 0.75, "ngram": 0.4}
 METHODS = tuple(DEFAULT_ACCEPT_RATE)
 
 
+def chain_accept_len(rate: float, steps: int) -> float:
+    """Tokens kept per verify step with ``steps`` drafted tokens each accepted at ``rate`` (a chain:
+    ``(1 - a^(steps+1)) / (1 - a)``, the target's own token included)."""
+    if rate >= 1.0:
+        return float(steps + 1)
+    return (1.0 - rate ** (steps + 1)) / (1.0 - rate)
+
+
+def chain_accept_rate(accept_len: float, steps: int) -> float:
+    """The per-token rate whose chain of ``steps`` drafts keeps ``accept_len`` tokens a step (the
+    inverse of :func:`chain_accept_len`, clipped to [0, 1]): a measured acceptance length at one
+    number of draft tokens, carried to another."""
+    if steps < 1 or accept_len <= 1.0:
+        return 0.0
+    if accept_len >= steps + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # chain_accept_len rises with the rate
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if chain_accept_len(mid, steps) < accept_len else (lo, mid)
+    return (lo + hi) / 2
+
+
 def default_accept_len(method: str, steps: int) -> float:
     """Tokens kept per verify step with ``steps`` drafted tokens each accepted at the method's
-    assumed rate ``a`` (a chain: ``(1 - a^(steps+1)) / (1 - a)``, the target's own token included)."""
-    a = DEFAULT_ACCEPT_RATE[method]
-    return (1.0 - a ** (steps + 1)) / (1.0 - a)
+    assumed rate (:data:`DEFAULT_ACCEPT_RATE`, :func:`chain_accept_len`)."""
+    return chain_accept_len(DEFAULT_ACCEPT_RATE[method], steps)
 
 
 def draft_fraction(model: ModelSpec) -> float:
@@ -123,5 +145,5 @@ class SpecStepCost(StepCost):
         return a + self._draft(n), b
 
 
-__all__ = ["DEFAULT_ACCEPT_RATE", "METHODS", "SpecStepCost", "Speculation", "default_accept_len",
-           "draft_fraction", "speculation_of"]
+__all__ = ["DEFAULT_ACCEPT_RATE", "METHODS", "SpecStepCost", "Speculation", "chain_accept_len", "chain_accept_rate",
+           "default_accept_len", "draft_fraction", "speculation_of"]

@@ -135,6 +135,8 @@ class ModelSpec:
             most this many expert groups, hence on at most this many nodes when a node holds a group;
             0: unlimited.
         active_params_b: published activated parameters per token, billions (for checks and docs).
+        model_type: config.json's ``model_type`` ("" unknown): engines choose their MTP drafts by it.
+        mtp_layers: config.json's ``num_nextn_predict_layers``, the model's own MTP layers (0: none or unknown).
         aliases: other names of the same weights' architecture (``aliases = [...]``: the base model's
             Hugging Face id beside the instruct one's hf_id, say), matched as the hf_id is.
     """
@@ -164,6 +166,8 @@ class ModelSpec:
     topk_group: int = 0
     active_params_b: float = 0.0
     aliases: tuple[str, ...] = ()
+    model_type: str = ""
+    mtp_layers: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -518,6 +522,8 @@ def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) 
         tie_embeddings=bool(d.get("tie_embeddings", False)),
         attention=attention,
         aliases=_aliases(d, path),
+        model_type=str(d.get("model_type", "")),
+        mtp_layers=_get(d, path, "mtp_layers", cast=int) if "mtp_layers" in d else 0,
         **values,
         **extra,
     )

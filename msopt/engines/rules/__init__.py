@@ -35,10 +35,20 @@ class ModelFacts:
     Attributes:
         attention_heads: ``num_attention_heads`` of the model's config.json.
         max_position: ``max_position_embeddings`` (vLLM's default ``max_model_len``).
+        model_type: ``model_type`` (engines choose a model's MTP draft by it).
+        mtp_layers: ``num_nextn_predict_layers``, the model's own MTP layers.
     """
 
     attention_heads: int | None = None
     max_position: int | None = None
+    model_type: str | None = None
+    mtp_layers: int | None = None
+
+    @classmethod
+    def of_spec(cls, spec: Any) -> ModelFacts:
+        """The facts of a simulator catalog entry (:class:`msopt.sim.specs.ModelSpec`)."""
+        return cls(spec.heads, spec.max_position, getattr(spec, "model_type", "") or None,
+                   getattr(spec, "mtp_layers", 0) or None)
 
 
 def model_facts(model: str) -> ModelFacts:
@@ -52,13 +62,18 @@ def model_facts(model: str) -> ModelFacts:
         return ModelFacts()
     if not isinstance(doc, dict):
         return ModelFacts()
+    top = doc
     doc = doc.get("text_config", doc) if isinstance(doc.get("text_config"), dict) else doc
 
     def pos_int(key: str) -> int | None:
         v = doc.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
-    return ModelFacts(pos_int("num_attention_heads"), pos_int("max_position_embeddings"))
+    layers = doc.get("num_nextn_predict_layers")
+    kind = top.get("model_type")
+    return ModelFacts(pos_int("num_attention_heads"), pos_int("max_position_embeddings"),
+                      kind if isinstance(kind, str) and kind else None,
+                      layers if isinstance(layers, int) and not isinstance(layers, bool) and layers >= 0 else None)
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, str | None]:

@@ -44,6 +44,98 @@ def _vllm_tp_heads(c: Candidate) -> str | None:
     return None
 
 
+# -- --speculative-config: vllm 0.32.0 vllm/config/speculative.py (SpeculativeConfig) and
+# vllm/engine/arg_utils.py (create_speculative_config: --spec-method/--spec-model/--spec-tokens join the JSON)
+SPEC_VERSION = "vllm 0.32.0"
+#: methods whose draft needs no ``model`` in the JSON (SpeculativeConfig.__post_init__: mtp and dspark draft
+#: from the target, the others need no weights); any other method, or none (then "draft_model"), refuses
+#: ``num_speculative_tokens`` without ``model``
+_NO_DRAFT_MODEL = frozenset({"mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states",
+                             "custom_class"})
+
+
+def speculative_config(c: Candidate) -> dict[str, Any] | None:
+    """The launch's speculative config as vLLM assembles it (None: none, or not a JSON object)."""
+    import json
+
+    flags = c.flags
+    raw = flags.get("--speculative-config", flags.get("-sc"))
+    try:
+        conf = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    if not isinstance(conf, dict):
+        return None
+    for flag, key in (("--spec-method", "method"), ("--spec-model", "model")):
+        if flags.get(flag) is not None:
+            conf[key] = flags[flag]
+    tokens = c.int_flag("--spec-tokens")
+    if tokens is not None:
+        conf["num_speculative_tokens"] = tokens
+    return {k.replace("-", "_"): v for k, v in conf.items()} or None
+
+
+def _spec_tokens_positive(c: Candidate) -> str | None:
+    conf = speculative_config(c)
+    n = conf.get("num_speculative_tokens") if conf else None
+    if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
+        # pydantic's message for Field(gt=0), as vLLM 0.32.0 prints it
+        return ("1 validation error for SpeculativeConfig num_speculative_tokens Input should be greater than 0 "
+                f"[type=greater_than, input_value={n}, input_type=int]")
+    return None
+
+
+def _spec_needs_draft_model(c: Candidate) -> str | None:
+    conf = speculative_config(c)
+    if not conf or conf.get("model") is not None or conf.get("num_speculative_tokens") is None:
+        return None
+    method = str(conf.get("method") or "draft_model")
+    if method in _NO_DRAFT_MODEL or method.endswith("_mtp"):  # every *_mtp becomes "mtp"
+        return None
+    return ("1 validation error for SpeculativeConfig Value error, num_speculative_tokens was provided but without "
+            "speculative model. [type=value_error]")
+
+
+#: model types whose config vLLM rewrites into an MTP draft reading ``num_nextn_predict_layers`` as its
+#: ``n_predict`` (SpeculativeConfig.hf_config_override: deepseek_v3/v32 and glm_moe_dsa become deepseek_mtp,
+#: qwen3_next becomes qwen3_next_mtp)
+_MTP_FROM_NEXTN = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "qwen3_next"})
+#: model types hf_config_override leaves as they are, so the draft is no MTP model type (no branch names them)
+_NO_MTP = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+
+
+def _mtp(c: Candidate) -> tuple[dict[str, Any], str] | None:
+    """The speculative config and the model type when the launch drafts with the target's own MTP layers."""
+    conf = speculative_config(c)
+    if not conf or conf.get("model") is not None or c.model.model_type is None:
+        return None
+    method = str(conf.get("method") or "")
+    if method != "mtp" and not method.endswith("_mtp"):
+        return None
+    # a model path naming eagle/dflash/dspark switches the method before the MTP check (__post_init__)
+    if any(k in c.spec.model.lower() for k in ("eagle-", "eagle3", "dflash", "dspark")):
+        return None
+    return conf, c.model.model_type
+
+
+def _mtp_needs_mtp_layers(c: Candidate) -> str | None:
+    found = _mtp(c)
+    if found is None or found[1] not in _NO_MTP:
+        return None
+    # checked with the CPU build: SpeculativeConfig(method="mtp", ...) on its Llama raised this
+    return "NotImplementedError: Unsupported speculative method: 'mtp'"
+
+
+def _mtp_tokens_divisible(c: Candidate) -> str | None:
+    found = _mtp(c)
+    n, layers = (found[0].get("num_speculative_tokens"), c.model.mtp_layers) if found else (None, None)
+    if found is None or found[1] not in _MTP_FROM_NEXTN or not isinstance(n, int) or not layers:
+        return None
+    if n > layers and n % layers:
+        return f"num_speculative_tokens:{n} must be divisible by n_predict={layers}"
+    return None
+
+
 #: vLLM's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("vllm.batched_tokens_vs_max_model_len", "vllm", _vllm_batched_vs_model_len,
@@ -52,6 +144,14 @@ RULES: tuple[Rule, ...] = (
          "vllm/config/scheduler.py (SchedulerConfig.verify_max_model_len)", VLLM_VERSION),
     Rule("vllm.tp_divides_attention_heads", "vllm", _vllm_tp_heads,
          "vllm/config/model.py (ModelConfig.verify_with_parallel_config)", VLLM_VERSION),
+    Rule("vllm.num_speculative_tokens_positive", "vllm", _spec_tokens_positive,
+         "vllm/config/speculative.py (SpeculativeConfig.num_speculative_tokens: Field(gt=0))", SPEC_VERSION),
+    Rule("vllm.speculative_method_needs_model", "vllm", _spec_needs_draft_model,
+         "vllm/config/speculative.py (SpeculativeConfig.__post_init__)", SPEC_VERSION),
+    Rule("vllm.mtp_needs_mtp_layers", "vllm", _mtp_needs_mtp_layers,
+         "vllm/config/speculative.py (SpeculativeConfig.__post_init__, hf_config_override)", SPEC_VERSION),
+    Rule("vllm.mtp_tokens_divisible", "vllm", _mtp_tokens_divisible,
+         "vllm/config/speculative.py (SpeculativeConfig.__post_init__: n_predict)", SPEC_VERSION),
 )
 
 
