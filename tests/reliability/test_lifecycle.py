@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_optimize_real_path import config
 from tests.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
 from tests.procs import kids, left_behind, recorded
-from tests.test_optimize_real_path import config
 
 HERE = Path(__file__).resolve().parents[1]
 

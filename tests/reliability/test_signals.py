@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_resume import config, journal, run_dir_of
+from tests.e2e.test_resume import config, journal, run_dir_of
 
 
 def _start(cfg: Path, output: Path, *flags: str) -> subprocess.Popen:

@@ -17,7 +17,7 @@ from msopt.run.verdict import make_verdict
 from msopt.space import SearchSpace
 
 from ..driver_helpers import FormulaEvaluator
-from ..test_driver import config_text, score
+from .test_driver import config_text, score
 
 
 class Seen:

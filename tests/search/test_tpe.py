@@ -180,7 +180,7 @@ def test_kill_9_then_resume_a_tpe_run_matches_the_uninterrupted_one(tmp_path):
     import signal
     import time
 
-    from tests.test_resume import config, journal, optimize, run_dir_of
+    from tests.e2e.test_resume import config, journal, optimize, run_dir_of
 
     cfg = config(tmp_path, "sync")
     cfg.write_text(cfg.read_text() + '\n[search]\nsearcher = "tpe"\n')

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-KILL_AT = Path(__file__).with_name("kill_at.py")
+REPO = Path(__file__).resolve().parents[2]
+KILL_AT = Path(__file__).parents[1] / "kill_at.py"
 
 CFG_EXTRA = """
 n_particles = 4

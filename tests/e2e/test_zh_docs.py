@@ -8,9 +8,9 @@ from pathlib import Path
 
 from msopt.cli.main import build_parser
 from msopt.config import read_toml
-from tests.test_original_config import ORIGINAL_FLAGS, ORIGINAL_SETTINGS, _keys, original
+from tests.config.test_original_config import ORIGINAL_FLAGS, ORIGINAL_SETTINGS, _keys, original
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def _read(*parts: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # a Ray head and a Ray job
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

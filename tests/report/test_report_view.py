@@ -17,7 +17,7 @@ from msopt.report import REPORT_HTML, write_report
 from msopt.report.html import error_kind
 from msopt.run.store import RunStore
 from msopt.space import DecodeContext, SearchSpace
-from tests.test_report import _result, small_quickstart, vllm_run  # noqa: F401  (a fixture)
+from tests.report.test_report import _result, small_quickstart, vllm_run  # noqa: F401  (a fixture)
 
 INSTALL_BROWSER = "apt-get install -y chromium chromium-driver && pip install selenium"
 

@@ -10,7 +10,7 @@ from msopt.benchmarks.base import BENCHMARKS, BenchmarkAdapter
 from msopt.engines import base as engine_base
 from msopt.engines.base import ENGINES, EngineAdapter
 
-DOC = Path(__file__).parents[1] / "docs" / "migrating.md"
+DOC = Path(__file__).parents[2] / "docs" / "migrating.md"
 
 
 def _section() -> str:
@@ -39,4 +39,4 @@ def test_the_msopt_names_it_gives_exist() -> None:
     assert set(inspect.signature(BenchmarkAdapter.parse).parameters) >= {"result_dir", "log_path"}
     for member in ("health_path", "stop_grace", "health_patterns", "startup_rules", "check"):
         assert f"`{member}`" in section and hasattr(EngineAdapter, member)
-    assert (Path(__file__).parents[1] / "docs" / "examples" / "msopt-tgi" / "pyproject.toml").is_file()
+    assert (Path(__file__).parents[2] / "docs" / "examples" / "msopt-tgi" / "pyproject.toml").is_file()

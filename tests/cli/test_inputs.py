@@ -15,7 +15,7 @@ from msopt.cli.main import main
 from msopt.space import SearchSpace
 from msopt.space.fields import parse_field
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUICK_PATH = REPO / "configs" / "quickstart.toml"
 QUICK = str(QUICK_PATH)
 

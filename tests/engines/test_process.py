@@ -145,7 +145,7 @@ def test_child_dies_with_its_parent_on_sigkill(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     code = f"""
         import time, sys
-        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
         from msopt.engines.process import start_process
         p = start_process([{PY!r}, '-c', 'import time; time.sleep(60)'], {{}}, {str(tmp_path / 'c.log')!r})
         open({str(pidfile)!r}, 'w').write(str(p.pid))
@@ -315,7 +315,7 @@ def test_orphaned_workers_die_when_the_launcher_is_killed(tmp_path: Path) -> Non
     log = tmp_path / "k.log"
     code = f"""
         import time, sys
-        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
         from msopt.engines.process import start_process
         p = start_process({py(ORPHAN_KIDS)!r}, {{}}, {str(log)!r})
         open({str(pidfile)!r}, 'w').write(str(p.pid))

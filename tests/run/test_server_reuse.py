@@ -490,7 +490,7 @@ def test_launch_costs_from_a_simulated_evaluation() -> None:
     """The simulator's modelled start-up and the simulated benchmark's duration, both simulated seconds."""
     from msopt.run.pool import LaunchCosts
 
-    settings = load_settings(Path(__file__).resolve().parents[1] / "configs" / "quickstart.toml", environ={})
+    settings = load_settings(Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml", environ={})
     ev = Evaluator(settings, simulate=True)
     space = SearchSpace.from_settings(settings)
     r = ev.evaluate(EvalRequest(0, "baseline", None, 0, tuple(space.default_position().tolist())))
@@ -529,7 +529,7 @@ def test_route_starts_rather_than_wait_when_a_measurement_outlasts_two_starts() 
 def _capacity_run(write_toml, workers: int, *, evaluator_factory=None, name: str = "cfg.toml"):
     """A simulated run (no noise) whose capacity stage probes three configurations of three server keys."""
     from msopt.run.driver import Driver
-    from tests.test_capacity import CFG
+    from tests.run.test_capacity import CFG
 
     text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 4",
                       load="concurrency = 4", extra="")
@@ -598,7 +598,7 @@ def test_a_fault_during_a_probe_by_server_key_is_run_again(write_toml) -> None:
     def factory(k: int):
         return Faulty(settings, actor=f"worker-{k}", devices=[])
 
-    from tests.test_capacity import CFG
+    from tests.run.test_capacity import CFG
 
     text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 4",
                       load="concurrency = 4", extra="")
@@ -614,7 +614,7 @@ def test_by_server_key_a_launch_budget_is_shared_between_the_configurations(writ
     """One worker, a budget that cannot pay every probe: each configuration may spend an equal share of
     the launches left when the stage begins (the better ranks get the remainder), and no more."""
     from msopt.run.driver import Driver
-    from tests.test_capacity import CFG
+    from tests.run.test_capacity import CFG
 
     text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 6",
                       load="concurrency = 4", extra="")

@@ -16,7 +16,7 @@ from msopt.cli.main import main
 from msopt.errors import ConfigError
 from msopt.run.validate import load
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT.parent / "shared" / "traces"
 H100 = {"nvidia-smi": "\n".join(["NVIDIA H100 80GB HBM3, 81559 MiB"] * 8)}
 

@@ -37,7 +37,7 @@ from msopt.report import (
 from msopt.run.store import RunStore
 from msopt.space import DecodeContext, SearchSpace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PNGS = (FITNESS_PNG, PARALLEL_PNG, PARETO_PNG)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NASTY = ["$(id)", "; touch pwned", "it's \"quoted\" `id` $HOME\\n"]

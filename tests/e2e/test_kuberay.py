@@ -12,7 +12,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is in the test extra: pip install -e '.[test]'")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KUBERAY = ROOT / "configs" / "kuberay"
 #: The device plugins' resource names and the Ray resource msopt reserves for each ([cluster] accelerator).
 DEVICES = {"huawei.com/Ascend910": "NPU", "nvidia.com/gpu": "GPU"}

@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e import readme
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
 

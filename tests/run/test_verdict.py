@@ -9,7 +9,7 @@ from msopt.evaluate.results import EvaluationResult
 from msopt.run.validate import load
 from msopt.run.verdict import make_verdict
 
-QUICK = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.toml")  # TTFT 2.5 s, TPOT 20 ms
+QUICK = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml")  # TTFT 2.5 s, TPOT 20 ms
 
 
 def result(eval_id: int, phase: str, ttft: float, tpot: float, speed: float, *, ok: float = 1.0,

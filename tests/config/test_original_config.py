@@ -65,7 +65,7 @@ def test_validate_says_what_it_read_in_the_original_spelling():
     assert notes[1].endswith("'MAX_NUM_BATCHED_TOKENS' (config_position = \"env\") rendered as "
                              "--max-num-batched-tokens, as the original tool's vLLM command did")
     assert "'MAX_NUM_SEQS'" in notes[2]
-    plain = msopt("validate", "-c", str(Path(__file__).parent.parent / "configs" / "quickstart.toml"))
+    plain = msopt("validate", "-c", str(Path(__file__).parents[2] / "configs" / "quickstart.toml"))
     assert plain.returncode == 0 and "original tool" not in plain.stdout
 
 
@@ -308,7 +308,7 @@ def _keys(table, prefix=""):
 def test_migrating_md_takes_every_key_and_flag_of_the_original():
     from msopt.config import read_toml
 
-    doc = (Path(__file__).parent.parent / "docs" / "migrating.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "migrating.md").read_text(encoding="utf-8")
 
     def absent(words):
         return sorted(w for w in words if not re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", doc))
