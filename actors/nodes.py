@@ -19,7 +19,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import ManagedProcess, staged_files, start_process
 from msopt.errors import EvaluationError
 

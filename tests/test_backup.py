@@ -15,7 +15,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import BACKUP_SUFFIX
 from msopt.errors import EvaluationError
 from msopt.evaluate.backup import write_backup

@@ -46,7 +46,7 @@ def test_pace_follows_the_simulator() -> None:
 
 
 def test_pace_matches_the_embedded_simulator_at_batch_one() -> None:
-    from msopt.engines.base import LaunchSpec
+    from msopt.engines.launch import LaunchSpec
     from msopt.sim import knobs_from_launch, simulate
 
     argv = ["Qwen/Qwen3-8B", "--tensor-parallel-size", "2", "--max-num-seqs", "8"]

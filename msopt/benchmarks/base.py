@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.checks import is_int, is_number
-from msopt.engines.base import LaunchSpec, format_value, plain
+from msopt.engines.launch import LaunchSpec, format_value, plain
 from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import METRICS
 from msopt.registry import Registry

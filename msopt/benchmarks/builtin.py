@@ -35,7 +35,7 @@ from msopt.benchmarks.base import (
 )
 from msopt.checks import is_int, is_number
 from msopt.config import thaw
-from msopt.engines.base import LaunchSpec, env_fields
+from msopt.engines.launch import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import METRICS, PERCENTILES
 from msopt.space.fields import FieldDecl

@@ -18,7 +18,7 @@ from msopt.benchmarks.base import (
     server_values,
 )
 from msopt.checks import is_number
-from msopt.engines.base import (
+from msopt.engines.launch import (
     LaunchSpec,
     check_repeated_flags,
     command_str,

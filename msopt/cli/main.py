@@ -110,7 +110,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"original tool: {line}")
     from msopt.engines.rules import advisories
 
-    for line in advisories(settings.engine, settings.fields, settings.section(settings.engine)):
+    for line in advisories(checked.engine.advisories, settings.fields, settings.section(settings.engine)):
         print(f"warning: {line}")
     return 0
 

@@ -20,10 +20,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_int, is_number
-from msopt.engines.base import (
-    ENGINES,
+from msopt.engines.base import ENGINES, EngineAdapter
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
+from msopt.engines.health_sources import MINDIE_SOURCES
+from msopt.engines.launch import (
     UNPLACED,
-    EngineAdapter,
     LaunchSpec,
     TrialNode,
     command_str,
@@ -36,9 +38,6 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
-from msopt.engines.health_sources import MINDIE_SOURCES
 from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie_original import refuse_mindie_pd
 from msopt.engines.rules.mindie import RULES as MINDIE_RULES

@@ -12,9 +12,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from msopt.engines.base import ENGINES, LaunchSpec, TrialNode
-from msopt.engines.cmdline import CommandLineAdapter, int_flag
+from msopt.engines.base import ENGINES
+from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.health_sources import SGLANG_SOURCES
+from msopt.engines.launch import LaunchSpec, TrialNode, int_flag
 from msopt.engines.pd import (
     ROLES,
     PdLaunch,

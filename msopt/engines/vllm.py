@@ -26,20 +26,21 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from msopt.engines.base import (
-    ENGINES,
+from msopt.engines.base import ENGINES
+from msopt.engines.cmdline import CommandLineAdapter
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
+from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
+from msopt.engines.launch import (
     LaunchSpec,
     TrialNode,
     check_repeated_flags,
     command_table,
     flag_name,
+    int_flag,
     split_others,
     value_of,
 )
-from msopt.engines.cmdline import CommandLineAdapter, int_flag
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
-from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.rules.vllm import RULES as VLLM_RULES
 from msopt.errors import ConfigError, EvaluationError

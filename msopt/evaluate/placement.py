@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msopt.config import Settings
-from msopt.engines.base import TrialNode
+from msopt.engines.launch import TrialNode
 from msopt.errors import ConfigError, MsoptError
 
 

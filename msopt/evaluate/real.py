@@ -182,7 +182,7 @@ class RealRunner(EngineRunner):
         specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
                                          nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
         spec = specs[0]
-        check_rules(spec, values, self.engine_section)
+        check_rules(spec, values, self.engine_section, rules=self.engine.startup_rules)
         lease_blocks(spec.env, lease)  # this node's HCCL blocks, held as the trial's other ports
         self._check_cpu(spec)
         if len(specs) > 1 and self.ctx.launcher is None:
@@ -241,7 +241,7 @@ class RealRunner(EngineRunner):
         timeout = settings.config.run.particles_time_out
         try:
             for spec in (*launch.prefill, *launch.decode):
-                check_rules(spec, values, inner)
+                check_rules(spec, values, inner, rules=self.engine.startup_rules)
         except EvaluationError:
             if self.ctx.run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.config import Settings
 from msopt.engines import EngineAdapter
-from msopt.engines.base import LaunchSpec, TrialNode
+from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.evaluate.results import EvalRequest
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.engines.base import EngineAdapter, LaunchSpec, TrialNode
+from msopt.engines.base import EngineAdapter
+from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError

@@ -22,7 +22,8 @@ from typing import Any
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
-from msopt.engines.base import EngineAdapter, LaunchSpec, TrialNode
+from msopt.engines.base import EngineAdapter
+from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError

@@ -25,7 +25,7 @@ from typing import Any
 
 from msopt.config import Settings, thaw
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.base import LaunchSpec, flag_name
+from msopt.engines.launch import LaunchSpec, flag_name
 from msopt.engines.process import port_free
 from msopt.errors import MsoptError
 from msopt.space import SearchSpace

@@ -19,7 +19,7 @@ from msopt.errors import SimulationError
 from msopt.registry import Registry
 
 if TYPE_CHECKING:
-    from msopt.engines.base import LaunchSpec
+    from msopt.engines.launch import LaunchSpec
     from msopt.sim.knobs import EngineKnobs
     from msopt.sim.perf import MemoryPlan
     from msopt.sim.specs import ModelSpec

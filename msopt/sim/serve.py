@@ -109,7 +109,7 @@ def _catalog_model(model: str, explicit: str | None) -> str:
 
 def _step_cost(opts: SimServeOptions, argv: Sequence[str]) -> Any:
     """The simulator's step-time model for the engine this command line describes."""
-    from msopt.engines.base import LaunchSpec
+    from msopt.engines.launch import LaunchSpec
     from msopt.errors import MsoptError
     from msopt.sim import knobs_from_launch, load_hardware, load_model
     from msopt.sim.perf import StepCost

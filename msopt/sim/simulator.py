@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from msopt.checks import is_int, is_number
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch, load_overrides

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
 from msopt.engines.cpu import CpuFacts, check_cpu_trial, parse_ids, workers
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import RefusedError
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from msopt.benchmarks import get_benchmark
 from msopt.engines import ENGINES, EngineAdapter, LaunchSpec, get_engine
-from msopt.engines.base import format_value, substitute
+from msopt.engines.launch import format_value, substitute
 from msopt.errors import ConfigError, EvaluationError, RegistryError
 from msopt.space.fields import FieldDecl, parse_field
 

@@ -17,7 +17,7 @@ import pytest
 
 from msopt.engines import get_engine
 from msopt.engines import mindie as mindie_mod
-from msopt.engines.base import TrialNode
+from msopt.engines.launch import TrialNode
 from msopt.engines.mindie_install import find_install
 from msopt.engines.process import free_port, launched
 from msopt.errors import ConfigError, EvaluationError

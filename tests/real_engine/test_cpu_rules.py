@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
 from msopt.engines.cpu import CpuFacts, check_cpu_trial
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import free_port, start_process
 from msopt.errors import RefusedError
 from tests.real_engine.conftest import VllmCpu

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
 from msopt.sim import EngineKnobs, benchmark_overrides, knobs_from_launch
 

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
 from msopt.sim import EngineKnobs, simulate, simulate_launch
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import RefusedError
 from msopt.space.fields import FieldDecl
 
@@ -145,17 +145,10 @@ class Rule:
     version: str
 
 
-def rules_for(engine: str) -> tuple[Rule, ...]:
-    """The start-up rules the adapter registered as ``engine`` declares (none for an unknown name)."""
-    from msopt.engines.base import ENGINES
-
-    return tuple(ENGINES.get(engine).startup_rules) if engine in ENGINES else ()
-
-
-def broken_rule(candidate: Candidate, rules: Sequence[Rule] | None = None) -> tuple[Rule, str] | None:
-    """The first of ``rules`` (default: those of the candidate's engine) the candidate breaks,
-    with the engine's message, or None."""
-    for rule in rules_for(candidate.spec.engine) if rules is None else rules:
+def broken_rule(candidate: Candidate, rules: Sequence[Rule]) -> tuple[Rule, str] | None:
+    """The first of ``rules`` (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`)
+    the candidate breaks, with the engine's message, or None."""
+    for rule in rules:
         message = rule.refuses(candidate)
         if message is not None:
             return rule, message
@@ -163,8 +156,8 @@ def broken_rule(candidate: Candidate, rules: Sequence[Rule] | None = None) -> tu
 
 
 def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[str, Any], *,
-                model: ModelFacts | None = None, environ: Mapping[str, str] | None = None,
-                rules: Sequence[Rule] | None = None) -> None:
+                rules: Sequence[Rule], model: ModelFacts | None = None,
+                environ: Mapping[str, str] | None = None) -> None:
     """Raise :class:`RefusedError` (the engine's message, the rule id) for a refused candidate.
 
     Args:
@@ -173,8 +166,7 @@ def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[st
         section: the engine's section.
         model: facts of the model; default: read from ``<spec.model>/config.json`` when local.
         environ: the server's environment; default: this process's plus ``spec.env``.
-        rules: the rules to check (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`);
-            default: those of the adapter registered as ``spec.engine``.
+        rules: the rules to check (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`).
     """
     env = {**(os.environ if environ is None else environ), **spec.env}
     cand = Candidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
@@ -205,13 +197,11 @@ class Advisory:
     version: str
 
 
-def advisories(engine: str, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> list[str]:
-    """The warnings of the advisories the adapter registered as ``engine`` declares
-    (:attr:`~msopt.engines.base.EngineAdapter.advisories`) for this configuration, each naming its source."""
-    from msopt.engines.base import ENGINES
-
+def advisories(declared: Sequence[Advisory], fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> list[str]:
+    """The warnings of the ``declared`` advisories (an adapter's
+    :attr:`~msopt.engines.base.EngineAdapter.advisories`) for this configuration, each naming its source."""
     out = []
-    for adv in ENGINES.get(engine).advisories if engine in ENGINES else ():
+    for adv in declared:
         text = adv.warns(fields, section)
         if text is not None:
             out.append(f"{text} [advisory {adv.id}, {adv.source}, {adv.version}]")

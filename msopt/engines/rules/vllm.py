@@ -87,7 +87,7 @@ _ASCEND_SOURCE = "vllm_ascend/utils.py:1402-1406 (refresh_block_size)"
 
 
 def _ascend_block_size(fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> str | None:
-    from msopt.engines.base import command_table, split_others
+    from msopt.engines.launch import command_table, split_others
     from msopt.engines.vllm import target
 
     if target(section)[0] != "ascend":
