@@ -43,22 +43,12 @@ from msopt.engines.launch import (
 )
 from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.rules.vllm import RULES as VLLM_RULES
+from msopt.engines.vllm_target import ASCEND_RELEASES, VLLM_VERSIONS, target
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
 FLAGS_DIR = Path(__file__).with_name("flags")
-#: vLLM versions with a flag table (msopt/engines/flags/vllm-<version>.txt)
-VLLM_VERSIONS = ("0.23.0", "0.25.1", "0.26.0", "0.27.1", "0.33.0")
-#: the vLLM version msopt's rules and docs are written for when ``[vllm] version`` is not set
-DEFAULT_VERSION = "0.33.0"
-PLATFORMS = ("cuda", "ascend")
-#: vLLM version -> the vllm-ascend release built on it (each release's Dockerfile ``ARG VLLM_TAG``): the stable
-#: 0.23.0.post1 (the package index's newest, and the default on ascend), then the release candidates users run:
-#: tag v0.25.1rc1, branch releases/v0.26.0rc at cf0baa38 and main at 182b75ea (vllm-project/vllm-ascend,
-#: 2026-08-22), which the package index does not serve (their key tables come from ``git archive``).
-ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1", "0.25.1": "0.25.1rc1", "0.26.0": "0.26.0rc-cf0baa38",
-                                   "0.27.1": "main-182b75ea"})
 #: keys older vllm-ascend releases read, gone by 0.23.0.post1 (vllm-ascend PRs #4814 "Drop torchair",
 #: #4623 "Drop ascend scheduler"); still in many guides
 REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 dropped torchair",
@@ -142,25 +132,6 @@ def check_installed_additional_config(argv: Sequence[str], version_text: str) ->
     except ConfigError as exc:
         return False, f"{exc} (the installed vLLM {version} is vllm-ascend {release}'s)"
     return True, f"every --additional-config key is read by vllm-ascend {release} (installed vLLM {version})"
-
-
-def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
-    """``([vllm] platform, [vllm] version)``; the version is None when unset (not checked at load time),
-    except on ascend, where it defaults to the one vLLM version msopt knows vllm-ascend for."""
-    platform = section.get("platform", "cuda")
-    if platform not in PLATFORMS:
-        raise ConfigError(f"[vllm] 'platform' must be one of {', '.join(PLATFORMS)}, got {platform!r}; "
-                          "\"ascend\" is vllm-ascend")
-    version = section.get("version")
-    if platform == "ascend" and version is None:
-        version = next(iter(ASCEND_RELEASES))
-    if version is not None and version not in VLLM_VERSIONS:
-        raise ConfigError(f"[vllm] 'version' {version!r} has no flag table in msopt; valid: {', '.join(VLLM_VERSIONS)} "
-                          "(scripts/engine_flags.py makes one from a wheel)")
-    if platform == "ascend" and version not in ASCEND_RELEASES:
-        raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
-                          f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")
-    return str(platform), (str(version) if version is not None else None)
 
 
 def is_vllm_serve(exe: Sequence[str]) -> bool:
