@@ -55,7 +55,7 @@ from msopt.sim.calibrate import (  # noqa: E402
     simulate_measurements,
 )
 from msopt.sim.perf import StepCost  # noqa: E402
-from msopt.sim.specs import Hardware  # noqa: E402
+from msopt.sim.spec_types import Hardware  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data"  # copies of the reference CSVs
 FILES = {"vllm": "vllm_measured_qwen3_32b_h100.csv", "sglang": "sglang_measured_qwen3_32b_h100.csv"}

@@ -128,8 +128,8 @@ class InitChoice:
 def _model(model: str) -> tuple[Any, str, str, str, bool]:
     """(spec, weight dtype, what the engine serves: the directory or the hub id, [simulator] model,
     whether weight files are there)."""
-    from msopt.sim.hf_config import config_path, read_config_model
-    from msopt.sim.specs import list_models, load_model
+    from msopt.sim.hf_config import config_path
+    from msopt.sim.specs import list_models, load_model, read_config_model
 
     path = config_path(model)
     if path is not None:
@@ -223,7 +223,7 @@ def _pow2_at_least(n: int) -> int:
 
 def layout(spec: Any, weight_dtype: str, machine: Machine, choice: InitChoice) -> None:
     """tp and pp candidates the model and the devices admit (see the module docstring)."""
-    from msopt.sim.specs import DTYPE_BYTES
+    from msopt.sim.spec_types import DTYPE_BYTES
 
     n = machine.devices
     heads, kv, layers = spec.heads, spec.kv_heads, spec.layers
@@ -509,7 +509,7 @@ def _vllm(doc: _Doc, choice: InitChoice, engine: str, spec: Any, machine: Machin
         doc.comment('version = "0.33.0"   # check the fields and `others` against that flag table at load time')
     doc.key("wait_start_time", 600 if cpu else 900, "seconds for the server to answer /health")
     if cpu:
-        from msopt.sim.specs import DTYPE_BYTES
+        from msopt.sim.spec_types import DTYPE_BYTES
 
         kv_gib = max(1, math.ceil(spec.kv_bytes_per_token() * context * 32 / DTYPE_BYTES["bf16"] / 2**30))
         doc.table("vllm.env")

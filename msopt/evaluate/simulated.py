@@ -81,7 +81,7 @@ class SimulatorSetup:
                 raise ConfigError(f"{where(key)}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
         from msopt.sim import load_hardware, load_model, workload_from_mapping
         from msopt.sim.simulator import SIM_KEYS
-        from msopt.sim.specs import DTYPE_BYTES
+        from msopt.sim.spec_types import DTYPE_BYTES
 
         for key in table:
             if key not in SIM_KEYS:
@@ -202,7 +202,7 @@ SIM_LOAD_GB_S = 2.0
 
 def simulated_start_s(params_b: float, weight_dtype: str) -> float:
     """Simulated seconds one server start takes: :data:`SIM_STARTUP_BASE_S` + weights / :data:`SIM_LOAD_GB_S`."""
-    from msopt.sim.specs import DTYPE_BYTES
+    from msopt.sim.spec_types import DTYPE_BYTES
 
     return round(SIM_STARTUP_BASE_S + params_b * DTYPE_BYTES.get(weight_dtype, 2.0) / SIM_LOAD_GB_S, 3)
 

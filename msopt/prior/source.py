@@ -103,7 +103,8 @@ def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]
 
 def _model(settings: Settings, dirs: Sequence[str]) -> tuple[str | None, str, str | None]:
     """(the [simulator] model value, where it came from, the config's weight dtype) or (None, why, None)."""
-    from msopt.sim.hf_config import config_path, read_config_model
+    from msopt.sim.hf_config import config_path
+    from msopt.sim.specs import read_config_model
 
     table = settings.section("simulator")
     if user_set(settings, "model"):

@@ -24,7 +24,8 @@ from msopt.sim.knobs import EngineKnobs
 from msopt.sim.personality import PERSONALITIES, get_personality, known
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate
-from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_hardware, load_model
+from msopt.sim.spec_types import ENGINE_KEYS, Hardware, ModelSpec
+from msopt.sim.specs import list_models, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 METRICS = ("ttft", "tpot", "tokens_per_s")

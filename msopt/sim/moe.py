@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
-from msopt.sim.specs import Hardware, ModelSpec, dtype_bytes
+from msopt.sim.spec_types import Hardware, ModelSpec, dtype_bytes
 
 
 @dataclass(frozen=True)

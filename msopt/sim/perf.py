@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.moe import MoeCost, layout_of
-from msopt.sim.specs import Hardware, ModelSpec, dtype_bytes
+from msopt.sim.spec_types import Hardware, ModelSpec, dtype_bytes
 
 GIB = float(1 << 30)
 

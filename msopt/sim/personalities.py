@@ -11,7 +11,7 @@ from msopt.engines.launch import LaunchSpec
 from msopt.sim.knobs import EngineKnobs, knobs_mindie, knobs_sglang, knobs_vllm, sglang_mem_fraction, vllm_launch_knobs
 from msopt.sim.perf import MemoryPlan
 from msopt.sim.personality import PERSONALITIES, Personality
-from msopt.sim.specs import ModelSpec
+from msopt.sim.spec_types import ModelSpec
 
 #: MindIE's ``ModelDeployConfig.maxSeqLen`` when config.json leaves it out.
 _MINDIE_DEFAULT_MAX_SEQ_LEN = 2560

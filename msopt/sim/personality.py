@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from msopt.engines.launch import LaunchSpec
     from msopt.sim.knobs import EngineKnobs
     from msopt.sim.perf import MemoryPlan
-    from msopt.sim.specs import ModelSpec
+    from msopt.sim.spec_types import ModelSpec
 
 
 class Personality:

@@ -18,7 +18,8 @@ from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, known
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.spec import SpecStepCost, speculation_of
-from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
+from msopt.sim.spec_types import DTYPE_BYTES, Hardware, ModelSpec
+from msopt.sim.specs import load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 #: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
