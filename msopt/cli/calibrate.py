@@ -75,7 +75,8 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     from msopt.run.store import CONFIG, JOURNAL, RunStore
     from msopt.run.validate import load
     from msopt.sim.calibrate import Measurement
-    from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
+    from msopt.sim.knobs import benchmark_overrides
+    from msopt.sim.personality import knobs_from_launch
     from msopt.sim.workload import workload_from_mapping
 
     if not (run_dir / JOURNAL).is_file() or not (run_dir / CONFIG).is_file():

@@ -186,7 +186,8 @@ class SimulatorPrior:
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
         from msopt.sim.calibrate import simulate_memo
-        from msopt.sim.knobs import knobs_from_launch, load_overrides
+        from msopt.sim.knobs import load_overrides
+        from msopt.sim.personality import knobs_from_launch
         from msopt.sim.simulator import simulate_pools
 
         try:
@@ -271,7 +272,7 @@ class SimulatorPrior:
         line before a refit starts. Returns whether a refit happened (it needs two measured
         configurations)."""
         from msopt.sim.calibrate import Measurement, fit_hardware
-        from msopt.sim.knobs import knobs_from_launch
+        from msopt.sim.personality import knobs_from_launch
         from msopt.sim.specs import entry_path
 
         self.refit_note = None

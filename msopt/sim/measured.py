@@ -27,6 +27,7 @@ from typing import Any
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.sim.calibrate import Measurement
+from msopt.sim.personality import get_personality, resolved
 from msopt.sim.spec_types import ModelSpec
 from msopt.sim.specs import load_hardware, load_model
 
@@ -282,7 +283,7 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
     try:
         knobs = get_knobs(engine, argv)
         if engine == "sglang" and knobs.memory_fraction is None and \
-                (knobs.resolved(hw.hbm_gib).memory_fraction or 0.0) < MIN_SGLANG_FRACTION:
+                (resolved(knobs, hw.hbm_gib).memory_fraction or 0.0) < MIN_SGLANG_FRACTION:
             # SGLang's default reserves 1.5 x the chunk size: with the recipes' huge chunks it leaves
             # nothing, so their launches set --mem-fraction-static, which the schema does not carry
             argv += ["--mem-fraction-static", str(ASSUMED_SGLANG_FRACTION)]
@@ -325,8 +326,6 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
 
 def get_knobs(engine: str, argv: Sequence[str]) -> Any:
     """The engine knobs of a server command line (layout included)."""
-    from msopt.sim.personality import get_personality
-
     knobs = get_personality(engine).knobs_from_argv(list(argv))
     if knobs is None:
         raise ConfigError(f"engine {engine!r} takes no command line")

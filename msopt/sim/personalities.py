@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from msopt.engines.launch import LaunchSpec
 from msopt.sim.knobs import EngineKnobs, knobs_mindie, knobs_sglang, knobs_vllm, sglang_mem_fraction, vllm_launch_knobs
-from msopt.sim.perf import MemoryPlan
+from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import PERSONALITIES, Personality
 from msopt.sim.spec_types import ModelSpec
 
