@@ -31,6 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from msopt.sim.serve import SimServer, parse_options, step_cost
+
 #: MindIE's own lines (http_server.cpp:404, 444; config_manager_impl.cpp:313; llm_daemon.cpp:319).
 PORT_OCCUPIED = "Management or Business or Metrics Http server listen port is occupied"
 PORT_INVALID = "Management or Business or Metrics port is invalid."
@@ -95,8 +97,6 @@ def port_used(host: str, port: int) -> bool:
 
 def _sim_options(doc: Mapping[str, Any], args: argparse.Namespace) -> Any:
     """sim-serve's options from the config.json's scheduler and model keys."""
-    from msopt.sim.serve import parse_options
-
     backend = doc.get("BackendConfig", {})
     schedule = backend.get("ScheduleConfig", {})
     deploy = backend.get("ModelDeployConfig", {})
@@ -158,9 +158,7 @@ def serve_mindie(argv: Sequence[str]) -> int:
 async def _run(plan: Sequence[tuple[str, int, tuple[str, ...]]], opts: Any) -> int:
     from aiohttp import web
 
-    from msopt.sim.serve import SimServer, _step_cost
-
-    opts = replace(opts, cost=_step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
+    opts = replace(opts, cost=step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
                                                 "--pipeline-parallel-size", str(opts.pipeline_parallel_size),
                                                 "--max-num-batched-tokens", str(opts.max_num_batched_tokens),
                                                 "--max-num-seqs", str(opts.max_num_seqs)]))
