@@ -40,6 +40,7 @@ from msopt.engines.launch import (
 )
 from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie_original import refuse_mindie_pd
+from msopt.engines.process import BACKUP_SUFFIX
 from msopt.engines.rules.mindie import RULES as MINDIE_RULES
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
@@ -274,8 +275,6 @@ def load_config(section: Mapping[str, Any], *, missing_ok: bool = False) -> tupl
     if not isinstance(raw, str):
         raise ConfigError(f"[mindie] 'config_path' must be a path string, got {raw!r}")
     path = Path(raw).expanduser()
-    from msopt.engines.process import BACKUP_SUFFIX
-
     backup = path.with_name(path.name + BACKUP_SUFFIX)
     source = backup if backup.exists() else path  # a run that died left its edit; start from the original
     if missing_ok and not source.exists():

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from msopt.engines import ENGINES
 from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
 from msopt.registry import Registry
@@ -119,16 +120,12 @@ def known(name: str) -> bool:
 
 def personality_of_engine(engine: str) -> Personality | None:
     """The personality that models the engine registered as ``engine``, None when none does."""
-    from msopt.engines import ENGINES
-
     name = ENGINES.get(engine).sim_personality if engine in ENGINES else None
     return get_personality(name) if name is not None else None
 
 
 def modelled_engines() -> list[str]:
     """The registered engines a personality models."""
-    from msopt.engines import ENGINES
-
     return [n for n in ENGINES.names() if ENGINES.get(n).sim_personality is not None]
 
 

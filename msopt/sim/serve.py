@@ -30,7 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import is_int
+from msopt.engines.launch import LaunchSpec
+from msopt.errors import MsoptError
+from msopt.sim.perf import StepCost
+from msopt.sim.personality import knobs_from_launch
 from msopt.sim.rendezvous import Placement, follow, lead, placement
+from msopt.sim.specs import list_models, load_hardware, load_model
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 
@@ -102,19 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _catalog_model(model: str, explicit: str | None) -> str:
     if explicit:
         return explicit
-    from msopt.sim import list_models
-
     name = model.rstrip("/").rsplit("/", 1)[-1].lower()
     return name if name in list_models() else "qwen3-8b"
 
 
 def step_cost(opts: SimServeOptions, argv: Sequence[str]) -> Any:
     """The simulator's step-time model for the engine this command line describes."""
-    from msopt.engines.launch import LaunchSpec
-    from msopt.errors import MsoptError
-    from msopt.sim import knobs_from_launch, load_hardware, load_model
-    from msopt.sim.perf import StepCost
-
     try:
         hw, model = load_hardware(opts.hardware), load_model(opts.sim_model)
         knobs = knobs_from_launch(LaunchSpec(engine="vllm", argv=("vllm", "serve", *argv)))

@@ -15,6 +15,7 @@ from msopt.sim.engine import run_replica
 from msopt.sim.knobs import EngineKnobs, benchmark_overrides, load_overrides
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.moe import layout_of, layout_problem
+from msopt.sim.pd import Pool, simulate_pd
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, get_personality, knobs_from_launch, known, resolved
 from msopt.sim.result import SimResult, failed, summarize
@@ -349,8 +350,6 @@ def simulate_pools(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, i
                    noise: float = 0.0) -> SimResult:
     """:func:`simulate_disaggregated` on loaded inputs: the one simulation of a disaggregated trial that an
     evaluation and the simulator prior (with its refitted ``hw``) both run."""
-    from msopt.sim.pd import Pool, simulate_pd
-
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)

@@ -11,6 +11,7 @@ import numpy as np
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError
+from msopt.workload import Trace, TraceCounts
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
@@ -79,8 +80,6 @@ class Workload:
         whole trace, read once per workload (kept on the instance: with_overrides builds a new one)."""
         cached = self.__dict__.get("_trace_cache")
         if cached is None:
-            from msopt.workload import Trace, TraceCounts
-
             assert self.trace is not None
             opts = {k: self.trace[k] for k in TRACE_KEYS[1:] if k in self.trace}
             if "window" in opts:
