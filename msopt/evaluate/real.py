@@ -25,6 +25,7 @@ from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.cpu import CpuFacts, check_cpu_trial
 from msopt.engines.hccl import lease_blocks
+from msopt.engines.pd import without_pd
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
 from msopt.errors import EvaluationError, RetryableError
@@ -228,8 +229,6 @@ class RealRunner(EngineRunner):
                     server_log: Path, bench_log: Path, lease: PortLease) -> dict[str, Any]:
         """A prefill/decode-disaggregated trial: every instance (each ready), then the router, then the
         benchmark against the router; any process that ends fails the trial, and all are stopped."""
-        from msopt.engines.pd import without_pd
-
         settings = self.settings
         if len(self.ctx.nodes) > 1:
             raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "

@@ -17,6 +17,7 @@ from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.simulated import render_pd_trial
+from msopt.sim import load_model
 
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]
 
@@ -54,8 +55,6 @@ class CandidateScreen:
         sim = settings.config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
-            from msopt.sim import load_model
-
             table = settings.section("simulator") if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
