@@ -152,3 +152,12 @@ def test_a_circle_is_found() -> None:
     """The check above can fail: a circle of three, and one through a function-level import."""
     assert import_circles([("a", "b", False), ("b", "c", False), ("c", "a", True), ("c", "d", False)]) == [["a", "b", "c"]]
     assert import_circles([("a", "b", False), ("b", "c", False)]) == []
+
+
+def test_function_level_imports_are_for_optional_dependencies_only() -> None:
+    """An msopt or actors module is imported inside a function only where that keeps Ray out of a run
+    without it (the CLI's imports of actors/: `msopt validate` and --no-ray runs never import Ray) and in
+    the console script's wrapper msopt.cli.main(), whose name is its submodule's."""
+    lazy = {(a, b) for a, b, in_function in import_edges() if in_function}
+    allowed = {(a, b) for a, b in lazy if a.startswith("msopt.cli") and b.startswith("actors")}
+    assert lazy - allowed - {("msopt.cli", "msopt.cli.main")} == set()
