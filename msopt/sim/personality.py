@@ -54,6 +54,16 @@ class Personality:
     #: earlier prompt computed skips their prefill (blocks kept while free, least recently used
     #: evicted first). Off by default: a personality that models it says so.
     prefix_caching: bool = False
+    #: Admission reserves each request's prompt and its whole remaining output, as MindIE does with
+    #: ``maxPreemptCount`` 0 (which any personality gets from that knob) and SGLang always does for
+    #: fixed-length requests.
+    reserves_whole_output: bool = False
+    #: The engine holds a batch back up to ``max_queue_delay_s`` (MindIE ``maxQueueDelayMicroseconds``);
+    #: otherwise that knob means nothing.
+    holds_queue_delay: bool = False
+    #: A prefill batch stops adding requests once its prompt tokens reach ``max_prefill_tokens``, this
+    #: being its default (SGLang ``--max-prefill-tokens``); None: no such bound.
+    prefill_token_cap: int | None = None
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs | None:
         """The knobs of a server command line; None when this engine's knobs do not come from one."""
