@@ -23,7 +23,7 @@ from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
 
-TEMPLATE = Path(__file__).parent.parent / "msopt" / "engines" / "mindie_config.json"
+TEMPLATE = Path(__file__).parent.parent / "msopt" / "engines" / "mindie" / "config.json"
 
 MINDIE = """
 engine = "mindie"

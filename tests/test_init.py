@@ -135,7 +135,7 @@ def _flags_are_in_their_tables(engine: str, text: str) -> None:
     doc = tomllib.loads(text)
     section = "mindie" if engine == "mindie" else "sglang" if engine == "sglang" else "vllm"
     if section == "mindie":  # every config_position is a key path of MindIE's config.json
-        template = json.loads((ROOT / "msopt/engines/mindie_config.json").read_text())
+        template = json.loads((ROOT / "msopt/engines/mindie/config.json").read_text())
         for f in doc["mindie"]["target_field"]:
             node = template
             *parents, last = f["config_position"].split(".")

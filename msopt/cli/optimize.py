@@ -14,7 +14,7 @@ from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings
 from msopt.engines.installed import installed_baseline
-from msopt.engines.mindie_original import MINDIE_PD_UNSUPPORTED
+from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
 from msopt.report.outputs import write_outputs
 from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store

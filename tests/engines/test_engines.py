@@ -216,7 +216,7 @@ def test_unknown_engine_lists_valid_ones() -> None:
 def mindie_config(tmp_path: Path) -> Path:
     path = tmp_path / "conf" / "config.json"
     path.parent.mkdir()
-    doc = json.loads((Path(__file__).parents[2] / "msopt/engines/mindie_config.json").read_text())
+    doc = json.loads((Path(__file__).parents[2] / "msopt/engines/mindie/config.json").read_text())
     doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"].append({"tp": 1, "modelName": "b"})
     path.write_text(json.dumps(doc))
     return path

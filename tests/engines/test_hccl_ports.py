@@ -14,7 +14,7 @@ from msopt.engines.hccl import hccl_env, in_force, lease_blocks
 from msopt.engines.process import PortLease
 from msopt.errors import EvaluationError
 
-TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")  # msopt's built-in template
+TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
 
 
 def _blocks(env: dict[str, str]) -> tuple[set[int], set[int]]:

@@ -38,10 +38,10 @@ from msopt.engines.launch import (
     value_of,
     wait_start_time,
 )
-from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
-from msopt.engines.mindie_original import refuse_mindie_pd
+from msopt.engines.mindie.install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
+from msopt.engines.mindie.original import refuse_mindie_pd
+from msopt.engines.mindie.rules import RULES as MINDIE_RULES
 from msopt.engines.process import BACKUP_SUFFIX
-from msopt.engines.rules.mindie import RULES as MINDIE_RULES
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from msopt.config import Settings
 
 #: The built-in minimal config.json, used when ``[mindie] config_path`` is not set (simulation).
-TEMPLATE_PATH = Path(__file__).with_name("mindie_config.json")
+TEMPLATE_PATH = Path(__file__).with_name("config.json")
 
 PORT_PATH = ("ServerConfig", "port")
 HOST_PATH = ("ServerConfig", "ipAddress")
@@ -331,7 +331,7 @@ class MindieAdapter(EngineAdapter):
         return target
 
     def check_settings(self, settings: Settings) -> None:
-        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`);
+        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie.original.refuse_mindie_pd`);
         ``config_env = false`` (one config.json edited in place) with room for two trials on a node is refused."""
         refuse_mindie_pd(settings)
         section = settings.section(self.name)
