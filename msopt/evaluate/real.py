@@ -23,11 +23,11 @@ from typing import Any
 from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
-from msopt.engines.cpu import CpuFacts, check_cpu_trial
 from msopt.engines.hccl import lease_blocks
 from msopt.engines.pd import without_pd
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
+from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
@@ -274,7 +274,7 @@ class RealRunner(EngineRunner):
 
     def _check_cpu(self, spec: LaunchSpec) -> None:
         """``[cluster] accelerator = "cpu"``: the trial's cores and this node's NUMA nodes hold the launch
-        (:mod:`msopt.engines.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
+        (:mod:`msopt.engines.vllm.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
         ternary_factories product, else 1; the Ray pool reserves as many)."""
         cluster = self.settings.config.cluster
         if not cluster.cpu:

@@ -25,11 +25,11 @@ from typing import Any
 
 from msopt.config import Settings, thaw
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.cpu import CpuFacts, check_cpu_trial, workers
 from msopt.engines.hccl import VARIABLES, in_force
 from msopt.engines.hccn import read_device_ips
 from msopt.engines.launch import LaunchSpec, flag_name
 from msopt.engines.process import port_free
+from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, workers
 from msopt.errors import MsoptError, RefusedError
 from msopt.evaluate.placement import split_trial
 from msopt.sim.detect import detect_devices, hardware_for
@@ -200,7 +200,7 @@ def count_devices(accelerator: str) -> int:
 
 
 def _numa(settings: Settings, spec: LaunchSpec) -> Check:
-    """The CPU build's NUMA binding (msopt/engines/cpu.py) for the baseline launch on this node."""
+    """The CPU build's NUMA binding (msopt/engines/vllm/cpu.py) for the baseline launch on this node."""
     facts = CpuFacts.here()
     total, local = workers(spec)
     try:

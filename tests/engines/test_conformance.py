@@ -1,6 +1,6 @@
 """Conformance: what msopt renders agrees with what the engines accept.
 
-The flag tables (msopt/engines/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
+The flag tables (msopt/engines/vllm/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
 also reads at load time and in preflight, and tests/data/engines/sglang_flags.txt) were read from the
 wheels by scripts/engine_flags.py; MindIE's shipped config.json
 (../shared/original/mindie_config.json, beside the repository) is MindIE-LLM's src/server/conf/config.json. Each
@@ -31,7 +31,7 @@ CONFIGS = ROOT / "configs"
 
 
 def table_path(engine: str, version: str = "0.33.0") -> Path:
-    return ROOT / "msopt" / "engines" / "flags" / f"vllm-{version}.txt" if engine == "vllm" \
+    return ROOT / "msopt" / "engines" / "vllm" / "flags" / f"vllm-{version}.txt" if engine == "vllm" \
         else DATA / f"{engine}_flags.txt"
 
 

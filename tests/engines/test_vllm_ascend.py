@@ -3,7 +3,7 @@
 
 Sources: vllm-ascend 0.23.0.post1 sdist (Dockerfile:42 ``ARG VLLM_TAG=v0.23.0``,
 vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0, 0.25.1, 0.26.0, 0.27.1 and 0.33.0 wheels
-(msopt/engines/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
+(msopt/engines/vllm/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from msopt.engines import get_engine
 from msopt.engines.hccl import block as hccl_block
 from msopt.engines.launch import TrialNode
 from msopt.engines.rules import advisories
-from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.vllm import (
     additional_config_keys,
     flag_table,
     unknown_flags,
 )
+from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.errors import ConfigError
 from msopt.run.validate import validate
 from msopt.space.fields import FieldDecl, parse_field

@@ -1,5 +1,5 @@
 """The vLLM versions and platforms msopt knows (``[vllm] platform`` and ``version``), below the vLLM
-adapter (:mod:`msopt.engines.vllm`) and its rules (:mod:`msopt.engines.rules.vllm`), which both read them."""
+adapter (:mod:`msopt.engines.vllm`) and its rules (:mod:`msopt.engines.vllm.rules`), which both read them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from msopt.errors import ConfigError
 
-#: vLLM versions with a flag table (msopt/engines/flags/vllm-<version>.txt)
+#: vLLM versions with a flag table (msopt/engines/vllm/flags/vllm-<version>.txt)
 VLLM_VERSIONS = ("0.23.0", "0.25.1", "0.26.0", "0.27.1", "0.33.0")
 #: the vLLM version msopt's rules and docs are written for when ``[vllm] version`` is not set
 DEFAULT_VERSION = "0.33.0"

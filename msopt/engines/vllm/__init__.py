@@ -1,7 +1,7 @@
 """vLLM: ``vllm serve MODEL --host H --port P --served-model-name N --flag value ... others``.
 
 Flags: one table per supported vLLM version, read from its wheel by scripts/engine_flags.py
-(msopt/engines/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
+(msopt/engines/vllm/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
 ``vllm/entrypoints/common/cli_args.py``) and 0.23.0, the vLLM vllm-ascend 0.23.0.post1 builds on
 (its Dockerfile's ``ARG VLLM_TAG=v0.23.0``; ``vllm/entrypoints/openai/cli_args.py``). ``[vllm]
 version`` names the table the rendered flags are checked against at load time; ``msopt
@@ -10,7 +10,7 @@ preflight`` checks them against the installed version's.
 ``[vllm] platform = "ascend"`` is vllm-ascend (version 0.23.0 unless set): a field whose
 ``config_position`` is ``additional_config.<key>[.<key>...]`` sets that key of the one
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
-the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
+the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/vllm/flags/vllm-ascend-0.23.0.post1-
 additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
 it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
 """
@@ -41,9 +41,9 @@ from msopt.engines.launch import (
     split_others,
     value_of,
 )
-from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
-from msopt.engines.rules.vllm import RULES as VLLM_RULES
-from msopt.engines.vllm_target import ASCEND_RELEASES, VLLM_VERSIONS, target
+from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
+from msopt.engines.vllm.rules import RULES as VLLM_RULES
+from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -105,7 +105,7 @@ def check_installed_flags(argv: Sequence[str], version_text: str, exe_len: int) 
     if bad:
         return False, (f"vLLM {version} (installed) has no {', '.join(bad)}: the server would stop with "
                        "'unrecognized arguments'; fix the fields or 'others' (and [vllm] version) for this version")
-    return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/flags/vllm-{version}.txt)"
+    return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/vllm/flags/vllm-{version}.txt)"
 
 
 def check_installed_additional_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
@@ -151,7 +151,7 @@ class VllmAdapter(CommandLineAdapter):
     sim_personality = "vllm"
     health_sources = VLLM_SOURCES
     benign_lines = VLLM_BENIGN_LINES
-    #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/flags/vllm-0.33.0.txt)
+    #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/vllm/flags/vllm-0.33.0.txt)
     tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("vllm",)
     model_flag = None
@@ -161,7 +161,8 @@ class VllmAdapter(CommandLineAdapter):
                                 "-dp": "--data-parallel-size"})
 
     def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
-        """The launch's flags against the flag table of the installed vLLM (msopt/engines/flags/vllm-<version>.txt)."""
+        """The launch's flags against the flag table of the installed vLLM
+        (msopt/engines/vllm/flags/vllm-<version>.txt)."""
         if not version.startswith("vllm "):
             return []
         out = [("flags", *check_installed_flags(argv, version[5:], exe_len))]
@@ -255,7 +256,7 @@ class VllmAdapter(CommandLineAdapter):
             bad = unknown_flags(flags, version)
             if bad:
                 raise ConfigError(f"[vllm] version {version}: vLLM {version} has no {', '.join(bad)} "
-                                  f"(msopt/engines/flags/vllm-{version}.txt, read from its wheel); remove or "
+                                  f"(msopt/engines/vllm/flags/vllm-{version}.txt, read from its wheel); remove or "
                                   "rename it in the fields or [vllm.command] others")
 
     def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
@@ -298,7 +299,7 @@ class VllmAdapter(CommandLineAdapter):
             return [f"flags checked against vLLM {version}" if version else
                     f"flags not checked at load time (set [vllm] version: {', '.join(VLLM_VERSIONS)})"]
         return [f"vllm-ascend {ASCEND_RELEASES[str(version)]} on vLLM {version}: flags checked against "
-                f"msopt/engines/flags/vllm-{version}.txt",
+                f"msopt/engines/vllm/flags/vllm-{version}.txt",
                 "HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [vllm] hccl_base_port "
                 "(60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x the trial's first "
                 "device id (32 ports each), unless [vllm.env] sets them"]
@@ -329,7 +330,7 @@ def _check_key(path: str, known: frozenset[str], release: str, where: str) -> No
             fix = (f"it is gone ({REMOVED_KEYS[key]}): remove it" if key in REMOVED_KEYS else
                    f"did you mean {hint[0]!r}?" if hint else "remove it")
             raise ConfigError(f"{where}: additional_config key {key!r} is not read by vllm-ascend {release}, which "
-                              "ignores unknown keys silently (msopt/engines/flags/vllm-ascend-"
+                              "ignores unknown keys silently (msopt/engines/vllm/flags/vllm-ascend-"
                               f"{release}-additional-config.txt, from vllm_ascend/ascend_config.py); {fix}")
 
 
