@@ -27,7 +27,7 @@ from msopt.engines.pd import (
     split_devices,
     without_pd,
 )
-from msopt.engines.rules.sglang import RULES as SGLANG_RULES
+from msopt.engines.sglang.rules import RULES as SGLANG_RULES
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
