@@ -23,7 +23,6 @@ from msopt.checks import is_int, is_number
 from msopt.engines.base import ENGINES, EngineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env
-from msopt.engines.health_sources import MINDIE_SOURCES
 from msopt.engines.launch import (
     UNPLACED,
     LaunchSpec,
@@ -38,6 +37,7 @@ from msopt.engines.launch import (
     value_of,
     wait_start_time,
 )
+from msopt.engines.mindie.health import MINDIE_SOURCES
 from msopt.engines.mindie.install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie.original import refuse_mindie_pd
 from msopt.engines.mindie.rules import RULES as MINDIE_RULES

@@ -14,7 +14,6 @@ from typing import Any
 
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
-from msopt.engines.health_sources import SGLANG_SOURCES
 from msopt.engines.launch import LaunchSpec, TrialNode, int_flag
 from msopt.engines.pd import (
     ROLES,
@@ -27,6 +26,7 @@ from msopt.engines.pd import (
     split_devices,
     without_pd,
 )
+from msopt.engines.sglang.health import SGLANG_SOURCES
 from msopt.engines.sglang.rules import RULES as SGLANG_RULES
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl

@@ -30,7 +30,6 @@ from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env
-from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.launch import (
     LaunchSpec,
     TrialNode,
@@ -41,6 +40,7 @@ from msopt.engines.launch import (
     split_others,
     value_of,
 )
+from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.vllm.rules import RULES as VLLM_RULES
 from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
