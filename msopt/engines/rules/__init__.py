@@ -3,10 +3,9 @@
 The generic machinery lives here (:class:`Candidate`, :class:`Rule`, :func:`check_rules`,
 :class:`Advisory`); each engine declares its own rules on its adapter
 (:attr:`~msopt.engines.base.EngineAdapter.startup_rules`, built-in ones in each engine's folder:
-:mod:`msopt.engines.vllm.rules`, :mod:`msopt.engines.sglang.rules`, :mod:`msopt.engines.mindie.rules`, with the
-engine's own message and
-the source file and version each comes from), so a plugin engine brings rules of its own. The
-real path (:class:`~msopt.evaluate.real.RealRunner`) and the simulated path
+:mod:`msopt.engines.vllm.rules`, :mod:`msopt.engines.sglang.rules`, :mod:`msopt.engines.mindie.rules`, each
+with the engine's own message and the source file and version it comes from), so a plugin engine
+brings rules of its own. The real path (:class:`~msopt.evaluate.real.RealRunner`) and the simulated path
 (:class:`~msopt.evaluate.simulated.SimRunner`) both call :func:`check_rules` on the rendered
 launch, so a candidate that breaks a rule costs no launch, and simulated and real refusals
 cannot drift apart.
