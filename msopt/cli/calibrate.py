@@ -9,11 +9,16 @@ knobs and the load, exactly as the simulated path reads them.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from msopt.benchmarks import get_benchmark
 from msopt.checks import is_finite
@@ -89,8 +94,6 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     Raises:
         ConfigError: the directory has no journal or config, or ``[simulator] model`` is not set.
     """
-    import tempfile
-
     if not (run_dir / JOURNAL).is_file() or not (run_dir / CONFIG).is_file():
         raise ConfigError(f"{run_dir}: not a run directory ({JOURNAL} and {CONFIG} expected); give a run "
                           "directory of 'msopt optimize' or a CSV file")
@@ -163,8 +166,6 @@ def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names:
                        skipped: list[Any] | None = None) -> list[Any]:
     """The measured runs of CSV files and run directories; adds the hardware they name to ``hw_names``
     and the rows of measured-schema files that cannot be simulated to ``skipped``."""
-    import csv
-
     rows: list[Any] = []
     for item in items:
         path = Path(item)
@@ -266,9 +267,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _score(rows: Sequence[Any], skipped: Sequence[Any], args: argparse.Namespace) -> int:
     """No fit: simulate each row on its own catalog entry, print the errors per group and the rows
     that were not simulated, with why."""
-    from collections import Counter
-
-    import numpy as np
 
     pps = args.prompts_per_slot or PROMPTS_PER_SLOT
     sim = np.full((len(rows), 3), np.nan)

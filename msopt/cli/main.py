@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -211,8 +212,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("msopt: terminated (SIGTERM)" if terminated else "msopt: interrupted", file=sys.stderr)
         return 143 if terminated else 130
     except BrokenPipeError:  # output piped into `head` and closed early
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

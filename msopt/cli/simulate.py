@@ -12,7 +12,9 @@ from msopt.errors import ConfigError
 if TYPE_CHECKING:
     from msopt.space import SearchSpace
 
+import tempfile
 import tomllib
+from pathlib import Path
 
 from msopt.engines import get_engine
 from msopt.evaluate.evaluator import Evaluator
@@ -136,9 +138,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _assumed(settings: Any, values: Any) -> list[str]:
     """The inputs the simulation assumed (:func:`msopt.sim.simulator.launch_assumptions`) for the
     configuration at ``values``; [] where the launch cannot be rendered alone (a disaggregated one)."""
-    import tempfile
-    from pathlib import Path
-
     adapter = get_engine(settings.engine)
     section = settings.section(settings.engine)
     if adapter.is_disaggregated(section):

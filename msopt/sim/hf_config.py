@@ -18,6 +18,7 @@ local copy of a catalog model simulates exactly as the catalog name does.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,8 +66,6 @@ def hub_cache_config(repo_id: str) -> Path | None:
     """The config.json of a Hugging Face hub id in the local hub cache (``$HF_HUB_CACHE``, else
     ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; huggingface_hub's layout
     ``models--ORG--NAME/snapshots/REVISION/``), the newest snapshot's; None when not cached."""
-    import os
-
     if repo_id.count("/") != 1 or repo_id.startswith(("/", ".", "~")):
         return None
     home = os.environ.get("HF_HOME")

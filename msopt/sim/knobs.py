@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -259,8 +260,6 @@ _VLLM_SPEC_METHODS = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mt
 
 def _vllm_speculative(flag: str, value: str | None) -> dict[str, Any]:
     """The spec fields of vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``)."""
-    import json
-
     try:
         conf = json.loads(value or "")
     except ValueError:

@@ -24,8 +24,10 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -144,8 +146,6 @@ def serve_mindie(argv: Sequence[str]) -> int:
         print(f"[ERROR] [endpoint] {exc}", flush=True)
         return 1
     if args.startup_delay > 0:
-        import time
-
         time.sleep(args.startup_delay)  # the model loads before the HTTP servers start (endpoint.cpp:44-114)
     host = plan[0][0]
     if any(port_used(address, port) for address, port, _ in plan):
@@ -193,8 +193,6 @@ async def _run(plan: Sequence[tuple[str, int, tuple[str, ...]]], opts: Any) -> i
     print("Daemon start success!", flush=True)  # llm_daemon.cpp:323
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    import signal
-
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()

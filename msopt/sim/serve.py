@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -380,8 +381,6 @@ def serve(argv: Sequence[str]) -> int:
 
 def _lead_in_background(server: SimServer, place: Placement, argv: Sequence[str]) -> None:
     """Rank 0: run the rendezvous beside the HTTP server; ready when it succeeds, exit 1 when not."""
-    import threading
-
     def run() -> None:
         conns, problem = lead(place, argv, timeout=max(60.0, server.opts.startup_delay + 60.0))
         if problem:

@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 import time
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,8 +74,6 @@ def config_changes(original: str, current: str, *, limit: int = 5) -> list[str]:
 
     At most ``limit`` items, then how many more; an unparsable ``current`` is one item.
     """
-    import tomllib
-
     try:
         new = tomllib.loads(current)
     except tomllib.TOMLDecodeError as exc:
