@@ -10,7 +10,7 @@ import ray
 
 from actors.nodes import RayNodeLauncher, node_address, own_device_ips
 from msopt.config import Settings
-from msopt.engines.base import TrialNode
+from msopt.engines.launch import TrialNode
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 

@@ -19,7 +19,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.hccn import read_device_ips
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import ManagedProcess, staged_files, start_process
 from msopt.errors import EvaluationError
 
@@ -38,8 +39,6 @@ def own_device_ips(key: str | None, devices: Sequence[str]) -> tuple[tuple[tuple
     nothing is asked off NPUs."""
     if key != "NPU" or not devices:
         return (), ""
-    from msopt.engines.hccn import read_device_ips
-
     ips, error = read_device_ips(devices)
     return tuple(ips.items()), error
 

@@ -21,6 +21,8 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.evaluator import EvaluatorActor
+from actors.guard import start_guard
+from actors.nodes import NodeAgent
 from msopt.config import Settings
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
@@ -154,8 +156,6 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
         ray.shutdown()  # what it started of its processes goes with it
         raise ClusterError(f"Ray did not start on this machine: {exc}; run again (a loaded machine can be too "
                            "slow for Ray's start-up timeout), or run without Ray: --no-ray") from None
-    from actors.guard import start_guard
-
     start_guard()  # Ray's processes would outlive a driver killed by SIGKILL by a minute or more
     return True
 
@@ -311,8 +311,6 @@ class RayPool:
         name = f"actor-{slot.index}" + (f".{slot.generation - 1}" if slot.generation > 1 else "")
         slot.followers = []
         if self.nodes_per_trial > 1:
-            from actors.nodes import NodeAgent
-
             slot.followers = [NodeAgent.options(**self._options(slot, b)).remote(  # type: ignore[attr-defined]
                 self.key, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
         slot.actor = EvaluatorActor.options(**self._options(slot, 0)).remote(  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from msopt.config import Settings
-from msopt.run.preflight import Check, node_checks
+from msopt.run.preflight import Check, hardware_probe, node_checks
 
 #: Seconds to wait for every node's checks (a version query may import an engine).
 NODE_TIMEOUT = 600.0
@@ -42,8 +42,6 @@ def cluster_checks(settings: Settings, *, full: bool = True) -> list[Check]:
 
 @ray.remote(num_cpus=0, max_retries=0)
 def _hardware_probe() -> dict[str, str]:
-    from msopt.run.preflight import hardware_probe
-
     return hardware_probe()
 
 

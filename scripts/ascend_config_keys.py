@@ -6,14 +6,14 @@ vllm-ascend or torch::
 
     SOC_VERSION=ascend910b1 pip download --no-deps --no-build-isolation -d /tmp/va vllm-ascend==0.23.0.post1
     python scripts/ascend_config_keys.py /tmp/va/vllm_ascend-0.23.0.post1.tar.gz \\
-        > msopt/engines/flags/vllm-ascend-0.23.0.post1-additional-config.txt
+        > msopt/engines/vllm/flags/vllm-ascend-0.23.0.post1-additional-config.txt
 
 (metadata needs ``setuptools_scm`` and ``SOC_VERSION``; no build runs.) The release candidates the package
 index does not serve are read from a ``git archive`` of vllm-project/vllm-ascend at their ref::
 
     git -C vllm-ascend archive --format=tar.gz --prefix=vllm_ascend-main/ -o /tmp/va-main.tar.gz main
     python scripts/ascend_config_keys.py /tmp/va-main.tar.gz \\
-        > msopt/engines/flags/vllm-ascend-main-<commit>-additional-config.txt
+        > msopt/engines/vllm/flags/vllm-ascend-main-<commit>-additional-config.txt
 
 Top-level keys: every string literal read from ``additional_config`` anywhere in ``vllm_ascend/``
 (``additional_config.get("k", ...)``, ``additional_config["k"]``, ``"k" in additional_config``,

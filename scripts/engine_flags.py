@@ -4,9 +4,9 @@ The tables list every command-line flag the engine's server parser declares, rea
 (``ast``) from the wheel's sources, so neither the engine nor torch needs to be installed::
 
     pip download --no-deps -d /tmp/vllm vllm==0.33.0
-    python scripts/engine_flags.py vllm /tmp/vllm/vllm-0.33.0-*.whl > msopt/engines/flags/vllm-0.33.0.txt
+    python scripts/engine_flags.py vllm /tmp/vllm/vllm-0.33.0-*.whl > msopt/engines/vllm/flags/vllm-0.33.0.txt
     pip download --no-deps -d /tmp/vllm vllm==0.23.0    # the vLLM vllm-ascend 0.23.0.post1 builds on
-    python scripts/engine_flags.py vllm /tmp/vllm/vllm-0.23.0-*.whl > msopt/engines/flags/vllm-0.23.0.txt
+    python scripts/engine_flags.py vllm /tmp/vllm/vllm-0.23.0-*.whl > msopt/engines/vllm/flags/vllm-0.23.0.txt
     # and 0.25.1, 0.26.0, 0.27.1: the vLLM of vllm-ascend v0.25.1rc1, releases/v0.26.0rc, main
     pip download --no-deps -d /tmp/sglang sglang==0.5.23
     python scripts/engine_flags.py sglang /tmp/sglang/sglang-0.5.23-*.whl > tests/data/engines/sglang_flags.txt

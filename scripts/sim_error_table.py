@@ -55,7 +55,8 @@ from msopt.sim.calibrate import (  # noqa: E402
     simulate_measurements,
 )
 from msopt.sim.perf import StepCost  # noqa: E402
-from msopt.sim.specs import Hardware  # noqa: E402
+from msopt.sim.personality import resolved  # noqa: E402
+from msopt.sim.spec_types import Hardware  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data"  # copies of the reference CSVs
 FILES = {"vllm": "vllm_measured_qwen3_32b_h100.csv", "sglang": "sglang_measured_qwen3_32b_h100.csv"}
@@ -74,7 +75,7 @@ def _bare_cost(m: Measurement, hw: Hardware, kv_dtype: str = "bf16", peak: bool 
     hw = replace(hw.for_engine(m.engine), step_overhead_ms=0.0, per_seq_overhead_us=0.0)
     if peak:
         hw = replace(hw, compute_eff=1.0, memory_eff=1.0)
-    cost = StepCost(hw, load_model(m.model), m.knobs.resolved(hw.hbm_gib), m.weight_dtype, kv_dtype)
+    cost = StepCost(hw, load_model(m.model), resolved(m.knobs, hw.hbm_gib), m.weight_dtype, kv_dtype)
     if peak:
         cost.comm_fixed = cost.comm_tok = 0.0
         if cost.moe is not None:

@@ -1,7 +1,10 @@
-"""The code style and type checks of pyproject.toml ([tool.ruff], [tool.mypy]) hold for the whole tree."""
+"""The code style, type and import checks of pyproject.toml ([tool.ruff], [tool.mypy], [tool.importlinter]) hold
+for the whole tree, and no module imports itself back through others."""
 
 from __future__ import annotations
 
+import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -27,3 +30,134 @@ def test_mypy_clean() -> None:
         pytest.fail("mypy is not installed: pip install -e '.[test]'")
     out = subprocess.run([sys.executable, "-m", "mypy", "msopt", "actors"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_import_contracts_kept() -> None:
+    """pyproject.toml's [tool.importlinter] contracts (the stages of docs/architecture.md, the built-in
+    engines' independence, no Ray below actors/) hold: `lint-imports` names any import that breaks one."""
+    if subprocess.run([sys.executable, "-c", "import importlinter"], capture_output=True).returncode != 0:
+        pytest.fail("import-linter is not installed: pip install -e '.[test]'")
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    out = subprocess.run([exe, "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout, out.stdout
+
+
+# -- the module import graph, counted by hand: import-linter's layers see packages, not a circle of
+# modules inside one; here every import counts, at module level, inside a function or under
+# TYPE_CHECKING, so a circle cannot hide behind a lazy import ----------------------------------------
+PACKAGES = ("msopt", "actors")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package's __init__) for every module of msopt and actors."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
+
+
+def _imports(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement of a module, with whether it sits inside a function."""
+    found = []
+    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while todo:
+        node, in_function = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append((child, in_function))
+            todo.append((child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))))
+    return found
+
+
+def import_edges() -> list[tuple[str, str, bool]]:
+    """``(importer, imported, inside a function)`` for every import of one msopt/actors module by another."""
+    mods = _modules()
+    edges = []
+    for name, (path, is_pkg) in mods.items():
+        package = (name if is_pkg else name.rpartition(".")[0]).split(".")
+        for stmt, in_function in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(stmt, ast.Import):
+                targets = [a.name for a in stmt.names]
+            else:
+                base = package[: len(package) - stmt.level + 1] if stmt.level else []
+                module = ".".join(base + ([stmt.module] if stmt.module else []))
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in mods else module for a in stmt.names]
+            for target in targets:
+                while target not in mods and "." in target:
+                    target = target.rpartition(".")[0]
+                if target in mods and target != name:
+                    edges.append((name, target, in_function))
+    return edges
+
+
+def import_circles(edges: list[tuple[str, str, bool]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    graph: dict[str, set[str]] = {}
+    for a, b, _ in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_no_import_circle_between_modules() -> None:
+    """No module of msopt or actors reaches itself through its imports (issue 34 item 5)."""
+    edges = import_edges()
+    assert len(edges) > 500  # the walk found the tree's imports
+    assert import_circles(edges) == []
+
+
+def test_a_circle_is_found() -> None:
+    """The check above can fail: a circle of three, and one through a function-level import."""
+    assert import_circles([("a", "b", False), ("b", "c", False), ("c", "a", True), ("c", "d", False)]) == [["a", "b", "c"]]
+    assert import_circles([("a", "b", False), ("b", "c", False)]) == []
+
+
+def test_function_level_imports_are_for_optional_dependencies_only() -> None:
+    """An msopt or actors module is imported inside a function only where that keeps Ray out of a run
+    without it (the CLI's imports of actors/: `msopt validate` and --no-ray runs never import Ray) and in
+    the console script's wrapper msopt.cli.main(), whose name is its submodule's."""
+    lazy = {(a, b) for a, b, in_function in import_edges() if in_function}
+    allowed = {(a, b) for a, b in lazy if a.startswith("msopt.cli") and b.startswith("actors")}
+    assert lazy - allowed - {("msopt.cli", "msopt.cli.main")} == set()

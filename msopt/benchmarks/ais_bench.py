@@ -60,7 +60,7 @@ from msopt.benchmarks.base import (
     server_values,
 )
 from msopt.checks import is_int
-from msopt.engines.base import (
+from msopt.engines.launch import (
     LaunchSpec,
     check_repeated_flags,
     command_table,

@@ -10,7 +10,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.checks import is_int, is_number
-from msopt.engines.base import LaunchSpec, format_value, plain
+from msopt.engines.launch import LaunchSpec, format_value, plain
+from msopt.engines.process import exit_report, start_process, tail
 from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import METRICS
 from msopt.registry import Registry
@@ -205,8 +206,6 @@ class BenchmarkAdapter:
             EvaluationError: it could not start, ran past ``timeout`` (it is stopped), exited
                 non-zero, or left no readable result.
         """
-        from msopt.engines.process import exit_report, start_process
-
         # absolute before the argv is rendered: the benchmark runs with result_dir as its working
         # directory, where a relative --result-dir would name a directory inside itself
         result_dir, log_path = Path(result_dir).absolute(), Path(log_path).absolute()
@@ -250,8 +249,6 @@ def no_result_report(bench: str, expected: str, result_dir: Path, log_path: Path
     one directory level too deep says the benchmark resolved a path against another directory); the
     rest is the log's last meaningful lines, exit-time warnings left out.
     """
-    from msopt.engines.process import tail
-
     root = Path(result_dir)
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
     if files:

@@ -40,7 +40,7 @@ from msopt.benchmarks.base import (
 from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_report
 from msopt.checks import is_int, is_number
 from msopt.config import thaw
-from msopt.engines.base import LaunchSpec, env_fields
+from msopt.engines.launch import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN
 from msopt.space.fields import FieldDecl

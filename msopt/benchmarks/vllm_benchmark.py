@@ -32,7 +32,7 @@ from msopt.benchmarks.base import (
 )
 from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_report
 from msopt.checks import is_number
-from msopt.engines.base import (
+from msopt.engines.launch import (
     LaunchSpec,
     check_repeated_flags,
     command_str,

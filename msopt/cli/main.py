@@ -10,13 +10,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from msopt import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
-from msopt.errors import DecodeError, MsoptError
+from msopt.engines.rules import advisories
+from msopt.errors import ConfigError, DecodeError, MsoptError
+from msopt.run.validate import load
 from msopt.slo import slo_checks
+from msopt.space import DecodeContext
 
 if TYPE_CHECKING:
     from msopt.run.validate import Validated
@@ -50,8 +55,6 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> Validated:
-    from msopt.run.validate import load
-
     return load(args.config, args.engine)
 
 
@@ -109,16 +112,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{settings.engine}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
-    from msopt.engines.rules import advisories
-
-    for line in advisories(settings.engine, settings.fields, settings.section(settings.engine)):
+    for line in advisories(checked.engine.advisories, settings.fields, settings.section(settings.engine)):
         print(f"warning: {line}")
     return 0
 
 
 def _parse_position(text: str) -> list[float]:
-    from msopt.errors import ConfigError
-
     try:
         return [float(x) for x in text.split(",") if x.strip() != ""]
     except ValueError:
@@ -128,9 +127,6 @@ def _parse_position(text: str) -> list[float]:
 
 def cmd_decode(args: argparse.Namespace) -> int:
     """Decode one position with an optional DecodeContext."""
-    from msopt.errors import ConfigError
-    from msopt.space import DecodeContext
-
     space = _load(args).space
     position = _parse_position(args.position)
     ctx = None
@@ -167,8 +163,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(prog="msopt", description="Ray-parallel PSO tuning of LLM serving parameters.")
-    from msopt import __version__
-
     parser.add_argument("--version", action="version", version=f"msopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -219,8 +213,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("msopt: terminated (SIGTERM)" if terminated else "msopt: interrupted", file=sys.stderr)
         return 143 if terminated else 130
     except BrokenPipeError:  # output piped into `head` and closed early
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

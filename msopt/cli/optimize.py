@@ -9,7 +9,19 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msopt.cli.init import add_model_args, init_settings
+from msopt.cli.preflight import cheap_preflight
+from msopt.cli.progress import ProgressCallback, make_progress
+from msopt.config import DEFAULTS_PATH, load_settings
+from msopt.engines.installed import installed_baseline
+from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
+from msopt.report.outputs import write_outputs
+from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store
+from msopt.run.store import RunStore
+from msopt.run.validate import load, registered_sections, validate
+from msopt.run.verdict import predicted_line
+from msopt.slo import parse_slo, slo_table_text
 
 if TYPE_CHECKING:
     from msopt.config import Settings
@@ -47,8 +59,6 @@ def register(sub: Any) -> None:
                        help="launch budget (max_launches): baseline, search, re-measurements (the baseline's "
                             "too) and capacity probes together, a resumed run's journal included; failures "
                             "count, reuse and start-up refusals are free; 0: iters decides")
-        from msopt.cli.init import add_model_args
-
         add_model_args(p, required=False)  # without -c: the configuration `msopt init` would write
         p.add_argument("--slo", metavar="SLOS",
                        help='the SLOs as one string, e.g. "ttft:p99<500ms,tpot:p95<50ms,success>=0.99" '
@@ -83,8 +93,6 @@ def _original_flags(args: argparse.Namespace) -> None:
                           "Ray cluster (--address auto) and let one trial span nodes with [cluster] devices_per_trial "
                           "above devices_per_node (docs/engines.md, 'Trials that span nodes')")
     if args.pd == "disaggregation":
-        from msopt.engines.mindie_original import MINDIE_PD_UNSUPPORTED
-
         raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
 
 
@@ -101,8 +109,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.backup:
         out["backup"] = True
     if args.slo is not None:
-        from msopt.slo import parse_slo, slo_table_text
-
         out["slo"] = slo_table_text(parse_slo(args.slo))
     if "n_particles" in out and not 1 <= out["n_particles"] <= 100_000:
         raise ConfigError(f"--particles {out['n_particles']} must be from 1 to 100000")
@@ -119,9 +125,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     """The validated settings of a new run (with the command-line overrides) or of ``--resume``."""
-    from msopt.run.session import resume_store
-    from msopt.run.validate import load
-
     _original_flags(args)
 
     if args.resume:
@@ -138,8 +141,6 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         if args.config is not None:
             raise ConfigError(f"--model builds the configuration (as msopt init does) and -c {args.config} names one; "
                               "drop one of them")
-        from msopt.cli.init import init_settings
-
         return init_settings(args, _overrides(args)), None
     if args.devices is not None or args.workload is not None:
         raise ConfigError("--devices and --workload build a configuration with --model; with -c, set [cluster] "
@@ -148,9 +149,6 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     engine, lines = _engine_and_benchmark(args, overrides)
     checked = load(args.config, engine, overrides=overrides)
     if not checked.settings.config.run.simulate:
-        from msopt.engines.installed import installed_baseline
-        from msopt.run.validate import validate
-
         values, said = installed_baseline(checked.settings)
         checked = validate(checked.settings.with_field_values(values)) if values else checked
         lines += said
@@ -166,9 +164,6 @@ ORIGINAL_DEFAULTS = {"engine": "mindie", "benchmark": "ais_bench"}
 def _engine_and_benchmark(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str | None, list[str]]:
     """The engine (for ``load``) and the first lines: which engine and benchmark the run uses, and why;
     ``msopt optimizer`` takes the original's defaults where neither a flag nor a file chooses."""
-    from msopt.config import DEFAULTS_PATH, load_settings
-    from msopt.run.validate import registered_sections
-
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     chosen: dict[str, tuple[str, str]] = {}
     for key, flag in (("engine", args.engine), ("benchmark", overrides.get("benchmark"))):
@@ -192,10 +187,6 @@ def _engine_and_benchmark(args: argparse.Namespace, overrides: dict[str, Any]) -
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Run (or resume) one optimization and print its run directory."""
     checked, store = _load(args)
-    from msopt.cli.progress import ProgressCallback, make_progress
-    from msopt.report.outputs import write_outputs
-    from msopt.run.session import PoolLauncher, RunSession, Threads
-
     pools: PoolLauncher
     if args.no_ray:
         pools = Threads(args.max_concurrent)
@@ -205,12 +196,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         pools = RayLauncher(args.address, args.max_concurrent)
     preflight = None
     if not args.no_preflight:
-        from msopt.cli.preflight import cheap_preflight
-
         preflight = cheap_preflight
     if store is None and args.model is not None:  # created here to say at once where its configuration is
-        from msopt.run.store import RunStore
-
         store = RunStore.create(Path(checked.settings.config.run.output), checked.settings, meta={"argv": sys.argv})
         store.lock()
         saved = store.run_dir / "config.toml"
@@ -256,8 +243,6 @@ def _print_result(settings: Settings, run_dir: Path, outcome: RunOutcome, verdic
         print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
         print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
     if best.predicted is not None and best.predicted.get("fitness") is not None:
-        from msopt.run.verdict import predicted_line
-
         print(predicted_line(settings, best.predicted))
     print(f"launch it: {run_dir / 'best_command.sh'}")
     print(run_dir)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from msopt.run.preflight import Check, PreflightError, node_checks
+from msopt.run.validate import load
 
 if TYPE_CHECKING:
     from msopt.config import Settings
@@ -54,8 +55,6 @@ def report(checks: Sequence[Check], *, failures_only: bool = False) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Run every check and print one line each; 1 when one failed."""
-    from msopt.run.validate import load
-
     settings = load(args.config, args.engine).settings
     failed = report(run_checks(settings, args.address))
     if failed:

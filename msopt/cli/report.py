@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from msopt.report.html import write_report
+
 
 def register(sub: Any) -> None:
     """Add the report subcommand."""
@@ -16,7 +18,5 @@ def register(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report of RUN_DIR and print its path."""
-    from msopt.report.html import write_report
-
     print(write_report(args.run_dir))
     return 0

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+
+from msopt.sim.mindie_serve import serve_mindie
+from msopt.sim.router import serve_router
+from msopt.sim.serve import ARGV_FILE_ENV, build_parser
+from msopt.sim.serve import serve as serve_vllm
+
+
+def serve(argv: Sequence[str]) -> int:
+    """Run the stand-in the command line asks for until SIGTERM/SIGINT: MindIE's daemon with
+    ``--mindie`` (reading its config.json), SGLang's PD router with ``--pd-disaggregation``, else
+    the vLLM-style server."""
+    argv = list(argv)
+    if "--mindie" in argv:
+        return serve_mindie(argv)
+    if "--pd-disaggregation" in argv:
+        return serve_router(argv, os.environ.get(ARGV_FILE_ENV))
+    return serve_vllm(argv)
 
 
 def cmd_sim_serve(args: argparse.Namespace) -> int:
     """Run the OpenAI-compatible stand-in server with vLLM's command line."""
-    from msopt.sim.serve import build_parser, serve
-
     if any(a in ("-h", "--help") for a in args.serve_args) and "--mindie" not in args.serve_args:
         build_parser().print_help()
         return 0
@@ -30,8 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m msopt.cli.serve ARGS``: the same as ``msopt sim-serve ARGS``."""
-    from msopt.sim.serve import serve
-
     return serve(sys.argv[1:] if argv is None else argv)
 
 

@@ -12,7 +12,15 @@ from msopt.errors import ConfigError
 if TYPE_CHECKING:
     from msopt.space import SearchSpace
 
+import tempfile
 import tomllib
+from pathlib import Path
+
+from msopt.engines import get_engine
+from msopt.evaluate.evaluator import Evaluator
+from msopt.evaluate.results import EvalRequest
+from msopt.run.validate import load
+from msopt.sim.simulator import launch_assumptions
 
 
 def register(sub: Any) -> None:
@@ -95,10 +103,6 @@ def check_set(space: SearchSpace, name: str, value: Any) -> Any:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the configuration at its values (overridden by --set)."""
-    from msopt.evaluate.evaluator import Evaluator
-    from msopt.evaluate.results import EvalRequest
-    from msopt.run.validate import load
-
     checked = load(args.config, args.engine, overrides={"simulate": True}, search=False)
     settings, space = checked.settings, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
@@ -134,12 +138,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _assumed(settings: Any, values: Any) -> list[str]:
     """The inputs the simulation assumed (:func:`msopt.sim.simulator.launch_assumptions`) for the
     configuration at ``values``; [] where the launch cannot be rendered alone (a disaggregated one)."""
-    import tempfile
-    from pathlib import Path
-
-    from msopt.engines import get_engine
-    from msopt.sim.simulator import launch_assumptions
-
     adapter = get_engine(settings.engine)
     section = settings.section(settings.engine)
     if adapter.is_disaggregated(section):

@@ -9,7 +9,8 @@ from __future__ import annotations
 from msopt.engines import mindie as _mindie  # noqa: F401  (registers "mindie")
 from msopt.engines import sglang as _sglang  # noqa: F401  (registers "sglang")
 from msopt.engines import vllm as _vllm  # noqa: F401  (registers "vllm")
-from msopt.engines.base import ENGINES, EngineAdapter, LaunchSpec
+from msopt.engines.base import ENGINES, EngineAdapter
+from msopt.engines.launch import LaunchSpec
 
 
 def get_engine(name: str) -> EngineAdapter:

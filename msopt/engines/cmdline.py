@@ -8,8 +8,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from msopt.engines.base import (
-    EngineAdapter,
+from msopt.engines.base import EngineAdapter
+from msopt.engines.launch import (
     LaunchSpec,
     TrialNode,
     check_flag_positions,
@@ -26,28 +26,6 @@ from msopt.engines.base import (
 )
 from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
-
-
-def flag_value(argv: Sequence[str], *names: str) -> str | None:
-    """The value the last of ``names`` takes in ``argv`` (``--x v`` or ``--x=v``), None if absent."""
-    found = None
-    items = list(argv)
-    for i, item in enumerate(items):
-        for name in names:
-            if item == name and i + 1 < len(items):
-                found = items[i + 1]
-            elif item.startswith(name + "="):
-                found = item.split("=", 1)[1]
-    return found
-
-
-def int_flag(argv: Sequence[str], default: int, *names: str) -> int:
-    """An integer flag of ``argv`` (its default when absent)."""
-    text = flag_value(argv, *names)
-    try:
-        return int(text) if text is not None else default
-    except ValueError:
-        raise EvaluationError(f"{names[0]} = {text!r} is not an integer") from None
 
 
 class CommandLineAdapter(EngineAdapter):

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_number
+from msopt.engines import get_engine
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ def installed_baseline(settings: Settings, environ: Mapping[str, str] | None = N
     """The searched fields' installed values, and one line per searched field saying where its baseline
     value comes from (the installation, or the field's own ``value``/the middle of its range, and why)."""
     environ = os.environ if environ is None else environ
-    from msopt.engines import get_engine
-
     adapter = get_engine(settings.engine)
     found = adapter.installed_values(settings.fields, settings.section(settings.engine), environ)
     values: dict[str, Any] = {}

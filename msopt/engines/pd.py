@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from msopt.checks import is_int
-from msopt.engines.base import LaunchSpec, TrialNode, command_str, executable, plain, split_others
+from msopt.engines.launch import LaunchSpec, TrialNode, command_str, executable, int_flag, plain, split_others
 from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
 
@@ -118,8 +118,6 @@ def count(pd: Mapping[str, Any], key: str, values: Mapping[str, Any]) -> int:
 def instance_devices(argv: Sequence[str]) -> int:
     """Devices one SGLang/vLLM instance occupies: tp x pp x dp replicas (SGLang's ``--attn-dp-size`` and
     the deprecated ``--dp-size N --enable-dp-attention`` split tp, adding none)."""
-    from msopt.engines.cmdline import int_flag
-
     tp = int_flag(argv, 1, "--tp-size", "--tp", "--tensor-parallel-size", "-tp")
     pp = int_flag(argv, 1, "--pp-size", "--pipeline-parallel-size", "-pp")
     dp = int_flag(argv, 1, "--dp-size", "--dp", "--data-parallel-size", "-dp")

@@ -26,6 +26,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import random
 import re
 import shlex
 import signal
@@ -491,8 +492,6 @@ class PortLease:
         if self.ports is None:
             return free_port(self.host)
         import fcntl
-        import random
-
         lo, hi = self.ports
         where = Path(tempfile.gettempdir()) / f"msopt-ports-{os.getuid()}"
         where.mkdir(mode=0o700, exist_ok=True)

@@ -24,7 +24,7 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import BACKUP_SUFFIX, write_atomic
 from msopt.evaluate.results import EvalRequest
 

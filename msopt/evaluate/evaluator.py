@@ -15,7 +15,7 @@ from typing import Any
 
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.engines.base import TrialNode
+from msopt.engines.launch import TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, make_objective

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from msopt.checks import is_int
+from msopt.config import DEFAULTS_PATH, read_toml
+from msopt.engines import ENGINES
 from msopt.engines.health_sources import PatternSource
-from msopt.engines.process import LOG_HEADER
+from msopt.engines.process import LOG_HEADER, tail
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
@@ -76,8 +78,6 @@ class HealthCheck:
         """Build from ``settings.section("health_check")``, with the service-log patterns the run's
         engine declares (:attr:`~msopt.engines.base.EngineAdapter.health_patterns`) for error types
         the table lists no patterns for; errors name the file and key."""
-        from msopt.engines import ENGINES
-
         check = cls.from_mapping(settings.section("health_check"), where=settings.where)
         engine = ENGINES.get(settings.engine) if settings.engine in ENGINES else None
         return check.with_patterns(engine.health_patterns) if engine is not None else check
@@ -100,8 +100,6 @@ class HealthCheck:
     @classmethod
     def default(cls) -> HealthCheck:
         """The packaged defaults (``[health_check]`` of msopt/defaults.toml)."""
-        from msopt.config import DEFAULTS_PATH, read_toml
-
         return cls.from_mapping(read_toml(DEFAULTS_PATH, "packaged defaults").get("health_check", {}))
 
     @classmethod
@@ -174,8 +172,6 @@ class HealthCheck:
 
     def check_file(self, log_path: str | Path, kind: str = "service") -> Verdict:
         """Classify the end of a log file."""
-        from msopt.engines.process import tail
-
         return self.check(tail(log_path, self.log_snippet_length), kind)
 
 
@@ -216,8 +212,6 @@ def pattern_sources() -> tuple[PatternSource, ...]:
     """Every pattern of ``[health_check]`` in msopt/config/defaults.toml, with its source: the
     engine-neutral ones and those the registered engines declare; the tests check that the two
     agree and that every sample is classified as filed."""
-    from msopt.engines import ENGINES
-
     declared = (src for name in ENGINES.names() for src in ENGINES.get(name).health_sources)
     return tuple(dict.fromkeys((*NEUTRAL_SOURCES, *declared)))
 
@@ -225,6 +219,4 @@ def pattern_sources() -> tuple[PatternSource, ...]:
 def benign_lines() -> tuple[tuple[str, str], ...]:
     """``(origin, line)``: lines the registered engines log that look alarming but are not
     failures; no packaged pattern may match them."""
-    from msopt.engines import ENGINES
-
     return tuple(dict.fromkeys(line for name in ENGINES.names() for line in ENGINES.get(name).benign_lines))

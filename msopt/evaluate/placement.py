@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from msopt.config import Settings
-from msopt.engines.base import TrialNode
+from msopt.engines.launch import TrialNode
 from msopt.errors import ConfigError, MsoptError
+from msopt.sim.specs import load_hardware
 
 
 def split_trial(k: int, per_node: int | None) -> tuple[int, int]:
@@ -31,8 +32,6 @@ def simulated_devices_per_node(settings: Settings) -> int | None:
         return configured
     sim = settings.section("simulator")
     try:
-        from msopt.sim import load_hardware
-
         dirs = sim.get("catalog_dirs", ())
         return load_hardware(str(sim.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs)
                              ).devices_per_node

@@ -23,10 +23,11 @@ from typing import Any
 from msopt.benchmarks import get_benchmark
 from msopt.config import Settings
 from msopt.engines import EngineAdapter, LaunchSpec
-from msopt.engines.cpu import CpuFacts, check_cpu_trial
 from msopt.engines.hccl import lease_blocks
+from msopt.engines.pd import without_pd
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
+from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
 from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
@@ -182,7 +183,7 @@ class RealRunner(EngineRunner):
         specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
                                          nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
         spec = specs[0]
-        check_rules(spec, values, self.engine_section)
+        check_rules(spec, values, self.engine_section, rules=self.engine.startup_rules)
         lease_blocks(spec.env, lease)  # this node's HCCL blocks, held as the trial's other ports
         self._check_cpu(spec)
         if len(specs) > 1 and self.ctx.launcher is None:
@@ -228,8 +229,6 @@ class RealRunner(EngineRunner):
                     server_log: Path, bench_log: Path, lease: PortLease) -> dict[str, Any]:
         """A prefill/decode-disaggregated trial: every instance (each ready), then the router, then the
         benchmark against the router; any process that ends fails the trial, and all are stopped."""
-        from msopt.engines.pd import without_pd
-
         settings = self.settings
         if len(self.ctx.nodes) > 1:
             raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "
@@ -241,7 +240,7 @@ class RealRunner(EngineRunner):
         timeout = settings.config.run.particles_time_out
         try:
             for spec in (*launch.prefill, *launch.decode):
-                check_rules(spec, values, inner)
+                check_rules(spec, values, inner, rules=self.engine.startup_rules)
         except EvaluationError:
             if self.ctx.run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -275,7 +274,7 @@ class RealRunner(EngineRunner):
 
     def _check_cpu(self, spec: LaunchSpec) -> None:
         """``[cluster] accelerator = "cpu"``: the trial's cores and this node's NUMA nodes hold the launch
-        (:mod:`msopt.engines.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
+        (:mod:`msopt.engines.vllm.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
         ternary_factories product, else 1; the Ray pool reserves as many)."""
         cluster = self.settings.config.cluster
         if not cluster.cpu:

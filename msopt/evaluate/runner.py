@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.config import Settings
 from msopt.engines import EngineAdapter
-from msopt.engines.base import LaunchSpec, TrialNode
+from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.process import ProcessRegistry
+from msopt.errors import EvaluationError
+from msopt.evaluate.backup import write_backup
 from msopt.evaluate.results import EvalRequest
 
 
@@ -81,8 +84,6 @@ def reuse_servers(settings: Settings) -> bool:
 
 def configured_benchmark(settings: Settings) -> BenchmarkAdapter:
     """The run's benchmark adapter (``benchmark``)."""
-    from msopt.benchmarks import get_benchmark
-
     return get_benchmark(settings.config.run.benchmark)
 
 
@@ -125,9 +126,6 @@ class EngineRunner:
         """With ``backup = true`` (``--backup``), record what this attempt launches in the run
         directory (:mod:`msopt.evaluate.backup`)."""
         if self.settings.config.run.backup and self.ctx.run_dir is not None:
-            from msopt.errors import EvaluationError
-            from msopt.evaluate.backup import write_backup
-
             try:
                 write_backup(self.ctx.run_dir, req, attempt, launches)
             except OSError as exc:

@@ -9,13 +9,15 @@ from typing import Any
 
 from msopt.config import Settings
 from msopt.engines import get_engine
-from msopt.engines.base import EngineAdapter, LaunchSpec, TrialNode
+from msopt.engines.base import EngineAdapter
+from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.simulated import render_pd_trial
+from msopt.sim import load_model
 
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]
 
@@ -53,8 +55,6 @@ class CandidateScreen:
         sim = settings.config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
-            from msopt.sim import load_model
-
             table = settings.section("simulator") if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))

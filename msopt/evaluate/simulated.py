@@ -22,8 +22,9 @@ from typing import Any
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Settings, thaw
-from msopt.engines.base import EngineAdapter, LaunchSpec, TrialNode
-from msopt.engines.pd import PdLaunch
+from msopt.engines.base import EngineAdapter
+from msopt.engines.launch import LaunchSpec, TrialNode
+from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
@@ -31,6 +32,9 @@ from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, configured_benchmark, server_key
 from msopt.metrics import PREFIX_CACHE_HIT_RATE, SIMULATED
 from msopt.registry import close_matches
+from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
+from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
+from msopt.sim.spec_types import DTYPE_BYTES
 from msopt.space.fields import FieldDecl
 
 _WALL_KEYS = ("emulate_wall_time", "time_scale", "eval_seconds")
@@ -84,10 +88,6 @@ class SimulatorSetup:
         for key, v in (("time_scale", scale), ("eval_seconds", secs)):
             if v is not None and (not is_number(v) or not 0 <= v <= 1e6):
                 raise ConfigError(f"{where(key)}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
-        from msopt.sim import load_hardware, load_model, workload_from_mapping
-        from msopt.sim.simulator import SIM_KEYS
-        from msopt.sim.specs import DTYPE_BYTES
-
         for key in table:
             if key not in SIM_KEYS:
                 valid = sorted(SIM_KEYS | set(_WALL_KEYS))
@@ -157,16 +157,12 @@ class SimulatorSetup:
         top-level ``seed`` (``--seed``) shifted past any eval id, so two runs that differ only in
         ``--seed`` draw different workloads and noise, and seed 0 keeps the seeds of earlier runs.
         """
-        from msopt.sim import simulate_launch
-
         return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv, field_load)
 
     def run_pd(self, launch: PdLaunch, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
                seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
                field_load: Mapping[str, Any] | None = None) -> Any:
         """Simulate one evaluation of a disaggregated trial (``bench_argv``, ``field_load``: as :meth:`run`)."""
-        from msopt.sim.simulator import simulate_disaggregated
-
         table = self._table(num_prompts, load, seed_offset)
         return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv,
                                       field_load)
@@ -207,8 +203,6 @@ SIM_LOAD_GB_S = 2.0
 
 def simulated_start_s(params_b: float, weight_dtype: str) -> float:
     """Simulated seconds one server start takes: :data:`SIM_STARTUP_BASE_S` + weights / :data:`SIM_LOAD_GB_S`."""
-    from msopt.sim.specs import DTYPE_BYTES
-
     return round(SIM_STARTUP_BASE_S + params_b * DTYPE_BYTES.get(weight_dtype, 2.0) / SIM_LOAD_GB_S, 3)
 
 
@@ -236,8 +230,6 @@ class SimRunner(EngineRunner):
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""
-        from msopt.sim import load_model
-
         dirs = self.sim.table.get("catalog_dirs", ())
         model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
         self.start_s = simulated_start_s(model.params_b, str(self.sim.table.get("weight_dtype", "bf16")))
@@ -299,8 +291,6 @@ class SimRunner(EngineRunner):
 
     def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         """A prefill/decode-disaggregated trial: every instance and the router rendered, both pools simulated."""
-        from msopt.engines.pd import without_pd
-
         nodes = self.ctx.nodes or self.virtual
         launch = render_pd_trial(self.engine, values, self.settings, self.engine_section, self.ctx.devices, nodes,
                                  workdir=self.ctx.run_dir)

@@ -11,6 +11,7 @@ from typing import Any
 from msopt.benchmarks import BENCHMARKS, get_benchmark
 from msopt.benchmarks.base import LOAD_KEYS
 from msopt.config import Settings
+from msopt.sim.workload import workload_from_mapping
 
 __all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "search_num_prompts",
            "workload_config"]
@@ -38,8 +39,6 @@ def configured_num_prompts(settings: Settings) -> int | None:
     benchmark adapter says its own section sends (:meth:`BenchmarkAdapter.num_prompts`: builtin's
     ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
     if settings.config.run.simulate:
-        from msopt.sim.workload import workload_from_mapping
-
         return workload_from_mapping(settings.section("simulator").get("workload", {})).num_prompts
     name = settings.config.run.benchmark
     return get_benchmark(name).num_prompts(settings.section(name))

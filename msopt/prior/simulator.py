@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msopt.config import PriorConfig, Settings, thaw
+from msopt.config.settings import DEFAULTS_PATH
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
@@ -28,7 +29,14 @@ from msopt.evaluate.runner import configured_benchmark
 from msopt.evaluate.screen import CandidateScreen, pd_launch
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.metrics import SPEC_ACCEPT_LEN
+from msopt.sim import load_hardware, load_model, workload_from_mapping
+from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
+from msopt.sim.knobs import load_overrides
+from msopt.sim.personality import knobs_from_launch
+from msopt.sim.simulator import simulate_pools
+from msopt.sim.specs import entry_path
 from msopt.space import SearchSpace
+from msopt.space.derived import TernaryFactoriesType
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
@@ -99,8 +107,6 @@ def prior_applies(settings: Settings, options: PriorOptions, described: bool = F
 
 
 def _defaults_path() -> Any:
-    from msopt.config.settings import DEFAULTS_PATH
-
     return DEFAULTS_PATH
 
 
@@ -135,8 +141,6 @@ class SimulatorPrior:
         self.objective = make_objective(settings.config.run.objective, settings.data)
         self.num_prompts = search_num_prompts(settings)
         self.benchmark = configured_benchmark(settings)
-        from msopt.sim import load_hardware, load_model, workload_from_mapping
-
         dirs = table.get("catalog_dirs", ())
         self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
         self.catalog_hardware = load_hardware(table["hardware"], self.dirs)
@@ -195,10 +199,6 @@ class SimulatorPrior:
         return pred
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
-        from msopt.sim.calibrate import simulate_memo
-        from msopt.sim.knobs import knobs_from_launch, load_overrides
-        from msopt.sim.simulator import simulate_pools
-
         try:
             req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
             load = field_load_of(self.benchmark, values, req)
@@ -341,10 +341,6 @@ class SimulatorPrior:
         left on the rows it fitted; :attr:`refit_note` then says so. ``progress`` is called with a
         line before a refit starts. Returns whether a refit happened (it needs two measured
         configurations)."""
-        from msopt.sim.calibrate import Measurement, fit_hardware
-        from msopt.sim.knobs import knobs_from_launch
-        from msopt.sim.specs import entry_path
-
         self.refit_note = None
         rows = sorted(self._observed.values(), key=self._measured_fitness)[:max_rows]
         if len(rows) < 2:
@@ -480,8 +476,6 @@ class SimulatorPrior:
 
     def layout_names(self) -> tuple[str, ...]:
         """The fields of the parallel layout: every ternary_factories field and its sources."""
-        from msopt.space.derived import TernaryFactoriesType
-
         names: list[str] = []
         for n in self.space.field_names:
             t = self.space.field_type(n)

@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from msopt.config import Settings, thaw
+from msopt.config.settings import DEFAULTS_PATH
 from msopt.engines import get_engine
 from msopt.errors import MsoptError
 from msopt.prior.simulator import prior_options
+from msopt.sim.detect import detect_devices, hardware_for
+from msopt.sim.hf_config import config_path
+from msopt.sim.specs import hardware_toml, load_hardware, read_config_model
 
 __all__ = ["PRIOR_HARDWARE_FILE", "PriorSource", "prior_source", "real_prior_table", "user_set"]
 
@@ -36,8 +40,6 @@ _FALLBACK = {"fp8": ("int8", "bf16"), "int8": ("fp8", "bf16"), "fp16": ("bf16",)
 
 def user_set(settings: Settings, key: str) -> bool:
     """Whether ``[simulator] key`` was set by a configuration file (not the packaged defaults)."""
-    from msopt.config.settings import DEFAULTS_PATH
-
     return settings.where(f"simulator.{key}") not in ("<defaults>", str(DEFAULTS_PATH))
 
 
@@ -65,9 +67,6 @@ class PriorSource:
 def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None,
               run_dir: Path | None, dirs: Sequence[str], write: Write) -> tuple[str | None, str, Any]:
     """(the [simulator] hardware value, where it came from, the Hardware) or (None, why, None)."""
-    from msopt.sim.detect import detect_devices, hardware_for
-    from msopt.sim.specs import hardware_toml, load_hardware
-
     table = settings.section("simulator")
     if user_set(settings, "hardware"):
         name = str(table["hardware"])
@@ -103,8 +102,6 @@ def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]
 
 def _model(settings: Settings, dirs: Sequence[str]) -> tuple[str | None, str, str | None]:
     """(the [simulator] model value, where it came from, the config's weight dtype) or (None, why, None)."""
-    from msopt.sim.hf_config import config_path, read_config_model
-
     table = settings.section("simulator")
     if user_set(settings, "model"):
         name = str(table["model"])

@@ -17,6 +17,7 @@ from typing import Any
 from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Settings
 from msopt.engines import get_engine
+from msopt.evaluate.placement import planned_nodes
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
 from msopt.run.store import atomic_write, dumps
 
@@ -81,8 +82,6 @@ def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[st
 
 def _export_nodes(settings: Settings, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
     """Per-node launch files of a configuration whose trials span nodes (none for one node)."""
-    from msopt.evaluate.placement import planned_nodes
-
     engine = settings.engine
     section = settings.section(engine)
     ips = section.get("device_ips")
@@ -171,8 +170,6 @@ def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: i
     section = settings.section(engine)
     if "pd" not in section:
         return []
-    from msopt.evaluate.placement import planned_nodes
-
     devices = settings.config.cluster.device_ids()
     nodes = planned_nodes(settings)
     names = [n.address for n in nodes]

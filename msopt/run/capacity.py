@@ -27,12 +27,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter
 from msopt.benchmarks.base import LOAD_KEYS
 from msopt.checks import is_finite, is_int
 from msopt.config import Settings
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load
 from msopt.slo import Slos, slo_checks
+from msopt.space import SearchSpace
 
 #: The keys of ``[capacity]``.
 CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
@@ -44,8 +46,6 @@ PERCENTILES = (50, 90, 99)
 
 def _load_fields(settings: Settings) -> dict[str, str]:
     """load kind -> name of the field that sets it (the benchmark's ``load_field_keys``, env fields)."""
-    from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter
-
     name = settings.config.run.benchmark
     keys = (BENCHMARKS.get(name) if name in BENCHMARKS else BenchmarkAdapter).load_field_keys
     out: dict[str, str] = {}
@@ -57,8 +57,6 @@ def _load_fields(settings: Settings) -> dict[str, str]:
 
 
 def _varied_load_fields(settings: Settings) -> list[str]:
-    from msopt.space import SearchSpace
-
     dims = set(SearchSpace.from_settings(settings).names)
     return [name for name in _load_fields(settings).values() if name in dims]
 

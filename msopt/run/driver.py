@@ -42,8 +42,10 @@ from typing import Any
 import numpy as np
 
 from msopt.config import Settings
+from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.evaluate.runner import server_key
 from msopt.evaluate.screen import CandidateScreen
 from msopt.evaluate.workload import workload_config
 from msopt.run import stages
@@ -67,6 +69,7 @@ from msopt.run.guide import Guide
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.pool import EvaluatorPool
 from msopt.run.records import best_record, capacity_line, capacity_record
+from msopt.run.servers import planned
 from msopt.run.validate import Validated
 from msopt.run.verdict import VerdictTally
 from msopt.search import Constraint, swarm_options
@@ -168,15 +171,10 @@ class Driver:
 
     def server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
-        from msopt.engines import get_engine
-        from msopt.evaluate.runner import server_key
-
         return server_key(self.settings, get_engine(self.settings.engine), values)
 
     def servers_wanted(self) -> set[str]:
         """The server keys the rest of the run may still use (:func:`msopt.run.servers.planned`)."""
-        from msopt.run.servers import planned
-
         configs = planned(self.stage, self.leaderboard, top_k=self.top_k, capacity=self.capacity_options.enabled,
                           budget=self.max_launches > 0, expected=self._expected)
         return {k for r in configs if (k := self.server_key(r.values)) is not None}

@@ -25,9 +25,14 @@ from typing import Any
 
 from msopt.config import Settings, thaw
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.base import LaunchSpec, flag_name
+from msopt.engines.hccl import VARIABLES, in_force
+from msopt.engines.hccn import read_device_ips
+from msopt.engines.launch import LaunchSpec, flag_name
 from msopt.engines.process import port_free
-from msopt.errors import MsoptError
+from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, workers
+from msopt.errors import MsoptError, RefusedError
+from msopt.evaluate.placement import split_trial
+from msopt.sim.detect import detect_devices, hardware_for
 from msopt.space import SearchSpace
 
 #: The checks ``msopt optimize`` runs before its baseline (quick, no subprocess).
@@ -187,8 +192,6 @@ def count_devices(accelerator: str) -> int:
     """Accelerators visible on this machine: /dev/davinciN (NPU), /dev/nvidiaN (GPU), or the cores
     this process may run on (CPU)."""
     if accelerator.upper() == "CPU":
-        from msopt.engines.cpu import CpuFacts
-
         return CpuFacts.here().cores
     pattern = {"NPU": r"davinci\d+", "GPU": r"nvidia\d+"}.get(accelerator.upper())
     if pattern is None or not Path("/dev").is_dir():
@@ -197,10 +200,7 @@ def count_devices(accelerator: str) -> int:
 
 
 def _numa(settings: Settings, spec: LaunchSpec) -> Check:
-    """The CPU build's NUMA binding (msopt/engines/cpu.py) for the baseline launch on this node."""
-    from msopt.engines.cpu import CpuFacts, check_cpu_trial, workers
-    from msopt.errors import RefusedError
-
+    """The CPU build's NUMA binding (msopt/engines/vllm/cpu.py) for the baseline launch on this node."""
     facts = CpuFacts.here()
     total, local = workers(spec)
     try:
@@ -218,8 +218,6 @@ def _devices(settings: Settings, devices: int | None) -> Check:
     have = count_devices(key) if devices is None else devices
     per_node = settings.config.cluster.devices_per_node
     if per_node and k > per_node:  # a trial that spans nodes needs its share on each
-        from msopt.evaluate.placement import split_trial
-
         n, share = split_trial(k, per_node)
         if have < share:
             return Check("devices", False, f"{have} {key}(s) on this node, a trial needs {share} on each of {n} "
@@ -238,8 +236,6 @@ def _device_ips(settings: Settings, devices: int | None) -> Check | None:
     per_node = settings.config.cluster.devices_per_node
     if key != "NPU" or not get_engine(settings.engine).needs_device_ips or not per_node or k <= per_node:
         return None
-    from msopt.engines.hccn import read_device_ips
-
     section = settings.section(settings.engine)
     n = count_devices(key) if devices is None else devices
     ips, error = read_device_ips([str(i) for i in range(n)])
@@ -258,8 +254,6 @@ def _device_ips(settings: Settings, devices: int | None) -> Check | None:
 def _hccl(settings: Settings, section: Mapping[str, Any]) -> Check | None:
     """Which HCCL port variables the first trial's launch on this node has, and where each comes from
     (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
-    from msopt.engines.hccl import VARIABLES, in_force
-
     key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
     if key != "NPU":
         return None
@@ -310,8 +304,6 @@ def hardware_probe() -> dict[str, str]:
 
 
 def _hardware(settings: Settings) -> Check:
-    from msopt.sim.detect import detect_devices, hardware_for
-
     key = settings.config.cluster.accelerator_key
     found = detect_devices(hardware_probe(), key or "none")
     if found is None:

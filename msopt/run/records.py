@@ -10,6 +10,7 @@ from typing import Any
 from msopt.config import Settings
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.capacity import CapacityOptions, sizing_pick
+from msopt.run.durations import format_duration
 
 
 def finite(x: Any) -> Any:
@@ -59,8 +60,6 @@ class ServerStarts:
 
 def _secs(seconds: float) -> str:
     """``12.3 s`` below a minute, else ``MM:SS`` / ``H:MM:SS``."""
-    from msopt.run.durations import format_duration
-
     return f"{seconds:.1f} s" if seconds < 60 else format_duration(seconds)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
 from msopt.config import DEFAULTS_PATH, Settings, load_settings
 from msopt.engines import ENGINES, EngineAdapter, get_engine
-from msopt.engines.base import check_launch
+from msopt.engines.launch import check_launch
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective

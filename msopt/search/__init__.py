@@ -18,7 +18,8 @@ from msopt.search.searcher import (
     search_dimensions,
 )
 from msopt.search.swarm import Swarm
+from msopt.search.tpe import TPESearcher  # registers "tpe" in SEARCHERS
 
 __all__ = ["NO_CONSTRAINT", "REFUSED_REDRAWS", "SCHEDULES", "SEARCHERS", "Constraint", "Screen", "SearchDimension",
-           "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher", "Trial", "check_searcher",
-           "make_searcher", "resolve_searcher", "search_dimensions", "swarm_options"]
+           "Searcher", "SearcherSetup", "Swarm", "SwarmOptions", "SwarmSearcher", "TPESearcher", "Trial",
+           "check_searcher", "make_searcher", "resolve_searcher", "search_dimensions", "swarm_options"]

@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, RegistryError
 from msopt.registry import Registry
 from msopt.search.constraint import NO_CONSTRAINT, Constraint, SearchDimension
 from msopt.search.options import SwarmOptions
@@ -235,22 +235,6 @@ def make_swarm_searcher(setup: SearcherSetup) -> SwarmSearcher:
     return SwarmSearcher(swarm, setup.mode, setup.context)
 
 
-class _TPEFactory:
-    """Optuna's TPE (:class:`msopt.search.tpe.TPESearcher`; Optuna is a dependency of msopt)."""
-
-    def __call__(self, setup: SearcherSetup) -> Searcher:
-        from msopt.search.tpe import TPESearcher
-
-        return TPESearcher(setup)
-
-    @staticmethod
-    def available() -> None:
-        """Raise ConfigError when Optuna is missing."""
-        from msopt.search.tpe import require_optuna
-
-        require_optuna()
-
-
 class _AutoFactory:
     """``"auto"`` (the default) is no searcher of its own: the driver resolves it with
     :func:`resolve_searcher` before it builds one. Registered so the name is reserved and listed."""
@@ -261,14 +245,14 @@ class _AutoFactory:
     @staticmethod
     def available() -> None:
         """Raise ConfigError when TPE, which "auto" takes without a prior, cannot run."""
-        _TPEFactory.available()
+        check_searcher("tpe")
 
 
 SEARCHERS: Registry[Callable[[SearcherSetup], Searcher]] = Registry("searcher", "msopt.searchers")
 """Searcher factories by name (``[search] searcher``); entry-point group ``msopt.searchers``."""
 SEARCHERS.register("auto", _AutoFactory())
 SEARCHERS.register("swarm", make_swarm_searcher)
-SEARCHERS.register("tpe", _TPEFactory())
+# "tpe" registers itself in msopt/search/tpe.py (imported by the package), as a plugin's would
 
 
 #: The largest launch budget at which "auto" takes TPE where there is no prior (see resolve_searcher).
@@ -299,8 +283,6 @@ def make_searcher(name: str, setup: SearcherSetup) -> Searcher:
     Raises:
         ConfigError: no searcher of that name (the message lists the valid ones).
     """
-    from msopt.errors import RegistryError
-
     try:
         factory = SEARCHERS.get(name)
     except RegistryError as exc:
@@ -315,8 +297,6 @@ def check_searcher(name: str) -> None:
     Raises:
         ConfigError: unknown name (the message lists the valid ones) or a missing dependency.
     """
-    from msopt.errors import RegistryError
-
     try:
         factory = SEARCHERS.get(name)
     except RegistryError as exc:

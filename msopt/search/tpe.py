@@ -26,15 +26,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from msopt.errors import ConfigError
 from msopt.search.constraint import REFUSED_REDRAWS, Constraint, SearchDimension
-
-if TYPE_CHECKING:
-    from msopt.search.searcher import SearcherSetup, Trial
+from msopt.search.searcher import SEARCHERS, Searcher, SearcherSetup, Trial
 
 __all__ = ["STARTUP_TRIALS", "TPESearcher", "require_optuna"]
 
@@ -169,8 +167,6 @@ class TPESearcher:
         return self._counts[lane]
 
     def _trial(self, lane: int) -> Trial:
-        from msopt.search.searcher import Trial
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna's experimental / independent-sampling notes
             t = self._study.ask(self._space)
@@ -205,3 +201,18 @@ class TPESearcher:
                 "trials": [{"number": t.number, "params": dict(t.params),
                             "value": None if t.value is None or not math.isfinite(t.value) else float(t.value)}
                            for t in self._study.trials if t.state.is_finished()]}
+
+
+class _TPEFactory:
+    """Optuna's TPE (:class:`TPESearcher`; Optuna is a dependency of msopt)."""
+
+    def __call__(self, setup: SearcherSetup) -> Searcher:
+        return TPESearcher(setup)
+
+    @staticmethod
+    def available() -> None:
+        """Raise ConfigError when Optuna is missing."""
+        require_optuna()
+
+
+SEARCHERS.register("tpe", _TPEFactory())

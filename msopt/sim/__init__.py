@@ -7,17 +7,13 @@ the failure a real server would show. It does not import Ray.
 
 from __future__ import annotations
 
-from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim import personalities as _personalities  # noqa: F401  (registers the built-in personalities)
+from msopt.sim.knobs import EngineKnobs, benchmark_overrides
+from msopt.sim.personality import knobs_from_launch
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate, simulate_launch
-from msopt.sim.specs import (
-    Hardware,
-    ModelSpec,
-    list_hardware,
-    list_models,
-    load_hardware,
-    load_model,
-)
+from msopt.sim.spec_types import Hardware, ModelSpec
+from msopt.sim.specs import list_hardware, list_models, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 __all__ = [

@@ -20,11 +20,13 @@ import numpy as np
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.registry import Registry
+from msopt.sim.hf_config import config_path
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.personality import PERSONALITIES, get_personality, known
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate
-from msopt.sim.specs import ENGINE_KEYS, Hardware, ModelSpec, list_models, load_hardware, load_model
+from msopt.sim.spec_types import ENGINE_KEYS, Hardware, ModelSpec
+from msopt.sim.specs import list_models, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 METRICS = ("ttft", "tpot", "tokens_per_s")
@@ -184,8 +186,6 @@ def _model_name(text: str) -> str:
     catalog entry whose hf_id or ``aliases`` name it (case aside); else a model directory, or a hub
     id in the local Hugging Face cache, with a config.json (:mod:`msopt.sim.hf_config`: the catalog
     entry of the same architecture, else the model its config.json describes)."""
-    from msopt.sim.hf_config import config_path
-
     names = list_models()
     if text in names or text.endswith(".toml"):
         return text

@@ -26,6 +26,7 @@ import numpy as np
 from msopt.errors import SimulationError
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost
+from msopt.sim.personality import get_personality
 
 
 @dataclass
@@ -113,28 +114,26 @@ class _Limits:
 
     def __init__(self, knobs: EngineKnobs) -> None:
         self.bs = knobs.block_size
-        self.mns = int(knobs.max_num_seqs)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
-        self.budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
+        self.mns = int(knobs.max_num_seqs)  # type: ignore[arg-type]  # set by personality.resolved()
+        self.budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by personality.resolved()
         self.chunked, self.mixed = knobs.chunked_prefill, knobs.mixed_batch
         self.max_pf = knobs.max_prefill_seqs or self.mns
-        # MindIE maxPreemptCount 0 reserves prompt + output at admission; so does SGLang for
-        # fixed-length requests (ignore_eos: the whole remaining output is reserved, sglang 0.5.23
-        # srt/managers/schedule_policy.py _get_running_request_total_token_offset / add_one_req)
-        self.reserve_full = knobs.max_preempt_count == 0 or knobs.engine == "sglang"
+        personality = get_personality(knobs.engine)
+        # maxPreemptCount 0 reserves prompt + output at admission (MindIE); some engines always do
+        self.reserve_full = knobs.max_preempt_count == 0 or personality.reserves_whole_output
         self.preempt_cap = knobs.max_preempt_count if knobs.max_preempt_count else None
         self.select = knobs.select_batch and not self.mixed
         self.select_steps = max(1, math.ceil(knobs.prefill_time_ms_per_req
                                              / max(knobs.decode_time_ms_per_req, 1e-9)))
-        self.queue_delay = knobs.max_queue_delay_s if knobs.engine == "mindie" else 0.0
+        self.queue_delay = knobs.max_queue_delay_s if personality.holds_queue_delay else 0.0
         # vLLM caps one request's prefill chunk at long_prefill_token_threshold when anyone else is
         # running or waiting (vllm 0.33.0 vllm/v1/core/sched/scheduler.py, schedule())
         self.long_cap = int(knobs.long_prefill_token_threshold or 0)
-        # SGLang's PrefillAdder stops adding requests once the batch's prompt tokens reach
-        # --max-prefill-tokens (less the decodes mixed in); with chunking on, the request that
-        # crosses the bound is not cut for it (sglang 0.5.23 srt/managers/schedule_policy.py,
-        # PrefillAdder.budget_state and _update_prefill_budget; default 16384 in
-        # srt/arg_groups/fields/schedule.py)
-        self.input_cap = int(knobs.max_prefill_tokens or 16384) if knobs.engine == "sglang" else 0
+        # a prefill batch stops adding requests once its prompt tokens reach the cap (less the decodes
+        # mixed in); with chunking on, the request that crosses the bound is not cut for it (SGLang's
+        # PrefillAdder: sglang 0.5.23 srt/managers/schedule_policy.py, budget_state and _update_prefill_budget)
+        cap = personality.prefill_token_cap
+        self.input_cap = int(knobs.max_prefill_tokens or cap) if cap else 0
 
 
 _NONE: frozenset[int] = frozenset()

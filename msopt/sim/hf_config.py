@@ -1,7 +1,7 @@
 """A simulator model spec from a Hugging Face model directory's ``config.json``.
 
 Any decoder-only model whose config.json names its architecture in the usual Hugging Face keys
-becomes a :class:`~msopt.sim.specs.ModelSpec`: ``num_hidden_layers``, ``hidden_size``,
+becomes a :class:`~msopt.sim.spec_types.ModelSpec`: ``num_hidden_layers``, ``hidden_size``,
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
 ``vocab_size``, ``max_position_embeddings``, ``tie_word_embeddings``; mixture-of-experts keys of
 Qwen-MoE (``num_experts``, ``moe_intermediate_size``, ``shared_expert_intermediate_size``,
@@ -10,22 +10,24 @@ Qwen-MoE (``num_experts``, ``moe_intermediate_size``, ``shared_expert_intermedia
 a multimodal config's ``text_config``. The weights' dtype comes from ``quantization_config``
 or ``torch_dtype`` (``dtype`` in newer transformers).
 
-A config whose architecture equals a catalog entry's is that entry (:func:`match_catalog`), so a
+A config whose architecture equals a catalog entry's is that entry (:func:`msopt.sim.specs.match_catalog`, which reads
+it with :func:`architecture`), so a
 local copy of a catalog model simulates exactly as the catalog name does.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from msopt.errors import ConfigError
+from msopt.sim.spec_types import ModelSpec
 
-__all__ = ["ConfigModel", "architecture", "config_path", "hub_cache_config", "match_catalog", "model_from_config",
-           "read_config_model", "weight_dtype_of"]
+__all__ = ["ConfigModel", "architecture", "config_path", "hub_cache_config", "model_from_config", "weight_dtype_of"]
 
 #: torch dtype names -> the simulator's dtypes (float32 weights are served as bf16 by default)
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "bf16", "float": "bf16"}
@@ -64,8 +66,6 @@ def hub_cache_config(repo_id: str) -> Path | None:
     """The config.json of a Hugging Face hub id in the local hub cache (``$HF_HUB_CACHE``, else
     ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; huggingface_hub's layout
     ``models--ORG--NAME/snapshots/REVISION/``), the newest snapshot's; None when not cached."""
-    import os
-
     if repo_id.count("/") != 1 or repo_id.startswith(("/", ".", "~")):
         return None
     home = os.environ.get("HF_HOME")
@@ -150,13 +150,11 @@ def weight_dtype_of(doc: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
 
 
 def model_from_config(path: str | Path, name: str | None = None) -> tuple[Any, str, tuple[str, ...]]:
-    """The :class:`~msopt.sim.specs.ModelSpec` a config.json describes, its weight dtype and notes.
+    """The :class:`~msopt.sim.spec_types.ModelSpec` a config.json describes, its weight dtype and notes.
 
     Raises:
         ConfigError: the file is unreadable or lacks an architecture key (named).
     """
-    from msopt.sim.specs import ModelSpec
-
     path = Path(path)
     doc = _read(path)
     layers = _int(doc, path, "num_hidden_layers", "n_layer", "num_layers")
@@ -213,35 +211,3 @@ def architecture(spec: Any) -> tuple[Any, ...]:
     return (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.vocab, spec.attention,
             spec.experts, spec.experts_per_token, spec.moe_ffn if spec.is_moe else spec.ffn,
             spec.kv_lora_rank, spec.shared_experts, spec.dense_layers)
-
-
-def match_catalog(spec: Any, extra_dirs: Iterable[str | Path] = ()) -> str:
-    """The name of the catalog model with ``spec``'s architecture (:func:`architecture`), else ""."""
-    from msopt.sim.specs import list_models, load_model
-
-    want = architecture(spec)
-    for name in list_models(extra_dirs):
-        try:
-            if architecture(load_model(name, extra_dirs)) == want:
-                return name
-        except ConfigError:
-            continue
-    return ""
-
-
-def read_config_model(model: str | Path, extra_dirs: Iterable[str | Path] = ()) -> ConfigModel:
-    """The model of a model directory (or its config.json), matched against the catalog.
-
-    Raises:
-        ConfigError: no config.json there, or one that does not describe a transformer.
-    """
-    path = config_path(model)
-    if path is None:
-        raise ConfigError(f"{model}: no config.json there; give a Hugging Face model directory")
-    spec, dtype, notes = model_from_config(path)
-    name = match_catalog(spec, extra_dirs)
-    if name:
-        from msopt.sim.specs import load_model
-
-        spec = load_model(name, extra_dirs)
-    return ConfigModel(spec, path, name, dtype, notes)

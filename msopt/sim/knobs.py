@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
-
-if TYPE_CHECKING:
-    from msopt.sim.personality import Personality
 
 
 @dataclass(frozen=True)
@@ -98,24 +96,6 @@ class EngineKnobs:
     spec_accept_len: float | None = None
     prefix_caching: bool | None = None
     ignored: tuple[str, ...] = field(default=())
-
-    @property
-    def personality(self) -> Personality:
-        """The simulator personality named by :attr:`engine`."""
-        from msopt.sim.personality import get_personality
-
-        return get_personality(self.engine)
-
-    def resolved(self, hbm_gib: float) -> EngineKnobs:
-        """Fill the personality's defaults that depend on the device (vLLM: >= 70 GiB -> 8192/1024)."""
-        p = self.personality
-        big = int(hbm_gib >= 70)
-        mnbt = self.max_num_batched_tokens or p.default_batched_tokens[big]
-        mns = self.max_num_seqs or p.default_max_seqs[big]
-        frac = self.memory_fraction
-        if frac is None:
-            frac = p.default_memory_fraction(self, hbm_gib, mnbt)
-        return replace(self, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac)
 
 
 def sglang_mem_fraction(hbm_gib: float, tp: int, pp: int, chunk: int, max_running: int | None) -> float:
@@ -289,8 +269,6 @@ _VLLM_SPEC_METHODS = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mt
 
 def _vllm_speculative_json(flag: str, value: str | None) -> dict[str, Any]:
     """vLLM's ``--speculative-config`` JSON object."""
-    import json
-
     try:
         conf = json.loads(value or "")
     except ValueError:
@@ -477,44 +455,6 @@ def vllm_launch_knobs(spec: LaunchSpec) -> EngineKnobs:
     if space:
         knobs = replace(knobs, kv_cache_gib=float(_as_int("VLLM_CPU_KVCACHE_SPACE", space)))
     return knobs
-
-
-def knobs_from_argv(engine: str, argv: Sequence[str]) -> EngineKnobs:
-    """Read the modelled knobs from a server command line (flags only) of the personality ``engine``.
-
-    Raises:
-        SimulationError: no personality of that name reads a command line, or a malformed knob value.
-    """
-    from msopt.sim.personality import get_personality, known
-
-    knobs = get_personality(engine).knobs_from_argv(argv) if known(engine) else None
-    if knobs is None:
-        raise SimulationError(f"knobs come from a command line for {' and '.join(_argv_personalities())}, "
-                              f"not {engine!r}")
-    return knobs
-
-
-def _argv_personalities() -> list[str]:
-    from msopt.sim.personality import PERSONALITIES, get_personality
-
-    return [n for n in PERSONALITIES.names() if get_personality(n).knobs_from_argv(()) is not None]
-
-
-def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
-    """Read the modelled knobs from a rendered launch, as the engine itself would: the personality
-    the engine's adapter names (:attr:`~msopt.engines.base.EngineAdapter.sim_personality`) reads it
-    (vLLM and SGLang from ``spec.argv``, MindIE from the config.json object in ``spec.files``).
-    Flags that are not modelled are listed once in ``ignored``.
-
-    Raises:
-        SimulationError: an engine no personality models, or a malformed knob value.
-    """
-    from msopt.sim.personality import modelled_engines, personality_of_engine
-
-    personality = personality_of_engine(spec.engine)
-    if personality is None:
-        raise SimulationError(f"the simulator models engines {modelled_engines()}, not {spec.engine!r}")
-    return personality.knobs_from_launch(spec)
 
 
 _BENCH = MappingProxyType({

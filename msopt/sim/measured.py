@@ -9,7 +9,7 @@ ttft_mean_ms, ttft_p99_ms, tpot_mean_ms, itl_mean_ms, output_tok_s, req_s, notes
 
 :func:`load_measured_csv` maps each row onto the simulator: the engine onto a personality, the model
 onto the catalog entry of its architecture (``hf_id`` / ``aliases``), the hardware name onto a
-catalog entry (:func:`msopt.sim.detect.catalog_part`), the layout and scheduler cells onto the
+catalog entry (:func:`msopt.sim.parts.catalog_part`), the layout and scheduler cells onto the
 engine's own flags. A row the simulator cannot reproduce is returned as :class:`Skipped` with the
 reason, never guessed at.
 """
@@ -27,7 +27,9 @@ from typing import Any
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.sim.calibrate import Measurement
-from msopt.sim.specs import ModelSpec, load_hardware, load_model
+from msopt.sim.personality import get_personality, resolved
+from msopt.sim.spec_types import ModelSpec
+from msopt.sim.specs import load_hardware, load_model
 
 #: the schema's required columns (its README, "Schema"), in order
 SCHEMA_COLUMNS = ("source", "source_ref", "engine", "engine_version", "model", "dtype", "hardware", "n_devices",
@@ -281,7 +283,7 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
     try:
         knobs = get_knobs(engine, argv)
         if engine == "sglang" and knobs.memory_fraction is None and \
-                (knobs.resolved(hw.hbm_gib).memory_fraction or 0.0) < MIN_SGLANG_FRACTION:
+                (resolved(knobs, hw.hbm_gib).memory_fraction or 0.0) < MIN_SGLANG_FRACTION:
             # SGLang's default reserves 1.5 x the chunk size: with the recipes' huge chunks it leaves
             # nothing, so their launches set --mem-fraction-static, which the schema does not carry
             argv += ["--mem-fraction-static", str(ASSUMED_SGLANG_FRACTION)]
@@ -324,8 +326,6 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
 
 def get_knobs(engine: str, argv: Sequence[str]) -> Any:
     """The engine knobs of a server command line (layout included)."""
-    from msopt.sim.personality import get_personality
-
     knobs = get_personality(engine).knobs_from_argv(list(argv))
     if knobs is None:
         raise ConfigError(f"engine {engine!r} takes no command line")

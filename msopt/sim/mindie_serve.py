@@ -24,12 +24,16 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from msopt.sim.serve import SimServer, parse_options, step_cost
 
 #: MindIE's own lines (http_server.cpp:404, 444; config_manager_impl.cpp:313; llm_daemon.cpp:319).
 PORT_OCCUPIED = "Management or Business or Metrics Http server listen port is occupied"
@@ -95,8 +99,6 @@ def port_used(host: str, port: int) -> bool:
 
 def _sim_options(doc: Mapping[str, Any], args: argparse.Namespace) -> Any:
     """sim-serve's options from the config.json's scheduler and model keys."""
-    from msopt.sim.serve import parse_options
-
     backend = doc.get("BackendConfig", {})
     schedule = backend.get("ScheduleConfig", {})
     deploy = backend.get("ModelDeployConfig", {})
@@ -144,8 +146,6 @@ def serve_mindie(argv: Sequence[str]) -> int:
         print(f"[ERROR] [endpoint] {exc}", flush=True)
         return 1
     if args.startup_delay > 0:
-        import time
-
         time.sleep(args.startup_delay)  # the model loads before the HTTP servers start (endpoint.cpp:44-114)
     host = plan[0][0]
     if any(port_used(address, port) for address, port, _ in plan):
@@ -158,9 +158,7 @@ def serve_mindie(argv: Sequence[str]) -> int:
 async def _run(plan: Sequence[tuple[str, int, tuple[str, ...]]], opts: Any) -> int:
     from aiohttp import web
 
-    from msopt.sim.serve import SimServer, _step_cost
-
-    opts = replace(opts, cost=_step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
+    opts = replace(opts, cost=step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
                                                 "--pipeline-parallel-size", str(opts.pipeline_parallel_size),
                                                 "--max-num-batched-tokens", str(opts.max_num_batched_tokens),
                                                 "--max-num-seqs", str(opts.max_num_seqs)]))
@@ -195,8 +193,6 @@ async def _run(plan: Sequence[tuple[str, int, tuple[str, ...]]], opts: Any) -> i
     print("Daemon start success!", flush=True)  # llm_daemon.cpp:323
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    import signal
-
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()

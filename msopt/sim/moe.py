@@ -35,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
-from msopt.sim.specs import Hardware, ModelSpec, dtype_bytes
+from msopt.sim.personality import get_personality
+from msopt.sim.spec_types import Hardware, ModelSpec, dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -136,14 +137,14 @@ def layout_of(knobs: EngineKnobs, model: ModelSpec) -> MoeLayout:
     """The MoE group layout an engine builds from its knobs (see the module docstring)."""
     if not model.is_moe:
         return MoeLayout(1, knobs.tp, 1, knobs.tp)
-    if knobs.personality.moe_shares_dp:
+    if get_personality(knobs.engine).moe_shares_dp:
         group = knobs.dp
         world = group * knobs.tp
         ep = knobs.ep or (world if knobs.expert_parallel else 1)
         return MoeLayout(group, knobs.tp, ep, knobs.moe_tp or max(1, world // ep))
     group = knobs.dp if knobs.dp_attention else 1
     world = group * knobs.tp
-    if knobs.personality.moe_tp_first:
+    if get_personality(knobs.engine).moe_tp_first:
         moe_tp = knobs.moe_tp or (world // knobs.ep if knobs.ep else knobs.tp)
         ep = knobs.ep or max(1, world // moe_tp)
         return MoeLayout(group, knobs.tp, ep, moe_tp)

@@ -20,9 +20,10 @@ import numpy as np
 
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import EngineKnobs
-from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
+from msopt.sim.memory import MemoryPlan
+from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.result import SimResult, failed, summarize
-from msopt.sim.specs import Hardware, ModelSpec
+from msopt.sim.spec_types import Hardware, ModelSpec
 from msopt.sim.workload import Workload
 
 #: Fixed-point rounds of a closed loop.

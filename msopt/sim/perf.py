@@ -3,36 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
+from msopt.sim.memory import MemoryPlan
 from msopt.sim.moe import MoeCost, layout_of
-from msopt.sim.specs import Hardware, ModelSpec, dtype_bytes
+from msopt.sim.personality import get_personality
+from msopt.sim.spec_types import Hardware, ModelSpec, dtype_bytes
 
 GIB = float(1 << 30)
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Per-device memory of one replica, GiB, and the KV cache it leaves.
-
-    Attributes:
-        weights_gib: this device's share of the weights.
-        activation_gib: peak activations of a full-budget step plus sampler logits.
-        reserve_gib: runtime memory the framework never gets.
-        usable_gib: the engine's share of device memory (hbm x memory fraction).
-        kv_gib: what is left for the KV cache (may be <= 0: the server fails).
-        kv_tokens: tokens the KV cache of the replica holds (whole blocks).
-        num_blocks: KV blocks of the replica.
-    """
-
-    weights_gib: float
-    activation_gib: float
-    reserve_gib: float
-    usable_gib: float
-    kv_gib: float
-    kv_tokens: int
-    num_blocks: int
 
 
 class StepCost:
@@ -145,9 +123,9 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
     # widest live tensors of a full-budget forward pass (bf16) plus fp32 sampler logits
     width = 4 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp + 2 * model.ffn / tp
     activation = (tokens * width * 2.0 + min(seqs, tokens) * model.vocab * 4.0) / GIB
-    if knobs.personality.activation_outside_fraction:
+    if get_personality(knobs.engine).activation_outside_fraction:
         activation = 0.0
-    usable = hw.hbm_gib * knobs.memory_fraction  # type: ignore[operator]  # set by EngineKnobs.resolved()
+    usable = hw.hbm_gib * knobs.memory_fraction  # type: ignore[operator]  # set by personality.resolved()
     reserve = hw.reserve_gib
     if knobs.kv_cache_gib is not None:
         kv = knobs.kv_cache_gib

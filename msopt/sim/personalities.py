@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.sim.knobs import EngineKnobs, knobs_mindie, knobs_sglang, knobs_vllm, sglang_mem_fraction, vllm_launch_knobs
-from msopt.sim.perf import MemoryPlan
+from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import PERSONALITIES, Personality
-from msopt.sim.specs import ModelSpec
+from msopt.sim.spec_types import ModelSpec
 
 #: MindIE's ``ModelDeployConfig.maxSeqLen`` when config.json leaves it out.
 _MINDIE_DEFAULT_MAX_SEQ_LEN = 2560
@@ -61,6 +61,13 @@ class SglangPersonality(Personality):
     # SGLang starts anyway and serves requests up to the pool's size
     # (sglang 0.5.23 srt/managers/tp_worker.py: max_req_len = min(context_len - 1, kv - 1))
     caps_context_to_kv = True
+    # fixed-length requests (ignore_eos) have their whole remaining output reserved at admission
+    # (sglang 0.5.23 srt/managers/schedule_policy.py _get_running_request_total_token_offset / add_one_req)
+    reserves_whole_output = True
+    # the PrefillAdder stops adding requests once the batch's prompt tokens reach --max-prefill-tokens
+    # (sglang 0.5.23 srt/managers/schedule_policy.py PrefillAdder.budget_state; default 16384 in
+    # srt/arg_groups/fields/schedule.py)
+    prefill_token_cap = 16384
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_sglang(argv)
@@ -88,6 +95,7 @@ class MindiePersonality(Personality):
     default_batched_tokens = (8192, 8192)
     default_max_seqs = (200, 200)
     moe_tp_first = True
+    holds_queue_delay = True  # ScheduleConfig maxQueueDelayMicroseconds
 
     def knobs_from_launch(self, spec: LaunchSpec) -> EngineKnobs:
         return knobs_mindie(spec.files)

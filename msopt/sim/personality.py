@@ -13,16 +13,15 @@ the personality's name.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
+from msopt.engines import ENGINES
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
 from msopt.registry import Registry
-
-if TYPE_CHECKING:
-    from msopt.engines.base import LaunchSpec
-    from msopt.sim.knobs import EngineKnobs
-    from msopt.sim.perf import MemoryPlan
-    from msopt.sim.specs import ModelSpec
+from msopt.sim.knobs import EngineKnobs
+from msopt.sim.memory import MemoryPlan
+from msopt.sim.spec_types import ModelSpec
 
 
 class Personality:
@@ -55,6 +54,16 @@ class Personality:
     #: earlier prompt computed skips their prefill (blocks kept while free, least recently used
     #: evicted first). Off by default: a personality that models it says so.
     prefix_caching: bool = False
+    #: Admission reserves each request's prompt and its whole remaining output, as MindIE does with
+    #: ``maxPreemptCount`` 0 (which any personality gets from that knob) and SGLang always does for
+    #: fixed-length requests.
+    reserves_whole_output: bool = False
+    #: The engine holds a batch back up to ``max_queue_delay_s`` (MindIE ``maxQueueDelayMicroseconds``);
+    #: otherwise that knob means nothing.
+    holds_queue_delay: bool = False
+    #: A prefill batch stops adding requests once its prompt tokens reach ``max_prefill_tokens``, this
+    #: being its default (SGLang ``--max-prefill-tokens``); None: no such bound.
+    prefill_token_cap: int | None = None
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs | None:
         """The knobs of a server command line; None when this engine's knobs do not come from one."""
@@ -109,29 +118,67 @@ PERSONALITIES: Registry[Personality] = Registry("simulator personality",
 
 
 def get_personality(name: str) -> Personality:
-    """The personality registered as ``name`` (an unknown name lists the valid ones)."""
-    from msopt.sim import personalities as _builtin  # noqa: F401  (registers the built-in ones)
-
+    """The personality registered as ``name`` (an unknown name lists the valid ones). The built-in
+    ones register when :mod:`msopt.sim` is imported, which any import of this module does first."""
     return PERSONALITIES.get(name)
 
 
 def known(name: str) -> bool:
     """Whether a personality is registered as ``name``."""
-    from msopt.sim import personalities as _builtin  # noqa: F401  (registers the built-in ones)
-
     return name in PERSONALITIES
 
 
 def personality_of_engine(engine: str) -> Personality | None:
     """The personality that models the engine registered as ``engine``, None when none does."""
-    from msopt.engines import ENGINES
-
     name = ENGINES.get(engine).sim_personality if engine in ENGINES else None
     return get_personality(name) if name is not None else None
 
 
 def modelled_engines() -> list[str]:
     """The registered engines a personality models."""
-    from msopt.engines import ENGINES
-
     return [n for n in ENGINES.names() if ENGINES.get(n).sim_personality is not None]
+
+
+def resolved(knobs: EngineKnobs, hbm_gib: float) -> EngineKnobs:
+    """``knobs`` with the defaults of its personality (:attr:`EngineKnobs.engine`) that depend on the
+    device filled in (vLLM: >= 70 GiB -> 8192/1024)."""
+    p = get_personality(knobs.engine)
+    big = int(hbm_gib >= 70)
+    mnbt = knobs.max_num_batched_tokens or p.default_batched_tokens[big]
+    mns = knobs.max_num_seqs or p.default_max_seqs[big]
+    frac = knobs.memory_fraction
+    if frac is None:
+        frac = p.default_memory_fraction(knobs, hbm_gib, mnbt)
+    return replace(knobs, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac)
+
+
+def knobs_from_argv(engine: str, argv: Sequence[str]) -> EngineKnobs:
+    """Read the modelled knobs from a server command line (flags only) of the personality ``engine``.
+
+    Raises:
+        SimulationError: no personality of that name reads a command line, or a malformed knob value.
+    """
+    knobs = get_personality(engine).knobs_from_argv(argv) if known(engine) else None
+    if knobs is None:
+        raise SimulationError(f"knobs come from a command line for {' and '.join(_argv_personalities())}, "
+                              f"not {engine!r}")
+    return knobs
+
+
+def _argv_personalities() -> list[str]:
+    return [n for n in PERSONALITIES.names() if get_personality(n).knobs_from_argv(()) is not None]
+
+
+def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
+    """Read the modelled knobs from a rendered launch, as the engine itself would: the personality
+    the engine's adapter names (:attr:`~msopt.engines.base.EngineAdapter.sim_personality`) reads it
+    (vLLM and SGLang from ``spec.argv``, MindIE from the config.json object in ``spec.files``).
+    Flags that are not modelled are listed once in ``ignored``.
+
+    Raises:
+        SimulationError: an engine no personality models, or a malformed knob value.
+    """
+    personality = personality_of_engine(spec.engine)
+    if personality is None:
+        raise SimulationError(f"the simulator models engines {modelled_engines()}, not {spec.engine!r}")
+    return personality.knobs_from_launch(spec)

@@ -12,7 +12,8 @@ When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there a
 ``argv-<port>.json`` when it names a directory),
 so a test can check what the server was launched with.
 
-With ``--mindie`` it stands in for MindIE's daemon instead (:mod:`msopt.sim.mindie_serve`).
+With ``--mindie`` ``msopt sim-serve`` stands in for MindIE's daemon instead (:mod:`msopt.sim.mindie_serve`),
+with ``--pd-disaggregation`` for SGLang's PD router (:mod:`msopt.sim.router`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -29,7 +31,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import is_int
+from msopt.engines.launch import LaunchSpec
+from msopt.errors import MsoptError
+from msopt.sim.perf import StepCost
+from msopt.sim.personality import knobs_from_launch
 from msopt.sim.rendezvous import Placement, follow, lead, placement
+from msopt.sim.specs import list_models, load_hardware, load_model
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 
@@ -101,19 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _catalog_model(model: str, explicit: str | None) -> str:
     if explicit:
         return explicit
-    from msopt.sim import list_models
-
     name = model.rstrip("/").rsplit("/", 1)[-1].lower()
     return name if name in list_models() else "qwen3-8b"
 
 
-def _step_cost(opts: SimServeOptions, argv: Sequence[str]) -> Any:
+def step_cost(opts: SimServeOptions, argv: Sequence[str]) -> Any:
     """The simulator's step-time model for the engine this command line describes."""
-    from msopt.engines.base import LaunchSpec
-    from msopt.errors import MsoptError
-    from msopt.sim import knobs_from_launch, load_hardware, load_model
-    from msopt.sim.perf import StepCost
-
     try:
         hw, model = load_hardware(opts.hardware), load_model(opts.sim_model)
         knobs = knobs_from_launch(LaunchSpec(engine="vllm", argv=("vllm", "serve", *argv)))
@@ -155,7 +155,7 @@ def _pace(opts: SimServeOptions, *, prompt_tokens: int, running: int) -> tuple[f
     """
     cost = opts.cost
     if cost is None:
-        cost = _step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
+        cost = step_cost(opts, ["--tensor-parallel-size", str(opts.tensor_parallel_size),
                                  "--pipeline-parallel-size", str(opts.pipeline_parallel_size),
                                  "--max-num-batched-tokens", str(opts.max_num_batched_tokens),
                                  "--max-num-seqs", str(opts.max_num_seqs)])
@@ -346,21 +346,14 @@ class SimServer:
 
 
 def serve(argv: Sequence[str]) -> int:
-    """Run sim-serve with this vLLM-style command line until SIGTERM/SIGINT."""
+    """Run sim-serve with this vLLM-style command line until SIGTERM/SIGINT (``msopt sim-serve``
+    hands ``--mindie`` and ``--pd-disaggregation`` to the other stand-ins: :mod:`msopt.cli.serve`)."""
     from aiohttp import web
 
     argv = list(argv)
-    if "--mindie" in argv:  # a stand-in for MindIE's daemon, reading its config.json
-        from msopt.sim.mindie_serve import serve_mindie
-
-        return serve_mindie(argv)
-    if "--pd-disaggregation" in argv:  # a stand-in for SGLang's PD router
-        from msopt.sim.router import serve_router
-
-        return serve_router(argv, os.environ.get(ARGV_FILE_ENV))
     path = os.environ.get(ARGV_FILE_ENV)
     opts = parse_options(argv)
-    opts = replace(opts, cost=_step_cost(opts, argv))  # priced once, from the full command line
+    opts = replace(opts, cost=step_cost(opts, argv))  # priced once, from the full command line
     if path and os.path.isdir(path):  # one file per server when several run at once
         rank = placement(argv)
         suffix = f"-node{rank.rank}" if rank is not None and rank.rank else ""
@@ -388,8 +381,6 @@ def serve(argv: Sequence[str]) -> int:
 
 def _lead_in_background(server: SimServer, place: Placement, argv: Sequence[str]) -> None:
     """Rank 0: run the rendezvous beside the HTTP server; ready when it succeeds, exit 1 when not."""
-    import threading
-
     def run() -> None:
         conns, problem = lead(place, argv, timeout=max(60.0, server.opts.startup_delay + 60.0))
         if problem:

@@ -9,16 +9,19 @@ from typing import Any
 import numpy as np
 
 from msopt.checks import is_int, is_number
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
-from msopt.sim.knobs import EngineKnobs, benchmark_overrides, knobs_from_launch, load_overrides
+from msopt.sim.knobs import EngineKnobs, benchmark_overrides, load_overrides
+from msopt.sim.memory import MemoryPlan
 from msopt.sim.moe import layout_of, layout_problem
-from msopt.sim.perf import MemoryPlan, StepCost, plan_memory
-from msopt.sim.personality import PERSONALITIES, known
+from msopt.sim.pd import Pool, simulate_pd
+from msopt.sim.perf import StepCost, plan_memory
+from msopt.sim.personality import PERSONALITIES, get_personality, knobs_from_launch, known, resolved
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.spec import SpecStepCost, speculation_of
-from msopt.sim.specs import DTYPE_BYTES, Hardware, ModelSpec, load_hardware, load_model
+from msopt.sim.spec_types import DTYPE_BYTES, Hardware, ModelSpec
+from msopt.sim.specs import load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 #: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
@@ -32,7 +35,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         value = getattr(knobs, name)
         if value is not None and value < 1:
             return f"ValueError: {name} must be >= 1, got {value}"
-    if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by EngineKnobs.resolved()
+    if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by personality.resolved()
         return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
     if model.heads % knobs.tp:
         return (f"ValueError: Total number of attention heads ({model.heads}) must be divisible by "
@@ -49,7 +52,7 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         problem = layout_problem(model, layout_of(knobs, model))
         if problem:
             return problem
-    return knobs.personality.startup_problem(knobs, model, max_model_len)
+    return get_personality(knobs.engine).startup_problem(knobs, model, max_model_len)
 
 
 def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model_len: int,
@@ -73,9 +76,9 @@ def _memory_problem(knobs: EngineKnobs, hw: Hardware, mem: MemoryPlan, max_model
             return (f"{prefix}: {what} out of memory during the profile run. Tried to allocate "
                     f"{mem.activation_gib:.2f} GiB of activations with {mem.weights_gib:.2f} GiB of weights "
                     f"on a {total:.2f} GiB device. Lower max_num_batched_tokens or raise tp/pp.")
-        return knobs.personality.no_kv_memory(knobs, mem)
-    if mem.kv_tokens < max_model_len and not knobs.personality.caps_context_to_kv:
-        return knobs.personality.short_kv(knobs, mem, max_model_len)
+        return get_personality(knobs.engine).no_kv_memory(knobs, mem)
+    if mem.kv_tokens < max_model_len and not get_personality(knobs.engine).caps_context_to_kv:
+        return get_personality(knobs.engine).short_kv(knobs, mem, max_model_len)
     return None
 
 
@@ -145,13 +148,13 @@ def simulate(
     if not noise >= 0:
         raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
     hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
-    knobs = knobs.resolved(hw.hbm_gib)
+    knobs = resolved(knobs, hw.hbm_gib)
     hw = hw.for_engine(knobs.engine)
     ignored = knobs.ignored
     if knobs.max_model_len:
         max_model_len = int(knobs.max_model_len)
     else:
-        max_model_len = knobs.personality.default_max_model_len(spec)
+        max_model_len = get_personality(knobs.engine).default_max_model_len(spec)
     devices = knobs.tp * knobs.pp
     log = [
         f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
@@ -175,8 +178,8 @@ def simulate(
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
-    if knobs.personality.caps_context_to_kv and mem.kv_tokens < max_model_len:
-        log.append(knobs.personality.kv_cap_warning(mem, max_model_len))
+    if get_personality(knobs.engine).caps_context_to_kv and mem.kv_tokens < max_model_len:
+        log.append(get_personality(knobs.engine).kv_cap_warning(mem, max_model_len))
         max_model_len = max(1, mem.kv_tokens - 1)
     log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
     log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
@@ -215,7 +218,7 @@ def simulate(
         log.append(f"INFO [msopt.sim] speculative decoding: {draft.method}, {draft.steps} draft step(s), "
                    f"{draft.verify} token(s) verified per step, acceptance length {draft.accept:.2f} ({how})")
 
-    caching = knobs.prefix_caching if knobs.prefix_caching is not None else knobs.personality.prefix_caching
+    caching = knobs.prefix_caching if knobs.prefix_caching is not None else get_personality(knobs.engine).prefix_caching
     prefixes = wl.sample_prefixes() if caching else None
     hit_tokens = query_tokens = 0
     n = wl.num_prompts
@@ -347,13 +350,11 @@ def simulate_pools(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, i
                    noise: float = 0.0) -> SimResult:
     """:func:`simulate_disaggregated` on loaded inputs: the one simulation of a disaggregated trial that an
     evaluation and the simulator prior (with its refitted ``hw``) both run."""
-    from msopt.sim.pd import Pool, simulate_pd
-
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
-    pools = [Pool("prefill", knobs_from_launch(prefill).resolved(hw.hbm_gib), int(counts[0])),
-             Pool("decode", knobs_from_launch(decode).resolved(hw.hbm_gib), int(counts[1]))]
+    pools = [Pool("prefill", resolved(knobs_from_launch(prefill), hw.hbm_gib), int(counts[0])),
+             Pool("decode", resolved(knobs_from_launch(decode), hw.hbm_gib), int(counts[1]))]
     log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
            f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
 

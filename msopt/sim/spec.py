@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost
-from msopt.sim.specs import ModelSpec
+from msopt.sim.spec_types import ModelSpec
 
 #: per-token acceptance rate a default acceptance length assumes, per draft method: EAGLE-3 and
 #: DeepSeek's MTP report 0.8-0.9 for the first drafted token and less for later ones (EAGLE-3

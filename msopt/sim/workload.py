@@ -11,6 +11,8 @@ import numpy as np
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError
+from msopt.workload import Trace, TraceCounts
+from msopt.workload.replay import open_window
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
@@ -79,8 +81,6 @@ class Workload:
         whole trace, read once per workload (kept on the instance: with_overrides builds a new one)."""
         cached = self.__dict__.get("_trace_cache")
         if cached is None:
-            from msopt.workload.replay import open_window
-
             assert self.trace is not None
             window = open_window(self.trace, "[simulator.workload] trace")
             reqs = window.requests

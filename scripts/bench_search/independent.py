@@ -33,7 +33,7 @@ replicas share the workload's closed-loop concurrency ``C``):
   per step, the sweep's balance guard.
 - free_gpu_memory_fraction = gpu_memory_utilization (SGLang: mem_fraction_static).
 - vLLM refuses ``max_num_batched_tokens < max_model_len`` without chunked prefill (vLLM 0.23.0
-  vllm/config/scheduler.py:259-278, the rule msopt/engines/rules/vllm.py cites): that launch fails.
+  vllm/config/scheduler.py:259-278, the rule msopt/engines/vllm/rules.py cites): that launch fails.
 - generate_speed = dp × tokens/s; TTFT = the worker's TTFT plus the wait of the requests beyond
   the batch, ``(C / dp − batch) / seq/s`` by Little's law (a closed loop of C / dp clients served
   batch at a time); TPOT as estimated.

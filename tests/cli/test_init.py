@@ -135,7 +135,7 @@ def _flags_are_in_their_tables(engine: str, text: str) -> None:
     doc = tomllib.loads(text)
     section = "mindie" if engine == "mindie" else "sglang" if engine == "sglang" else "vllm"
     if section == "mindie":  # every config_position is a key path of MindIE's config.json
-        template = json.loads((ROOT / "msopt/engines/mindie_config.json").read_text())
+        template = json.loads((ROOT / "msopt/engines/mindie/config.json").read_text())
         for f in doc["mindie"]["target_field"]:
             node = template
             *parents, last = f["config_position"].split(".")
@@ -145,8 +145,8 @@ def _flags_are_in_their_tables(engine: str, text: str) -> None:
             # docs/zh/user_guide/optimization_and_tuning.md; configs/deepseek_v3_atlas_multinode.toml)
             assert last in node or last in ("moe_ep", "moe_tp"), f["config_position"]
         return
-    table = {"vllm": ROOT / "msopt/engines/flags/vllm-0.33.0.txt",
-             "vllm-ascend": ROOT / "msopt/engines/flags/vllm-0.23.0.txt",
+    table = {"vllm": ROOT / "msopt/engines/vllm/flags/vllm-0.33.0.txt",
+             "vllm-ascend": ROOT / "msopt/engines/vllm/flags/vllm-0.23.0.txt",
              "sglang": ROOT / "tests/data/engines/sglang_flags.txt"}[engine]
     known = _flag_table(table)
     used = {f["config_position"] for f in doc[section]["target_field"]}

@@ -14,7 +14,7 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.mindie_original import MINDIE_PD_UNSUPPORTED
+from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.run.validate import load

@@ -1,6 +1,6 @@
 """Conformance: what msopt renders agrees with what the engines accept.
 
-The flag tables (msopt/engines/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
+The flag tables (msopt/engines/vllm/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
 also reads at load time and in preflight, and tests/data/engines/sglang_flags.txt) were read from the
 wheels by scripts/engine_flags.py; MindIE's shipped config.json
 (../shared/original/mindie_config.json, beside the repository) is MindIE-LLM's src/server/conf/config.json. Each
@@ -18,7 +18,7 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings, thaw
 from msopt.engines import get_engine
-from msopt.engines.base import flag_name
+from msopt.engines.launch import flag_name
 from msopt.engines.vllm import is_vllm_serve
 from msopt.errors import ConfigError
 from msopt.space import DecodeContext, SearchSpace
@@ -31,7 +31,7 @@ CONFIGS = ROOT / "configs"
 
 
 def table_path(engine: str, version: str = "0.33.0") -> Path:
-    return ROOT / "msopt" / "engines" / "flags" / f"vllm-{version}.txt" if engine == "vllm" \
+    return ROOT / "msopt" / "engines" / "vllm" / "flags" / f"vllm-{version}.txt" if engine == "vllm" \
         else DATA / f"{engine}_flags.txt"
 
 
@@ -226,7 +226,7 @@ def test_mindie_launches_and_exports_a_consistent_config(tmp_path: Path) -> None
         (doc,) = spec.files.values()
         assert_mindie_accepts(doc)
         try:
-            check_rules(spec, decoded.values, section, environ={})
+            check_rules(spec, decoded.values, section, rules=engine.startup_rules, environ={})
             launched += 1
         except RefusedError:
             refused += 1
@@ -250,11 +250,11 @@ def test_mindie_layout_rules_on_the_shipped_file(tmp_path: Path) -> None:
     engine = get_engine("mindie")
     spec = engine.render({"tp": 1, "dp": 4, "pp": 2}, fields, section, port=1, devices=list("01234567"))
     with pytest.raises(RefusedError, match="data parallel and pipeline parallel"):
-        check_rules(spec, {}, section, environ={"MASTER_IP": "1.2.3.4", "MASTER_PORT": "1"})
+        check_rules(spec, {}, section, rules=engine.startup_rules, environ={"MASTER_IP": "1.2.3.4", "MASTER_PORT": "1"})
     spec = engine.render({"tp": 4, "dp": 1, "pp": 2}, fields, section, port=1, devices=list("01234567"))
     with pytest.raises(RefusedError, match="Please export MASTER_IP"):
-        check_rules(spec, {}, section, environ={})
-    check_rules(spec, {}, section, environ={"MASTER_IP": "1.2.3.4", "MASTER_PORT": "1"})
+        check_rules(spec, {}, section, rules=engine.startup_rules, environ={})
+    check_rules(spec, {}, section, rules=engine.startup_rules, environ={"MASTER_IP": "1.2.3.4", "MASTER_PORT": "1"})
 
 
 def test_mindie_integers_where_mindie_wants_them(tmp_path: Path) -> None:

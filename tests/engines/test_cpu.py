@@ -1,4 +1,4 @@
-"""Issue 25, bug 10: the CPU build as a target: cores and NUMA nodes per trial (msopt/engines/cpu.py)."""
+"""Issue 25, bug 10: the CPU build as a target: cores and NUMA nodes per trial (msopt/engines/vllm/cpu.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
-from msopt.engines.cpu import CpuFacts, check_cpu_trial, parse_ids, workers
+from msopt.engines.launch import LaunchSpec
+from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, parse_ids, workers
 from msopt.errors import RefusedError
 
 

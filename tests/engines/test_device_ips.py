@@ -10,8 +10,8 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.base import TrialNode
 from msopt.engines.hccn import parse_ip, read_device_ips
+from msopt.engines.launch import TrialNode
 from msopt.engines.mindie import rank_table
 from msopt.errors import ConfigError, EvaluationError
 from msopt.run.validate import validate

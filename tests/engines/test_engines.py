@@ -12,7 +12,7 @@ import pytest
 
 from msopt.benchmarks import get_benchmark
 from msopt.engines import ENGINES, EngineAdapter, LaunchSpec, get_engine
-from msopt.engines.base import format_value, substitute
+from msopt.engines.launch import format_value, substitute
 from msopt.errors import ConfigError, EvaluationError, RegistryError
 from msopt.space.fields import FieldDecl, parse_field
 
@@ -216,7 +216,7 @@ def test_unknown_engine_lists_valid_ones() -> None:
 def mindie_config(tmp_path: Path) -> Path:
     path = tmp_path / "conf" / "config.json"
     path.parent.mkdir()
-    doc = json.loads((Path(__file__).parents[2] / "msopt/engines/mindie_config.json").read_text())
+    doc = json.loads((Path(__file__).parents[2] / "msopt/engines/mindie/config.json").read_text())
     doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"].append({"tp": 1, "modelName": "b"})
     path.write_text(json.dumps(doc))
     return path

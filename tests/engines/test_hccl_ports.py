@@ -14,7 +14,7 @@ from msopt.engines.hccl import hccl_env, in_force, lease_blocks
 from msopt.engines.process import PortLease
 from msopt.errors import EvaluationError
 
-TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")  # msopt's built-in template
+TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
 
 
 def _blocks(env: dict[str, str]) -> tuple[set[int], set[int]]:
@@ -88,7 +88,7 @@ def test_two_trials_on_one_node_each_have_their_own_config_hccl_blocks_and_maste
     MASTER_PORT even on one node), rendered as the real path renders them, with ports from two leases."""
     import json
 
-    from msopt.engines.base import TrialNode
+    from msopt.engines.launch import TrialNode
     from msopt.engines.rules import ModelFacts, check_rules
 
     doc = json.loads(TEMPLATE.read_text())
@@ -101,7 +101,7 @@ def test_two_trials_on_one_node_each_have_their_own_config_hccl_blocks_and_maste
             (spec,) = get_engine("mindie").render_nodes(
                 {}, [], {"config_path": str(conf)}, port=lease.take(), nodes=(TrialNode(0, "127.0.0.1", devices),),
                 rendezvous_port=lease.take(), workdir=tmp_path / devices[0])
-            check_rules(spec, {}, {}, model=ModelFacts(), environ={})
+            check_rules(spec, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
             lease_blocks(spec.env, lease)
             specs.append(spec)
         configs = [next(iter(s.files)) for s in specs]

@@ -15,7 +15,7 @@ from msopt.cli.optimize import _load
 from msopt.config import load_settings
 from msopt.engines.installed import installed_baseline
 
-TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")
+TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")
 
 MINDIE = """
 engine = "mindie"

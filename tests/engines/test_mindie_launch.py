@@ -17,15 +17,15 @@ import pytest
 
 from msopt.engines import get_engine
 from msopt.engines import mindie as mindie_mod
-from msopt.engines.base import TrialNode
-from msopt.engines.mindie_install import find_install
+from msopt.engines.launch import TrialNode
+from msopt.engines.mindie.install import find_install
 from msopt.engines.process import free_port, launched
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.health import HealthCheck
 from msopt.space.fields import parse_field
 from tests.shared_data import MINDIE_SHIPPED, shared
 
-TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")
+TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")
 STAND_IN = [sys.executable, "-m", "msopt.cli.serve", "--mindie", "--time-scale", "0.001"]
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -14,7 +14,7 @@ from msopt.engines import get_engine
 from msopt.errors import ConfigError
 from msopt.run.validate import validate
 
-TEMPLATE = Path(mindie_mod.__file__).with_name("mindie_config.json")  # msopt's built-in template
+TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
 
 
 def _conf(tmp_path: Path) -> Path:

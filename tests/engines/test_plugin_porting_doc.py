@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from msopt.benchmarks.base import BENCHMARKS, BenchmarkAdapter
-from msopt.engines import base as engine_base
+from msopt.engines import launch as engine_launch
 from msopt.engines.base import ENGINES, EngineAdapter
 
 DOC = Path(__file__).parents[2] / "docs" / "migrating.md"
@@ -31,7 +31,7 @@ def test_the_msopt_names_it_gives_exist() -> None:
     groups = set(re.findall(r'entry-points\."(msopt\.[a-z_]+)"', section))
     assert groups == {ENGINES.entry_point_group, BENCHMARKS.entry_point_group}
     for helper in ("command_table", "executable", "flag_args", "env_fields", "split_others", "substitute"):
-        assert f"`{helper}`" in section and callable(getattr(engine_base, helper))
+        assert f"`{helper}`" in section and callable(getattr(engine_launch, helper))
     render = inspect.signature(EngineAdapter.render).parameters
     assert {"values", "fields", "section", "port", "devices", "workdir"} <= set(render)
     bench = inspect.signature(BenchmarkAdapter.render).parameters

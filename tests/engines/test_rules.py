@@ -35,7 +35,7 @@ def mindie(world: int, tp: int, dp: int = 1, pp: int = 1, ids: Any = None) -> La
 
 
 def refusal(spec: LaunchSpec, model: ModelFacts | None = None, env: dict | None = None) -> str | None:
-    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), env or {}))
+    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), env or {}), get_engine(spec.engine).startup_rules)
     return None if hit is None else hit[0].id
 
 
@@ -74,7 +74,7 @@ def test_vllm_message_is_the_engines_own() -> None:
     with pytest.raises(RefusedError, match=r"max_num_batched_tokens \(128\) must be greater than or equal to "
                                            r"max_num_seqs \(256\)\.") as info:
         check_rules(vllm("--max-num-batched-tokens", "128", "--max-num-seqs", "256"), {}, {},
-                    model=ModelFacts(), environ={})
+                    rules=get_engine("vllm").startup_rules, model=ModelFacts(), environ={})
     assert info.value.rule == "vllm.batched_tokens_vs_max_num_seqs"
     assert "vllm/config/scheduler.py" in str(info.value) and "0.33.0" in str(info.value)
 
@@ -140,7 +140,8 @@ def test_mindie_schedule_rule_messages_are_mindies_own() -> None:
               "The value of modelParam.cpuMemSize can not be 0 when maxPreemptCount is not 0.")]
     for schedule, cpu_mem, message in cases:
         with pytest.raises(RefusedError) as info:
-            check_rules(mindie_schedule(schedule, cpu_mem=cpu_mem), {}, {}, model=ModelFacts(), environ={})
+            check_rules(mindie_schedule(schedule, cpu_mem=cpu_mem), {}, {}, rules=get_engine("mindie").startup_rules,
+                        model=ModelFacts(), environ={})
         assert message in str(info.value)
         assert "config_manager_impl.cpp" in str(info.value) and "8b4871a" in str(info.value)
 
@@ -242,13 +243,13 @@ def test_mindie_schedule_ranges(schedule: dict, expected: str | None, message: s
     assert refusal(spec) == expected
     if message is not None:
         with pytest.raises(RefusedError) as info:
-            check_rules(spec, {}, {}, model=ModelFacts(), environ={})
+            check_rules(spec, {}, {}, rules=get_engine(spec.engine).startup_rules, model=ModelFacts(), environ={})
         assert message in str(info.value) and "8b4871a" in str(info.value)
 
 
 def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
     from msopt.engines import get_engine
-    from msopt.engines.base import TrialNode
+    from msopt.engines.launch import TrialNode
 
     spec = mindie_schedule({})
     spec.files["config.json"]["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["backendType"] = "torch"
@@ -264,7 +265,7 @@ def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
         (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
                                                    nodes=(TrialNode(0, "127.0.0.1", devices),),
                                                    rendezvous_port=29600 + i, workdir=tmp_path / str(i))
-        check_rules(one, {}, {}, model=ModelFacts(), environ={})
+        check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
         ports.append(one.env["MASTER_PORT"])
     assert ports == ["29600", "29601"]
     atb = get_engine("mindie").render_nodes({}, [], {}, port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
@@ -287,4 +288,5 @@ def test_sglang_dp_size_with_attn_dp_size(flags: tuple[str, ...], expected: str 
     assert refusal(sglang(*flags)) == expected
     if expected:
         with pytest.raises(RefusedError, match="data-parallel replicas combined with attention data parallelism"):
-            check_rules(sglang(*flags), {}, {}, model=ModelFacts(), environ={})
+            check_rules(sglang(*flags), {}, {}, rules=get_engine("sglang").startup_rules, model=ModelFacts(),
+                        environ={})

@@ -3,7 +3,7 @@
 
 Sources: vllm-ascend 0.23.0.post1 sdist (Dockerfile:42 ``ARG VLLM_TAG=v0.23.0``,
 vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0, 0.25.1, 0.26.0, 0.27.1 and 0.33.0 wheels
-(msopt/engines/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
+(msopt/engines/vllm/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.base import TrialNode
 from msopt.engines.hccl import block as hccl_block
+from msopt.engines.launch import TrialNode
 from msopt.engines.rules import advisories
 from msopt.engines.vllm import (
     additional_config_keys,
     flag_table,
     unknown_flags,
 )
+from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.errors import ConfigError
 from msopt.run.validate import validate
 from msopt.space.fields import FieldDecl, parse_field
@@ -145,16 +146,16 @@ def block(**kw: Any) -> FieldDecl:
 
 
 def test_block_size_advisory_for_vllm_ascend() -> None:
-    (warning,) = advisories("vllm", [block()], ASCEND)
+    (warning,) = advisories(VLLM_ADVISORIES, [block()], ASCEND)
     assert "field 'block_size'" in warning and "tunes nothing" in warning and "prefix caching" in warning
     assert "vllm_ascend/utils.py:1402-1406" in warning
-    assert advisories("vllm", [block()], {}) == []  # plain vLLM honours --block-size
-    assert advisories("vllm", [block(constant=128)], ASCEND) == []
+    assert advisories(VLLM_ADVISORIES, [block()], {}) == []  # plain vLLM honours --block-size
+    assert advisories(VLLM_ADVISORIES, [block(constant=128)], ASCEND) == []
     off = {**ASCEND, "command": {"others": "--no-enable-prefix-caching --no-enable-chunked-prefill"}}
-    assert advisories("vllm", [block()], off) == []
+    assert advisories(VLLM_ADVISORIES, [block()], off) == []
     chunk = decl("chunk", "--enable-chunked-prefill", "bool", min=0, max=1)
     only = {**ASCEND, "command": {"others": "--no-enable-prefix-caching"}}
-    (searched,) = advisories("vllm", [block(), chunk], only)
+    (searched,) = advisories(VLLM_ADVISORIES, [block(), chunk], only)
     assert "only matters in candidates" in searched
 
 
@@ -178,5 +179,5 @@ value = 128
     warnings = [ln for ln in out.stdout.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "'block_size'" in warnings[0] and "vllm-ascend 0.23.0.post1" in warnings[0]
     validate(load_settings(ROOT / "configs" / "vllm_real.toml"))  # the shipped config has no dead field
-    assert advisories("vllm", load_settings(ROOT / "configs" / "vllm_real.toml").fields,
+    assert advisories(VLLM_ADVISORIES, load_settings(ROOT / "configs" / "vllm_real.toml").fields,
                       load_settings(ROOT / "configs" / "vllm_real.toml").section("vllm")) == []

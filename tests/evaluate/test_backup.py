@@ -15,7 +15,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import BACKUP_SUFFIX
 from msopt.errors import EvaluationError
 from msopt.evaluate.backup import write_backup
@@ -23,7 +23,7 @@ from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
 
-TEMPLATE = Path(__file__).parents[2] / "msopt" / "engines" / "mindie_config.json"
+TEMPLATE = Path(__file__).parents[2] / "msopt" / "engines" / "mindie" / "config.json"
 
 MINDIE = """
 engine = "mindie"

@@ -14,7 +14,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError
 from msopt.sim.simulator import simulate_disaggregated
 from tests.procs import recorded, started, survivors
@@ -96,7 +96,7 @@ def test_optimize_simulates_the_pd_example(tmp_path):
 
 
 def test_pd_instances_never_span_nodes():
-    from msopt.engines.base import TrialNode
+    from msopt.engines.launch import TrialNode
 
     s = _settings()
     nodes = tuple(TrialNode(r, f"10.0.0.{r + 1}", tuple(str(d) for d in range(8))) for r in range(2))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from msopt.engines import get_engine
-from msopt.engines.base import TrialNode
+from msopt.engines.launch import TrialNode
 from msopt.engines.process import free_port, start_process, wait_ready
 from msopt.errors import EvaluationError
 from msopt.sim.rendezvous import instance_key, placement
@@ -82,7 +82,7 @@ def test_mindie_rank_table_and_per_node_config(tmp_path):
     assert table["server_list"][1]["device"][0]["device_ip"] == "192.168.2.0"
     from msopt.engines.rules import check_rules
 
-    check_rules(specs[0], {"TP": 4, "DP": 4}, section)  # tp 4 x dp 4 = 2 nodes x worldSize 8
+    check_rules(specs[0], {"TP": 4, "DP": 4}, section, rules=get_engine("mindie").startup_rules)  # tp 4 x dp 4 = 2 nodes x worldSize 8
 
 
 def _sim_serve(argv: list[str], log: Path, env_dir: Path):

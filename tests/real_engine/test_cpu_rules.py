@@ -2,7 +2,7 @@
 
 Tensor-parallel 2 is launched once for real on this node; when the node has fewer than two
 allowed NUMA nodes vLLM refuses it, and its log holds the sentence msopt's rule
-``vllm_cpu.numa_nodes`` (msopt/engines/cpu.py) predicts, word for word.
+``vllm_cpu.numa_nodes`` (msopt/engines/vllm/cpu.py) predicts, word for word.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
-from msopt.engines.cpu import CpuFacts, check_cpu_trial
+from msopt.engines.launch import LaunchSpec
 from msopt.engines.process import free_port, start_process
+from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
 from msopt.errors import RefusedError
 from tests.real_engine.conftest import VllmCpu
 

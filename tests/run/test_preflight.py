@@ -198,7 +198,7 @@ def test_mindie_preflight_binds_the_addresses_it_listens_on(tmp_path: Path, monk
 
 @pytest.mark.parametrize(("version", "ok"), [("0.23.0", False), ("0.33.0", True), ("0.30.1", True)])
 def test_flags_are_checked_against_the_installed_vllm_version(tmp_path: Path, version: str, ok: bool) -> None:
-    # --max-num-scheduled-tokens exists in vLLM 0.33.0 and not in 0.23.0 (msopt/engines/flags/vllm-*.txt)
+    # --max-num-scheduled-tokens exists in vLLM 0.33.0 and not in 0.23.0 (msopt/engines/vllm/flags/vllm-*.txt)
     fake = tmp_path / "bin" / "vllm"
     fake.parent.mkdir()
     fake.write_text(f"#!/bin/sh\necho {version}\n")

@@ -20,7 +20,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.builtin import synthetic_prompts
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import server_key

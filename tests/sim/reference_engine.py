@@ -93,8 +93,8 @@ class _Limits:
 
     def __init__(self, knobs: EngineKnobs) -> None:
         self.bs = knobs.block_size
-        self.mns = int(knobs.max_num_seqs)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
-        self.budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by EngineKnobs.resolved()
+        self.mns = int(knobs.max_num_seqs)  # type: ignore[arg-type]  # set by personality.resolved()
+        self.budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by personality.resolved()
         self.chunked, self.mixed = knobs.chunked_prefill, knobs.mixed_batch
         self.max_pf = knobs.max_prefill_seqs or self.mns
         # MindIE maxPreemptCount 0 reserves prompt + output at admission; so does SGLang for

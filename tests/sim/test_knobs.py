@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
 from msopt.sim import EngineKnobs, benchmark_overrides, knobs_from_launch
+from msopt.sim.personality import resolved
 
 
 def vllm(*args: str) -> EngineKnobs:
@@ -24,8 +25,8 @@ def test_vllm_both_flag_forms_and_ignored_listed_once():
 def test_vllm_defaults_resolve_by_device_memory():
     k = vllm("-tp", "2")
     assert k.tp == 2 and k.max_num_seqs is None
-    assert k.resolved(79.1).max_num_batched_tokens == 8192 and k.resolved(79.1).max_num_seqs == 1024
-    assert k.resolved(64.0).max_num_batched_tokens == 2048 and k.resolved(64.0).max_num_seqs == 256
+    assert resolved(k, 79.1).max_num_batched_tokens == 8192 and resolved(k, 79.1).max_num_seqs == 1024
+    assert resolved(k, 64.0).max_num_batched_tokens == 2048 and resolved(k, 64.0).max_num_seqs == 256
     assert k.memory_fraction == 0.9 and k.block_size == 16
 
 
@@ -112,11 +113,11 @@ def test_sglang_default_memory_fraction_follows_the_device_and_tp():
 
     k = knobs_from_launch(LaunchSpec("sglang", ("python", "-m", "sglang.launch_server", "--tp-size", "1")))
     assert k.memory_fraction is None
-    h100 = k.resolved(79.1).memory_fraction
+    h100 = resolved(k, 79.1).memory_fraction
     assert h100 == sglang_mem_fraction(79.1, 1, 1, 8192, None)
     # reserved 512 + 1.5 x 8192 + 1/8 x 1024 + 2 x 256 MB = 13440 MB of 80998 MB
     assert h100 == pytest.approx(round((79.1 * 1024 - 13440) / (79.1 * 1024), 3))
-    assert k.resolved(79.1).memory_fraction > EngineKnobs(engine="sglang", tp=8).resolved(79.1).memory_fraction
+    assert resolved(k, 79.1).memory_fraction > resolved(EngineKnobs(engine="sglang", tp=8), 79.1).memory_fraction
 
 
 def test_sglang_max_prefill_tokens_bounds_a_prefill_batch():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
 from msopt.sim import EngineKnobs, knobs_from_launch
 from msopt.sim.moe import MoeLayout, layout_of, layout_problem

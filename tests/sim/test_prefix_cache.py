@@ -15,6 +15,7 @@ from msopt.sim import EngineKnobs, load_hardware, load_model, simulate
 from msopt.sim import engine as fast
 from msopt.sim.knobs import knobs_vllm
 from msopt.sim.perf import StepCost
+from msopt.sim.personality import resolved
 from tests.sim.test_engine_equivalence import TRACE_ARRAYS, outcome, random_case
 
 
@@ -36,7 +37,7 @@ def test_no_shared_prefix_leaves_the_trace_bit_identical(block: int) -> None:
 
 
 def _replica(num_blocks: int, prefixes: list[tuple[int, ...]] | None, in_len: int = 1024, out_len: int = 8):
-    knobs = EngineKnobs(engine="vllm").resolved(80.0)
+    knobs = resolved(EngineKnobs(engine="vllm"), 80.0)
     cost = StepCost(load_hardware("h100-sxm"), load_model("qwen3-8b"), knobs, "bf16", "bf16")
     n = 3 if prefixes is None else len(prefixes)
     return fast.run_replica(knobs, cost, num_blocks, np.full(n, in_len), np.full(n, out_len),

@@ -46,7 +46,7 @@ def test_pace_follows_the_simulator() -> None:
 
 
 def test_pace_matches_the_embedded_simulator_at_batch_one() -> None:
-    from msopt.engines.base import LaunchSpec
+    from msopt.engines.launch import LaunchSpec
     from msopt.sim import knobs_from_launch, simulate
 
     argv = ["Qwen/Qwen3-8B", "--tensor-parallel-size", "2", "--max-num-seqs", "8"]
@@ -179,7 +179,7 @@ def test_mindie_stand_in_groups_its_http_servers_as_mindie_does() -> None:
 def test_mindie_stand_in_refuses_a_busy_port_with_mindies_message(tmp_path: Path) -> None:
     import socket
 
-    doc = json.loads((Path(__file__).parents[2] / "msopt/engines/mindie_config.json").read_text())
+    doc = json.loads((Path(__file__).parents[2] / "msopt/engines/mindie/config.json").read_text())
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

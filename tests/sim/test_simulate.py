@@ -6,9 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
 from msopt.sim import EngineKnobs, simulate, simulate_launch
+from msopt.sim.personality import resolved
 
 SMALL = {"input_len": 256, "output_len": 64, "num_prompts": 64, "concurrency": 16}
 
@@ -131,7 +132,7 @@ def test_a_delayed_request_does_not_hold_up_the_ones_behind_it():
 
     hw = load_hardware("h100-sxm")
     model = load_model("qwen3-8b")
-    knobs = EngineKnobs(tp=1).resolved(hw.hbm_gib)
+    knobs = resolved(EngineKnobs(tp=1), hw.hbm_gib)
     cost = StepCost(hw, model, knobs, "bf16", "bf16")
     blocks = plan_memory(hw, model, knobs, "bf16", "bf16").num_blocks
     n = 4

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim import simulate, simulate_launch
 from msopt.sim.knobs import knobs_sglang, knobs_vllm

@@ -2,10 +2,10 @@
 
 The generic machinery lives here (:class:`Candidate`, :class:`Rule`, :func:`check_rules`,
 :class:`Advisory`); each engine declares its own rules on its adapter
-(:attr:`~msopt.engines.base.EngineAdapter.startup_rules`, built-in ones in
-:mod:`msopt.engines.rules.vllm`, ``.sglang`` and ``.mindie`` with the engine's own message and
-the source file and version each comes from), so a plugin engine brings rules of its own. The
-real path (:class:`~msopt.evaluate.real.RealRunner`) and the simulated path
+(:attr:`~msopt.engines.base.EngineAdapter.startup_rules`, built-in ones in each engine's folder:
+:mod:`msopt.engines.vllm.rules`, :mod:`msopt.engines.sglang.rules`, :mod:`msopt.engines.mindie.rules`, each
+with the engine's own message and the source file and version it comes from), so a plugin engine
+brings rules of its own. The real path (:class:`~msopt.evaluate.real.RealRunner`) and the simulated path
 (:class:`~msopt.evaluate.simulated.SimRunner`) both call :func:`check_rules` on the rendered
 launch, so a candidate that breaks a rule costs no launch, and simulated and real refusals
 cannot drift apart.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msopt.engines.base import LaunchSpec
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import RefusedError
 from msopt.space.fields import FieldDecl
 
@@ -160,17 +160,10 @@ class Rule:
     version: str
 
 
-def rules_for(engine: str) -> tuple[Rule, ...]:
-    """The start-up rules the adapter registered as ``engine`` declares (none for an unknown name)."""
-    from msopt.engines.base import ENGINES
-
-    return tuple(ENGINES.get(engine).startup_rules) if engine in ENGINES else ()
-
-
-def broken_rule(candidate: Candidate, rules: Sequence[Rule] | None = None) -> tuple[Rule, str] | None:
-    """The first of ``rules`` (default: those of the candidate's engine) the candidate breaks,
-    with the engine's message, or None."""
-    for rule in rules_for(candidate.spec.engine) if rules is None else rules:
+def broken_rule(candidate: Candidate, rules: Sequence[Rule]) -> tuple[Rule, str] | None:
+    """The first of ``rules`` (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`)
+    the candidate breaks, with the engine's message, or None."""
+    for rule in rules:
         message = rule.refuses(candidate)
         if message is not None:
             return rule, message
@@ -178,8 +171,8 @@ def broken_rule(candidate: Candidate, rules: Sequence[Rule] | None = None) -> tu
 
 
 def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[str, Any], *,
-                model: ModelFacts | None = None, environ: Mapping[str, str] | None = None,
-                rules: Sequence[Rule] | None = None) -> None:
+                rules: Sequence[Rule], model: ModelFacts | None = None,
+                environ: Mapping[str, str] | None = None) -> None:
     """Raise :class:`RefusedError` (the engine's message, the rule id) for a refused candidate.
 
     Args:
@@ -188,8 +181,7 @@ def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[st
         section: the engine's section.
         model: facts of the model; default: read from ``<spec.model>/config.json`` when local.
         environ: the server's environment; default: this process's plus ``spec.env``.
-        rules: the rules to check (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`);
-            default: those of the adapter registered as ``spec.engine``.
+        rules: the rules to check (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`).
     """
     env = {**(os.environ if environ is None else environ), **spec.env}
     cand = Candidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
@@ -220,13 +212,11 @@ class Advisory:
     version: str
 
 
-def advisories(engine: str, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> list[str]:
-    """The warnings of the advisories the adapter registered as ``engine`` declares
-    (:attr:`~msopt.engines.base.EngineAdapter.advisories`) for this configuration, each naming its source."""
-    from msopt.engines.base import ENGINES
-
+def advisories(declared: Sequence[Advisory], fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> list[str]:
+    """The warnings of the ``declared`` advisories (an adapter's
+    :attr:`~msopt.engines.base.EngineAdapter.advisories`) for this configuration, each naming its source."""
     out = []
-    for adv in ENGINES.get(engine).advisories if engine in ENGINES else ():
+    for adv in declared:
         text = adv.warns(fields, section)
         if text is not None:
             out.append(f"{text} [advisory {adv.id}, {adv.source}, {adv.version}]")

@@ -15,10 +15,13 @@ import re
 import shutil
 import sys
 import time
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msopt import __version__
+from msopt.config.settings import same_toml
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.store._files import (
     BEST,
@@ -39,6 +42,7 @@ from msopt.run.store._files import (
 from msopt.run.store._journal import JournalFile
 from msopt.run.store._lock import RunLock
 from msopt.run.store._table import ResultsTable, csv_columns
+from msopt.space.space import SearchSpace
 
 if TYPE_CHECKING:
     from msopt.config import Settings
@@ -70,10 +74,6 @@ def config_changes(original: str, current: str, *, limit: int = 5) -> list[str]:
 
     At most ``limit`` items, then how many more; an unparsable ``current`` is one item.
     """
-    import tomllib
-
-    from msopt.config.settings import same_toml
-
     try:
         new = tomllib.loads(current)
     except tomllib.TOMLDecodeError as exc:
@@ -152,9 +152,6 @@ class RunStore:
                              f"--resume {run_dir}, or choose another run id") from None
         except OSError as exc:
             raise write_error(run_dir, exc, "the run directory") from None
-
-        from msopt import __version__
-        from msopt.space.space import SearchSpace
 
         fields = [f.name for f in settings.fields]
         info: dict[str, Any] = {

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.engines import EngineAdapter, LaunchSpec
-from msopt.engines.base import (
+from msopt.engines.launch import (
     check_flag_positions,
     command_str,
     command_table,

@@ -15,9 +15,9 @@ from typing import Any
 
 from msopt.errors import SimulationError
 from msopt.sim.knobs import EngineKnobs
-from msopt.sim.perf import MemoryPlan
+from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import Personality
-from msopt.sim.specs import ModelSpec
+from msopt.sim.spec_types import ModelSpec
 from msopt_tgi import MAX_DEFAULT
 
 #: Launcher flags the simulator models, and the knob each sets.

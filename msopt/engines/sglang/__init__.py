@@ -12,9 +12,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from msopt.engines.base import ENGINES, LaunchSpec, TrialNode
-from msopt.engines.cmdline import CommandLineAdapter, int_flag
-from msopt.engines.health_sources import SGLANG_SOURCES
+from msopt.engines.base import ENGINES
+from msopt.engines.cmdline import CommandLineAdapter
+from msopt.engines.launch import LaunchSpec, TrialNode, int_flag
 from msopt.engines.pd import (
     ROLES,
     PdLaunch,
@@ -26,7 +26,8 @@ from msopt.engines.pd import (
     split_devices,
     without_pd,
 )
-from msopt.engines.rules.sglang import RULES as SGLANG_RULES
+from msopt.engines.sglang.health import SGLANG_SOURCES
+from msopt.engines.sglang.rules import RULES as SGLANG_RULES
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 

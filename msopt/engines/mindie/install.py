@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +69,6 @@ def _pip_package_dir(wrapper: str, environ: Mapping[str, str], probe: bool) -> P
                 return hit
     if not probe:
         return None
-    import subprocess
-
     try:
         first = Path(wrapper).read_bytes()[:512].split(b"\n", 1)[0].decode("utf-8", "replace")
     except OSError:

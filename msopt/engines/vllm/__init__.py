@@ -1,7 +1,7 @@
 """vLLM: ``vllm serve MODEL --host H --port P --served-model-name N --flag value ... others``.
 
 Flags: one table per supported vLLM version, read from its wheel by scripts/engine_flags.py
-(msopt/engines/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
+(msopt/engines/vllm/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
 ``vllm/entrypoints/common/cli_args.py``) and 0.23.0, the vLLM vllm-ascend 0.23.0.post1 builds on
 (its Dockerfile's ``ARG VLLM_TAG=v0.23.0``; ``vllm/entrypoints/openai/cli_args.py``). ``[vllm]
 version`` names the table the rendered flags are checked against at load time; ``msopt
@@ -10,7 +10,7 @@ preflight`` checks them against the installed version's.
 ``[vllm] platform = "ascend"`` is vllm-ascend (version 0.23.0 unless set): a field whose
 ``config_position`` is ``additional_config.<key>[.<key>...]`` sets that key of the one
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
-the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
+the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/vllm/flags/vllm-ascend-0.23.0.post1-
 additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
 it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
 
@@ -31,38 +31,29 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from msopt.engines.base import (
-    ENGINES,
+from msopt.engines.base import ENGINES
+from msopt.engines.cmdline import CommandLineAdapter
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
+from msopt.engines.launch import (
     LaunchSpec,
     TrialNode,
     check_repeated_flags,
     command_table,
     flag_name,
+    int_flag,
     split_others,
     value_of,
 )
-from msopt.engines.cmdline import CommandLineAdapter, int_flag
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
-from msopt.engines.health_sources import VLLM_BENIGN_LINES, VLLM_SOURCES
-from msopt.engines.rules.vllm import ADVISORIES as VLLM_ADVISORIES
-from msopt.engines.rules.vllm import RULES as VLLM_RULES
+from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
+from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
+from msopt.engines.vllm.rules import RULES as VLLM_RULES
+from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
 FLAGS_DIR = Path(__file__).with_name("flags")
-#: vLLM versions with a flag table (msopt/engines/flags/vllm-<version>.txt)
-VLLM_VERSIONS = ("0.23.0", "0.25.1", "0.26.0", "0.27.1", "0.33.0")
-#: the vLLM version msopt's rules and docs are written for when ``[vllm] version`` is not set
-DEFAULT_VERSION = "0.33.0"
-PLATFORMS = ("cuda", "ascend")
-#: vLLM version -> the vllm-ascend release built on it (each release's Dockerfile ``ARG VLLM_TAG``): the stable
-#: 0.23.0.post1 (the package index's newest, and the default on ascend), then the release candidates users run:
-#: tag v0.25.1rc1, branch releases/v0.26.0rc at cf0baa38 and main at 182b75ea (vllm-project/vllm-ascend,
-#: 2026-08-22), which the package index does not serve (their key tables come from ``git archive``).
-ASCEND_RELEASES = MappingProxyType({"0.23.0": "0.23.0.post1", "0.25.1": "0.25.1rc1", "0.26.0": "0.26.0rc-cf0baa38",
-                                   "0.27.1": "main-182b75ea"})
 #: keys older vllm-ascend releases read, gone by 0.23.0.post1 (vllm-ascend PRs #4814 "Drop torchair",
 #: #4623 "Drop ascend scheduler"); still in many guides
 REMOVED_KEYS = MappingProxyType({"torchair_graph_config": "vllm-ascend PR #4814 dropped torchair",
@@ -127,7 +118,7 @@ def check_installed_flags(argv: Sequence[str], version_text: str, exe_len: int) 
     if bad:
         return False, (f"vLLM {version} (installed) has no {', '.join(bad)}: the server would stop with "
                        "'unrecognized arguments'; fix the fields or 'others' (and [vllm] version) for this version")
-    return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/flags/vllm-{version}.txt)"
+    return True, f"all {len(flags)} flags exist in vLLM {version} (msopt/engines/vllm/flags/vllm-{version}.txt)"
 
 
 def check_installed_additional_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
@@ -156,25 +147,6 @@ def check_installed_additional_config(argv: Sequence[str], version_text: str) ->
     return True, f"every --additional-config key is read by vllm-ascend {release} (installed vLLM {version})"
 
 
-def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
-    """``([vllm] platform, [vllm] version)``; the version is None when unset (not checked at load time),
-    except on ascend, where it defaults to the one vLLM version msopt knows vllm-ascend for."""
-    platform = section.get("platform", "cuda")
-    if platform not in PLATFORMS:
-        raise ConfigError(f"[vllm] 'platform' must be one of {', '.join(PLATFORMS)}, got {platform!r}; "
-                          "\"ascend\" is vllm-ascend")
-    version = section.get("version")
-    if platform == "ascend" and version is None:
-        version = next(iter(ASCEND_RELEASES))
-    if version is not None and version not in VLLM_VERSIONS:
-        raise ConfigError(f"[vllm] 'version' {version!r} has no flag table in msopt; valid: {', '.join(VLLM_VERSIONS)} "
-                          "(scripts/engine_flags.py makes one from a wheel)")
-    if platform == "ascend" and version not in ASCEND_RELEASES:
-        raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
-                          f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")
-    return str(platform), (str(version) if version is not None else None)
-
-
 def is_vllm_serve(exe: Sequence[str]) -> bool:
     """True when the command line runs ``vllm serve`` (possibly behind a wrapper such as numactl)."""
     items = list(exe)
@@ -192,7 +164,7 @@ class VllmAdapter(CommandLineAdapter):
     sim_personality = "vllm"
     health_sources = VLLM_SOURCES
     benign_lines = VLLM_BENIGN_LINES
-    #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/flags/vllm-0.33.0.txt)
+    #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/vllm/flags/vllm-0.33.0.txt)
     tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("vllm",)
     model_flag = None
@@ -202,7 +174,8 @@ class VllmAdapter(CommandLineAdapter):
                                 "-dp": "--data-parallel-size"})
 
     def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
-        """The launch's flags against the flag table of the installed vLLM (msopt/engines/flags/vllm-<version>.txt)."""
+        """The launch's flags against the flag table of the installed vLLM
+        (msopt/engines/vllm/flags/vllm-<version>.txt)."""
         if not version.startswith("vllm "):
             return []
         out = [("flags", *check_installed_flags(argv, version[5:], exe_len))]
@@ -297,7 +270,7 @@ class VllmAdapter(CommandLineAdapter):
             bad = unknown_flags(flags, version)
             if bad:
                 raise ConfigError(f"[vllm] version {version}: vLLM {version} has no {', '.join(bad)} "
-                                  f"(msopt/engines/flags/vllm-{version}.txt, read from its wheel); remove or "
+                                  f"(msopt/engines/vllm/flags/vllm-{version}.txt, read from its wheel); remove or "
                                   "rename it in the fields or [vllm.command] others")
 
     def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
@@ -341,7 +314,7 @@ class VllmAdapter(CommandLineAdapter):
             return [f"flags checked against vLLM {version}" if version else
                     f"flags not checked at load time (set [vllm] version: {', '.join(VLLM_VERSIONS)})"]
         return [f"vllm-ascend {ASCEND_RELEASES[str(version)]} on vLLM {version}: flags checked against "
-                f"msopt/engines/flags/vllm-{version}.txt",
+                f"msopt/engines/vllm/flags/vllm-{version}.txt",
                 "HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [vllm] hccl_base_port "
                 "(60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x the trial's first "
                 "device id (32 ports each), unless [vllm.env] sets them"]
@@ -372,7 +345,7 @@ def _check_key(path: str, known: frozenset[str], release: str, where: str) -> No
             fix = (f"it is gone ({REMOVED_KEYS[key]}): remove it" if key in REMOVED_KEYS else
                    f"did you mean {hint[0]!r}?" if hint else "remove it")
             raise ConfigError(f"{where}: additional_config key {key!r} is not read by vllm-ascend {release}, which "
-                              "ignores unknown keys silently (msopt/engines/flags/vllm-ascend-"
+                              "ignores unknown keys silently (msopt/engines/vllm/flags/vllm-ascend-"
                               f"{release}-additional-config.txt, from vllm_ascend/ascend_config.py); {fix}")
 
 

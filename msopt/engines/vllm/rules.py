@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from msopt.engines.launch import command_table, split_others
 from msopt.engines.rules import Advisory, Candidate, Rule
+from msopt.engines.vllm.target import target
 from msopt.space.fields import FieldDecl
 
 # -- vLLM 0.33.0, and 0.23.0 (vllm-ascend 0.23.0.post1): the same checks and messages in both
@@ -187,9 +189,6 @@ _ASCEND_SOURCE = "vllm_ascend/utils.py:1402-1406 (refresh_block_size)"
 
 
 def _ascend_block_size(fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> str | None:
-    from msopt.engines.base import command_table, split_others
-    from msopt.engines.vllm import target
-
     if target(section)[0] != "ascend":
         return None
     decl = next((d for d in fields if d.config_position == "--block-size"), None)

@@ -20,10 +20,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_int, is_number
-from msopt.engines.base import (
-    ENGINES,
+from msopt.engines.base import ENGINES, EngineAdapter
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
+from msopt.engines.launch import (
     UNPLACED,
-    EngineAdapter,
     LaunchSpec,
     TrialNode,
     command_str,
@@ -36,12 +37,11 @@ from msopt.engines.base import (
     value_of,
     wait_start_time,
 )
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
-from msopt.engines.health_sources import MINDIE_SOURCES
-from msopt.engines.mindie_install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
-from msopt.engines.mindie_original import refuse_mindie_pd
-from msopt.engines.rules.mindie import RULES as MINDIE_RULES
+from msopt.engines.mindie.health import MINDIE_SOURCES
+from msopt.engines.mindie.install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
+from msopt.engines.mindie.original import refuse_mindie_pd
+from msopt.engines.mindie.rules import RULES as MINDIE_RULES
+from msopt.engines.process import BACKUP_SUFFIX
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from msopt.config import Settings
 
 #: The built-in minimal config.json, used when ``[mindie] config_path`` is not set (simulation).
-TEMPLATE_PATH = Path(__file__).with_name("mindie_config.json")
+TEMPLATE_PATH = Path(__file__).with_name("config.json")
 
 PORT_PATH = ("ServerConfig", "port")
 HOST_PATH = ("ServerConfig", "ipAddress")
@@ -275,8 +275,6 @@ def load_config(section: Mapping[str, Any], *, missing_ok: bool = False) -> tupl
     if not isinstance(raw, str):
         raise ConfigError(f"[mindie] 'config_path' must be a path string, got {raw!r}")
     path = Path(raw).expanduser()
-    from msopt.engines.process import BACKUP_SUFFIX
-
     backup = path.with_name(path.name + BACKUP_SUFFIX)
     source = backup if backup.exists() else path  # a run that died left its edit; start from the original
     if missing_ok and not source.exists():
@@ -333,7 +331,7 @@ class MindieAdapter(EngineAdapter):
         return target
 
     def check_settings(self, settings: Settings) -> None:
-        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie_original.refuse_mindie_pd`);
+        """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie.original.refuse_mindie_pd`);
         ``config_env = false`` (one config.json edited in place) with room for two trials on a node is refused."""
         refuse_mindie_pd(settings)
         section = settings.section(self.name)
