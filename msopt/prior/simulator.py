@@ -33,7 +33,8 @@ from msopt.sim import load_hardware, load_model, workload_from_mapping
 from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
 from msopt.sim.knobs import load_overrides
 from msopt.sim.personality import knobs_from_launch
-from msopt.sim.simulator import simulate_pools
+from msopt.sim.simulator import assumed_inputs, simulate_pools
+from msopt.sim.spec import chain_accept_len, chain_accept_rate
 from msopt.sim.specs import entry_path
 from msopt.space import SearchSpace
 from msopt.space.derived import TernaryFactoriesType
@@ -237,8 +238,6 @@ class SimulatorPrior:
         """What the prediction of ``values`` assumes rather than knows, one line each
         (:func:`msopt.sim.simulator.assumed_inputs` at the prior's hardware, refitted or not, and
         acceptance length, measured or not); [] where the launch cannot be rendered alone."""
-        from msopt.sim.knobs import knobs_from_launch
-        from msopt.sim.simulator import assumed_inputs
 
         if self.disaggregated:
             return []
@@ -254,7 +253,6 @@ class SimulatorPrior:
         counters) for ``knobs``' draft method and number of draft tokens: their mean where that number
         was measured, else the chain of the mean per-token rate the measurements of other numbers
         give (:func:`msopt.sim.spec.chain_accept_rate`); None where the method was not measured."""
-        from msopt.sim.spec import chain_accept_len, chain_accept_rate
 
         rows = self._accepts.get(knobs.spec_method) if knobs.spec_method else None
         if not rows:
@@ -285,7 +283,6 @@ class SimulatorPrior:
     def _observe_accept(self, values: Mapping[str, Any], accept: Any) -> None:
         if not isinstance(accept, (int, float)) or not math.isfinite(accept) or accept < 1 or self.disaggregated:
             return
-        from msopt.sim.knobs import knobs_from_launch
 
         try:
             knobs = knobs_from_launch(self.engine.render(values, self.settings.fields, self.section, port=0,

@@ -11,8 +11,7 @@ import numpy as np
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError
-from msopt.workload import Trace, TraceCounts
-from msopt.workload.replay import open_window
+from msopt.workload.replay import open_window, replay_arrivals
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
@@ -124,7 +123,6 @@ class Workload:
 
     def _trace_arrivals(self) -> np.ndarray:
         """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
-        from msopt.workload.replay import replay_arrivals
 
         _, _, arr, _, _, _ = self._trace_arrays()
         return replay_arrivals(arr, self.num_prompts, self.request_rate)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msopt.errors import ConfigError
 from msopt.workload.trace import Trace, TraceCounts, TraceRequest
 
 #: one token each after a space (see the module docstring); order matters: a block's words are
@@ -83,7 +84,6 @@ def open_window(table: Mapping[str, object], where: str) -> TraceWindow:
     Raises:
         ConfigError: an unknown key, an unreadable trace, a bad row, an empty window.
     """
-    from msopt.errors import ConfigError
 
     unknown = sorted(set(table) - set(REPLAY_KEYS))
     if unknown or "path" not in table:
