@@ -4,7 +4,7 @@ The minimums are read from pyproject.toml itself, so they cannot drift from what
 ``name[extras]>=X`` of ``[project] dependencies`` is installed as ``name[extras]==X`` (environment
 markers honoured), into a venv made with the oldest Python that ``requires-python`` admits (found as
 ``python3.N`` on PATH or under ``~/.pyenv/versions``). The ``test`` extra comes at its newest
-versions that admit those, less ruff and mypy (they check the source, not the dependencies) and the
+versions that admit those, less ruff, mypy and import-linter (they check the source, not the dependencies) and the
 search bench's aiconfigurator and pyswarms (their tests skip without them). Then
 ``pytest -q -m "not slow"`` runs there against this checkout (tests/test_lint.py left out).
 
@@ -33,9 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the ``test`` extra's packages not installed here: the tools that check the source, not the dependencies
-#: (ruff, mypy), and the search bench's independent reality and the original tool's PSO (aiconfigurator 0.12.0
+#: (ruff, mypy, import-linter: tests/test_lint.py, which is left out here), and the search bench's independent reality and the original tool's PSO (aiconfigurator 0.12.0
 #: needs a newer matplotlib than msopt's minimum; the bench tests skip, saying why, without them)
-LEFT_OUT = ("ruff", "mypy", "aiconfigurator", "aiconfigurator-core", "pyswarms")
+LEFT_OUT = ("ruff", "mypy", "import-linter", "aiconfigurator", "aiconfigurator-core", "pyswarms")
 SETUP_FAILED = 3
 
 _REQ = re.compile(r"^\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*>=\s*([0-9][^,;\s]*)\s*(?:;\s*(.*))?$")
