@@ -490,6 +490,8 @@ def load_settings(
                          "[health_check.service|benchmark.fatal|retryable]")
         mapped, moved = map_ais_bench(mapped, source)
         notes += moved
+        if source != str(DEFAULTS_PATH):
+            mapped = resolve_launch_paths(mapped, Path(source).parent)
         _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
     _apply_slo(data, origin, conflicts=True)
@@ -527,6 +529,59 @@ def load_settings(
     SearchSpace(fields)  # the field model checks itself now, not during the search
     settings.config  # noqa: B018  the typed configuration, built once, after every check above
     return settings
+
+
+def _relative(value: Any) -> bool:
+    """A path a server would read against its own working directory: relative, no ``~`` (the
+    home, expanded where it is launched), no ``{FIELD}`` placeholder (a value known per launch)."""
+    return (isinstance(value, str) and value != "" and not os.path.isabs(value) and not value.startswith("~")
+            and "{" not in value)
+
+
+def _explicit(value: Any) -> bool:
+    return _relative(value) and (value.startswith(("./", "../")) or value in (".", ".."))
+
+
+def resolve_launch_paths(layer: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """``layer`` with the relative paths a launch hands to a program resolved against ``base``
+    (the directory of the file that sets them), as ``[workload] trace`` is: each server and
+    benchmark runs in its evaluation's own work directory, where a path written relative to the
+    configuration file would name nothing.
+
+    In every table's ``command`` table: ``executable``'s first item when it holds a ``/`` (a shell
+    reads such a name as a path, any other as a program on ``PATH``) and any later item starting
+    with ``./`` or ``../``; ``model`` when it starts with ``./`` or ``../``, or when it names a
+    directory or file that exists under ``base`` (otherwise, such as ``Qwen/Qwen3-8B``, it is a
+    Hugging Face id and stays as written). In every table: ``config_path`` (MindIE's config.json).
+    """
+    def resolve(value: str) -> str:
+        return os.path.normpath(base / value)
+
+    out: dict[str, Any] = dict(layer)
+    for name, table in layer.items():
+        if not isinstance(table, Mapping):
+            continue
+        new = dict(table)
+        if _relative(table.get("config_path")):
+            new["config_path"] = resolve(table["config_path"])
+        cmd = table.get("command")
+        if isinstance(cmd, Mapping):
+            cmd = dict(cmd)
+            exe = cmd.get("executable")
+            if isinstance(exe, str):
+                exe = [exe]
+                if _relative(exe[0]) and "/" in exe[0]:
+                    cmd["executable"] = resolve(exe[0])
+            elif isinstance(exe, list) and exe:
+                cmd["executable"] = [resolve(x) if _explicit(x) or (i == 0 and _relative(x) and "/" in x) else x
+                                     for i, x in enumerate(exe)]
+            model = cmd.get("model")
+            if isinstance(model, str) and (_explicit(model) or (_relative(model) and (base / model).exists())):
+                cmd["model"] = resolve(model)
+            new["command"] = cmd
+        if new != table:
+            out[name] = new
+    return out
 
 
 _SLO_KEYS = {"ttft": "ttft_slo", "tpot": "tpot_slo", "success": "success_rate_slo"}
