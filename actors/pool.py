@@ -243,7 +243,7 @@ class RayPool:
     def plan_size(self, settings: Settings, max_concurrent: int = 0) -> int:
         """Concurrent slots: whole trials that fit on each node, capped by n_particles and
         ``[cluster] max_concurrent_trials`` / ``--max-concurrent``."""
-        cap = settings.n_particles
+        cap = settings.config.run.n_particles
         for c in (max_concurrent, settings.config.cluster.max_concurrent_trials):
             if c and c > 0:
                 cap = min(cap, c)

@@ -87,8 +87,8 @@ def passes(settings, values, load):
     pos = tuple(SearchSpace.from_settings(settings).encode(values).tolist())
     r = ev.evaluate(EvalRequest(10_000 + int(load), "capacity", 0, 0, pos, None, load={"concurrency": load}))
     m = r.metrics
-    return (m["time_to_first_token"] <= settings.ttft_slo and m["time_per_output_token"] <= settings.tpot_slo
-            and m["success_rate"] >= settings.success_rate_slo)
+    return (m["time_to_first_token"] <= settings.config.run.slos.ttft and m["time_per_output_token"] <= settings.config.run.slos.tpot
+            and m["success_rate"] >= settings.config.run.slos.success_rate)
 
 
 # -- the search against synthetic edges --------------------------------------------------------
@@ -155,7 +155,7 @@ def test_found_load_is_the_true_edge_within_tolerance(write_toml):
         assert truth > 0
         assert truth * (1 - 0.05) - 1 <= got <= truth, (c, truth)
         assert c["goodput"] == c["edge_metrics"]["generate_speed"] > 0
-        assert c["edge_metrics"]["time_to_first_token"] <= settings.ttft_slo
+        assert c["edge_metrics"]["time_to_first_token"] <= settings.config.run.slos.ttft
         assert len(c["probes"]) <= 12
     probes = [r for r in out.results if r.phase == "capacity"]
     assert probes and all(set(r.load) == {"concurrency"} for r in probes)

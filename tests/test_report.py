@@ -310,7 +310,7 @@ def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
             best = r
     from msopt.run.records import best_record
 
-    store.write_best(best_record(best, settings))
+    store.write_best(best_record(best, settings.engine))
     store.close()
     t0 = time.perf_counter()
     write_report(store.run_dir)

@@ -76,7 +76,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     searcher = settings.config.run.searcher
     if searcher == "auto":
         searcher = "auto (the swarm; tpe where no prior can be built and max_launches <= 10)"
-    print(f"searcher: {searcher}, {settings.n_particles} evaluation(s) "
+    print(f"searcher: {searcher}, {settings.config.run.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
     slos = settings.config.run.slos
     print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))

@@ -245,46 +245,6 @@ class Settings:
                               "report this as a bug with your -c file")
         return text
 
-    @property
-    def n_particles(self) -> int:
-        return int(self.data["n_particles"])
-
-    @property
-    def iters(self) -> int:
-        return int(self.data["iters"])
-
-    @property
-    def ttft_slo(self) -> float:
-        return float(self.data["ttft_slo"])
-
-    @property
-    def tpot_slo(self) -> float:
-        return float(self.data["tpot_slo"])
-
-    @property
-    def success_rate_slo(self) -> float:
-        return float(self.data["success_rate_slo"])
-
-    @property
-    def ttft_penalty(self) -> float:
-        return float(self.data["ttft_penalty"])
-
-    @property
-    def tpot_penalty(self) -> float:
-        return float(self.data["tpot_penalty"])
-
-    @property
-    def success_rate_penalty(self) -> float:
-        return float(self.data["success_rate_penalty"])
-
-    @property
-    def generate_speed_target(self) -> float:
-        return float(self.data["generate_speed_target"])
-
-    @property
-    def sample_size(self) -> int:
-        return int(self.data["sample_size"])
-
     def scalars(self) -> dict[str, Any]:
         """The effective top-level scalars (n_particles, iters, SLOs, ...)."""
         return {k: v for k, v in self.data.items() if not isinstance(v, (Mapping, tuple))}

@@ -221,6 +221,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     failed = n - ok
     reused = sum(r.reused for r in data.results)
     s = data.settings
+    slos = s.config.run.slos
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>msopt report {_e(data.run_id)}</title><style>{_CSS}</style></head><body>",
@@ -230,8 +231,8 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         f"<p>engine <b>{_e(s.engine)}</b>; {'simulated' if s.get('simulate') else 'measured'}; "
         f"{n} evaluation(s), {ok} succeeded, {failed} failed, {reused} reused; "
         f"{_e(ServerStarts.of(data.results).text() or 'no server started')}; "
-        f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {s.ttft_slo:g} s, TPOT {s.tpot_slo:g} s, "
-        f"success rate {s.success_rate_slo:g}. Written {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))} "
+        f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {slos.ttft:g} s, TPOT {slos.tpot:g} s, "
+        f"success rate {slos.success_rate:g}. Written {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))} "
         f"from <code>{_e(data.run_dir)}</code>.</p>",
     ]
     for w in data.warnings:

@@ -123,8 +123,8 @@ class Driver:
         self.events = CallbackList([*([StoreCallback(store)] if store is not None else []), *callbacks])
         self.space = validated.space if validated is not None else SearchSpace.from_settings(settings)
         self.mode = settings.config.run.mode
-        self.n = settings.n_particles
-        self.iters = settings.iters
+        self.n = settings.config.run.n_particles
+        self.iters = settings.config.run.iters
         self.max_launches = settings.config.run.max_launches
         self.seed = settings.config.run.seed
         self.reuse = settings.config.run.reuse_duplicates
@@ -386,15 +386,17 @@ class Driver:
         prior's prior.json), capacity.json (when the capacity stage ran), best.json (when some
         evaluation succeeded)."""
         out: dict[str, Any] = {}
+        slos = self.settings.config.run.slos
         if self.guide is not None:
             out.update(self.guide.records())
         if self.capacity:
-            out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, self.settings)
+            out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, slos)
         if best is not None:
-            record = best_record(best, self.settings, self.mean_fitness(best) if best.phase == "refine" else None)
+            mean = self.mean_fitness(best) if best.phase == "refine" else None
+            record = best_record(best, self.settings.engine, mean)
             record["counts"] = self.counts()
             if self.capacity:
-                record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
+                record["capacity"] = capacity_record(self.capacity, self.capacity_options, slos)
             out["best.json"] = record
         return out
 

@@ -142,7 +142,8 @@ def _port_range(settings: Settings, host: str) -> Check | None:
         return None
     lo, hi = rng
     cap = settings.config.cluster.max_concurrent_trials
-    trials = min(settings.n_particles, cap) if cap else settings.n_particles
+    n = settings.config.run.n_particles
+    trials = min(n, cap) if cap else n
     need = PORTS_PER_TRIAL * trials
     free = sum(1 for p in range(lo, hi + 1) if port_free(p, host))
     if free < need:

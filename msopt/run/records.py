@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.config import Settings
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.capacity import CapacityOptions
+from msopt.slo import Slos
 
 
 def finite(x: Any) -> Any:
@@ -64,11 +64,12 @@ def _secs(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else format_duration(seconds)
 
 
-def best_record(best: EvaluationResult, settings: Settings,
+def best_record(best: EvaluationResult, engine: str,
                 mean: tuple[float, int] | None = None) -> dict[str, Any]:
-    """The content of best.json; ``mean``: (mean fitness, measurements) of a re-measured pick."""
+    """The content of best.json (``engine``: the searched engine's name); ``mean``: (mean fitness,
+    measurements) of a re-measured pick."""
     record = {"eval_id": best.eval_id, "phase": best.phase, "fitness": finite(best.fitness),
-              "engine": settings.engine, "values": best.values,
+              "engine": engine, "values": best.values,
               "metrics": {k: finite(v) for k, v in best.metrics.items()}, "position": best.position,
               "num_prompts": best.num_prompts, "load": dict(best.load)}
     if mean is not None:
@@ -78,9 +79,9 @@ def best_record(best: EvaluationResult, settings: Settings,
 
 
 def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOptions,
-                    settings: Settings) -> dict[str, Any]:
+                    slos: Slos) -> dict[str, Any]:
     """capacity.json (and best.json's "capacity" section): the SLOs and every configuration's result."""
-    ttft, tpot = options.judged(settings.config.run.slos)
+    ttft, tpot = options.judged(slos)
     configs = []
     for c in capacity:
         c = dict(c)
@@ -88,7 +89,7 @@ def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOpti
         configs.append(c)
     return {"load": options.load, "percentile": options.percentile, "tolerance": options.tolerance,
             "repeats": options.repeats, "max_probes": options.max_probes,
-            "slo": {ttft: settings.ttft_slo, tpot: settings.tpot_slo, "success_rate": settings.success_rate_slo},
+            "slo": {ttft: slos.ttft, tpot: slos.tpot, "success_rate": slos.success_rate},
             "configurations": configs}
 
 

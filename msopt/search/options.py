@@ -255,7 +255,7 @@ def swarm_options(settings: Settings) -> SwarmOptions:
     """
     try:
         return SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
-                                          settings.n_particles, max(1, settings.iters),
+                                          settings.config.run.n_particles, max(1, settings.config.run.iters),
                                           seed=settings.config.run.seed)
     except ConfigError as exc:
         raise ConfigError(f"{settings.table_source('pso_options', 'pso_strategy')}: {exc}") from None

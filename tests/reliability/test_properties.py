@@ -143,9 +143,9 @@ def test_driver_survives_any_reported_position_and_fitness(base: Settings, data:
     assert _in_bounds(driver.searcher.swarm.positions, low, high)
     assert np.all(np.isfinite(driver.searcher.swarm.velocities))
     search = [r for r in outcome.results if r.phase == "search"]
-    assert len(search) == settings.n_particles * settings.iters
+    assert len(search) == settings.config.run.n_particles * settings.config.run.iters
     assert sorted({(r.particle, r.iteration) for r in search}) == sorted(
-        (i, k) for i in range(settings.n_particles) for k in range(settings.iters))
+        (i, k) for i in range(settings.config.run.n_particles) for k in range(settings.config.run.iters))
     if outcome.best is not None:
         assert math.isfinite(outcome.best.fitness)
 
@@ -161,8 +161,8 @@ def test_driver_dispatches_any_request_position(base: Settings, data: st.DataObj
         driver = Driver(base, pool)
         got = {}
         for k, pos in enumerate(reqs_pos):
-            req = EvalRequest(eval_id=1 + k, phase="search", particle=k % base.n_particles, iteration=k,
-                              position=tuple(pos), context=DecodeContext(k % base.n_particles, base.n_particles, k),
+            req = EvalRequest(eval_id=1 + k, phase="search", particle=k % base.config.run.n_particles, iteration=k,
+                              position=tuple(pos), context=DecodeContext(k % base.config.run.n_particles, base.config.run.n_particles, k),
                               num_prompts=None)
             r = driver.dispatch(req)
             if r is not None:
