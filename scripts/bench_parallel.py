@@ -79,15 +79,15 @@ def main() -> None:
         cfg.write_text(CONFIG.format(n=args.particles, iters=args.iters, secs=args.seconds))
         settings = load_settings(str(cfg), environ={})
         t0 = time.monotonic()
-        init_ray(settings, None, simulate=True, slots=max(counts))
+        init_ray(settings.config, None, simulate=True, slots=max(counts))
         print(f"ray.init: {time.monotonic() - t0:.1f} s ({os.cpu_count()} cores)")
         print(f"{'actors':>6} {'start-up s':>10} {'wall s':>8} {'ideal s':>8} {'wall/ideal':>10}")
         rows = []
         for a in counts:
-            pool = RayPool(settings, simulate=True, max_concurrent=a)
+            pool = RayPool(settings.config, simulate=True, max_concurrent=a)
             try:
                 t1 = time.monotonic()
-                out = Driver(settings, pool).run()
+                out = Driver(settings.config, pool).run()
                 wall = time.monotonic() - t1
             finally:
                 pool.close()

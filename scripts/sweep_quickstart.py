@@ -52,7 +52,7 @@ class Sweep:
     def __init__(self, config: Path, prompts: int | None) -> None:
         self.settings = load_settings(noise_free(config))
         self.space = SearchSpace.from_settings(self.settings)
-        self.ev = Evaluator(self.settings, simulate=True)
+        self.ev = Evaluator(self.settings.config, simulate=True)
         self.prompts = prompts
         gmu = next(f for f in self.settings.fields if f.name == "gpu_memory_utilization")
         self.gmu_top = float(gmu.max)

@@ -169,7 +169,7 @@ def test_capacity_probes_hold_the_slo_statistic(write_toml):
     from msopt.run.capacity import capacity_options
 
     s = load_settings(write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\n')))
-    assert capacity_options(s).judged(s.config.run.slos) == ("ttft_p99", "time_per_output_token")
+    assert capacity_options(s.config).judged(s.config.run.slos) == ("ttft_p99", "time_per_output_token")
     explicit = load_settings(write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\n[capacity]\n'
                                                                  'percentile = 90\n'), "p90.toml"))
-    assert capacity_options(explicit).judged(explicit.config.run.slos) == ("ttft_p90", "tpot_p90")
+    assert capacity_options(explicit.config).judged(explicit.config.run.slos) == ("ttft_p90", "tpot_p90")

@@ -67,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "settings": settings.scalars(),
         }
         if checked.trace is not None:
-            out["workload"] = {"trace": settings.section("workload").get("trace"), **checked.trace.as_dict()}
+            out["workload"] = {"trace": settings.config.workload.get("trace"), **checked.trace.as_dict()}
         print(json.dumps(_jsonable(out)))
         return 0
     print(f"configuration OK: {' < '.join(settings.sources)}")
@@ -82,7 +82,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
     if checked.trace is not None:
         tr = checked.trace
-        print(f"workload: trace {settings.section('workload').get('trace')} ({tr.format})")
+        print(f"workload: trace {settings.config.workload.get('trace')} ({tr.format})")
         for line in tr.lines():
             print(f"  {line}")
         print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids); "
@@ -104,13 +104,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
              if f.name not in space.names and f.name not in space.derived]
     if const:
         print(f"  constant: {', '.join(const)}")
-    for line in checked.engine.notes(settings.section(settings.engine)):
+    for line in checked.engine.notes(settings.config.engine.section.table):
         print(f"{settings.engine}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
     from msopt.engines.rules import advisories
 
-    for line in advisories(settings.engine, settings.fields, settings.section(settings.engine)):
+    for line in advisories(settings.engine, settings.fields, settings.config.engine.section.table):
         print(f"warning: {line}")
     return 0
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError, Terminated
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
     from msopt.run.events import RunOutcome
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
@@ -151,7 +151,7 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         from msopt.engines.installed import installed_baseline
         from msopt.run.validate import validate
 
-        values, said = installed_baseline(checked.settings)
+        values, said = installed_baseline(checked.config.engine)
         checked = validate(checked.settings.with_field_values(values)) if values else checked
         lines += said
     for line in lines:
@@ -211,7 +211,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if store is None and args.model is not None:  # created here to say at once where its configuration is
         from msopt.run.store import RunStore
 
-        store = RunStore.create(Path(checked.settings.config.run.output), checked.settings, meta={"argv": sys.argv})
+        store = RunStore.create(Path(checked.config.run.output), checked.config, meta={"argv": sys.argv})
         store.lock()
         saved = store.run_dir / "config.toml"
         print(f"configuration: built for --model {args.model} (as `msopt init` writes it), saved as {saved}; "
@@ -230,10 +230,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"msopt: {how}; continue with: msopt optimize --resume {result.run_dir}", file=sys.stderr)
         return 143 if terminated else 130
     assert result.outcome is not None and result.verdict is not None
-    return _print_result(checked.settings, result.run_dir, result.outcome, result.verdict)
+    return _print_result(checked.config, result.run_dir, result.outcome, result.verdict)
 
 
-def _print_result(settings: Settings, run_dir: Path, outcome: RunOutcome, verdict: Verdict) -> int:
+def _print_result(config: Config, run_dir: Path, outcome: RunOutcome, verdict: Verdict) -> int:
     """The verdict and the recommendation; 1 when no evaluation succeeded."""
     best, mean, count = outcome.best, outcome.mean_fitness, outcome.measurements
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
@@ -258,7 +258,7 @@ def _print_result(settings: Settings, run_dir: Path, outcome: RunOutcome, verdic
     if best.predicted is not None and best.predicted.get("fitness") is not None:
         from msopt.run.verdict import predicted_line
 
-        print(predicted_line(settings, best.predicted))
+        print(predicted_line(config, best.predicted))
     print(f"launch it: {run_dir / 'best_command.sh'}")
     print(run_dir)
     return 0

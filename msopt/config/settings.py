@@ -13,7 +13,7 @@ import os
 import stat
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -166,7 +166,8 @@ class Settings:
         Settings (at load time; an unpickled Settings, in an actor, brings its own along)."""
         cached: Config | None = self.__dict__.get("_config")
         if cached is None:
-            cached = build_config(self.data, self.engine, self.fields)
+            cached = replace(build_config(self.data, self.engine, self.fields, self.origin, self.sources,
+                                          str(DEFAULTS_PATH)), text=self.to_toml())
             object.__setattr__(self, "_config", cached)
         return cached
 

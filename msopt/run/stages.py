@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.budget import BudgetPlan, contenders, plan_budget, relative_noise
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict
@@ -46,7 +46,7 @@ from msopt.space import DecodeContext, SearchSpace
 class RunContext(Protocol):
     """What a stage and the budget read: the loop's parts and counters."""
 
-    settings: Settings
+    config: Config
     space: SearchSpace
     searcher: Searcher
     dispatcher: Dispatcher
@@ -503,7 +503,7 @@ class Capacity:
                     probes = []
                     for q in mine:
                         res = got[q.eval_id]
-                        ok, why = probe_verdict(res.metrics, res.error, loop.settings, opts)
+                        ok, why = probe_verdict(res.metrics, res.error, loop.config.run.slos, opts)
                         probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
                     s.tell(probes)
             loop.expect([r for r, s in zip(configs, searches) if s.next_loads()])  # the others' servers stop

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
-from msopt.config import DEFAULTS_PATH, Settings, load_settings
+from msopt.config import DEFAULTS_PATH, Config, Settings, load_settings
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
@@ -69,6 +69,11 @@ class Validated:
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
     trace: TraceSummary | None = None
+
+    @property
+    def config(self) -> Config:
+        """The typed configuration of ``settings`` (:class:`msopt.config.Config`): what the run's parts take."""
+        return self.settings.config
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -123,14 +128,14 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     _check_engine_section(settings)
     settings, trace = _trace_workload(settings)
     if settings.engine in ENGINES:  # an unknown engine is named below, where the adapter is needed
-        ENGINES.get(settings.engine)().check_settings(settings)
+        ENGINES.get(settings.engine)().check_config(settings.config)
     space = SearchSpace.from_settings(settings)
     if search and not space.names:
         where = settings.origin.get(f"{settings.engine}.target_field", settings.where(settings.engine))
         raise ConfigError(f"{where}: [{settings.engine}] has no searched field ({len(settings.fields)} field(s), "
                           "all constant or derived), so a search would evaluate one configuration over and over; "
                           "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
-    swarm = swarm_options(settings)
+    swarm = swarm_options(settings.config)
     searcher = settings.config.run.searcher
     if searcher not in SEARCHERS:
         raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
@@ -143,12 +148,13 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         objective = make_objective(settings.config.run.objective, settings.data)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
-    capacity = capacity_options(settings)
+    capacity = capacity_options(settings.config)
     try:
         engine = get_engine(settings.engine)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
-    section = settings.section(settings.engine)
+    config = settings.config
+    section = config.engine.section.table
     try:
         engine.check(settings.fields, section)
     except ConfigError as exc:
@@ -160,7 +166,8 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         check_launch(section, settings.fields, settings.engine, engine.default_executable or ("server",))
     except ConfigError as exc:
         raise ConfigError(f"{settings.table_source(settings.engine)}: {exc}") from None
-    HealthCheck.from_settings(settings)  # a bad pattern fails here, not in every actor
+    # a bad pattern fails here, not in every actor
+    HealthCheck.from_config(settings.config.health_check, settings.engine)
     taken = set(METRICS) | set(TAIL_COLUMNS)
     for decl in settings.fields:
         if decl.name in taken:
@@ -175,16 +182,16 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
     if settings.config.run.simulate:
-        simulator = SimulatorSetup.from_settings(settings)
+        simulator = SimulatorSetup.from_config(settings.config.simulator, settings.config.run.seed)
         produces = frozenset(SIMULATED)
         name = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
         # checked too: dropping `simulate` must not break it
-        _check_benchmark(settings, benchmark_adapter, bench_name)
+        _check_benchmark(config, benchmark_adapter)
     else:
         benchmark = benchmark_adapter
-        _check_benchmark(settings, benchmark, bench_name)
-        section = settings.section(bench_name)
+        _check_benchmark(config, benchmark)
+        section = config.benchmark.table
         produces = frozenset(benchmark.produced(section))
         note = benchmark.produced_note(section)
         name = f"{bench_name} ({note})" if note else bench_name
@@ -197,17 +204,17 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
 
     if not {METRICS[1], METRICS[2]} <= produces:
         objective_metrics()  # a benchmark without TTFT or TPOT at all: this line names what lacks and why
-    _check_slo_statistics(settings, produces, name)  # then which statistic of them the SLOs can hold
+    _check_slo_statistics(config, produces, name)  # then which statistic of them the SLOs can hold
     objective_metrics()
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
-                     workload_config(settings), trace)
+                     workload_config(settings.config), trace)
 
 
 def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
     """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
     the simulator replays the trace (``[simulator.workload] trace``), and each benchmark sends its
     requests with its mean lengths at its mean rate (:func:`msopt.workload.table.trace_load`)."""
-    wl = workload_settings(settings.section("workload"), settings.where("workload"))
+    wl = workload_settings(settings.config.workload.table, settings.config.workload.where())
     trace = wl.open_trace()
     if trace is None:
         return settings, None
@@ -215,24 +222,25 @@ def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
     return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
-def _check_slo_statistics(settings: Settings, produces: frozenset[str], source: str) -> None:
+def _check_slo_statistics(config: Config, produces: frozenset[str], source: str) -> None:
     """A statistic ``[slo]`` (or ``--slo``) holds must be one the run's measurements report."""
-    slos = settings.config.run.slos
+    slos = config.run.slos
     for metric, column, mean in (("ttft", slos.ttft_metric, METRICS[1]), ("tpot", slos.tpot_metric, METRICS[2])):
         if column in produces:
             continue
         have = (["mean"] if mean in produces else []) + [c.rpartition("_")[2] for c in sorted(produces)
                                                          if c.startswith(f"{metric}_p")]
         stat = "mean" if column == mean else column.rpartition("_")[2]
-        raise ConfigError(f"{settings.where('slo.' + metric)}: [slo] {metric}: {source} does not report the {stat} "
+        raise ConfigError(f"{config.slo.where(metric)}: [slo] {metric}: {source} does not report the {stat} "
                           f"of {metric} ({column}); it reports {', '.join(have) or 'no statistic of it'}: use "
                           f"one of those")
 
 
-def _check_benchmark(settings: Settings, benchmark: BenchmarkAdapter, name: str) -> None:
+def _check_benchmark(config: Config, benchmark: BenchmarkAdapter) -> None:
+    section, name = config.benchmark, config.run.benchmark
     try:
-        benchmark.check(settings.fields, settings.section(name))
+        benchmark.check(config.engine.fields, section.table)
     except ConfigError as exc:
         text = str(exc)
-        where = settings.table_source(name)
+        where = section.source
         raise ConfigError(text if text.startswith(where) else f"{where}: [{name}]: {text}") from None

@@ -232,7 +232,7 @@ class Table:
         from msopt.evaluate.evaluator import Evaluator
 
         space = self.space
-        evaluator = Evaluator(self.settings, simulate=True)
+        evaluator = Evaluator(self.settings.config, simulate=True)
         estimator = None
         if self.problem.reality == "aic":  # AIConfigurator's estimate instead of the simulator's
             from .independent import Estimator

@@ -33,11 +33,11 @@ def test_actor_killed_during_capacity_costs_a_retry(ray_session, tmp_path):
 
     settings = settings_for(tmp_path, n=1, iters=1, k=2, emulate="true", secs=0.5)
     settings = settings.replace(capacity={"enabled": True, "max_probes": 3})
-    pool = RayPool(settings, simulate=True)
+    pool = RayPool(settings.config, simulate=True)
     try:
         (info,) = pool.actor_infos()
         progress = KillOnFirstProbe(info["pid"])
-        driver = Driver(settings, pool, callbacks=[progress])
+        driver = Driver(settings.config, pool, callbacks=[progress])
         out = driver.run()
     finally:
         pool.close()

@@ -234,7 +234,7 @@ def test_mindie_launches_and_exports_a_consistent_config(tmp_path: Path) -> None
         assert_mindie_accepts(next(iter(bare.files.values())))
     assert launched and not refused  # the shipped search keeps to MindIE's layouts
     best = space.decode([(lo + hi) / 2 for lo, hi in zip(low, high, strict=True)]).values
-    export_best(settings, best, tmp_path)
+    export_best(settings.config, best, tmp_path)
     exported = __import__("json").loads((tmp_path / "best_config.json").read_text())
     assert_mindie_accepts(exported)
 

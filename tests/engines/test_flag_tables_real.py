@@ -60,6 +60,6 @@ def test_preflight_reads_the_real_version_and_says_it_has_no_table(tmp_path: Pat
     cfg.write_text(f'engine = "vllm"\nbenchmark = "builtin"\n[cluster]\naccelerator = "none"\n'
                    f'[vllm.command]\nexecutable = ["{HOME / "venv" / "bin" / "vllm"}", "serve"]\n'
                    f'model = "{tmp_path / "model"}"\n')
-    checks = {c.name: c for c in node_checks(load_settings(cfg))}
+    checks = {c.name: c for c in node_checks(load_settings(cfg).config)}
     assert checks["version"].detail.startswith("vllm 0.32.0")
     assert checks["flags"].ok and "0.32.0 has no flag table" in checks["flags"].detail
