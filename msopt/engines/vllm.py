@@ -1,6 +1,6 @@
 """vLLM: ``vllm serve MODEL --host H --port P --served-model-name N --flag value ... others``.
 
-Flags: one table per supported vLLM version, read from its wheel by scripts/engine_flags.py
+Flags: one table per supported vLLM version, read from its wheel by scripts/generators/engine_flags.py
 (msopt/engines/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
 ``vllm/entrypoints/common/cli_args.py``) and 0.23.0, the vLLM vllm-ascend 0.23.0.post1 builds on
 (its Dockerfile's ``ARG VLLM_TAG=v0.23.0``; ``vllm/entrypoints/openai/cli_args.py``). ``[vllm]
@@ -11,7 +11,7 @@ preflight`` checks them against the installed version's.
 ``config_position`` is ``additional_config.<key>[.<key>...]`` sets that key of the one
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
 the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/flags/vllm-ascend-0.23.0.post1-
-additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
+additional-config.txt, scripts/generators/ascend_config_keys.py): it ignores any other key, so msopt refuses
 it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
 """
 
@@ -155,7 +155,7 @@ def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
         version = next(iter(ASCEND_RELEASES))
     if version is not None and version not in VLLM_VERSIONS:
         raise ConfigError(f"[vllm] 'version' {version!r} has no flag table in msopt; valid: {', '.join(VLLM_VERSIONS)} "
-                          "(scripts/engine_flags.py makes one from a wheel)")
+                          "(scripts/generators/engine_flags.py makes one from a wheel)")
     if platform == "ascend" and version not in ASCEND_RELEASES:
         raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
                           f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")

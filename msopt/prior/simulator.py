@@ -95,7 +95,7 @@ class SimulatorPrior:
         simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
         options: the ``[search]`` options (default: read from ``config``).
         memo: simulations shared between priors of the same config and simulator (repeated
-            runs of one problem, as in scripts/bench_search): a configuration found there is not
+            runs of one problem, as in scripts/benchmarks/bench_search): a configuration found there is not
             simulated again. What each prior has predicted (its search) stays its own.
     """
 

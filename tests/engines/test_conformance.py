@@ -2,7 +2,7 @@
 
 The flag tables (msopt/engines/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
 also reads at load time and in preflight, and tests/data/engines/sglang_flags.txt) were read from the
-wheels by scripts/engine_flags.py; MindIE's shipped config.json
+wheels by scripts/generators/engine_flags.py; MindIE's shipped config.json
 (../shared/original/mindie_config.json, beside the repository) is MindIE-LLM's src/server/conf/config.json. Each
 file's header says where it comes from and how to refresh it.
 """
@@ -48,7 +48,7 @@ def flag_table(engine: str, version: str = "0.33.0") -> dict[str, bool]:
 def test_flag_tables_say_where_they_come_from() -> None:
     for engine, version in (("vllm", "0.33.0"), ("vllm", "0.23.0"), ("sglang", "0.5.23")):
         head = table_path(engine, version).read_text().splitlines()[:3]
-        assert head[0].startswith(f"# {engine} {version}:") and "scripts/engine_flags.py" in head[1]
+        assert head[0].startswith(f"# {engine} {version}:") and "scripts/generators/engine_flags.py" in head[1]
         table = flag_table(engine, version)
         assert "--host" in table and "--port" in table and "--served-model-name" in table
 

@@ -1,4 +1,4 @@
-"""The driver keeps no per-evaluation state when a journal records every result (scripts/soak.py
+"""The driver keeps no per-evaluation state when a journal records every result (scripts/benchmarks/soak.py
 measures the same over 10,000 evaluations)."""
 
 from __future__ import annotations

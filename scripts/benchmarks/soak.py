@@ -7,7 +7,7 @@ short lengths, ``noise = 0``), and prints the driver process's memory after 1,00
 10,000 finished evaluations: the Python heap traced by tracemalloc (with ``--tracemalloc``), the
 resident set (VmRSS) and its peak (VmHWM). Then it checks the journal: every eval_id exactly once.
 
-    python scripts/soak.py [--evals 10000] [--actors 8] [--no-ray] [--mode sync|async]
+    python scripts/benchmarks/soak.py [--evals 10000] [--actors 8] [--no-ray] [--mode sync|async]
                            [--duplicates rerun|reuse] [--at 1000,10000] [--tracemalloc] [--out DIR]
 
 Chaos (issue 18): ``--chaos`` runs ``msopt optimize`` (Ray, 8 actors, emulated wall time of
@@ -19,7 +19,7 @@ driver's guard stops it), then reaped (this script is their child subreaper) and
 final journal must equal an uninterrupted ``--no-ray`` run's (eval_id, phase, particle,
 iteration, values, fitness, error of every evaluation):
 
-    python scripts/soak.py --chaos [--evals 2000] [--actors 8] [--eval-seconds 0.2]
+    python scripts/benchmarks/soak.py --chaos [--evals 2000] [--actors 8] [--eval-seconds 0.2]
                            [--actor-kill-every 3] [--driver-kills 5] [--seed 1] [--out DIR]
 """
 
@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 n_particles = {n}

@@ -6,7 +6,7 @@ wall time from the first dispatch to the end, beside the ideal
 that takes 1 s of wall time (``[simulator] emulate_wall_time``, ``eval_seconds = 1``); duplicates
 are re-run so that every evaluation counts.
 
-    python scripts/bench_parallel.py [--actors 1,2,5,10] [--particles 10] [--iters 5] [--seconds 1]
+    python scripts/benchmarks/bench_parallel.py [--actors 1,2,5,10] [--particles 10] [--iters 5] [--seconds 1]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 n_particles = {n}

@@ -81,7 +81,7 @@ class Problem:
 @cache
 def simulator_fingerprint() -> str:
     """A hash of the simulator's code and catalog: a table is stale once they change."""
-    root = Path(__file__).resolve().parents[2] / "msopt" / "sim"
+    root = Path(__file__).resolve().parents[3] / "msopt" / "sim"
     h = hashlib.sha256()
     for f in sorted([*root.glob("*.py"), *root.glob("catalog/*/*.toml")]):
         h.update(f.read_bytes())
