@@ -34,7 +34,8 @@ from msopt.registry import close_matches
 from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
-from msopt.workload.table import apply_workload
+from msopt.workload.table import apply_workload, sim_trace, trace_load, with_load, workload_settings
+from msopt.workload.trace import TraceSummary
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
 #: The largest configuration file read (a FIFO, a device or anything larger is refused).
@@ -543,6 +544,45 @@ def resolve_launch_paths(layer: Mapping[str, Any], base: Path) -> dict[str, Any]
         if new != table:
             out[name] = new
     return out
+
+
+def check_engine_section(settings: Settings) -> None:
+    """Refuse an engine (``-e``) whose search space would silently come from the packaged
+    defaults while the user's files declare the search space of another engine
+    (:func:`msopt.run.validate.validate` runs it first).
+
+    Raises:
+        ConfigError: naming the file, the engines and the fix.
+    """
+    eng = settings.engine
+    user = [s for s in settings.sources if s != str(DEFAULTS_PATH)]
+    if not user or settings.origin.get(f"{eng}.target_field") in user:
+        return
+    declared = sorted({k.split(".")[0] for k, src in settings.origin.items()
+                       if k.endswith(".target_field") and k.count(".") == 1 and src in user})
+    if declared:
+        raise ConfigError(f"{user[-1]}: engine '{eng}' has no [[{eng}.target_field]] in this file, which declares "
+                          f"the search space of {', '.join(declared)}; the packaged defaults' {len(settings.fields)} "
+                          f"{eng} field(s) would be searched instead. Add [[{eng}.target_field]] tables, or "
+                          f"use -e {declared[0]}")
+
+
+def with_trace(settings: Settings) -> tuple[Settings, TraceSummary | None]:
+    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
+    the simulator replays the trace (``[simulator.workload] trace``), and each benchmark sends its
+    requests with its mean lengths at its mean rate (:func:`msopt.workload.table.trace_load`).
+    Returns the settings so changed and the trace's summary (the settings unchanged and None
+    without a trace).
+
+    Raises:
+        ConfigError: a bad row or ``[workload]`` key, naming the file, the row and the fix.
+    """
+    wl = workload_settings(settings.config.workload.table, settings.config.workload.where())
+    trace = wl.open_trace()
+    if trace is None:
+        return settings, None
+    summary = trace.summary()
+    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
 _SLO_KEYS = {"ttft": "ttft_slo", "tpot": "tpot_slo", "success": "success_rate_slo"}

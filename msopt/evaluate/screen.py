@@ -20,10 +20,6 @@ from msopt.evaluate.simulated import render_pd_trial
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]
 
 
-def _devices(config: Config) -> list[str]:
-    return config.cluster.device_ids()
-
-
 class _AnyEnvironment(dict):
     """The server's environment as the driver's pre-check sees it: every variable set. Rules on
     the environment (e.g. MindIE's MASTER_IP with pp > 1) depend on the machine that runs the trial;
@@ -48,7 +44,7 @@ class CandidateScreen:
         self.config = config
         self.engine = get_engine(config.engine.name)
         self.section = config.engine.section.table
-        self.devices = _devices(config)
+        self.devices = config.cluster.device_ids()
         self.nodes = virtual_nodes(config)
         sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None

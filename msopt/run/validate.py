@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
-from msopt.config import DEFAULTS_PATH, Config, Settings, load_settings
+from msopt.config import Config, Settings, load_settings
+from msopt.config.settings import check_engine_section, with_trace
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.base import check_launch
 from msopt.errors import ConfigError
@@ -37,7 +38,6 @@ from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
-from msopt.workload.table import sim_trace, trace_load, with_load, workload_settings
 
 
 @dataclass(frozen=True)
@@ -98,22 +98,6 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
     return validate(settings, search=search)
 
 
-def _check_engine_section(settings: Settings) -> None:
-    """Refuse an engine (``-e``) whose search space would silently come from the packaged
-    defaults while the user's files declare the search space of another engine."""
-    eng = settings.engine
-    user = [s for s in settings.sources if s != str(DEFAULTS_PATH)]
-    if not user or settings.origin.get(f"{eng}.target_field") in user:
-        return
-    declared = sorted({k.split(".")[0] for k, src in settings.origin.items()
-                       if k.endswith(".target_field") and k.count(".") == 1 and src in user})
-    if declared:
-        raise ConfigError(f"{user[-1]}: engine '{eng}' has no [[{eng}.target_field]] in this file, which declares "
-                          f"the search space of {', '.join(declared)}; the packaged defaults' {len(settings.fields)} "
-                          f"{eng} field(s) would be searched instead. Add [[{eng}.target_field]] tables, or "
-                          f"use -e {declared[0]}")
-
-
 def validate(settings: Settings, *, search: bool = True) -> Validated:
     """Check every component's part of ``settings``; see the module docstring for the order.
 
@@ -125,8 +109,8 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     Raises:
         ConfigError: one line naming the file, the key and the fix.
     """
-    _check_engine_section(settings)
-    settings, trace = _trace_workload(settings)
+    check_engine_section(settings)
+    settings, trace = with_trace(settings)
     if settings.engine in ENGINES:  # an unknown engine is named below, where the adapter is needed
         ENGINES.get(settings.engine)().check_config(settings.config)
     space = SearchSpace.from_settings(settings)
@@ -208,18 +192,6 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     objective_metrics()
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
                      workload_config(settings.config), trace)
-
-
-def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
-    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
-    the simulator replays the trace (``[simulator.workload] trace``), and each benchmark sends its
-    requests with its mean lengths at its mean rate (:func:`msopt.workload.table.trace_load`)."""
-    wl = workload_settings(settings.config.workload.table, settings.config.workload.where())
-    trace = wl.open_trace()
-    if trace is None:
-        return settings, None
-    summary = trace.summary()
-    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
 def _check_slo_statistics(config: Config, produces: frozenset[str], source: str) -> None:

@@ -81,3 +81,18 @@ def test_workload_reported_by_the_benchmark(write_toml):
     assert (w.full_prompts, w.search_prompts, dict(w.load)) == (300, 100, {"request_rate": 4})
     sim = s.replace(simulate=True)
     assert configured_load(sim.config) == {"concurrency": read_toml(DEFAULTS_PATH)["simulator"]["workload"]["concurrency"]}
+
+
+def test_each_component_gets_its_own_section_with_the_files_that_set_it(write_toml):
+    path = write_toml("[capacity]\ntolerance = 0.1\n[simulator]\nhardware = \"h100-sxm\"\n" + TP_PP_DP)
+    c = load_settings(str(path), environ={}).config
+    assert c.capacity.get("tolerance") == 0.1 and c.capacity.where("tolerance") == str(path)
+    assert c.capacity.where("max_probes") == str(DEFAULTS_PATH)  # set by the packaged defaults only
+    assert c.simulator.user == frozenset({"hardware"}) and c.simulator.source == str(path)
+    assert c.engine.name == "vllm" and [f.name for f in c.engine.fields][:2] == ["tp", "pp"]
+    assert c.engine.section.get("target_field") is not None and c.benchmark.name == c.run.benchmark
+    assert "tolerance = 0.1" in c.text  # the run directory's config.toml
+    back = pickle.loads(pickle.dumps(c))  # what travels to the actors: no Settings inside
+    assert back == c and back.simulator.get("hardware") == "h100-sxm"
+    with pytest.raises(TypeError):
+        back.capacity.table["tolerance"] = 1  # type: ignore[index]  read-only
