@@ -9,7 +9,7 @@ from typing import Any
 import ray
 
 from actors.nodes import RayNodeLauncher, node_address, own_device_ips
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines.launch import TrialNode
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
@@ -24,9 +24,9 @@ class EvaluatorActor:
     this actor starts inherit them.
     """
 
-    def __init__(self, settings: Settings, simulate: bool, run_dir: str | None, name: str,
+    def __init__(self, config: Config, simulate: bool, run_dir: str | None, name: str,
                  followers: Sequence[Any] = ()) -> None:
-        key = settings.config.cluster.accelerator_key
+        key = config.cluster.accelerator_key
         ids = ray.get_runtime_context().get_accelerator_ids()
         self.devices = [str(d) for d in ids.get(key, [])] if key else []
         self.name = name
@@ -43,7 +43,7 @@ class EvaluatorActor:
             self.nodes += [TrialNode(i + 1, str(info["address"]), tuple(info["devices"]), str(info["node"]),
                                      *ips[i + 1]) for i, info in enumerate(infos)]
             launcher = RayNodeLauncher(followers, infos)
-        self.evaluator = Evaluator(settings, simulate=simulate, run_dir=run_dir, devices=self.devices,
+        self.evaluator = Evaluator(config, simulate=simulate, run_dir=run_dir, devices=self.devices,
                                    actor=name, nodes=self.nodes, launcher=launcher)
 
     def info(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from actors.evaluator import EvaluatorActor
 from actors.guard import start_guard
 from actors.nodes import NodeAgent
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
@@ -37,16 +37,16 @@ class ClusterError(MsoptError):
     """The Ray cluster cannot host the pool (missing resources, unreachable address)."""
 
 
-def trial_nodes(settings: Settings, per_node: int | None) -> tuple[int, int]:
+def trial_nodes(config: Config, per_node: int | None) -> tuple[int, int]:
     """(nodes per trial, devices per node of a trial) for ``devices_per_trial`` on nodes of
     ``per_node`` devices (``[cluster] devices_per_node`` wins over the cluster's own count).
 
     Raises:
         ClusterError: the devices cannot be split evenly over whole nodes.
     """
-    configured = settings.config.cluster.devices_per_node
+    configured = config.cluster.devices_per_node
     try:
-        return split_trial(settings.config.cluster.trial_devices, configured or per_node)
+        return split_trial(config.cluster.trial_devices, configured or per_node)
     except ConfigError as exc:
         raise ClusterError(str(exc)) from None
 
@@ -109,7 +109,7 @@ def _check_reachable(address: str, timeout: float = 10.0) -> None:
                            "head with 'ray start --head' (it prints the address to give) or drop --address") from None
 
 
-def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: int) -> bool | LocalCluster:
+def init_ray(config: Config, address: str | None, *, simulate: bool, slots: int) -> bool | LocalCluster:
     """Connect to Ray; return what this call started (truthy: stop it with :func:`shutdown_ray`).
 
     Without an address (and no RAY_ADDRESS) a local instance sized to this machine starts; for a
@@ -132,14 +132,14 @@ def init_ray(settings: Settings, address: str | None, *, simulate: bool, slots: 
             raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
                                "'ray start --head' or drop --address") from None
         return False
-    key = settings.config.cluster.accelerator_key
-    k = settings.config.cluster.trial_devices
+    key = config.cluster.accelerator_key
+    k = config.cluster.trial_devices
     resources: dict[str, float] = {}
     num_gpus = None
     if key == "CPU":  # cores are Ray's own CPU resource: nothing virtual to declare
         key = None
     if simulate and key and k:
-        n, per = trial_nodes(settings, simulated_devices_per_node(settings))
+        n, per = trial_nodes(config, simulated_devices_per_node(config))
         if n > 1:
             trials = max(1, min(slots, MAX_LOCAL_NODES // n))
             node_res = {} if key == "GPU" else {key: float(per)}
@@ -189,23 +189,23 @@ class RayPool:
     """An evaluator pool of Ray actors, one per concurrent evaluation.
 
     Args:
-        settings: the effective settings.
+        config: the effective config.
         simulate: actors simulate instead of launching engines.
         run_dir: the run directory (actors write logs there).
         max_concurrent: cap on concurrent evaluations (``--max-concurrent``), 0 for none.
         pg_timeout: seconds to wait for the placement groups before saying what is missing.
     """
 
-    def __init__(self, settings: Settings, *, simulate: bool, run_dir: str | None = None,
+    def __init__(self, config: Config, *, simulate: bool, run_dir: str | None = None,
                  max_concurrent: int = 0, pg_timeout: float = 60.0) -> None:
-        self.settings = settings
+        self.config = config
         self.simulate = simulate
         self.run_dir = run_dir
-        self.key = settings.config.cluster.accelerator_key
-        self.k = settings.config.cluster.trial_devices if self.key else 0
-        self.nodes_per_trial, self.per_node = (trial_nodes(settings, self._cluster_per_node()) if self.k
+        self.key = config.cluster.accelerator_key
+        self.k = config.cluster.trial_devices if self.key else 0
+        self.nodes_per_trial, self.per_node = (trial_nodes(config, self._cluster_per_node()) if self.k
                                                else (1, 0))
-        self.time_limit = settings.config.run.particles_time_out
+        self.time_limit = config.run.particles_time_out
         self._queue: deque[EvalRequest] = deque()
         self._inflight: dict[Any, tuple[_Slot, EvalRequest, float]] = {}
         self._free: deque[_Slot] = deque()
@@ -216,7 +216,7 @@ class RayPool:
         self.costs = LaunchCosts()
         self.stopped = 0  # kept servers told to stop because the run no longer needed them (retain)
         t0 = time.monotonic()
-        size = self.plan_size(settings, max_concurrent)
+        size = self.plan_size(config, max_concurrent)
         self.slots = [_Slot(i, None) for i in range(size)]
         self._reserve(pg_timeout)
         for slot in self.slots:
@@ -240,11 +240,11 @@ class RayPool:
                            "(/tmp/ray/session_latest/logs) for why")
 
     # -- sizing ---------------------------------------------------------------------------
-    def plan_size(self, settings: Settings, max_concurrent: int = 0) -> int:
+    def plan_size(self, config: Config, max_concurrent: int = 0) -> int:
         """Concurrent slots: whole trials that fit on each node, capped by n_particles and
         ``[cluster] max_concurrent_trials`` / ``--max-concurrent``."""
-        cap = settings.n_particles
-        for c in (max_concurrent, settings.config.cluster.max_concurrent_trials):
+        cap = config.run.n_particles
+        for c in (max_concurrent, config.cluster.max_concurrent_trials):
             if c and c > 0:
                 cap = min(cap, c)
         if not self.key or self.k == 0:
@@ -314,7 +314,7 @@ class RayPool:
             slot.followers = [NodeAgent.options(**self._options(slot, b)).remote(  # type: ignore[attr-defined]
                 self.key, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
         slot.actor = EvaluatorActor.options(**self._options(slot, 0)).remote(  # type: ignore[attr-defined]
-            self.settings, self.simulate, self.run_dir, name, slot.followers)
+            self.config, self.simulate, self.run_dir, name, slot.followers)
         slot.info = None
 
     def _kill_followers(self, slot: _Slot) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.run.preflight import Check, hardware_probe, node_checks
 
 #: Seconds to wait for every node's checks (a version query may import an engine).
@@ -13,17 +13,17 @@ NODE_TIMEOUT = 600.0
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _node_checks(settings: Settings, devices: int | None, full: bool, node: str) -> list[Check]:
-    return node_checks(settings, devices=devices, full=full, node=node)
+def _node_checks(config: Config, devices: int | None, full: bool, node: str) -> list[Check]:
+    return node_checks(config, devices=devices, full=full, node=node)
 
 
-def cluster_checks(settings: Settings, *, full: bool = True) -> list[Check]:
+def cluster_checks(config: Config, *, full: bool = True) -> list[Check]:
     """Run :func:`~msopt.run.preflight.node_checks` on every alive node of the connected cluster.
 
     A node's accelerator count is what Ray offers there (its ``NPU``/``GPU`` resource), which is
     what the trials' placement groups will get.
     """
-    key = settings.config.cluster.accelerator_key
+    key = config.cluster.accelerator_key
     refs = []
     for node in ray.nodes():
         if not node.get("Alive"):
@@ -31,7 +31,7 @@ def cluster_checks(settings: Settings, *, full: bool = True) -> list[Check]:
         devices = int(node.get("Resources", {}).get(key, 0)) if key else None
         name = str(node.get("NodeManagerAddress", node["NodeID"][:8]))
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        refs.append(_node_checks.options(scheduling_strategy=strategy).remote(settings, devices, full, name))
+        refs.append(_node_checks.options(scheduling_strategy=strategy).remote(config, devices, full, name))
     if not refs:
         return [Check("cluster", False, "no alive node in the Ray cluster")]
     out: list[Check] = []

@@ -33,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the ``test`` extra's packages not installed here: the tools that check the source, not the dependencies
-#: (ruff, mypy, import-linter: tests/test_lint.py, which is left out here), and the search bench's independent reality and the original tool's PSO (aiconfigurator 0.12.0
+#: (ruff, mypy, import-linter: tests/test_lint.py, which is left out here), and the search bench's independent
+#: reality and the original tool's PSO (aiconfigurator 0.12.0
 #: needs a newer matplotlib than msopt's minimum; the bench tests skip, saying why, without them)
 LEFT_OUT = ("ruff", "mypy", "import-linter", "aiconfigurator", "aiconfigurator-core", "pyswarms")
 SETUP_FAILED = 3

@@ -1,4 +1,4 @@
-"""Import one of scripts/*.py as a module (the scripts are not a package)."""
+"""Import one of the scripts under scripts/ as a module (the scripts are not a package)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    """The module scripts/<name>.py, freshly executed."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    """The module scripts/<name>.py (``name`` with its folder: ``research/sim_error_table``), freshly executed."""
+    spec = importlib.util.spec_from_file_location(Path(name).name, SCRIPTS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -100,7 +100,7 @@ def test_slo_table_sets_the_limits_and_the_statistics(write_toml):
     path = write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\ntpot = "p95 < 20ms"\nsuccess = ">=0.99"\n'))
     checked = load(path)
     s = checked.settings
-    assert (s.ttft_slo, s.tpot_slo, s.success_rate_slo) == (2.5, 0.02, 0.99)
+    assert (s.config.run.slos.ttft, s.config.run.slos.tpot, s.config.run.slos.success_rate) == (2.5, 0.02, 0.99)
     slos = s.config.run.slos
     assert (slos.ttft_metric, slos.tpot_metric) == ("ttft_p99", "tpot_p95")
     # the objective reads the percentiles, not the means
@@ -118,14 +118,14 @@ def test_slo_table_sets_the_limits_and_the_statistics(write_toml):
 def test_spec_key_holds_the_whole_string(write_toml):
     path = write_toml(_quickstart_without_slos('[slo]\nspec = "ttft:p90<1s,tpot<30ms"\n'))
     s = load_settings(path)
-    assert (s.config.run.slos.ttft_metric, s.tpot_slo) == ("ttft_p90", 0.03)
+    assert (s.config.run.slos.ttft_metric, s.config.run.slos.tpot) == ("ttft_p90", 0.03)
 
 
 def test_flag_overrides_the_file_metric_by_metric(write_toml):
     path = write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\ntpot = "p95<20ms"\n'))
     checked = load(path, overrides={"slo": {"ttft": "p50<=1s"}})
     s = checked.settings
-    assert (s.ttft_slo, s.tpot_slo) == (1.0, 0.02)
+    assert (s.config.run.slos.ttft, s.config.run.slos.tpot) == (1.0, 0.02)
     assert (s.config.run.slos.ttft_metric, s.config.run.slos.tpot_metric) == ("ttft_p50", "tpot_p95")
     # the saved configuration reads back as the same run (a resumed run loads it)
     saved = write_toml(s.to_toml(), "saved.toml")
@@ -169,7 +169,7 @@ def test_capacity_probes_hold_the_slo_statistic(write_toml):
     from msopt.run.capacity import capacity_options
 
     s = load_settings(write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\n')))
-    assert capacity_options(s).judged(s.config.run.slos) == ("ttft_p99", "time_per_output_token")
+    assert capacity_options(s.config).judged(s.config.run.slos) == ("ttft_p99", "time_per_output_token")
     explicit = load_settings(write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\n[capacity]\n'
                                                                  'percentile = 90\n'), "p90.toml"))
-    assert capacity_options(explicit).judged(explicit.config.run.slos) == ("ttft_p90", "tpot_p90")
+    assert capacity_options(explicit.config).judged(explicit.config.run.slos) == ("ttft_p90", "tpot_p90")

@@ -22,6 +22,7 @@ import numpy as np
 
 from msopt.benchmarks import get_benchmark
 from msopt.checks import is_finite
+from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, MsoptError
 from msopt.prior.source import user_set
@@ -82,8 +83,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_calibrate)
 
 
-def _sim_catalog(settings: Any) -> tuple[str | None, str | None, tuple[str, ...]]:
-    table = settings.section("simulator")
+def _sim_catalog(config: Config) -> tuple[str | None, str | None, tuple[str, ...]]:
+    table = config.simulator.table
     dirs = table.get("catalog_dirs", ())
     return table.get("hardware"), table.get("model"), (dirs,) if isinstance(dirs, str) else tuple(dirs)
 
@@ -98,10 +99,10 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
         raise ConfigError(f"{run_dir}: not a run directory ({JOURNAL} and {CONFIG} expected); give a run "
                           "directory of 'msopt optimize' or a CSV file")
     store = RunStore.open(run_dir)
-    settings = load(str(run_dir / CONFIG)).settings
-    hw_name, model, dirs = _sim_catalog(settings)
-    found = None if user_set(settings, "model") else config_path(
-        get_engine(settings.engine).model_path(settings.section(settings.engine)))
+    config = load(str(run_dir / CONFIG)).config
+    hw_name, model, dirs = _sim_catalog(config)
+    found = None if user_set(config.simulator, "model") else config_path(
+        get_engine(config.engine.name).model_path(config.engine.section.table))
     if found is not None:  # the model the run served, from its config.json (not the packaged default)
         model = str(found.parent)
     if not model:
@@ -109,10 +110,10 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
                           "TOML path>\" so that the runs can be simulated")
     if dirs and found is None:
         model = str(_resolve_model(model, dirs))
-    adapter = get_engine(settings.engine)
-    bench_name = settings.config.run.benchmark
+    adapter = get_engine(config.engine.name)
+    bench_name = config.run.benchmark
     bench = get_benchmark(bench_name)
-    base = dict(settings.section("simulator").get("workload", {}) or {})
+    base = dict(config.simulator.table.get("workload", {}) or {})
     out: list[Measurement] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in store.load_journal():
@@ -123,12 +124,12 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
                 continue
             if not (is_finite(ttft) and is_finite(tpot) and is_finite(speed) and min(ttft, tpot, speed) > 0):
                 continue
-            spec = adapter.render(r.values, settings.fields, settings.section(settings.engine), port=0,
+            spec = adapter.render(r.values, config.engine.fields, config.engine.section.table, port=0,
                                   devices=list(r.devices), workdir=Path(tmp))
             knobs = knobs_from_launch(spec)
             if engine is not None and knobs.engine != engine:
                 continue
-            argv, _ = bench.render(r.values, settings.fields, settings.section(bench_name), server=spec,
+            argv, _ = bench.render(r.values, config.engine.fields, config.benchmark.table, server=spec,
                                    num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp))
             wl = workload_from_mapping(base).with_overrides(benchmark_overrides(argv))
             table = wl.as_mapping()
@@ -137,8 +138,8 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
                 knobs=knobs, model=model, input_len=wl.input_len if isinstance(wl.input_len, int) else 0,
                 output_len=wl.output_len if isinstance(wl.output_len, int) else 0, concurrency=c,
                 ttft_s=float(ttft), tpot_s=float(tpot), tokens_per_s=float(speed),
-                weight_dtype=str(settings.section("simulator").get("weight_dtype", "bf16")),
-                kv_dtype=settings.section("simulator").get("kv_dtype"),
+                weight_dtype=str(config.simulator.table.get("weight_dtype", "bf16")),
+                kv_dtype=config.simulator.table.get("kv_dtype"),
                 num_prompts=int(table["num_prompts"]), source=f"{run_dir / JOURNAL} eval {r.eval_id}",
                 workload=table,
             ))

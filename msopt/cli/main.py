@@ -70,7 +70,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "settings": settings.scalars(),
         }
         if checked.trace is not None:
-            out["workload"] = {"trace": settings.section("workload").get("trace"), **checked.trace.as_dict()}
+            out["workload"] = {"trace": settings.config.workload.get("trace"), **checked.trace.as_dict()}
         print(json.dumps(_jsonable(out)))
         return 0
     print(f"configuration OK: {' < '.join(settings.sources)}")
@@ -79,13 +79,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     searcher = settings.config.run.searcher
     if searcher == "auto":
         searcher = "auto (the swarm; tpe where no prior can be built and max_launches <= 10)"
-    print(f"searcher: {searcher}, {settings.n_particles} evaluation(s) "
+    print(f"searcher: {searcher}, {settings.config.run.n_particles} evaluation(s) "
           f"in flight ({settings.config.run.mode})")
     slos = settings.config.run.slos
     print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
     if checked.trace is not None:
         tr = checked.trace
-        print(f"workload: trace {settings.section('workload').get('trace')} ({tr.format})")
+        print(f"workload: trace {settings.config.workload.get('trace')} ({tr.format})")
         for line in tr.lines():
             print(f"  {line}")
         bench = settings.config.run.benchmark
@@ -108,11 +108,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
              if f.name not in space.names and f.name not in space.derived]
     if const:
         print(f"  constant: {', '.join(const)}")
-    for line in checked.engine.notes(settings.section(settings.engine)):
+    for line in checked.engine.notes(settings.config.engine.section.table):
         print(f"{settings.engine}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
-    for line in advisories(checked.engine.advisories, settings.fields, settings.section(settings.engine)):
+    for line in advisories(checked.engine.advisories, settings.fields, settings.config.engine.section.table):
         print(f"warning: {line}")
     return 0
 

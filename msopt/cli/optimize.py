@@ -24,7 +24,7 @@ from msopt.run.verdict import predicted_line
 from msopt.slo import parse_slo, slo_table_text
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
     from msopt.run.events import RunOutcome
     from msopt.run.store import RunStore
     from msopt.run.validate import Validated
@@ -149,7 +149,7 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     engine, lines = _engine_and_benchmark(args, overrides)
     checked = load(args.config, engine, overrides=overrides)
     if not checked.settings.config.run.simulate:
-        values, said = installed_baseline(checked.settings)
+        values, said = installed_baseline(checked.config.engine)
         checked = validate(checked.settings.with_field_values(values)) if values else checked
         lines += said
     for line in lines:
@@ -198,7 +198,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if not args.no_preflight:
         preflight = cheap_preflight
     if store is None and args.model is not None:  # created here to say at once where its configuration is
-        store = RunStore.create(Path(checked.settings.config.run.output), checked.settings, meta={"argv": sys.argv})
+        store = RunStore.create(Path(checked.config.run.output), checked.config, meta={"argv": sys.argv})
         store.lock()
         saved = store.run_dir / "config.toml"
         print(f"configuration: built for --model {args.model} (as `msopt init` writes it), saved as {saved}; "
@@ -217,10 +217,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"msopt: {how}; continue with: msopt optimize --resume {result.run_dir}", file=sys.stderr)
         return 143 if terminated else 130
     assert result.outcome is not None and result.verdict is not None
-    return _print_result(checked.settings, result.run_dir, result.outcome, result.verdict)
+    return _print_result(checked.config, result.run_dir, result.outcome, result.verdict)
 
 
-def _print_result(settings: Settings, run_dir: Path, outcome: RunOutcome, verdict: Verdict) -> int:
+def _print_result(config: Config, run_dir: Path, outcome: RunOutcome, verdict: Verdict) -> int:
     """The verdict and the recommendation; 1 when no evaluation succeeded."""
     best, mean, count = outcome.best, outcome.mean_fitness, outcome.measurements
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
@@ -243,7 +243,7 @@ def _print_result(settings: Settings, run_dir: Path, outcome: RunOutcome, verdic
         print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
         print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
     if best.predicted is not None and best.predicted.get("fitness") is not None:
-        print(predicted_line(settings, best.predicted))
+        print(predicted_line(config, best.predicted))
     print(f"launch it: {run_dir / 'best_command.sh'}")
     print(run_dir)
     return 0

@@ -11,7 +11,7 @@ from msopt.run.preflight import Check, PreflightError, node_checks
 from msopt.run.validate import load
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
 
 
 def register(sub: Any) -> None:
@@ -26,16 +26,16 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_preflight)
 
 
-def run_checks(settings: Settings, address: str | None, *, full: bool = True) -> list[Check]:
+def run_checks(config: Config, address: str | None, *, full: bool = True) -> list[Check]:
     """The checks on this machine, or with ``address`` on every node of that Ray cluster."""
     if not address:
-        return node_checks(settings, full=full)
+        return node_checks(config, full=full)
     from actors.pool import init_ray
     from actors.preflight import cluster_checks
 
-    started = init_ray(settings, address, simulate=False, slots=1)
+    started = init_ray(config, address, simulate=False, slots=1)
     try:
-        return cluster_checks(settings, full=full)
+        return cluster_checks(config, full=full)
     finally:
         if started:
             import ray
@@ -55,21 +55,21 @@ def report(checks: Sequence[Check], *, failures_only: bool = False) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Run every check and print one line each; 1 when one failed."""
-    settings = load(args.config, args.engine).settings
-    failed = report(run_checks(settings, args.address))
+    config = load(args.config, args.engine).config
+    failed = report(run_checks(config, args.address))
     if failed:
         print(f"preflight: {failed} check(s) failed", file=sys.stderr)
         return 1
     return 0
 
 
-def cheap_preflight(settings: Settings) -> None:
+def cheap_preflight(config: Config) -> None:
     """The quick checks on this machine before a real run's baseline (``msopt optimize``).
 
     Raises:
         PreflightError: a check failed (its line was printed to stderr first).
     """
-    failed = report(node_checks(settings, full=False), failures_only=True)
+    failed = report(node_checks(config, full=False), failures_only=True)
     if failed:
         raise PreflightError(f"{failed} preflight check(s) failed (above); fix them, or run 'msopt preflight' "
                              "for every check, or pass --no-preflight when this machine does not run trials")

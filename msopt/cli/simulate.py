@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.errors import ConfigError
 
 if TYPE_CHECKING:
+    from msopt.config import Config
     from msopt.space import SearchSpace
 
 import tempfile
@@ -107,12 +108,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     settings, space = checked.settings, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)
-    evaluator = Evaluator(settings, simulate=True)
+    evaluator = Evaluator(settings.config, simulate=True)
     result = evaluator.evaluate(EvalRequest(0, "baseline", None, 0, tuple(position.tolist())))
     metrics = {k: result.metrics.get(k) for k in ("generate_speed", "time_to_first_token",
                                                    "time_per_output_token", "success_rate", "throughput")}
     failed = result.error is not None
-    assumed = _assumed(settings, result.values)
+    assumed = _assumed(settings.config, result.values)
     if args.json:
         out: dict[str, Any] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                for k, v in metrics.items()}
@@ -135,13 +136,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _assumed(settings: Any, values: Any) -> list[str]:
+def _assumed(config: Config, values: Any) -> list[str]:
     """The inputs the simulation assumed (:func:`msopt.sim.simulator.launch_assumptions`) for the
     configuration at ``values``; [] where the launch cannot be rendered alone (a disaggregated one)."""
-    adapter = get_engine(settings.engine)
-    section = settings.section(settings.engine)
+    adapter = get_engine(config.engine.name)
+    section = config.engine.section.table
     if adapter.is_disaggregated(section):
         return []
     with tempfile.TemporaryDirectory() as tmp:
-        spec = adapter.render(dict(values), settings.fields, section, port=0, devices=[], workdir=Path(tmp))
-    return launch_assumptions(spec, settings.section("simulator"))
+        spec = adapter.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
+    return launch_assumptions(spec, config.simulator.table)

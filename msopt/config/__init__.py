@@ -17,7 +17,8 @@ from msopt.config.settings import (
     thaw,
     tomllib,
 )
-from msopt.config.typed import ClusterConfig, Config, PriorConfig, RunConfig
+from msopt.config.typed import ClusterConfig, Config, EngineConfig, PriorConfig, RunConfig, Section, Table
 
-__all__ = ["DEFAULTS_PATH", "ENV_CONFIG", "ClusterConfig", "Config", "PriorConfig", "RunConfig", "Settings",
+__all__ = ["DEFAULTS_PATH", "ENV_CONFIG", "ClusterConfig", "Config", "EngineConfig", "PriorConfig", "RunConfig",
+           "Section", "Settings", "Table",
            "dump_toml", "load_settings", "read_toml", "resolve_config_path", "thaw", "tomllib"]

@@ -13,7 +13,7 @@ import os
 import stat
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +34,8 @@ from msopt.registry import close_matches
 from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
-from msopt.workload.table import apply_workload
+from msopt.workload.table import apply_workload, sim_trace, trace_load, with_load, workload_settings
+from msopt.workload.trace import TraceSummary
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
 #: The largest configuration file read (a FIFO, a device or anything larger is refused).
@@ -166,7 +167,8 @@ class Settings:
         Settings (at load time; an unpickled Settings, in an actor, brings its own along)."""
         cached: Config | None = self.__dict__.get("_config")
         if cached is None:
-            cached = build_config(self.data, self.engine, self.fields)
+            cached = replace(build_config(self.data, self.engine, self.fields, self.origin, self.sources,
+                                          str(DEFAULTS_PATH)), text=self.to_toml())
             object.__setattr__(self, "_config", cached)
         return cached
 
@@ -244,46 +246,6 @@ class Settings:
             raise ConfigError("the effective configuration does not read back equal from TOML; "
                               "report this as a bug with your -c file")
         return text
-
-    @property
-    def n_particles(self) -> int:
-        return int(self.data["n_particles"])
-
-    @property
-    def iters(self) -> int:
-        return int(self.data["iters"])
-
-    @property
-    def ttft_slo(self) -> float:
-        return float(self.data["ttft_slo"])
-
-    @property
-    def tpot_slo(self) -> float:
-        return float(self.data["tpot_slo"])
-
-    @property
-    def success_rate_slo(self) -> float:
-        return float(self.data["success_rate_slo"])
-
-    @property
-    def ttft_penalty(self) -> float:
-        return float(self.data["ttft_penalty"])
-
-    @property
-    def tpot_penalty(self) -> float:
-        return float(self.data["tpot_penalty"])
-
-    @property
-    def success_rate_penalty(self) -> float:
-        return float(self.data["success_rate_penalty"])
-
-    @property
-    def generate_speed_target(self) -> float:
-        return float(self.data["generate_speed_target"])
-
-    @property
-    def sample_size(self) -> int:
-        return int(self.data["sample_size"])
 
     def scalars(self) -> dict[str, Any]:
         """The effective top-level scalars (n_particles, iters, SLOs, ...)."""
@@ -490,6 +452,8 @@ def load_settings(
                          "[health_check.service|benchmark.fatal|retryable]")
         mapped, moved = map_ais_bench(mapped, source)
         notes += moved
+        if source != str(DEFAULTS_PATH):
+            mapped = resolve_launch_paths(mapped, Path(source).parent)
         _merge(data, mapped, source, origin)
     _check_scalars(data, origin)
     _apply_slo(data, origin, conflicts=True)
@@ -527,6 +491,99 @@ def load_settings(
     SearchSpace(fields)  # the field model checks itself now, not during the search
     settings.config  # noqa: B018  the typed configuration, built once, after every check above
     return settings
+
+
+def _relative(value: Any) -> bool:
+    """A path a server would read against its own working directory: relative, no ``~`` (the
+    home, expanded where it is launched), no ``{FIELD}`` placeholder (a value known per launch)."""
+    return (isinstance(value, str) and value != "" and not os.path.isabs(value) and not value.startswith("~")
+            and "{" not in value)
+
+
+def _explicit(value: Any) -> bool:
+    return _relative(value) and (value.startswith(("./", "../")) or value in (".", ".."))
+
+
+def resolve_launch_paths(layer: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """``layer`` with the relative paths a launch hands to a program resolved against ``base``
+    (the directory of the file that sets them), as ``[workload] trace`` is: each server and
+    benchmark runs in its evaluation's own work directory, where a path written relative to the
+    configuration file would name nothing.
+
+    In every table's ``command`` table: ``executable``'s first item when it holds a ``/`` (a shell
+    reads such a name as a path, any other as a program on ``PATH``) and any later item starting
+    with ``./`` or ``../``; ``model`` when it starts with ``./`` or ``../``, or when it names a
+    directory or file that exists under ``base`` (otherwise, such as ``Qwen/Qwen3-8B``, it is a
+    Hugging Face id and stays as written). In every table: ``config_path`` (MindIE's config.json).
+    """
+    def resolve(value: str) -> str:
+        return os.path.normpath(base / value)
+
+    out: dict[str, Any] = dict(layer)
+    for name, table in layer.items():
+        if not isinstance(table, Mapping):
+            continue
+        new = dict(table)
+        if _relative(table.get("config_path")):
+            new["config_path"] = resolve(table["config_path"])
+        cmd = table.get("command")
+        if isinstance(cmd, Mapping):
+            cmd = dict(cmd)
+            exe = cmd.get("executable")
+            if isinstance(exe, str):
+                exe = [exe]
+                if _relative(exe[0]) and "/" in exe[0]:
+                    cmd["executable"] = resolve(exe[0])
+            elif isinstance(exe, list) and exe:
+                cmd["executable"] = [resolve(x) if _explicit(x) or (i == 0 and _relative(x) and "/" in x) else x
+                                     for i, x in enumerate(exe)]
+            model = cmd.get("model")
+            if isinstance(model, str) and (_explicit(model) or (_relative(model) and (base / model).exists())):
+                cmd["model"] = resolve(model)
+            new["command"] = cmd
+        if new != table:
+            out[name] = new
+    return out
+
+
+def check_engine_section(settings: Settings) -> None:
+    """Refuse an engine (``-e``) whose search space would silently come from the packaged
+    defaults while the user's files declare the search space of another engine
+    (:func:`msopt.run.validate.validate` runs it first).
+
+    Raises:
+        ConfigError: naming the file, the engines and the fix.
+    """
+    eng = settings.engine
+    user = [s for s in settings.sources if s != str(DEFAULTS_PATH)]
+    if not user or settings.origin.get(f"{eng}.target_field") in user:
+        return
+    declared = sorted({k.split(".")[0] for k, src in settings.origin.items()
+                       if k.endswith(".target_field") and k.count(".") == 1 and src in user})
+    if declared:
+        raise ConfigError(f"{user[-1]}: engine '{eng}' has no [[{eng}.target_field]] in this file, which declares "
+                          f"the search space of {', '.join(declared)}; the packaged defaults' {len(settings.fields)} "
+                          f"{eng} field(s) would be searched instead. Add [[{eng}.target_field]] tables, or "
+                          f"use -e {declared[0]}")
+
+
+def with_trace(settings: Settings) -> tuple[Settings, TraceSummary | None]:
+    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
+    the simulator and the benchmarks that replay it get it (``[simulator.workload] trace``, ``[builtin] trace``,
+    ``[vllm_benchmark] trace``; :func:`msopt.workload.table.trace_load`); msopt.run.validate refuses a real
+    run of a benchmark that cannot replay.
+    Returns the settings so changed and the trace's summary (the settings unchanged and None
+    without a trace).
+
+    Raises:
+        ConfigError: a bad row or ``[workload]`` key, naming the file, the row and the fix.
+    """
+    wl = workload_settings(settings.config.workload.table, settings.config.workload.where())
+    trace = wl.open_trace()
+    if trace is None:
+        return settings, None
+    summary = trace.summary()
+    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
 _SLO_KEYS = {"ttft": "ttft_slo", "tpot": "tpot_slo", "success": "success_rate_slo"}

@@ -10,8 +10,8 @@ keys. The workload (prompts, load) is the benchmark's to say: :mod:`msopt.evalua
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from msopt.checks import port_range
@@ -19,7 +19,8 @@ from msopt.slo import Slos, parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl
 
-__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "PriorConfig", "RunConfig", "build_config", "slos"]
+__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "EngineConfig", "PriorConfig", "RunConfig", "Section",
+           "Table", "build_config", "slos"]
 
 #: Keys defaults.toml leaves unset, and what that means (docs/configuration.md documents each).
 UNSET_DEFAULTS: Mapping[str, Any] = {
@@ -146,6 +147,99 @@ class PriorConfig:
     refit: bool = True
 
 
+class Table(Mapping[str, Any]):
+    """A read-only, picklable table of the merged TOML: nested tables are Tables, arrays tuples.
+
+    Mapping proxies do not pickle, and a component's table travels to the Ray actors.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        self._data: dict[str, Any] = {str(k): _frozen(v) for k, v in (data or {}).items()}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Table({self._data!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Table, (self._data,))
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return value if isinstance(value, Table) else Table(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Section:
+    """One component's top-level table, as the layers merged it, with the file that set each key:
+    what the component's own parser reads (and names in its messages), never the whole Settings.
+
+    Attributes:
+        name: the table's name (``simulator``, ``capacity``, an engine's or a benchmark's).
+        table: its keys (empty when no layer sets it).
+        origin: dotted key inside the table (``""``: the table itself) -> the file that set it.
+        fallback: the file named where no key says (the highest layer).
+        source: the highest layer that set a key of the table (for messages about the table).
+        user: the keys (dotted, inside the table) a user's file set, not the packaged defaults.
+        layers: the files merged, lowest first.
+    """
+
+    name: str
+    table: Table = field(default_factory=Table)
+    origin: Table = field(default_factory=Table)
+    fallback: str = "<defaults>"
+    source: str = "<defaults>"
+    user: frozenset[str] = frozenset()
+    layers: tuple[str, ...] = ()
+
+    def where(self, key: str = "") -> str:
+        """The file that set ``key`` (dotted inside the table), or its nearest enclosing table."""
+        parts = key.split(".") if key else []
+        for i in range(len(parts), -1, -1):
+            src = self.origin.get(".".join(parts[:i]))
+            if src:
+                return str(src)
+        return self.fallback
+
+    def source_of(self, key: str) -> str:
+        """The highest layer that set ``key`` (dotted inside the table) or a key under it."""
+        hits = [self.layers.index(v) for k, v in self.origin.items()
+                if (k == key or k.startswith(key + ".")) and v in self.layers]
+        return self.layers[max(hits)] if hits else self.where(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A key of the table."""
+        return self.table.get(key, default)
+
+    def sub(self, key: str) -> Mapping[str, Any]:
+        """A nested table, empty when absent or not a table."""
+        value = self.table.get(key)
+        return value if isinstance(value, Mapping) else Table()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The searched engine: its name, its field declarations and its ``[<engine>]`` section, which
+    its adapter reads (:class:`msopt.engines.base.EngineAdapter`)."""
+
+    name: str
+    fields: tuple[FieldDecl, ...]
+    section: Section
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything typed that a Settings resolves to (see the module docstring)."""
@@ -153,6 +247,29 @@ class Config:
     run: RunConfig
     cluster: ClusterConfig
     prior: PriorConfig
+    #: the searched engine and its section
+    engine: EngineConfig
+    #: ``[<benchmark>]`` of the run's benchmark
+    benchmark: Section
+    #: ``[simulator]`` (read by :class:`msopt.evaluate.simulated.SimulatorSetup` and the prior)
+    simulator: Section
+    #: ``[capacity]`` (:func:`msopt.run.capacity.capacity_options`)
+    capacity: Section
+    #: ``[health_check]`` (:class:`msopt.evaluate.health.HealthCheck`)
+    health_check: Section
+    #: ``[pso_options]`` and ``[pso_strategy]`` (:class:`msopt.search.options.SwarmOptions`)
+    pso_options: Section
+    pso_strategy: Section
+    #: ``[workload]`` (:mod:`msopt.workload.table`)
+    workload: Section
+    #: ``[kubectl]``, the original tool's (:mod:`msopt.engines.mindie.original`)
+    kubectl: Section
+    #: ``[slo]`` (its limits and statistics are in ``run.slos``; this says which file set each)
+    slo: Section
+    #: the top-level scalars (the objective reads its keys here: :func:`msopt.evaluate.objective.make_objective`)
+    scalars: Table
+    #: the effective configuration as TOML text (a run directory's config.toml)
+    text: str = ""
 
 
 def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -175,8 +292,26 @@ def slos(data: Mapping[str, Any]) -> Slos:
                 terms["tpot"].column if "tpot" in terms else base.tpot_metric)
 
 
-def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, ...]) -> Config:
-    """The typed configuration of merged, load-time-validated settings data (defaults.toml merged)."""
+def section(data: Mapping[str, Any], name: str, origin: Mapping[str, str] = {},  # noqa: B006  read only
+            sources: tuple[str, ...] = (), defaults: str = "") -> Section:
+    """The :class:`Section` ``name`` of merged settings data, with its keys' files from ``origin``
+    (dotted key -> file) and ``sources`` (the layers, lowest first)."""
+    prefix = name + "."
+    own = {k[len(prefix):]: v for k, v in origin.items() if k.startswith(prefix)}
+    if name in origin:
+        own[""] = origin[name]
+    best = max((sources.index(v) for v in own.values() if v in sources), default=-1)
+    fallback = sources[-1] if sources else "<defaults>"
+    user = frozenset(k for k, v in own.items() if k and v != defaults)
+    return Section(name, Table(_table(data, name)), Table(own), fallback,
+                   sources[best] if best >= 0 else own.get("", fallback), user, tuple(sources))
+
+
+def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, ...],
+                 origin: Mapping[str, str] = {}, sources: tuple[str, ...] = (),  # noqa: B006  read only
+                 defaults: str = "") -> Config:
+    """The typed configuration of merged, load-time-validated settings data (defaults.toml merged);
+    ``origin``, ``sources`` and ``defaults`` (the packaged defaults' path) say which file set each key."""
     run = RunConfig(
         engine=engine, benchmark=str(data["benchmark"]), objective=str(data["objective"]),
         simulate=bool(data["simulate"]), mode=str(data["mode"]), duplicate_policy=str(data["duplicate_policy"]),
@@ -197,8 +332,16 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
     prior = PriorConfig(mode=str(_get(data, "search.prior")), evaluations=int(_get(data, "search.prior_evaluations")),
                         picks=None if picks is None else int(picks), screen=int(_get(data, "search.screen")),
                         explore=float(_get(data, "search.explore")), refit=bool(_get(data, "search.refit")))
+
+    def part(name: str) -> Section:
+        return section(data, name, origin, sources, defaults)
+
     return Config(run, ClusterConfig(
         accelerator=str(cluster["accelerator"]), devices_per_trial=None if k is None else int(k), trial_devices=trial,
         devices_per_node=int(per_node) if per_node else None,
         max_concurrent_trials=int(cluster["max_concurrent_trials"] or 0),
-        ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])), prior)
+        ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])), prior,
+        engine=EngineConfig(engine, fields, part(engine)), benchmark=part(run.benchmark), simulator=part("simulator"),
+        capacity=part("capacity"), health_check=part("health_check"), pso_options=part("pso_options"),
+        pso_strategy=part("pso_strategy"), workload=part("workload"), kubectl=part("kubectl"), slo=part("slo"),
+        scalars=Table({k: v for k, v in data.items() if not isinstance(v, (Mapping, list, tuple))}))

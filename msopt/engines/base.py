@@ -19,7 +19,7 @@ from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
     from msopt.engines.health_sources import PatternSource
 
 
@@ -154,7 +154,7 @@ class EngineAdapter:
         """Raise ConfigError for a configuration this engine cannot render; every command runs it
         at load time (:func:`msopt.run.validate.validate`)."""
 
-    def check_settings(self, settings: Settings) -> None:
+    def check_config(self, config: Config) -> None:
         """Raise ConfigError for what the engine refuses outside its own section (the original tool's
         inputs for it, say); :func:`msopt.run.validate.validate` runs it first, before the fields are
         built. Nothing by default."""

@@ -20,7 +20,7 @@ from msopt.engines import get_engine
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import EngineConfig
 
 #: The dtypes whose baseline can come from the installation (a plain value of the field's own kind).
 PLAIN_DTYPES = ("int", "float", "bool", "enum")
@@ -62,22 +62,22 @@ def _fits(decl: FieldDecl, value: Any) -> tuple[bool, Any, str]:
     return True, value, ""
 
 
-def installed_baseline(settings: Settings, environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any],
+def installed_baseline(engine: EngineConfig, environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any],
                                                                                           list[str]]:
     """The searched fields' installed values, and one line per searched field saying where its baseline
     value comes from (the installation, or the field's own ``value``/the middle of its range, and why)."""
     environ = os.environ if environ is None else environ
-    adapter = get_engine(settings.engine)
-    found = adapter.installed_values(settings.fields, settings.section(settings.engine), environ)
+    adapter = get_engine(engine.name)
+    found = adapter.installed_values(engine.fields, engine.section.table, environ)
     values: dict[str, Any] = {}
     lines: list[str] = []
-    for decl in settings.fields:
+    for decl in engine.fields:
         if decl.constant is not None or decl.min == decl.max and decl.dtype in ("int", "float"):
             continue
         own = f"{decl.value!r} (the field's value)" if decl.value is not None else "the middle of its range"
         got = found.get(decl.name)
         if got is None:
-            lines.append(f"baseline {decl.name} = {own}: {_absent(decl, settings.engine)}")
+            lines.append(f"baseline {decl.name} = {own}: {_absent(decl, engine.name)}")
             continue
         value, where = got
         if decl.dtype not in PLAIN_DTYPES:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.launch import TrialNode
 from msopt.engines.process import ProcessRegistry
@@ -42,7 +42,7 @@ class Evaluator:
     """Runs evaluations for one actor (or one in-process worker).
 
     Args:
-        settings: the effective settings.
+        config: the effective config.
         simulate: use the embedded simulator instead of launching the engine.
         run_dir: the run directory (logs go to ``run_dir/logs``); None keeps no logs.
         devices: the accelerator ids this evaluator holds (as Ray assigned them).
@@ -55,7 +55,7 @@ class Evaluator:
 
     def __init__(
         self,
-        settings: Settings,
+        config: Config,
         *,
         simulate: bool | None = None,
         run_dir: str | os.PathLike[str] | None = None,
@@ -70,20 +70,20 @@ class Evaluator:
             # paths under run_dir to servers and benchmarks that run in their own: a relative one means
             # something else in each (RunStore makes the run directory absolute where it is created)
             raise ValueError(f"Evaluator: run_dir must be an absolute path, got {os.fspath(run_dir)!r}")
-        self.settings = settings
-        self.simulate = settings.config.run.simulate if simulate is None else simulate
+        self.config = config
+        self.simulate = config.run.simulate if simulate is None else simulate
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.devices = [str(d) for d in devices]
         if len(nodes) > 1:
             self.devices = [f"{n.node_id[:8] or n.address}:{d}" for n in nodes for d in n.devices]
         self.actor = actor
-        self.space = SearchSpace.from_settings(settings)
-        self.objective: Objective = make_objective(settings.config.run.objective, settings.data)
-        self.engine = get_engine(settings.engine)
+        self.space = SearchSpace(config.engine.fields)
+        self.objective: Objective = make_objective(config.run.objective, config.scalars)
+        self.engine = get_engine(config.engine.name)
         self.runner_context = RunnerContext(self.run_dir, tuple(str(d) for d in devices),
                                             tuple(nodes) if len(nodes) > 1 else (), launcher,
                                             processes)
-        self.runner: Runner = (SimRunner if self.simulate else RealRunner)(settings, self.engine, self.runner_context)
+        self.runner: Runner = (SimRunner if self.simulate else RealRunner)(config, self.engine, self.runner_context)
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:

@@ -32,7 +32,7 @@ from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Section
 
 KINDS = ("service", "benchmark")
 SEVERITIES = ("fatal", "retryable")
@@ -74,12 +74,12 @@ class HealthCheck:
     patterns: Mapping[str, Mapping[str, tuple[tuple[str, tuple[str, ...]], ...]]]
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> HealthCheck:
-        """Build from ``settings.section("health_check")``, with the service-log patterns the run's
-        engine declares (:attr:`~msopt.engines.base.EngineAdapter.health_patterns`) for error types
-        the table lists no patterns for; errors name the file and key."""
-        check = cls.from_mapping(settings.section("health_check"), where=settings.where)
-        engine = ENGINES.get(settings.engine) if settings.engine in ENGINES else None
+    def from_config(cls, table: Section, engine_name: str) -> HealthCheck:
+        """Build from ``[health_check]`` (``table``), with the service-log patterns the run's engine
+        declares (:attr:`~msopt.engines.base.EngineAdapter.health_patterns`) for error types the
+        table lists no patterns for; errors name the file and key."""
+        check = cls.from_mapping(table.table, where=lambda key: table.where(key.partition(".")[2]))
+        engine = ENGINES.get(engine_name) if engine_name in ENGINES else None
         return check.with_patterns(engine.health_patterns) if engine is not None else check
 
     def with_patterns(self, extra: Mapping[str, Mapping[str, Sequence[str]]], kind: str = "service") -> HealthCheck:

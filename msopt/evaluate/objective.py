@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from msopt.errors import ConfigError
 from msopt.metrics import (
@@ -32,9 +32,6 @@ from msopt.metrics import (
 )
 from msopt.registry import Registry
 from msopt.slo import Slos, parse_slo_table, slo_checks
-
-if TYPE_CHECKING:
-    from msopt.config import Settings
 
 __all__ = [
     "GENERATE_SPEED",
@@ -324,14 +321,3 @@ def check_metrics_available(objective: Objective, produced: AbstractSet[str], be
             f"{', '.join(sorted(produced)) or 'nothing'}); choose another objective or benchmark"
         )
 
-
-def check_objective(settings: Settings) -> None:
-    """Build the configured objective once, so an unknown name fails at load time.
-
-    Raises:
-        ConfigError: naming the file and the ``objective`` key.
-    """
-    try:
-        make_objective(settings.config.run.objective, settings.data)
-    except ConfigError as exc:
-        raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines.launch import TrialNode
 from msopt.errors import ConfigError, MsoptError
 from msopt.sim.specs import load_hardware
@@ -25,12 +25,12 @@ def split_trial(k: int, per_node: int | None) -> tuple[int, int]:
     return n, k // n
 
 
-def simulated_devices_per_node(settings: Settings) -> int | None:
+def simulated_devices_per_node(config: Config) -> int | None:
     """``[cluster] devices_per_node``, else the simulated hardware's ``devices_per_node``."""
-    configured = settings.config.cluster.devices_per_node
+    configured = config.cluster.devices_per_node
     if configured:
         return configured
-    sim = settings.section("simulator")
+    sim = config.simulator.table
     try:
         dirs = sim.get("catalog_dirs", ())
         return load_hardware(str(sim.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs)
@@ -39,31 +39,31 @@ def simulated_devices_per_node(settings: Settings) -> int | None:
         return None
 
 
-def virtual_nodes(settings: Settings) -> tuple[TrialNode, ...]:
+def virtual_nodes(config: Config) -> tuple[TrialNode, ...]:
     """The nodes a simulated trial spans without a cluster (``msopt simulate``, ``--no-ray``): empty
     for a one-node trial; else ``n`` local nodes with devices ``0..per-1`` each.
 
     Only an explicit ``[cluster] devices_per_trial`` spans nodes here.
     """
-    k = settings.config.cluster.devices_per_trial
+    k = config.cluster.devices_per_trial
     if not k:
         return ()
-    n, per = split_trial(k, simulated_devices_per_node(settings))
+    n, per = split_trial(k, simulated_devices_per_node(config))
     if n == 1:
         return ()
     return tuple(TrialNode(i, "127.0.0.1", tuple(str(d) for d in range(per)), f"simnode{i}") for i in range(n))
 
 
-def planned_nodes(settings: Settings, addresses: list[str] | None = None) -> tuple[TrialNode, ...]:
+def planned_nodes(config: Config, addresses: list[str] | None = None) -> tuple[TrialNode, ...]:
     """The nodes one trial of this configuration spans (for an exported launch): empty for one node.
 
     The split comes from ``[cluster] devices_per_trial`` and ``devices_per_node`` (a simulated run:
     the hardware's); node ``r``'s address is ``addresses[r]`` when given, else ``NODE<r>_IP``.
     """
-    k = settings.config.cluster.devices_per_trial
-    per_node = settings.config.cluster.devices_per_node
-    if not per_node and settings.config.run.simulate:
-        per_node = simulated_devices_per_node(settings)
+    k = config.cluster.devices_per_trial
+    per_node = config.cluster.devices_per_node
+    if not per_node and config.run.simulate:
+        per_node = simulated_devices_per_node(config)
     if not k or not per_node:
         return ()
     n, per = split_trial(k, per_node)

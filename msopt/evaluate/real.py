@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks import get_benchmark
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.hccl import lease_blocks
 from msopt.engines.pd import without_pd
@@ -63,16 +63,16 @@ class RealRunner(EngineRunner):
     """Launches the engine for each attempt and runs the configured benchmark against it.
 
     Args:
-        settings: the effective settings (``benchmark``, ``particles_time_out``, ``[health_check]``).
+        config: the effective config (``benchmark``, ``particles_time_out``, ``[health_check]``).
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
     """
 
-    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        super().__init__(settings, engine, ctx)
-        self.benchmark_name = settings.config.run.benchmark
+    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        super().__init__(config, engine, ctx)
+        self.benchmark_name = config.run.benchmark
         self.benchmark = get_benchmark(self.benchmark_name)
-        self.health = HealthCheck.from_settings(settings)
+        self.health = HealthCheck.from_config(config.health_check, config.engine.name)
         self.kept: _Kept | None = None
 
     def _classify(self, server_log: Path, bench_log: Path, exc: EvaluationError) -> EvaluationError:
@@ -112,7 +112,7 @@ class RealRunner(EngineRunner):
             EvaluationError: the server or the benchmark failed (fatal pattern, crash, timeout).
         """
         self.last_server = None
-        key = (server_key(self.settings, self.engine, values)
+        key = (server_key(self.config, self.engine, values)
                if len(self.ctx.placement) == 1 and "pd" not in self.engine_section else None)
         kept = self.kept
         if kept is not None and (key != kept.key or not _healthy(kept)):
@@ -122,7 +122,7 @@ class RealRunner(EngineRunner):
         stack = contextlib.ExitStack()
         try:
             # [cluster] ports: every port of the trial from the range, held until its server stops
-            lease = stack.enter_context(PortLease(self.settings.config.cluster.ports))
+            lease = stack.enter_context(PortLease(self.config.cluster.ports))
             return self._measure(values, req, attempt, lease, stack, key)
         finally:
             if self.kept is None or self.kept.stack is not stack:
@@ -132,17 +132,16 @@ class RealRunner(EngineRunner):
                       attempt: int) -> dict[str, Any]:
         """Benchmark the kept server again; its prompts are seeded apart from every earlier
         measurement on it, so its prefix cache cannot flatter a repeat."""
-        name = self.benchmark_name
         workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=kept.workdir.parent))
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
-        section = self.benchmark.with_seed(self.settings.section(name), kept.served)
+        section = self.benchmark.with_seed(self.config.benchmark.table, kept.served)
         self.last_server = {"start": "reused", "start_s": 0.0, "key": kept.key, "kept": True,
                             "started_by": kept.started_by, "seed_offset": kept.served}
         try:
             metrics = self.benchmark.run(
-                kept.spec, values, self.settings.fields, section, num_prompts=req.num_prompts, load=req.load,
+                kept.spec, values, self.config.engine.fields, section, num_prompts=req.num_prompts, load=req.load,
                 result_dir=workdir / "result", log_path=bench_log,
-                timeout=self.settings.config.run.particles_time_out)
+                timeout=self.config.run.particles_time_out)
             self._check_alive(kept.spec, kept.proc, metrics, kept.server_log)
         except EvaluationError as exc:
             self.close()
@@ -164,7 +163,7 @@ class RealRunner(EngineRunner):
 
     def _measure(self, values: Mapping[str, Any], req: EvalRequest, attempt: int,
                  lease: PortLease, stack: contextlib.ExitStack, key: str | None) -> dict[str, Any]:
-        settings = self.settings
+        config = self.config
         run_dir = self.ctx.run_dir
         base = run_dir / "work" if run_dir is not None else None
         if base is not None:
@@ -177,10 +176,10 @@ class RealRunner(EngineRunner):
         if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt, workdir, server_log, bench_log, lease)
         nodes = self.ctx.placement
-        timeout = settings.config.run.particles_time_out
+        timeout = config.run.particles_time_out
         more = self.engine.leader_ports if len(nodes) > 1 else 0
         extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
-        specs = self.engine.render_nodes(values, settings.fields, self.engine_section, port=lease.take(),
+        specs = self.engine.render_nodes(values, config.engine.fields, self.engine_section, port=lease.take(),
                                          nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
         spec = specs[0]
         check_rules(spec, values, self.engine_section, rules=self.engine.startup_rules)
@@ -204,7 +203,7 @@ class RealRunner(EngineRunner):
                                 "kept": False}
             self._followers_ok(launcher)
             metrics = self.benchmark.run(
-                spec, values, settings.fields, settings.section(self.benchmark_name),
+                spec, values, config.engine.fields, config.benchmark.table,
                 num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                 log_path=bench_log, timeout=timeout)
             self._check_alive(spec, proc, metrics, server_log)
@@ -229,15 +228,15 @@ class RealRunner(EngineRunner):
                     server_log: Path, bench_log: Path, lease: PortLease) -> dict[str, Any]:
         """A prefill/decode-disaggregated trial: every instance (each ready), then the router, then the
         benchmark against the router; any process that ends fails the trial, and all are stopped."""
-        settings = self.settings
+        config = self.config
         if len(self.ctx.nodes) > 1:
             raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "
                                   "keep [cluster] devices_per_trial within one node for a real PD run")
-        launch = self.engine.render_pd(values, settings.fields, self.engine_section,
+        launch = self.engine.render_pd(values, config.engine.fields, self.engine_section,
                                        ports=_pd_ports(lease), devices=list(self.ctx.devices),
                                        workdir=workdir)
         inner = without_pd(self.engine_section)
-        timeout = settings.config.run.particles_time_out
+        timeout = config.run.particles_time_out
         try:
             for spec in (*launch.prefill, *launch.decode):
                 check_rules(spec, values, inner, rules=self.engine.startup_rules)
@@ -257,7 +256,7 @@ class RealRunner(EngineRunner):
                          for name, spec in roles]
                 router = stack.enter_context(launched(launch.router, server_log, cwd=workdir, registry=reg))
                 metrics = self.benchmark.run(
-                    launch.router, values, settings.fields, settings.section(self.benchmark_name),
+                    launch.router, values, config.engine.fields, config.benchmark.table,
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout)
                 for name, proc in [*procs, ("router", router)]:
@@ -276,7 +275,7 @@ class RealRunner(EngineRunner):
         """``[cluster] accelerator = "cpu"``: the trial's cores and this node's NUMA nodes hold the launch
         (:mod:`msopt.engines.vllm.cpu`); ``devices_per_trial`` is cores (the default as for devices: the
         ternary_factories product, else 1; the Ray pool reserves as many)."""
-        cluster = self.settings.config.cluster
+        cluster = self.config.cluster
         if not cluster.cpu:
             return
         check_cpu_trial(spec, cluster.trial_devices, CpuFacts.here(), {**os.environ, **spec.env})

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from msopt.benchmarks import get_benchmark
-from msopt.benchmarks.base import BenchmarkAdapter
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines import EngineAdapter
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.process import ProcessRegistry
@@ -77,39 +76,29 @@ class RunnerContext:
         return path
 
 
-def reuse_servers(settings: Settings) -> bool:
-    """``[cluster] reuse_servers`` (default true): evaluations with one server key share a server."""
-    return settings.config.cluster.reuse_servers
-
-
-def configured_benchmark(settings: Settings) -> BenchmarkAdapter:
-    """The run's benchmark adapter (``benchmark``)."""
-    return get_benchmark(settings.config.run.benchmark)
-
-
-def server_key(settings: Settings, engine: EngineAdapter, values: Mapping[str, Any]) -> str | None:
+def server_key(config: Config, engine: EngineAdapter, values: Mapping[str, Any]) -> str | None:
     """The server key of ``values`` (:meth:`EngineAdapter.server_key`, without the fields the
-    configured benchmark reads as its load); None with ``reuse_servers = false``."""
-    if not reuse_servers(settings):
+    configured benchmark reads as its load); None with ``[cluster] reuse_servers = false``."""
+    if not config.cluster.reuse_servers:
         return None
-    bench = configured_benchmark(settings)
-    return engine.server_key(values, settings.fields, settings.section(settings.engine),
-                             load_fields=bench.load_fields(settings.fields))
+    bench = get_benchmark(config.run.benchmark)
+    return engine.server_key(values, config.engine.fields, config.engine.section.table,
+                             load_fields=bench.load_fields(config.engine.fields))
 
 
 class EngineRunner:
-    """What both runners hold: the settings, the engine adapter and its section, the context.
+    """What both runners hold: the config, the engine adapter and its section, the context.
 
     Args:
-        settings: the effective settings.
+        config: the effective config.
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
     """
 
-    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        self.settings = settings
+    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        self.config = config
         self.engine = engine
-        self.engine_section = settings.section(settings.engine)
+        self.engine_section = config.engine.section.table
         self.ctx = ctx
         #: How the last measurement got its server (``EvaluationResult.server``), None: no launch.
         self.last_server: dict[str, Any] | None = None
@@ -125,7 +114,7 @@ class EngineRunner:
     def backup(self, req: EvalRequest, attempt: int, launches: Sequence[tuple[str, LaunchSpec]]) -> None:
         """With ``backup = true`` (``--backup``), record what this attempt launches in the run
         directory (:mod:`msopt.evaluate.backup`)."""
-        if self.settings.config.run.backup and self.ctx.run_dir is not None:
+        if self.config.run.backup and self.ctx.run_dir is not None:
             try:
                 write_backup(self.ctx.run_dir, req, attempt, launches)
             except OSError as exc:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.base import EngineAdapter
 from msopt.engines.launch import LaunchSpec, TrialNode
@@ -20,10 +20,6 @@ from msopt.evaluate.simulated import render_pd_trial
 from msopt.sim import load_model
 
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]
-
-
-def _devices(settings: Settings) -> list[str]:
-    return settings.config.cluster.device_ids()
 
 
 class _AnyEnvironment(dict):
@@ -45,17 +41,17 @@ class CandidateScreen:
     environment are left to the evaluator, which knows the environment the server gets.
     """
 
-    def __init__(self, settings: Settings, *, simulate: bool | None = None,
+    def __init__(self, config: Config, *, simulate: bool | None = None,
                  simulator: Mapping[str, Any] | None = None) -> None:
-        self.settings = settings
-        self.engine = get_engine(settings.engine)
-        self.section = settings.section(settings.engine)
-        self.devices = _devices(settings)
-        self.nodes = virtual_nodes(settings)
-        sim = settings.config.run.simulate if simulate is None else simulate
+        self.config = config
+        self.engine = get_engine(config.engine.name)
+        self.section = config.engine.section.table
+        self.devices = config.cluster.device_ids()
+        self.nodes = virtual_nodes(config)
+        sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
-            table = settings.section("simulator") if simulator is None else simulator
+            table = config.simulator.table if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
             self.model = ModelFacts.of_spec(m)
@@ -95,9 +91,9 @@ class CandidateScreen:
                 known here, so no launch is spent on it.
         """
         if not self.engine.is_disaggregated(self.section):
-            return [(self.engine.render(values, self.settings.fields, self.section, port=0,
+            return [(self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                         devices=list(self.devices), workdir=None), self.section)]
-        launch = pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
+        launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
         inner = without_pd(self.section)
         return [(spec, inner) for spec in (*launch.prefill, *launch.decode)]
 
@@ -106,11 +102,11 @@ class LayoutError(MsoptError):
     """A disaggregated layout that cannot be placed on the trial's devices."""
 
 
-def pd_launch(engine: EngineAdapter, values: Mapping[str, Any], settings: Settings, section: Mapping[str, Any],
+def pd_launch(engine: EngineAdapter, values: Mapping[str, Any], config: Config, section: Mapping[str, Any],
               devices: Sequence[str], nodes: Sequence[TrialNode]) -> PdLaunch:
     """:func:`~msopt.evaluate.simulated.render_pd_trial` with its layout check raised as :class:`LayoutError`:
     a layout the trial cannot hold is known before a launch (the screen and the simulator prior)."""
     try:
-        return render_pd_trial(engine, values, settings, section, devices, nodes)
+        return render_pd_trial(engine, values, config, section, devices, nodes)
     except EvaluationError as exc:
         raise LayoutError(f"the disaggregated layout does not fit the trial: {exc}") from None

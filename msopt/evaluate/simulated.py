@@ -21,7 +21,7 @@ from typing import Any
 
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
-from msopt.config import Settings, thaw
+from msopt.config import Config, Section, thaw
 from msopt.engines.base import EngineAdapter
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
@@ -29,7 +29,7 @@ from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
-from msopt.evaluate.runner import EngineRunner, RunnerContext, configured_benchmark, server_key
+from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
 from msopt.metrics import PREFIX_CACHE_HIT_RATE, SIMULATED
 from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
@@ -67,17 +67,16 @@ class SimulatorSetup:
     run_seed: int = 0
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SimulatorSetup:
-        """Read and check ``[simulator]`` once, at start-up: every key, the catalog entries and
-        the workload, so that a bad value fails the run before it starts, not every evaluation.
+    def from_config(cls, section: Section, run_seed: int = 0) -> SimulatorSetup:
+        """Read and check ``[simulator]`` (``section``) once, at start-up: every key, the catalog
+        entries and the workload, so that a bad value fails the run before it starts, not every
+        evaluation; ``run_seed``: the run's top-level ``seed``.
 
         Raises:
             ConfigError: naming the file that set the key, the key and the fix.
         """
-        table = thaw(settings.section("simulator"))
-
-        def where(key: str) -> str:
-            return settings.where(f"simulator.{key}")
+        table = thaw(section.table)
+        where = section.where
 
         emulate = table.pop("emulate_wall_time", False)
         scale = table.pop("time_scale", 1.0)
@@ -141,9 +140,9 @@ class SimulatorSetup:
         try:
             workload_from_mapping(workload)
         except ConfigError as exc:
-            raise ConfigError(f"{settings.table_source('simulator.workload')}: {exc}") from None
+            raise ConfigError(f"{section.source_of('workload')}: {exc}") from None
         return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where("hardware"),
-                   settings.config.run.seed)
+                   run_seed)
 
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,
@@ -210,7 +209,7 @@ class SimRunner(EngineRunner):
     """Renders the engine's launch and runs it on the embedded simulator.
 
     Args:
-        settings: the effective settings (``[simulator]`` is read once, here).
+        config: the effective config (``[simulator]`` is read once, here).
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
 
@@ -219,14 +218,16 @@ class SimRunner(EngineRunner):
     start-up time (:func:`simulated_start_s`).
     """
 
-    def __init__(self, settings: Settings, engine: EngineAdapter, ctx: RunnerContext) -> None:
-        super().__init__(settings, engine, ctx)
-        self.sim = SimulatorSetup.from_settings(settings)
-        self.benchmark = configured_benchmark(settings)
+    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
+        super().__init__(config, engine, ctx)
+        self.sim = SimulatorSetup.from_config(config.simulator, config.run.seed)
+        from msopt.benchmarks import get_benchmark
+
+        self.benchmark = get_benchmark(config.run.benchmark)
         self.model_facts = self._model_facts()
         self._kept: str | None = None
         # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
-        self.virtual = virtual_nodes(settings)
+        self.virtual = virtual_nodes(config)
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""
@@ -245,7 +246,7 @@ class SimRunner(EngineRunner):
 
     def _start(self, values: Mapping[str, Any], one_node: bool) -> str | None:
         """Record how this evaluation gets its simulated server; the key to keep on success."""
-        key = server_key(self.settings, self.engine, values) if one_node else None
+        key = server_key(self.config, self.engine, values) if one_node else None
         if key is not None and key == self._kept:
             self.last_server = {"start": "reused", "start_s": 0.0, "key": key, "kept": True}
         else:
@@ -264,7 +265,7 @@ class SimRunner(EngineRunner):
         if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt)
         nodes = self.ctx.nodes or self.virtual or self.ctx.placement
-        specs = self.engine.render_nodes(values, self.settings.fields, self.engine_section, port=0, nodes=nodes,
+        specs = self.engine.render_nodes(values, self.config.engine.fields, self.engine_section, port=0, nodes=nodes,
                                          rendezvous_port=0, workdir=self.ctx.run_dir)
         spec = specs[0]
         self.last_server = None
@@ -272,7 +273,7 @@ class SimRunner(EngineRunner):
         self.backup(req, attempt, [("server" if i == 0 else f"node{i}", s) for i, s in enumerate(specs)])
         key = self._start(values, len(specs) == 1)
         t0 = time.monotonic()
-        res = self.sim.run(spec, values=values, fields=self.settings.fields, num_prompts=req.num_prompts,
+        res = self.sim.run(spec, values=values, fields=self.config.engine.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id,
                            field_load=field_load_of(self.benchmark, values, req))
         log = self.ctx.log_path(req, attempt, "server")
@@ -292,7 +293,7 @@ class SimRunner(EngineRunner):
     def _measure_pd(self, values: Mapping[str, Any], req: EvalRequest, attempt: int) -> dict[str, Any]:
         """A prefill/decode-disaggregated trial: every instance and the router rendered, both pools simulated."""
         nodes = self.ctx.nodes or self.virtual
-        launch = render_pd_trial(self.engine, values, self.settings, self.engine_section, self.ctx.devices, nodes,
+        launch = render_pd_trial(self.engine, values, self.config, self.engine_section, self.ctx.devices, nodes,
                                  workdir=self.ctx.run_dir)
         inner = without_pd(self.engine_section)
         self.last_server = None
@@ -320,7 +321,7 @@ class SimRunner(EngineRunner):
         return metrics_of(res)
 
 
-def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], settings: Settings, section: Mapping[str, Any],
+def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], config: Config, section: Mapping[str, Any],
                     devices: Sequence[str], nodes: Sequence[TrialNode], workdir: Path | None = None) -> PdLaunch:
     """A disaggregated trial as a simulated evaluation renders it (every instance and the router), on ``devices``
     (none: ``0 .. devices_per_trial-1``); the simulator prior renders it the same way.
@@ -328,7 +329,7 @@ def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], settings: 
     Raises:
         EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
     """
-    default = [str(d) for d in range(settings.config.cluster.devices_per_trial or 0)]
-    return engine.render_pd(values, settings.fields, section, ports=[0] * 1024, devices=list(devices) or default,
+    default = [str(d) for d in range(config.cluster.devices_per_trial or 0)]
+    return engine.render_pd(values, config.engine.fields, section, ports=[0] * 1024, devices=list(devices) or default,
                             workdir=workdir, nodes=nodes)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, get_benchmark
 from msopt.benchmarks.base import LOAD_KEYS
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.sim.workload import workload_from_mapping
 
 __all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "search_num_prompts",
@@ -33,20 +33,19 @@ class WorkloadConfig:
     load: Mapping[str, Any] = field(default_factory=dict)
 
 
-def configured_num_prompts(settings: Settings) -> int | None:
+def configured_num_prompts(config: Config) -> int | None:
     """The full workload's num_prompts, the one definition the driver, the leaderboard, the
     records and the report use: simulated, the simulator's ``[simulator.workload]``; else what the
     benchmark adapter says its own section sends (:meth:`BenchmarkAdapter.num_prompts`: builtin's
     ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
-    if settings.config.run.simulate:
-        return workload_from_mapping(settings.section("simulator").get("workload", {})).num_prompts
-    name = settings.config.run.benchmark
-    return get_benchmark(name).num_prompts(settings.section(name))
+    if config.run.simulate:
+        return workload_from_mapping(config.simulator.sub("workload")).num_prompts
+    return get_benchmark(config.run.benchmark).num_prompts(config.benchmark.table)
 
 
-def search_num_prompts(settings: Settings) -> int | None:
+def search_num_prompts(config: Config) -> int | None:
     """num_prompts during the search: the full workload's, capped by ``sample_size``."""
-    return _capped(configured_num_prompts(settings), settings.config.run.sample_size)
+    return _capped(configured_num_prompts(config), config.run.sample_size)
 
 
 def _capped(full: int | None, cap: int) -> int | None:
@@ -55,20 +54,20 @@ def _capped(full: int | None, cap: int) -> int | None:
     return min(full, int(cap)) if cap else full
 
 
-def configured_load(settings: Settings) -> dict[str, Any]:
+def configured_load(config: Config) -> dict[str, Any]:
     """The configured workload's load: the simulator's workload, else what the benchmark reports
     of its own section (:meth:`BenchmarkAdapter.configured_load`); empty for a benchmark name not
     registered (validation names it)."""
-    if settings.config.run.simulate:
-        wl = settings.section("simulator").get("workload", {}) or {}
+    if config.run.simulate:
+        wl = config.simulator.sub("workload")
         return {k: wl[k] for k in LOAD_KEYS if k in wl}
-    name = settings.config.run.benchmark
+    name = config.run.benchmark
     if name not in BENCHMARKS:
         return {}
-    return get_benchmark(name).configured_load(settings.section(name))
+    return get_benchmark(name).configured_load(config.benchmark.table)
 
 
-def workload_config(settings: Settings) -> WorkloadConfig:
+def workload_config(config: Config) -> WorkloadConfig:
     """The run's :class:`WorkloadConfig` (after validation: the benchmark is a registered one)."""
-    full = configured_num_prompts(settings)
-    return WorkloadConfig(full, _capped(full, settings.config.run.sample_size), configured_load(settings))
+    full = configured_num_prompts(config)
+    return WorkloadConfig(full, _capped(full, config.run.sample_size), configured_load(config))

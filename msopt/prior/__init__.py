@@ -21,10 +21,9 @@ from msopt.prior.simulator import (
     SimulatorPrior,
     make_prior,
     prior_applies,
-    prior_options,
 )
 from msopt.prior.source import PRIOR_HARDWARE_FILE, PriorSource, prior_source, real_prior_table, user_set
 
 __all__ = ["PRIOR_HARDWARE_FILE", "PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorGuide", "PriorOptions",
-           "PriorSearch", "PriorSource", "SimulatorPrior", "make_prior", "prior_applies", "prior_options",
+           "PriorSearch", "PriorSource", "SimulatorPrior", "make_prior", "prior_applies",
            "prior_source", "real_prior_table", "user_set"]

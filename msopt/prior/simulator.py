@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from msopt.config import PriorConfig, Settings, thaw
-from msopt.config.settings import DEFAULTS_PATH
+from msopt.benchmarks import get_benchmark
+from msopt.config import Config, PriorConfig, thaw
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
@@ -25,7 +25,6 @@ from msopt.evaluate.objective import make_objective
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
-from msopt.evaluate.runner import configured_benchmark
 from msopt.evaluate.screen import CandidateScreen, pd_launch
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.metrics import SPEC_ACCEPT_LEN
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from msopt.sim.knobs import EngineKnobs
 
 __all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
-           "make_prior", "prior_applies", "prior_options"]
+           "make_prior", "prior_applies"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
 PRIOR_MODES = ("auto", "simulator", "none")
@@ -79,16 +78,11 @@ class Prediction:
         return {**self.metrics, "fitness": self.fitness if math.isfinite(self.fitness) else None}
 
 
-#: The prior's ``[search]`` options: :class:`msopt.config.PriorConfig` (``settings.config.prior``).
+#: The prior's ``[search]`` options: :class:`msopt.config.PriorConfig` (``config.prior``).
 PriorOptions = PriorConfig
 
 
-def prior_options(settings: Settings) -> PriorOptions:
-    """The prior's options from ``[search]``, as validated at load time (``settings.config.prior``)."""
-    return settings.config.prior
-
-
-def prior_applies(settings: Settings, options: PriorOptions, described: bool = False) -> bool:
+def prior_applies(config: Config, options: PriorOptions, described: bool = False) -> bool:
     """Whether the run uses the simulator prior.
 
     ``"simulator"``: always. ``"auto"``: when the simulator describes the run, i.e. a simulated
@@ -99,49 +93,44 @@ def prior_applies(settings: Settings, options: PriorOptions, described: bool = F
     """
     if options.mode == "none" or options.evaluations <= 0:
         return False
-    if get_engine(settings.engine).sim_personality is None:
+    if get_engine(config.engine.name).sim_personality is None:
         return options.mode == "simulator"
-    if options.mode == "simulator" or settings.config.run.simulate or described:
+    if options.mode == "simulator" or config.run.simulate or described:
         return True
-    return all(settings.where(f"simulator.{k}") not in ("<defaults>", str(_defaults_path()))
-               for k in ("hardware", "model"))
-
-
-def _defaults_path() -> Any:
-    return DEFAULTS_PATH
+    return {"hardware", "model"} <= config.simulator.user
 
 
 class SimulatorPrior:
     """The embedded simulator as a model of the run (noise off), and a search of the space on it.
 
     Args:
-        settings: the run's settings: its ``[simulator]`` hardware, model and workload (the
+        config: the run's config: its ``[simulator]`` hardware, model and workload (the
             search's ``num_prompts``), its engine section and fields, its objective.
         space: the run's search space.
         screen: the start-up rules (refused candidates are predicted as failures).
         simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
-        options: the ``[search]`` options (default: read from ``settings``).
-        memo: simulations shared between priors of the same settings and simulator (repeated
-            runs of one problem, as in scripts/bench_search): a configuration found there is not
+        options: the ``[search]`` options (default: read from ``config``).
+        memo: simulations shared between priors of the same config and simulator (repeated
+            runs of one problem, as in scripts/benchmarks/bench_search): a configuration found there is not
             simulated again. What each prior has predicted (its search) stays its own.
     """
 
-    def __init__(self, settings: Settings, space: SearchSpace, screen: CandidateScreen | None = None,
+    def __init__(self, config: Config, space: SearchSpace, screen: CandidateScreen | None = None,
                  simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None,
                  memo: dict[str, Prediction] | None = None) -> None:
-        self.settings = settings
-        self.options = options if options is not None else prior_options(settings)
+        self.config = config
+        self.options = options if options is not None else config.prior
         self.searched = False
         self.space = space
-        self.engine = get_engine(settings.engine)
-        self.section = settings.section(settings.engine)
-        setup = SimulatorSetup.from_settings(settings) if simulator is None else None
+        self.engine = get_engine(config.engine.name)
+        self.section = config.engine.section.table
+        setup = SimulatorSetup.from_config(config.simulator, config.run.seed) if simulator is None else None
         table = thaw(setup.table) if setup is not None else thaw(simulator)
-        self.screen = screen if screen is not None else CandidateScreen(settings, simulate=True, simulator=table)
+        self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table)
         self.table = table
-        self.objective = make_objective(settings.config.run.objective, settings.data)
-        self.num_prompts = search_num_prompts(settings)
-        self.benchmark = configured_benchmark(settings)
+        self.objective = make_objective(config.run.objective, config.scalars)
+        self.num_prompts = search_num_prompts(config)
+        self.benchmark = get_benchmark(config.run.benchmark)
         dirs = table.get("catalog_dirs", ())
         self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
         self.catalog_hardware = load_hardware(table["hardware"], self.dirs)
@@ -165,8 +154,8 @@ class SimulatorPrior:
         #: measured acceptance lengths by draft method: (draft tokens in the chain, acceptance length)
         self._accepts: dict[str, list[tuple[int, float]]] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
-        self.devices = settings.config.cluster.device_ids()
-        self.nodes = virtual_nodes(settings)
+        self.devices = config.cluster.device_ids()
+        self.nodes = virtual_nodes(config)
         self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}
@@ -208,11 +197,11 @@ class SimulatorPrior:
                       "kv_dtype": self.table.get("kv_dtype"), "seed": int(self.table.get("seed", 0))}
             if self.disaggregated:
                 # the evaluation's own simulation (SimRunner._measure_pd): both pools, the router's split
-                launch = pd_launch(self.engine, values, self.settings, self.section, self.devices, self.nodes)
+                launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
                 res = simulate_pools(launch.prefill[0], launch.decode[0], launch.counts, self.hardware,
                                      self.model_spec, wl, **dtypes)
             else:
-                spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
                 res = simulate_memo(self._sims, self._knobs(knobs_from_launch(spec)), self.hardware, self.model_spec,
                                     wl, **dtypes)
@@ -242,7 +231,7 @@ class SimulatorPrior:
         if self.disaggregated:
             return []
         try:
-            knobs = knobs_from_launch(self.engine.render(values, self.settings.fields, self.section, port=0,
+            knobs = knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                                          devices=list(self.devices), workdir=None))
         except MsoptError:
             return []
@@ -285,7 +274,7 @@ class SimulatorPrior:
             return
 
         try:
-            knobs = knobs_from_launch(self.engine.render(values, self.settings.fields, self.section, port=0,
+            knobs = knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                                          devices=list(self.devices), workdir=None))
         except MsoptError:
             return
@@ -367,7 +356,7 @@ class SimulatorPrior:
         measurements = []
         for values, ttft, tpot, speed in rows:
             try:
-                spec = self.engine.render(values, self.settings.fields, self.section, port=0,
+                spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
                 knobs = self._knobs(knobs_from_launch(spec))
             except MsoptError:
@@ -512,13 +501,13 @@ class SimulatorPrior:
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
 
-def make_prior(settings: Settings, space: SearchSpace | None = None,
+def make_prior(config: Config, space: SearchSpace | None = None,
                simulator: Mapping[str, Any] | None = None) -> SimulatorPrior | None:
     """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
 
     Args:
-        settings: the run's settings.
-        space: its search space (default: built from ``settings``).
+        config: the run's config.
+        space: its search space (default: built from ``config``).
         simulator: the ``[simulator]`` table the prior models (a real run's, found by
             :func:`msopt.prior.source.prior_source`); None: the run's own table.
 
@@ -526,11 +515,11 @@ def make_prior(settings: Settings, space: SearchSpace | None = None,
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
             does not describe a model and hardware of the catalogs.
     """
-    options = prior_options(settings)
-    if not prior_applies(settings, options, described=simulator is not None):
+    options = config.prior
+    if not prior_applies(config, options, described=simulator is not None):
         return None
     try:
-        return SimulatorPrior(settings, space if space is not None else SearchSpace.from_settings(settings),
+        return SimulatorPrior(config, space if space is not None else SearchSpace(config.engine.fields),
                               simulator=simulator, options=options)
     except ConfigError:
         if options.mode == "simulator":

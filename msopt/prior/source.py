@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msopt.config import Settings, thaw
-from msopt.config.settings import DEFAULTS_PATH
+from msopt.config import Config, Section, thaw
 from msopt.engines import get_engine
 from msopt.errors import MsoptError
-from msopt.prior.simulator import prior_options
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.sim.hf_config import config_path
 from msopt.sim.specs import hardware_toml, load_hardware, read_config_model
@@ -38,9 +36,9 @@ _FALLBACK = {"fp8": ("int8", "bf16"), "int8": ("fp8", "bf16"), "fp16": ("bf16",)
              "fp32": ("bf16",)}
 
 
-def user_set(settings: Settings, key: str) -> bool:
+def user_set(simulator: Section, key: str) -> bool:
     """Whether ``[simulator] key`` was set by a configuration file (not the packaged defaults)."""
-    return settings.where(f"simulator.{key}") not in ("<defaults>", str(DEFAULTS_PATH))
+    return key in simulator.user
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -64,17 +62,16 @@ class PriorSource:
     lines: list[str] = field(default_factory=list)
 
 
-def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None,
+def _hardware(config: Config, probes: Sequence[tuple[str, Mapping[str, str]]] | None,
               run_dir: Path | None, dirs: Sequence[str], write: Write) -> tuple[str | None, str, Any]:
     """(the [simulator] hardware value, where it came from, the Hardware) or (None, why, None)."""
-    table = settings.section("simulator")
-    if user_set(settings, "hardware"):
-        name = str(table["hardware"])
-        return name, f"hardware {name} from [simulator] hardware ({settings.where('simulator.hardware')})", \
-            load_hardware(name, dirs)
+    sim = config.simulator
+    if user_set(sim, "hardware"):
+        name = str(sim.table["hardware"])
+        return name, f"hardware {name} from [simulator] hardware ({sim.where('hardware')})", load_hardware(name, dirs)
     if not probes:
         return None, "no node was probed for its hardware; set [simulator] hardware", None
-    key = settings.config.cluster.accelerator_key
+    key = config.cluster.accelerator_key
     found = [(node, detect_devices(p, key or "none")) for node, p in probes]
     seen = [(node, d) for node, d in found if d is not None]
     if not seen:
@@ -100,24 +97,23 @@ def _hardware(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]
     return str(path), text + f"; written to {path}", choice.hardware
 
 
-def _model(settings: Settings, dirs: Sequence[str]) -> tuple[str | None, str, str | None]:
+def _model(config: Config, dirs: Sequence[str]) -> tuple[str | None, str, str | None]:
     """(the [simulator] model value, where it came from, the config's weight dtype) or (None, why, None)."""
-    table = settings.section("simulator")
-    if user_set(settings, "model"):
-        name = str(table["model"])
-        return name, f"model {name} from [simulator] model ({settings.where('simulator.model')})", None
-    section = settings.section(settings.engine)
-    model = get_engine(settings.engine).model_path(section)
+    sim, engine = config.simulator, config.engine
+    if user_set(sim, "model"):
+        name = str(sim.table["model"])
+        return name, f"model {name} from [simulator] model ({sim.where('model')})", None
+    model = get_engine(engine.name).model_path(engine.section.table)
     path = config_path(model) if model else None
     if path is None:
-        return None, (f"the model {model!r} ([{settings.engine}.command] model) has no local config.json to read; "
+        return None, (f"the model {model!r} ([{engine.name}.command] model) has no local config.json to read; "
                       "set [simulator] model (a catalog name, a model TOML or a model directory)"), None
     found = read_config_model(path, dirs)
     notes = f"; {'; '.join(found.notes)}" if found.notes else ""
     return str(path.parent), f"model from {path} ({found.summary()}){notes}", found.weight_dtype
 
 
-def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, str]]] | None = None,
+def prior_source(config: Config, probes: Sequence[tuple[str, Mapping[str, str]]] | None = None,
                  run_dir: Path | None = None, *, write: Write | None = None) -> PriorSource:
     """The ``[simulator]`` table of a real run's prior: model and hardware from ``[simulator]`` where
     a configuration file sets them, else from the model's config.json and the nodes' ``probes``
@@ -126,12 +122,12 @@ def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, st
 
     Never raises for what it cannot find: ``table`` is then None and ``lines`` say why.
     """
-    table = thaw(settings.section("simulator"))
+    table = thaw(config.simulator.table)
     raw = table.get("catalog_dirs", ())
     dirs = (raw,) if isinstance(raw, str) else tuple(raw)
     try:
-        model, model_line, dtype = _model(settings, dirs)
-        hardware, hw_line, hw = _hardware(settings, probes, run_dir, dirs, write or _replace)
+        model, model_line, dtype = _model(config, dirs)
+        hardware, hw_line, hw = _hardware(config, probes, run_dir, dirs, write or _replace)
     except MsoptError as exc:
         return PriorSource(None, [f"prior: none ({exc})"])
     if model is None or hardware is None:
@@ -139,7 +135,7 @@ def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, st
         return PriorSource(None, [f"prior: none: {why}"])
     table.update(model=model, hardware=hardware)
     line2 = hw_line
-    if not user_set(settings, "weight_dtype") and dtype is not None:
+    if not user_set(config.simulator, "weight_dtype") and dtype is not None:
         chosen = dtype
         if hw is not None and float(hw.tflops.get("bf16" if dtype == "fp16" else dtype, 0.0)) <= 0:
             chosen = next((d for d in _FALLBACK.get(dtype, ()) if float(hw.tflops.get(d, 0.0)) > 0), dtype)
@@ -149,15 +145,15 @@ def prior_source(settings: Settings, probes: Sequence[tuple[str, Mapping[str, st
     return PriorSource(table, [f"prior: {model_line}", f"prior: {line2}"])
 
 
-def real_prior_table(settings: Settings, probes: Callable[[], Sequence[tuple[str, Mapping[str, str]]] | None],
+def real_prior_table(config: Config, probes: Callable[[], Sequence[tuple[str, Mapping[str, str]]] | None],
                      run_dir: Path, say: Callable[[str], None], *, write: Write | None = None) -> dict[str, Any] | None:
     """A real run's prior: its model from the model's config.json and its hardware from the nodes
     (``probes``, called only when ``[simulator] hardware`` is not set), unless ``[simulator]`` sets
     them; says what it uses (``prior: ...`` lines). None: no prior (``[search] prior = "none"``, or
     ``lines`` said why)."""
-    if prior_options(settings).mode == "none":
+    if config.prior.mode == "none":
         return None
-    source = prior_source(settings, None if user_set(settings, "hardware") else probes(), run_dir, write=write)
+    source = prior_source(config, None if user_set(config.simulator, "hardware") else probes(), run_dir, write=write)
     for line in source.lines:
         say(line)
     return source.table

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msopt.config import Settings, load_settings
+from msopt.config import Config, load_settings
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.store import BEST, RunStore, StoreError
 from msopt.run.validate import registered_sections
@@ -27,7 +27,7 @@ class RunData:
 
     run_dir: Path
     run_id: str
-    settings: Settings
+    config: Config
     space: SearchSpace
     results: list[EvaluationResult]
     best: dict[str, Any] | None
@@ -53,4 +53,4 @@ def load_run(run_dir: str | Path) -> RunData:
     best = store.read_json(BEST)
     if best is not None and not isinstance(best, dict):
         raise StoreError(f"{store.run_dir / BEST}: not a JSON object; remove it and run 'msopt report' again")
-    return RunData(store.run_dir, store.run_id, settings, space, results, best, list(store.warnings))
+    return RunData(store.run_dir, store.run_id, settings.config, space, results, best, list(store.warnings))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.evaluate.placement import planned_nodes
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
@@ -38,9 +38,9 @@ def _load_note(load: Mapping[str, str]) -> list[str]:
             "the client, e.g. vllm bench serve --max-concurrency / --request-rate)"] if load else []
 
 
-def launch_port(settings: Settings) -> int:
+def launch_port(config: Config) -> int:
     """The port a user's server should listen on, as the engine adapter reads it from its section."""
-    return get_engine(settings.engine).launch_port(settings.section(settings.engine))
+    return get_engine(config.engine.name).launch_port(config.engine.section.table)
 
 
 def _comment(text: str) -> str:
@@ -80,16 +80,16 @@ def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[st
     return "\n".join(lines) + "\n"
 
 
-def _export_nodes(settings: Settings, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
+def _export_nodes(config: Config, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
     """Per-node launch files of a configuration whose trials span nodes (none for one node)."""
-    engine = settings.engine
-    section = settings.section(engine)
+    engine = config.engine.name
+    section = config.engine.section.table
     ips = section.get("device_ips")
-    nodes = planned_nodes(settings, [str(k) for k in ips] if isinstance(ips, Mapping) else None)
+    nodes = planned_nodes(config, [str(k) for k in ips] if isinstance(ips, Mapping) else None)
     if not nodes:
         return []
     adapter = get_engine(engine)
-    specs = adapter.render_nodes(values, settings.fields, section, port=port, nodes=nodes,
+    specs = adapter.render_nodes(values, config.engine.fields, section, port=port, nodes=nodes,
                                  rendezvous_port=EXPORT_RENDEZVOUS_PORT, workdir=Path("."))
     names = [n.address for n in nodes if n.address.startswith("NODE")]
     written: list[Path] = []
@@ -164,23 +164,23 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
     return "\n".join(lines) + "\n"
 
 
-def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
+def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
     """best_command.sh/.json of a prefill/decode-disaggregated configuration (none otherwise)."""
-    engine = settings.engine
-    section = settings.section(engine)
+    engine = config.engine.name
+    section = config.engine.section.table
     if "pd" not in section:
         return []
-    devices = settings.config.cluster.device_ids()
-    nodes = planned_nodes(settings)
+    devices = config.cluster.device_ids()
+    nodes = planned_nodes(config)
     names = [n.address for n in nodes]
     # the router on the launch port, instances on the ports after it, bootstrap ports after those
     ports = [port + 1 + i for i in range(256)]
-    launch = get_engine(engine).render_pd(values, settings.fields, section, ports=[*ports[:-1], port],
+    launch = get_engine(engine).render_pd(values, config.engine.fields, section, ports=[*ports[:-1], port],
                                           devices=devices, workdir=Path("."), nodes=nodes)
     n = len(launch.prefill) + len(launch.decode)
     if launch.router.port != port:  # the router takes the first port left: give it the launch port
         ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
-        launch = get_engine(engine).render_pd(values, settings.fields, section, ports=ports, devices=devices,
+        launch = get_engine(engine).render_pd(values, config.engine.fields, section, ports=ports, devices=devices,
                                               workdir=Path("."), nodes=nodes)
     notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
              f"instance(s) and the router on port {launch.router.port}"]
@@ -202,7 +202,7 @@ def _export_pd(settings: Settings, values: Mapping[str, Any], out: Path, port: i
     return written
 
 
-def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Path, *,
+def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, *,
                 eval_id: Any = None, fitness: Any = None) -> list[Path]:
     """Render ``values`` with the engine adapter and write the ready-to-use files into ``run_dir``.
 
@@ -217,16 +217,16 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
         StoreError: a file cannot be written.
     """
     out = Path(run_dir)
-    engine = settings.engine
-    port = launch_port(settings)
+    engine = config.engine.name
+    port = launch_port(config)
     adapter = get_engine(engine)
     head = [f"msopt: the best configuration of run {out.name} ({engine}"
             + (f", eval {eval_id}" if eval_id is not None else "")
             + (f", fitness {fitness:.6g}" if isinstance(fitness, (int, float)) else "") + ")"]
-    multi = _export_pd(settings, values, out, port, head) or _export_nodes(settings, values, out, port, head)
+    multi = _export_pd(config, values, out, port, head) or _export_nodes(config, values, out, port, head)
     if multi:  # a trial spans nodes: one script (and config) per node, node 0's under the usual names
         return multi
-    spec = adapter.render(values, settings.fields, settings.section(engine), port=port)
+    spec = adapter.render(values, config.engine.fields, config.engine.section.table, port=port)
     argv = [str(a) for a in spec.argv]
     env, load = server_env(spec.env)
     written: list[Path] = []
@@ -238,7 +238,7 @@ def export_best(settings: Settings, values: Mapping[str, Any], run_dir: str | Pa
         target, doc = next(iter(files.items()))
         atomic_write(out / BEST_CONFIG_JSON, (dumps(doc, indent=2) + "\n").encode("utf-8"))
         written.append(out / BEST_CONFIG_JSON)
-        where = adapter.export_target(settings.section(engine), target)
+        where = adapter.export_target(config.engine.section.table, target)
         notes.append(f"{engine} reads its configuration from {where}: install {BEST_CONFIG_JSON} "
                      "there (back up the original) before running this script")
     notes += _load_note(load)
@@ -255,5 +255,5 @@ def export_run_best(data: RunData) -> list[Path]:
     """:func:`export_best` for the run's best.json (nothing when the run has no best)."""
     if not data.best or not isinstance(data.best.get("values"), dict):
         return []
-    return export_best(data.settings, data.best["values"], data.run_dir,
+    return export_best(data.config, data.best["values"], data.run_dir,
                        eval_id=data.best.get("eval_id"), fitness=data.best.get("fitness"))

@@ -279,7 +279,7 @@ def plot_pareto(data: RunData) -> bytes:
     """generate_speed against TPOT, the TPOT SLO line, TTFT SLO violators hollow, the Pareto front."""
     fig = _figure(8, 5.5)
     ax = fig.add_subplot()
-    ttft_slo, tpot_slo = data.settings.ttft_slo, data.settings.tpot_slo
+    ttft_slo, tpot_slo = data.config.run.slos.ttft, data.config.run.slos.tpot
     ax.set_title(f"generate_speed against TPOT (TPOT SLO {tpot_slo:g} s; TTFT SLO {ttft_slo:g} s: "
                  "hollow = TTFT above it)", fontsize=10)
     rows = [(r, p) for r in data.ok if (p := _speed_tpot(r)) is not None]

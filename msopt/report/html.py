@@ -84,7 +84,7 @@ def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:
         if is_measurement(r):  # not a reuse (no new measurement), not a probe at another load
             groups.setdefault(_key(r.values), []).append(r)
     bid = best_id(data)
-    full = configured_num_prompts(data.settings)
+    full = configured_num_prompts(data.config)
     rows = []
     first = None
     for rs in groups.values():
@@ -119,8 +119,8 @@ def _metric_cell(name: str, v: Any) -> str:
 
 
 def _table(data: RunData, rows: list[tuple[EvaluationResult, float, int]]) -> str:
-    fields = [f.name for f in data.settings.fields]
-    steps = {f.name: f.step for f in data.settings.fields}
+    fields = [f.name for f in data.config.engine.fields]
+    steps = {f.name: f.step for f in data.config.engine.fields}
     head = ["rank", "eval", "phase", "fitness", "mean fitness (n)",
             *(_METRIC_COLUMNS.get(m, (m,))[0] for m in METRICS), *fields]
     bid = best_id(data)
@@ -175,7 +175,8 @@ def _verdict(data: RunData) -> str:
     best = next((r for r in data.results if r.eval_id == bid and not r.failed), None)
     mean = data.best.get("mean_fitness") if data.best else None
     n = data.best.get("measurements") if data.best else None
-    v = make_verdict(data.settings, data.results, best, mean_fitness=mean if isinstance(mean, (int, float)) else None,
+    v = make_verdict(data.config, data.results, best,
+                     mean_fitness=mean if isinstance(mean, (int, float)) else None,
                      measurements=n if isinstance(n, int) else 1)
     cls = "verdict ok" if v.met else "verdict bad"
     parts = ["<h2>Verdict</h2>", f'<p class="{cls}"><b>{_e(v.headline())}</b></p>']
@@ -290,18 +291,19 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     n, ok = len(data.results), len(data.ok)
     failed = n - ok
     reused = sum(r.reused for r in data.results)
-    s = data.settings
+    run = data.config.run
+    slos = run.slos
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>msopt report {_e(data.run_id)}</title><style>{_CSS}</style></head><body>",
         f"<h1>msopt report: run {_e(data.run_id)}</h1>",
         _verdict(data),
         "<h2>Run</h2>",
-        f"<p>engine <b>{_e(s.engine)}</b>; {'simulated' if s.get('simulate') else 'measured'}; "
+        f"<p>engine <b>{_e(run.engine)}</b>; {'simulated' if run.simulate else 'measured'}; "
         f"{n} evaluation(s), {ok} succeeded, {failed} failed, {reused} reused; "
         f"{_e(ServerStarts.of(data.results).text() or 'no server started')}; "
-        f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {s.ttft_slo:g} s, TPOT {s.tpot_slo:g} s, "
-        f"success rate {s.success_rate_slo:g}. Written {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))} "
+        f"{len(data.space.dimensions)} dimension(s); SLOs: TTFT {slos.ttft:g} s, TPOT {slos.tpot:g} s, "
+        f"success rate {slos.success_rate:g}. Written {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()))} "
         f"from <code>{_e(data.run_dir)}</code>.</p>",
     ]
     for w in data.warnings:
@@ -312,7 +314,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
                      "there is no best configuration. See the failures below and the logs/ directory.</p>")
     best = data.best
     if best and isinstance(best.get("values"), dict):
-        steps = {f.name: f.step for f in data.settings.fields}
+        steps = {f.name: f.step for f in data.config.engine.fields}
         vals = ", ".join(f"{k}={show_value(v, steps.get(k))}" for k, v in best["values"].items())
         fit = best.get("fitness")
         parts.append("<h2>Recommended configuration</h2>")

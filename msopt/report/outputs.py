@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.evaluate.results import EvaluationResult
 from msopt.report import export, html
 
@@ -18,12 +18,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
 
 
-def write_outputs(settings: Settings, run_dir: Path, best: EvaluationResult | None) -> None:
+def write_outputs(config: Config, run_dir: Path, best: EvaluationResult | None) -> None:
     """The best configuration's launch files and the report; a failure here costs one line on
     stderr, never the run (everything needed to retry is in the run directory)."""
     try:
         if best is not None:
-            export.export_best(settings, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
+            export.export_best(config, best.values, run_dir, eval_id=best.eval_id, fitness=best.fitness)
     except Exception as exc:  # noqa: BLE001  the run is done and journaled; say so and go on
         print(f"msopt: warning: could not write the best configuration's launch command "
               f"({_one_line(exc)})", file=sys.stderr)

@@ -57,19 +57,19 @@ class WorkloadPanel:
 def workload_panel(data: RunData) -> WorkloadPanel | str | None:
     """The panel of a run on a trace; a line saying why not when its trace cannot be read any more;
     None for a run without one."""
-    s = data.settings
+    section = data.config.workload
     try:
-        wl = workload_settings(s.section("workload"), s.where("workload"))
+        wl = workload_settings(section.table, section.where())
         trace = wl.open_trace()
         if trace is None:
             return None
         summary = trace.summary()
-        window = open_window(sim_trace(wl), f"{s.where('workload')}: [workload] trace")
+        window = open_window(sim_trace(wl), f"{section.where()}: [workload] trace")
     except ConfigError as exc:
         return f"the workload panel is left out: {exc}"
     measured: list[float] = []
     predicted: list[float] = []
-    simulated = bool(s.get("simulate"))
+    simulated = data.config.run.simulate
     for r in data.results:
         if r.reused or r.failed:
             continue
@@ -106,7 +106,7 @@ def predicted_rows(data: RunData) -> list[dict[str, Any]]:
     phase, and per :data:`COMPARED` metric (predicted, measured, error); the error is relative
     ((predicted - measured) / measured), a hit rate's in points (predicted - measured). Empty for a
     simulated run (its measurement is the simulator's)."""
-    if data.settings.get("simulate"):
+    if data.config.run.simulate:
         return []
     rows = []
     for r in data.results:

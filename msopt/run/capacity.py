@@ -30,7 +30,7 @@ from typing import Any
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter
 from msopt.benchmarks.base import LOAD_KEYS
 from msopt.checks import is_finite, is_int
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load
 from msopt.slo import Slos, slo_checks
@@ -44,21 +44,21 @@ CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", 
 PERCENTILES = (50, 90, 99)
 
 
-def _load_fields(settings: Settings) -> dict[str, str]:
+def _load_fields(config: Config) -> dict[str, str]:
     """load kind -> name of the field that sets it (the benchmark's ``load_field_keys``, env fields)."""
-    name = settings.config.run.benchmark
+    name = config.run.benchmark
     keys = (BENCHMARKS.get(name) if name in BENCHMARKS else BenchmarkAdapter).load_field_keys
     out: dict[str, str] = {}
-    for f in settings.fields:
+    for f in config.engine.fields:
         kind = keys.get(f.name)
         if kind is not None and str(f.config_position).lower() == "env":
             out[kind] = f.name
     return out
 
 
-def _varied_load_fields(settings: Settings) -> list[str]:
-    dims = set(SearchSpace.from_settings(settings).names)
-    return [name for name in _load_fields(settings).values() if name in dims]
+def _varied_load_fields(config: Config) -> list[str]:
+    dims = set(SearchSpace(config.engine.fields).names)
+    return [name for name in _load_fields(config).values() if name in dims]
 
 
 @dataclass(frozen=True)
@@ -130,27 +130,28 @@ class CapacityOptions:
         return 1.0 if self.integer else start / 64.0
 
 
-def capacity_options(settings: Settings) -> CapacityOptions:
+def capacity_options(config: Config) -> CapacityOptions:
     """Read and validate ``[capacity]``; raise ConfigError naming the key.
 
     Default: enabled when the configuration varies a field the benchmark reads as its load
     (its adapter's ``load_field_keys``: the original tool's load fields, ``config_position =
     "env"``), else off.
     """
-    table = settings.section("capacity")
+    section = config.capacity
+    table = section.table
 
     def where(key: str) -> str:
-        return f"{settings.where('capacity.' + key)}: [capacity] {key}"
+        return f"{section.where(key)}: [capacity] {key}"
 
     unknown = sorted(set(table) - set(CAPACITY_KEYS))
     if unknown:
-        raise ConfigError(f"{settings.where('capacity')}: [capacity] unknown key(s) {unknown}; "
+        raise ConfigError(f"{section.where()}: [capacity] unknown key(s) {unknown}; "
                           f"valid keys: {', '.join(CAPACITY_KEYS)}")
-    trace_rate = _trace_rate(settings)
+    trace_rate = _trace_rate(config)
     target, multiple = _target(table.get("target_rate"), trace_rate, where("target_rate"))
     enabled = table.get("enabled")
     if enabled is None:
-        enabled = bool(_varied_load_fields(settings)) or target is not None
+        enabled = bool(_varied_load_fields(config)) or target is not None
     elif not isinstance(enabled, bool):
         raise ConfigError(f"{where('enabled')} must be true or false, got {enabled!r}")
     if target is not None and not enabled:
@@ -176,16 +177,16 @@ def capacity_options(settings: Settings) -> CapacityOptions:
     probes = table.get("max_probes", 12)
     if not is_int(probes) or not 1 <= probes <= 1000:
         raise ConfigError(f"{where('max_probes')} must be an integer from 1 to 1000, got {probes!r}")
-    repeats = table.get("repeats", 1 if settings.config.run.simulate else 2)
+    repeats = table.get("repeats", 1 if config.run.simulate else 2)
     if not is_int(repeats) or not 1 <= repeats <= 100:
         raise ConfigError(f"{where('repeats')} must be an integer from 1 to 100, got {repeats!r}")
     if repeats > probes:
         raise ConfigError(f"{where('repeats')} = {repeats} exceeds max_probes = {probes}; "
                           "raise max_probes or lower repeats")
 
-    fields = _load_fields(settings)
-    varied = _varied_load_fields(settings)
-    workload = configured_load(settings)
+    fields = _load_fields(config)
+    varied = _varied_load_fields(config)
+    workload = configured_load(config)
     load = table.get("load", "auto")
     if load == "auto":
         if fields:
@@ -224,14 +225,14 @@ def capacity_options(settings: Settings) -> CapacityOptions:
                            target_multiple=multiple)
 
 
-def _trace_rate(settings: Settings) -> float | None:
+def _trace_rate(config: Config) -> float | None:
     """The trace window's own mean rate (req/s at time scale 1): the rate its replay is written with
     (:func:`msopt.workload.table.trace_load`: ``time_scale`` times the window's own) over the
     ``time_scale``; None without a trace or for a window whose requests all arrive at once."""
-    wl = settings.section("workload")
+    wl = config.workload
     if not wl.get("trace"):
         return None
-    rate = configured_load(settings).get("request_rate")
+    rate = configured_load(config).get("request_rate")
     scale = wl.get("time_scale", 1.0)
     return float(rate) / float(scale) if is_finite(rate) and rate > 0 and is_finite(scale) and scale > 0 else None
 
@@ -297,10 +298,9 @@ def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], so
                           f"{source} does not report; use percentile = \"mean\"")
 
 
-def probe_verdict(metrics: Mapping[str, Any], error: str | None, settings: Settings,
+def probe_verdict(metrics: Mapping[str, Any], error: str | None, slos: Slos,
                   options: CapacityOptions) -> tuple[bool, str | None]:
     """(passed, why not) of one probe's metrics against the SLOs."""
-    slos = settings.config.run.slos
     ttft_name, tpot_name = options.judged(slos)
     checks = slo_checks(slos, metrics, ttft=ttft_name, tpot=tpot_name)
     if not all(is_finite(c.value) for c in checks):

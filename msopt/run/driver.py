@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError
 from msopt.evaluate.results import EvalRequest, EvaluationResult
@@ -91,7 +91,7 @@ class Driver:
     """Runs one optimization over a pool.
 
     Args:
-        settings: the effective settings (n_particles, iters, seed, mode, ...).
+        config: the effective config (n_particles, iters, seed, mode, ...).
         pool: where evaluations run.
         store: the run directory (``append``, ``save_state``, ``write_best``), or None: its
             callback (:class:`~msopt.run.callbacks.StoreCallback`) comes before ``callbacks``.
@@ -100,7 +100,7 @@ class Driver:
         previous: results already journaled (``--resume``): they are replayed, not re-run.
         keep_results: keep every result in :attr:`results` (and the outcome); default: only when
             there is no store, whose journal otherwise is the record (long runs stay flat).
-        validated: what :func:`msopt.run.validate.validate` returned for ``settings``: its search
+        validated: what :func:`msopt.run.validate.validate` returned for ``config``: its search
             space, swarm options and capacity options are used instead of being built again.
         guide: a model of the run around the searcher (:class:`msopt.run.guide.Guide`, e.g. the
             simulator prior's ``msopt.prior.PriorGuide``): the searcher starts from the baseline
@@ -114,41 +114,41 @@ class Driver:
             :func:`~msopt.search.resolve_searcher`'s choice (TPE without a prior at a small launch budget).
     """
 
-    def __init__(self, settings: Settings, pool: EvaluatorPool, *, store: RunRecord | None = None,
+    def __init__(self, config: Config, pool: EvaluatorPool, *, store: RunRecord | None = None,
                  callbacks: Sequence[RunCallback] = (), previous: Sequence[EvaluationResult] = (),
                  keep_results: bool | None = None, validated: Validated | None = None,
                  guide: Guide | None = None, screen: bool = True, searcher: str | None = None) -> None:
-        if validated is not None and validated.settings is not settings:
-            raise ValueError("Driver: 'validated' must be the validation of these settings")
-        self.settings = settings
+        if validated is not None and validated.config is not config:
+            raise ValueError("Driver: 'validated' must be the validation of this configuration")
+        self.config = config
         self.pool = pool
         self.store = store
         self.events = CallbackList([*([StoreCallback(store)] if store is not None else []), *callbacks])
-        self.space = validated.space if validated is not None else SearchSpace.from_settings(settings)
-        self.mode = settings.config.run.mode
-        self.n = settings.n_particles
-        self.iters = settings.iters
-        self.max_launches = settings.config.run.max_launches
-        self.seed = settings.config.run.seed
-        self.reuse = settings.config.run.reuse_duplicates
-        self.top_k = settings.config.run.pso_top_k
-        workload = validated.workload if validated is not None and validated.workload else workload_config(settings)
+        self.space = validated.space if validated is not None else SearchSpace(config.engine.fields)
+        self.mode = config.run.mode
+        self.n = config.run.n_particles
+        self.iters = config.run.iters
+        self.max_launches = config.run.max_launches
+        self.seed = config.run.seed
+        self.reuse = config.run.reuse_duplicates
+        self.top_k = config.run.pso_top_k
+        workload = validated.workload if validated is not None and validated.workload else workload_config(config)
         self.search_prompts = workload.search_prompts
         self.full_prompts = workload.full_prompts
         self.capacity_options: CapacityOptions = (validated.capacity if validated is not None
-                                                  else capacity_options(settings))
+                                                  else capacity_options(config))
         self.capacity: list[dict[str, Any]] = []
-        options = validated.swarm if validated is not None else swarm_options(settings)
+        options = validated.swarm if validated is not None else swarm_options(config)
         self.guide = guide
         init = self._initial_positions(options.n_particles, options.seed)
-        checker = CandidateScreen(settings) if screen else None
+        checker = CandidateScreen(config) if screen else None
         self.checker = checker
         self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
         # every searcher is held to it: known refusals (this very set), the start-up rules, the guide's screen
         self.constraint = Constraint(decode=self._decode_plain, key=values_key, refused_keys=self.refused_keys,
                                      rules=checker.refusal if checker is not None else None,
                                      screen=guide.screen() if guide is not None else None)
-        name = searcher or settings.config.run.searcher
+        name = searcher or config.run.searcher
         if name == "auto":
             name = "swarm"  # a Driver built directly; optimize() resolves "auto" with resolve_searcher
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
@@ -161,7 +161,7 @@ class Driver:
         self.failures = 0
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
-        self.tally = VerdictTally(settings)  # what the verdict needs of every result, counted as they come
+        self.tally = VerdictTally(config)  # what the verdict needs of every result, counted as they come
         self.stage = "baseline"  # msopt.run.servers.STAGES: what the rest of the run may measure
         self._expected: list[EvaluationResult] | None = None
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous, events=self.events,
@@ -171,7 +171,7 @@ class Driver:
 
     def server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
-        return server_key(self.settings, get_engine(self.settings.engine), values)
+        return server_key(self.config, get_engine(self.config.engine.name), values)
 
     def servers_wanted(self) -> set[str]:
         """The server keys the rest of the run may still use (:func:`msopt.run.servers.planned`)."""
@@ -365,9 +365,9 @@ class Driver:
         names = set(self.space.names) | set(self.space.derived)
         # under a launch budget the number of evaluations is not known (reuse and refusals are free)
         self.emit(RunStarted(total=0 if self.max_launches > 0 else self.expected_evaluations(),
-                             n_particles=self.n, dimensions=tuple(f.name for f in self.settings.fields
+                             n_particles=self.n, dimensions=tuple(f.name for f in self.config.engine.fields
                                                                   if f.name in names),
-                             steps={f.name: f.step for f in self.settings.fields}, launches=self.max_launches))
+                             steps={f.name: f.step for f in self.config.engine.fields}, launches=self.max_launches))
         for line in stages.budget_lines(self):  # the run's first lines: how the launch budget will be spent
             self.emit(Note(line))
         intro = self.guide.intro() if self.guide is not None else None
@@ -395,15 +395,19 @@ class Driver:
         prior's prior.json), capacity.json (when the capacity stage ran), best.json (when some
         evaluation succeeded)."""
         out: dict[str, Any] = {}
+        slos = self.config.run.slos
         if self.guide is not None:
             out.update(self.guide.records())
         if self.capacity:
-            out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, self.settings)
+            out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, slos,
+                                                     self.config.cluster.trial_devices)
         if best is not None:
-            record = best_record(best, self.settings, self.mean_fitness(best) if best.phase == "refine" else None)
+            mean = self.mean_fitness(best) if best.phase == "refine" else None
+            record = best_record(best, self.config.engine.name, mean)
             record["counts"] = self.counts()
             if self.capacity:
-                record["capacity"] = capacity_record(self.capacity, self.capacity_options, self.settings)
+                record["capacity"] = capacity_record(self.capacity, self.capacity_options, slos,
+                                                     self.config.cluster.trial_devices)
             out["best.json"] = record
         return out
 
@@ -433,8 +437,8 @@ def optimize(validated: Validated, pool: EvaluatorPool, *, callbacks: Sequence[R
     Returns:
         The outcome, with its verdict; the callbacks got it as :class:`RunEnded` too.
     """
-    run = validated.settings.config.run
+    run = validated.config.run
     searcher = resolve_searcher(run.searcher, guide is not None, run.max_launches)
-    driver = Driver(validated.settings, pool, store=store, callbacks=callbacks, previous=previous,
+    driver = Driver(validated.config, pool, store=store, callbacks=callbacks, previous=previous,
                     validated=validated, guide=guide, searcher=searcher)
     return driver.run()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.engines.process import ProcessRegistry
 from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
 from msopt.evaluate.results import describe_fault, fault_result
@@ -153,18 +153,18 @@ class InProcessPool:
     to the idle worker keeping its server when there is one (:func:`route`).
 
     Args:
-        settings: the effective settings.
+        config: the effective config.
         size: worker threads.
         run_dir: the run directory for logs.
         evaluator_factory: builds the evaluator of worker ``k`` (default: :class:`Evaluator`).
     """
 
-    def __init__(self, settings: Settings, *, size: int = 1, run_dir: str | None = None,
+    def __init__(self, config: Config, *, size: int = 1, run_dir: str | None = None,
                  evaluator_factory: Callable[[int], Evaluating] | None = None) -> None:
         self._size = max(1, int(size))
         self.processes = ProcessRegistry()
         factory = evaluator_factory or (
-            lambda k: Evaluator(settings, run_dir=run_dir, actor=f"worker-{k}", devices=[],
+            lambda k: Evaluator(config, run_dir=run_dir, actor=f"worker-{k}", devices=[],
                                 processes=self.processes))
         self._evaluators: list[Evaluating] = [factory(k) for k in range(self._size)]
         self._lock = threading.Lock()

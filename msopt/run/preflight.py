@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msopt.config import Settings, thaw
+from msopt.config import Config, thaw
 from msopt.engines import ENGINES, get_engine
 from msopt.engines.hccl import VARIABLES, in_force
 from msopt.engines.hccn import read_device_ips
@@ -71,11 +71,11 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {where}{self.name}: {text}"
 
 
-def sample_launch(settings: Settings, section: Mapping[str, Any]) -> tuple[LaunchSpec, dict[str, Any]]:
+def sample_launch(config: Config, section: Mapping[str, Any]) -> tuple[LaunchSpec, dict[str, Any]]:
     """The baseline candidate (every field at its default) rendered as a trial would be."""
-    space = SearchSpace.from_settings(settings)
+    space = SearchSpace(config.engine.fields)
     values = dict(space.decode(space.default_position()).values)
-    spec = get_engine(settings.engine).render(values, settings.fields, section, port=0)
+    spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0)
     return spec, values
 
 
@@ -140,14 +140,15 @@ def _error_line(*texts: str) -> str:
     return "no output"
 
 
-def _port_range(settings: Settings, host: str) -> Check | None:
+def _port_range(config: Config, host: str) -> Check | None:
     """Enough ports of ``[cluster] ports`` free here for the trials that may run at once."""
-    rng = settings.config.cluster.ports
+    rng = config.cluster.ports
     if rng is None:
         return None
     lo, hi = rng
-    cap = settings.config.cluster.max_concurrent_trials
-    trials = min(settings.n_particles, cap) if cap else settings.n_particles
+    cap = config.cluster.max_concurrent_trials
+    n = config.run.n_particles
+    trials = min(n, cap) if cap else n
     need = PORTS_PER_TRIAL * trials
     free = sum(1 for p in range(lo, hi + 1) if port_free(p, host))
     if free < need:
@@ -199,24 +200,24 @@ def count_devices(accelerator: str) -> int:
     return sum(1 for p in Path("/dev").iterdir() if re.fullmatch(pattern, p.name))
 
 
-def _numa(settings: Settings, spec: LaunchSpec) -> Check:
+def _numa(config: Config, spec: LaunchSpec) -> Check:
     """The CPU build's NUMA binding (msopt/engines/vllm/cpu.py) for the baseline launch on this node."""
     facts = CpuFacts.here()
     total, local = workers(spec)
     try:
-        check_cpu_trial(spec, settings.config.cluster.trial_devices or facts.cores, facts, {**os.environ, **spec.env})
+        check_cpu_trial(spec, config.cluster.trial_devices or facts.cores, facts, {**os.environ, **spec.env})
     except RefusedError as exc:
         return Check("numa", False, f"the baseline would be refused: {exc}")
     return Check("numa", True, f"{len(facts.numa_nodes)} NUMA node(s) {list(facts.numa_nodes)}, {facts.cores} "
                  f"core(s); the baseline binds {local} local CPU worker(s) of {total}")
 
 
-def _devices(settings: Settings, devices: int | None) -> Check:
-    key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
+def _devices(config: Config, devices: int | None) -> Check:
+    key, k = config.cluster.accelerator_key, config.cluster.trial_devices
     if key is None or k == 0:
         return Check("devices", True, "no accelerators requested ([cluster] accelerator / devices_per_trial)")
     have = count_devices(key) if devices is None else devices
-    per_node = settings.config.cluster.devices_per_node
+    per_node = config.cluster.devices_per_node
     if per_node and k > per_node:  # a trial that spans nodes needs its share on each
         n, share = split_trial(k, per_node)
         if have < share:
@@ -229,40 +230,40 @@ def _devices(settings: Settings, devices: int | None) -> Check:
     return Check("devices", True, f"{have} {key}(s), {have // k} trial(s) of {k} fit")
 
 
-def _device_ips(settings: Settings, devices: int | None) -> Check | None:
+def _device_ips(config: Config, devices: int | None) -> Check | None:
     """Every NPU's RoCE address on this node, read as a trial's node reads it
     (:func:`msopt.engines.hccn.read_device_ips`), where the engine's trials that span nodes need them."""
-    key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
-    per_node = settings.config.cluster.devices_per_node
-    if key != "NPU" or not get_engine(settings.engine).needs_device_ips or not per_node or k <= per_node:
+    key, k = config.cluster.accelerator_key, config.cluster.trial_devices
+    per_node = config.cluster.devices_per_node
+    if key != "NPU" or not get_engine(config.engine.name).needs_device_ips or not per_node or k <= per_node:
         return None
-    section = settings.section(settings.engine)
+    section = config.engine.section.table
     n = count_devices(key) if devices is None else devices
     ips, error = read_device_ips([str(i) for i in range(n)])
     given = section.get("device_ips")
     if error:
         if isinstance(given, Mapping) and given:
-            return Check("device_ip", True, f"{error}; the rank table takes [{settings.engine}.device_ips] for "
+            return Check("device_ip", True, f"{error}; the rank table takes [{config.engine.name}.device_ips] for "
                          "the nodes it names (a trial on a node it does not name fails before its launch)")
         return Check("device_ip", False, f"{error}; a trial that spans nodes needs every NPU's address in its "
-                     f"rank table: make hccn_tool work on this node or set [{settings.engine}.device_ips]")
+                     f"rank table: make hccn_tool work on this node or set [{config.engine.name}.device_ips]")
     listed = ", ".join(f"NPU {d} {ip}" for d, ip in ips.items())
     return Check("device_ip", True, f"hccn_tool -i N -ip -g: {listed or 'no NPU'} (each trial's rank table "
                  "takes its own NPUs' addresses, read again when its actors start)")
 
 
-def _hccl(settings: Settings, section: Mapping[str, Any]) -> Check | None:
+def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
     """Which HCCL port variables the first trial's launch on this node has, and where each comes from
     (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
-    key, k = settings.config.cluster.accelerator_key, settings.config.cluster.trial_devices
+    key, k = config.cluster.accelerator_key, config.cluster.trial_devices
     if key != "NPU":
         return None
-    per_node = settings.config.cluster.devices_per_node
+    per_node = config.cluster.devices_per_node
     devices = [str(i) for i in range(min(k, per_node) if per_node else k)]
     try:
-        space = SearchSpace.from_settings(settings)
+        space = SearchSpace(config.engine.fields)
         values = dict(space.decode(space.default_position()).values)
-        spec = get_engine(settings.engine).render(values, settings.fields, section, port=0, devices=devices)
+        spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0, devices=devices)
     except MsoptError:
         return None
     if not any(v in spec.env or v in os.environ for v in VARIABLES):
@@ -303,8 +304,8 @@ def hardware_probe() -> dict[str, str]:
     return out
 
 
-def _hardware(settings: Settings) -> Check:
-    key = settings.config.cluster.accelerator_key
+def _hardware(config: Config) -> Check:
+    key = config.cluster.accelerator_key
     found = detect_devices(hardware_probe(), key or "none")
     if found is None:
         return Check("hardware", True, f"no {key or 'CPU'} found by nvidia-smi, npu-smi or lscpu; the simulator "
@@ -316,24 +317,24 @@ def _hardware(settings: Settings) -> Check:
         return Check("hardware", True, f"{found.line()}: {exc}")
 
 
-def node_checks(settings: Settings, *, devices: int | None = None, full: bool = True,
+def node_checks(config: Config, *, devices: int | None = None, full: bool = True,
                 node: str = "") -> list[Check]:
     """Every check on this machine (``full=False``: only :data:`CHEAP` ones).
 
     Args:
-        settings: the effective settings.
+        config: the effective config.
         devices: the accelerators this node offers (Ray's resource count); None: count /dev.
         full: also ask the version and count the devices.
         node: a name for the lines (the node's address).
     """
-    engine = get_engine(settings.engine)
-    section = thaw(settings.section(settings.engine))
+    engine = get_engine(config.engine.name)
+    section = thaw(config.engine.section.table)
     checks = [Check(name, ok, detail) for name, ok, detail in engine.preflight(section)]
     try:
-        spec, _ = sample_launch(settings, section)
+        spec, _ = sample_launch(config, section)
     except MsoptError:
         # the adapter's own checks said why (a missing config.json): check the rest on its template
-        spec, _ = sample_launch(settings, {k: v for k, v in section.items() if k != "config_path"})
+        spec, _ = sample_launch(config, {k: v for k, v in section.items() if k != "config_path"})
     exe = section.get("command", {}).get("executable", engine.default_executable)
     exe_len = 1 if isinstance(exe, str) else max(1, len(exe))
     exe_check, module = _executable(spec.argv)
@@ -353,21 +354,21 @@ def node_checks(settings: Settings, *, devices: int | None = None, full: bool = 
         free = port_free(port, host)
         checks.append(Check("port", free, f"{port} ({where} in 'others') is " + (
             "free" if free else "in use on this node; stop what holds it or choose another port")))
-    ports = _port_range(settings, host)
+    ports = _port_range(config, host)
     if ports is not None:
         checks.append(ports)
     if full:
-        checks.append(_devices(settings, devices))
-        ips = _device_ips(settings, devices)
+        checks.append(_devices(config, devices))
+        ips = _device_ips(config, devices)
         if ips is not None:
             checks.append(ips)
-        hccl = _hccl(settings, section)
+        hccl = _hccl(config, section)
         if hccl is not None:
             checks.append(hccl)
-        if settings.config.cluster.accelerator_key == "CPU":
-            checks.append(_numa(settings, spec))
-        checks.append(_hardware(settings))
+        if config.cluster.accelerator_key == "CPU":
+            checks.append(_numa(config, spec))
+        checks.append(_hardware(config))
     if not full:
         checks = [c for c in checks if c.name in CHEAP]
-    own = f"[{settings.engine}.command]"
+    own = f"[{config.engine.name}.command]"
     return [Check(c.name, c.ok, c.detail.replace("[<engine>.command]", own), node) for c in checks]

@@ -7,10 +7,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.config import Settings
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.capacity import CapacityOptions, sizing_pick
 from msopt.run.durations import format_duration
+from msopt.slo import Slos
 
 
 def finite(x: Any) -> Any:
@@ -63,11 +63,12 @@ def _secs(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else format_duration(seconds)
 
 
-def best_record(best: EvaluationResult, settings: Settings,
+def best_record(best: EvaluationResult, engine: str,
                 mean: tuple[float, int] | None = None) -> dict[str, Any]:
-    """The content of best.json; ``mean``: (mean fitness, measurements) of a re-measured pick."""
+    """The content of best.json (``engine``: the searched engine's name); ``mean``: (mean fitness,
+    measurements) of a re-measured pick."""
     record = {"eval_id": best.eval_id, "phase": best.phase, "fitness": finite(best.fitness),
-              "engine": settings.engine, "values": best.values,
+              "engine": engine, "values": best.values,
               "metrics": {k: finite(v) for k, v in best.metrics.items()}, "position": best.position,
               "num_prompts": best.num_prompts, "load": dict(best.load)}
     if mean is not None:
@@ -77,9 +78,10 @@ def best_record(best: EvaluationResult, settings: Settings,
 
 
 def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOptions,
-                    settings: Settings) -> dict[str, Any]:
-    """capacity.json (and best.json's "capacity" section): the SLOs and every configuration's result."""
-    ttft, tpot = options.judged(settings.config.run.slos)
+                    slos: Slos, devices_per_replica: int) -> dict[str, Any]:
+    """capacity.json (and best.json's "capacity" section): the SLOs and every configuration's result, and with
+    ``[capacity] target_rate`` the sizing (replicas of ``devices_per_replica`` devices each)."""
+    ttft, tpot = options.judged(slos)
     configs = []
     for c in capacity:
         c = dict(c)
@@ -88,14 +90,14 @@ def capacity_record(capacity: Sequence[Mapping[str, Any]], options: CapacityOpti
     record: dict[str, Any] = {
         "load": options.load, "percentile": options.percentile, "tolerance": options.tolerance,
         "repeats": options.repeats, "max_probes": options.max_probes,
-        "slo": {ttft: settings.ttft_slo, tpot: settings.tpot_slo, "success_rate": settings.success_rate_slo},
+        "slo": {ttft: slos.ttft, tpot: slos.tpot, "success_rate": slos.success_rate},
         "configurations": configs}
     if options.trace_rate is not None:
         record["trace_rate"] = options.trace_rate
     if options.target_rate is not None:
         pick = sizing_pick(configs)
         record["sizing"] = {"target_rate": options.target_rate, "target_multiple": options.target_multiple,
-                            "devices_per_replica": settings.config.cluster.trial_devices,
+                            "devices_per_replica": devices_per_replica,
                             "pick": None if pick is None else pick["rank"], "line": sizing_line(configs)}
     return record
 

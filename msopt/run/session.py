@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.errors import FaultError, MsoptError, Terminated
 from msopt.evaluate.results import EvaluationResult
 from msopt.prior import PriorGuide, PriorSearch, make_prior, real_prior_table
@@ -47,7 +47,7 @@ __all__ = ["Display", "Outputs", "PoolLauncher", "RunSession", "SessionResult", 
 #: Hardware probes of the nodes: (node name, what :func:`msopt.run.preflight.hardware_probe` found).
 Probes = list[tuple[str, dict[str, str]]]
 #: Writes what a finished run leaves beside its journal (launch files, the report) from its best result.
-Outputs = Callable[[Settings, Path, EvaluationResult | None], None]
+Outputs = Callable[[Config, Path, EvaluationResult | None], None]
 
 
 class PoolLauncher(Protocol):
@@ -63,7 +63,7 @@ class PoolLauncher(Protocol):
     def announce(self, say: Callable[[str], None]) -> None:
         """Say what a slow start is about to do (before the prior's search reports)."""
 
-    def start(self, settings: Settings, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
+    def start(self, config: Config, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
         """Start the pool (in the main thread: Ray ties its processes to the thread that started them)."""
 
     def hardware(self, say: Callable[[str], None]) -> Probes | None:
@@ -88,9 +88,9 @@ class Threads:
     def announce(self, say: Callable[[str], None]) -> None:
         """Nothing to say: the threads start at once."""
 
-    def start(self, settings: Settings, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
+    def start(self, config: Config, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
         """The pool of threads."""
-        return InProcessPool(settings, size=self.size, run_dir=str(run_dir))
+        return InProcessPool(config, size=self.size, run_dir=str(run_dir))
 
     def hardware(self, say: Callable[[str], None]) -> Probes | None:
         """This machine's hardware."""
@@ -183,10 +183,10 @@ class RunSession:
 
     def __init__(self, validated: Validated, *, store: RunStore | None = None, pools: PoolLauncher | None = None,
                  callbacks: Sequence[RunCallback] = (), display: Callable[[Path], Display] | None = None,
-                 outputs: Sequence[Outputs] = (), preflight: Callable[[Settings], None] | None = None,
+                 outputs: Sequence[Outputs] = (), preflight: Callable[[Config], None] | None = None,
                  say: Callable[[str], None] | None = None, meta: Mapping[str, Any] | None = None) -> None:
         self.validated = validated
-        self.settings = validated.settings
+        self.config = validated.config
         self.pools: PoolLauncher = pools if pools is not None else Threads()
         self.callbacks = list(callbacks)
         self.display = display
@@ -201,7 +201,7 @@ class RunSession:
         """The run directory (created for a new run, locked) and the journal of a resumed one."""
         store = self._store
         if store is None:
-            store = RunStore.create(Path(self.settings.config.run.output), self.settings, meta=self.meta)
+            store = RunStore.create(Path(self.config.run.output), self.config, meta=self.meta)
             store.lock()
             return store, []
         previous = store.load_journal()
@@ -222,11 +222,12 @@ class RunSession:
         if self._ran:
             raise RuntimeError("RunSession.run: a session runs once; make a new one (or resume its run directory)")
         self._ran = True
-        settings, checked = self.settings, self.validated
+        checked = self.validated
+        config = checked.config
         store, previous = self._open_store()
-        if not settings.config.run.simulate and self.preflight is not None:
+        if not config.run.simulate and self.preflight is not None:
             try:
-                self.preflight(settings)
+                self.preflight(config)
             except MsoptError:
                 _discard_if_empty(store, previous)
                 raise
@@ -240,15 +241,15 @@ class RunSession:
         main = threading.current_thread() is threading.main_thread()  # only the main thread gets signals
         term_before = signal.signal(signal.SIGTERM, on_term) if main else None
         try:
-            simulated = settings.config.run.simulate
-            prior = make_prior(settings, checked.space) if simulated else None
+            simulated = config.run.simulate
+            prior = make_prior(config, checked.space) if simulated else None
             if prior is not None:  # its search takes a while before the first launch: say how far it is
                 prior.report = self.say
             self.pools.announce(self.say)
             if prior is not None and self.pools.slow:  # searched while the pool starts
                 search = PriorSearch(prior, checked.swarm.seed)
             try:
-                pool = self.pools.start(settings, store.run_dir, self.say)
+                pool = self.pools.start(config, store.run_dir, self.say)
             except MsoptError:
                 _discard_if_empty(store, previous)
                 raise
@@ -262,9 +263,9 @@ class RunSession:
                 shown = self.display(store.run_dir)
                 callbacks.append(shown)
             if not simulated:
-                table = real_prior_table(settings, lambda: self.pools.hardware(self.say), store.run_dir, self.say,
+                table = real_prior_table(config, lambda: self.pools.hardware(self.say), store.run_dir, self.say,
                                          write=atomic_write)
-                prior = make_prior(settings, checked.space, simulator=table)
+                prior = make_prior(config, checked.space, simulator=table)
                 if prior is not None:
                     prior.report = self.say
             outcome = optimize(checked, pool, callbacks=callbacks, store=store, previous=previous,
@@ -303,7 +304,7 @@ class RunSession:
 
     def _write_outputs(self, run_dir: Path, best: EvaluationResult | None) -> None:
         for write in self.outputs:
-            write(self.settings, run_dir, best)
+            write(self.config, run_dir, best)
 
     def _verdict(self, run_dir: Path, outcome: RunOutcome) -> Verdict:
         """The run's verdict; a resumed run that never asked again for some journaled results (what
@@ -311,7 +312,7 @@ class RunSession:
         the report does."""
         if outcome.verdict is not None and not outcome.unreplayed:
             return outcome.verdict
-        return make_verdict(self.settings, RunStore.open(run_dir).load_journal(), outcome.best,
+        return make_verdict(self.config, RunStore.open(run_dir).load_journal(), outcome.best,
                             mean_fitness=outcome.mean_fitness, measurements=outcome.measurements)
 
 

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.budget import BudgetPlan, contenders, plan_budget, relative_noise
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict, sizing
@@ -50,7 +50,7 @@ from msopt.space import DecodeContext, SearchSpace
 class RunContext(Protocol):
     """What a stage and the budget read: the loop's parts and counters."""
 
-    settings: Settings
+    config: Config
     space: SearchSpace
     searcher: Searcher
     dispatcher: Dispatcher
@@ -513,7 +513,7 @@ class Capacity:
         else:
             self._rounds(loop, configs, searches)
         loop.events.on_event(TotalChanged(loop.evaluations))
-        per_replica = loop.settings.config.cluster.trial_devices
+        per_replica = loop.config.cluster.trial_devices
         return [{"rank": rank, "eval_id": r.eval_id, "fitness": finite(r.fitness), "values": dict(r.values),
                  **s.result(), **sizing(s.result(), opts, per_replica)}
                 for rank, (r, s) in enumerate(zip(configs, searches))]
@@ -533,7 +533,7 @@ class Capacity:
         probes = []
         for q in reqs:
             res = got[q.eval_id]
-            ok, why = probe_verdict(res.metrics, res.error, loop.settings, opts)
+            ok, why = probe_verdict(res.metrics, res.error, loop.config.run.slos, opts)
             probes.append(Probe(q.eval_id, float(q.load[opts.load]), ok, why, dict(res.metrics)))
         s.tell(probes)
 

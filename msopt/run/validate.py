@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
-from msopt.config import DEFAULTS_PATH, Settings, load_settings
+from msopt.config import Config, Settings, load_settings
+from msopt.config.settings import check_engine_section, with_trace
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.launch import check_launch
 from msopt.errors import ConfigError
@@ -37,7 +38,6 @@ from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
-from msopt.workload.table import sim_trace, trace_load, with_load, workload_settings
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,11 @@ class Validated:
     workload: WorkloadConfig | None = None
     trace: TraceSummary | None = None
 
+    @property
+    def config(self) -> Config:
+        """The typed configuration of ``settings`` (:class:`msopt.config.Config`): what the run's parts take."""
+        return self.settings.config
+
 
 def registered_sections() -> tuple[str, ...]:
     """Top-level tables a configuration may hold besides the built-in ones: one per registered
@@ -93,22 +98,6 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
     return validate(settings, search=search)
 
 
-def _check_engine_section(settings: Settings) -> None:
-    """Refuse an engine (``-e``) whose search space would silently come from the packaged
-    defaults while the user's files declare the search space of another engine."""
-    eng = settings.engine
-    user = [s for s in settings.sources if s != str(DEFAULTS_PATH)]
-    if not user or settings.origin.get(f"{eng}.target_field") in user:
-        return
-    declared = sorted({k.split(".")[0] for k, src in settings.origin.items()
-                       if k.endswith(".target_field") and k.count(".") == 1 and src in user})
-    if declared:
-        raise ConfigError(f"{user[-1]}: engine '{eng}' has no [[{eng}.target_field]] in this file, which declares "
-                          f"the search space of {', '.join(declared)}; the packaged defaults' {len(settings.fields)} "
-                          f"{eng} field(s) would be searched instead. Add [[{eng}.target_field]] tables, or "
-                          f"use -e {declared[0]}")
-
-
 def validate(settings: Settings, *, search: bool = True) -> Validated:
     """Check every component's part of ``settings``; see the module docstring for the order.
 
@@ -120,17 +109,19 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     Raises:
         ConfigError: one line naming the file, the key and the fix.
     """
-    _check_engine_section(settings)
-    settings, trace = _trace_workload(settings)
+    check_engine_section(settings)
+    settings, trace = with_trace(settings)
+    if trace is not None:
+        _refuse_unreplayable(settings.config)
     if settings.engine in ENGINES:  # an unknown engine is named below, where the adapter is needed
-        ENGINES.get(settings.engine)().check_settings(settings)
+        ENGINES.get(settings.engine)().check_config(settings.config)
     space = SearchSpace.from_settings(settings)
     if search and not space.names:
         where = settings.origin.get(f"{settings.engine}.target_field", settings.where(settings.engine))
         raise ConfigError(f"{where}: [{settings.engine}] has no searched field ({len(settings.fields)} field(s), "
                           "all constant or derived), so a search would evaluate one configuration over and over; "
                           "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
-    swarm = swarm_options(settings)
+    swarm = swarm_options(settings.config)
     searcher = settings.config.run.searcher
     if searcher not in SEARCHERS:
         raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
@@ -143,12 +134,13 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         objective = make_objective(settings.config.run.objective, settings.data)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
-    capacity = capacity_options(settings)
+    capacity = capacity_options(settings.config)
     try:
         engine = get_engine(settings.engine)
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
-    section = settings.section(settings.engine)
+    config = settings.config
+    section = config.engine.section.table
     try:
         engine.check(settings.fields, section)
     except ConfigError as exc:
@@ -160,7 +152,8 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         check_launch(section, settings.fields, settings.engine, engine.default_executable or ("server",))
     except ConfigError as exc:
         raise ConfigError(f"{settings.table_source(settings.engine)}: {exc}") from None
-    HealthCheck.from_settings(settings)  # a bad pattern fails here, not in every actor
+    # a bad pattern fails here, not in every actor
+    HealthCheck.from_config(settings.config.health_check, settings.engine)
     taken = set(METRICS) | set(TAIL_COLUMNS)
     for decl in settings.fields:
         if decl.name in taken:
@@ -175,16 +168,16 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
     except ConfigError as exc:
         raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
     if settings.config.run.simulate:
-        simulator = SimulatorSetup.from_settings(settings)
+        simulator = SimulatorSetup.from_config(settings.config.simulator, settings.config.run.seed)
         produces = frozenset(SIMULATED)
         name = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
         # checked too: dropping `simulate` must not break it
-        _check_benchmark(settings, benchmark_adapter, bench_name)
+        _check_benchmark(config, benchmark_adapter)
     else:
         benchmark = benchmark_adapter
-        _check_benchmark(settings, benchmark, bench_name)
-        section = settings.section(bench_name)
+        _check_benchmark(config, benchmark)
+        section = config.benchmark.table
         produces = frozenset(benchmark.produced(section))
         note = benchmark.produced_note(section)
         name = f"{bench_name} ({note})" if note else bench_name
@@ -197,49 +190,42 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
 
     if not {METRICS[1], METRICS[2]} <= produces:
         objective_metrics()  # a benchmark without TTFT or TPOT at all: this line names what lacks and why
-    _check_slo_statistics(settings, produces, name)  # then which statistic of them the SLOs can hold
+    _check_slo_statistics(config, produces, name)  # then which statistic of them the SLOs can hold
     objective_metrics()
     return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
-                     workload_config(settings), trace)
+                     workload_config(settings.config), trace)
 
 
-def _trace_workload(settings: Settings) -> tuple[Settings, TraceSummary | None]:
-    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
-    the simulator and the benchmarks that replay (``BenchmarkAdapter.replays_trace``) replay it
-    (``[simulator.workload] trace``, ``[builtin] trace``, ``[vllm_benchmark] trace``); a real run of a
-    benchmark that cannot replay is refused."""
-    wl = workload_settings(settings.section("workload"), settings.where("workload"))
-    trace = wl.open_trace()
-    if trace is None:
-        return settings, None
-    bench = settings.config.run.benchmark
-    if not settings.config.run.simulate and bench in BENCHMARKS and not BENCHMARKS.get(bench).replays_trace:
+def _refuse_unreplayable(config: Config) -> None:
+    """A real run on ``[workload] trace`` needs a benchmark that replays it (``BenchmarkAdapter.replays_trace``:
+    its send times and shared prefixes); the simulator always does."""
+    bench = config.run.benchmark
+    if not config.run.simulate and bench in BENCHMARKS and not BENCHMARKS.get(bench).replays_trace:
         replaying = ", ".join(n for n in BENCHMARKS.names() if BENCHMARKS.get(n).replays_trace)
-        raise ConfigError(f"{settings.where('workload.trace')}: [workload] trace: benchmark {bench!r} cannot replay "
+        raise ConfigError(f"{config.workload.where('trace')}: [workload] trace: benchmark {bench!r} cannot replay "
                           f"a request trace (its send times and shared prefixes); set benchmark = \"builtin\" "
                           f"(replaying: {replaying}), or simulate")
-    summary = trace.summary()
-    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
-def _check_slo_statistics(settings: Settings, produces: frozenset[str], source: str) -> None:
+def _check_slo_statistics(config: Config, produces: frozenset[str], source: str) -> None:
     """A statistic ``[slo]`` (or ``--slo``) holds must be one the run's measurements report."""
-    slos = settings.config.run.slos
+    slos = config.run.slos
     for metric, column, mean in (("ttft", slos.ttft_metric, METRICS[1]), ("tpot", slos.tpot_metric, METRICS[2])):
         if column in produces:
             continue
         have = (["mean"] if mean in produces else []) + [c.rpartition("_")[2] for c in sorted(produces)
                                                          if c.startswith(f"{metric}_p")]
         stat = "mean" if column == mean else column.rpartition("_")[2]
-        raise ConfigError(f"{settings.where('slo.' + metric)}: [slo] {metric}: {source} does not report the {stat} "
+        raise ConfigError(f"{config.slo.where(metric)}: [slo] {metric}: {source} does not report the {stat} "
                           f"of {metric} ({column}); it reports {', '.join(have) or 'no statistic of it'}: use "
                           f"one of those")
 
 
-def _check_benchmark(settings: Settings, benchmark: BenchmarkAdapter, name: str) -> None:
+def _check_benchmark(config: Config, benchmark: BenchmarkAdapter) -> None:
+    section, name = config.benchmark, config.run.benchmark
     try:
-        benchmark.check(settings.fields, settings.section(name))
+        benchmark.check(config.engine.fields, section.table)
     except ConfigError as exc:
         text = str(exc)
-        where = settings.table_source(name)
+        where = section.source
         raise ConfigError(text if text.startswith(where) else f"{where}: [{name}]: {text}") from None

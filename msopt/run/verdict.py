@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msopt.config import Settings
+from msopt.config import Config
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.metrics import GENERATE_SPEED
@@ -30,24 +30,24 @@ from msopt.slo import slo_checks as _slo_checks
 from msopt.space.fields import show_value
 
 
-def slo_checks(settings: Settings, metrics: Mapping[str, Any]) -> list[SloCheck]:
+def slo_checks(config: Config, metrics: Mapping[str, Any]) -> list[SloCheck]:
     """The run's SLOs (mean TTFT, mean TPOT, success rate) against ``metrics`` (:func:`msopt.slo.slo_checks`)."""
-    return _slo_checks(settings.config.run.slos, metrics)
+    return _slo_checks(config.run.slos, metrics)
 
 
-def predicted_line(settings: Settings, predicted: Mapping[str, Any]) -> str:
+def predicted_line(config: Config, predicted: Mapping[str, Any]) -> str:
     """What the simulator prior predicted for the recommendation, in one line: the SLOs it predicted broken,
     since a fitness the SLO penalty dominates (twelve digits) says nothing by itself; else the fitness."""
     speed = f"generate_speed {predicted.get('generate_speed') or 0:.1f} tok/s; prior.json: its picks"
-    broken = [c.text() for c in slo_checks(settings, predicted) if c.value is not None and not c.met]
+    broken = [c.text() for c in slo_checks(config, predicted) if c.value is not None and not c.met]
     if broken:
         return f"the simulator prior predicted {', '.join(broken)} for it ({speed})"
     return f"the simulator prior predicted fitness {float(predicted['fitness']):.4f} for it ({speed})"
 
 
-def meets_slos(settings: Settings, result: EvaluationResult) -> bool:
+def meets_slos(config: Config, result: EvaluationResult) -> bool:
     """True when ``result`` succeeded and met every SLO."""
-    return not result.failed and all(c.met for c in slo_checks(settings, result.metrics))
+    return not result.failed and all(c.met for c in slo_checks(config, result.metrics))
 
 
 def tokens_per_s(v: float | None) -> str:
@@ -228,12 +228,12 @@ class VerdictTally:
     generate_speed of each measurement with the full workload (one number per such measurement).
 
     Args:
-        settings: the run's settings (the SLOs, the full workload).
+        config: the run's config (the SLOs, the full workload).
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.full = configured_num_prompts(settings)
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.full = configured_num_prompts(config)
         self.evaluations = 0
         self.met_count = 0
         self.baseline: EvaluationResult | None = None
@@ -242,7 +242,7 @@ class VerdictTally:
     def add(self, r: EvaluationResult) -> None:
         """Count one result."""
         self.evaluations += 1
-        self.met_count += meets_slos(self.settings, r)
+        self.met_count += meets_slos(self.config, r)
         if self.baseline is None and r.phase == "baseline" and r.iteration == 0:
             self.baseline = r
         if (is_measurement(r) and (r.num_prompts is None or r.num_prompts == self.full)
@@ -258,8 +258,8 @@ class VerdictTally:
     def verdict(self, best: EvaluationResult | None, *, mean_fitness: float | None = None,
                 measurements: int = 1) -> Verdict:
         """Judge the run from what was added and its recommended evaluation."""
-        settings, baseline = self.settings, self.baseline
-        steps = {f.name: f.step for f in settings.fields}
+        config, baseline = self.config, self.baseline
+        steps = {f.name: f.step for f in config.engine.fields}
         values = tuple((k, show_value(v, steps.get(k))) for k, v in best.values.items()) if best else ()
         ours = theirs = None
         same = False
@@ -268,9 +268,9 @@ class VerdictTally:
             ours, theirs = self.spread(best), self.spread(baseline)
         return Verdict(
             best=best,
-            checks=tuple(slo_checks(settings, best.metrics)) if best else (),
+            checks=tuple(slo_checks(config, best.metrics)) if best else (),
             baseline=baseline,
-            baseline_checks=tuple(slo_checks(settings, baseline.metrics)) if baseline else (),
+            baseline_checks=tuple(slo_checks(config, baseline.metrics)) if baseline else (),
             met_count=self.met_count,
             evaluations=self.evaluations,
             values=values,
@@ -282,21 +282,21 @@ class VerdictTally:
         )
 
 
-def make_verdict(settings: Settings, results: Sequence[EvaluationResult], best: EvaluationResult | None, *,
+def make_verdict(config: Config, results: Sequence[EvaluationResult], best: EvaluationResult | None, *,
                  mean_fitness: float | None = None, measurements: int = 1) -> Verdict:
     """Judge a run from its evaluations (e.g. its journal) and its recommended one."""
-    tally = VerdictTally(settings)
+    tally = VerdictTally(config)
     for r in results:
         tally.add(r)
     return tally.verdict(best, mean_fitness=mean_fitness, measurements=measurements)
 
 
-def full_workload_speeds(settings: Settings, results: Sequence[EvaluationResult],
+def full_workload_speeds(config: Config, results: Sequence[EvaluationResult],
                          of: EvaluationResult) -> Spread | None:
     """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of
     ``of``'s configuration with the full workload (:func:`msopt.evaluate.configured_num_prompts`;
     a result without a count of its own served it); None when there is none."""
-    tally = VerdictTally(settings)
+    tally = VerdictTally(config)
     for r in results:
         tally.add(r)
     return tally.spread(of)

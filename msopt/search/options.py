@@ -15,7 +15,7 @@ from msopt.errors import ConfigError, RegistryError
 from msopt.search.schedules import COEFFICIENTS, SCHEDULES
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
 
 __all__ = ["BOUNDARIES", "SwarmOptions", "swarm_options"]
 
@@ -244,7 +244,7 @@ class SwarmOptions:
 
 
 
-def swarm_options(settings: Settings) -> SwarmOptions:
+def swarm_options(config: Config) -> SwarmOptions:
     """The run's :class:`msopt.search.swarm.SwarmOptions` from ``[pso_options]`` and ``[pso_strategy]``.
 
     ``iters = 0`` (baseline and refinement only) plans the coefficient schedules over one
@@ -254,8 +254,10 @@ def swarm_options(settings: Settings) -> SwarmOptions:
         ConfigError: naming the file, the table and the key.
     """
     try:
-        return SwarmOptions.from_settings(settings.section("pso_options"), settings.section("pso_strategy"),
-                                          settings.n_particles, max(1, settings.iters),
-                                          seed=settings.config.run.seed)
+        return SwarmOptions.from_settings(config.pso_options.table, config.pso_strategy.table,
+                                          config.run.n_particles, max(1, config.run.iters),
+                                          seed=config.run.seed)
     except ConfigError as exc:
-        raise ConfigError(f"{settings.table_source('pso_options', 'pso_strategy')}: {exc}") from None
+        a, b = config.pso_options, config.pso_strategy  # the later layer of the two names the pair
+        later = max((a.source, b.source), key=lambda s: a.layers.index(s) if s in a.layers else -1)
+        raise ConfigError(f"{later}: {exc}") from None

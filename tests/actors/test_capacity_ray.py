@@ -35,11 +35,11 @@ def test_actor_killed_during_capacity_costs_a_retry(ray_session, tmp_path):
 
     settings = settings_for(tmp_path, n=3, iters=1, k=2, emulate="true", secs=0.5)  # one candidate refused: 2 picks
     settings = settings.replace(capacity={"enabled": True, "max_probes": 3}, data_storage={"pso_top_k": 2})
-    pool = RayPool(settings, simulate=True, max_concurrent=1)
+    pool = RayPool(settings.config, simulate=True, max_concurrent=1)
     try:
         (info,) = pool.actor_infos()
         progress = KillOnFirstProbe(info["pid"])
-        driver = Driver(settings, pool, callbacks=[progress])
+        driver = Driver(settings.config, pool, callbacks=[progress])
         out = driver.run()
     finally:
         pool.close()

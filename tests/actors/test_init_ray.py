@@ -25,5 +25,5 @@ def test_local_ray_start_timeout_is_one_cluster_error(monkeypatch: pytest.Monkey
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     settings = load_settings(str(ROOT / "configs" / "quickstart.toml"), environ={})
     with pytest.raises(ClusterError, match=r"Ray did not start on this machine: The current node timed out.*--no-ray"):
-        init_ray(settings, None, simulate=True, slots=1)
+        init_ray(settings.config, None, simulate=True, slots=1)
     assert shut == [True]

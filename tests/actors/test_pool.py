@@ -59,7 +59,7 @@ def settings_for(tmp_path, *, n=4, iters=2, k=2, timeout=600, emulate="false", s
 def test_pool_size_and_disjoint_devices(ray_session, tmp_path):
     from actors.pool import RayPool
 
-    pool = RayPool(settings_for(tmp_path, n=6, k=2), simulate=True, run_dir=str(tmp_path))
+    pool = RayPool(settings_for(tmp_path, n=6, k=2).config, simulate=True, run_dir=str(tmp_path))
     try:
         assert pool.size == 4  # 8 NPUs / 2 per trial, fewer than 6 particles
         infos = pool.actor_infos()
@@ -74,7 +74,7 @@ def test_pool_size_and_disjoint_devices(ray_session, tmp_path):
 def test_max_concurrent_caps_the_pool(ray_session, tmp_path):
     from actors.pool import RayPool
 
-    pool = RayPool(settings_for(tmp_path, n=6, k=1), simulate=True, max_concurrent=3)
+    pool = RayPool(settings_for(tmp_path, n=6, k=1).config, simulate=True, max_concurrent=3)
     try:
         assert pool.size == 3
     finally:
@@ -86,7 +86,7 @@ def test_too_many_devices_per_trial_is_a_clear_error(ray_session, tmp_path):
 
     # 16 on a cluster of one 8-NPU node: a trial would span two nodes, and there is one
     with pytest.raises(ClusterError, match=r"no room for one trial of 16 NPU \(2 nodes of 8 each\)"):
-        RayPool(settings_for(tmp_path, k=16), simulate=True)
+        RayPool(settings_for(tmp_path, k=16).config, simulate=True)
 
 
 def test_balanced_context_inside_the_actor(ray_session, tmp_path):
@@ -96,7 +96,7 @@ def test_balanced_context_inside_the_actor(ray_session, tmp_path):
     space = SearchSpace.from_settings(settings)
     # tp = 8, pp = 2 is not allowed (product 8): particle 0 keeps tp, particle 3 keeps pp
     pos = tuple(space.encode({"tp": 8, "pp": 2}).tolist())
-    pool = RayPool(settings, simulate=True)
+    pool = RayPool(settings.config, simulate=True)
     try:
         pool.submit(EvalRequest(1, "search", 0, 0, pos, DecodeContext(0, 4, 0), num_prompts=8))
         pool.submit(EvalRequest(2, "search", 3, 0, pos, DecodeContext(3, 4, 0), num_prompts=8))
@@ -117,9 +117,9 @@ def test_one_and_four_actors_give_identical_sync_results(ray_session, tmp_path):
     settings = settings_for(tmp_path, n=4, iters=2, k=2)
     runs = []
     for cap in (1, 4):
-        pool = RayPool(settings, simulate=True, max_concurrent=cap)
+        pool = RayPool(settings.config, simulate=True, max_concurrent=cap)
         try:
-            out = Driver(settings, pool).run()
+            out = Driver(settings.config, pool).run()
         finally:
             pool.close()
         runs.append({r.eval_id: (r.values, r.fitness, r.position) for r in out.results})
@@ -130,7 +130,7 @@ def test_killed_actor_costs_a_retry(ray_session, tmp_path):
     from actors.pool import RayPool
 
     settings = settings_for(tmp_path, n=1, k=2, emulate="true", secs=3.0)
-    pool = RayPool(settings, simulate=True)
+    pool = RayPool(settings.config, simulate=True)
     try:
         pid = pool.actor_infos()[0]["pid"]
         pos = tuple(SearchSpace.from_settings(settings).default_position().tolist())
@@ -152,7 +152,7 @@ def test_evaluation_past_time_limit_fails(ray_session, tmp_path):
     from actors.pool import RayPool
 
     settings = settings_for(tmp_path, n=1, k=2, emulate="true", secs=20.0, timeout=1)
-    pool = RayPool(settings, simulate=True)
+    pool = RayPool(settings.config, simulate=True)
     try:
         pos = tuple(SearchSpace.from_settings(settings).default_position().tolist())
         pool.submit(EvalRequest(0, "baseline", None, 0, pos, None, num_prompts=8))

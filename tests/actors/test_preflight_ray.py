@@ -20,7 +20,7 @@ def test_cluster_checks_run_on_each_node(ray_session, tmp_path: Path) -> None:
 
     (tmp_path / "model").mkdir()
     settings = load_settings(config(tmp_path, model=str(tmp_path / "model"), accelerator="NPU", devices=8))
-    checks = cluster_checks(settings)
+    checks = cluster_checks(settings.config)
     assert checks and all(c.ok for c in checks), [c.line() for c in checks]
     assert {c.node for c in checks} == {n["NodeManagerAddress"] for n in ray_session.nodes() if n["Alive"]}
     devices = [c for c in checks if c.name == "devices"]

@@ -24,8 +24,8 @@ def test_builds_what_init_writes_with_the_flags_on_top():
                            "--slo", "ttft:p90<3s", "--max-launches", "9", "--particles", "4")
     assert store is None
     s = checked.settings
-    assert s.engine == "mindie" and s.config.run.simulate and s.config.run.max_launches == 9 and s.n_particles == 4
-    assert s.config.run.slos.ttft_metric == "ttft_p90" and s.ttft_slo == 3.0
+    assert s.engine == "mindie" and s.config.run.simulate and s.config.run.max_launches == 9 and s.config.run.n_particles == 4
+    assert s.config.run.slos.ttft_metric == "ttft_p90" and s.config.run.slos.ttft == 3.0
     init = tomllib.loads(build("mindie", "qwen3-30b-a3b", devices=8, probe={}).text)
     assert [f.name for f in s.fields] == [f["name"] for f in init["mindie"]["target_field"]]
 

@@ -36,7 +36,7 @@ def test_bare_file_name_in_cwd(write_toml, tmp_path):  # UT-config-仅文件名
 def test_relative_path_with_directory(write_toml, tmp_path):
     (tmp_path / "sub").mkdir()
     write_toml(USER, "sub/c.toml")
-    assert load_settings("sub/c.toml", environ={}, cwd=tmp_path).n_particles == 20
+    assert load_settings("sub/c.toml", environ={}, cwd=tmp_path).config.run.n_particles == 20
 
 
 def test_missing_file():  # UT-config-文件不存在
@@ -52,12 +52,12 @@ def test_invalid_toml_has_line_and_column(write_toml):  # UT-config-非法TOML
 
 
 def test_override_n_particles(write_toml):  # UT-config-优先级覆盖
-    assert load_settings(str(write_toml(USER)), environ={}).n_particles == 20
+    assert load_settings(str(write_toml(USER)), environ={}).config.run.n_particles == 20
 
 
 def test_inherit_iters(write_toml):  # UT-config-未覆盖字段继承
     s = load_settings(str(write_toml(USER)), environ={})
-    assert s.iters == load_settings(environ={}).iters == 5
+    assert s.config.run.iters == load_settings(environ={}).config.run.iters == 5
     assert s.section("pso_options")["c1"] == 1.5  # tables merge key by key
 
 
@@ -101,7 +101,7 @@ def test_env_layer_below_c(write_toml):
     env_file = write_toml("n_particles = 7\niters = 9\n", "env.toml")
     user = write_toml("n_particles = 11\n", "user.toml")
     s = load_settings(str(user), environ={ENV_CONFIG: str(env_file)})
-    assert (s.n_particles, s.iters) == (11, 9)
+    assert (s.config.run.n_particles, s.config.run.iters) == (11, 9)
     assert s.sources[1:] == (str(env_file), str(user))
     assert s.where("iters") == str(env_file) and s.where("n_particles") == str(user)
 
@@ -223,4 +223,4 @@ def test_dump_toml_escapes():
 def test_no_global_settings_state(write_toml):
     a = load_settings(str(write_toml(USER)), environ={})
     b = load_settings(environ={})
-    assert a.n_particles == 20 and b.n_particles == 10
+    assert a.config.run.n_particles == 20 and b.config.run.n_particles == 10

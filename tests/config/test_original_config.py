@@ -84,7 +84,7 @@ def test_health_check_tables_map_onto_msopts():
     assert tuple(table["service"]["fatal"]["out_of_memory"]) == () and "oom" in table["service"]["fatal"]
     assert tuple(table["service"]["retryable"]["io_error"]) == () and "port" in table["service"]["retryable"]
     assert "device_error" in table["benchmark"]["fatal"] and "network_error" in table["benchmark"]["retryable"]
-    HealthCheck.from_settings(s)
+    HealthCheck.from_config(s.config.health_check, s.engine)
 
 
 ORIGINAL_PATTERNS = """
@@ -106,7 +106,8 @@ dtype = "int"
 
 
 def test_patterns_in_the_original_spelling_classify_logs(write_toml):
-    hc = HealthCheck.from_settings(load_settings(str(write_toml(ORIGINAL_PATTERNS)), environ={}))
+    s = load_settings(str(write_toml(ORIGINAL_PATTERNS)), environ={})
+    hc = HealthCheck.from_config(s.config.health_check, s.engine)
     assert hc.log_snippet_length == 50
     fatal = hc.check(["INFO start", "ERROR: NPU error on device 3"], "service")
     assert (fatal.kind, fatal.error_type) == ("fatal", "device_error")

@@ -10,7 +10,6 @@ from msopt.config import DEFAULTS_PATH, load_settings, read_toml
 from msopt.config.typed import UNSET_DEFAULTS, PriorConfig
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load, workload_config
-from msopt.prior import prior_options
 from msopt.slo import Slos
 from tests.fields_toml import TP_PP_DP
 
@@ -49,7 +48,6 @@ def test_prior_keys_come_once_from_defaults_toml(write_toml):
     assert s.config.prior == PriorConfig(mode=search["prior"], evaluations=search["prior_evaluations"], picks=None,
                                          screen=search["screen"], explore=search["explore"], refit=search["refit"])
     assert s.where("search.prior_evaluations") == str(DEFAULTS_PATH)
-    assert prior_options(s) is s.config.prior  # the prior reads the typed config, never the raw table
     s = load_settings(str(write_toml("[search]\nprior = \"none\"\nprior_picks = 2\nscreen = 0\nrefit = false\n"
                                      + TP_PP_DP)), environ={})
     assert s.config.prior == PriorConfig(mode="none", evaluations=600, picks=2, screen=0, explore=0.25, refit=False)
@@ -79,7 +77,22 @@ def test_workload_reported_by_the_benchmark(write_toml):
     s = load_settings(str(write_toml("simulate = false\nbenchmark = \"vllm_benchmark\"\nsample_size = 100\n"
                                      "[vllm_benchmark.command]\nnum_prompts = 300\nrequest_rate = 4\n" + TP_PP_DP)),
                       environ={})
-    w = workload_config(s)
+    w = workload_config(s.config)
     assert (w.full_prompts, w.search_prompts, dict(w.load)) == (300, 100, {"request_rate": 4})
     sim = s.replace(simulate=True)
-    assert configured_load(sim) == {"concurrency": read_toml(DEFAULTS_PATH)["simulator"]["workload"]["concurrency"]}
+    assert configured_load(sim.config) == {"concurrency": read_toml(DEFAULTS_PATH)["simulator"]["workload"]["concurrency"]}
+
+
+def test_each_component_gets_its_own_section_with_the_files_that_set_it(write_toml):
+    path = write_toml("[capacity]\ntolerance = 0.1\n[simulator]\nhardware = \"h100-sxm\"\n" + TP_PP_DP)
+    c = load_settings(str(path), environ={}).config
+    assert c.capacity.get("tolerance") == 0.1 and c.capacity.where("tolerance") == str(path)
+    assert c.capacity.where("max_probes") == str(DEFAULTS_PATH)  # set by the packaged defaults only
+    assert c.simulator.user == frozenset({"hardware"}) and c.simulator.source == str(path)
+    assert c.engine.name == "vllm" and [f.name for f in c.engine.fields][:2] == ["tp", "pp"]
+    assert c.engine.section.get("target_field") is not None and c.benchmark.name == c.run.benchmark
+    assert "tolerance = 0.1" in c.text  # the run directory's config.toml
+    back = pickle.loads(pickle.dumps(c))  # what travels to the actors: no Settings inside
+    assert back == c and back.simulator.get("hardware") == "h100-sxm"
+    with pytest.raises(TypeError):
+        back.capacity.table["tolerance"] = 1  # type: ignore[index]  read-only

@@ -23,17 +23,17 @@ def run(line: str, timeout: float = 600) -> str:
 
 
 def test_bench_decode():
-    out = run(readme.command("python scripts/bench_decode.py", append=["--rounds", "1", "--calls", "200"]))
+    out = run(readme.command("python scripts/benchmarks/bench_decode.py", append=["--rounds", "1", "--calls", "200"]))
     assert "decodes/s: " in out
 
 
 def test_bench_sim():
-    out = run(readme.command("python scripts/bench_sim.py", append=["--repeats", "1"]))
+    out = run(readme.command("python scripts/benchmarks/bench_sim.py", append=["--repeats", "1"]))
     assert "seconds per evaluation: " in out
 
 
 def test_bench_parallel():
-    out = run(readme.command("python scripts/bench_parallel.py",
+    out = run(readme.command("python scripts/benchmarks/bench_parallel.py",
                              append=["--actors", "1,2", "--particles", "2", "--iters", "1", "--seconds", "0.2"]))
     assert out.strip()
 
@@ -41,14 +41,14 @@ def test_bench_parallel():
 def test_soak_chaos():
     """One driver SIGKILL and resume; actor kills are rare here (every ~20 s): one that lands while a loaded
     machine is still starting the actor can stop the run, as the script intends."""
-    out = run(readme.command("python scripts/soak.py --chaos",
+    out = run(readme.command("python scripts/benchmarks/soak.py --chaos",
                              append=["--evals", "24", "--particles", "6", "--actors", "2", "--eval-seconds", "0.2",
                                      "--actor-kill-every", "20", "--driver-kills", "1", "--orphan-wait", "5"]))
     assert "journal equals the uninterrupted run's" in out
 
 
 def test_bench_search(tmp_path):
-    out = run(readme.command("python scripts/bench_search.py --jobs 2",
+    out = run(readme.command("python scripts/benchmarks/bench_search.py --jobs 2",
                              append=["--seeds", "1", "--budgets", "6", "--problems", "0", "--methods", "random search",
                                      "--ablation-seeds", "none", "--no-result-cache", "--cache", str(tmp_path),
                                      "--out", "-"]), timeout=1200)

@@ -2,7 +2,7 @@
 
 The flag tables (msopt/engines/vllm/flags/vllm-<version>.txt for vLLM 0.33.0 and 0.23.0, which msopt
 also reads at load time and in preflight, and tests/data/engines/sglang_flags.txt) were read from the
-wheels by scripts/engine_flags.py; MindIE's shipped config.json
+wheels by scripts/generators/engine_flags.py; MindIE's shipped config.json
 (../shared/original/mindie_config.json, beside the repository) is MindIE-LLM's src/server/conf/config.json. Each
 file's header says where it comes from and how to refresh it.
 """
@@ -48,7 +48,7 @@ def flag_table(engine: str, version: str = "0.33.0") -> dict[str, bool]:
 def test_flag_tables_say_where_they_come_from() -> None:
     for engine, version in (("vllm", "0.33.0"), ("vllm", "0.23.0"), ("sglang", "0.5.23")):
         head = table_path(engine, version).read_text().splitlines()[:3]
-        assert head[0].startswith(f"# {engine} {version}:") and "scripts/engine_flags.py" in head[1]
+        assert head[0].startswith(f"# {engine} {version}:") and "scripts/generators/engine_flags.py" in head[1]
         table = flag_table(engine, version)
         assert "--host" in table and "--port" in table and "--served-model-name" in table
 
@@ -234,7 +234,7 @@ def test_mindie_launches_and_exports_a_consistent_config(tmp_path: Path) -> None
         assert_mindie_accepts(next(iter(bare.files.values())))
     assert launched and not refused  # the shipped search keeps to MindIE's layouts
     best = space.decode([(lo + hi) / 2 for lo, hi in zip(low, high, strict=True)]).values
-    export_best(settings, best, tmp_path)
+    export_best(settings.config, best, tmp_path)
     exported = __import__("json").loads((tmp_path / "best_config.json").read_text())
     assert_mindie_accepts(exported)
 

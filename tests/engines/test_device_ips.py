@@ -128,9 +128,9 @@ def test_preflight_reads_every_npu_where_trials_span_nodes(hccn: dict[str, str],
     settings = load_settings(path)
     for k, v in hccn.items():
         monkeypatch.setenv(k, v)
-    check = _device_ips(settings, 8)
+    check = _device_ips(settings.config, 8)
     assert check is not None and check.ok and "NPU 7 192.168.0.17" in check.detail
-    check = _device_ips(settings, 10)  # NPU 9 is down
+    check = _device_ips(settings.config, 10)  # NPU 9 is down
     assert check is not None and not check.ok and "-i 9 -ip -g" in check.detail and "device_ips" in check.detail
     path.write_text(base.replace("devices_per_trial = 16", "devices_per_trial = 8"))
-    assert _device_ips(load_settings(path), 8) is None  # one node: no rank table
+    assert _device_ips(load_settings(path).config, 8) is None  # one node: no rank table

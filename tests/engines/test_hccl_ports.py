@@ -77,7 +77,7 @@ def test_preflight_names_the_variables_in_force(tmp_path: Path, monkeypatch: pyt
                     'devices_per_trial = 4\n[[mindie.target_field]]\nname = "mbs"\n'
                     'config_position = "BackendConfig.ScheduleConfig.maxBatchSize"\nmin = 8\nmax = 64\ndtype = "int"\n')
     settings = load_settings(path)
-    check = _hccl(settings, dict(settings.section("mindie")))
+    check = _hccl(settings.config, dict(settings.config.engine.section.table))
     assert check is not None and check.ok
     assert "HCCL_IF_BASE_PORT=60000" in check.detail and "replaces '60000-60050' from this environment" in check.detail
     assert "HCCL_NPU_SOCKET_PORT_RANGE=16666-16697" in check.detail

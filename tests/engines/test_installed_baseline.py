@@ -66,7 +66,7 @@ def _config(tmp_path: Path) -> Path:
 
 def test_the_baseline_is_what_the_installation_runs(tmp_path: Path) -> None:
     settings = load_settings(_config(tmp_path))
-    values, lines = installed_baseline(settings, {"CONCURRENCY": "64"})
+    values, lines = installed_baseline(settings.config.engine, {"CONCURRENCY": "64"})
     assert values == {"max_batch_size": 200, "CONCURRENCY": 64}
     conf = tmp_path / "config.json"
     assert lines[0] == (f"baseline max_batch_size = 200: BackendConfig.ScheduleConfig.maxBatchSize of {conf} "

@@ -258,7 +258,7 @@ def test_the_real_runner_gives_a_multi_node_mindie_leader_its_own_ports(tmp_path
     settings = load_settings(conf)
     space = SearchSpace.from_settings(settings)
     values = dict(space.decode(space.default_position()).values)
-    runner = RealRunner(settings, get_engine("mindie"), RunnerContext(run_dir=tmp_path, nodes=nodes))
+    runner = RealRunner(settings.config, get_engine("mindie"), RunnerContext(run_dir=tmp_path, nodes=nodes))
     with pytest.raises(EvaluationError, match="needs the Ray pool"):  # rendered, then stopped: no launcher here
         runner.measure(values, EvalRequest(0, "baseline", None, 0, ()), 1)
     ports = [seen["port"], seen["rendezvous_port"], *seen["leader_ports"]]

@@ -1,4 +1,4 @@
-"""The third-party engine of docs/architecture.md, for real: docs/examples/msopt-tgi registered
+"""The third-party engine of docs/plugins.md, for real: docs/examples/msopt-tgi registered
 through its entry point (a dist-info directory on the path, as ``pip install`` would leave it),
 then ``msopt validate`` and ``msopt optimize --no-ray`` with ``engine = "tgi"`` and a ``[tgi]``
 section, the server being ``msopt sim-serve`` (which takes the launch's unknown flags)."""

@@ -187,7 +187,7 @@ value = 8192
 def run_one(tmp_path: Path, text: str, position: list[float]) -> EvaluationResult:
     path = tmp_path / "c.toml"
     path.write_text(text)
-    ev = Evaluator(load_settings(path), run_dir=tmp_path / "run")
+    ev = Evaluator(load_settings(path).config, run_dir=tmp_path / "run")
     return ev.evaluate(EvalRequest(1, "search", 0, 0, tuple(position)))
 
 

@@ -3,7 +3,7 @@
 
 Sources: vllm-ascend 0.23.0.post1 sdist (Dockerfile:42 ``ARG VLLM_TAG=v0.23.0``,
 vllm_ascend/ascend_config.py, vllm_ascend/utils.py:1402-1406), the vLLM 0.23.0, 0.25.1, 0.26.0, 0.27.1 and 0.33.0 wheels
-(msopt/engines/vllm/flags/, made by scripts/engine_flags.py and scripts/ascend_config_keys.py).
+(msopt/engines/vllm/flags/, made by scripts/generators/engine_flags.py and scripts/generators/ascend_config_keys.py).
 """
 
 from __future__ import annotations

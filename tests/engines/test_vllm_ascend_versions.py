@@ -106,7 +106,7 @@ class SchedulerConfig:
 '''
     sdist = tmp_path / "va.tar.gz"
     sdist.write_bytes(_source({"ascend_config.py": config, "__init__.py": ""}))
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ascend_config_keys.py"), str(sdist)],
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "generators" / "ascend_config_keys.py"), str(sdist)],
                          capture_output=True, text=True, check=True).stdout
     keys = {ln for ln in out.splitlines() if ln and not ln.startswith("#")}
     assert {"eplb_config.num_redundant_experts", "scheduler_config", "profiling_chunk_config",

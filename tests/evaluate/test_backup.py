@@ -57,7 +57,7 @@ def _mindie(tmp_path: Path, backup: bool) -> tuple[RealRunner, Path, Path]:
     run = tmp_path / "run"
     run.mkdir()
     settings = load_settings(str(cfg), environ={})
-    return RealRunner(settings, get_engine("mindie"), RunnerContext(run_dir=run)), run, conf
+    return RealRunner(settings.config, get_engine("mindie"), RunnerContext(run_dir=run)), run, conf
 
 
 def test_a_real_attempt_records_its_launch_and_the_original(tmp_path):

@@ -58,7 +58,7 @@ log_snippet_length = 50
 oom = []
 hccl = ["HCCL error"]
 """)
-    hc = HealthCheck.from_settings(load_settings(path))
+    hc = HealthCheck.from_config(load_settings(path).config.health_check, "vllm")
     assert hc.log_snippet_length == 50
     assert hc.check(["out of memory"]).ok
     assert hc.check(["an HCCL Error here"]).error_type == "hccl"
@@ -83,4 +83,4 @@ def test_invalid_table_from_settings_names_the_file(write_toml) -> None:
 
     path = write_toml("[health_check.service.fatal]\noom = 3\n")
     with pytest.raises(ConfigError, match=f"{path}.*oom"):
-        HealthCheck.from_settings(load_settings(path))
+        HealthCheck.from_config(load_settings(path).config.health_check, "vllm")

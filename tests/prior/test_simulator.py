@@ -11,7 +11,7 @@ from msopt.config import load_settings
 from msopt.errors import ConfigError
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.screen import CandidateScreen
-from msopt.prior import PriorGuide, SimulatorPrior, make_prior, prior_applies, prior_options
+from msopt.prior import PriorGuide, SimulatorPrior, make_prior, prior_applies
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.space import SearchSpace
@@ -92,7 +92,7 @@ def settings_of(write_toml, simulate="true", extra=""):
 def test_prior_search_ranks_and_picks_distinct_layouts(write_toml):
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
-    prior = SimulatorPrior(settings, space)
+    prior = SimulatorPrior(settings.config, space)
     ranked = prior.search(60, np.random.default_rng(0))
     fits = [p.fitness for p in ranked]
     assert fits == sorted(fits) and math.isfinite(fits[0])
@@ -112,9 +112,9 @@ def test_memo_is_shared_and_results_are_the_same(write_toml):
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
     memo: dict = {}
-    a = SimulatorPrior(settings, space, memo=memo)
+    a = SimulatorPrior(settings.config, space, memo=memo)
     first = a.search(30, np.random.default_rng(1))
-    b = SimulatorPrior(settings, space, memo=memo)
+    b = SimulatorPrior(settings.config, space, memo=memo)
     second = b.search(30, np.random.default_rng(1))
     assert [p.values for p in first] == [p.values for p in second]
     assert [p.fitness for p in first] == [p.fitness for p in second]
@@ -122,16 +122,16 @@ def test_memo_is_shared_and_results_are_the_same(write_toml):
 
 def test_prior_applies(write_toml):
     sim = settings_of(write_toml)
-    assert prior_applies(sim, prior_options(sim))
+    assert prior_applies(sim.config, sim.config.prior)
     off = settings_of(write_toml, extra='[search]\nprior = "none"')
-    assert not prior_applies(off, prior_options(off)) and make_prior(off) is None
+    assert not prior_applies(off.config, off.config.prior) and make_prior(off.config) is None
     # a real run whose [simulator] was set in its file: on; with the packaged defaults only: off
     real = settings_of(write_toml, simulate="false")
-    assert prior_applies(real, prior_options(real))
+    assert prior_applies(real.config, real.config.prior)
     text = CFG.format(simulate="false", extra="")
     text = text[:text.index("[simulator]")] + text[text.index("[[vllm.target_field]]"):]
     bare = load_settings(str(write_toml(text, "bare.toml")), environ={})
-    assert not prior_applies(bare, prior_options(bare))
+    assert not prior_applies(bare.config, bare.config.prior)
 
 
 def test_bad_search_keys_are_config_errors(write_toml):
@@ -144,12 +144,12 @@ def test_bad_search_keys_are_config_errors(write_toml):
 def test_driver_starts_at_picks_and_journals_predictions(write_toml):
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
-    prior = make_prior(settings, space)
+    prior = make_prior(settings.config, space)
     assert prior is not None
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(
         space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
     guide = PriorGuide(prior)
-    driver = Driver(settings, pool, guide=guide)
+    driver = Driver(settings.config, pool, guide=guide)
     assert guide.picks and len(guide.picks) == 4
     try:
         out = driver.run()
@@ -168,7 +168,7 @@ def test_driver_starts_at_picks_and_journals_predictions(write_toml):
 
 def test_screen_checks_rules_with_the_simulated_model(write_toml):
     settings = settings_of(write_toml)
-    screen = CandidateScreen(settings)
+    screen = CandidateScreen(settings.config)
     ok = {"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 32, "max_num_batched_tokens": 2048}
     assert screen.refusal(ok) is None
     assert "max_num_batched_tokens" in (screen.refusal({**ok, "max_num_batched_tokens": 16}) or "")
@@ -181,10 +181,10 @@ def test_report_shows_the_prior(write_toml, tmp_path):
 
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "runs", settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, lambda v: v["tp"]))
+    store = RunStore.create(tmp_path / "runs", settings.config)
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, lambda v: v["tp"]))
     try:
-        Driver(settings, pool, store=store, guide=guide_of(make_prior(settings, space))).run()
+        Driver(settings.config, pool, store=store, guide=guide_of(make_prior(settings.config, space))).run()
     finally:
         pool.close()
         store.close()
@@ -198,7 +198,7 @@ def test_refit_learns_from_measurements(write_toml):
     measured configurations are closer to what was measured."""
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
-    prior = SimulatorPrior(settings, space)
+    prior = SimulatorPrior(settings.config, space)
     ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:4]
     assert len(ranked) == 4
     slow = {}
@@ -227,7 +227,7 @@ def json_key(values):
 
 def test_refit_needs_two_measurements(write_toml):
     settings = settings_of(write_toml)
-    prior = SimulatorPrior(settings, SearchSpace.from_settings(settings))
+    prior = SimulatorPrior(settings.config, SearchSpace.from_settings(settings))
     prior.observe({"tp": 1, "pp": 1, "dp": 8, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
                   {"generate_speed": 100.0, "time_to_first_token": 0.1, "time_per_output_token": 0.01})
     prior.observe({"tp": 2, "pp": 1, "dp": 4, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
@@ -243,8 +243,8 @@ def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
     space = SearchSpace.from_settings(settings)
 
     def run():
-        pool = InProcessPool(settings, size=1)
-        driver = Driver(settings, pool, guide=guide_of(make_prior(settings, space)))
+        pool = InProcessPool(settings.config, size=1)
+        driver = Driver(settings.config, pool, guide=guide_of(make_prior(settings.config, space)))
         out = driver.run()
         pool.close()
         return driver, [(r.eval_id, r.fitness, r.reused, r.refused) for r in out.results]
@@ -262,7 +262,7 @@ def test_refit_is_skipped_without_new_rows_and_warm_afterwards(write_toml):
     again; a later one starts from the last fit (capped), not from the catalog."""
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
-    prior = SimulatorPrior(settings, space)
+    prior = SimulatorPrior(settings.config, space)
     ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:3]
     for p in ranked[:2]:
         m = p.metrics
@@ -284,7 +284,7 @@ def test_refit_is_skipped_while_the_predictions_are_close(write_toml):
     note says how close; the same rows are not checked again; rows 40 % off are refitted."""
     settings = settings_of(write_toml)
     space = SearchSpace.from_settings(settings)
-    prior = SimulatorPrior(settings, space)
+    prior = SimulatorPrior(settings.config, space)
     ranked = [p for p in prior.search(30, np.random.default_rng(2)) if math.isfinite(p.fitness)][:4]
     for p in ranked[:2]:
         m = p.metrics
@@ -315,9 +315,9 @@ def test_a_budget_remeasures_the_two_best_again(write_toml):
 
     def refine_count(**kw):
         settings = base.replace(data_storage={"pso_top_k": 3}, **kw)
-        pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
+        pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(
             space, lambda v: v["max_num_seqs"] / 100 + v["tp"]))
-        out = Driver(settings, pool, guide=guide_of(make_prior(settings, space))).run()
+        out = Driver(settings.config, pool, guide=guide_of(make_prior(settings.config, space))).run()
         pool.close()
         return (sum(r.phase == "refine" for r in out.results), out.launched,
                 sum(r.phase == "baseline" for r in out.results))
@@ -339,7 +339,7 @@ def test_a_disaggregated_trial_is_predicted_as_its_evaluation_simulates_it(write
 
     settings = load_settings(PD_EXAMPLE)
     space = SearchSpace.from_settings(settings)
-    prior = make_prior(settings, space)
+    prior = make_prior(settings.config, space)
     values = {"n_prefill": 10, "n_decode": 3, "prefill_tp": 1, "decode_tp": 2, "prefill_chunk": 2048,
               "decode_max_running": 69}
     pred = prior.predict(values)
@@ -347,7 +347,7 @@ def test_a_disaggregated_trial_is_predicted_as_its_evaluation_simulates_it(write
     text = open(PD_EXAMPLE, encoding="utf-8").read()
     assert "\nnoise = 0.02" in text
     noiseless = load_settings(str(write_toml(text.replace("\nnoise = 0.02", "\nnoise = 0.0"))))
-    res = Evaluator(noiseless, simulate=True).evaluate(
+    res = Evaluator(noiseless.config, simulate=True).evaluate(
         EvalRequest(0, "search", 0, 0, tuple(space.encode(values).tolist()), num_prompts=prior.num_prompts))
     assert res.error is None
     for key in ("generate_speed", "time_to_first_token", "time_per_output_token"):

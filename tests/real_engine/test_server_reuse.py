@@ -92,8 +92,8 @@ def test_a_kept_server_nothing_needs_is_stopped_while_the_pool_runs(tmp_path: Pa
     settings = load_settings(cfg, environ={})
     space = SearchSpace.from_settings(settings)
     values = space.decode(space.default_position(), None).values
-    key = server_key(settings, get_engine("vllm"), values)
-    pool = InProcessPool(settings, size=1, run_dir=str(tmp_path / "run"))
+    key = server_key(settings.config, get_engine("vllm"), values)
+    pool = InProcessPool(settings.config, size=1, run_dir=str(tmp_path / "run"))
     try:
         pool.submit(EvalRequest(0, "baseline", None, 0, tuple(space.default_position().tolist()), num_prompts=8,
                                 server_key=key))

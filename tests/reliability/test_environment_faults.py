@@ -146,7 +146,7 @@ def test_the_evaluator_tells_a_fault_from_a_measurement(exc: BaseException, faul
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     settings = _settings(tmp_path)
     Faulty(exc, times=10**6, eval_id=0).install(monkeypatch)
-    r = Evaluator(settings, simulate=True).evaluate(_request(settings))
+    r = Evaluator(settings.config, simulate=True).evaluate(_request(settings))
     assert math.isinf(r.fitness) and r.error
     assert (r.fault is not None) is fault
     assert "fault" not in r.to_json("x") or fault
@@ -162,7 +162,7 @@ def test_in_process_pool_survives_an_evaluator_that_raises(tmp_path: Path) -> No
         def evaluate(self, req: EvalRequest) -> Any:
             raise OSError(errno.EIO, "Input/output error")
 
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: Broken())
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: Broken())
     try:
         for i in range(2):  # the worker thread lives on after the first
             pool.submit(_request(settings, eval_id=i))

@@ -1,4 +1,4 @@
-"""The driver keeps no per-evaluation state when a journal records every result (scripts/soak.py
+"""The driver keeps no per-evaluation state when a journal records every result (scripts/benchmarks/soak.py
 measures the same over 10,000 evaluations)."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ def test_driver_with_a_journal_keeps_no_result_per_evaluation(base: Settings, mo
                                                               tmp_path: Path) -> None:
     settings = base.replace(mode=mode, duplicate_policy="rerun", n_particles=4, iters=6)
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path, settings)
-    pool = InProcessPool(settings, size=3, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
+    store = RunStore.create(tmp_path, settings.config)
+    pool = InProcessPool(settings.config, size=3, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
     try:
         # no progress display; no start-up rules: vLLM would refuse every configuration of this space
         # (prefill is a ratio of seqs, so max_num_batched_tokens < max_num_seqs) and none would run
-        driver = Driver(settings, pool, store=store, screen=False)
+        driver = Driver(settings.config, pool, store=store, screen=False)
         outcome = driver.run()
         leftover = pool.running()
     finally:

@@ -133,9 +133,9 @@ def test_driver_survives_any_reported_position_and_fitness(base: Settings, data:
     space = SearchSpace.from_settings(settings)
     d = len(space.dimensions)
     draws = data.draw(st.lists(st.tuples(ANY_FLOAT, positions(d)), min_size=1, max_size=12))
-    pool = InProcessPool(settings, size=2, evaluator_factory=lambda k: WildEvaluator(space, draws))
+    pool = InProcessPool(settings.config, size=2, evaluator_factory=lambda k: WildEvaluator(space, draws))
     try:
-        driver = Driver(settings, pool)
+        driver = Driver(settings.config, pool)
         outcome = driver.run()
     finally:
         pool.close()
@@ -143,9 +143,9 @@ def test_driver_survives_any_reported_position_and_fitness(base: Settings, data:
     assert _in_bounds(driver.searcher.swarm.positions, low, high)
     assert np.all(np.isfinite(driver.searcher.swarm.velocities))
     search = [r for r in outcome.results if r.phase == "search"]
-    assert len(search) == settings.n_particles * settings.iters
+    assert len(search) == settings.config.run.n_particles * settings.config.run.iters
     assert sorted({(r.particle, r.iteration) for r in search}) == sorted(
-        (i, k) for i in range(settings.n_particles) for k in range(settings.iters))
+        (i, k) for i in range(settings.config.run.n_particles) for k in range(settings.config.run.iters))
     if outcome.best is not None:
         assert math.isfinite(outcome.best.fitness)
 
@@ -156,13 +156,13 @@ def test_driver_dispatches_any_request_position(base: Settings, data: st.DataObj
     space = SearchSpace.from_settings(base)
     d = len(space.dimensions)
     reqs_pos = data.draw(st.lists(positions(d), min_size=1, max_size=8))
-    pool = InProcessPool(base, size=2, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
+    pool = InProcessPool(base.config, size=2, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
     try:
-        driver = Driver(base, pool)
+        driver = Driver(base.config, pool)
         got = {}
         for k, pos in enumerate(reqs_pos):
-            req = EvalRequest(eval_id=1 + k, phase="search", particle=k % base.n_particles, iteration=k,
-                              position=tuple(pos), context=DecodeContext(k % base.n_particles, base.n_particles, k),
+            req = EvalRequest(eval_id=1 + k, phase="search", particle=k % base.config.run.n_particles, iteration=k,
+                              position=tuple(pos), context=DecodeContext(k % base.config.run.n_particles, base.config.run.n_particles, k),
                               num_prompts=None)
             r = driver.dispatch(req)
             if r is not None:
@@ -256,7 +256,7 @@ def test_journal_always_parses(base: Settings, data: st.DataObject) -> None:
     ids = data.draw(st.lists(st.integers(0, 2**40), min_size=1, max_size=6, unique=True))
     written = [data.draw(results(i)) for i in ids]
     with tempfile.TemporaryDirectory() as tmp:
-        store = RunStore.create(Path(tmp), base, run_id="props")
+        store = RunStore.create(Path(tmp), base.config, run_id="props")
         for r in written:
             store.append(r)
         store.close()
@@ -285,7 +285,7 @@ def test_top_k_board_equals_ranking_every_result(base: Settings, data: st.DataOb
     """The driver keeps only the pso_top_k best distinct configurations, not every result; its
     pick must equal ranking all results at the end (the original refine selection)."""
     settings = base.replace(data_storage={"pso_top_k": top_k})
-    driver = Driver(settings, pool=None, keep_results=False)  # type: ignore[arg-type]
+    driver = Driver(settings.config, pool=None, keep_results=False)  # type: ignore[arg-type]
     fits = st.one_of(st.floats(-5, 5), st.just(math.inf), st.just(math.nan))
     drawn = data.draw(st.lists(st.tuples(st.integers(0, 5), fits, st.sampled_from(["baseline", "search", "refine"])),
                                max_size=40))

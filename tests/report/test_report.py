@@ -235,7 +235,7 @@ def test_zero_successful_evaluations_still_report(tmp_path: Path) -> None:
     cfg.write_text(small_quickstart())
     settings = load_settings(str(cfg), environ={})
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "out", settings, run_id="allfail")
+    store = RunStore.create(tmp_path / "out", settings.config, run_id="allfail")
     rng = np.random.default_rng(0)
     low, high = space.bounds
     for i in range(6):
@@ -265,7 +265,7 @@ def test_a_reused_result_is_not_a_measurement_in_the_table(tmp_path: Path) -> No
     cfg.write_text(small_quickstart())
     settings = load_settings(str(cfg), environ={})
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "out", settings, run_id="reuse")
+    store = RunStore.create(tmp_path / "out", settings.config, run_id="reuse")
     d = space.decode(space.default_position(), None)
     metrics = {"generate_speed": 900.0, "time_to_first_token": 0.5, "time_per_output_token": 0.01,
                "success_rate": 1.0, "throughput": 3.0}
@@ -280,7 +280,7 @@ def test_a_reused_result_is_not_a_measurement_in_the_table(tmp_path: Path) -> No
 def test_empty_journal_reports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(small_quickstart())
-    store = RunStore.create(tmp_path / "out", load_settings(str(cfg), environ={}), run_id="empty")
+    store = RunStore.create(tmp_path / "out", load_settings(str(cfg), environ={}).config, run_id="empty")
     store.close()
     assert main(["report", str(store.run_dir)]) == 0
     assert "No evaluation succeeded" in (store.run_dir / REPORT_HTML).read_text()
@@ -292,7 +292,7 @@ def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
     cfg.write_text(small_quickstart())
     settings = load_settings(str(cfg), environ={})
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "out", settings, run_id="big")
+    store = RunStore.create(tmp_path / "out", settings.config, run_id="big")
     rng = np.random.default_rng(1)
     low, high = space.bounds
     best = None
@@ -310,7 +310,7 @@ def test_500_evaluations_report_quickly(tmp_path: Path) -> None:
             best = r
     from msopt.run.records import best_record
 
-    store.write_best(best_record(best, settings))
+    store.write_best(best_record(best, settings.engine))
     store.close()
     t0 = time.perf_counter()
     write_report(store.run_dir)
@@ -382,7 +382,7 @@ def test_string_values_stay_literal(tmp_path: Path, nasty: str) -> None:
     assert values["tokenizer_mode"] == nasty
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    written = export_best(settings, values, run_dir, eval_id=3, fitness=1.5)
+    written = export_best(settings.config, values, run_dir, eval_id=3, fitness=1.5)
     assert [p.name for p in written] == [BEST_COMMAND_SH, BEST_COMMAND_JSON]
     sh = run_dir / BEST_COMMAND_SH
     assert subprocess.run(["sh", "-n", str(sh)], capture_output=True).returncode == 0
@@ -404,7 +404,7 @@ def test_sglang_command_uses_its_port_and_model_flag(tmp_path: Path) -> None:
     settings = load_settings(None, "sglang", environ={})
     space = SearchSpace.from_settings(settings)
     values = space.decode(space.default_position()).values
-    export_best(settings, values, tmp_path)
+    export_best(settings.config, values, tmp_path)
     record = json.loads((tmp_path / BEST_COMMAND_JSON).read_text())
     argv = record["argv"]
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
@@ -476,7 +476,7 @@ def test_best_command_does_not_export_the_benchmark_load_into_the_server(tmp_pat
     space = SearchSpace.from_settings(settings)
     values = space.decode(space.default_position()).values
     assert values["CONCURRENCY"] == 32
-    export_best(settings, values, tmp_path)
+    export_best(settings.config, values, tmp_path)
     text = (tmp_path / BEST_COMMAND_SH).read_text()
     assert "export CONCURRENCY" not in text and "export MSOPT_TEST_SERVER_VAR=2" in text
     assert "benchmark load, not the server's: CONCURRENCY=32" in text

@@ -66,7 +66,7 @@ def test_failures_are_grouped_by_kind_with_one_full_example(tmp_path: Path) -> N
     cfg.write_text(small_quickstart())
     settings = load_settings(str(cfg), environ={})
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "out", settings, run_id="kinds")
+    store = RunStore.create(tmp_path / "out", settings.config, run_id="kinds")
     rng = np.random.default_rng(0)
     low, high = space.bounds
     for i in range(9):

@@ -156,8 +156,8 @@ def _small_run(write_toml, budget, score, mode="sync"):
         def on_event(self, ev):
             events.append(ev)
 
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: _Noisy(space, score, seen))
-    driver = Driver(settings, pool, keep_results=True, callbacks=[Sink()])
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: _Noisy(space, score, seen))
+    driver = Driver(settings.config, pool, keep_results=True, callbacks=[Sink()])
     try:
         out = driver.run()
     finally:

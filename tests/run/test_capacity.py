@@ -71,10 +71,10 @@ def settings_for(write_toml, *, n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capa
 
 
 def run(settings, previous=(), store=None, size=2):
-    pool = InProcessPool(settings, size=size)
+    pool = InProcessPool(settings.config, size=size)
     try:
         # every result in memory for the comparisons (with a store the journal is the record)
-        driver = Driver(settings, pool, previous=previous, store=store, keep_results=True)
+        driver = Driver(settings.config, pool, previous=previous, store=store, keep_results=True)
         out = driver.run()
     finally:
         pool.close()
@@ -83,12 +83,12 @@ def run(settings, previous=(), store=None, size=2):
 
 def passes(settings, values, load):
     """The test's own verdict for one load, with the same Evaluator."""
-    ev = Evaluator(settings, simulate=True)
+    ev = Evaluator(settings.config, simulate=True)
     pos = tuple(SearchSpace.from_settings(settings).encode(values).tolist())
     r = ev.evaluate(EvalRequest(10_000 + int(load), "capacity", 0, 0, pos, None, load={"concurrency": load}))
     m = r.metrics
-    return (m["time_to_first_token"] <= settings.ttft_slo and m["time_per_output_token"] <= settings.tpot_slo
-            and m["success_rate"] >= settings.success_rate_slo)
+    return (m["time_to_first_token"] <= settings.config.run.slos.ttft and m["time_per_output_token"] <= settings.config.run.slos.tpot
+            and m["success_rate"] >= settings.config.run.slos.success_rate)
 
 
 # -- the search against synthetic edges --------------------------------------------------------
@@ -155,7 +155,7 @@ def test_found_load_is_the_true_edge_within_tolerance(write_toml):
         assert truth > 0
         assert truth * (1 - 0.05) - 1 <= got <= truth, (c, truth)
         assert c["goodput"] == c["edge_metrics"]["generate_speed"] > 0
-        assert c["edge_metrics"]["time_to_first_token"] <= settings.ttft_slo
+        assert c["edge_metrics"]["time_to_first_token"] <= settings.config.run.slos.ttft
         assert len(c["probes"]) <= 12
     probes = [r for r in out.results if r.phase == "capacity"]
     assert probes and all(set(r.load) == {"concurrency"} for r in probes)
@@ -203,7 +203,7 @@ def test_resume_replays_capacity_probes(write_toml, tmp_path, mode, size):
     """With one worker for two configurations the probes go by server key (one configuration's, then
     the other's), and a resumed run replays them the same."""
     settings = settings_for(write_toml, n=2, iters=1, top_k=2).replace(mode=mode)
-    store = RunStore.create(tmp_path / "runs", settings)
+    store = RunStore.create(tmp_path / "runs", settings.config)
     _, full = run(settings, store=store, size=size)
     store.close()
     journal = RunStore.open(store.run_dir).load_journal()
@@ -222,7 +222,7 @@ def test_resume_replays_capacity_probes(write_toml, tmp_path, mode, size):
 
 def test_run_directory_holds_the_capacity(write_toml, tmp_path):
     settings = settings_for(write_toml, n=2, iters=1, top_k=2)
-    store = RunStore.create(tmp_path / "runs", settings)
+    store = RunStore.create(tmp_path / "runs", settings.config)
     run(settings, store=store)
     store.close()
     cap = json.loads((store.run_dir / "capacity.json").read_text())
@@ -256,18 +256,18 @@ value = {value}
 def test_default_on_with_a_varied_load_field(write_toml):
     rate = LOAD_FIELD.format(name="REQUESTRATE", lo=1, hi=8, dtype="float", value=2.0)
     s = settings_for(write_toml, capacity="", extra=rate)
-    o = capacity_options(s)
+    o = capacity_options(s.config)
     assert o.enabled and o.load == "request_rate" and o.field == "REQUESTRATE"
     assert o.start_for({"REQUESTRATE": 3.5}) == 3.5
     conc = LOAD_FIELD.format(name="CONCURRENCY", lo=1, hi=8, dtype="int", value=4)
-    o = capacity_options(settings_for(write_toml, capacity="", extra=conc))
+    o = capacity_options(settings_for(write_toml, capacity="", extra=conc).config)
     assert o.enabled and o.load == "concurrency" and o.field == "CONCURRENCY"
     fixed = LOAD_FIELD.format(name="CONCURRENCY", lo=4, hi=4, dtype="int", value=4)
-    assert not capacity_options(settings_for(write_toml, capacity="", extra=fixed)).enabled
-    assert not capacity_options(settings_for(write_toml, capacity="")).enabled
-    o = capacity_options(settings_for(write_toml, load="request_rate = 6.0\nconcurrency = 16"))
+    assert not capacity_options(settings_for(write_toml, capacity="", extra=fixed).config).enabled
+    assert not capacity_options(settings_for(write_toml, capacity="").config).enabled
+    o = capacity_options(settings_for(write_toml, load="request_rate = 6.0\nconcurrency = 16").config)
     assert o.load == "request_rate" and o.start_load == 6.0 and o.field is None  # open loop
-    o = capacity_options(settings_for(write_toml))
+    o = capacity_options(settings_for(write_toml).config)
     assert o.load == "concurrency" and o.start_load == 4 and o.repeats == 1
 
 
@@ -291,7 +291,7 @@ def test_request_rate_field_drives_the_probes(write_toml):
 def test_invalid_keys_are_named(write_toml, line, key):
     s = settings_for(write_toml, capacity=line if key == "enabled" else "enabled = true\n" + line)
     with pytest.raises(ConfigError, match=key):
-        capacity_options(s)
+        capacity_options(s.config)
 
 
 @pytest.mark.slow  # whole runs in processes
@@ -363,5 +363,5 @@ def test_builtin_reports_its_own_load(write_toml, table, load, start):
     text = (f"benchmark = \"builtin\"\n[capacity]\nenabled = true\n[builtin]\n{table}"
             "[[vllm.target_field]]\nname = \"max_num_seqs\"\nconfig_position = \"--max-num-seqs\"\n"
             "min = 16\nmax = 64\ndtype = \"int\"\nvalue = 32\n")
-    opts = capacity_options(load_settings(str(write_toml(text)), environ={}))
+    opts = capacity_options(load_settings(str(write_toml(text)), environ={}).config)
     assert (opts.load, opts.start_load) == (load, start)

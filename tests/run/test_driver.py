@@ -48,9 +48,9 @@ def score(v):
 def make(write_toml, *, size=1, dup="reuse", mode="sync", jitter=0.0, seen=None):
     settings = load_settings(str(write_toml(config_text(dup, mode))), environ={})
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=size, evaluator_factory=lambda k: FormulaEvaluator(
+    pool = InProcessPool(settings.config, size=size, evaluator_factory=lambda k: FormulaEvaluator(
         space, score, jitter=jitter, seed=k, name=f"w{k}", seen=seen))
-    return settings, Driver(settings, pool)
+    return settings, Driver(settings.config, pool)
 
 
 @pytest.fixture
@@ -88,9 +88,9 @@ def test_write_back_reaches_swarm_before_bests(write_toml):
     text = text.replace("dtype_param = [1, 2, 4]\nvalue = 1", "dtype_param = [1, 2, 4]\nvalue = 4")
     settings = load_settings(str(write_toml(text)), environ={})  # particle 0 starts at tp 8, pp 4: repaired
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seed=k))
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seed=k))
     try:
-        driver = Driver(settings, pool, keep_results=True)
+        driver = Driver(settings.config, pool, keep_results=True)
         Baseline().run(driver)  # the driver's own baseline stage
         SyncSearch().run(driver)  # the driver's own search stage
         search = [r for r in driver.results if r.phase == "search"]
@@ -164,9 +164,9 @@ dtype_param = { target_names = ["big", "pp"], product = 12 }
 """
     settings = load_settings(str(write_toml(text)), environ={})
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    pool = InProcessPool(settings.config, evaluator_factory=lambda k: FormulaEvaluator(space, score))
     try:
-        out = Driver(settings, pool).run()
+        out = Driver(settings.config, pool).run()
     finally:
         pool.close()
     base = out.results[0]
@@ -200,7 +200,7 @@ class _Idle:
 
 def _fed(write_toml, measurements, prefix="", extra=""):
     settings = load_settings(str(write_toml(prefix + config_text("reuse", "sync") + extra)), environ={})
-    driver = Driver(settings, _Idle())
+    driver = Driver(settings.config, _Idle())
     for r in measurements:
         driver.finish(r, journal=False)
     return driver
@@ -262,7 +262,7 @@ def test_best_json_has_the_mean(make_driver, tmp_path):
     from msopt.run.store import RunStore
 
     settings, driver = make_driver(dup="reuse")
-    driver = Driver(settings, driver.pool, store=RunStore.create(str(tmp_path), settings))
+    driver = Driver(settings.config, driver.pool, store=RunStore.create(str(tmp_path), settings.config))
     out = driver.run()
     best = json.loads((driver.store.run_dir / "best.json").read_text())
     assert out.best.phase == "refine" and best["eval_id"] == out.best.eval_id
@@ -299,7 +299,7 @@ def test_simulated_workload_is_the_simulators(write_toml):
     settings = load_settings(str(write_toml("simulate = true\n" + config_text("reuse", "sync")
                                             + "[vllm_benchmark.command]\nnum_prompts = 50\n"
                                             + "[simulator.workload]\nnum_prompts = 300\n")), environ={})
-    assert configured_num_prompts(settings) == 300
+    assert configured_num_prompts(settings.config) == 300
 
 
 def test_remeasurements_carry_their_num_prompts(make_driver, tmp_path):
@@ -309,7 +309,7 @@ def test_remeasurements_carry_their_num_prompts(make_driver, tmp_path):
     from msopt.run.store import RunStore
 
     settings, driver = make_driver(dup="reuse")
-    driver = Driver(settings, driver.pool, store=RunStore.create(str(tmp_path), settings))
+    driver = Driver(settings.config, driver.pool, store=RunStore.create(str(tmp_path), settings.config))
     out = driver.run()
     assert driver.full_prompts == 1000  # [vllm_benchmark.command] num_prompts' default
     refine = [r for r in out.results if r.phase == "refine"] if out.results else []
@@ -333,16 +333,15 @@ def test_reused_result_never_counts_even_as_a_first(write_toml):
 @pytest.mark.parametrize("cut", [25, 26, 27])
 def test_baseline_remeasurement_resumes_exactly(make_driver, cut):
     # the baseline re-measured in the refine stage is replayed by its key ("baseline", None, 1)
-    _, driver = make_driver(dup="rerun")
+    settings, driver = make_driver(dup="rerun")
     full = driver.run()
     journal = sorted(full.results, key=lambda r: r.eval_id)
     assert [(r.phase, r.iteration) for r in journal[25:]] == [("refine", 0), ("refine", 1), ("baseline", 1)]
-    settings = driver.settings
     space = SearchSpace.from_settings(settings)
     seen: list = []
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
     try:
-        again = Driver(settings, pool, previous=journal[:cut], keep_results=True).run()
+        again = Driver(settings.config, pool, previous=journal[:cut], keep_results=True).run()
     finally:
         pool.close()
     assert len(seen) == 28 - cut

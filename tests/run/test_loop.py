@@ -41,12 +41,12 @@ def _settings(write_toml, mode: str = "sync", dup: str = "rerun"):
 
 def _pool(settings):
     space = SearchSpace.from_settings(settings)
-    return InProcessPool(settings, size=2, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
+    return InProcessPool(settings.config, size=2, evaluator_factory=lambda k: FormulaEvaluator(space, score, name=f"w{k}"))
 
 
 def test_callbacks_get_typed_events_after_the_journal(write_toml, tmp_path):
     settings = _settings(write_toml)
-    store = RunStore.create(tmp_path, settings)
+    store = RunStore.create(tmp_path, settings.config)
     seen = Seen(store)
     pool = _pool(settings)
     try:
@@ -68,17 +68,17 @@ def test_callbacks_get_typed_events_after_the_journal(write_toml, tmp_path):
 
 
 def _verdict_lines(settings, results: list[EvaluationResult], outcome) -> list[str]:
-    return make_verdict(settings, results, outcome.best, mean_fitness=outcome.mean_fitness,
+    return make_verdict(settings.config, results, outcome.best, mean_fitness=outcome.mean_fitness,
                         measurements=outcome.measurements).lines()
 
 
 def test_the_outcome_verdict_is_the_journal_verdict(write_toml, tmp_path):
     for mode in ("sync", "async"):
         settings = _settings(write_toml, mode=mode, dup="reuse")
-        store = RunStore.create(tmp_path / mode, settings)
+        store = RunStore.create(tmp_path / mode, settings.config)
         pool = _pool(settings)
         try:
-            outcome = Driver(settings, pool, store=store).run()
+            outcome = Driver(settings.config, pool, store=store).run()
         finally:
             pool.close()
             store.close()
@@ -90,12 +90,12 @@ def test_the_outcome_verdict_is_the_journal_verdict(write_toml, tmp_path):
 
         # resumed from the first half of the journal: the replayed half counts as the journal does
         half = journal[: len(journal) // 2]
-        again = RunStore.create(tmp_path / f"{mode}-again", settings)
+        again = RunStore.create(tmp_path / f"{mode}-again", settings.config)
         for r in half:
             again.append(r)
         pool = _pool(settings)
         try:
-            resumed = Driver(settings, pool, store=again, previous=half).run()
+            resumed = Driver(settings.config, pool, store=again, previous=half).run()
         finally:
             pool.close()
             again.close()
@@ -109,7 +109,7 @@ def test_progress_callback_shows_what_the_loop_sends(write_toml):
     out = io.StringIO()
     pool = _pool(settings)
     try:
-        Driver(settings, pool, callbacks=[ProgressCallback(PlainLog(out), "RUN")]).run()
+        Driver(settings.config, pool, callbacks=[ProgressCallback(PlainLog(out), "RUN")]).run()
     finally:
         pool.close()
     lines = [ln.split("] ", 1)[1] for ln in out.getvalue().splitlines()]

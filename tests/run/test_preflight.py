@@ -79,13 +79,13 @@ def test_too_few_devices_and_a_missing_executable(tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
     path = config(tmp_path, model=str(tmp_path / "model"), accelerator="NPU", devices=8)
     settings = load_settings(path)
-    checks = {c.name: c for c in node_checks(settings, devices=4)}
+    checks = {c.name: c for c in node_checks(settings.config, devices=4)}
     assert not checks["devices"].ok and "4 NPU(s) on this node" in checks["devices"].detail
     assert checks["devices"].line().count("\n") == 0
-    assert {c.name for c in node_checks(settings, devices=4, full=False)} <= CHEAP
+    assert {c.name for c in node_checks(settings.config, devices=4, full=False)} <= CHEAP
     text = path.read_text().replace(repr(EXE).replace("'", '"'), '["no-such-engine-msopt", "serve"]')
     path.write_text(text)
-    checks = {c.name: c for c in node_checks(load_settings(path), devices=8)}
+    checks = {c.name: c for c in node_checks(load_settings(path).config, devices=8)}
     assert not checks["executable"].ok and "no-such-engine-msopt" in checks["executable"].detail
     assert "[vllm.command] executable" in checks["executable"].detail
 
@@ -106,7 +106,7 @@ def test_mindie_config_json_checks(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
     path.write_text(f'engine = "mindie"\n[cluster]\naccelerator = "none"\n[mindie]\nconfig_path = "{conf}"\n'
                     'config_env = false\n')  # edited in place
-    checks = node_checks(load_settings(path), full=False)
+    checks = node_checks(load_settings(path).config, full=False)
     by = {c.name: c for c in checks}
     assert by["config.json"].ok and "writable" in by["config.json"].detail
     assert by["https"].ok and "sets it to false" in by["https"].detail
@@ -117,19 +117,19 @@ def test_mindie_config_json_checks(tmp_path: Path) -> None:
         import os
 
         if os.geteuid() != 0:  # root writes anyway
-            assert not {c.name: c for c in node_checks(load_settings(path), full=False)}["config.json"].ok
+            assert not {c.name: c for c in node_checks(load_settings(path).config, full=False)}["config.json"].ok
     finally:
         tmp_path.chmod(0o755)
     missing = tmp_path / "m2.toml"
     missing.write_text('engine = "mindie"\n[mindie]\nconfig_path = "/nonexistent/conf/config.json"\n')
-    line = {c.name: c for c in node_checks(load_settings(missing), full=False)}["config.json"].line()
+    line = {c.name: c for c in node_checks(load_settings(missing).config, full=False)}["config.json"].line()
     assert line.startswith("FAIL config.json: /nonexistent/conf/config.json does not exist on this node")
 
 
 def test_tls_flags_fail_the_https_check(tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
     path = config(tmp_path, model=str(tmp_path / "model"), others="--ssl-keyfile k.pem --ssl-certfile c.pem")
-    line = {c.name: c for c in node_checks(load_settings(path), full=False)}["https"].line()
+    line = {c.name: c for c in node_checks(load_settings(path).config, full=False)}["https"].line()
     assert line.startswith("FAIL https: --ssl-keyfile, --ssl-certfile in 'others'")
 
 
@@ -153,7 +153,7 @@ def test_mindie_preflight_reports_the_layout_it_found(tmp_path: Path, monkeypatc
     daemon = _fake_run_package(tmp_path / "mindie-service")
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "mindie-service"))
     conf = tmp_path / "mindie-service" / "conf" / "config.json"
-    by = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)), full=False)}
+    by = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)).config, full=False)}
     assert by["install"].ok and "mindie-service layout, found by $MIES_INSTALL_PATH" in by["install"].detail
     assert by["executable"].ok and by["executable"].detail == str(daemon)  # the found daemon is launched
     assert by["config.json"].ok
@@ -161,10 +161,10 @@ def test_mindie_preflight_reports_the_layout_it_found(tmp_path: Path, monkeypatc
     other = tmp_path / "other.json"
     other.write_bytes(conf.read_bytes())
     in_place = _mindie_toml(tmp_path, other, "config_env = false\n")
-    line = {c.name: c for c in node_checks(load_settings(in_place), full=False)}["config.json"]
+    line = {c.name: c for c in node_checks(load_settings(in_place).config, full=False)}["config.json"]
     assert not line.ok and f"not the config.json the mindie-service installation here reads ({conf})" in line.detail
     # by default each trial reads a private copy through $MIES_CONFIG_JSON_PATH: any file can start it
-    line = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)), full=False)}["config.json"]
+    line = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)).config, full=False)}["config.json"]
     assert line.ok and "trials edit private copies" in line.detail
     # the pip layout: mindie_llm_server on PATH, its package's conf/config.json
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
@@ -177,7 +177,7 @@ def test_mindie_preflight_reports_the_layout_it_found(tmp_path: Path, monkeypatc
     (pkg / "conf").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     monkeypatch.setenv("PATH", f"{wrapper.parent}:/usr/bin:/bin")
-    by = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)), full=False)}
+    by = {c.name: c for c in node_checks(load_settings(_mindie_toml(tmp_path, other)).config, full=False)}
     assert by["install"].ok and "pip layout, found by mindie_llm_server on PATH" in by["install"].detail
     assert str(pkg / "conf" / "config.json") in by["install"].detail
     assert by["executable"].detail == str(wrapper)
@@ -187,13 +187,13 @@ def test_mindie_preflight_binds_the_addresses_it_listens_on(tmp_path: Path, monk
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
     conf = tmp_path / "config.json"
     conf.write_bytes(shared(MINDIE_SHIPPED).read_bytes())
-    by = [c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)), full=False) if c.name == "address"]
+    by = [c for c in node_checks(load_settings(_mindie_toml(tmp_path, conf)).config, full=False) if c.name == "address"]
     assert [c.ok for c in by] == [True, True]
     assert "managementIpAddress 127.0.0.1" in by[1].detail and "the file has 127.0.0.2" in by[1].detail
     far = _mindie_toml(tmp_path, conf, '[mindie.command]\nhost = "192.0.2.1"\n')  # TEST-NET-1: not this node's
-    by = [c for c in node_checks(load_settings(far), full=False) if c.name == "address"]
+    by = [c for c in node_checks(load_settings(far).config, full=False) if c.name == "address"]
     assert not any(c.ok for c in by) and "cannot be bound on this node" in by[0].detail
-    assert not {c.name: c for c in node_checks(load_settings(far), full=False)}["install"].ok
+    assert not {c.name: c for c in node_checks(load_settings(far).config, full=False)}["install"].ok
 
 
 @pytest.mark.parametrize(("version", "ok"), [("0.23.0", False), ("0.33.0", True), ("0.30.1", True)])
@@ -207,7 +207,7 @@ def test_flags_are_checked_against_the_installed_vllm_version(tmp_path: Path, ve
     path = config(tmp_path, model=str(tmp_path / "model"), others="--max-num-scheduled-tokens 64")
     path.write_text(path.read_text().replace(f"executable = {EXE!r}".replace("'", '"'),
                                              f'executable = ["{fake}", "serve"]'))
-    checks = {c.name: c for c in node_checks(load_settings(path))}
+    checks = {c.name: c for c in node_checks(load_settings(path).config)}
     assert checks["version"].detail == f"vllm {version}"
     assert checks["flags"].ok is ok, checks["flags"].detail
     if not ok:
@@ -291,13 +291,13 @@ def test_the_hardware_check_says_what_the_prior_would_model(tmp_path: Path, monk
     monkeypatch.setattr(preflight, "hardware_probe",
                         lambda: {"nvidia-smi": (data / "nvidia_smi_h100_sxm.csv").read_text()})
     path = config(tmp_path, model=str(tmp_path), accelerator="GPU", devices=8)
-    hw = {c.name: c for c in node_checks(load_settings(path), devices=8)}["hardware"]
+    hw = {c.name: c for c in node_checks(load_settings(path).config, devices=8)}["hardware"]
     assert hw.ok and hw.detail.startswith("h100-sxm (catalog) for 8 x NVIDIA H100 80GB HBM3 (79.6 GiB) from "
                                           "nvidia-smi")
     monkeypatch.setattr(preflight, "hardware_probe", lambda: {})
-    hw = {c.name: c for c in node_checks(load_settings(path), devices=8)}["hardware"]
+    hw = {c.name: c for c in node_checks(load_settings(path).config, devices=8)}["hardware"]
     assert hw.ok and "no GPU found by nvidia-smi, npu-smi or lscpu" in hw.detail
-    assert "hardware" not in {c.name for c in node_checks(load_settings(path), full=False)}
+    assert "hardware" not in {c.name for c in node_checks(load_settings(path).config, full=False)}
 
 
 def test_the_probe_runs_the_tools_it_finds(tmp_path: Path, monkeypatch) -> None:

@@ -67,7 +67,7 @@ served_model_name = "m"
 def _key(write_toml, cluster: str = "", **values: object) -> str | None:
     settings = load_settings(write_toml(KEY_CONFIG.format(cluster=cluster)), environ={})
     base = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
-    return server_key(settings, get_engine("vllm"), {**base, **values})
+    return server_key(settings.config, get_engine("vllm"), {**base, **values})
 
 
 def test_load_only_differences_share_a_server_key(write_toml) -> None:
@@ -152,7 +152,7 @@ def test_the_runner_keeps_the_server_for_the_same_key(write_toml, tmp_path: Path
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
     cluster = "" if reuse else "reuse_servers = false"
     settings = load_settings(write_toml(SERVE_CONFIG.format(exe=exe, cluster=cluster)), environ={})
-    ev = Evaluator(settings, run_dir=tmp_path / "run")
+    ev = Evaluator(settings.config, run_dir=tmp_path / "run")
     a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
     try:
         results = [ev.evaluate(_request(settings, 0, a)),
@@ -179,7 +179,7 @@ def test_a_kept_server_that_died_is_started_again(write_toml, tmp_path: Path) ->
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
     settings = load_settings(write_toml(SERVE_CONFIG.format(exe=exe, cluster="")), environ={})
-    ev = Evaluator(settings, run_dir=tmp_path / "run")
+    ev = Evaluator(settings.config, run_dir=tmp_path / "run")
     a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
     try:
         assert ev.evaluate(_request(settings, 0, a)).error is None
@@ -200,7 +200,7 @@ def test_the_in_process_pool_routes_by_key_and_stops_kept_servers(write_toml, tm
     engine = get_engine("vllm")
     a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
     b = {**a, "max_num_seqs": 16}
-    pool = InProcessPool(settings, size=2, run_dir=str(tmp_path / "run"))
+    pool = InProcessPool(settings.config, size=2, run_dir=str(tmp_path / "run"))
     try:
         got = []
         for i, values in enumerate((a, b)):
@@ -210,7 +210,7 @@ def test_the_in_process_pool_routes_by_key_and_stops_kept_servers(write_toml, tm
         # each worker now keeps one; the probes go to their own server's worker
         for i, values in enumerate((b, a, b, a), start=2):
             pool.submit(replace(_request(settings, i, values, {"concurrency": 1}),
-                                server_key=server_key(settings, engine, values)))
+                                server_key=server_key(settings.config, engine, values)))
             r = pool.wait(60)
             assert len(r) == 1 and r[0].error is None, r
             got += r
@@ -370,9 +370,9 @@ def test_the_in_process_pool_stops_a_kept_server_nothing_needs(write_toml, tmp_p
     engine = get_engine("vllm")
     a = {"max_num_seqs": 8, "CONCURRENCY": 4, "MSOPT_TEST_SERVER_VAR": 2}
     b = {**a, "max_num_seqs": 16}
-    ka, kb = server_key(settings, engine, a), server_key(settings, engine, b)
+    ka, kb = server_key(settings.config, engine, a), server_key(settings.config, engine, b)
     assert ka is not None and kb is not None
-    pool = InProcessPool(settings, size=2, run_dir=str(tmp_path / "run"))
+    pool = InProcessPool(settings.config, size=2, run_dir=str(tmp_path / "run"))
     try:
         for i, values in enumerate((a, b)):
             pool.submit(_request(settings, i, values))
@@ -424,11 +424,11 @@ def run_stops_kept_servers(tmp_path: Path, ray: bool) -> None:
     if ray:
         from actors.pool import RayPool
 
-        pool: Any = RayPool(settings, simulate=False, run_dir=str(tmp_path / "run"), max_concurrent=2)
+        pool: Any = RayPool(settings.config, simulate=False, run_dir=str(tmp_path / "run"), max_concurrent=2)
     else:
         pool = _Spy(settings, size=2, run_dir=str(tmp_path / "run"))
     try:
-        outcome = Driver(settings, pool, keep_results=True, screen=False).run()
+        outcome = Driver(settings.config, pool, keep_results=True, screen=False).run()
         assert outcome.capacity and not outcome.failures
         launched = [r for r in outcome.results if r.server and not r.reused]
         keys = {r.server["key"] for r in launched if r.server}
@@ -491,7 +491,7 @@ def test_launch_costs_from_a_simulated_evaluation() -> None:
     from msopt.run.pool import LaunchCosts
 
     settings = load_settings(Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml", environ={})
-    ev = Evaluator(settings, simulate=True)
+    ev = Evaluator(settings.config, simulate=True)
     space = SearchSpace.from_settings(settings)
     r = ev.evaluate(EvalRequest(0, "baseline", None, 0, tuple(space.default_position().tolist())))
     assert r.error is None and r.server and r.server["start"] == "started"

@@ -58,7 +58,7 @@ def settings(write_toml):
 
 @pytest.fixture
 def run(tmp_path, settings):
-    with RunStore.create(tmp_path / "out", settings, run_id="r1") as s:
+    with RunStore.create(tmp_path / "out", settings.config, run_id="r1") as s:
         yield s
 
 
@@ -114,8 +114,8 @@ def test_files_are_not_world_writable(run):
 
 
 def test_meta_overrides_and_default_run_id(tmp_path, settings):
-    a = RunStore.create(tmp_path, settings, meta={"mode": "async", "argv": ["msopt", "run"]})
-    b = RunStore.create(tmp_path, settings)
+    a = RunStore.create(tmp_path, settings.config, meta={"mode": "async", "argv": ["msopt", "run"]})
+    b = RunStore.create(tmp_path, settings.config)
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", a.run_id)
     assert a.run_id != b.run_id and a.run_dir.name == a.run_id
     assert a.meta["mode"] == "async" and a.meta["argv"] == ["msopt", "run"]
@@ -124,7 +124,7 @@ def test_meta_overrides_and_default_run_id(tmp_path, settings):
 
 def test_existing_run_directory_is_an_error(run, settings):
     with pytest.raises(StoreError, match="exists already.*--resume") as exc:
-        RunStore.create(run.run_dir.parent, settings, run_id="r1")
+        RunStore.create(run.run_dir.parent, settings.config, run_id="r1")
     assert isinstance(exc.value, MsoptError) and str(run.run_dir) in str(exc.value)
     assert run.config_path.exists()  # the existing run is untouched
 
@@ -132,13 +132,13 @@ def test_existing_run_directory_is_an_error(run, settings):
 @pytest.mark.parametrize("bad", ["", "..", ".hidden", "a/b", "-x", "x" * 200, "a b"])
 def test_run_id_must_be_a_plain_name(tmp_path, settings, bad):
     with pytest.raises(StoreError, match="plain directory name"):
-        RunStore.create(tmp_path, settings, run_id=bad)
+        RunStore.create(tmp_path, settings.config, run_id=bad)
 
 
 def test_output_path_that_is_a_file(tmp_path, settings):
     (tmp_path / "f").write_text("x")
     with pytest.raises(StoreError) as info:
-        RunStore.create(tmp_path / "f", settings, run_id="r")
+        RunStore.create(tmp_path / "f", settings.config, run_id="r")
     assert str(info.value) == f"{tmp_path / 'f'}: the output path is not a directory; choose another --output"
     assert (tmp_path / "f").read_text() == "x"
 
@@ -157,7 +157,7 @@ def test_a_relative_output_and_resume_give_an_absolute_run_directory(tmp_path, s
     """Every path under the run directory goes to processes with other working directories (a server's,
     a benchmark's, a Ray worker's): it is absolute however -o and --resume were written (issue 39)."""
     monkeypatch.chdir(tmp_path)
-    store = RunStore.create("msopt_runs", settings, run_id="r1")
+    store = RunStore.create("msopt_runs", settings.config, run_id="r1")
     assert store.run_dir == tmp_path / "msopt_runs" / "r1" and store.run_dir.is_absolute()
     store.close()
     (tmp_path / "elsewhere").mkdir()
@@ -172,7 +172,7 @@ def test_an_evaluator_refuses_a_relative_run_directory(settings):
     from msopt.evaluate.evaluator import Evaluator
 
     with pytest.raises(ValueError, match="run_dir must be an absolute path, got 'msopt_runs/r1'"):
-        Evaluator(settings, simulate=True, run_dir="msopt_runs/r1")
+        Evaluator(settings.config, simulate=True, run_dir="msopt_runs/r1")
 
 
 def test_open_validates_the_directory(tmp_path, run):
@@ -400,7 +400,7 @@ finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.non
 @given(metrics=st.dictionaries(st.sampled_from(METRICS), finite_or_not),
        fitness=st.floats(allow_nan=False), error=st.one_of(st.none(), st.text(max_size=30)))
 def test_journal_round_trip_property(tmp_path_factory, settings, metrics, fitness, error):
-    s = RunStore.create(tmp_path_factory.mktemp("p"), settings, run_id="p")
+    s = RunStore.create(tmp_path_factory.mktemp("p"), settings.config, run_id="p")
     with s:
         s.append(result(0, metrics=metrics, fitness=fitness, error=error))
         back = s.load_journal()[0]

@@ -29,7 +29,7 @@ SETTINGS = load(QUICK).settings
 def test_the_issues_example_reads_as_a_verdict():
     base = result(0, "baseline", 1.2, 0.0239, 9318.0, fitness=106.0, tp=1)
     best = result(49, "refine", 2.1, 0.0185, 6910.0, fitness=0.3508, tp=2, gpu_memory_utilization=0.7963799099058896)
-    v = make_verdict(SETTINGS, [base, failed(1), best], best, mean_fitness=0.3482, measurements=2)
+    v = make_verdict(SETTINGS.config, [base, failed(1), best], best, mean_fitness=0.3482, measurements=2)
     assert v.met and v.met_count == 1 and not v.baseline_met
     lines = v.lines()
     assert lines[0] == "verdict: the recommended configuration meets every SLO"
@@ -45,12 +45,12 @@ def test_the_issues_example_reads_as_a_verdict():
 def test_a_gain_over_a_baseline_within_the_slos_is_a_percentage():
     base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
     best = result(7, "search", 1.0, 0.016, 6000.0, tp=2)
-    v = make_verdict(SETTINGS, [base, best], best)
+    v = make_verdict(SETTINGS.config, [base, best], best)
     # the gain is the comparison line's, over the measurements with the full workload
     assert v.throughput_line().endswith("baseline 5,000 tok/s within the SLOs")
     assert v.comparison_line().endswith(": +20.0 %, one measurement each: noise not measured")
     capacity = result(8, "capacity", 1.0, 0.016, 6000.0, tp=2)  # at another load: nothing like to compare
-    assert make_verdict(SETTINGS, [base, best, capacity], capacity).throughput_line().endswith(
+    assert make_verdict(SETTINGS.config, [base, best, capacity], capacity).throughput_line().endswith(
         "baseline 5,000 tok/s within the SLOs (+20.0 %)")
 
 
@@ -68,7 +68,7 @@ def test_a_gain_inside_the_spread_is_within_noise():
     base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
     best = result(7, "search", 1.0, 0.016, 5400.0, tp=2)
     results = [base, best, again(best, 8, 5100.0), again(base, 9, 5300.0, phase="baseline")]
-    v = make_verdict(SETTINGS, results, results[2])
+    v = make_verdict(SETTINGS.config, results, results[2])
     assert (v.best_speeds.values, v.baseline_speeds.values) == ((5400.0, 5100.0), (5000.0, 5300.0))
     assert v.gain_text() == "+1.9 %, within noise"
     assert v.lines()[-1] == ("  vs baseline, full workload: 5,250 ± 150 tok/s (2 measurements) against "
@@ -81,14 +81,14 @@ def test_a_gain_beyond_the_spread_is_not_noise_and_capped_searches_are_not_compa
     capped = again(result(7, "search", 1.0, 0.016, 9000.0, tp=2), 7, 9000.0, "search", 0, num_prompts=64)
     results = [base, capped, again(capped, 8, 6000.0), again(capped, 9, 6100.0, iteration=2),
                again(base, 10, 5050.0, phase="baseline"), again(base, 11, 4950.0, phase="baseline", iteration=2)]
-    v = make_verdict(SETTINGS, results, results[3])
+    v = make_verdict(SETTINGS.config, results, results[3])
     assert v.best_speeds.values == (6000.0, 6100.0)  # not the search's 64 prompts (the full workload is 640)
     assert v.gain_text() == "+21.0 %"
 
 
 def test_the_baseline_configuration_recommended_is_no_gain():
     base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
-    v = make_verdict(SETTINGS, [base, again(base, 5, 5600.0)], again(base, 5, 5600.0))
+    v = make_verdict(SETTINGS.config, [base, again(base, 5, 5600.0)], again(base, 5, 5600.0))
     assert v.same_configuration and v.gain_text() == "the baseline configuration itself"
     assert v.lines()[-1] == "  vs baseline: the recommendation is the baseline configuration (nothing gained)"
 
@@ -96,7 +96,7 @@ def test_the_baseline_configuration_recommended_is_no_gain():
 def test_no_configuration_met_the_slos_is_loud():
     base = result(0, "baseline", 3.0, 0.03, 9000.0)
     best = result(3, "search", 2.0, 0.021, 7000.0)
-    v = make_verdict(SETTINGS, [base, best], best)
+    v = make_verdict(SETTINGS.config, [base, best], best)
     assert not v.met and v.met_count == 0
     assert v.lines()[0].startswith("!!! NO CONFIGURATION MET THE SLOs in 2 evaluations")
     assert "  TPOT 21 ms > 20 ms ✗" in v.lines()
@@ -107,13 +107,13 @@ def test_no_configuration_met_the_slos_is_loud():
 def test_a_recommendation_that_breaks_an_slo_another_met_says_so():
     other = result(1, "search", 1.0, 0.019, 100.0, fitness=5.0)
     best = result(2, "search", 1.0, 0.0205, 9000.0, fitness=0.5)
-    v = make_verdict(SETTINGS, [other, best], best)
+    v = make_verdict(SETTINGS.config, [other, best], best)
     assert "breaks an SLO (1 evaluation(s) met every SLO" in v.headline()
     assert "no baseline measured" in v.throughput_line()
 
 
 def test_every_evaluation_failed():
-    v = make_verdict(SETTINGS, [failed(0), failed(1)], None)
+    v = make_verdict(SETTINGS.config, [failed(0), failed(1)], None)
     assert v.lines() == ["!!! NO CONFIGURATION SUCCEEDED: all 2 evaluations failed; see the errors in the report"]
 
 
@@ -123,8 +123,8 @@ def test_a_prediction_the_slo_penalty_dominates_names_the_broken_slos():
 
     broken = {"time_to_first_token": 8.8, "time_per_output_token": 0.0374, "success_rate": 1.0,
               "generate_speed": 2185.7, "fitness": 397519187374.5551}
-    assert predicted_line(SETTINGS, broken) == ("the simulator prior predicted TTFT 8.8 s > 2.5 s ✗, TPOT 37.4 ms > "
+    assert predicted_line(SETTINGS.config, broken) == ("the simulator prior predicted TTFT 8.8 s > 2.5 s ✗, TPOT 37.4 ms > "
                                                 "20 ms ✗ for it (generate_speed 2185.7 tok/s; prior.json: its picks)")
     met = dict(broken, time_to_first_token=1.0, time_per_output_token=0.01, fitness=0.35)
-    assert predicted_line(SETTINGS, met) == ("the simulator prior predicted fitness 0.3500 for it (generate_speed "
+    assert predicted_line(SETTINGS.config, met) == ("the simulator prior predicted fitness 0.3500 for it (generate_speed "
                                              "2185.7 tok/s; prior.json: its picks)")

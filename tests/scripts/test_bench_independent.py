@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def pkg():
-    scripts = str(ROOT / "scripts")
+    scripts = str(ROOT / "scripts" / "benchmarks")
     sys.path.insert(0, scripts)
     try:
         independent = importlib.import_module("bench_search.independent")
@@ -95,10 +95,10 @@ def test_bench_hours_lays_every_method_out_on_the_cluster(pkg, cache, tmp_path, 
     monkeypatch.chdir(tmp_path)  # pyswarms' Reporter writes report.log into the working directory
     index = _smallest(pkg)
     out = tmp_path / "benchmarks.md"
-    line = readme.command("python scripts/bench_hours.py",
+    line = readme.command("python scripts/benchmarks/bench_hours.py",
                           append=["--problems", str(index), "--seeds", "2", "--cache", str(cache), "--out", str(out)])
     argv = shlex.split(line)
-    assert argv[:2] == ["python", "scripts/bench_hours.py"]
+    assert argv[:2] == ["python", "scripts/benchmarks/bench_hours.py"]
     rc = pkg.hours_cli.main(argv[2:])  # the README's line, in this process (its cache is the module's)
     assert rc == 0
     text = out.read_text()

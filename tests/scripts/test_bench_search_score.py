@@ -1,4 +1,4 @@
-"""scripts/bench_search.py's scoring: the numbers docs/benchmarks.md is made of."""
+"""scripts/benchmarks/bench_search.py's scoring: the numbers docs/benchmarks.md is made of."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    """scripts/bench_search/score.py (the package is imported from scripts/, as the launcher does)."""
-    scripts = str(ROOT / "scripts")
+    """scripts/benchmarks/bench_search/score.py (the package is imported from scripts/benchmarks/, as the launcher does)."""
+    scripts = str(ROOT / "scripts" / "benchmarks")
     sys.path.insert(0, scripts)
     try:
         yield importlib.import_module("bench_search.score")

@@ -1,4 +1,4 @@
-"""scripts/silicon_rows.py: aiconfigurator's silicon rows in the reference CSV format."""
+"""scripts/generators/silicon_rows.py: aiconfigurator's silicon rows in the reference CSV format."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    return load_script("silicon_rows")
+    return load_script("generators/silicon_rows")
 
 
 def _row(**kw: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""scripts/sim_error_table.py --bounds: the GPU time measured rows imply (docs/simulator.md, "TTFT on
+"""scripts/research/sim_error_table.py --bounds: the GPU time measured rows imply (docs/simulator.md, "TTFT on
 other models and hardware")."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ GAP_VLLM = ROOT / "tests" / "data" / "vllm_measured_gap_analysis.csv"
 
 
 def _script():
-    return load_script("sim_error_table")
+    return load_script("research/sim_error_table")
 
 
 def _busy(mod, rows, **kw) -> np.ndarray:
@@ -51,7 +51,7 @@ def test_implied_busy_counts_only_the_sequences_that_decode():
 
 
 def _structure():
-    return load_script("step_structure_cv")
+    return load_script("research/step_structure_cv")
 
 
 def test_per_layer_overhead_keeps_the_64_layer_rows_and_moves_the_others():

@@ -74,7 +74,7 @@ def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_tom
         settings = settings.replace(max_launches=launches)
     space = SearchSpace.from_settings(settings)
     seen = _Searchers()
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
     try:
         outcome = optimize(validate(settings), pool, callbacks=[seen], guide=None)
     finally:
@@ -86,9 +86,9 @@ def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_tom
 def test_a_driver_built_directly_takes_the_swarm_for_auto(write_toml):
     settings = _settings(write_toml)
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
     try:
-        assert Driver(settings, pool).searcher.name == "swarm"
-        assert Driver(settings, pool, searcher="tpe").searcher.name == "tpe"
+        assert Driver(settings.config, pool).searcher.name == "swarm"
+        assert Driver(settings.config, pool, searcher="tpe").searcher.name == "tpe"
     finally:
         pool.close()

@@ -31,10 +31,10 @@ def test_a_refused_configuration_is_proposed_once_at_most(write_toml, search):
     from msopt.prior import PriorGuide, make_prior
 
     # the fastest configurations have few batched tokens: the swarm is pulled toward refusals
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(
         space, lambda v: v["max_num_batched_tokens"] / 1000 + v["max_num_seqs"] / 100))
-    prior = make_prior(settings, space)
-    driver = Driver(settings, pool, guide=PriorGuide(prior) if prior is not None else None)
+    prior = make_prior(settings.config, space)
+    driver = Driver(settings.config, pool, guide=PriorGuide(prior) if prior is not None else None)
     try:
         out = driver.run()
     finally:
@@ -87,10 +87,10 @@ def test_a_configuration_refused_at_launch_is_not_proposed_again(write_toml):
             return r
 
     # tp 1 scores best: the swarm is pulled toward configurations that are refused at launch
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: RefusesTp1(
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: RefusesTp1(
         space, lambda v: v["tp"] + v["max_num_seqs"] / 100))
     try:
-        out = Driver(settings, pool).run()
+        out = Driver(settings.config, pool).run()
     finally:
         pool.close()
     iterations: dict[str, set[int]] = {}

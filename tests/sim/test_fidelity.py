@@ -15,7 +15,7 @@ from tests.sim.fidelity import DATA, load_rows, mape, simulate_rows
 TTFT_MAPE = 0.20
 TPOT_MAPE = 0.08
 TOKENS_PER_S_MAPE = 0.08
-# the same through msopt.sim.calibrate (scripts/sim_error_table.py, "catalog" rows)
+# the same through msopt.sim.calibrate (scripts/research/sim_error_table.py, "catalog" rows)
 FIXED = {
     "sglang": {"ttft": 0.20, "tpot": 0.07, "tokens_per_s": 0.05},  # 16.0 / 5.6 / 3.7 %
     "vllm": {"ttft": 0.20, "tpot": 0.08, "tokens_per_s": 0.08},  # 15.0 / 6.3 / 6.0 %

@@ -152,7 +152,7 @@ def test_the_declared_split_and_the_shipped_ascend_fit(capsys: pytest.CaptureFix
     entries reproduce the fit group figures it quotes."""
     from tests.scripts_load import load_script
 
-    split = load_script("sim_measured_split")
+    split = load_script("research/sim_measured_split")
     rows = split.load(MEASURED)
     fit = [r for r in rows if split.is_fit_row(r)]
     assert {r.model for r in fit} == {"qwen3-32b", "qwen3-235b-a22b"} and len(fit) == 14

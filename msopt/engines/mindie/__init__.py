@@ -47,7 +47,7 @@ from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
 
 #: The built-in minimal config.json, used when ``[mindie] config_path`` is not set (simulation).
 TEMPLATE_PATH = Path(__file__).with_name("config.json")
@@ -330,21 +330,21 @@ class MindieAdapter(EngineAdapter):
             return "its conf/config.json (set [mindie] config_path to have msopt edit yours)"
         return target
 
-    def check_settings(self, settings: Settings) -> None:
+    def check_config(self, config: Config) -> None:
         """The original tool's MindIE PD inputs are refused (:func:`msopt.engines.mindie.original.refuse_mindie_pd`);
         ``config_env = false`` (one config.json edited in place) with room for two trials on a node is refused."""
-        refuse_mindie_pd(settings)
-        section = settings.section(self.name)
-        if config_env(section) is not None or settings.config.run.simulate:
+        refuse_mindie_pd(config)
+        section = config.engine.section.table
+        if config_env(section) is not None or config.run.simulate:
             return
-        cluster = settings.config.cluster
+        cluster = config.cluster
         per_trial = max(1, cluster.trial_devices)
         per_node = cluster.devices_per_node
         if cluster.max_concurrent_trials == 1 or (per_node and per_node < 2 * per_trial):
             return
         room = (f"devices_per_node = {per_node} holds {per_node // per_trial} trials of {per_trial}" if per_node
                 else "devices_per_node is not set, so trials may share a node")
-        where = settings.where(self.name + ".config_env")
+        where = config.engine.section.where("config_env")
         raise ConfigError(f"{where}: [mindie] config_env = false has every trial of a node edit "
                           f"the one config_path, and {room}; MindIE re-reads that file every 10 s "
                           "(config_manager_impl.cpp:351-372, MindIE-LLM 8b4871a). Drop config_env = false (each "

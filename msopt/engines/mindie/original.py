@@ -1,5 +1,5 @@
 """The original tool's MindIE prefill/decode inputs, which msopt refuses in one line at load time
-(the ``mindie`` adapter's :meth:`~msopt.engines.base.EngineAdapter.check_settings`)."""
+(the ``mindie`` adapter's :meth:`~msopt.engines.base.EngineAdapter.check_config`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 from msopt.errors import ConfigError
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
 
 #: What a user of the original tool's MindIE PD path reads instead.
 MINDIE_PD_UNSUPPORTED = ("MindIE prefill/decode (PD) deployment is not supported by msopt; drop it and tune "
                          "MindIE without PD, or use SGLang's PD disaggregation ([sglang.pd], docs/engines.md)")
 
 
-def refuse_mindie_pd(settings: Settings) -> None:
+def refuse_mindie_pd(config: Config) -> None:
     """Refuse the original tool's MindIE PD inputs in one line: the PD-ratio fields (a
     ``config_position`` starting with ``default``, such as ``default_p_rate`` and ``default_d_rate``,
     which its ``DisaggregationSimulator.update_config`` wrote to MindIE-MS's ms_controller.json:
@@ -25,12 +25,12 @@ def refuse_mindie_pd(settings: Settings) -> None:
     Raises:
         ConfigError: naming the file and the key.
     """
-    for decl in settings.fields:
+    for decl in config.engine.fields:
         if decl.config_position.startswith("default"):
             raise ConfigError(f"{decl.where}: config_position {decl.config_position!r} is a MindIE PD ratio of "
                               f"the original tool (MindIE-MS ms_controller.json): {MINDIE_PD_UNSUPPORTED}")
-    path = settings.section("kubectl").get("kubectl_default_path")
+    path = config.kubectl.get("kubectl_default_path")
     if path not in (None, ""):
-        raise ConfigError(f"{settings.where('kubectl.kubectl_default_path')}: [kubectl] kubectl_default_path "
+        raise ConfigError(f"{config.kubectl.where('kubectl_default_path')}: [kubectl] kubectl_default_path "
                           f"{path!r} starts the original tool's Kubernetes MindIE PD deployment: "
                           f"{MINDIE_PD_UNSUPPORTED}")

@@ -1,6 +1,6 @@
 """vLLM: ``vllm serve MODEL --host H --port P --served-model-name N --flag value ... others``.
 
-Flags: one table per supported vLLM version, read from its wheel by scripts/engine_flags.py
+Flags: one table per supported vLLM version, read from its wheel by scripts/generators/engine_flags.py
 (msopt/engines/vllm/flags/vllm-<version>.txt): 0.33.0 (``vllm/engine/arg_utils.py``,
 ``vllm/entrypoints/common/cli_args.py``) and 0.23.0, the vLLM vllm-ascend 0.23.0.post1 builds on
 (its Dockerfile's ``ARG VLLM_TAG=v0.23.0``; ``vllm/entrypoints/openai/cli_args.py``). ``[vllm]
@@ -11,7 +11,7 @@ preflight`` checks them against the installed version's.
 ``config_position`` is ``additional_config.<key>[.<key>...]`` sets that key of the one
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
 the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/vllm/flags/vllm-ascend-0.23.0.post1-
-additional-config.txt, scripts/ascend_config_keys.py): it ignores any other key, so msopt refuses
+additional-config.txt, scripts/generators/ascend_config_keys.py): it ignores any other key, so msopt refuses
 it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
 
 On any platform a field whose ``config_position`` is ``speculative_config.<key>`` sets that key of the

@@ -34,7 +34,7 @@ def target(section: Mapping[str, Any]) -> tuple[str, str | None]:
         version = next(iter(ASCEND_RELEASES))
     if version is not None and version not in VLLM_VERSIONS:
         raise ConfigError(f"[vllm] 'version' {version!r} has no flag table in msopt; valid: {', '.join(VLLM_VERSIONS)} "
-                          "(scripts/engine_flags.py makes one from a wheel)")
+                          "(scripts/generators/engine_flags.py makes one from a wheel)")
     if platform == "ascend" and version not in ASCEND_RELEASES:
         raise ConfigError(f"[vllm] version {version!r}: msopt knows vllm-ascend only on vLLM "
                           f"{', '.join(ASCEND_RELEASES)} (vllm-ascend {', '.join(ASCEND_RELEASES.values())})")

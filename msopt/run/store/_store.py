@@ -45,7 +45,7 @@ from msopt.run.store._table import ResultsTable, csv_columns
 from msopt.space.space import SearchSpace
 
 if TYPE_CHECKING:
-    from msopt.config import Settings
+    from msopt.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +116,13 @@ class RunStore:
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
-    def create(cls, output_dir: str | os.PathLike[str], settings: Settings, *,
+    def create(cls, output_dir: str | os.PathLike[str], config: Config, *,
                run_id: str | None = None, meta: Mapping[str, Any] | None = None) -> RunStore:
         """Create ``<output_dir>/<run_id>/`` with config.toml, run.json and an empty journal.
 
         Args:
             output_dir: parent directory, created if missing.
-            settings: the effective configuration, saved as config.toml.
+            config: the effective configuration, saved as config.toml (its ``text``).
             run_id: the directory name; default :func:`new_run_id`.
             meta: extra run.json entries; they override the computed ones.
 
@@ -153,15 +153,15 @@ class RunStore:
         except OSError as exc:
             raise write_error(run_dir, exc, "the run directory") from None
 
-        fields = [f.name for f in settings.fields]
+        fields = [f.name for f in config.engine.fields]
         info: dict[str, Any] = {
             "run_id": rid,
-            "engine": settings.engine,
-            "benchmark": settings.config.run.benchmark,
-            "seed": settings.config.run.seed,
-            "mode": settings.config.run.mode,
+            "engine": config.engine.name,
+            "benchmark": config.run.benchmark,
+            "seed": config.run.seed,
+            "mode": config.run.mode,
             "fields": fields,
-            "dimensions": list(SearchSpace(settings.fields).names),
+            "dimensions": list(SearchSpace(config.engine.fields).names),
             "msopt_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "argv": list(sys.argv),
@@ -169,7 +169,7 @@ class RunStore:
         info.update(meta or {})
         info["run_id"] = rid
         try:
-            text = settings.to_toml()
+            text = config.text
             info["config_toml"] = text  # what the journal was made with: resume compares config.toml to it
             atomic_write(run_dir / CONFIG, text.encode("utf-8"), resume=False)
             atomic_write(run_dir / RUN_META, (dumps(info, indent=2) + "\n").encode("utf-8"), resume=False)

@@ -7,7 +7,7 @@ short lengths, ``noise = 0``), and prints the driver process's memory after 1,00
 10,000 finished evaluations: the Python heap traced by tracemalloc (with ``--tracemalloc``), the
 resident set (VmRSS) and its peak (VmHWM). Then it checks the journal: every eval_id exactly once.
 
-    python scripts/soak.py [--evals 10000] [--actors 8] [--no-ray] [--mode sync|async]
+    python scripts/benchmarks/soak.py [--evals 10000] [--actors 8] [--no-ray] [--mode sync|async]
                            [--duplicates rerun|reuse] [--at 1000,10000] [--tracemalloc] [--out DIR]
 
 Chaos (issue 18): ``--chaos`` runs ``msopt optimize`` (Ray, 8 actors, emulated wall time of
@@ -19,7 +19,7 @@ driver's guard stops it), then reaped (this script is their child subreaper) and
 final journal must equal an uninterrupted ``--no-ray`` run's (eval_id, phase, particle,
 iteration, values, fitness, error of every evaluation):
 
-    python scripts/soak.py --chaos [--evals 2000] [--actors 8] [--eval-seconds 0.2]
+    python scripts/benchmarks/soak.py --chaos [--evals 2000] [--actors 8] [--eval-seconds 0.2]
                            [--actor-kill-every 3] [--driver-kills 5] [--seed 1] [--out DIR]
 """
 
@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 n_particles = {n}
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.write_text(CONFIG.format(n=args.particles, iters=iters, mode=args.mode, dup=args.duplicates,
                                  top_k=args.top_k), encoding="utf-8")
     settings = load_settings(str(cfg), environ={})
-    store = RunStore.create(out, settings, meta={"argv": sys.argv})
+    store = RunStore.create(out, settings.config, meta={"argv": sys.argv})
     total = 1 + args.particles * iters + args.top_k
     print(f"run directory: {store.run_dir}; {total} evaluations on {args.actors} "
           f"{'threads' if args.no_ray else 'Ray actors'}, mode {args.mode}, duplicates {args.duplicates}",
@@ -370,17 +370,17 @@ def main(argv: list[str] | None = None) -> int:
     probe = MemoryProbe(PlainLog(devnull), [int(x) for x in args.at.split(",") if x])
     started_ray = False
     if args.no_ray:
-        pool: Any = InProcessPool(settings, size=args.actors, run_dir=str(store.run_dir))
+        pool: Any = InProcessPool(settings.config, size=args.actors, run_dir=str(store.run_dir))
     else:
         import ray
 
         from actors.pool import RayPool, init_ray
 
-        started_ray = init_ray(settings, None, simulate=True, slots=args.actors)
-        pool = RayPool(settings, simulate=True, run_dir=str(store.run_dir), max_concurrent=args.actors)
+        started_ray = init_ray(settings.config, None, simulate=True, slots=args.actors)
+        pool = RayPool(settings.config, simulate=True, run_dir=str(store.run_dir), max_concurrent=args.actors)
     t0 = time.monotonic()
     try:
-        driver = Driver(settings, pool, store=store, callbacks=[ProgressCallback(probe, str(store.run_dir))])
+        driver = Driver(settings.config, pool, store=store, callbacks=[ProgressCallback(probe, str(store.run_dir))])
         outcome = driver.run()  # the callback starts and closes the display
     finally:
         pool.close()

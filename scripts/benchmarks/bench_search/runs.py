@@ -30,7 +30,7 @@ from .oracle import Oracle
 from .problems import PROBLEMS, SGLANG_TEMPLATE, TEMPLATE, Gap, Problem, Table
 from .score import score
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 #: msopt's files a method's result depends on: every method's (space, objective, results) and,
 #: for msopt's own methods, the search, the driver and its parts, the defaults and the evaluator.

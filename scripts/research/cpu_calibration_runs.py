@@ -18,7 +18,7 @@ load logged before it, and the noise between the repeats of c04 (c04, c04r2, ...
 mean absolute deviation from their mean, as a share of the mean (what a MAPE of a perfect
 simulator against one repeat would be).
 
-Usage: python scripts/cpu_calibration_runs.py --out DIR [--only NAME ...] [--list] [--summary] [--start FILE]
+Usage: python scripts/research/cpu_calibration_runs.py --out DIR [--only NAME ...] [--list] [--summary] [--start FILE]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "configs" / "vllm_cpu.toml"
 C = 16  # the benchmark's --max-concurrency in configs/vllm_cpu.toml
 

@@ -5,7 +5,7 @@ dp ternary_factories product 32 balanced, max_batch_size int 10-1000, a ratio, a
 float, a 101-value range, two more ints, a times and a share field). Prints the median of
 several timed rounds; the last line is ``decodes/s: N``.
 
-    python scripts/bench_decode.py [--rounds 7] [--calls 20000]
+    python scripts/benchmarks/bench_decode.py [--rounds 7] [--calls 20000]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sweep the quick-start space with the simulator (noise off) and show where its optimum lies.
 
-    PYTHONPATH=. python scripts/sweep_quickstart.py [--config configs/quickstart.toml] [--prompts N]
+    PYTHONPATH=. python scripts/research/sweep_quickstart.py [--config configs/quickstart.toml] [--prompts N]
 
 Evaluates a grid of tp x pp x max_num_seqs x max_num_batched_tokens (chunked prefill on,
 gpu_memory_utilization at the top of its range) through the same Evaluator that
@@ -23,7 +23,7 @@ from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
 from msopt.space import SearchSpace
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TP = (1, 2, 4, 8)
 PP = (1, 2)
 SEQS = (16, 32, 48, 64, 96, 128)
@@ -52,7 +52,7 @@ class Sweep:
     def __init__(self, config: Path, prompts: int | None) -> None:
         self.settings = load_settings(noise_free(config))
         self.space = SearchSpace.from_settings(self.settings)
-        self.ev = Evaluator(self.settings, simulate=True)
+        self.ev = Evaluator(self.settings.config, simulate=True)
         self.prompts = prompts
         gmu = next(f for f in self.settings.fields if f.name == "gpu_memory_utilization")
         self.gmu_top = float(gmu.max)

@@ -81,7 +81,7 @@ class Problem:
 @cache
 def simulator_fingerprint() -> str:
     """A hash of the simulator's code and catalog: a table is stale once they change."""
-    root = Path(__file__).resolve().parents[2] / "msopt" / "sim"
+    root = Path(__file__).resolve().parents[3] / "msopt" / "sim"
     h = hashlib.sha256()
     for f in sorted([*root.glob("*.py"), *root.glob("catalog/*/*.toml")]):
         h.update(f.read_bytes())
@@ -232,7 +232,7 @@ class Table:
         from msopt.evaluate.evaluator import Evaluator
 
         space = self.space
-        evaluator = Evaluator(self.settings, simulate=True)
+        evaluator = Evaluator(self.settings.config, simulate=True)
         estimator = None
         if self.problem.reality == "aic":  # AIConfigurator's estimate instead of the simulator's
             from .independent import Estimator

@@ -12,7 +12,7 @@ and simulated with ``--prompts-per-slot`` x concurrency requests (default 10, as
 
 With ``--group-by model,hardware`` (or ``model`` / ``hardware``) the rows of
 ``--csv FILE`` (default: tests/data/<engine>_measured_gap_analysis.csv, all the models and
-hardware of the reference pipeline, ``python scripts/silicon_rows.py``) are cross-validated by
+hardware of the reference pipeline, ``python scripts/generators/silicon_rows.py``) are cross-validated by
 leaving one group out: each model and hardware is predicted by a fit on the others, every row
 simulated on its own hardware entry with the fitted factors. It prints one line per group
 (catalog and held out) and the pooled figures.
@@ -25,7 +25,7 @@ the measured request rate, its prompts' prefill work plus one decode step per me
 by the roofline with no overhead at all. A row above 100 % cannot be reproduced by any per-step
 overhead, all-reduce or per-layer term, only by faster kernels or less work per request.
 
-Usage: python scripts/sim_error_table.py [--rounds 2] [--folds 3] [--engines vllm sglang] [--engine-only]
+Usage: python scripts/research/sim_error_table.py [--rounds 2] [--folds 3] [--engines vllm sglang] [--engine-only]
        [--launch-rule aiconfigurator|engine-defaults] [--prompts-per-slot 20]
        [--group-by model,hardware] [--csv FILE] [--max-evaluations N] [--bounds]
 """
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from msopt.sim import load_hardware, load_model  # noqa: E402
 from msopt.sim.calibrate import (  # noqa: E402
@@ -58,7 +58,7 @@ from msopt.sim.perf import StepCost  # noqa: E402
 from msopt.sim.personality import resolved  # noqa: E402
 from msopt.sim.spec_types import Hardware  # noqa: E402
 
-REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data"  # copies of the reference CSVs
+REFERENCE = Path(__file__).resolve().parents[2] / "tests" / "data"  # copies of the reference CSVs
 FILES = {"vllm": "vllm_measured_qwen3_32b_h100.csv", "sglang": "sglang_measured_qwen3_32b_h100.csv"}
 GROUPED = {"vllm": "vllm_measured_gap_analysis.csv", "sglang": "sglang_measured_gap_analysis.csv"}
 GROUP_KEYS = ("model", "hardware")
