@@ -76,7 +76,7 @@ def vllm(*flags: str) -> LaunchSpec:
 
 
 def refusal(spec: LaunchSpec, model: ModelFacts | None = None) -> tuple[str, str] | None:
-    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), {}))
+    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), {}), get_engine(spec.engine).startup_rules)
     return None if hit is None else (hit[0].id, hit[1])
 
 
@@ -135,7 +135,7 @@ value = 3
 def run_one(tmp_path: Path, position: list[float]) -> EvaluationResult:
     path = tmp_path / "c.toml"
     path.write_text(SIM)
-    ev = Evaluator(load_settings(path), run_dir=tmp_path / "run")
+    ev = Evaluator(load_settings(path).config, run_dir=tmp_path / "run")
     return ev.evaluate(EvalRequest(1, "search", 0, 0, tuple(position)))
 
 
@@ -195,5 +195,5 @@ def test_the_model_facts_carry_the_mtp_layers(tmp_path: Path) -> None:
 def test_a_simulated_mtp_on_a_model_without_mtp_layers_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(SIM.replace('method = "ngram"', 'method = "mtp"'))
-    res = Evaluator(load_settings(path), run_dir=tmp_path / "run").evaluate(EvalRequest(1, "search", 0, 0, (2,)))
+    res = Evaluator(load_settings(path).config, run_dir=tmp_path / "run").evaluate(EvalRequest(1, "search", 0, 0, (2,)))
     assert res.refused and "Unsupported speculative method: 'mtp'" in (res.error or "")

@@ -50,17 +50,17 @@ def settings_of(tmp_path: Path, accept: str = "", extra: str = ""):
 def test_the_prior_simulates_with_the_given_acceptance_length_as_the_evaluation_does(tmp_path: Path) -> None:
     settings = settings_of(tmp_path, "spec_accept_len = 3.5")
     space = SearchSpace.from_settings(settings)
-    prior = SimulatorPrior(settings, space)
+    prior = SimulatorPrior(settings.config, space)
     values = {"spec_tokens": 4}
     pos = space.encode(values)
-    evaluated = Evaluator(settings, run_dir=tmp_path / "run").evaluate(
+    evaluated = Evaluator(settings.config, run_dir=tmp_path / "run").evaluate(
         EvalRequest(1, "search", 0, 0, tuple(pos), num_prompts=prior.num_prompts))
     predicted = prior.predict(values, pos)
     assert not evaluated.failed and predicted.error is None
     tpot = evaluated.metrics["time_per_output_token"]
     assert predicted.metrics["time_per_output_token"] == pytest.approx(tpot, rel=1e-6)
     (tmp_path / "plain").mkdir()
-    assumed = SimulatorPrior(settings_of(tmp_path / "plain"), space).predict(values, pos)
+    assumed = SimulatorPrior(settings_of(tmp_path / "plain").config, space).predict(values, pos)
     assert assumed.metrics["time_per_output_token"] > 1.3 * tpot  # ngram's assumed 1.66 tokens a step, not 3.5
 
 
@@ -73,13 +73,13 @@ def test_a_measured_acceptance_length_replaces_the_assumed_and_the_given_one(tmp
 
     settings = settings_of(tmp_path, "spec_accept_len = 3.5")
     space = SearchSpace.from_settings(settings)
-    prior = SimulatorPrior(settings, space)
+    prior = SimulatorPrior(settings.config, space)
     before = prior.predict({"spec_tokens": 3}).metrics["time_per_output_token"]
     prior.observe({"spec_tokens": 3}, {**MEASURED, "spec_accept_len": 1.3})  # the server's counters said 1.3
     after = prior.predict({"spec_tokens": 3}).metrics["time_per_output_token"]
     assert after > 1.5 * before  # 1.3 tokens a step, not the given 3.5: the cached prediction is gone
     (tmp_path / "given").mkdir()
-    given = SimulatorPrior(settings_of(tmp_path / "given", "spec_accept_len = 1.3"), space)
+    given = SimulatorPrior(settings_of(tmp_path / "given", "spec_accept_len = 1.3").config, space)
     assert after == pytest.approx(given.predict({"spec_tokens": 3}).metrics["time_per_output_token"], rel=1e-9)
     # another number of draft tokens: the measured per-token rate, carried along the chain
     five = knobs_vllm(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5}'])
