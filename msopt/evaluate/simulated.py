@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
@@ -221,8 +222,6 @@ class SimRunner(EngineRunner):
     def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
         super().__init__(config, engine, ctx)
         self.sim = SimulatorSetup.from_config(config.simulator, config.run.seed)
-        from msopt.benchmarks import get_benchmark
-
         self.benchmark = get_benchmark(config.run.benchmark)
         self.model_facts = self._model_facts()
         self._kept: str | None = None

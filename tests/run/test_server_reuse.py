@@ -534,9 +534,9 @@ def _capacity_run(write_toml, workers: int, *, evaluator_factory=None, name: str
     text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 4",
                       load="concurrency = 4", extra="")
     settings = load_settings(write_toml(text, name), environ={})
-    pool = InProcessPool(settings, size=workers, evaluator_factory=evaluator_factory)
+    pool = InProcessPool(settings.config, size=workers, evaluator_factory=evaluator_factory)
     try:
-        driver = Driver(settings, pool, keep_results=True)
+        driver = Driver(settings.config, pool, keep_results=True)
         out = driver.run()
     finally:
         pool.close()
@@ -596,7 +596,7 @@ def test_a_fault_during_a_probe_by_server_key_is_run_again(write_toml) -> None:
             return super().evaluate(req)
 
     def factory(k: int):
-        return Faulty(settings, actor=f"worker-{k}", devices=[])
+        return Faulty(settings.config, actor=f"worker-{k}", devices=[])
 
     from tests.run.test_capacity import CFG
 
@@ -619,9 +619,9 @@ def test_by_server_key_a_launch_budget_is_shared_between_the_configurations(writ
     text = CFG.format(n=4, iters=2, top_k=3, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 6",
                       load="concurrency = 4", extra="")
     settings = load_settings(write_toml(text), environ={}).replace(max_launches=16)
-    pool = InProcessPool(settings, size=1)
+    pool = InProcessPool(settings.config, size=1)
     try:
-        out = Driver(settings, pool, keep_results=True).run()
+        out = Driver(settings.config, pool, keep_results=True).run()
     finally:
         pool.close()
     probes = [r for r in out.results if r.phase == "capacity"]

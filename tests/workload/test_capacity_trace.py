@@ -111,9 +111,9 @@ def test_sizing_counts_replicas_and_devices() -> None:
 def test_the_capacity_stage_scales_the_traces_rate_and_sizes_the_target(tmp_path: Path) -> None:
     checked = load(config(tmp_path, 'target_rate = "40x"\nmax_probes = 6'))
     settings = checked.settings
-    pool = InProcessPool(settings, size=2)
+    pool = InProcessPool(settings.config, size=2)
     try:
-        driver = Driver(settings, pool, keep_results=True)
+        driver = Driver(settings.config, pool, keep_results=True)
         out = driver.run()
     finally:
         pool.close()
@@ -128,7 +128,8 @@ def test_the_capacity_stage_scales_the_traces_rate_and_sizes_the_target(tmp_path
             assert c["replicas"] == math.ceil(80.0 / c["sustainable_load"] - 1e-9)
             assert c["devices"] == c["replicas"] * per_replica
         assert "x the trace's rate" in capacity_line(c)
-    record = capacity_record(out.capacity, checked.capacity, settings)
+    record = capacity_record(out.capacity, checked.capacity, settings.config.run.slos,
+                             settings.config.cluster.trial_devices)
     assert record["trace_rate"] == pytest.approx(2.0) and record["sizing"]["target_rate"] == pytest.approx(80.0)
     pick = sizing_pick(out.capacity)
     assert record["sizing"]["pick"] == (None if pick is None else pick["rank"])

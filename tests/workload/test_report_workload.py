@@ -43,10 +43,10 @@ def test_a_simulated_run_on_a_trace_shows_its_workload_and_predicted_hits(tmp_pa
                    '[workload]\ntrace = "t.jsonl"\ntime_scale = 4\n[simulator]\nhardware = "h100-sxm"\n'
                    'model = "qwen3-8b"\n' + FIELDS, encoding="utf-8")
     settings = load(cfg).settings
-    store = RunStore.create(tmp_path / "runs", settings)
-    pool = InProcessPool(settings, size=1)
+    store = RunStore.create(tmp_path / "runs", settings.config)
+    pool = InProcessPool(settings.config, size=1)
     try:
-        Driver(settings, pool, store=store).run()
+        Driver(settings.config, pool, store=store).run()
     finally:
         pool.close()
     store.close()
@@ -70,7 +70,7 @@ def test_a_real_run_lists_every_prediction_beside_its_measurement(tmp_path: Path
     cfg.write_text('benchmark = "builtin"\n[workload]\ntrace = "t.jsonl"\n' + FIELDS, encoding="utf-8")
     settings = load_settings(str(cfg), environ={})
     space = SearchSpace.from_settings(settings)
-    store = RunStore.create(tmp_path / "runs", settings, run_id="real")
+    store = RunStore.create(tmp_path / "runs", settings.config, run_id="real")
     d = space.decode(space.default_position(), None)
     measured = {"generate_speed": 100.0, "time_to_first_token": 0.2, "time_per_output_token": 0.01,
                 "success_rate": 1.0, "throughput": 2.0, "prefix_cache_hit_rate": 0.5}
