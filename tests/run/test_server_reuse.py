@@ -426,7 +426,7 @@ def run_stops_kept_servers(tmp_path: Path, ray: bool) -> None:
 
         pool: Any = RayPool(settings.config, simulate=False, run_dir=str(tmp_path / "run"), max_concurrent=2)
     else:
-        pool = _Spy(settings, size=2, run_dir=str(tmp_path / "run"))
+        pool = _Spy(settings.config, size=2, run_dir=str(tmp_path / "run"))
     try:
         outcome = Driver(settings.config, pool, keep_results=True, screen=False).run()
         assert outcome.capacity and not outcome.failures
