@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msopt.config import DEFAULTS_PATH
+from msopt.config import DEFAULTS_PATH, load_settings
 from msopt.errors import ConfigError
 from msopt.run.preflight import hardware_probe
-from msopt.run.validate import load
+from msopt.run.validate import load, registered_sections, validate
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.sim.hf_config import config_path
 from msopt.sim.spec_types import DTYPE_BYTES
@@ -123,6 +123,8 @@ class InitChoice:
         expert_parallel: the MoE expert-parallel field written (vLLM flag / MindIE moe_ep candidates), or ().
         left_out: field name -> why it is not in the file.
         text: the config.toml.
+        origins: dotted key -> where init took its value from (the model's config.json, the machine's
+            devices), for a run that never writes the file (``msopt optimize --model``) to name.
     """
 
     tp: list[int] = field(default_factory=list)
@@ -131,6 +133,7 @@ class InitChoice:
     expert_parallel: list[int] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)
     text: str = ""
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 # -- inputs -------------------------------------------------------------------------------------
@@ -442,6 +445,10 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
     _benchmark(doc, bench, served, wl, machine, section)
     _defaults(doc, written)
     choice.text = doc.text()
+    found = config_path(model)
+    read = f"{found}, read for --model" if found is not None else f"--model {model} (a catalog model)"
+    choice.origins = {"simulator.model": read, "simulator.weight_dtype": read,
+                      "simulator.hardware": f"msopt init's look at this machine: {machine.how}"}
     return choice
 
 
@@ -686,7 +693,11 @@ def init_settings(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Val
     with tempfile.TemporaryDirectory(prefix="msopt-init-") as tmp:
         path = Path(tmp) / "config.toml"
         path.write_text(choice.text, encoding="utf-8")
-        return load(path, None, overrides=overrides)
+        settings = load_settings(path, None, sections=registered_sections())
+    # the temporary file is gone once loaded: name what each value came from instead
+    built = f"the configuration msopt init builds for --model {args.model}"
+    settings = settings.relabeled(str(settings.config_path), built, choice.origins)
+    return validate(settings.replace(**overrides) if overrides else settings)
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -231,6 +231,24 @@ class Settings:
         out.config  # noqa: B018  built once, after the checks
         return out
 
+    def relabeled(self, source: str, label: str, keys: Mapping[str, str] | None = None) -> Settings:
+        """A copy whose keys set by the file ``source`` name ``label`` as their origin instead, and each
+        dotted key of ``keys`` its own: for a configuration built in memory (``msopt optimize --model``),
+        whose temporary file names nothing a user could open or fix."""
+        keys = keys or {}
+        origin = {k: keys.get(k, label if src == source else src) for k, src in self.origin.items()}
+        origin.update(keys)
+        sources = tuple(label if s == source else s for s in self.sources)
+        top = sources[-1] if sources else "<defaults>"
+        where = origin.get(f"{self.engine}.target_field", origin.get(self.engine, top))
+        raws = self.data[self.engine].get("target_field", ())
+        fields = tuple(parse_field(thaw(r), source=where, section=self.engine, index=i) for i, r in enumerate(raws))
+        path = None if self.config_path == source else self.config_path
+        notes = tuple(n.replace(source, label) for n in self.notes)
+        out = Settings(self.data, self.engine, fields, sources, path, MappingProxyType(origin), notes)
+        out.config  # noqa: B018  built once, with the new origins
+        return out
+
     def to_toml(self) -> str:
         """The effective configuration as TOML text (saved in every run directory).
 

@@ -3,6 +3,7 @@ memory, saved as the run directory's config.toml, and the way to run it again wi
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -56,3 +57,26 @@ def test_a_simulated_run_saves_the_configuration_and_says_how_to_rerun(tmp_path,
     assert again.config.run.slos.ttft_metric == "ttft_p99" and again.config.run.max_launches == 4
     assert [f.name for f in again.fields][:3] == ["tp", "pp", "dp"]
     assert "TTFT p99" in out and Path(run_dir / "best_command.sh").is_file()
+
+
+def test_the_prior_names_where_model_and_hardware_came_from_not_a_deleted_file(tmp_path):
+    """Without -c the configuration is built in a temporary file, gone once loaded: the prior's lines and every
+    key's origin name the model's config.json, init's look at the machine or the build, never that file."""
+    from msopt.prior import prior_source
+    from tests.prior.test_source import H100
+    from tests.sim.test_hf_config import LLAMA_70B
+
+    model = tmp_path / "weights"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA_70B))
+    checked, _ = _load("--engine", "vllm", "--model", str(model), "--devices", "8", "--particles", "4")
+    lines = prior_source(checked.config, [H100], tmp_path).lines
+    assert f"prior: model {model} from [simulator] model ({model / 'config.json'}, read for --model)" in lines
+    assert any(line.startswith("prior: hardware h100-sxm from [simulator] hardware (msopt init's look at this "
+                               "machine: --devices 8") for line in lines), lines
+    s = checked.settings
+    assert s.config_path is None
+    assert s.origin["n_particles"] == "<command line>"
+    built = f"the configuration msopt init builds for --model {model}"
+    assert s.origin["vllm.target_field"] == built and s.fields[0].where.startswith(built)
+    assert all(Path(src).name != "config.toml" for src in [*s.origin.values(), *s.sources]), s.origin
