@@ -18,7 +18,7 @@ from msopt.engines import get_engine
 from msopt.engines.launch import TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
-from msopt.evaluate.objective import Objective, make_objective
+from msopt.evaluate.objective import Objective, run_objective
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import (
     METRICS,
@@ -78,7 +78,7 @@ class Evaluator:
             self.devices = [f"{n.node_id[:8] or n.address}:{d}" for n in nodes for d in n.devices]
         self.actor = actor
         self.space = SearchSpace(config.engine.fields)
-        self.objective: Objective = make_objective(config.run.objective, config.scalars)
+        self.objective: Objective = run_objective(config)
         self.engine = get_engine(config.engine.name)
         self.runner_context = RunnerContext(self.run_dir, tuple(str(d) for d in devices),
                                             tuple(nodes) if len(nodes) > 1 else (), launcher,

@@ -21,6 +21,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
+from msopt.config import Config
 from msopt.errors import ConfigError
 from msopt.metrics import (
     GENERATE_SPEED,
@@ -49,6 +50,7 @@ __all__ = [
     "ObjectiveSettings",
     "check_metrics_available",
     "make_objective",
+    "run_objective",
 ]
 
 METRIC_NAMES: tuple[str, ...] = METRICS
@@ -304,6 +306,16 @@ def make_objective(
     if not isinstance(settings, ObjectiveSettings):
         settings = ObjectiveSettings.from_mapping(settings)
     return factory(settings)
+
+
+def run_objective(config: Config) -> Objective:
+    """The run's objective: ``objective`` built from the top-level scalars and the statistic ``[slo]``
+    names (``config.slo``), as validation builds it; the scalars alone would hold the means.
+
+    Raises:
+        ConfigError: unknown name (listing the valid ones) or invalid settings.
+    """
+    return make_objective(config.run.objective, {**config.scalars, "slo": config.slo.table})
 
 
 def check_metrics_available(objective: Objective, produced: AbstractSet[str], benchmark_name: str) -> None:

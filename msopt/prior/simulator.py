@@ -21,7 +21,7 @@ from msopt.config import Config, PriorConfig, thaw
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
-from msopt.evaluate.objective import make_objective
+from msopt.evaluate.objective import run_objective
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
@@ -128,7 +128,7 @@ class SimulatorPrior:
         table = thaw(setup.table) if setup is not None else thaw(simulator)
         self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table)
         self.table = table
-        self.objective = make_objective(config.run.objective, config.scalars)
+        self.objective = run_objective(config)
         self.num_prompts = search_num_prompts(config)
         self.benchmark = get_benchmark(config.run.benchmark)
         dirs = table.get("catalog_dirs", ())

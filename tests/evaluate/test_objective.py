@@ -227,3 +227,22 @@ def test_check_metrics_available():
     message = str(info.value)
     assert "time_per_output_token" in message and "time_to_first_token" in message
     assert "'default'" in message and "'ais_bench'" in message
+
+
+def test_the_evaluator_and_the_prior_hold_the_statistic_slo_names():
+    """[slo] ttft = "p99<..." makes the objective hold TTFT p99 wherever it is built from the Config (the
+    evaluator's fitness, the prior's predictions), as validation builds it, not the scalars' means."""
+    from pathlib import Path
+
+    from msopt.evaluate.evaluator import Evaluator
+    from msopt.prior.simulator import SimulatorPrior
+    from msopt.run.validate import load
+
+    quick = Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml"
+    checked = load(quick, overrides={"slo": {"ttft": "p99<2s", "tpot": "p90<30ms"}})
+    want = ("ttft_p99", "tpot_p90")
+    assert (checked.objective.settings.ttft_metric, checked.objective.settings.tpot_metric) == want
+    for objective in (Evaluator(checked.config, simulate=True).objective,
+                      SimulatorPrior(checked.config, checked.space).objective):
+        assert (objective.settings.ttft_metric, objective.settings.tpot_metric) == want
+        assert objective.settings.ttft_slo == 2.0 and objective.settings.tpot_slo == 0.03
