@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,3 +162,34 @@ def test_function_level_imports_are_for_optional_dependencies_only() -> None:
     lazy = {(a, b) for a, b, in_function in import_edges() if in_function}
     allowed = {(a, b) for a, b in lazy if a.startswith("msopt.cli") and b.startswith("actors")}
     assert lazy - allowed - {("msopt.cli", "msopt.cli.main")} == set()
+
+
+# -- the configuration boundary: the whole Settings stays in msopt/config; every other part takes the typed
+# Config or its own Section of it (issue 34, "Done when") -------------------------------------------------
+def settings_takers(source: str) -> list[str]:
+    """The functions of ``source`` with a parameter annotated ``Settings`` (the whole configuration)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]:
+                if arg.annotation is not None and re.search(r"\bSettings\b", ast.unparse(arg.annotation)):
+                    found.append(f"{node.name}({arg.arg})")
+    return found
+
+
+def test_no_function_outside_msopt_config_takes_the_whole_settings() -> None:
+    """msopt.config.split makes the Config at the boundary; validate() and everything after take the Config."""
+    config = ROOT / "msopt" / "config"
+    takers = {f"{path.relative_to(ROOT)}: {name}"
+              for top in (*PACKAGES, "scripts") for path in (ROOT / top).rglob("*.py")
+              if config not in path.parents for name in settings_takers(path.read_text(encoding="utf-8"))}
+    assert takers == set()
+    assert settings_takers((config / "settings.py").read_text(encoding="utf-8"))  # the walk sees them there
+
+
+def test_a_settings_taker_is_found() -> None:
+    """The check above can fail: a plain, a quoted, a keyword-only and a qualified annotation."""
+    src = ("def a(s: Settings) -> None: ...\ndef b(x, *, s: 'Settings | None' = None): ...\n"
+           "def c(s: msopt.config.Settings): ...\ndef d(w: WorkloadSettings, o: ObjectiveSettings): ...\n")
+    assert settings_takers(src) == ["a(s)", "b(s)", "c(s)"]

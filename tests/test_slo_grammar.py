@@ -99,7 +99,7 @@ def test_bad_slo_table_is_one_line_exit_2_naming_the_file(top, tables, why, caps
 def test_slo_table_sets_the_limits_and_the_statistics(write_toml):
     path = write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\ntpot = "p95 < 20ms"\nsuccess = ">=0.99"\n'))
     checked = load(path)
-    s = checked.settings
+    s = checked
     assert (s.config.run.slos.ttft, s.config.run.slos.tpot, s.config.run.slos.success_rate) == (2.5, 0.02, 0.99)
     slos = s.config.run.slos
     assert (slos.ttft_metric, slos.tpot_metric) == ("ttft_p99", "tpot_p95")
@@ -124,11 +124,11 @@ def test_spec_key_holds_the_whole_string(write_toml):
 def test_flag_overrides_the_file_metric_by_metric(write_toml):
     path = write_toml(_quickstart_without_slos('[slo]\nttft = "p99<2.5s"\ntpot = "p95<20ms"\n'))
     checked = load(path, overrides={"slo": {"ttft": "p50<=1s"}})
-    s = checked.settings
+    s = checked
     assert (s.config.run.slos.ttft, s.config.run.slos.tpot) == (1.0, 0.02)
     assert (s.config.run.slos.ttft_metric, s.config.run.slos.tpot_metric) == ("ttft_p50", "tpot_p95")
     # the saved configuration reads back as the same run (a resumed run loads it)
-    saved = write_toml(s.to_toml(), "saved.toml")
+    saved = write_toml(s.config.text, "saved.toml")
     assert load_settings(saved).config.run.slos == s.config.run.slos
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msopt.config import DEFAULTS_PATH, load_settings
+from msopt.config import DEFAULTS_PATH, load_settings, split
 from msopt.errors import ConfigError
 from msopt.run.preflight import hardware_probe
 from msopt.run.validate import load, registered_sections, validate
@@ -697,7 +697,7 @@ def init_settings(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Val
     # the temporary file is gone once loaded: name what each value came from instead
     built = f"the configuration msopt init builds for --model {args.model}"
     settings = settings.relabeled(str(settings.config_path), built, choice.origins)
-    return validate(settings.replace(**overrides) if overrides else settings)
+    return validate(*split(settings.replace(**overrides) if overrides else settings))
 
 
 def cmd_init(args: argparse.Namespace) -> int:

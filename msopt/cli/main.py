@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from msopt import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
+from msopt.config import load_settings, split
 from msopt.engines.rules import advisories
 from msopt.errors import ConfigError, DecodeError, MsoptError
-from msopt.run.validate import load
+from msopt.run.validate import load, registered_sections, validate
 from msopt.slo import slo_checks
 from msopt.space import DecodeContext
 
@@ -60,36 +61,37 @@ def _load(args: argparse.Namespace) -> Validated:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields."""
-    checked = _load(args)
-    settings, space = checked.settings, checked.space
+    settings = load_settings(args.config, args.engine, sections=registered_sections())
+    checked = validate(*split(settings))
+    config, space = checked.config, checked.space
     if args.json:
         out = {
             "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high}
                            for d in space.dimensions],
             "derived": list(space.derived),
-            "settings": settings.scalars(),
+            "settings": dict(config.scalars.table),
         }
         if checked.trace is not None:
-            out["workload"] = {"trace": settings.config.workload.get("trace"), **checked.trace.as_dict()}
+            out["workload"] = {"trace": config.workload.get("trace"), **checked.trace.as_dict()}
         print(json.dumps(_jsonable(out)))
         return 0
-    print(f"configuration OK: {' < '.join(settings.sources)}")
-    print(f"engine: {settings.engine}; {len(space.dimensions)} dimension(s), "
+    print(f"configuration OK: {' < '.join(config.scalars.layers)}")
+    print(f"engine: {config.engine.name}; {len(space.dimensions)} dimension(s), "
           f"{len(space.derived)} derived field(s)")
-    searcher = settings.config.run.searcher
+    searcher = config.run.searcher
     if searcher == "auto":
         searcher = "auto (the swarm; tpe where no prior can be built and max_launches <= 10)"
-    print(f"searcher: {searcher}, {settings.config.run.n_particles} evaluation(s) "
-          f"in flight ({settings.config.run.mode})")
-    slos = settings.config.run.slos
+    print(f"searcher: {searcher}, {config.run.n_particles} evaluation(s) "
+          f"in flight ({config.run.mode})")
+    slos = config.run.slos
     print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
     if checked.trace is not None:
         tr = checked.trace
-        print(f"workload: trace {settings.config.workload.get('trace')} ({tr.format})")
+        print(f"workload: trace {config.workload.get('trace')} ({tr.format})")
         for line in tr.lines():
             print(f"  {line}")
-        bench = settings.config.run.benchmark
-        real = "" if settings.config.run.simulate else (
+        bench = config.run.benchmark
+        real = "" if config.run.simulate else (
             f"; {bench} replays it too, each request at its trace time, equal hash ids as token-identical "
             "prompt blocks, and reads the server's prefix-cache hits")
         print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids)" + real)
@@ -104,15 +106,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for name in space.derived:
         t = space.field_type(name)
         print(f"  {name:<32} {t.decl.dtype} (derived from {', '.join(t.deps)})")
-    const = [f.name for f in settings.fields
+    const = [f.name for f in config.engine.fields
              if f.name not in space.names and f.name not in space.derived]
     if const:
         print(f"  constant: {', '.join(const)}")
-    for line in checked.engine.notes(settings.config.engine.section.table):
-        print(f"{settings.engine}: {line}")
+    for line in checked.engine.notes(config.engine.section.table):
+        print(f"{config.engine.name}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
-    for line in advisories(checked.engine.advisories, settings.fields, settings.config.engine.section.table):
+    for line in advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table):
         print(f"warning: {line}")
     return 0
 

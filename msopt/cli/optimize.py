@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 from msopt.cli.init import add_model_args, init_settings
 from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
-from msopt.config import DEFAULTS_PATH, load_settings
+from msopt.config import DEFAULTS_PATH, load_settings, split
 from msopt.engines.installed import installed_baseline
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
 from msopt.report.outputs import write_outputs
 from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store
 from msopt.run.store import RunStore
-from msopt.run.validate import load, registered_sections, validate
+from msopt.run.validate import registered_sections, validate
 from msopt.run.verdict import predicted_line
 from msopt.slo import parse_slo, slo_table_text
 
@@ -147,10 +147,12 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
                           "devices_per_trial and the benchmark's workload in the file")
     overrides = _overrides(args)
     engine, lines = _engine_and_benchmark(args, overrides)
-    checked = load(args.config, engine, overrides=overrides)
-    if not checked.settings.config.run.simulate:
+    settings = load_settings(args.config, engine, sections=registered_sections())
+    settings = settings.replace(**overrides) if overrides else settings
+    checked = validate(*split(settings))
+    if not checked.config.run.simulate:
         values, said = installed_baseline(checked.config.engine)
-        checked = validate(checked.settings.with_field_values(values)) if values else checked
+        checked = validate(*split(settings.with_field_values(values))) if values else checked
         lines += said
     for line in lines:
         print(line, flush=True)
@@ -203,7 +205,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         saved = store.run_dir / "config.toml"
         print(f"configuration: built for --model {args.model} (as `msopt init` writes it), saved as {saved}; "
               f"run it again with: msopt optimize -c {saved}", flush=True)
-    slos = checked.settings.config.run.slos
+    slos = checked.config.run.slos
     session = RunSession(checked, store=store, pools=pools, outputs=[write_outputs], preflight=preflight,
                          display=lambda run_dir: ProgressCallback(
                              make_progress(True if args.plain else None, slo_metrics=(slos.ttft_metric,

@@ -105,15 +105,15 @@ def check_set(space: SearchSpace, name: str, value: Any) -> Any:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the configuration at its values (overridden by --set)."""
     checked = load(args.config, args.engine, overrides={"simulate": True}, search=False)
-    settings, space = checked.settings, checked.space
+    config, space = checked.config, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)
-    evaluator = Evaluator(settings.config, simulate=True)
+    evaluator = Evaluator(config, simulate=True)
     result = evaluator.evaluate(EvalRequest(0, "baseline", None, 0, tuple(position.tolist())))
     metrics = {k: result.metrics.get(k) for k in ("generate_speed", "time_to_first_token",
                                                    "time_per_output_token", "success_rate", "throughput")}
     failed = result.error is not None
-    assumed = _assumed(settings.config, result.values)
+    assumed = _assumed(config, result.values)
     if args.json:
         out: dict[str, Any] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                for k, v in metrics.items()}

@@ -604,6 +604,20 @@ def with_trace(settings: Settings) -> tuple[Settings, TraceSummary | None]:
     return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 
+def split(settings: Settings) -> tuple[Config, TraceSummary | None]:
+    """The boundary where the whole settings become the typed :class:`Config` that every part outside
+    msopt/config takes (:func:`msopt.run.validate.validate` checks each component's part of it): ``-e``
+    checked against the files' search space (:func:`check_engine_section`), ``[workload] trace`` read
+    (:func:`with_trace`), then the Config, with the trace's summary (None without one).
+
+    Raises:
+        ConfigError: one line naming the file, the key and the fix.
+    """
+    check_engine_section(settings)
+    settings, trace = with_trace(settings)
+    return settings.config, trace
+
+
 _SLO_KEYS = {"ttft": "ttft_slo", "tpot": "tpot_slo", "success": "success_rate_slo"}
 
 

@@ -20,7 +20,7 @@ from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl
 
 __all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "EngineConfig", "PriorConfig", "RunConfig", "Section",
-           "Table", "build_config", "slos"]
+           "Table", "build_config", "slos", "top_level"]
 
 #: Keys defaults.toml leaves unset, and what that means (docs/configuration.md documents each).
 UNSET_DEFAULTS: Mapping[str, Any] = {
@@ -266,8 +266,11 @@ class Config:
     kubectl: Section
     #: ``[slo]`` (its limits and statistics are in ``run.slos``; this says which file set each)
     slo: Section
-    #: the top-level scalars (the objective reads its keys here: :func:`msopt.evaluate.objective.make_objective`)
-    scalars: Table
+    #: ``[search]`` (its prior keys are in ``prior``, its searcher in ``run.searcher``; this says which file set each)
+    search: Section
+    #: the top-level scalars, with the file that set each (the objective reads its keys here:
+    #: :func:`msopt.evaluate.objective.run_objective`)
+    scalars: Section
     #: the effective configuration as TOML text (a run directory's config.toml)
     text: str = ""
 
@@ -344,4 +347,16 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
         engine=EngineConfig(engine, fields, part(engine)), benchmark=part(run.benchmark), simulator=part("simulator"),
         capacity=part("capacity"), health_check=part("health_check"), pso_options=part("pso_options"),
         pso_strategy=part("pso_strategy"), workload=part("workload"), kubectl=part("kubectl"), slo=part("slo"),
-        scalars=Table({k: v for k, v in data.items() if not isinstance(v, (Mapping, list, tuple))}))
+        search=part("search"), scalars=top_level(data, origin, sources, defaults))
+
+
+def top_level(data: Mapping[str, Any], origin: Mapping[str, str] = {},  # noqa: B006  read only
+              sources: tuple[str, ...] = (), defaults: str = "") -> Section:
+    """The top-level scalars of merged settings data as a :class:`Section` named ``""``, each key with
+    the file that set it (``Section.where("objective")``)."""
+    table = {k: v for k, v in data.items() if not isinstance(v, (Mapping, list, tuple))}
+    own = {k: v for k, v in origin.items() if k in table}
+    best = max((sources.index(v) for v in own.values() if v in sources), default=-1)
+    fallback = sources[-1] if sources else "<defaults>"
+    return Section("", Table(table), Table(own), fallback, sources[best] if best >= 0 else fallback,
+                   frozenset(k for k, v in own.items() if v != defaults), tuple(sources))

@@ -315,7 +315,7 @@ def run_objective(config: Config) -> Objective:
     Raises:
         ConfigError: unknown name (listing the valid ones) or invalid settings.
     """
-    return make_objective(config.run.objective, {**config.scalars, "slo": config.slo.table})
+    return make_objective(config.run.objective, {**config.scalars.table, "slo": config.slo.table})
 
 
 def check_metrics_available(objective: Objective, produced: AbstractSet[str], benchmark_name: str) -> None:

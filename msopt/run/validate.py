@@ -1,8 +1,10 @@
 """One validation pass, run by every command before it does anything.
 
 Loading (:func:`msopt.config.load_settings`) checks the schema: top-level keys, scalars, field
-declarations. :func:`validate` then asks each component to check its own part, in the order a
-run uses them, and returns what it built so the caller does not build it again:
+declarations; :func:`msopt.config.split` makes the typed :class:`~msopt.config.Config` of the settings
+(``-e`` checked against the files' search space, ``[workload] trace`` read). :func:`validate` then
+asks each component to check its own part of the Config, in the order a run uses them, and returns
+what it built so the caller does not build it again:
 
 1. the search space (the field model), the swarm options, the objective, ``[capacity]``;
 2. the engine adapter (registered name, its ``[<engine>]`` section and every field's position),
@@ -23,13 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
-from msopt.config import Config, Settings, load_settings
-from msopt.config.settings import check_engine_section, with_trace
+from msopt.config import Config, load_settings, split
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.launch import check_launch
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
-from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
+from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
 from msopt.metrics import METRICS, PERCENTILES, SIMULATED
@@ -45,8 +46,8 @@ class Validated:
     """The components a valid configuration builds.
 
     Attributes:
-        settings: the settings validated.
-        space: the search space of ``settings.engine``.
+        config: the typed configuration validated (what the run's parts take).
+        space: the search space of the searched engine.
         swarm: the swarm options.
         objective: the fitness function.
         capacity: the ``[capacity]`` options.
@@ -58,7 +59,7 @@ class Validated:
         trace: the ``[workload] trace``'s summary (every row checked), or None without one.
     """
 
-    settings: Settings
+    config: Config
     space: SearchSpace
     swarm: SwarmOptions
     objective: Objective
@@ -69,11 +70,6 @@ class Validated:
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
     trace: TraceSummary | None = None
-
-    @property
-    def config(self) -> Config:
-        """The typed configuration of ``settings`` (:class:`msopt.config.Config`): what the run's parts take."""
-        return self.settings.config
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -86,8 +82,8 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
          environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None,
          search: bool = True) -> Validated:
     """Load the configuration layers (a section for every registered engine and benchmark
-    accepted), apply top-level ``overrides`` (command-line flags) and :func:`validate`
-    (``search``: see there).
+    accepted), apply top-level ``overrides`` (command-line flags), :func:`msopt.config.split` them
+    into the :class:`Config` and :func:`validate` it (``search``: see there).
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
@@ -95,105 +91,104 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
     settings = load_settings(config_path, engine, environ=environ, sections=registered_sections())
     if overrides:
         settings = settings.replace(**overrides)
-    return validate(settings, search=search)
+    return validate(*split(settings), search=search)
 
 
-def validate(settings: Settings, *, search: bool = True) -> Validated:
-    """Check every component's part of ``settings``; see the module docstring for the order.
+def validate(config: Config, trace: TraceSummary | None = None, *, search: bool = True) -> Validated:
+    """Check every component's part of ``config``; see the module docstring for the order.
 
     Args:
-        settings: the merged configuration.
+        config: the typed configuration (:func:`msopt.config.split` makes it of the settings).
+        trace: the ``[workload] trace``'s summary, every row read (``split`` returns it), or None.
         search: the command searches (optimize, validate, decode), so at least one field must
             be a dimension; ``simulate`` evaluates the values and passes False.
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
     """
-    check_engine_section(settings)
-    settings, trace = with_trace(settings)
+    name, fields, top = config.engine.name, config.engine.fields, config.scalars
     if trace is not None:
-        _refuse_unreplayable(settings.config)
-    if settings.engine in ENGINES:  # an unknown engine is named below, where the adapter is needed
-        ENGINES.get(settings.engine)().check_config(settings.config)
-    space = SearchSpace.from_settings(settings)
+        _refuse_unreplayable(config)
+    if name in ENGINES:  # an unknown engine is named below, where the adapter is needed
+        ENGINES.get(name)().check_config(config)
+    space = SearchSpace(fields)
     if search and not space.names:
-        where = settings.origin.get(f"{settings.engine}.target_field", settings.where(settings.engine))
-        raise ConfigError(f"{where}: [{settings.engine}] has no searched field ({len(settings.fields)} field(s), "
-                          "all constant or derived), so a search would evaluate one configuration over and over; "
-                          "give a field min < max or candidates, or evaluate it once with `msopt simulate`")
-    swarm = swarm_options(settings.config)
-    searcher = settings.config.run.searcher
+        raise ConfigError(f"{config.engine.section.where('target_field')}: [{name}] has no searched field "
+                          f"({len(fields)} field(s), all constant or derived), so a search would evaluate one "
+                          "configuration over and over; give a field min < max or candidates, or evaluate it once "
+                          "with `msopt simulate`")
+    swarm = swarm_options(config)
+    searcher = config.run.searcher
     if searcher not in SEARCHERS:
-        raise ConfigError(f"{settings.where('search.searcher')}: [search] searcher: unknown searcher {searcher!r} "
+        raise ConfigError(f"{config.search.where('searcher')}: [search] searcher: unknown searcher {searcher!r} "
                           f"(valid: {', '.join(SEARCHERS.names())})")
     try:
         check_searcher(str(searcher))  # its optional dependency (tpe: optuna)
     except ConfigError as exc:
-        raise ConfigError(f"{settings.where('search.searcher')}: {exc}") from None
+        raise ConfigError(f"{config.search.where('searcher')}: {exc}") from None
     try:
-        objective = make_objective(settings.config.run.objective, settings.data)
+        objective = run_objective(config)
     except ConfigError as exc:
-        raise ConfigError(f"{settings.where('objective')}: 'objective': {exc}") from None
-    capacity = capacity_options(settings.config)
+        raise ConfigError(f"{top.where('objective')}: 'objective': {exc}") from None
+    capacity = capacity_options(config)
     try:
-        engine = get_engine(settings.engine)
+        engine = get_engine(name)
     except ConfigError as exc:
-        raise ConfigError(f"{settings.where('engine')}: 'engine': {exc}") from None
-    config = settings.config
+        raise ConfigError(f"{top.where('engine')}: 'engine': {exc}") from None
     section = config.engine.section.table
     try:
-        engine.check(settings.fields, section)
+        engine.check(fields, section)
     except ConfigError as exc:
         text = str(exc)
-        where = settings.table_source(settings.engine)
-        named = any(text.startswith(src) for src in settings.sources)  # a field's error names its file
-        raise ConfigError(text if named else f"{where}: [{settings.engine}]: {text}") from None
+        where = config.engine.section.source
+        named = any(text.startswith(src) for src in config.engine.section.layers)  # a field's error names its file
+        raise ConfigError(text if named else f"{where}: [{name}]: {text}") from None
     try:
-        check_launch(section, settings.fields, settings.engine, engine.default_executable or ("server",))
+        check_launch(section, fields, name, engine.default_executable or ("server",))
     except ConfigError as exc:
-        raise ConfigError(f"{settings.table_source(settings.engine)}: {exc}") from None
+        raise ConfigError(f"{config.engine.section.source}: {exc}") from None
     # a bad pattern fails here, not in every actor
-    HealthCheck.from_config(settings.config.health_check, settings.engine)
+    HealthCheck.from_config(config.health_check, name)
     taken = set(METRICS) | set(TAIL_COLUMNS)
-    for decl in settings.fields:
+    for decl in fields:
         if decl.name in taken:
             raise ConfigError(f"{decl.where}: the field name '{decl.name}' is a column of results.csv already "
                               "(a metric or msopt's own) and would lose its values there; rename the field, "
                               f"e.g. to '{decl.name}_value'")
     benchmark: BenchmarkAdapter | None = None
     simulator: SimulatorSetup | None = None
-    bench_name = settings.config.run.benchmark
+    bench_name = config.run.benchmark
     try:  # a simulated run records the benchmark too (run.json): a misspelt name is an error either way
         benchmark_adapter = get_benchmark(bench_name)
     except ConfigError as exc:
-        raise ConfigError(f"{settings.where('benchmark')}: 'benchmark': {exc}") from None
-    if settings.config.run.simulate:
-        simulator = SimulatorSetup.from_config(settings.config.simulator, settings.config.run.seed)
+        raise ConfigError(f"{top.where('benchmark')}: 'benchmark': {exc}") from None
+    if config.run.simulate:
+        simulator = SimulatorSetup.from_config(config.simulator, config.run.seed)
         produces = frozenset(SIMULATED)
-        name = "simulator"
-        check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], name)
+        produced_by = "simulator"
+        check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], produced_by)
         # checked too: dropping `simulate` must not break it
         _check_benchmark(config, benchmark_adapter)
     else:
         benchmark = benchmark_adapter
         _check_benchmark(config, benchmark)
-        section = config.benchmark.table
-        produces = frozenset(benchmark.produced(section))
-        note = benchmark.produced_note(section)
-        name = f"{bench_name} ({note})" if note else bench_name
-        check_capacity_metrics(capacity, sorted(produces), name)
+        bench_section = config.benchmark.table
+        produces = frozenset(benchmark.produced(bench_section))
+        note = benchmark.produced_note(bench_section)
+        produced_by = f"{bench_name} ({note})" if note else bench_name
+        check_capacity_metrics(capacity, sorted(produces), produced_by)
     def objective_metrics() -> None:
         try:
-            check_metrics_available(objective, produces, name)
+            check_metrics_available(objective, produces, produced_by)
         except ConfigError as exc:
-            raise ConfigError(f"{settings.where('objective')}: {exc}") from None
+            raise ConfigError(f"{top.where('objective')}: {exc}") from None
 
     if not {METRICS[1], METRICS[2]} <= produces:
         objective_metrics()  # a benchmark without TTFT or TPOT at all: this line names what lacks and why
-    _check_slo_statistics(config, produces, name)  # then which statistic of them the SLOs can hold
+    _check_slo_statistics(config, produces, produced_by)  # then which statistic of them the SLOs can hold
     objective_metrics()
-    return Validated(settings, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
-                     workload_config(settings.config), trace)
+    return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
+                     workload_config(config), trace)
 
 
 def _refuse_unreplayable(config: Config) -> None:

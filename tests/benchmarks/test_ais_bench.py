@@ -21,7 +21,7 @@ import pytest
 
 from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.ais_bench import DATASET_NAME, MODEL_NAME
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError
 from msopt.run.validate import validate
@@ -178,7 +178,7 @@ def test_bad_ais_bench_settings_are_refused_in_one_line(command, model, match) -
 
 @pytest.mark.parametrize("name", ["mindie_real", "deepseek_v3_atlas_multinode"])
 def test_shipped_ais_bench_configs_validate(name: str) -> None:
-    validate(load_settings(ROOT / "configs" / f"{name}.toml"))
+    validate(*split(load_settings(ROOT / "configs" / f"{name}.toml")))
 
 
 @pytest.mark.parametrize(("template", "kind"), [("vllm_api_stream_chat", "tokenid"), ("vllm_api_general", "string"),

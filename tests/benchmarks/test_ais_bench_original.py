@@ -12,7 +12,7 @@ import pytest
 
 from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.ais_bench import mapped_section
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError
 from msopt.run.validate import load, validate
@@ -61,11 +61,11 @@ def _toml(tmp_path: Path, ais: str) -> Path:
 def test_non_streaming_templates_are_refused_when_ttft_or_tpot_is_needed(tmp_path: Path, template: str) -> None:
     path = _toml(tmp_path, f'[ais_bench.command]\nmodel_template = "{template}"\n')
     with pytest.raises(ConfigError) as err:
-        validate(load_settings(path))
+        validate(*split(load_settings(path)))
     text = str(err.value)
     assert "time_per_output_token, time_to_first_token" in text and f"model_template {template} does not stream" in text
     assert "vllm_api_stream_chat" in text and "\n" not in text
-    validate(load_settings(_toml(tmp_path, '[ais_bench.command]\nmodel_template = "vllm_api_general_stream"\n')))
+    validate(*split(load_settings(_toml(tmp_path, '[ais_bench.command]\nmodel_template = "vllm_api_general_stream"\n'))))
 
 
 SERVER = LaunchSpec(engine="mindie", argv=("x",), port=8123, host="127.0.0.1", served_model_name="qwen",
@@ -131,8 +131,7 @@ def test_the_originals_config_runs_with_mindie_and_ais_bench_at_its_max_out_len(
     path.write_text(ORIGINAL.read_text(encoding="utf-8") + "\n[ais_bench]\nmax_out_len = 300\n", encoding="utf-8")
     checked = load(str(path), "mindie", environ={}, overrides={"benchmark": "ais_bench"})
     assert checked.benchmark is not None
-    settings = checked.settings
-    section = dict(settings.section("ais_bench"))
+    section = dict(checked.config.benchmark.table)
     argv, _ = get_benchmark("ais_bench").render({}, [], section, server=SERVER, num_prompts=8, load={},
                                                 result_dir=tmp_path / "r")
     assert argv[argv.index("--models") + 1] == "msopt_model"  # the placeholder "models" means: generate it

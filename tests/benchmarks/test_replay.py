@@ -253,7 +253,7 @@ def config(tmp_path: Path, bench: str, extra: str = "") -> Path:
 def test_validate_hands_the_trace_to_the_replaying_benchmarks(tmp_path: Path, bench: str) -> None:
     from msopt.run.validate import load
 
-    table = dict(load(config(tmp_path, bench)).settings.section(bench)["trace"])
+    table = dict(load(config(tmp_path, bench)).config.benchmark.table["trace"])
     assert table == {"path": str(tmp_path / "t.jsonl"), "time_scale": 2, "length_policy": "clip"}
 
 
@@ -271,7 +271,7 @@ def test_a_benchmark_that_cannot_replay_is_refused_naming_builtin(tmp_path: Path
 def test_vllm_bench_serve_replays_through_timed_trace(tmp_path: Path) -> None:
     from msopt.run.validate import load
 
-    section = load(config(tmp_path, "vllm_benchmark")).settings.section("vllm_benchmark")
+    section = load(config(tmp_path, "vllm_benchmark")).config.benchmark.table
     bench = get_benchmark("vllm_benchmark")
     argv, _ = bench.render({}, [], section, server=spec(8000), num_prompts=4, load={}, result_dir=tmp_path / "r")
     a = list(argv)

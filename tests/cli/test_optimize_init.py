@@ -24,11 +24,11 @@ def test_builds_what_init_writes_with_the_flags_on_top():
     checked, store = _load("--engine", "mindie", "--model", "qwen3-30b-a3b", "--devices", "8", "--simulate",
                            "--slo", "ttft:p90<3s", "--max-launches", "9", "--particles", "4")
     assert store is None
-    s = checked.settings
-    assert s.engine == "mindie" and s.config.run.simulate and s.config.run.max_launches == 9 and s.config.run.n_particles == 4
-    assert s.config.run.slos.ttft_metric == "ttft_p90" and s.config.run.slos.ttft == 3.0
+    s = checked.config
+    assert s.engine.name == "mindie" and s.run.simulate and s.run.max_launches == 9 and s.run.n_particles == 4
+    assert s.run.slos.ttft_metric == "ttft_p90" and s.run.slos.ttft == 3.0
     init = tomllib.loads(build("mindie", "qwen3-30b-a3b", devices=8, probe={}).text)
-    assert [f.name for f in s.fields] == [f["name"] for f in init["mindie"]["target_field"]]
+    assert [f.name for f in s.engine.fields] == [f["name"] for f in init["mindie"]["target_field"]]
 
 
 @pytest.mark.parametrize("argv,why", [
@@ -74,9 +74,10 @@ def test_the_prior_names_where_model_and_hardware_came_from_not_a_deleted_file(t
     assert f"prior: model {model} from [simulator] model ({model / 'config.json'}, read for --model)" in lines
     assert any(line.startswith("prior: hardware h100-sxm from [simulator] hardware (msopt init's look at this "
                                "machine: --devices 8") for line in lines), lines
-    s = checked.settings
-    assert s.config_path is None
-    assert s.origin["n_particles"] == "<command line>"
+    config = checked.config
+    assert config.scalars.where("n_particles") == "<command line>"
     built = f"the configuration msopt init builds for --model {model}"
-    assert s.origin["vllm.target_field"] == built and s.fields[0].where.startswith(built)
-    assert all(Path(src).name != "config.toml" for src in [*s.origin.values(), *s.sources]), s.origin
+    assert config.engine.section.where("target_field") == built and config.engine.fields[0].where.startswith(built)
+    sections = [config.engine.section, config.benchmark, config.simulator, config.capacity, config.scalars, config.slo]
+    named = [src for part in sections for src in (*part.origin.values(), *part.layers, part.fallback)]
+    assert named and all(Path(src).name != "config.toml" for src in named), named

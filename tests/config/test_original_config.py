@@ -72,7 +72,7 @@ def test_validate_says_what_it_read_in_the_original_spelling():
 @pytest.mark.parametrize("engine,bench", [("mindie", "ais_bench"), ("vllm", "vllm_benchmark")])
 def test_it_loads_with_the_benchmark_each_engine_used(engine, bench):
     checked = load(str(original()), engine, environ={}, overrides={"benchmark": bench})
-    assert checked.settings.engine == engine and checked.benchmark is not None
+    assert checked.config.engine.name == engine and checked.benchmark is not None
 
 
 def test_health_check_tables_map_onto_msopts():
@@ -275,7 +275,7 @@ def test_the_original_flags_that_are_msopts_behaviour_are_accepted():
     from msopt.cli.optimize import _load
 
     checked, store = _load(args)
-    assert store is None and checked.settings.get("benchmark") == "ais_bench"
+    assert store is None and checked.config.run.benchmark == "ais_bench"
 
 
 #: Every flag of the original's ``msserviceprofiler optimizer`` and ``train`` (optimizer/optimizer.py and

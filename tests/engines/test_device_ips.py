@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.engines import get_engine
 from msopt.engines.hccn import parse_ip, read_device_ips
 from msopt.engines.launch import TrialNode
@@ -111,7 +111,7 @@ def test_bad_device_ips_refused_at_load_time(tmp_path: Path, ips: str, needle: s
                     'config_position = "BackendConfig.ScheduleConfig.maxBatchSize"\nmin = 8\nmax = 64\n'
                     'dtype = "int"\n')
     with pytest.raises(ConfigError) as err:
-        validate(load_settings(path))
+        validate(*split(load_settings(path)))
     assert str(err.value).startswith(str(path)) and "[mindie] device_ips" in str(err.value)
     assert needle in str(err.value) and "\n" not in str(err.value)
 

@@ -88,7 +88,7 @@ def test_the_first_lines_say_what_was_chosen_and_why(tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [f"engine: mindie (the 'engine' key of {path})", f"benchmark: builtin (the 'benchmark' key of {path})"]
     assert out[2].startswith("baseline max_batch_size = 200: ")
-    assert {d.name: d.value for d in checked.settings.fields}["max_batch_size"] == 200
+    assert {d.name: d.value for d in checked.config.engine.fields}["max_batch_size"] == 200
     _load(build_parser().parse_args(["optimize", "-c", str(path), "-b", "ais_bench"]))
     assert capsys.readouterr().out.splitlines()[1] == "benchmark: ais_bench (-b)"
 
@@ -98,11 +98,11 @@ def test_optimizer_takes_the_originals_defaults(tmp_path: Path, capsys: pytest.C
     text = MINDIE.format(conf=tmp_path / "none.json").replace('engine = "mindie"\nbenchmark = "builtin"\n', "")
     path.write_text(text.replace('config_path = "' + str(tmp_path / "none.json") + '"\n', ""))
     checked, _ = _load(build_parser().parse_args(["optimizer", "-c", str(path), "--simulate"]))
-    assert (checked.settings.engine, checked.settings.get("benchmark")) == ("mindie", "ais_bench")
+    assert (checked.config.engine.name, checked.config.run.benchmark) == ("mindie", "ais_bench")
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == ["engine: mindie (msopt optimizer takes the original tool's default)",
                        "benchmark: ais_bench (msopt optimizer takes the original tool's default)"]
     checked, _ = _load(build_parser().parse_args(["optimize", "-c", str(path), "-e", "mindie", "--simulate"]))
-    assert checked.settings.get("benchmark") == "vllm_benchmark"
+    assert checked.config.run.benchmark == "vllm_benchmark"
     assert capsys.readouterr().out.splitlines()[1] == ("benchmark: vllm_benchmark (msopt's default "
                                                        "(msopt/config/defaults.toml))")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import msopt.engines.mindie as mindie_mod
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.engines import get_engine
 from msopt.errors import ConfigError
 from msopt.run.validate import validate
@@ -59,7 +59,7 @@ def _toml(tmp_path: Path, cluster: str, mindie: str = "config_env = false\n") ->
 def test_in_place_with_room_for_two_trials_per_node_is_refused(tmp_path: Path, cluster: str) -> None:
     path = _toml(tmp_path, cluster)
     with pytest.raises(ConfigError) as err:
-        validate(load_settings(path))
+        validate(*split(load_settings(path)))
     text = str(err.value)
     assert text.startswith(str(path)) and "config_env = false" in text and "max_concurrent_trials = 1" in text
     assert "\n" not in text
@@ -71,9 +71,9 @@ def test_in_place_with_room_for_two_trials_per_node_is_refused(tmp_path: Path, c
     ("devices_per_trial = 4\n", ""),                                             # private copies
 ])
 def test_in_place_is_fine_where_trials_cannot_share_a_node(tmp_path: Path, cluster: str, mindie: str) -> None:
-    validate(load_settings(_toml(tmp_path, cluster, mindie)))
+    validate(*split(load_settings(_toml(tmp_path, cluster, mindie))))
 
 
 def test_config_env_must_name_a_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'config_env' must be an environment variable name"):
-        validate(load_settings(_toml(tmp_path, "devices_per_trial = 4\n", 'config_env = "A B"\n')))
+        validate(*split(load_settings(_toml(tmp_path, "devices_per_trial = 4\n", 'config_env = "A B"\n'))))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from msopt.cli.progress import PlainLog, ProgressCallback, progress_event
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.driver import Driver, optimize
 from msopt.run.events import Finished, PhaseStarted, Picked, RunEnded, RunStarted, TotalChanged
@@ -50,7 +50,7 @@ def test_callbacks_get_typed_events_after_the_journal(write_toml, tmp_path):
     seen = Seen(store)
     pool = _pool(settings)
     try:
-        outcome = optimize(validate(settings), pool, callbacks=[seen], store=store)
+        outcome = optimize(validate(*split(settings)), pool, callbacks=[seen], store=store)
     finally:
         pool.close()
         store.close()

@@ -23,7 +23,7 @@ def failed(eval_id: int) -> EvaluationResult:
     return EvaluationResult(eval_id, "search", 0, 0, [], [], {"tp": 1}, {}, math.inf, error="OOM: 3 GiB short")
 
 
-SETTINGS = load(QUICK).settings
+SETTINGS = load(QUICK)
 
 
 def test_the_issues_example_reads_as_a_verdict():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.errors import ConfigError
 from msopt.run.driver import Driver, optimize
 from msopt.run.events import Checkpoint
@@ -58,7 +58,7 @@ def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_
     assert settings.config.run.searcher == "auto"
     assert "auto" in SEARCHERS.names()
     check_searcher("auto")  # optuna is installed: TPE can run
-    validate(settings)
+    validate(*split(settings))
     with pytest.raises(ValueError, match="resolve_searcher"):
         make_searcher("auto", None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="valid: auto, swarm, tpe"):
@@ -76,7 +76,7 @@ def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_tom
     seen = _Searchers()
     pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
     try:
-        outcome = optimize(validate(settings), pool, callbacks=[seen], guide=None)
+        outcome = optimize(validate(*split(settings)), pool, callbacks=[seen], guide=None)
     finally:
         pool.close()
     assert outcome.best is not None

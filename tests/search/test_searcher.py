@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.errors import ConfigError, RegistryError
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
@@ -118,7 +118,7 @@ def test_unknown_searcher_is_a_config_error_at_validation(write_toml):
     settings = load_settings(str(write_toml(SETTINGS.format(mode="sync", extra="", iters=3).replace("[data_storage]", '[search]\nsearcher = "nope"\n[data_storage]')
                                             + TP_PP_DP + KNOBS)), environ={})
     with pytest.raises(ConfigError, match="unknown searcher 'nope'"):
-        validate(settings)
+        validate(*split(settings))
 
 
 def test_swarm_starts_at_init_positions():

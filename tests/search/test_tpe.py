@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.errors import ConfigError
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
@@ -163,10 +163,10 @@ def test_validate_names_the_missing_extra(write_toml, monkeypatch):
     from msopt.run.validate import validate
 
     settings = _settings(write_toml)
-    validate(settings)  # optuna is here
+    validate(*split(settings))  # optuna is here
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
     with pytest.raises(ConfigError, match=r"searcher = \"tpe\" needs Optuna: pip install -e '\.\[tpe\]'") as err:
-        validate(settings)
+        validate(*split(settings))
     assert "\n" not in str(err.value) and "search.searcher" in str(err.value) or ".toml" in str(err.value)
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[tpe\]'"):
         check_searcher("tpe")

@@ -110,7 +110,7 @@ def test_sizing_counts_replicas_and_devices() -> None:
 
 def test_the_capacity_stage_scales_the_traces_rate_and_sizes_the_target(tmp_path: Path) -> None:
     checked = load(config(tmp_path, 'target_rate = "40x"\nmax_probes = 6'))
-    settings = checked.settings
+    settings = checked
     pool = InProcessPool(settings.config, size=2)
     try:
         driver = Driver(settings.config, pool, keep_results=True)

@@ -42,7 +42,7 @@ def test_a_simulated_run_on_a_trace_shows_its_workload_and_predicted_hits(tmp_pa
     cfg.write_text('simulate = true\nn_particles = 2\niters = 1\n[data_storage]\npso_top_k = 0\n'
                    '[workload]\ntrace = "t.jsonl"\ntime_scale = 4\n[simulator]\nhardware = "h100-sxm"\n'
                    'model = "qwen3-8b"\n' + FIELDS, encoding="utf-8")
-    settings = load(cfg).settings
+    settings = load(cfg)
     store = RunStore.create(tmp_path / "runs", settings.config)
     pool = InProcessPool(settings.config, size=1)
     try:

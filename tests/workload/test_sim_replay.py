@@ -56,7 +56,7 @@ def test_validate_hands_the_trace_to_the_simulator(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('simulate = true\n[workload]\ntrace = "t.csv"\nwindow = [0, 2]\n', encoding="utf-8")
     checked = load(cfg)
-    sim = checked.settings.section("simulator")["workload"]
+    sim = checked.config.simulator.table["workload"]
     assert dict(sim["trace"]) == {"path": str(tmp_path / "t.csv"), "window": (0.0, 2.0), "time_scale": 1.0,
                                   "length_policy": "clip"}
     assert "input_len" not in sim and sim["num_prompts"] == 4 and sim["request_rate"] == 1.5

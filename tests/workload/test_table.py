@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from msopt.config import load_settings
+from msopt.config import load_settings, split
 from msopt.errors import ConfigError
 from msopt.run.validate import load, validate
 
@@ -43,7 +44,7 @@ def test_synthetic_keys_reach_every_spelling(tmp_path):
     a = s.section("ais_bench")["command"]
     assert (a["input_len"], a["output_len"], a["num_prompts"], a["max_concurrency"]) == (300, 30, 40, 5)
     assert "request_rate" not in s.section("builtin")     # the packaged "inf" would not pace a concurrency anyway
-    checked = validate(s)
+    checked = validate(*split(s))
     assert checked.workload is not None and checked.workload.full_prompts == 1000 // 25   # vllm_benchmark's
 
 
@@ -106,17 +107,18 @@ def test_a_trace_sets_the_load_and_is_summarised(tmp_path):
     trace(tmp_path)
     path = cfg(tmp_path, 'simulate = true\n[workload]\ntrace = "t.jsonl"\ntime_scale = 2\nconcurrency = 6\n')
     checked = load(path)
-    assert checked.settings.section("workload")["trace"] == str(tmp_path / "t.jsonl")    # relative to the file
+    assert checked.config.workload.table["trace"] == str(tmp_path / "t.jsonl")    # relative to the file
     tr = checked.trace
     assert tr is not None and (tr.format, tr.requests, tr.span_s, tr.rate) == ("mooncake", 9, 2.0, 4.0)
     assert tr.prefix_ceiling == pytest.approx(8 / 18)
-    sim = dict(checked.settings.section("simulator")["workload"])
+    sim = dict(checked.config.simulator.table["workload"])
     assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6,    # the simulator replays it
                    "trace": {"path": str(tmp_path / "t.jsonl"), "time_scale": 2.0, "length_policy": "clip"}}
-    v = checked.settings.section("vllm_benchmark")["command"]
+    effective = tomllib.loads(checked.config.text)    # every benchmark's table, as the run saves them
+    v = effective["vllm_benchmark"]["command"]
     assert (v["random_input_len"], v["num_prompts"], v["request_rate"], v["max_concurrency"]) == (1400, 9, 4.0, 6)
     assert checked.workload is not None and checked.workload.full_prompts == 9
-    b = checked.settings.section("builtin")      # the real benchmarks: the means at the mean rate
+    b = effective["builtin"]      # the real benchmarks: the means at the mean rate
     assert (b["input_len"], b["output_len"], b["num_prompts"], b["request_rate"]) == (1400, 50, 9, 4.0)
 
 
