@@ -2,13 +2,15 @@
 
 Modelled on Nevergrad's ``Registry``: registering a name twice raises, a failed lookup lists the
 valid names (and the closest match). Plugins arrive through an entry-point group, loaded once
-per registry instance on the first lookup.
+per registry instance on the first lookup; ``builtin`` entries, written as entry points are
+(``"module:attribute"``), load the same way, so a stage above the registry (the engine folders
+for the simulator's personalities) registers into it without the registry's package importing it.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from typing import Generic, TypeVar, overload
 
@@ -31,13 +33,16 @@ class Registry(Generic[T]):
     Args:
         kind: what the registry holds, for messages ("dtype", "engine", ...).
         entry_point_group: the entry-point group plugins use to add entries, if any.
+        builtin: name -> ``"module:attribute"``, loaded with the plugins on the first lookup.
     """
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None,
+                 builtin: Mapping[str, str] | None = None) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
+        self._builtin = dict(builtin or {})
         self._items: dict[str, T] = {}
-        self._plugins_loaded = entry_point_group is None
+        self._plugins_loaded = entry_point_group is None and not self._builtin
 
     @overload
     def register(self, name: str) -> Callable[[T], T]: ...
@@ -57,15 +62,18 @@ class Registry(Generic[T]):
         return obj
 
     def _add(self, name: str, obj: T) -> None:
-        if name in self._items:
+        if name in self._items or name in self._builtin:
             raise RegistryError(f"{self.kind} {name!r} is already registered; choose another name")
         self._items[name] = obj
 
     def _load_plugins(self) -> None:
-        if self._plugins_loaded or self.entry_point_group is None:
+        if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        for ep in metadata.entry_points(group=self.entry_point_group):
+        group = self.entry_point_group or ""
+        builtin = [metadata.EntryPoint(name, value, group) for name, value in self._builtin.items()]
+        plugins = list(metadata.entry_points(group=group)) if group else []
+        for ep in [*builtin, *plugins]:
             if ep.name in self._items:
                 raise RegistryError(
                     f"plugin {ep.value!r} registers {self.kind} {ep.name!r}, which already exists"

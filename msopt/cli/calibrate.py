@@ -126,7 +126,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
                 continue
             spec = adapter.render(r.values, config.engine.fields, config.engine.section.table, port=0,
                                   devices=list(r.devices), workdir=Path(tmp))
-            knobs = knobs_from_launch(spec)
+            knobs = knobs_from_launch(spec, adapter.sim_personality)
             if engine is not None and knobs.engine != engine:
                 continue
             argv, _ = bench.render(r.values, config.engine.fields, config.benchmark.table, server=spec,

@@ -7,8 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from msopt.sim.mindie_serve import serve_mindie
-from msopt.sim.router import serve_router
+from msopt.engines.mindie.serve import serve_mindie
+from msopt.engines.sglang.router import serve_router
 from msopt.sim.serve import ARGV_FILE_ENV, build_parser
 from msopt.sim.serve import serve as serve_vllm
 

@@ -145,4 +145,4 @@ def _assumed(config: Config, values: Any) -> list[str]:
         return []
     with tempfile.TemporaryDirectory() as tmp:
         spec = adapter.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
-    return launch_assumptions(spec, config.simulator.table)
+    return launch_assumptions(spec, config.simulator.table, adapter.sim_personality)

@@ -218,3 +218,10 @@ class EngineAdapter:
 
 
 ENGINES: Registry[type[EngineAdapter]] = Registry("engine", entry_point_group="msopt.engines")
+
+
+def sim_personality_of(engine: str) -> str | None:
+    """The simulator personality the adapter registered as ``engine`` names
+    (:attr:`EngineAdapter.sim_personality`), None for an engine it does not know or that names none:
+    what the layers above hand the simulator, which sits below the engines and knows none of them."""
+    return ENGINES.get(engine).sim_personality if engine in ENGINES else None

@@ -23,7 +23,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
-from msopt.engines.base import EngineAdapter
+from msopt.engines.base import EngineAdapter, sim_personality_of
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
@@ -157,7 +157,8 @@ class SimulatorSetup:
         top-level ``seed`` (``--seed``) shifted past any eval id, so two runs that differ only in
         ``--seed`` draw different workloads and noise, and seed 0 keeps the seeds of earlier runs.
         """
-        return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv, field_load)
+        return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv, field_load,
+                               personality=sim_personality_of(spec.engine))
 
     def run_pd(self, launch: PdLaunch, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
                seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
@@ -165,7 +166,7 @@ class SimulatorSetup:
         """Simulate one evaluation of a disaggregated trial (``bench_argv``, ``field_load``: as :meth:`run`)."""
         table = self._table(num_prompts, load, seed_offset)
         return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv,
-                                      field_load)
+                                      field_load, personality=sim_personality_of(launch.prefill[0].engine))
 
     def _table(self, num_prompts: int | None, load: Mapping[str, float] | None, seed_offset: int) -> dict[str, Any]:
         """The ``[simulator]`` table of one evaluation: its load over the workload, and its seed."""

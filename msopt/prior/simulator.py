@@ -199,12 +199,12 @@ class SimulatorPrior:
                 # the evaluation's own simulation (SimRunner._measure_pd): both pools, the router's split
                 launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
                 res = simulate_pools(launch.prefill[0], launch.decode[0], launch.counts, self.hardware,
-                                     self.model_spec, wl, **dtypes)
+                                     self.model_spec, wl, personality=self.engine.sim_personality, **dtypes)
             else:
                 spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
-                res = simulate_memo(self._sims, self._knobs(knobs_from_launch(spec)), self.hardware, self.model_spec,
-                                    wl, **dtypes)
+                knobs = self._knobs(knobs_from_launch(spec, self.engine.sim_personality))
+                res = simulate_memo(self._sims, knobs, self.hardware, self.model_spec, wl, **dtypes)
         except MsoptError as exc:
             return Prediction(dict(values), pos, math.inf, {}, str(exc))
         metrics = metrics_of(res)
@@ -232,7 +232,8 @@ class SimulatorPrior:
             return []
         try:
             knobs = knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
-                                                         devices=list(self.devices), workdir=None))
+                                                         devices=list(self.devices), workdir=None),
+                                      self.engine.sim_personality)
         except MsoptError:
             return []
         return assumed_inputs(self._knobs(knobs), self.hardware)
@@ -275,7 +276,8 @@ class SimulatorPrior:
 
         try:
             knobs = knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
-                                                         devices=list(self.devices), workdir=None))
+                                                         devices=list(self.devices), workdir=None),
+                                      self.engine.sim_personality)
         except MsoptError:
             return
         if not knobs.spec_method:
@@ -358,7 +360,7 @@ class SimulatorPrior:
             try:
                 spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
-                knobs = self._knobs(knobs_from_launch(spec))
+                knobs = self._knobs(knobs_from_launch(spec, self.engine.sim_personality))
             except MsoptError:
                 continue
             measurements.append(Measurement(

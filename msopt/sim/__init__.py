@@ -7,7 +7,6 @@ the failure a real server would show. It does not import Ray.
 
 from __future__ import annotations
 
-from msopt.sim import personalities as _personalities  # noqa: F401  (registers the built-in personalities)
 from msopt.sim.knobs import EngineKnobs, benchmark_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.result import SimResult

@@ -1,4 +1,4 @@
-"""Engine knobs read from what an engine adapter rendered (a LaunchSpec), as the engine would."""
+"""Engine knobs read from what an engine adapter rendered (a launch), as the engine would."""
 
 from __future__ import annotations
 
@@ -7,10 +7,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
+
+
+class Launch(Protocol):
+    """What the simulator reads of a rendered launch (:class:`msopt.engines.launch.LaunchSpec` is one;
+    the simulator sits below the engines and does not import them)."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def argv(self) -> Sequence[str]: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def files(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -446,7 +459,7 @@ def knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
     return EngineKnobs(ignored=tuple(ignored), **kw)
 
 
-def vllm_launch_knobs(spec: LaunchSpec) -> EngineKnobs:
+def vllm_launch_knobs(spec: Launch) -> EngineKnobs:
     """vLLM's knobs from a rendered launch: its command line, and the CPU build's KV-cache size."""
     knobs = knobs_vllm(spec.argv)
     # the CPU build sizes its KV cache from this variable, in GiB (vllm 0.32.0

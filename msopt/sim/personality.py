@@ -4,10 +4,11 @@ fraction covers).
 
 An engine adapter names the personality that models it
 (:attr:`~msopt.engines.base.EngineAdapter.sim_personality`); the simulator asks the personality,
-never the engine's name. Built-in ones (``vllm``, ``sglang``, ``mindie``) are in
-:mod:`msopt.sim.personalities`; a plugin registers a :class:`Personality` instance through the
-``msopt.sim_personalities`` entry-point group. :attr:`msopt.sim.knobs.EngineKnobs.engine` holds
-the personality's name.
+never the engine's name. Each built-in one (``vllm``, ``sglang``, ``mindie``) is in its engine's
+folder (``msopt/engines/<name>/personality.py``), found by name as a plugin's is: a plugin registers a
+:class:`Personality` instance through the ``msopt.sim_personalities`` entry-point group, the built-in
+ones are the registry's ``builtin`` entries, written as entry points are. The simulator sits below the
+engines and imports none of them. :attr:`msopt.sim.knobs.EngineKnobs.engine` holds the personality's name.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from msopt.engines import ENGINES
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
 from msopt.registry import Registry
-from msopt.sim.knobs import EngineKnobs
+from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.spec_types import ModelSpec
 
@@ -69,7 +68,7 @@ class Personality:
         """The knobs of a server command line; None when this engine's knobs do not come from one."""
         return None
 
-    def knobs_from_launch(self, spec: LaunchSpec) -> EngineKnobs:
+    def knobs_from_launch(self, spec: Launch) -> EngineKnobs:
         """The knobs of a rendered launch, as the engine itself would read it.
 
         Raises:
@@ -113,30 +112,24 @@ class Personality:
                 "refused or truncated at serving time.")
 
 
+#: The built-in personalities, each in its engine's folder, loaded on the first lookup as a plugin's
+#: entry point is (the engine folders sit above the simulator, which imports none of them).
+BUILTIN_PERSONALITIES = {name: f"msopt.engines.{name}.personality:PERSONALITY" for name in ("vllm", "sglang", "mindie")}
+
 PERSONALITIES: Registry[Personality] = Registry("simulator personality",
-                                                entry_point_group="msopt.sim_personalities")
+                                                entry_point_group="msopt.sim_personalities",
+                                                builtin=BUILTIN_PERSONALITIES)
 
 
 def get_personality(name: str) -> Personality:
-    """The personality registered as ``name`` (an unknown name lists the valid ones). The built-in
-    ones register when :mod:`msopt.sim` is imported, which any import of this module does first."""
+    """The personality registered as ``name`` (an unknown name lists the valid ones); the built-in and
+    the plugins' ones load on the first lookup."""
     return PERSONALITIES.get(name)
 
 
 def known(name: str) -> bool:
     """Whether a personality is registered as ``name``."""
     return name in PERSONALITIES
-
-
-def personality_of_engine(engine: str) -> Personality | None:
-    """The personality that models the engine registered as ``engine``, None when none does."""
-    name = ENGINES.get(engine).sim_personality if engine in ENGINES else None
-    return get_personality(name) if name is not None else None
-
-
-def modelled_engines() -> list[str]:
-    """The registered engines a personality models."""
-    return [n for n in ENGINES.names() if ENGINES.get(n).sim_personality is not None]
 
 
 def resolved(knobs: EngineKnobs, hbm_gib: float) -> EngineKnobs:
@@ -169,16 +162,17 @@ def _argv_personalities() -> list[str]:
     return [n for n in PERSONALITIES.names() if get_personality(n).knobs_from_argv(()) is not None]
 
 
-def knobs_from_launch(spec: LaunchSpec) -> EngineKnobs:
+def knobs_from_launch(spec: Launch, personality: str | None = None) -> EngineKnobs:
     """Read the modelled knobs from a rendered launch, as the engine itself would: the personality
-    the engine's adapter names (:attr:`~msopt.engines.base.EngineAdapter.sim_personality`) reads it
-    (vLLM and SGLang from ``spec.argv``, MindIE from the config.json object in ``spec.files``).
+    ``personality`` (the name the engine's adapter gives,
+    :attr:`~msopt.engines.base.EngineAdapter.sim_personality`; default: the launch's engine name)
+    reads it (vLLM and SGLang from ``spec.argv``, MindIE from the config.json object in ``spec.files``).
     Flags that are not modelled are listed once in ``ignored``.
 
     Raises:
-        SimulationError: an engine no personality models, or a malformed knob value.
+        SimulationError: no personality of that name, or a malformed knob value.
     """
-    personality = personality_of_engine(spec.engine)
-    if personality is None:
-        raise SimulationError(f"the simulator models engines {modelled_engines()}, not {spec.engine!r}")
-    return personality.knobs_from_launch(spec)
+    name = personality or spec.engine
+    if not known(name):
+        raise SimulationError(f"the simulator models engines {PERSONALITIES.names()}, not {name!r}")
+    return get_personality(name).knobs_from_launch(spec)

@@ -12,8 +12,8 @@ When ``$MSOPT_SIM_SERVE_ARGV_FILE`` is set, the argv received is written there a
 ``argv-<port>.json`` when it names a directory),
 so a test can check what the server was launched with.
 
-With ``--mindie`` ``msopt sim-serve`` stands in for MindIE's daemon instead (:mod:`msopt.sim.mindie_serve`),
-with ``--pd-disaggregation`` for SGLang's PD router (:mod:`msopt.sim.router`).
+With ``--mindie`` ``msopt sim-serve`` stands in for MindIE's daemon instead (:mod:`msopt.engines.mindie.serve`),
+with ``--pd-disaggregation`` for SGLang's PD router (:mod:`msopt.engines.sglang.router`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import is_int
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import MsoptError
 from msopt.sim.perf import StepCost
-from msopt.sim.personality import knobs_from_launch
+from msopt.sim.personality import knobs_from_argv
 from msopt.sim.rendezvous import Placement, follow, lead, placement
 from msopt.sim.specs import list_models, load_hardware, load_model
 
@@ -116,7 +115,7 @@ def step_cost(opts: SimServeOptions, argv: Sequence[str]) -> Any:
     """The simulator's step-time model for the engine this command line describes."""
     try:
         hw, model = load_hardware(opts.hardware), load_model(opts.sim_model)
-        knobs = knobs_from_launch(LaunchSpec(engine="vllm", argv=("vllm", "serve", *argv)))
+        knobs = knobs_from_argv("vllm", ("vllm", "serve", *argv))
     except MsoptError as exc:
         raise SystemExit(f"msopt sim-serve: error: {exc}") from None
     return StepCost(hw, model, knobs, "bf16", "bf16")

@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 
 from msopt.checks import is_int, is_number
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, SimulationError
 from msopt.sim.engine import run_replica
-from msopt.sim.knobs import EngineKnobs, benchmark_overrides, load_overrides
+from msopt.sim.knobs import EngineKnobs, Launch, benchmark_overrides, load_overrides
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.pd import Pool, simulate_pd
@@ -96,11 +95,12 @@ def assumed_inputs(knobs: EngineKnobs, hw: Hardware) -> list[str]:
     return out
 
 
-def launch_assumptions(spec: LaunchSpec, sim_table: Mapping[str, Any]) -> list[str]:
-    """:func:`assumed_inputs` of what :func:`simulate_launch` would simulate (``[simulator]`` as there)."""
+def launch_assumptions(spec: Launch, sim_table: Mapping[str, Any], personality: str | None = None) -> list[str]:
+    """:func:`assumed_inputs` of what :func:`simulate_launch` would simulate (``[simulator]`` and
+    ``personality`` as there)."""
     dirs = sim_table.get("catalog_dirs", ())
     hw = load_hardware(sim_table["hardware"], (dirs,) if isinstance(dirs, str) else dirs)
-    knobs = knobs_from_launch(spec)
+    knobs = knobs_from_launch(spec, personality)
     accept = sim_table.get("spec_accept_len")
     if is_number(accept):
         knobs = replace(knobs, spec_accept_len=float(accept))
@@ -265,8 +265,9 @@ def simulate(
     return replace(res, assumed=tuple(assumed)) if assumed else res
 
 
-def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
-                    bench_argv: Sequence[str] | None = None, load: Mapping[str, Any] | None = None) -> SimResult:
+def simulate_launch(spec: Launch, sim_table: Mapping[str, Any],
+                    bench_argv: Sequence[str] | None = None, load: Mapping[str, Any] | None = None,
+                    personality: str | None = None) -> SimResult:
     """Simulate what an engine adapter rendered, with the ``[simulator]`` configuration table.
 
     Args:
@@ -275,6 +276,8 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
             ``workload`` (table) and optional ``catalog_dirs`` (list of directories).
         bench_argv: a benchmark command line whose load flags override the workload.
         load: ``concurrency`` / ``request_rate`` overriding the workload (a benchmark's load).
+        personality: the simulator personality that reads the launch (the engine adapter's
+            ``sim_personality``; default: the one named as the launch's engine).
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -305,7 +308,7 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
         raise ConfigError(f"simulator.seed = {seed!r}: must be an integer")
     if not is_number(noise):
         raise ConfigError(f"simulator.noise = {noise!r}: must be a number >= 0")
-    knobs = knobs_from_launch(spec)
+    knobs = knobs_from_launch(spec, personality)
     accept = sim_table.get("spec_accept_len")
     if accept is not None:
         if not is_number(accept) or not accept >= 1:
@@ -317,12 +320,12 @@ def simulate_launch(spec: LaunchSpec, sim_table: Mapping[str, Any],
                     kv_dtype=sim_table.get("kv_dtype"), seed=seed, noise=float(noise))
 
 
-def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, int],
+def simulate_disaggregated(prefill: Launch, decode: Launch, counts: tuple[int, int],
                            sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None,
-                           load: Mapping[str, Any] | None = None) -> SimResult:
+                           load: Mapping[str, Any] | None = None, personality: str | None = None) -> SimResult:
     """Simulate a prefill/decode-disaggregated deployment: ``counts[0]`` instances launched as
     ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``;
-    ``bench_argv`` and ``load`` as for :func:`simulate_launch`.
+    ``bench_argv``, ``load`` and ``personality`` as for :func:`simulate_launch`.
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -342,19 +345,20 @@ def simulate_disaggregated(prefill: LaunchSpec, decode: LaunchSpec, counts: tupl
         wl = wl.with_overrides(load_overrides(load))
     return simulate_pools(prefill, decode, counts, hw, spec, wl,
                           weight_dtype=str(sim_table.get("weight_dtype", "bf16")), kv_dtype=sim_table.get("kv_dtype"),
-                          seed=int(sim_table.get("seed", 0)), noise=float(sim_table.get("noise", 0.0)))
+                          seed=int(sim_table.get("seed", 0)), noise=float(sim_table.get("noise", 0.0)),
+                          personality=personality)
 
 
-def simulate_pools(prefill: LaunchSpec, decode: LaunchSpec, counts: tuple[int, int], hw: Hardware, spec: ModelSpec,
+def simulate_pools(prefill: Launch, decode: Launch, counts: tuple[int, int], hw: Hardware, spec: ModelSpec,
                    wl: Workload, *, weight_dtype: str = "bf16", kv_dtype: str | None = None, seed: int = 0,
-                   noise: float = 0.0) -> SimResult:
+                   noise: float = 0.0, personality: str | None = None) -> SimResult:
     """:func:`simulate_disaggregated` on loaded inputs: the one simulation of a disaggregated trial that an
     evaluation and the simulator prior (with its refitted ``hw``) both run."""
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
-    pools = [Pool("prefill", resolved(knobs_from_launch(prefill), hw.hbm_gib), int(counts[0])),
-             Pool("decode", resolved(knobs_from_launch(decode), hw.hbm_gib), int(counts[1]))]
+    pools = [Pool("prefill", resolved(knobs_from_launch(prefill, personality), hw.hbm_gib), int(counts[0])),
+             Pool("decode", resolved(knobs_from_launch(decode, personality), hw.hbm_gib), int(counts[1]))]
     log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
            f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
 

@@ -156,7 +156,7 @@ def test_requests_beyond_max_num_seqs_queue(tmp_path: Path) -> None:
 
 def test_mindie_stand_in_groups_its_http_servers_as_mindie_does() -> None:
     # MindIE-LLM 8b4871a http_server.cpp:411-443, server_config.cpp:298-305 and 618-636
-    from msopt.sim.mindie_serve import config_path, listeners
+    from msopt.engines.mindie.serve import config_path, listeners
 
     one = {"ipAddress": "127.0.0.1", "managementIpAddress": "127.0.0.1", "port": 5, "managementPort": 5,
            "metricsPort": 5}
