@@ -32,7 +32,7 @@ from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, make_objective
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
-from msopt.metrics import METRICS, PERCENTILES, SIMULATED
+from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
@@ -154,7 +154,7 @@ def validate(settings: Settings, *, search: bool = True) -> Validated:
         raise ConfigError(f"{settings.table_source(settings.engine)}: {exc}") from None
     # a bad pattern fails here, not in every actor
     HealthCheck.from_config(settings.config.health_check, settings.engine)
-    taken = set(METRICS) | set(TAIL_COLUMNS)
+    taken = set(METRICS) | set(TAIL_COLUMNS) | set(MEASURED_COLUMNS)
     for decl in settings.fields:
         if decl.name in taken:
             raise ConfigError(f"{decl.where}: the field name '{decl.name}' is a column of results.csv already "
