@@ -12,6 +12,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
+from msopt.prior import SimulatorPrior
 from msopt.space import SearchSpace
 
 PD_EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "pd_h200_sglang.toml"
@@ -49,3 +50,21 @@ def test_the_decode_pool_drafts_with_the_given_acceptance_length(tmp_path: Path)
     # 3.5 tokens a verify step of 4: far fewer steps than plain decoding; 1.1: each step costs more, keeps ~1
     assert good["time_per_output_token"] < 0.6 * plain["time_per_output_token"]
     assert poor["time_per_output_token"] > max(plain["time_per_output_token"], 2.5 * good["time_per_output_token"])
+
+
+def test_the_pd_prior_predicts_with_the_measured_acceptance_length(tmp_path: Path) -> None:
+    settings = settings_of(tmp_path, "spec", EAGLE)
+    space = SearchSpace.from_settings(settings)
+    prior = SimulatorPrior(settings.config, space)
+    assumed = prior.predict(VALUES)
+    assert assumed.error is None and any("acceptance length" in a for a in prior.assumed(VALUES))
+    measured = {"time_to_first_token": 0.5, "time_per_output_token": 0.01, "generate_speed": 900.0,
+                "spec_accept_len": 1.2}
+    prior.observe(VALUES, measured)  # the decode servers' counters said 1.2 tokens a step
+    after = prior.predict(VALUES)
+    assert not any("acceptance length" in a for a in prior.assumed(VALUES))
+    assert after.metrics["time_per_output_token"] > 1.3 * assumed.metrics["time_per_output_token"]
+    # what it predicts is what the evaluation simulates with that length given
+    given = evaluate(settings_of(tmp_path, "given", EAGLE, "spec_accept_len = 1.2"))
+    for key in ("generate_speed", "time_per_output_token"):
+        assert after.metrics[key] == pytest.approx(given[key], rel=0.1), key
