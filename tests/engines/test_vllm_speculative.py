@@ -288,7 +288,7 @@ def test_known_keys_and_methods_pass(section: dict) -> None:
 
 
 def test_msopt_validate_names_the_file_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from msopt.cli import main
+    from msopt.cli.main import main
 
     path = tmp_path / "c.toml"
     path.write_text(SIM.replace('method = "ngram"', 'method = "ngram"\nprompt_lookup = 4'))
