@@ -297,3 +297,21 @@ def test_msopt_validate_names_the_file_and_exits_2(tmp_path: Path, capsys: pytes
     assert err.count("\n") == 0 and str(path) in err and "'prompt_lookup'" in err and "'prompt_lookup_max'" in err
     path.write_text(SIM)
     assert main(["validate", "-c", str(path)]) == 0
+
+
+def test_preflight_checks_the_keys_against_the_installed_vllm() -> None:
+    from msopt.engines.vllm import check_installed_speculative_config
+
+    argv = ["vllm", "serve", "M", "--speculative-config", '{"method": "medusa", "model": "/m"}']
+    assert check_installed_speculative_config(argv, "0.32.0") == (
+        True, "every --speculative-config key is a field of the installed vLLM 0.32.0's SpeculativeConfig")
+    ok, detail = check_installed_speculative_config(argv, "vllm 0.33.0")  # medusa left SpeculativeMethod in 0.33.0
+    assert not ok and "the launch's --speculative-config: --speculative-config method 'medusa'" in detail
+    assert detail.endswith("(the installed vLLM 0.33.0)")
+    ok, detail = check_installed_speculative_config(["vllm", "serve", "M", "--spec-method", "eagle-3"], "0.23.0")
+    assert not ok and "method 'eagle-3'" in detail
+    ok, detail = check_installed_speculative_config(argv, "0.31.0")
+    assert ok and "no SpeculativeConfig key table" in detail and "0.32.0" in detail
+    assert check_installed_speculative_config(["vllm", "serve", "M"], "0.32.0") is None
+    checks = dict((name, ok) for name, ok, _ in get_engine("vllm").version_checks(argv, "vllm 0.33.0", 2))
+    assert checks["speculative_config"] is False

@@ -197,12 +197,15 @@ class VllmAdapter(CommandLineAdapter):
 
     def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
         """The launch's flags against the flag table of the installed vLLM
-        (msopt/engines/vllm/flags/vllm-<version>.txt)."""
+        (msopt/engines/vllm/flags/vllm-<version>.txt), and its ``--additional-config`` and
+        ``--speculative-config`` keys against that version's key tables."""
         if not version.startswith("vllm "):
             return []
         out = [("flags", *check_installed_flags(argv, version[5:], exe_len))]
         ascend = check_installed_additional_config(argv, version[5:])
-        return out + ([("additional_config", *ascend)] if ascend is not None else [])
+        spec = check_installed_speculative_config(argv, version[5:])
+        return (out + ([("additional_config", *ascend)] if ascend is not None else [])
+                + ([("speculative_config", *spec)] if spec is not None else []))
 
     def model_args(self, exe: Sequence[str], model: str) -> list[str]:
         """``vllm serve MODEL``; ``--model MODEL`` for every other entry point.
@@ -424,9 +427,8 @@ def _flag_value(items: Sequence[str], *names: str) -> str | None:
 
 def _check_speculative_keys(fields: Sequence[FieldDecl], table: Mapping[str, Any], others: Sequence[str],
                             version: str) -> None:
-    """Refuse a ``--speculative-config`` key that is not a field of vLLM ``version``'s ``SpeculativeConfig``
-    (a pydantic dataclass that forbids extra fields: "Extra inputs are not permitted") and a value outside
-    a key's ``Literal`` (``method``: ``SpeculativeMethod``), as vLLM would at start-up."""
+    """Refuse a ``--speculative-config`` key of the fields, ``[vllm.speculative_config]``, a JSON in ``others``
+    or ``--spec-method`` that vLLM ``version``'s ``SpeculativeConfig`` refuses (:func:`_refused_key`)."""
     # (key, where, the values it may take; None: a range of numbers)
     entries: list[tuple[str, str, list[Any] | None]] = []
     for d in fields:
@@ -440,38 +442,73 @@ def _check_speculative_keys(fields: Sequence[FieldDecl], table: Mapping[str, Any
         elif d.config_position == "--spec-method":
             entries.append(("method", d.where, _declared_values(d)))
     entries += [(str(k), "[vllm.speculative_config]", [v]) for k, v in table.items()]
-    raw = _flag_value(others, "--speculative-config", "-sc")
+    entries += _argv_entries(others, "[vllm.command] 'others' ")
+    if entries:
+        known = speculative_config_keys(version)
+        for entry in entries:
+            refused = _refused_key(*entry, version, known)
+            if refused:
+                raise ConfigError(refused)
+
+
+def _argv_entries(argv: Sequence[str], where: str) -> list[tuple[str, str, list[Any] | None]]:
+    """The keys a command line's ``--speculative-config`` JSON and ``--spec-method`` set."""
+    raw = _flag_value(argv, "--speculative-config", "-sc")
     try:
         doc = json.loads(raw) if raw else {}
     except json.JSONDecodeError:
         doc = {}  # not JSON: vLLM's own parser says so at start-up
+    out: list[tuple[str, str, list[Any] | None]] = []
     if isinstance(doc, Mapping):
-        entries += [(str(k), "[vllm.command] 'others' --speculative-config", [v]) for k, v in doc.items()]
-    method = _flag_value(others, "--spec-method")
+        out += [(str(k), f"{where}--speculative-config", [v]) for k, v in doc.items()]
+    method = _flag_value(argv, "--spec-method")
     if method is not None:
-        entries.append(("method", "[vllm.command] 'others' --spec-method", [method]))
-    if not entries:
-        return
-    known, dashes = speculative_config_keys(version)
+        out.append(("method", f"{where}--spec-method", [method]))
+    return out
+
+
+def _refused_key(key: str, where: str, values: list[Any] | None, version: str,
+                 known: tuple[Mapping[str, tuple[str, ...]], bool]) -> str | None:
+    """Why vLLM ``version`` refuses ``key`` (not a field of its ``SpeculativeConfig``, a pydantic dataclass
+    that forbids extra fields: "Extra inputs are not permitted") or one of ``values`` (outside the key's
+    ``Literal``, e.g. ``method``: ``SpeculativeMethod``), in one line; None where it takes them."""
+    keys, dashes = known
     source = (f"vLLM {version}'s SpeculativeConfig (msopt/engines/vllm/flags/vllm-{version}-speculative-config.txt, "
               "from vllm/config/speculative.py)")
-    for key, where, values in entries:
-        name = key.replace("-", "_") if dashes else key
-        if name not in known:
-            near = close_matches(name, list(known)) or close_matches(name.replace("-", "_"), list(known))
-            fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else "remove it"
-            raise ConfigError(f"{where}: --speculative-config key {key!r} is not a field of {source}, which refuses it "
-                              f"at start-up ('Extra inputs are not permitted'); {fix}")
-        allowed = known[name]
-        if not allowed:
-            continue
-        bad = [v for v in (values if values is not None else [0]) if v not in allowed]
-        if bad:
-            near = close_matches(str(bad[0]), list(allowed))
-            fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else f"valid: {', '.join(allowed)}"
-            what = repr(bad[0]) if values is not None else "a range of numbers"
-            raise ConfigError(f"{where}: --speculative-config {name} {what} is not one of the values {source} "
-                              f"allows (its Literal); {fix}")
+    name = key.replace("-", "_") if dashes else key
+    if name not in keys:
+        near = close_matches(name, list(keys)) or close_matches(name.replace("-", "_"), list(keys))
+        fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else "remove it"
+        return (f"{where}: --speculative-config key {key!r} is not a field of {source}, which refuses it at start-up "
+                f"('Extra inputs are not permitted'); {fix}")
+    allowed = keys[name]
+    bad = [v for v in (values if values is not None else [0]) if v not in allowed] if allowed else []
+    if not bad:
+        return None
+    near = close_matches(str(bad[0]), list(allowed))
+    fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else f"valid: {', '.join(allowed)}"
+    what = repr(bad[0]) if values is not None else "a range of numbers"
+    return f"{where}: --speculative-config {name} {what} is not one of the values {source} allows (its Literal); {fix}"
+
+
+def check_installed_speculative_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
+    """``msopt preflight``: the launch's ``--speculative-config`` keys (and ``--spec-method``) against the
+    ``SpeculativeConfig`` of the installed vLLM; None without either flag."""
+    entries = _argv_entries(list(argv), "the launch's ")
+    if not entries:
+        return None
+    version = installed_version(version_text)
+    path = FLAGS_DIR / f"vllm-{version}-speculative-config.txt"
+    if version is None or not path.exists():
+        tables = sorted(p.name.split("-")[1] for p in FLAGS_DIR.glob("vllm-*-speculative-config.txt"))
+        return True, (f"installed vLLM {version or 'unknown'} has no SpeculativeConfig key table in msopt (tables: "
+                      f"{', '.join(tables)}); the --speculative-config keys are not checked")
+    known = speculative_config_keys(version)
+    for entry in entries:
+        refused = _refused_key(*entry, version, known)
+        if refused:
+            return False, f"{refused} (the installed vLLM {version})"
+    return True, f"every --speculative-config key is a field of the installed vLLM {version}'s SpeculativeConfig"
 
 
 def _declared_values(decl: FieldDecl) -> list[Any] | None:
