@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: the counters read, by the key they are reported under
@@ -110,6 +110,14 @@ def read_counters(base_url: str, timeout: float = 5.0) -> CacheCounters | None:
         return None
 
 
+def summed(counters: Sequence[CacheCounters | None]) -> CacheCounters | None:
+    """The counters of several servers added up (a disaggregated trial's decode instances); None when
+    there is none or any read failed."""
+    if not counters or any(c is None for c in counters):
+        return None
+    return CacheCounters(**{k: sum(getattr(c, k) for c in counters) for k in CacheCounters.__dataclass_fields__})
+
+
 def cache_report(before: CacheCounters | None, after: CacheCounters | None) -> dict[str, float | None]:
     """The measurement's hits and queries (tokens) and their ratio; all None when either read failed
     or no token was queried (prefix caching off, or a server without the counters)."""
@@ -136,4 +144,4 @@ def spec_report(before: CacheCounters | None, after: CacheCounters | None) -> fl
 
 
 __all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "CacheCounters", "cache_report", "parse_counters",
-           "read_counters", "spec_report"]
+           "read_counters", "spec_report", "summed"]

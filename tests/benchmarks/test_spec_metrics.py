@@ -166,3 +166,20 @@ def test_builtin_journals_sglangs_accept_len(drafting: SpecServer, tmp_path: Pat
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
     assert m["spec_accept_len"] == pytest.approx((55 - 5) / 12)
     assert get_benchmark("builtin").parse(tmp_path, tmp_path / "b.log")["spec_accept_len"] == pytest.approx(50 / 12)
+
+
+def test_a_disaggregated_trials_decode_servers_are_summed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a real PD trial's benchmark talks to the router, whose /metrics has no draft counters: the runner reads
+    # the decode servers' (msopt.evaluate.real.decode_counters), summed
+    from msopt.benchmarks.engine_metrics import summed
+    from msopt.evaluate import real
+
+    texts = {"http://127.0.0.1:1": sglang_text(10, 100, 4), "http://127.0.0.1:2": sglang_text(20, 150, 6)}
+    monkeypatch.setattr(real, "read_counters", lambda url: parse_counters(texts[url]) if url in texts else None)
+    decode = [LaunchSpec("sglang", ("x",), port=p, host="127.0.0.1") for p in (1, 2)]
+    before = real.decode_counters(decode)
+    assert before is not None and (before.verify_calls, before.generated, before.requests) == (30.0, 250.0, 10.0)
+    texts["http://127.0.0.1:2"] = sglang_text(40, 230, 8)
+    assert spec_report(before, real.decode_counters(decode)) == pytest.approx((80 - 2) / 20)
+    assert real.decode_counters([*decode, LaunchSpec("sglang", ("x",), port=3, host="127.0.0.1")]) is None
+    assert summed([]) is None
