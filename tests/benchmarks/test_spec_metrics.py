@@ -183,3 +183,14 @@ def test_a_disaggregated_trials_decode_servers_are_summed(monkeypatch: pytest.Mo
     assert spec_report(before, real.decode_counters(decode)) == pytest.approx((80 - 2) / 20)
     assert real.decode_counters([*decode, LaunchSpec("sglang", ("x",), port=3, host="127.0.0.1")]) is None
     assert summed([]) is None
+
+
+def test_msopt_validate_says_sglang_needs_enable_metrics_to_measure_it() -> None:
+    from msopt.engines import get_engine
+
+    sglang = get_engine("sglang")
+    drafting = "--speculative-algorithm EAGLE3 --speculative-draft-model-path /d"
+    (note,) = sglang.notes({"command": {"others": drafting}})
+    assert "without --enable-metrics" in note and "spec_accept_len is not measured" in note
+    assert sglang.notes({"command": {"others": drafting + " --enable-metrics"}}) == []
+    assert sglang.notes({"command": {"others": "--enable-metrics"}}) == [] and sglang.notes({}) == []
