@@ -469,9 +469,10 @@ def _argv_entries(argv: Sequence[str], where: str) -> list[tuple[str, str, list[
 
 def _refused_key(key: str, where: str, values: list[Any] | None, version: str,
                  known: tuple[Mapping[str, tuple[str, ...]], bool]) -> str | None:
-    """Why vLLM ``version`` refuses ``key`` (not a field of its ``SpeculativeConfig``, a pydantic dataclass
-    that forbids extra fields: "Extra inputs are not permitted") or one of ``values`` (outside the key's
-    ``Literal``, e.g. ``method``: ``SpeculativeMethod``), in one line; None where it takes them."""
+    """Why vLLM ``version`` refuses ``key`` (not a field of its ``SpeculativeConfig``, a pydantic dataclass:
+    "Unexpected keyword argument") or one of ``values`` (outside the key's ``Literal``, e.g. ``method``:
+    ``SpeculativeMethod``: "Input should be ..."), in one line; None where it takes them. Both messages as
+    the vLLM 0.32.0 CPU build raised them for ``SpeculativeConfig(**doc)``."""
     keys, dashes = known
     source = (f"vLLM {version}'s SpeculativeConfig (msopt/engines/vllm/flags/vllm-{version}-speculative-config.txt, "
               "from vllm/config/speculative.py)")
@@ -480,7 +481,7 @@ def _refused_key(key: str, where: str, values: list[Any] | None, version: str,
         near = close_matches(name, list(keys)) or close_matches(name.replace("-", "_"), list(keys))
         fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else "remove it"
         return (f"{where}: --speculative-config key {key!r} is not a field of {source}, which refuses it at start-up "
-                f"('Extra inputs are not permitted'); {fix}")
+                f"('1 validation error for SpeculativeConfig {key} Unexpected keyword argument'); {fix}")
     allowed = keys[name]
     bad = [v for v in (values if values is not None else [0]) if v not in allowed] if allowed else []
     if not bad:
@@ -488,7 +489,8 @@ def _refused_key(key: str, where: str, values: list[Any] | None, version: str,
     near = close_matches(str(bad[0]), list(allowed))
     fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else f"valid: {', '.join(allowed)}"
     what = repr(bad[0]) if values is not None else "a range of numbers"
-    return f"{where}: --speculative-config {name} {what} is not one of the values {source} allows (its Literal); {fix}"
+    return (f"{where}: --speculative-config {name} {what} is not one of the values {source} allows (its Literal: "
+            f"'1 validation error for SpeculativeConfig {name} Input should be ...' at start-up); {fix}")
 
 
 def check_installed_speculative_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
