@@ -24,8 +24,12 @@ PERCENTILES: tuple[str, ...] = tuple(f"{m}_p{p}" for m in ("ttft", "tpot") for p
 PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"
 
 #: Speculative decoding's mean acceptance length over a measurement (tokens kept per verify step, the
-#: target's own included), where the server counts its drafts (vLLM's ``/metrics``): absent otherwise.
+#: target's own included), where the server counts its drafts (vLLM's or SGLang's ``/metrics``): absent otherwise.
 SPEC_ACCEPT_LEN = "spec_accept_len"
+
+#: Metrics a measurement reports only where the server measures them, each a results.csv column after the
+#: original tool's layout (an empty cell where absent).
+MEASURED_COLUMNS: tuple[str, ...] = (SPEC_ACCEPT_LEN,)
 
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")

@@ -19,6 +19,19 @@ tokens.") and ``vllm:spec_decode_num_accepted_tokens`` ("Number of accepted toke
 is not read. The measurement's acceptance length is vLLM's own "Mean acceptance length" (its
 ``SpecDecodingLogging.log`` and the PromQL in ``SpecDecodingProm``'s docstring): ``1 +`` accepted
 tokens over drafts, the bonus token counted, both as increases over the measurement.
+
+SGLang 0.5.23 with ``--enable-metrics`` counts, per finished request, on its ``/metrics``
+(sglang/srt/observability/metrics_collector.py, ``TokenizerMetricsCollector``):
+``sglang:generation_tokens_total`` (line 1861, "Number of generation tokens processed."),
+``sglang:num_requests_total`` (line 1941) and ``sglang:spec_verify_calls_total`` (line 1866, "Number
+of speculative decoding verification calls.", incremented by the request's ``spec_verify_ct`` in
+``observe_one_finished_request``, line 2112). A request's first token comes from its prefill and each
+verify step keeps its accepted drafts and the bonus token
+(sglang/srt/managers/scheduler_components/batch_result_processor.py:829-832), so the measurement's
+acceptance length is ``(generated − requests) / verify calls`` over it: the tokens kept per verify step,
+the ``accept len`` of the scheduler's decode log line (scheduler_components/metrics_reporter.py:973,
+1005: accepted tokens over per-request verify passes). Its gauge ``sglang:spec_accept_length``
+(metrics_collector.py:511) is that mean over the last decode-log interval only, so it is not read.
 """
 
 from __future__ import annotations
@@ -26,14 +39,16 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: the counters read, by the key they are reported under
 COUNTERS: Mapping[str, str] = {"hits": "vllm:prefix_cache_hits", "queries": "vllm:prefix_cache_queries",
                                 "drafts": "vllm:spec_decode_num_drafts",
                                 "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-                                "accepted": "vllm:spec_decode_num_accepted_tokens"}
+                                "accepted": "vllm:spec_decode_num_accepted_tokens",
+                                "verify_calls": "sglang:spec_verify_calls", "generated": "sglang:generation_tokens",
+                                "requests": "sglang:num_requests"}
 #: the metric a measurement reports: hits / queries over the measurement (None: not measured)
 HIT_RATE = "prefix_cache_hit_rate"
 #: the metric a measurement with speculative decoding reports: 1 + accepted tokens / drafts
@@ -44,14 +59,18 @@ _LINE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<val
 
 @dataclass(frozen=True)
 class CacheCounters:
-    """Prefix-cache tokens hit and queried, and speculative drafts, draft tokens and accepted tokens,
-    since the server started (summed over its engines; 0 where the server has no such counter)."""
+    """Prefix-cache tokens hit and queried, and speculative drafts, draft tokens and accepted tokens
+    (vLLM), or verify calls, tokens generated and requests finished (SGLang), since the server started
+    (summed over its engines and labels; 0 where the server has no such counter)."""
 
     hits: float
     queries: float
     drafts: float = 0.0
     draft_tokens: float = 0.0
     accepted: float = 0.0
+    verify_calls: float = 0.0
+    generated: float = 0.0
+    requests: float = 0.0
 
 
 def parse_counters(text: str) -> CacheCounters | None:
@@ -91,6 +110,14 @@ def read_counters(base_url: str, timeout: float = 5.0) -> CacheCounters | None:
         return None
 
 
+def summed(counters: Sequence[CacheCounters | None]) -> CacheCounters | None:
+    """The counters of several servers added up (a disaggregated trial's decode instances); None when
+    there is none or any read failed."""
+    if not counters or any(c is None for c in counters):
+        return None
+    return CacheCounters(**{k: sum(getattr(c, k) for c in counters) for k in CacheCounters.__dataclass_fields__})
+
+
 def cache_report(before: CacheCounters | None, after: CacheCounters | None) -> dict[str, float | None]:
     """The measurement's hits and queries (tokens) and their ratio; all None when either read failed
     or no token was queried (prefix caching off, or a server without the counters)."""
@@ -102,14 +129,19 @@ def cache_report(before: CacheCounters | None, after: CacheCounters | None) -> d
 
 
 def spec_report(before: CacheCounters | None, after: CacheCounters | None) -> float | None:
-    """The measurement's mean acceptance length, ``1 + accepted / drafts`` over it (vLLM's "Mean
-    acceptance length"); None when either read failed or the server drafted nothing (speculative
-    decoding off, or a server without the counters)."""
+    """The measurement's mean acceptance length: ``1 + accepted / drafts`` over it (vLLM's "Mean
+    acceptance length"), or ``(generated − requests) / verify calls`` (SGLang's ``accept len``); None
+    when either read failed or the server drafted nothing (speculative decoding off, or a server
+    without the counters)."""
     if before is None or after is None:
         return None
     drafts, accepted = after.drafts - before.drafts, after.accepted - before.accepted
-    return 1.0 + accepted / drafts if drafts > 0 and accepted >= 0 else None
+    if drafts > 0:
+        return 1.0 + accepted / drafts if accepted >= 0 else None
+    verify = after.verify_calls - before.verify_calls
+    kept = (after.generated - before.generated) - (after.requests - before.requests)
+    return max(1.0, kept / verify) if verify > 0 and kept >= 0 else None
 
 
 __all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "CacheCounters", "cache_report", "parse_counters",
-           "read_counters", "spec_report"]
+           "read_counters", "spec_report", "summed"]

@@ -15,12 +15,13 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks import get_benchmark
+from msopt.benchmarks.engine_metrics import CacheCounters, read_counters, spec_report, summed
 from msopt.config import Config
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.hccl import lease_blocks
@@ -32,6 +33,7 @@ from msopt.errors import EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
+from msopt.metrics import SPEC_ACCEPT_LEN
 
 
 @dataclass
@@ -255,10 +257,15 @@ class RealRunner(EngineRunner):
                 procs = [(name, stack.enter_context(launched(spec, logs[name], cwd=workdir, registry=reg)))
                          for name, spec in roles]
                 router = stack.enter_context(launched(launch.router, server_log, cwd=workdir, registry=reg))
+                before = decode_counters(launch.decode)
                 metrics = self.benchmark.run(
                     launch.router, values, config.engine.fields, config.benchmark.table,
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout)
+                # the benchmark read the router's /metrics, which has no draft counters: the decode servers do
+                accept = spec_report(before, decode_counters(launch.decode))
+                if accept is not None and metrics.get(SPEC_ACCEPT_LEN) is None:
+                    metrics[SPEC_ACCEPT_LEN] = accept
                 for name, proc in [*procs, ("router", router)]:
                     if proc.poll() is not None:
                         where = logs.get(name, server_log)
@@ -286,6 +293,12 @@ class RealRunner(EngineRunner):
         why = launcher.failure() if launcher is not None else None
         if why:
             raise EvaluationError(why)
+
+def decode_counters(decode: Sequence[LaunchSpec]) -> CacheCounters | None:
+    """The draft (and prefix-cache) counters of a disaggregated trial's decode servers, summed
+    (:mod:`msopt.benchmarks.engine_metrics`); None where one has none."""
+    return summed([read_counters(spec.base_url) for spec in decode])
+
 
 def _pd_ports(lease: PortLease, most: int = 64) -> list[int]:
     """Ports for a disaggregated trial (the adapter uses 2 x instances + 1 of them): up to ``most``,

@@ -199,7 +199,9 @@ class SimulatorPrior:
                 # the evaluation's own simulation (SimRunner._measure_pd): both pools, the router's split
                 launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
                 res = simulate_pools(launch.prefill[0], launch.decode[0], launch.counts, self.hardware,
-                                     self.model_spec, wl, personality=self.engine.sim_personality, **dtypes)
+                                     self.model_spec, wl, personality=self.engine.sim_personality, **dtypes,
+                                     spec_accept_len=self._knobs(knobs_from_launch(
+                                         launch.decode[0], self.engine.sim_personality)).spec_accept_len)
             else:
                 spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
                                           devices=list(self.devices), workdir=None)
@@ -226,17 +228,24 @@ class SimulatorPrior:
     def assumed(self, values: Mapping[str, Any]) -> list[str]:
         """What the prediction of ``values`` assumes rather than knows, one line each
         (:func:`msopt.sim.simulator.assumed_inputs` at the prior's hardware, refitted or not, and
-        acceptance length, measured or not); [] where the launch cannot be rendered alone."""
+        acceptance length, measured or not; disaggregated: the decode pool's); [] where the launch
+        cannot be rendered."""
 
-        if self.disaggregated:
-            return []
+        knobs = self._launch_knobs(values)
+        return [] if knobs is None else assumed_inputs(self._knobs(knobs), self.hardware)
+
+    def _launch_knobs(self, values: Mapping[str, Any]) -> EngineKnobs | None:
+        """The knobs of ``values``' launch, disaggregated its decode pool's (the one that drafts); None
+        where it cannot be rendered."""
         try:
-            knobs = knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
-                                                         devices=list(self.devices), workdir=None),
-                                      self.engine.sim_personality)
+            if self.disaggregated:
+                launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
+                return knobs_from_launch(launch.decode[0], self.engine.sim_personality)
+            return knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
+                                                        devices=list(self.devices), workdir=None),
+                                     self.engine.sim_personality)
         except MsoptError:
-            return []
-        return assumed_inputs(self._knobs(knobs), self.hardware)
+            return None
 
     def accept_len(self, knobs: EngineKnobs) -> float | None:
         """The acceptance length this run measured (the ``spec_accept_len`` metric, the server's own
@@ -271,16 +280,10 @@ class SimulatorPrior:
             self._observed_fitness[key] = f if math.isfinite(f) else math.inf
 
     def _observe_accept(self, values: Mapping[str, Any], accept: Any) -> None:
-        if not isinstance(accept, (int, float)) or not math.isfinite(accept) or accept < 1 or self.disaggregated:
+        if not isinstance(accept, (int, float)) or isinstance(accept, bool) or not math.isfinite(accept) or accept < 1:
             return
-
-        try:
-            knobs = knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
-                                                         devices=list(self.devices), workdir=None),
-                                      self.engine.sim_personality)
-        except MsoptError:
-            return
-        if not knobs.spec_method:
+        knobs = self._launch_knobs(values)  # disaggregated: the decode pool drafts, the server counted its steps
+        if knobs is None or not knobs.spec_method:
             return
         self._accepts.setdefault(knobs.spec_method, []).append((_chain_steps(knobs), float(accept)))
         self._cache = {}  # every speculative prediction may change

@@ -16,7 +16,7 @@ from msopt.errors import MsoptError
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.results import values_key as _key
-from msopt.metrics import METRICS
+from msopt.metrics import MEASURED_COLUMNS, METRICS, SPEC_ACCEPT_LEN
 from msopt.report.data import (
     BEST_COMMAND_JSON,
     BEST_COMMAND_SH,
@@ -108,11 +108,16 @@ _METRIC_COLUMNS: dict[str, tuple[str, Any]] = {
     "time_per_output_token": ("TPOT (ms)", lambda v: f"{v * 1000:.1f}"),
     "success_rate": ("success (%)", lambda v: f"{v * 100:.4g}"),
     "throughput": ("requests/s", lambda v: f"{v:.3g}"),
+    SPEC_ACCEPT_LEN: ("accept len (tokens/step)", lambda v: f"{v:.2f}"),
 }
 
 
+def _is_value(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _metric_cell(name: str, v: Any) -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+    if not _is_value(v):
         return "-"
     show = _METRIC_COLUMNS.get(name, (name, fmt))[1]
     return show(v)
@@ -121,14 +126,16 @@ def _metric_cell(name: str, v: Any) -> str:
 def _table(data: RunData, rows: list[tuple[EvaluationResult, float, int]]) -> str:
     fields = [f.name for f in data.config.engine.fields]
     steps = {f.name: f.step for f in data.config.engine.fields}
+    # a measured-only metric gets a column where one of the rows has it (speculative decoding: its acceptance length)
+    metrics = [*METRICS, *(m for m in MEASURED_COLUMNS if any(_is_value(r.metrics.get(m)) for r, _, _ in rows))]
     head = ["rank", "eval", "phase", "fitness", "mean fitness (n)",
-            *(_METRIC_COLUMNS.get(m, (m,))[0] for m in METRICS), *fields]
+            *(_METRIC_COLUMNS.get(m, (m,))[0] for m in metrics), *fields]
     bid = best_id(data)
     out = ['<div class="wide"><table>', "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for i, (r, mean, n) in enumerate(rows, 1):
         cells = [f"{i}{' &#9733;' if r.eval_id == bid else ''}", _e(r.eval_id), _e(r.phase),
                  _e(fmt(r.fitness)), _e(f"{fmt(mean)} ({n})")]
-        cells += [_e(_metric_cell(m, r.metrics.get(m))) for m in METRICS]
+        cells += [_e(_metric_cell(m, r.metrics.get(m))) for m in metrics]
         cells += [_e(show_value(r.values.get(f), steps.get(f)) if f in r.values else "-") for f in fields]
         cls = ' class="best"' if r.eval_id == bid else ""
         out.append(f"<tr{cls}>" + "".join(f'<td{" class=t" if j == 2 else ""}>{c}</td>'

@@ -33,7 +33,7 @@ from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
-from msopt.metrics import METRICS, PERCENTILES, SIMULATED
+from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
@@ -149,7 +149,7 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         raise ConfigError(f"{config.engine.section.source}: {exc}") from None
     # a bad pattern fails here, not in every actor
     HealthCheck.from_config(config.health_check, name)
-    taken = set(METRICS) | set(TAIL_COLUMNS)
+    taken = set(METRICS) | set(TAIL_COLUMNS) | set(MEASURED_COLUMNS)
     for decl in fields:
         if decl.name in taken:
             raise ConfigError(f"{decl.where}: the field name '{decl.name}' is a column of results.csv already "

@@ -2,7 +2,8 @@
 
 Each request is prefilled on one of ``P`` prefill instances (round robin, one token sampled), its
 KV cache is sent to one of ``D`` decode instances, which admits it without prompt compute and
-decodes the remaining tokens; the client's first token arrives from the decode instance (as
+decodes the remaining tokens (speculatively where its launch drafts, :mod:`msopt.sim.spec`); the
+client's first token arrives from the decode instance (as
 through SGLang's router or vLLM's proxy). The transfer of ``kv_bytes_per_token x prompt`` bytes
 runs over the scale-out network, one link per device of the sending prefill instance.
 
@@ -23,6 +24,7 @@ from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.result import SimResult, failed, summarize
+from msopt.sim.spec import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.spec_types import Hardware, ModelSpec
 from msopt.sim.workload import Workload
 
@@ -84,10 +86,24 @@ def simulate_pd(
             text = f"{pool.role} instance: {error}"
             log.append(f"ERROR {text}")
             return failed(text, log, (), n)
+        draft = speculation_of(pool.knobs)
+        error = draft_refusal(pool.knobs, draft, hw.memory_kind) if draft is not None else None
+        if error:
+            text = f"{pool.role} instance: {error}"
+            log.append(f"ERROR {text}")
+            return failed(text, log, (), n)
         plans[pool.role] = mem if mem is not None else plan_memory(hw, model, pool.knobs, weight_dtype, kv_dtype)
         costs[pool.role] = StepCost(hw, model, pool.knobs, weight_dtype, kv_dtype)
         log.append(f"INFO [msopt.sim] {pool.count} {pool.role} instance(s) of tp={pool.knobs.tp} x pp={pool.knobs.pp} "
                    f"x dp={pool.knobs.dp}: KV cache {plans[pool.role].kv_tokens:,} tokens per replica")
+    # the decode instances decode speculatively (the prefill's one token needs no draft): a verify step
+    # keeps `accept` tokens per sequence, the scheduler runs the steps, the client counts the tokens
+    draft = speculation_of(decode.knobs)
+    decode_out = out_len
+    if draft is not None:
+        costs["decode"] = SpecStepCost(costs["decode"], model, draft, hw.verify_kv_per_token)
+        decode_out = np.array([draft.decode_steps(int(o)) for o in out_len], dtype=out_len.dtype)
+        log.append(draft_log(draft) + " on the decode instances")
     p_devices = prefill.knobs.tp * prefill.knobs.pp
     link = hw.inter_node_gb_s * 1e9 * hw.comm_eff * p_devices
     transfer = in_len * model.kv_bytes_per_token(kv_dtype) / link + hw.allreduce_latency_us * 1e-6
@@ -123,7 +139,7 @@ def simulate_pd(
                     p_done[idx] = trace.finish
                 else:
                     start = np.where(np.isfinite(p_done[idx]), p_done[idx] + transfer[idx], np.inf)
-                    trace = run_replica(pool.knobs, costs[role], plans[role].num_blocks, in_len[idx], out_len[idx],
+                    trace = run_replica(pool.knobs, costs[role], plans[role].num_blocks, in_len[idx], decode_out[idx],
                                         np.where(np.isfinite(start), start, 0.0), None, max_len, 0.0, scale,
                                         prefilled=True)
                     first[idx], finish[idx] = trace.first_token, trace.finish

@@ -18,7 +18,7 @@ from msopt.sim.pd import Pool, simulate_pd
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, get_personality, knobs_from_launch, known, resolved
 from msopt.sim.result import SimResult, failed, summarize
-from msopt.sim.spec import SpecStepCost, speculation_of
+from msopt.sim.spec import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.spec_types import DTYPE_BYTES, Hardware, ModelSpec
 from msopt.sim.specs import load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
@@ -201,22 +201,15 @@ def simulate(
     run_out = out_len
     draft = speculation_of(knobs)
     if draft is not None:
-        if knobs.engine == "sglang" and draft.method == "ngram" and hw.memory_kind == "NPU":
-            # sglang 0.5.23 srt/arg_groups/speculative_hook.py, _handle_ngram
-            msg = "ValueError: Ngram speculative decoding only supports CUDA, CPU, or XPU devices."
-            log.append(f"ERROR {msg}")
-            return failed(msg, log, ignored, wl.num_prompts)
-        if draft.steps < 1 and draft.method != "ngram":  # vllm 0.32.0 vllm/config/speculative.py: gt=0
-            msg = f"ValueError: num_speculative_tokens must be > 0, got {draft.steps}"
+        msg = draft_refusal(knobs, draft, hw.memory_kind)
+        if msg:
             log.append(f"ERROR {msg}")
             return failed(msg, log, ignored, wl.num_prompts)
         cost = SpecStepCost(cost, spec, draft, hw.verify_kv_per_token)
         # a verify step keeps `accept` tokens per sequence: the scheduler runs the steps, the
         # client counts the tokens (summarize below gets the real lengths)
         run_out = np.array([draft.decode_steps(int(o)) for o in out_len], dtype=out_len.dtype)
-        how = "assumed default" if draft.assumed else "given"
-        log.append(f"INFO [msopt.sim] speculative decoding: {draft.method}, {draft.steps} draft step(s), "
-                   f"{draft.verify} token(s) verified per step, acceptance length {draft.accept:.2f} ({how})")
+        log.append(draft_log(draft))
 
     caching = knobs.prefix_caching if knobs.prefix_caching is not None else get_personality(knobs.engine).prefix_caching
     prefixes = wl.sample_prefixes() if caching else None
@@ -343,22 +336,36 @@ def simulate_disaggregated(prefill: Launch, decode: Launch, counts: tuple[int, i
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
     if load:
         wl = wl.with_overrides(load_overrides(load))
+    accept = sim_table.get("spec_accept_len")
+    if accept is not None and (not is_number(accept) or not accept >= 1):
+        raise ConfigError(f"simulator.spec_accept_len = {accept!r}: must be a number >= 1 (tokens kept per "
+                          "verify step, the target's own token included)")
     return simulate_pools(prefill, decode, counts, hw, spec, wl,
                           weight_dtype=str(sim_table.get("weight_dtype", "bf16")), kv_dtype=sim_table.get("kv_dtype"),
                           seed=int(sim_table.get("seed", 0)), noise=float(sim_table.get("noise", 0.0)),
-                          personality=personality)
+                          spec_accept_len=None if accept is None else float(accept), personality=personality)
+
+
+def pool_knobs(spec: Launch, spec_accept_len: float | None = None, personality: str | None = None) -> EngineKnobs:
+    """The knobs of one pool's launch, with ``spec_accept_len`` where it decodes speculatively."""
+    knobs = knobs_from_launch(spec, personality)
+    if spec_accept_len is not None and knobs.spec_method:
+        knobs = replace(knobs, spec_accept_len=float(spec_accept_len))
+    return knobs
 
 
 def simulate_pools(prefill: Launch, decode: Launch, counts: tuple[int, int], hw: Hardware, spec: ModelSpec,
                    wl: Workload, *, weight_dtype: str = "bf16", kv_dtype: str | None = None, seed: int = 0,
-                   noise: float = 0.0, personality: str | None = None) -> SimResult:
+                   noise: float = 0.0, spec_accept_len: float | None = None,
+                   personality: str | None = None) -> SimResult:
     """:func:`simulate_disaggregated` on loaded inputs: the one simulation of a disaggregated trial that an
-    evaluation and the simulator prior (with its refitted ``hw``) both run."""
+    evaluation and the simulator prior (with its refitted ``hw`` and measured acceptance length) both run.
+    ``spec_accept_len``: the acceptance length of a speculative decode pool (None: the default, assumed)."""
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
-    pools = [Pool("prefill", resolved(knobs_from_launch(prefill, personality), hw.hbm_gib), int(counts[0])),
-             Pool("decode", resolved(knobs_from_launch(decode, personality), hw.hbm_gib), int(counts[1]))]
+    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib), int(counts[0])),
+             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib), int(counts[1]))]
     log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
            f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
 
@@ -375,5 +382,7 @@ def simulate_pools(prefill: Launch, decode: Launch, counts: tuple[int, int], hw:
     in_len, out_len = wl.sample_lengths(rng_len)
     arrival = wl.sample_arrivals(rng_arr)
     scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal())) if noise > 0 else 1.0
-    return simulate_pd(pools[0], pools[1], hw, spec, wl, in_len, out_len, arrival, weight_dtype=weight_dtype,
-                       kv_dtype=str(kv_dtype), scale=scale, log=log, problem_of=problem_of)
+    res = simulate_pd(pools[0], pools[1], hw, spec, wl, in_len, out_len, arrival, weight_dtype=weight_dtype,
+                      kv_dtype=str(kv_dtype), scale=scale, log=log, problem_of=problem_of)
+    assumed = assumed_inputs(pools[1].knobs, hw)  # the decode pool's: the one that drafts
+    return replace(res, assumed=tuple(assumed)) if assumed else res

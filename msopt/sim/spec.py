@@ -105,6 +105,23 @@ def speculation_of(knobs: EngineKnobs) -> Speculation | None:
     return Speculation(knobs.spec_method, steps, verify, min(max(1.0, accept), float(verify)), assumed)
 
 
+def draft_refusal(knobs: EngineKnobs, draft: Speculation, memory_kind: str) -> str | None:
+    """The engine's message when it would not start ``draft`` on this hardware (None: it starts)."""
+    if knobs.engine == "sglang" and draft.method == "ngram" and memory_kind == "NPU":
+        # sglang 0.5.23 srt/arg_groups/speculative_hook.py, _handle_ngram
+        return "ValueError: Ngram speculative decoding only supports CUDA, CPU, or XPU devices."
+    if draft.steps < 1 and draft.method != "ngram":  # vllm 0.32.0 vllm/config/speculative.py: gt=0
+        return f"ValueError: num_speculative_tokens must be > 0, got {draft.steps}"
+    return None
+
+
+def draft_log(draft: Speculation) -> str:
+    """The simulator's log line of a speculative setting."""
+    how = "assumed default" if draft.assumed else "given"
+    return (f"INFO [msopt.sim] speculative decoding: {draft.method}, {draft.steps} draft step(s), "
+            f"{draft.verify} token(s) verified per step, acceptance length {draft.accept:.2f} ({how})")
+
+
 class SpecStepCost(StepCost):
     """:class:`StepCost` of a server that decodes speculatively (``step`` and ``decode_coeffs``
     priced with the verify tokens and the draft passes; the other attributes are the base's)."""
@@ -146,4 +163,4 @@ class SpecStepCost(StepCost):
 
 
 __all__ = ["DEFAULT_ACCEPT_RATE", "METHODS", "SpecStepCost", "Speculation", "chain_accept_len", "chain_accept_rate",
-           "default_accept_len", "draft_fraction", "speculation_of"]
+           "default_accept_len", "draft_fraction", "draft_log", "draft_refusal", "speculation_of"]

@@ -197,3 +197,121 @@ def test_a_simulated_mtp_on_a_model_without_mtp_layers_is_refused(tmp_path: Path
     path.write_text(SIM.replace('method = "ngram"', 'method = "mtp"'))
     res = Evaluator(load_settings(path).config, run_dir=tmp_path / "run").evaluate(EvalRequest(1, "search", 0, 0, (2,)))
     assert res.refused and "Unsupported speculative method: 'mtp'" in (res.error or "")
+
+
+# -- the keys of --speculative-config: SpeculativeConfig's fields (pydantic, extra="forbid") -----------------------
+def test_the_key_tables_say_where_they_come_from() -> None:
+    from msopt.engines.vllm import FLAGS_DIR, SPECULATIVE_DEFAULT_VERSION, speculative_config_keys
+    from msopt.engines.vllm.target import VLLM_VERSIONS
+
+    for version in (*VLLM_VERSIONS, SPECULATIVE_DEFAULT_VERSION):
+        head = (FLAGS_DIR / f"vllm-{version}-speculative-config.txt").read_text(encoding="utf-8").splitlines()[:2]
+        assert head[0].startswith(f"# vllm {version}:") and "vllm/config/speculative.py:" in head[0]
+        assert "scripts/generators/speculative_config_keys.py" in head[1]
+        keys, _ = speculative_config_keys(version)
+        assert {"method", "model", "num_speculative_tokens", "prompt_lookup_max"} <= set(keys)
+        assert "mtp" in keys["method"] and "eagle3" in keys["method"] and not keys["model"]
+    # medusa and mlp_speculator left SpeculativeMethod in 0.33.0; 0.32.0 reads '-' in a key as '_', 0.23.0 does not
+    assert "medusa" in speculative_config_keys("0.32.0")[0]["method"]
+    assert "medusa" not in speculative_config_keys("0.33.0")[0]["method"]
+    assert speculative_config_keys("0.32.0")[1] and not speculative_config_keys("0.23.0")[1]
+
+
+def test_the_generator_reads_fields_literals_and_dashes(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "vllm" / "config"
+    config.mkdir(parents=True)
+    (tmp_path / "vllm" / "engine").mkdir()
+    (config / "speculative.py").write_text('''
+from typing import Literal
+MTPModelTypes = Literal["deepseek_mtp", "mtp"]
+EagleModelTypes = Literal["eagle", MTPModelTypes]
+SpeculativeMethod = Literal["ngram", EagleModelTypes]
+Sample = Literal["greedy"]
+
+@config
+class SpeculativeConfig:
+    num_speculative_tokens: int = Field(default=None, gt=0)
+    method: SpeculativeMethod | None = None
+    draft_sample_method: Sample = "greedy"
+    quantization: QuantizationMethods | str | None = None
+
+    def compute_hash(self) -> str:
+        local: int = 1
+''')
+    (tmp_path / "vllm" / "engine" / "arg_utils.py").write_text(
+        'self.speculative_config = {k.replace("-", "_"): v for k, v in self.speculative_config.items()}\n')
+    script = Path(__file__).parents[2] / "scripts" / "generators" / "speculative_config_keys.py"
+    out = subprocess.run([sys.executable, str(script), str(config / "speculative.py"), "9.9.9"],
+                         capture_output=True, text=True, check=True).stdout
+    lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
+    assert lines == ["!dashes", "num_speculative_tokens @10", "method @11 ngram eagle deepseek_mtp mtp",
+                     "draft_sample_method @12 greedy", "quantization @13"]
+    assert "vllm/config/speculative.py:9-13" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize(("fields", "section", "match"), [
+    ([], {"speculative_config": {"method": "eagle3", "model": "/d", "num_speculative_token": 3}},
+     r"\[vllm.speculative_config\]: --speculative-config key 'num_speculative_token' is not a field of vLLM 0.32.0's "
+     r"SpeculativeConfig .*did you mean 'num_speculative_tokens'"),
+    ([decl("x", "speculative_config.num_draft_tokens")], {"speculative_config": {"method": "mtp"}},
+     r"t.toml: \[vllm.target_field\] 'x': .*key 'num_draft_tokens' is not a field"),
+    ([], {"speculative_config": {"method": "eagel3", "model": "/d"}}, "method 'eagel3' .*did you mean 'eagle3'"),
+    ([decl("m", "speculative_config.method", "enum", dtype_param=["mtp", "mpt"])], {},
+     r"'m'.*method 'mpt' is not one of the values"),
+    ([decl("m", "speculative_config.method")], {}, "method a range of numbers is not one of"),
+    ([], {"command": {"others": "--speculative-config '{\"method\": \"ngram\", \"lookup_max\": 4}'"}},
+     r"\[vllm.command\] 'others' --speculative-config: .*'lookup_max'.*did you mean 'prompt_lookup_max'"),
+    ([], {"command": {"others": "--spec-method eagle-3"}}, "method 'eagle-3'"),
+    # 0.23.0 (vllm-ascend 0.23.0.post1's) reads no dashed key; medusa left SpeculativeMethod in 0.33.0
+    ([], {"platform": "ascend", "speculative_config": {"method": "mtp", "num-speculative-tokens": 1}},
+     "key 'num-speculative-tokens' is not a field of vLLM 0.23.0's"),
+    ([], {"version": "0.33.0", "speculative_config": {"method": "medusa", "model": "/m"}}, "vLLM 0.33.0's"),
+])
+def test_an_unknown_key_or_method_is_refused_at_load_time(fields: list, section: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        get_engine("vllm").check(fields, section)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("section", [
+    {"speculative_config": {"method": "deepseek_mtp", "num_speculative_tokens": 1, "rejection_sample_method": "block"}},
+    {"speculative_config": {"method": "mtp", "num-speculative-tokens": 2}},  # 0.32.0 reads '-' as '_'
+    {"speculative_config": {"method": "ngram", "prompt_lookup_max": 4, "draft_load_config": {"anything": 1}}},
+    {"command": {"others": "--spec-method mtp --speculative-config not-json"}},  # vLLM's own parser says so
+    {"platform": "ascend", "speculative_config": {"method": "deepseek_mtp", "num_speculative_tokens": 1}},
+])
+def test_known_keys_and_methods_pass(section: dict) -> None:
+    get_engine("vllm").check([TOKENS] if "speculative_config" in section else [], section)
+
+
+def test_msopt_validate_names_the_file_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from msopt.cli.main import main
+
+    path = tmp_path / "c.toml"
+    path.write_text(SIM.replace('method = "ngram"', 'method = "ngram"\nprompt_lookup = 4'))
+    assert main(["validate", "-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(path) in err and "'prompt_lookup'" in err and "'prompt_lookup_max'" in err
+    path.write_text(SIM)
+    assert main(["validate", "-c", str(path)]) == 0
+
+
+def test_preflight_checks_the_keys_against_the_installed_vllm() -> None:
+    from msopt.engines.vllm import check_installed_speculative_config
+
+    argv = ["vllm", "serve", "M", "--speculative-config", '{"method": "medusa", "model": "/m"}']
+    assert check_installed_speculative_config(argv, "0.32.0") == (
+        True, "every --speculative-config key is a field of the installed vLLM 0.32.0's SpeculativeConfig")
+    ok, detail = check_installed_speculative_config(argv, "vllm 0.33.0")  # medusa left SpeculativeMethod in 0.33.0
+    assert not ok and "the launch's --speculative-config: --speculative-config method 'medusa'" in detail
+    assert detail.endswith("(the installed vLLM 0.33.0)")
+    ok, detail = check_installed_speculative_config(["vllm", "serve", "M", "--spec-method", "eagle-3"], "0.23.0")
+    assert not ok and "method 'eagle-3'" in detail
+    ok, detail = check_installed_speculative_config(argv, "0.31.0")
+    assert ok and "no SpeculativeConfig key table" in detail and "0.32.0" in detail
+    assert check_installed_speculative_config(["vllm", "serve", "M"], "0.32.0") is None
+    checks = dict((name, ok) for name, ok, _ in get_engine("vllm").version_checks(argv, "vllm 0.33.0", 2))
+    assert checks["speculative_config"] is False

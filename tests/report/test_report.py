@@ -277,6 +277,29 @@ def test_a_reused_result_is_not_a_measurement_in_the_table(tmp_path: Path) -> No
     assert row[0].eval_id == 1 and row[1:] == (pytest.approx(0.7102), 1)
 
 
+def test_the_top_table_shows_a_measured_acceptance_length(tmp_path: Path) -> None:
+    from msopt.report.data import load_run
+    from msopt.report.html import _table, _top
+
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(small_quickstart())
+    settings = load_settings(str(cfg), environ={})
+    space = SearchSpace.from_settings(settings)
+    d = space.decode(space.default_position(), None)
+    metrics = {"generate_speed": 900.0, "time_to_first_token": 0.5, "time_per_output_token": 0.01,
+               "success_rate": 1.0, "throughput": 3.0}
+    pages = []
+    for run_id, accept in (("plain", None), ("spec", 2.4567)):
+        store = RunStore.create(tmp_path / "out", settings.config, run_id=run_id)
+        extra = {} if accept is None else {"spec_accept_len": accept}
+        store.append(_result(1, d.position, d.values, {**metrics, **extra}, 0.7))
+        store.close()
+        data = load_run(store.run_dir)
+        pages.append(_table(data, _top(data, 5)))
+    assert "accept len" not in pages[0]  # no speculative decoding measured: the table as it was
+    assert "<th>accept len (tokens/step)</th>" in pages[1] and "<td>2.46</td>" in pages[1]
+
+
 def test_empty_journal_reports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(small_quickstart())

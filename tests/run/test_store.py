@@ -224,11 +224,24 @@ def test_append_journals_then_tabulates(run):
 
 
 def test_csv_column_order(run):
-    assert run.columns == [*METRICS, "tp", "max_num_seqs", "block_size", *TAIL_COLUMNS]
+    assert run.columns == [*METRICS, "tp", "max_num_seqs", "block_size", *TAIL_COLUMNS, "spec_accept_len"]
     assert run.columns[:5] == ["generate_speed", "time_to_first_token", "time_per_output_token",
                                "success_rate", "throughput"]
-    assert run.columns[-11:] == ["error", "real_evaluation", "fitness", "num_prompts", "eval_id",
-                                 "phase", "particle", "iteration", "reused", "attempts", "load"]
+    assert run.columns[-12:-1] == ["error", "real_evaluation", "fitness", "num_prompts", "eval_id",
+                                   "phase", "particle", "iteration", "reused", "attempts", "load"]
+
+
+def test_the_acceptance_length_is_a_column(run):
+    # speculative decoding's measured acceptance length (the server's counters): a cell where measured, else empty
+    metrics = {**result(0).metrics, "spec_accept_len": 2.75, "prefix_cache_hit_rate": 0.5}
+    run.append(result(0, metrics=metrics))
+    run.append(result(1))
+    rows = [dict(zip(*pair)) for pair in ((read_csv(run.run_dir / "results.csv")[0], r)
+                                           for r in read_csv(run.run_dir / "results.csv")[1:])]
+    assert [r["spec_accept_len"] for r in rows] == ["2.75", ""]
+    before = (run.run_dir / "results.csv").read_text()
+    run.rebuild_results_csv()  # the projection of the journal: the same table
+    assert (run.run_dir / "results.csv").read_text() == before
 
 
 def test_journal_is_fsynced_and_kept_open(run, monkeypatch):

@@ -14,7 +14,7 @@ from typing import Any
 
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
-from msopt.engines.launch import LaunchSpec, TrialNode, int_flag
+from msopt.engines.launch import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.engines.pd import (
     ROLES,
     PdLaunch,
@@ -140,6 +140,18 @@ class SglangAdapter(CommandLineAdapter):
         check_fields(fields, pd, self.name)
         for role in ROLES:
             super().check(role_fields(fields, role), without_pd(section))
+
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """``msopt validate``: a drafting launch without ``--enable-metrics`` has no ``/metrics``
+        (sglang 0.5.23 srt/arg_groups/fields/observability.py: ``enable_metrics`` defaults to false), so
+        its acceptance length is not measured (:mod:`msopt.benchmarks.engine_metrics`)."""
+        flags = {flag_name(a) for a in split_others(command_table(section, self.name).get("others", ""), {},
+                                                    f"[{self.name}.command]")}
+        if "--speculative-algorithm" in flags and "--enable-metrics" not in flags:
+            return ["speculative decoding without --enable-metrics: SGLang serves no /metrics, so spec_accept_len "
+                    "is not measured and the prior keeps the assumed (or [simulator] spec_accept_len) acceptance "
+                    "length; add --enable-metrics to [sglang.command] others"]
+        return []
 
     def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
                   ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,

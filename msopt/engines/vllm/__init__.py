@@ -17,7 +17,10 @@ it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.h
 On any platform a field whose ``config_position`` is ``speculative_config.<key>`` sets that key of the
 one ``--speculative-config`` JSON argument (with the ``[vllm] speculative_config`` table as its base),
 e.g. ``speculative_config.num_speculative_tokens``: vLLM 0.32.0 parses the flag with ``json.loads``
-(vllm/engine/arg_utils.py, ``--speculative-config``) into ``SpeculativeConfig`` (vllm/config/speculative.py).
+(vllm/engine/arg_utils.py, ``--speculative-config``) into ``SpeculativeConfig`` (vllm/config/speculative.py),
+a pydantic dataclass that forbids extra fields, so its keys, and the values of its ``Literal`` keys
+(``method``), are checked at load time against that version's table
+(msopt/engines/vllm/flags/vllm-<version>-speculative-config.txt, scripts/generators/speculative_config_keys.py).
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ SPECULATIVE = "speculative_config."
 #: mutually exclusive", ``create_speculative_config``)
 SPECULATIVE_FLAGS = MappingProxyType({"--speculative-config": "", "-sc": "", "--spec-method": "method",
                                       "--spec-model": "model", "--spec-tokens": "num_speculative_tokens"})
+#: the vLLM whose ``SpeculativeConfig`` keys are checked when ``[vllm] version`` is unset: the version the
+#: speculative start-up rules are written for (:data:`msopt.engines.vllm.rules.SPEC_VERSION`, the CPU build)
+SPECULATIVE_DEFAULT_VERSION = "0.32.0"
 
 
 def flag_table(version: str) -> Mapping[str, bool]:
@@ -86,6 +92,22 @@ def additional_config_keys(release: str) -> frozenset[str]:
     path = FLAGS_DIR / f"vllm-ascend-{release}-additional-config.txt"
     return frozenset(line.strip() for line in path.read_text(encoding="utf-8").splitlines()
                      if line.strip() and not line.startswith("#"))
+
+
+def speculative_config_keys(version: str) -> tuple[Mapping[str, tuple[str, ...]], bool]:
+    """``SpeculativeConfig``'s fields in vLLM ``version`` -> the values its ``Literal`` allows (empty: any
+    value), and whether that version reads ``-`` in a key as ``_``
+    (msopt/engines/vllm/flags/vllm-<version>-speculative-config.txt)."""
+    path = FLAGS_DIR / f"vllm-{version}-speculative-config.txt"
+    keys: dict[str, tuple[str, ...]] = {}
+    dashes = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line == "!dashes":
+            dashes = True
+        elif line and not line.startswith("#"):
+            name, _line, *values = line.split()
+            keys[name] = tuple(values)
+    return MappingProxyType(keys), dashes
 
 
 def unknown_flags(flags: Sequence[str], version: str) -> list[str]:
@@ -175,12 +197,15 @@ class VllmAdapter(CommandLineAdapter):
 
     def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
         """The launch's flags against the flag table of the installed vLLM
-        (msopt/engines/vllm/flags/vllm-<version>.txt)."""
+        (msopt/engines/vllm/flags/vllm-<version>.txt), and its ``--additional-config`` and
+        ``--speculative-config`` keys against that version's key tables."""
         if not version.startswith("vllm "):
             return []
         out = [("flags", *check_installed_flags(argv, version[5:], exe_len))]
         ascend = check_installed_additional_config(argv, version[5:])
-        return out + ([("additional_config", *ascend)] if ascend is not None else [])
+        spec = check_installed_speculative_config(argv, version[5:])
+        return (out + ([("additional_config", *ascend)] if ascend is not None else [])
+                + ([("speculative_config", *spec)] if spec is not None else []))
 
     def model_args(self, exe: Sequence[str], model: str) -> list[str]:
         """``vllm serve MODEL``; ``--model MODEL`` for every other entry point.
@@ -239,7 +264,7 @@ class VllmAdapter(CommandLineAdapter):
         platform, version = target(section)
         plain, extra = self._split(fields)
         super().check(plain, section)
-        _check_speculative(fields, section)
+        _check_speculative(fields, section, version)
         if platform == "ascend":
             check_hccl(section, self.name)
         table = section.get("additional_config", {})
@@ -362,22 +387,21 @@ def _set(doc: dict[str, Any], parts: Sequence[str], value: Any, decl: FieldDecl,
 
 
 # -- --speculative-config: a JSON flag whose keys are fields ---------------------------------------
-def _check_speculative(fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+def _check_speculative(fields: Sequence[FieldDecl], section: Mapping[str, Any], version: str | None) -> None:
     """``speculative_config.<key>`` fields and ``[vllm.speculative_config]``: a table, keys named, and no
-    other spelling of the flag or of a key they set (vLLM would stop or msopt's value would be overridden)."""
+    other spelling of the flag or of a key they set (vLLM would stop or msopt's value would be overridden);
+    every key they, a ``--speculative-config`` JSON in ``others`` or ``--spec-method`` set is a field of
+    vLLM ``version``'s ``SpeculativeConfig`` (:func:`_check_speculative_keys`)."""
     table = section.get("speculative_config", {})
     if not isinstance(table, Mapping):
         raise ConfigError("[vllm] 'speculative_config' must be a table of --speculative-config keys; write "
                           "[vllm.speculative_config]")
     spec = [d for d in fields if d.config_position.startswith(SPECULATIVE)]
+    others = split_others(command_table(section, "vllm").get("others", ""), {}, "[vllm.command]")
+    _check_speculative_keys(fields, table, others, version or SPECULATIVE_DEFAULT_VERSION)
     if not spec and not table:
         return
     keys = {d.config_position[len(SPECULATIVE):].split(".")[0] for d in spec} | set(table)
-    for d in spec:
-        if not all(p.isidentifier() for p in d.config_position[len(SPECULATIVE):].split(".")):
-            raise d.error(f"config_position {d.config_position!r} names no --speculative-config key",
-                          "write speculative_config.<key>, e.g. speculative_config.num_speculative_tokens")
-    others = split_others(command_table(section, "vllm").get("others", ""), {}, "[vllm.command]")
     for flag, key in SPECULATIVE_FLAGS.items():
         clash = [d.where for d in fields if d.config_position == flag]
         clash += ["[vllm.command] 'others'"] if any(flag_name(o) == flag for o in others) else []
@@ -387,6 +411,117 @@ def _check_speculative(fields: Sequence[FieldDecl], section: Mapping[str, Any]) 
                               "which vLLM 0.32.0 refuses or overrides (vllm/engine/arg_utils.py, "
                               "create_speculative_config); set the key as a speculative_config.<key> field or in "
                               "[vllm.speculative_config]")
+
+
+def _flag_value(items: Sequence[str], *names: str) -> str | None:
+    """The value of the last ``--flag value`` / ``--flag=value`` among ``items``."""
+    out = None
+    for i, item in enumerate(items):
+        for name in names:
+            if item == name and i + 1 < len(items):
+                out = items[i + 1]
+            elif item.startswith(name + "="):
+                out = item[len(name) + 1:]
+    return out
+
+
+def _check_speculative_keys(fields: Sequence[FieldDecl], table: Mapping[str, Any], others: Sequence[str],
+                            version: str) -> None:
+    """Refuse a ``--speculative-config`` key of the fields, ``[vllm.speculative_config]``, a JSON in ``others``
+    or ``--spec-method`` that vLLM ``version``'s ``SpeculativeConfig`` refuses (:func:`_refused_key`)."""
+    # (key, where, the values it may take; None: a range of numbers)
+    entries: list[tuple[str, str, list[Any] | None]] = []
+    for d in fields:
+        if d.config_position.startswith(SPECULATIVE):
+            parts = d.config_position[len(SPECULATIVE):].split(".")
+            if not all(p.isidentifier() for p in parts):
+                raise d.error(f"config_position {d.config_position!r} names no --speculative-config key",
+                              "write speculative_config.<key>, e.g. speculative_config.num_speculative_tokens")
+            # below a key (a nested table such as draft_load_config) nothing is checked
+            entries.append((parts[0], d.where, _declared_values(d) if len(parts) == 1 else []))
+        elif d.config_position == "--spec-method":
+            entries.append(("method", d.where, _declared_values(d)))
+    entries += [(str(k), "[vllm.speculative_config]", [v]) for k, v in table.items()]
+    entries += _argv_entries(others, "[vllm.command] 'others' ")
+    if entries:
+        known = speculative_config_keys(version)
+        for entry in entries:
+            refused = _refused_key(*entry, version, known)
+            if refused:
+                raise ConfigError(refused)
+
+
+def _argv_entries(argv: Sequence[str], where: str) -> list[tuple[str, str, list[Any] | None]]:
+    """The keys a command line's ``--speculative-config`` JSON and ``--spec-method`` set."""
+    raw = _flag_value(argv, "--speculative-config", "-sc")
+    try:
+        doc = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        doc = {}  # not JSON: vLLM's own parser says so at start-up
+    out: list[tuple[str, str, list[Any] | None]] = []
+    if isinstance(doc, Mapping):
+        out += [(str(k), f"{where}--speculative-config", [v]) for k, v in doc.items()]
+    method = _flag_value(argv, "--spec-method")
+    if method is not None:
+        out.append(("method", f"{where}--spec-method", [method]))
+    return out
+
+
+def _refused_key(key: str, where: str, values: list[Any] | None, version: str,
+                 known: tuple[Mapping[str, tuple[str, ...]], bool]) -> str | None:
+    """Why vLLM ``version`` refuses ``key`` (not a field of its ``SpeculativeConfig``, a pydantic dataclass:
+    "Unexpected keyword argument") or one of ``values`` (outside the key's ``Literal``, e.g. ``method``:
+    ``SpeculativeMethod``: "Input should be ..."), in one line; None where it takes them. Both messages as
+    the vLLM 0.32.0 CPU build raised them for ``SpeculativeConfig(**doc)``."""
+    keys, dashes = known
+    source = (f"vLLM {version}'s SpeculativeConfig (msopt/engines/vllm/flags/vllm-{version}-speculative-config.txt, "
+              "from vllm/config/speculative.py)")
+    name = key.replace("-", "_") if dashes else key
+    if name not in keys:
+        near = close_matches(name, list(keys)) or close_matches(name.replace("-", "_"), list(keys))
+        fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else "remove it"
+        return (f"{where}: --speculative-config key {key!r} is not a field of {source}, which refuses it at start-up "
+                f"('1 validation error for SpeculativeConfig {key} Unexpected keyword argument'); {fix}")
+    allowed = keys[name]
+    bad = [v for v in (values if values is not None else [0]) if v not in allowed] if allowed else []
+    if not bad:
+        return None
+    near = close_matches(str(bad[0]), list(allowed))
+    fix = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else f"valid: {', '.join(allowed)}"
+    what = repr(bad[0]) if values is not None else "a range of numbers"
+    return (f"{where}: --speculative-config {name} {what} is not one of the values {source} allows (its Literal: "
+            f"'1 validation error for SpeculativeConfig {name} Input should be ...' at start-up); {fix}")
+
+
+def check_installed_speculative_config(argv: Sequence[str], version_text: str) -> tuple[bool, str] | None:
+    """``msopt preflight``: the launch's ``--speculative-config`` keys (and ``--spec-method``) against the
+    ``SpeculativeConfig`` of the installed vLLM; None without either flag."""
+    entries = _argv_entries(list(argv), "the launch's ")
+    if not entries:
+        return None
+    version = installed_version(version_text)
+    path = FLAGS_DIR / f"vllm-{version}-speculative-config.txt"
+    if version is None or not path.exists():
+        tables = sorted(p.name.split("-")[1] for p in FLAGS_DIR.glob("vllm-*-speculative-config.txt"))
+        return True, (f"installed vLLM {version or 'unknown'} has no SpeculativeConfig key table in msopt (tables: "
+                      f"{', '.join(tables)}); the --speculative-config keys are not checked")
+    known = speculative_config_keys(version)
+    for entry in entries:
+        refused = _refused_key(*entry, version, known)
+        if refused:
+            return False, f"{refused} (the installed vLLM {version})"
+    return True, f"every --speculative-config key is a field of the installed vLLM {version}'s SpeculativeConfig"
+
+
+def _declared_values(decl: FieldDecl) -> list[Any] | None:
+    """The values a field can take as far as its declaration says (None: a range of numbers)."""
+    if decl.constant is not None:
+        return [decl.constant]
+    if decl.dtype == "enum" and isinstance(decl.dtype_param, (list, tuple)):
+        return list(decl.dtype_param)
+    if decl.min == decl.max:
+        return [decl.value if decl.value is not None else decl.min]
+    return None
 
 
 def _speculative_argv(values: Mapping[str, Any], fields: Sequence[FieldDecl],

@@ -138,6 +138,65 @@ def _mtp_tokens_divisible(c: Candidate) -> str | None:
     return None
 
 
+# -- vllm-ascend's own checks of speculative decoding, which it takes through vLLM's --speculative-config
+# (vllm-project/vllm-ascend: tag v0.23.0 at 5cb98caa, v0.25.1rc1 at 9bf964cb, releases/v0.26.0rc at cf0baa38,
+# main at 182b75ea; the releases msopt knows, msopt.engines.vllm.target.ASCEND_RELEASES)
+ASCEND_SPEC_VERSION = "vllm-ascend 0.23.0, 0.25.1rc1, 0.26.0rc (cf0baa38) and main (182b75ea)"
+#: the attention metadata builders' limit: 1 + num_speculative_tokens query tokens per decode
+_ASCEND_DECODE_LIMIT = 16
+
+
+def _ascend_spec(c: Candidate) -> dict[str, Any] | None:
+    """The speculative config of a vllm-ascend launch (None: not ascend, or none)."""
+    return speculative_config(c) if target(c.section)[0] == "ascend" else None
+
+
+def _spec_tokens(conf: Mapping[str, Any] | None) -> int | None:
+    n = conf.get("num_speculative_tokens") if conf else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _json_flag(c: Candidate, flag: str) -> dict[str, Any]:
+    import json
+
+    raw = c.flags.get(flag)
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _ascend_decode_threshold(c: Candidate) -> str | None:
+    n = _spec_tokens(_ascend_spec(c))
+    if n is None or n + 1 <= _ASCEND_DECODE_LIMIT:
+        return None
+    # the assert's f-string continues its lines with a backslash, so their 16 indenting spaces are in it
+    pad = " " * 16
+    return (f"AssertionError: decode_threshold exceeded {pad}npu_fused_infer_attention_score TND layout's limit of "
+            f"16, {pad}got {n + 1}")
+
+
+def _ascend_xlite_one_token(c: Candidate) -> str | None:
+    n = _spec_tokens(_ascend_spec(c))
+    xlite = _json_flag(c, "--additional-config").get("xlite_graph_config")
+    if n is None or n == 1 or not isinstance(xlite, dict) or not xlite.get("enabled", False):
+        return None
+    return "RuntimeError: Xlite graph mode only support speculative decoding with num_speculative_tokens=1."
+
+
+def _ascend_pp_mtp(c: Candidate) -> str | None:
+    conf = _ascend_spec(c)
+    if not conf or target(c.section)[1] != "0.23.0" or "mtp" not in str(conf.get("method") or "").lower():
+        return None
+    if (c.int_flag("--pipeline-parallel-size", "-pp") or 1) <= 1:
+        return None
+    if _json_flag(c, "--kv-transfer-config").get("kv_role") == "kv_producer":
+        return None
+    return ("ValueError: PP+MTP is only supported on PD-disaggregated P nodes (kv_role='kv_producer'). D nodes must "
+            "use pipeline_parallel_size=1 and may combine data parallelism with MTP.")
+
+
 #: vLLM's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("vllm.batched_tokens_vs_max_model_len", "vllm", _vllm_batched_vs_model_len,
@@ -154,6 +213,16 @@ RULES: tuple[Rule, ...] = (
          "vllm/config/speculative.py (SpeculativeConfig.__post_init__, hf_config_override)", SPEC_VERSION),
     Rule("vllm.mtp_tokens_divisible", "vllm", _mtp_tokens_divisible,
          "vllm/config/speculative.py (SpeculativeConfig.__post_init__: n_predict)", SPEC_VERSION),
+    Rule("vllm.ascend_spec_tokens_max_15", "vllm", _ascend_decode_threshold,
+         "vllm_ascend/attention/attention_v1.py:251, mla_v1.py:268, sfa_v1.py:301, dsa_v1.py:411 at v0.23.0 "
+         "(assert self.decode_threshold <= 16 in each metadata builder; the same asserts at the later refs)",
+         ASCEND_SPEC_VERSION),
+    Rule("vllm.ascend_xlite_spec_one_token", "vllm", _ascend_xlite_one_token,
+         "vllm_ascend/ascend_config.py (XliteGraphConfig.__init__; line 690 at v0.23.0, 581 at v0.25.1rc1, 606 at "
+         "releases/v0.26.0rc, 803 at main)", ASCEND_SPEC_VERSION),
+    Rule("vllm.ascend_pp_mtp_prefill_only", "vllm", _ascend_pp_mtp,
+         "vllm_ascend/platform.py:430-447 (NPUPlatform._validate_pd_pp_mtp_config, gone from v0.25.1rc1 on)",
+         "vllm-ascend 0.23.0"),
 )
 
 

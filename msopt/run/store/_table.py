@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt.evaluate.results import METRICS, EvaluationResult
+from msopt.metrics import MEASURED_COLUMNS
 from msopt.run.store._files import StoreError, atomic_write, dumps, why
 
 #: Columns after the metrics and the field columns, in order.
@@ -18,9 +19,11 @@ TAIL_COLUMNS = ("error", "real_evaluation", "fitness", "num_prompts",
 
 
 def csv_columns(field_names: Iterable[str]) -> list[str]:
-    """The results.csv header: the metrics, one column per field, then :data:`TAIL_COLUMNS`."""
-    fields = [f for f in field_names if f not in METRICS and f not in TAIL_COLUMNS]
-    return [*METRICS, *fields, *TAIL_COLUMNS]
+    """The results.csv header: the metrics, one column per field, :data:`TAIL_COLUMNS`, then the metrics
+    measured only where the server reports them (:data:`msopt.metrics.MEASURED_COLUMNS`)."""
+    taken = {*METRICS, *TAIL_COLUMNS, *MEASURED_COLUMNS}
+    fields = [f for f in field_names if f not in taken]
+    return [*METRICS, *fields, *TAIL_COLUMNS, *MEASURED_COLUMNS]
 
 
 def _cell(value: Any) -> str:
@@ -48,7 +51,7 @@ def csv_row(result: EvaluationResult, columns: Sequence[str]) -> list[str]:
     for col in columns:
         if col in own:
             row.append(_cell(own[col]))
-        elif col in METRICS:
+        elif col in METRICS or col in MEASURED_COLUMNS:
             row.append(_cell(result.metrics.get(col)))
         else:
             row.append(_cell(result.values.get(col)))
