@@ -355,7 +355,8 @@ def render(picks: Sequence[Pick], workload: Workload, slo: Slo, repeats: int, co
         f"- msopt: `msopt optimize --no-ray --max-launches B`, seed {seed}, its prior from config.json and the CPU; "
         "vLLM's sweep: `vllm bench sweep serve` over auto_tune.sh's grid (max_num_seqs 128, 256 × "
         "max_num_batched_tokens 512–4096) cut to B; the defaults: none of the three flags.",
-        f"- Each pick measured again {repeats} time{'s' if repeats != 1 else ''} by `vllm bench sweep serve` (one server per pick, vLLM's caches "
+        f"- Each pick measured again {repeats} time{'s' if repeats != 1 else ''} by `vllm bench sweep serve` "
+        "(one server per pick, vLLM's caches "
         "reset between runs). tok/s within the SLOs: output tok/s of a run that meets them, else 0; mean ± half "
         "the range.",
         "",
