@@ -15,8 +15,9 @@ one workload and the same launch budgets for three methods:
 - **vLLM's defaults**: none of the three flags.
 
 Each distinct pick is then measured again ``--repeats`` times by ``vllm bench sweep serve`` (one server per pick,
-vLLM's own cache reset between runs), the same benchmark command for every pick. Reported: output tok/s within
-the SLOs (a run that misses an SLO or loses a request counts 0) as mean ± half the range, the SLO values, each
+a warm-up run first, vLLM's own cache reset between runs), the same benchmark command for every pick. Reported:
+output tok/s within the SLOs (a run that misses an SLO or loses a request counts 0) as mean ± half the range, the
+SLO values, each
 method's server starts and wall time to its recommendation, and the machine's load average around each phase.
 
     python scripts/benchmarks/bench_real.py [--workload trace|synthetic] [--budgets 6,12] [--repeats 5]
@@ -59,6 +60,8 @@ AUTO_TUNE_BATCHED_TOKENS = (512, 1024, 2048, 4096)
 FIELDS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")
 SERVED = "tiny-llama"
 MARKER = "bench_real"
+#: prompts of the unmeasured warm-up run before each pick's re-measurements (sweep/serve.py --warmup-num-prompts)
+REMEASURE_WARMUP = 16
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,7 @@ def bench_cmd(home: Home, port: int, workload: Workload, work: Path) -> list[str
 
 
 def sweep(home: Home, workload: Workload, params: Sequence[Mapping[str, Any]], work: Path, name: str,
-          runs: int, dry: bool) -> tuple[float, Path]:
+          runs: int, dry: bool, warmup: int = 0) -> tuple[float, Path]:
     """``vllm bench sweep serve`` over ``params``; its wall seconds and its experiment directory."""
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -256,7 +259,7 @@ def sweep(home: Home, workload: Workload, params: Sequence[Mapping[str, Any]], w
     argv = [home.vllm, "bench", "sweep", "serve", "--serve-cmd", shlex.join(serve_cmd(home, port)),
             "--bench-cmd", shlex.join(bench_cmd(home, port, workload, work)), "--serve-params", str(pfile),
             "--num-runs", str(runs), "--continue-on-error", "--server-ready-timeout", "900",
-            "-o", str(work), "-e", name] + (["--dry-run"] if dry else [])
+            "--warmup-num-prompts", str(warmup), "-o", str(work), "-e", name] + (["--dry-run"] if dry else [])
     env = dict(os.environ) | {"VLLM_CPU_KVCACHE_SPACE": "1"}
     wall = _run(argv, work / f"{name}.log", env=env)
     return wall, work / name
@@ -321,7 +324,8 @@ def remeasure(home: Home, workload: Workload, picks: Sequence[Pick], repeats: in
     for p in picks:
         distinct.setdefault(json.dumps(p.values, sort_keys=True), p.values)
     params = [{"_benchmark_name": f"pick{i}"} | v for i, v in enumerate(distinct.values())]
-    wall, exp = sweep(home, workload, params, work, "remeasure", repeats, dry)
+    # a warm-up run first (left out of the figures), so each pick's runs all meet a warm server
+    wall, exp = sweep(home, workload, params, work, "remeasure", repeats, dry, warmup=REMEASURE_WARMUP)
     if dry:
         return wall
     for key, prm in zip(distinct, params, strict=True):
@@ -356,8 +360,9 @@ def render(picks: Sequence[Pick], workload: Workload, slo: Slo, repeats: int, co
         "vLLM's sweep: `vllm bench sweep serve` over auto_tune.sh's grid (max_num_seqs 128, 256 × "
         "max_num_batched_tokens 512–4096) cut to B; the defaults: none of the three flags.",
         f"- Each pick measured again {repeats} time{'s' if repeats != 1 else ''} by `vllm bench sweep serve` "
-        "(one server per pick, vLLM's caches "
-        "reset between runs). tok/s within the SLOs: output tok/s of a run that meets them, else 0; mean ± half "
+        "(one server per pick, a warm-up run of "
+        f"{REMEASURE_WARMUP} prompts first, vLLM's caches reset between runs). tok/s within the SLOs: "
+        "output tok/s of a run that meets them, else 0; mean ± half "
         "the range.",
         "",
         "| method | budget | pick | server starts | wall time to the pick | tok/s within the SLOs | runs within | "
