@@ -508,13 +508,13 @@ class BuiltinBenchmark(BenchmarkAdapter):
             what = f"a replay of {p.trace['path']}" if p.trace else "synthetic prompts"
             log(f"builtin benchmark: {p.num_prompts} prompts ({what}) to {p.url}{p.endpoint}, concurrency "
                 f"{p.concurrency}, request_rate {p.request_rate}")
-            before = read_counters(p.url)
+            before = read_counters(p.url, engine=server.engine)
             try:
                 summary, records = _run_sync(p, timeout, log)
             except TimeoutError:
                 log(f"timed out after {timeout:g} s")
                 raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None
-            after = read_counters(p.url)
+            after = read_counters(p.url, engine=server.engine)
             cache = cache_report(before, after)
             summary["prefix_cache"] = cache
             accept = spec_report(before, after)

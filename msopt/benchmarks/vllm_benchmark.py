@@ -180,9 +180,9 @@ class VllmBenchmark(BenchmarkAdapter):
         counters before and after (:mod:`msopt.benchmarks.engine_metrics`): their increase is the
         measurement's ``prefix_cache_hit_rate``, reported where the server counts anything, and with
         speculative decoding its ``spec_accept_len`` (the mean acceptance length)."""
-        before = read_counters(server.base_url)
+        before = read_counters(server.base_url, engine=server.engine)
         metrics = super().run(server, values, fields, section, **kwargs)
-        after = read_counters(server.base_url)
+        after = read_counters(server.base_url, engine=server.engine)
         rate = cache_report(before, after)[PREFIX_CACHE_HIT_RATE]
         if rate is not None:
             metrics[PREFIX_CACHE_HIT_RATE] = rate

@@ -114,6 +114,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"original tool: {line}")
     for line in advisories(checked.engine.advisories, settings.fields, settings.config.engine.section.table):
         print(f"warning: {line}")
+    for line in optimize.metrics_warnings(checked):
+        print(f"warning: {line}")
     return 0
 
 
