@@ -92,7 +92,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         real = "" if settings.config.run.simulate else (
             f"; {bench} replays it too, each request at its trace time, equal hash ids as token-identical "
             "prompt blocks, and reads the server's prefix-cache hits")
-        print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids)" + real)
+        print("  the simulator replays its arrivals and lengths (and the engine's prefix cache on its hash ids)" + real)
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":
