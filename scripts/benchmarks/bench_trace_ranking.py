@@ -4,8 +4,10 @@ For each trace, in the simulator: a vLLM search (msopt optimize, simulated) on t
 and the same search on synthetic prompts with the window's mean input and output lengths, its
 number of requests and its mean rate (Poisson arrivals, prompts that share nothing). Both best
 configurations are then simulated on the trace, and the table gives each one's output tokens/s on
-the trace, its TTFT and TPOT p99 there, and its throughput within the SLOs (the tokens/s where every
-SLO holds, else 0). Results are deterministic for a seed; the machine's load does not change them.
+the trace, its TTFT and TPOT p99 there, its throughput within the SLOs (the tokens/s where every SLO
+holds, else 0) and its capacity on the trace: the largest time_scale at which every SLO holds (to 5 %,
+as the capacity stage finds it) and the tokens/s there. Results are deterministic for a seed; the
+machine's load does not change them.
 
     python scripts/benchmarks/bench_trace_ranking.py --trace ../shared/traces/AzureLLMInferenceTrace_code.sample.csv \
         --trace ../shared/traces/mooncake_conversation_trace.sample.jsonl --window 0 600 --time-scale 4 \
@@ -44,10 +46,13 @@ class Outcome(NamedTuple):
     tuned_on: str
     values: Mapping[str, Any]
     own_speed: float | None      # output tok/s on the workload it was tuned on (its best.json)
+    own_met: bool                # the SLOs held there
     speed: float | None          # output tok/s on the trace
     ttft_p99: float | None
     tpot_p99: float | None
     met: bool
+    capacity: float              # the largest time_scale at which the SLOs hold on the trace (0: none tried)
+    capacity_speed: float        # output tok/s there
 
     @property
     def goodput(self) -> float:
@@ -108,17 +113,68 @@ def search(config: Path, out: Path) -> dict[str, Any]:
     return dict(json.loads((run / "best.json").read_text(encoding="utf-8")))
 
 
-def on_trace(config: Path, values: Mapping[str, Any], tuned_on: str, own_speed: float | None) -> Outcome:
-    """Simulate ``values`` on ``config``'s workload (the trace, every request of the window)."""
+def evaluate(config: Path, values: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """Simulate ``values`` on ``config``'s workload (every request of it): the metrics, and whether every
+    SLO held."""
     checked = load(config, overrides={"simulate": True}, search=False)
     space = checked.space
     position = space.encode({k: v for k, v in values.items() if k in space.names})
     result = Evaluator(checked.settings.config, simulate=True).evaluate(
         EvalRequest(0, "baseline", None, 0, tuple(position.tolist())))
-    m = result.metrics
-    met = result.error is None and all(c.met for c in slo_checks(checked.settings.config.run.slos, m))
-    return Outcome(tuned_on, {k: values[k] for k in space.names if k in values}, own_speed,
-                   m.get("generate_speed"), m.get("ttft_p99"), m.get("tpot_p99"), met)
+    met = result.error is None and all(c.met for c in slo_checks(checked.settings.config.run.slos, result.metrics))
+    return result.metrics, met
+
+
+def capacity(args: argparse.Namespace, trace: Mapping[str, Any], values: Mapping[str, Any],
+             work: Path) -> tuple[float, float]:
+    """The largest ``time_scale`` (to 5 %) at which ``values`` holds every SLO on the trace window, by
+    doubling or halving from ``--time-scale`` (at most 6 times: 64 times it at most) then bisecting; and the
+    output tok/s there.
+    (0, 0) when it holds them at no scale down to 1/64 of it."""
+    cfg = work / "capacity.toml"
+
+    def met_at(scale: float) -> tuple[bool, float]:
+        m, ok = evaluate(write_config(cfg, args, {**trace, "time_scale": scale}), values)
+        return ok, float(m.get("generate_speed") or 0.0)
+
+    lo, hi = 0.0, math.inf
+    lo_speed = 0.0
+    scale = float(args.time_scale)
+    for _ in range(7):
+        ok, speed = met_at(scale)
+        if ok:
+            lo, lo_speed = scale, speed
+            if hi < math.inf:
+                break
+            scale *= 2
+        else:
+            hi = scale
+            if lo > 0:
+                break
+            scale /= 2
+    if lo == 0.0 or hi == math.inf:
+        return lo, lo_speed
+    while hi / lo > 1.05:
+        mid = math.sqrt(lo * hi)
+        ok, speed = met_at(mid)
+        if ok:
+            lo, lo_speed = mid, speed
+        else:
+            hi = mid
+    return lo, lo_speed
+
+
+def on_trace(args: argparse.Namespace, trace: Mapping[str, Any], config: Path, best: Mapping[str, Any],
+             tuned_on: str, work: Path) -> Outcome:
+    """A search's best configuration judged on the trace: at ``--time-scale``, and its capacity there."""
+    values = best["values"]
+    m, met = evaluate(config, values)
+    own = best.get("metrics") or {}
+    slos = load(config, overrides={"simulate": True}, search=False).settings.config.run.slos
+    own_met = all(c.met for c in slo_checks(slos, own))
+    cap, cap_speed = capacity(args, trace, values, work) if args.capacity else (0.0, 0.0)
+    return Outcome(tuned_on, dict(values), own.get("generate_speed"), own_met, m.get("generate_speed"),
+                   m.get("ttft_p99"), m.get("tpot_p99"), met, cap, cap_speed)
 
 
 def rank(path: Path, args: argparse.Namespace, work: Path) -> tuple[dict[str, Any], list[Outcome]]:
@@ -131,7 +187,7 @@ def rank(path: Path, args: argparse.Namespace, work: Path) -> tuple[dict[str, An
     outcomes = []
     for label, cfg in (("trace", on_trace_cfg), ("synthetic", synthetic_cfg)):
         best = search(cfg, work / f"{stem}.{label}.runs")
-        outcomes.append(on_trace(on_trace_cfg, best["values"], label, best["metrics"].get("generate_speed")))
+        outcomes.append(on_trace(args, trace, on_trace_cfg, best, label, work))
     return synthetic, outcomes
 
 
@@ -139,10 +195,12 @@ def _num(v: float | None, fmt: str) -> str:
     return "–" if v is None or not math.isfinite(v) else format(v, fmt)
 
 
-def table(rows: Sequence[tuple[Path, Mapping[str, Any], Sequence[Outcome]]]) -> str:
+def table(rows: Sequence[tuple[Path, Mapping[str, Any], Sequence[Outcome]]], time_scale: float) -> str:
     """The markdown table: per trace, the best on the trace and the best on synthetic prompts."""
-    lines = ["| trace | tuned on | best configuration | tok/s where tuned | on the trace: tok/s | TTFT p99 (s) "
-             "| TPOT p99 (ms) | SLOs met | tok/s within the SLOs |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| trace | tuned on | best configuration | where tuned: tok/s, SLOs | "
+             f"on the trace at time_scale {time_scale:g}: tok/s | TTFT p99 (s) | TPOT p99 (ms) | SLOs met "
+             "| tok/s within the SLOs | capacity within the SLOs: time_scale, tok/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for path, synthetic, outcomes in rows:
         for o in outcomes:
             where = ("the trace" if o.tuned_on == "trace" else
@@ -150,9 +208,11 @@ def table(rows: Sequence[tuple[Path, Mapping[str, Any], Sequence[Outcome]]]) -> 
                      f"{synthetic['request_rate']:.2f} req/s)")
             config = ", ".join(f"{k} {v}" for k, v in o.values.items())
             tpot = None if o.tpot_p99 is None else o.tpot_p99 * 1000
-            lines.append(f"| {path.name} | {where} | {config} | {_num(o.own_speed, '.0f')} | {_num(o.speed, '.0f')} "
+            cap = f"{o.capacity:.3g}, {o.capacity_speed:.0f}" if o.capacity > 0 else "–"
+            lines.append(f"| {path.name} | {where} | {config} | {_num(o.own_speed, '.0f')}, "
+                         f"{'met' if o.own_met else 'missed'} | {_num(o.speed, '.0f')} "
                          f"| {_num(o.ttft_p99, '.2f')} | {_num(tpot, '.1f')} | {'yes' if o.met else 'no'} "
-                         f"| {o.goodput:.0f} |")
+                         f"| {o.goodput:.0f} | {cap} |")
     return "\n".join(lines) + "\n"
 
 
@@ -170,6 +230,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hardware", default="h100-sxm")
     ap.add_argument("--model", default="qwen3-8b")
+    ap.add_argument("--no-capacity", dest="capacity", action="store_false",
+                    help="skip each best's capacity on the trace (the largest time_scale within the SLOs)")
     ap.add_argument("--out", type=Path, help="also write the table to this markdown file")
     return ap.parse_args(argv)
 
@@ -189,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             rows.append((path, synthetic, outcomes))
-    text = table(rows)
+    text = table(rows, args.time_scale)
     print(text, end="")
     if args.out:
         args.out.write_text(text, encoding="utf-8")

@@ -42,6 +42,10 @@ def test_both_bests_are_judged_on_the_trace(tmp_path: Path, capsys: pytest.Captu
     assert [r[1].split(" ")[0] for r in rows] == ["the", "synthetic"] and all(r[0] == "t.jsonl" for r in rows)
     for r in rows:
         assert "max_num_seqs" in r[2] and "max_num_batched_tokens" in r[2]
+        assert r[3].endswith((", met", ", missed"))
         speed, met, good = float(r[4]), r[7], float(r[8])
         assert speed > 0 and good == (speed if met == "yes" else 0.0)
+        # the capacity: the largest time_scale within the SLOs, at or above the run's 4 exactly where they held there
+        scale = float(r[9].split(",")[0]) if r[9] != "–" else 0.0
+        assert (scale >= 4.0) == (met == "yes")
     assert bench.main(["--trace", str(tmp_path / "missing.jsonl")]) == 2
