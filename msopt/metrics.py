@@ -31,5 +31,16 @@ SPEC_ACCEPT_LEN = "spec_accept_len"
 #: original tool's layout (an empty cell where absent).
 MEASURED_COLUMNS: tuple[str, ...] = (SPEC_ACCEPT_LEN,)
 
+#: What a measurement actually sent, journaled with its metrics where the benchmark knows it: requests
+#: sent, the span from the first send to the last (s), the mean prompt and output tokens, and (an
+#: open-loop trace replay) how late the sends were against their trace times, p50 and p99 (s).
+SENT_REQUESTS = "sent_requests"
+SENT_SPAN = "sent_span_s"
+SENT_INPUT_MEAN = "sent_input_mean"
+SENT_OUTPUT_MEAN = "sent_output_mean"
+SEND_LATE_P50 = "send_late_p50_s"
+SEND_LATE_P99 = "send_late_p99_s"
+SENT: tuple[str, ...] = (SENT_REQUESTS, SENT_SPAN, SENT_INPUT_MEAN, SENT_OUTPUT_MEAN, SEND_LATE_P50, SEND_LATE_P99)
+
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")

@@ -42,11 +42,25 @@ from msopt.checks import is_int, is_number
 from msopt.config import thaw
 from msopt.engines.launch import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
-from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN
+from msopt.metrics import (
+    METRICS,
+    PERCENTILES,
+    PREFIX_CACHE_HIT_RATE,
+    SEND_LATE_P50,
+    SEND_LATE_P99,
+    SENT,
+    SENT_INPUT_MEAN,
+    SENT_OUTPUT_MEAN,
+    SENT_REQUESTS,
+    SENT_SPAN,
+    SPEC_ACCEPT_LEN,
+)
 from msopt.space.fields import FieldDecl
 from msopt.workload.replay import TraceWindow, block_prompt, open_window
 
 RESULT_FILE = "builtin_result.json"
+#: what ``builtin_result.json`` holds besides the five metrics and goes into the journal with them
+_EXTRA = (*PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN, *SENT, "duration")
 REQUESTS_FILE = "requests.jsonl"
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
@@ -319,7 +333,23 @@ async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], lis
     summary = summarize(records, duration, p)
     if replay is not None:
         summary["replay"] = replay_report(records, replay)
+    summary.update(sent_metrics(summary.get("replay"), records))
     return summary, records
+
+
+def sent_metrics(replay: Mapping[str, Any] | None, records: Sequence[RequestRecord]) -> dict[str, float | None]:
+    """What a run actually sent, as the journal keeps it (:data:`msopt.metrics.SENT`): a replay's
+    :func:`replay_report` flattened; synthetic load: requests, span and mean output tokens (its
+    prompts' token counts are the server's tokenizer's, not known here; its sends are not late)."""
+    if replay is not None:
+        late = replay["lateness_s"]
+        return {SENT_REQUESTS: float(replay["requests"]), SENT_SPAN: replay["span_s"],
+                SENT_INPUT_MEAN: replay["mean_input_tokens"], SENT_OUTPUT_MEAN: replay["mean_output_tokens"],
+                SEND_LATE_P50: late["p50"], SEND_LATE_P99: late["p99"]}
+    starts = [r.start for r in records]
+    out = [r.output_tokens for r in records if r.success]
+    return {SENT_REQUESTS: float(len(records)), SENT_SPAN: (max(starts) - min(starts)) if starts else 0.0,
+            SENT_OUTPUT_MEAN: float(np.mean(out)) if out else None}
 
 
 def replay_report(records: Sequence[RequestRecord], replay: Replay) -> dict[str, Any]:
@@ -448,7 +478,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
             raise EvaluationError(no_result_report(f"benchmark {self.name}", RESULT_FILE, result_dir, log_path))
         try:
             return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")),
-                                 (*PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN))
+                                 _EXTRA)
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
@@ -478,13 +508,13 @@ class BuiltinBenchmark(BenchmarkAdapter):
             what = f"a replay of {p.trace['path']}" if p.trace else "synthetic prompts"
             log(f"builtin benchmark: {p.num_prompts} prompts ({what}) to {p.url}{p.endpoint}, concurrency "
                 f"{p.concurrency}, request_rate {p.request_rate}")
-            before = read_counters(p.url)
+            before = read_counters(p.url, engine=server.engine)
             try:
                 summary, records = _run_sync(p, timeout, log)
             except TimeoutError:
                 log(f"timed out after {timeout:g} s")
                 raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None
-            after = read_counters(p.url)
+            after = read_counters(p.url, engine=server.engine)
             cache = cache_report(before, after)
             summary["prefix_cache"] = cache
             accept = spec_report(before, after)
@@ -498,7 +528,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
             log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "
                 f"{summary['duration']:.3f} s")
         write_results(result_dir, summary, records)
-        return check_metrics(self.name, summary, (*PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN))
+        return check_metrics(self.name, summary, _EXTRA)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,15 @@ number of cached tokens"), one series per engine (label ``engine``), incremented
 with the ``_total`` suffix, so the lines read ``vllm:prefix_cache_hits_total{engine="0",...} 1234.0``.
 With prefix caching off the scheduler reports no prefix-cache stats and the counters stay at 0.
 
+SGLang 0.5.23 exports its own two, only when started with ``--enable-metrics``
+(sglang/srt/arg_groups/fields/observability.py:70, default off): ``sglang:prompt_tokens_total``
+("Number of prefill tokens processed.", sglang/srt/observability/metrics_collector.py:1855-1859) and
+``sglang:cached_tokens_total`` ("Number of cached prompt tokens by source (device/host/storage).",
+:1934-1938), both increased once per finished request in ``observe_one_finished_request``
+(:2092-2134: the prompt's tokens at :2109, its cached tokens per ``cache_source`` label at
+:2115-2134). Summed over the labels they are the hits and queries of an SGLang server; its
+``sglang:cache_hit_rate`` gauge (:388) is a recent window's rate, not the measurement's, and is not read.
+
 The hit rate of a measurement is the hits' increase over the queries' increase: the server may be
 reused (its counters hold earlier measurements), and a warm-up moves them too.
 
@@ -39,7 +48,7 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 #: the counters read, by the key they are reported under
@@ -49,6 +58,11 @@ COUNTERS: Mapping[str, str] = {"hits": "vllm:prefix_cache_hits", "queries": "vll
                                 "accepted": "vllm:spec_decode_num_accepted_tokens",
                                 "verify_calls": "sglang:spec_verify_calls", "generated": "sglang:generation_tokens",
                                 "requests": "sglang:num_requests"}
+#: the prefix-cache counters of an engine whose names are not vLLM's (the launch's ``engine``), by key
+PREFIX_COUNTERS: Mapping[str, Mapping[str, str]] = {
+    "sglang": {"hits": "sglang:cached_tokens", "queries": "sglang:prompt_tokens"}}
+#: the flag an engine needs before it exports any counter on ``/metrics``
+METRICS_FLAG: Mapping[str, str] = {"sglang": "--enable-metrics"}
 #: the metric a measurement reports: hits / queries over the measurement (None: not measured)
 HIT_RATE = "prefix_cache_hit_rate"
 #: the metric a measurement with speculative decoding reports: 1 + accepted tokens / drafts
@@ -73,10 +87,11 @@ class CacheCounters:
     requests: float = 0.0
 
 
-def parse_counters(text: str) -> CacheCounters | None:
-    """The prefix-cache counters in a Prometheus text exposition, or None when it has neither."""
+def parse_counters(text: str, engine: str = "vllm") -> CacheCounters | None:
+    """The prefix-cache counters in a Prometheus text exposition, or None when it has neither;
+    ``engine``: the server's (its own prefix-cache counters, :data:`PREFIX_COUNTERS`)."""
     found: dict[str, float] = {}
-    names = {v: k for k, v in COUNTERS.items()}
+    names = {v: k for k, v in {**COUNTERS, **PREFIX_COUNTERS.get(engine, {})}.items()}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -97,15 +112,16 @@ def parse_counters(text: str) -> CacheCounters | None:
     return CacheCounters(**{k: found.get(k, 0.0) for k in COUNTERS})
 
 
-def read_counters(base_url: str, timeout: float = 5.0) -> CacheCounters | None:
-    """GET ``base_url``/metrics and parse it; None when the server has no such endpoint or counters
-    (SGLang and MindIE export others, sim-serve none): a measurement then reports no hit rate."""
+def read_counters(base_url: str, timeout: float = 5.0, engine: str = "vllm") -> CacheCounters | None:
+    """GET ``base_url``/metrics and parse it as ``engine``'s; None when the server has no such
+    endpoint or counters (SGLang without ``--enable-metrics``, MindIE, sim-serve): a measurement then
+    reports no hit rate."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the server is local: no proxy
     try:
         with opener.open(base_url.rstrip("/") + "/metrics", timeout=timeout) as resp:
             if resp.status != 200:
                 return None
-            return parse_counters(resp.read().decode("utf-8", "replace"))
+            return parse_counters(resp.read().decode("utf-8", "replace"), engine)
     except (OSError, urllib.error.URLError, ValueError):
         return None
 
@@ -143,5 +159,17 @@ def spec_report(before: CacheCounters | None, after: CacheCounters | None) -> fl
     return max(1.0, kept / verify) if verify > 0 and kept >= 0 else None
 
 
-__all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "CacheCounters", "cache_report", "parse_counters",
-           "read_counters", "spec_report", "summed"]
+def missing_metrics_warning(engine: str, flags: Collection[str], hash_ids: bool) -> str | None:
+    """One warning line when a real run replays a trace with hash ids on ``engine`` launched with
+    ``flags`` that lack the flag its counters need (:data:`METRICS_FLAG`): its measurements would
+    report no prefix-cache hit rate, silently; None otherwise."""
+    flag = METRICS_FLAG.get(engine)
+    if not hash_ids or flag is None or flag in flags:
+        return None
+    return (f"{engine} exports its prefix-cache counters only with {flag}: without it the trace's shared "
+            f"prefixes are replayed but no prefix_cache_hit_rate is measured; add {flag} to [{engine}.command] others")
+
+
+__all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "METRICS_FLAG", "PREFIX_COUNTERS", "CacheCounters", "cache_report",
+           "missing_metrics_warning", "parse_counters", "read_counters", "spec_report",
+           "summed"]

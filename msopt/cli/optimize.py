@@ -9,11 +9,13 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msopt.benchmarks.engine_metrics import missing_metrics_warning
 from msopt.cli.init import add_model_args, init_settings
 from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings, split
 from msopt.engines.installed import installed_baseline
+from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
 from msopt.report.outputs import write_outputs
@@ -154,9 +156,28 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         values, said = installed_baseline(checked.config.engine)
         checked = validate(*split(settings.with_field_values(values))) if values else checked
         lines += said
+    lines += [f"warning: {w}" for w in metrics_warnings(checked)]
     for line in lines:
         print(line, flush=True)
     return checked, None
+
+
+def metrics_warnings(checked: Validated) -> list[str]:
+    """A real run replaying a trace with hash ids on an engine whose ``/metrics`` counters need a flag
+    the launch lacks (SGLang's ``--enable-metrics``): one line saying so, as ``msopt validate`` says it."""
+    config = checked.config
+    if config.run.simulate or checked.trace is None:
+        return []
+    engine = config.engine.name
+    section = config.engine.section.table
+    try:
+        flags = {f.config_position for f in config.engine.fields}
+        flags |= set(split_others(command_table(section, engine).get("others", ""), {}, f"[{engine}.command]"))
+    except ConfigError:  # an others the launch substitutes per trial: not knowable here
+        return []
+    hash_ids = checked.trace.prefix_ceiling is not None
+    line = missing_metrics_warning(engine, {f.split("=", 1)[0] for f in flags}, hash_ids)
+    return [line] if line else []
 
 
 #: The original tool's defaults (msserviceprofiler@9582f434 optimizer/optimizer.py ``arg_parse``).

@@ -294,10 +294,11 @@ class RealRunner(EngineRunner):
         if why:
             raise EvaluationError(why)
 
+
 def decode_counters(decode: Sequence[LaunchSpec]) -> CacheCounters | None:
     """The draft (and prefix-cache) counters of a disaggregated trial's decode servers, summed
     (:mod:`msopt.benchmarks.engine_metrics`); None where one has none."""
-    return summed([read_counters(spec.base_url) for spec in decode])
+    return summed([read_counters(spec.base_url, engine=spec.engine) for spec in decode])
 
 
 def _pd_ports(lease: PortLease, most: int = 64) -> list[int]:

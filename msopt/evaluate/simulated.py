@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
@@ -31,7 +33,14 @@ from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
-from msopt.metrics import PREFIX_CACHE_HIT_RATE, SIMULATED
+from msopt.metrics import (
+    PREFIX_CACHE_HIT_RATE,
+    SENT_INPUT_MEAN,
+    SENT_OUTPUT_MEAN,
+    SENT_REQUESTS,
+    SENT_SPAN,
+    SIMULATED,
+)
 from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
 from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
@@ -48,11 +57,21 @@ def _finite(x: Any) -> float | None:
 def metrics_of(res: Any) -> dict[str, float | None]:
     """The benchmark metrics of a SimResult (NaN becomes None), percentiles included, and the prefix
     cache's hit rate where the simulator modelled one (a trace with hash ids, caching on): the
-    prediction a real replay's measured ``prefix_cache_hit_rate`` stands beside."""
+    prediction a real replay's measured ``prefix_cache_hit_rate`` stands beside. And what the
+    simulated client sent (:data:`msopt.metrics.SENT`, but the lateness: a simulated send is on time):
+    requests, span, mean prompt and output tokens, where the run sent any."""
     out = {k: _finite(getattr(res, k)) for k in SIMULATED}
     queries = getattr(res, "prefix_cache_queries", 0)
     if queries:
         out[PREFIX_CACHE_HIT_RATE] = res.prefix_cache_hits / queries
+    reqs = getattr(res, "requests", None) or {}
+    send = np.asarray(reqs.get("send", ()), dtype=float)
+    sent = send[np.isfinite(send)]
+    if len(sent):
+        out[SENT_REQUESTS] = float(len(sent))
+        out[SENT_SPAN] = float(sent.max() - sent.min())
+        out[SENT_INPUT_MEAN] = float(np.mean(reqs["input_len"]))
+        out[SENT_OUTPUT_MEAN] = float(np.mean(reqs["output_len"]))
     return out
 
 

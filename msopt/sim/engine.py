@@ -63,6 +63,7 @@ def run_replica(
     stream_tok_s: float = 0.0,
     prefixes: Sequence[tuple[int, ...]] | None = None,
     prefix_block: int = 0,
+    prefix_partial: bool = False,
 ) -> ReplicaTrace:
     """Simulate one replica serving the given requests (in send order).
 
@@ -86,13 +87,14 @@ def run_replica(
             every stream shares: the client sees a token when the frontend has sent it.
         prefixes: with prefix caching on, each request's prompt block ids (equal ids: equal
             tokens), ``prefix_block`` tokens each (:class:`_PrefixCache`); None: no cache.
+        prefix_partial: the cache keeps prompts to the token, not to the trace block (SGLang's radix tree).
     """
     client = _Client(arrival=arrival, concurrency=concurrency, api_overhead_s=api_overhead_s,
                      frontend_s=frontend_s, frontend_tok_s=frontend_tok_s, jitter=jitter, think=think,
                      stream_tok_s=stream_tok_s)
     return ReplicaScheduler(knobs, cost, num_blocks, in_len, out_len, max_model_len, client,
                             time_scale=time_scale, prefilled=prefilled, prefixes=prefixes,
-                            prefix_block=prefix_block).run()
+                            prefix_block=prefix_block, prefix_partial=prefix_partial).run()
 
 
 @dataclass(frozen=True)
@@ -148,12 +150,21 @@ class _PrefixCache:
     leading run of cached blocks, capped at the prompt less one token (the last is computed to
     sample from) and aligned to the engine's KV block (v1/core/kv_cache_manager.py:290-298). A
     request holds the KV of its hit like any other (shared blocks are counted for each holder).
+
+    ``partial``: the cache keeps each prompt's tokens to the token (SGLang's radix tree,
+    :attr:`msopt.sim.personality.Personality.prefix_cache_partial`): a trace block is cached as far
+    as the longest prompt that held it filled it, and a match runs on through its cached blocks,
+    ending after one cached only in part. Without it a trace block a prompt held at all counts whole.
     """
 
-    def __init__(self, prefixes: Sequence[tuple[int, ...]], block: int, kv_block: int) -> None:
+    def __init__(self, prefixes: Sequence[tuple[int, ...]], block: int, kv_block: int,
+                 partial: bool = False) -> None:
         self.prefixes = prefixes
         self.block = block
         self.kv_block = kv_block
+        self.partial = partial
+        self.filled: dict[int, int] = {}  # partial: cached block id -> its tokens cached
+        self.prompt: dict[int, int] = {}  # partial: request -> its prompt tokens
         self.refs: dict[int, int] = {}  # cached block id -> requests holding it
         self.idle: OrderedDict[int, None] = OrderedDict()  # unpinned cached blocks, least recent first
         self.held: dict[int, tuple[int, ...]] = {}  # request -> the block ids it pins
@@ -166,26 +177,45 @@ class _PrefixCache:
         keep = free_blocks * self.kv_block // self.block
         idle = self.idle
         while len(idle) > keep:
-            del self.refs[idle.popitem(last=False)[0]]
+            h = idle.popitem(last=False)[0]
+            del self.refs[h]
+            self.filled.pop(h, None)
         k = 0
         refs = self.refs
-        for h in self.prefixes[i]:
-            if h not in refs:
-                break
-            k += 1
-        tokens = min(k * self.block, prompt - 1)
+        if self.partial:
+            tokens = 0
+            for h in self.prefixes[i]:
+                if h not in refs:
+                    break
+                k += 1
+                tokens += self.filled[h]
+                if self.filled[h] < self.block:
+                    break
+            tokens = min(tokens, prompt - 1)
+        else:
+            for h in self.prefixes[i]:
+                if h not in refs:
+                    break
+                k += 1
+            tokens = min(k * self.block, prompt - 1)
         return max(0, tokens - tokens % self.kv_block), k
 
     def admit(self, i: int, prompt: int, tokens: int, k: int) -> None:
         """Request ``i`` is admitted with ``tokens`` cached: it pins its ``k`` matched blocks."""
         self.query_tokens += prompt
         self.hit_tokens += tokens
+        if self.partial:
+            self.prompt[i] = prompt
         self._pin(i, self.prefixes[i][:k])
 
     def prompt_done(self, i: int) -> None:
         """Request ``i``'s prompt is in the KV cache: its blocks are cached (and pinned)."""
         have = len(self.held.get(i, ()))
         self._pin(i, self.prefixes[i][have:])
+        if self.partial:
+            prompt, block, filled = self.prompt.get(i, 0), self.block, self.filled
+            for j, h in enumerate(self.prefixes[i]):
+                filled[h] = max(filled.get(h, 0), min(block, prompt - j * block))
 
     def release(self, i: int) -> None:
         """Request ``i`` finished or was preempted: its blocks stay cached, unpinned."""
@@ -377,9 +407,10 @@ class ReplicaScheduler:
     def __init__(self, knobs: EngineKnobs, cost: StepCost, num_blocks: int, in_len: np.ndarray,
                  out_len: np.ndarray, max_model_len: int, client: _Client, *,
                  time_scale: float = 1.0, prefilled: bool = False,
-                 prefixes: Sequence[tuple[int, ...]] | None = None, prefix_block: int = 0) -> None:
+                 prefixes: Sequence[tuple[int, ...]] | None = None, prefix_block: int = 0,
+                 prefix_partial: bool = False) -> None:
         self.lim = lim = _Limits(knobs)
-        self.cache = (_PrefixCache(prefixes, prefix_block, lim.bs)
+        self.cache = (_PrefixCache(prefixes, prefix_block, lim.bs, prefix_partial)
                       if prefixes is not None and prefix_block > 0 and not prefilled else None)
         self.cost = cost
         self.coeffs: dict[int, tuple[float, float]] = {}  # cost.decode_coeffs by batch size

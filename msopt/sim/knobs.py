@@ -364,6 +364,8 @@ def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
             pass  # where this process sits in a multi-node instance: the instance is simulated whole
         elif flag == "--speculative-algorithm":
             kw["spec_algorithm"] = str(value or "").upper()
+        elif flag == "--disable-radix-cache":  # sglang 0.5.23 srt/arg_groups/fields/memory.py:64-70
+            kw["prefix_caching"] = not _as_bool(flag, value)
         elif flag in _SGLANG_SPEC:
             kw[_SGLANG_SPEC[flag]] = _as_int(flag, value)
         elif flag not in ignored:
@@ -431,6 +433,8 @@ def knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
             kw[name] = cast(f"BackendConfig.ScheduleConfig.{key}", value)
         elif key == "maxIterTimes":
             pass  # output cap: the workload's output_len decides lengths here
+        elif key == "enablePrefixCache":
+            pass  # read below, with ModelConfig's plugin_params
         else:
             ignored.append(f"BackendConfig.ScheduleConfig.{key}")
     if "max_queue_delay_s" in kw:
@@ -449,6 +453,12 @@ def knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
         local = len(ids[0]) if isinstance(ids, Sequence) and ids and isinstance(ids[0], Sequence) else 0
         if local:
             kw["nnodes"] = max(1, -(-world // local))
+    # Prefix Cache: ScheduleConfig.enablePrefixCache true with ModelConfig plugin_params naming
+    # prefix_cache (MindIE 1.0.0, mindie_llm0302.html: "若enablePrefixCache开启,则此处必须开启为prefix_cache")
+    plugins = str(model0.get("plugin_params", "") if isinstance(model0, Mapping) else "")
+    if "enablePrefixCache" in schedule:
+        enabled = _as_bool("BackendConfig.ScheduleConfig.enablePrefixCache", schedule["enablePrefixCache"])
+        kw["prefix_caching"] = enabled and "prefix_cache" in plugins
     if "maxSeqLen" in deploy:
         kw["max_model_len"] = _as_int("BackendConfig.ModelDeployConfig.maxSeqLen", deploy["maxSeqLen"])
     # MindIE reads npuMemSize from ModelConfig (model_deploy_config.cpp, g_modelParamsConstraint);

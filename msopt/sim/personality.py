@@ -53,6 +53,11 @@ class Personality:
     #: earlier prompt computed skips their prefill (blocks kept while free, least recently used
     #: evicted first). Off by default: a personality that models it says so.
     prefix_caching: bool = False
+    #: The prefix cache keeps prompts to the token (a radix tree over tokens, SGLang's): a trace
+    #: block is cached as far as a prompt filled it, so a shared prefix hits to its last shared
+    #: token (aligned to the engine's page, ``block_size``); otherwise a trace block a prompt held
+    #: counts whole and hits align to the KV block (vLLM's block hashes).
+    prefix_cache_partial: bool = False
     #: Admission reserves each request's prompt and its whole remaining output, as MindIE does with
     #: ``maxPreemptCount`` 0 (which any personality gets from that knob) and SGLang always does for
     #: fixed-length requests.

@@ -211,7 +211,8 @@ def simulate(
         run_out = np.array([draft.decode_steps(int(o)) for o in out_len], dtype=out_len.dtype)
         log.append(draft_log(draft))
 
-    caching = knobs.prefix_caching if knobs.prefix_caching is not None else get_personality(knobs.engine).prefix_caching
+    personality = get_personality(knobs.engine)
+    caching = knobs.prefix_caching if knobs.prefix_caching is not None else personality.prefix_caching
     prefixes = wl.sample_prefixes() if caching else None
     hit_tokens = query_tokens = 0
     n = wl.num_prompts
@@ -235,7 +236,8 @@ def simulate(
                             None if think is None else think[idx],
                             stream_tok_s=hw.frontend_us_per_output_token * 1e-6,
                             prefixes=None if prefixes is None else [prefixes[0][j] for j in idx.tolist()],
-                            prefix_block=0 if prefixes is None else prefixes[1])
+                            prefix_block=0 if prefixes is None else prefixes[1],
+                            prefix_partial=personality.prefix_cache_partial)
         hit_tokens += trace.prefix_hit_tokens
         query_tokens += trace.prefix_query_tokens
         send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok

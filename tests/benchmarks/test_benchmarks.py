@@ -103,11 +103,21 @@ def test_vllm_benchmark_parse(tmp_path: Path) -> None:
     write(tmp_path / RESULT_FILE, json.dumps(VLLM_RESULT))
     m = get_benchmark("vllm_benchmark").parse(tmp_path, tmp_path / "log")
     assert m == pytest.approx({"generate_speed": 300.0, "time_to_first_token": 0.12,
-                               "time_per_output_token": 0.025, "success_rate": 0.9, "throughput": 1.5})
+                               "time_per_output_token": 0.025, "success_rate": 0.9, "throughput": 1.5,
+                               "sent_requests": 10.0})
     assert parse_result({"completed": 3, "errors": ["", "", "", "x"]})["success_rate"] == 0.75
     assert parse_result({"completed": 0, "num_prompts": 4, "mean_ttft_ms": 0.0})["time_to_first_token"] is None
     with pytest.raises(EvaluationError, match=f"wrote no {RESULT_FILE} into"):
         get_benchmark("vllm_benchmark").parse(tmp_path / "empty", tmp_path / "log")
+
+
+def test_vllm_benchmark_says_what_it_sent() -> None:
+    # vllm 0.32 serve.py:1280-1285 saves duration, completed, failed and the completed requests' token totals
+    m = parse_result({**VLLM_RESULT, "duration": 6.0, "total_input_tokens": 4500, "total_output_tokens": 1800})
+    assert (m["sent_requests"], m["sent_input_mean"], m["sent_output_mean"], m["duration"]) == (10, 500, 200, 6.0)
+    assert "sent_span_s" not in m and "send_late_p99_s" not in m       # no send times without --save-detailed
+    none = parse_result({"completed": 0, "failed": 2, "total_input_tokens": 0, "total_output_tokens": 0})
+    assert none["sent_requests"] == 2 and "sent_input_mean" not in none
 
 
 FAKE_VLLM_BENCH = """

@@ -38,7 +38,10 @@ def test_closed_loop(sim_server: LaunchSpec, tmp_path: Path, endpoint: str) -> N
     section = {"endpoint": endpoint, "input_len": 64, "output_len": 8, "concurrency": 8}
     m = get_benchmark("builtin").run(sim_server, {}, [], section, num_prompts=16, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
-    assert set(m) == set(METRICS) | set(PERCENTILES)
+    # and what it sent, but the prompts' token counts (the server's tokenizer's) and lateness (not a replay)
+    sent = {"sent_requests", "sent_span_s", "sent_output_mean", "duration"}
+    assert set(m) == set(METRICS) | set(PERCENTILES) | sent
+    assert (m["sent_requests"], m["sent_output_mean"]) == (16, 8) and 0 <= m["sent_span_s"] < m["duration"]
     assert m["success_rate"] == 1.0 and all(m[k] > 0 for k in METRICS)
     assert m["ttft_p50"] <= m["ttft_p90"] <= m["ttft_p95"] <= m["ttft_p99"]  # what [slo] percentiles hold
     assert m["tpot_p50"] <= m["tpot_p99"]

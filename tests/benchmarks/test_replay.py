@@ -196,6 +196,9 @@ def test_the_servers_prefix_cache_hits_for_shared_hash_ids_only(caching: Caching
     # block 1 of all but the first (11 x 8) and block 2 of the odd ones but the first odd (5 x 8)
     assert summary["prefix_cache"]["prefix_cache_hits"] == 11 * 8 + 5 * 8
     assert m["prefix_cache_hit_rate"] == pytest.approx(128 / 288)
+    # what was sent goes into the journal with the metrics: the 12 requests of 24 tokens asking for 2
+    assert (m["sent_requests"], m["sent_input_mean"], m["sent_output_mean"]) == (12, 24, 2)
+    assert m["sent_span_s"] == pytest.approx(0.11, abs=0.1) and 0 <= m["send_late_p50_s"] <= m["send_late_p99_s"]
     none = mooncake(tmp_path / "none.jsonl", [(0.01 * i, 24, 2, []) for i in range(12)])
     # (seed 7: the timing test above sent seed 0's content to this server)
     m = bench.run(spec(caching.port), {}, [], {"trace": {"path": str(none)}, "seed": 7}, num_prompts=12, load={},

@@ -105,7 +105,7 @@ def test_builtin_reports_the_measurements_acceptance_length(drafting: SpecServer
 
 def test_vllm_bench_serve_reports_it_too(monkeypatch: pytest.MonkeyPatch) -> None:
     reads = iter([parse_counters(VLLM_TEXT), parse_counters(counters(6, 18, 9))])
-    monkeypatch.setattr(vb, "read_counters", lambda url: next(reads))
+    monkeypatch.setattr(vb, "read_counters", lambda url, **k: next(reads))
     monkeypatch.setattr(BenchmarkAdapter, "run", lambda self, *a, **k: {"generate_speed": 1.0})
     spec = LaunchSpec(engine="vllm", argv=("x",), port=1, host="127.0.0.1")
     m = get_benchmark("vllm_benchmark").run(spec, {}, [], {})

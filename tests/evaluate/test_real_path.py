@@ -18,7 +18,7 @@ from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.engines.process import _alive, free_port, group_members, start_process, wait_ready
 from msopt.evaluate.results import METRICS
-from msopt.metrics import PERCENTILES
+from msopt.metrics import PERCENTILES, SENT
 from msopt.sim.serve import ARGV_FILE_ENV
 from msopt.space import DecodeContext, SearchSpace
 
@@ -107,7 +107,9 @@ def test_real_path_end_to_end(tmp_path: Path, write_toml) -> None:
             spec, decoded.values, settings.fields, settings.section("builtin"), num_prompts=32,
             load={}, result_dir=tmp_path / "bench", log_path=tmp_path / "bench.log", timeout=120)
         assert server.running
-    assert set(METRICS) <= set(metrics) <= {*METRICS, *PERCENTILES}  # builtin reports percentiles too (issue 40)
+    # builtin reports percentiles too (issue 40), and what it sent (no prompt lengths: synthetic)
+    assert set(METRICS) <= set(metrics) <= {*METRICS, *PERCENTILES, *SENT, "duration"}
+    assert metrics["sent_requests"] == 32 and "sent_input_mean" not in metrics
     assert all(metrics[k] is not None and metrics[k] > 0 for k in METRICS), metrics
     assert metrics["success_rate"] == 1.0
 

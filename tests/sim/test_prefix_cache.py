@@ -5,6 +5,7 @@ under KV pressure; the engine's personality and flags decide; a trace without ha
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,9 @@ import pytest
 from msopt.evaluate.simulated import metrics_of
 from msopt.sim import EngineKnobs, load_hardware, load_model, simulate
 from msopt.sim import engine as fast
-from msopt.sim.knobs import knobs_vllm
+from msopt.sim.knobs import knobs_mindie, knobs_sglang, knobs_vllm
 from msopt.sim.perf import StepCost
-from msopt.sim.personality import resolved
+from msopt.sim.personality import get_personality, resolved
 from tests.sim.test_engine_equivalence import TRACE_ARRAYS, outcome, random_case
 
 
@@ -102,9 +103,65 @@ def test_a_trace_without_hash_ids_is_never_credited(tmp_path) -> None:
     assert res.success_rate == 1.0 and _hits(res) == []
 
 
-def test_sglang_and_mindie_do_not_model_it_yet(tmp_path) -> None:
-    res = simulate(EngineKnobs(engine="sglang"), "h100-sxm", "qwen3-8b", _trace(tmp_path, with_ids=True))
-    assert _hits(res) == []
+def _engine_replica(engine: str, prompts: list[int], prefixes: list[tuple[int, ...]]):
+    knobs = resolved(knobs_sglang([]) if engine == "sglang" else EngineKnobs(engine=engine), 80.0)
+    cost = StepCost(load_hardware("h100-sxm"), load_model("qwen3-8b"), knobs, "bf16", "bf16")
+    n = len(prompts)
+    return fast.run_replica(knobs, cost, 10_000, np.array(prompts), np.full(n, 8), np.arange(n, dtype=float),
+                            None, 4096, prefixes=prefixes, prefix_block=512,
+                            prefix_partial=get_personality(engine).prefix_cache_partial)
+
+
+def test_sglang_radix_cache_hits_to_the_token() -> None:
+    # 700 tokens (a full 512-token block, then 188 of the next), then 1100 tokens on the same two
+    # blocks and a third: the radix tree holds the first prompt's 700 tokens and the second hits them
+    # all; vLLM's block model counts the second block whole and aligns to its 16-token KV block
+    prompts, prefixes = [700, 1100, 1000], [(0, 1), (0, 1, 2), (0, 1)]
+    sglang = _engine_replica("sglang", prompts, prefixes)
+    # the third: both blocks now cached in full, its prompt less its last token hit
+    assert sglang.prefix_hit_tokens == 700 + 999
+    vllm = _engine_replica("vllm", prompts, prefixes)
+    assert vllm.prefix_hit_tokens == (1024 - 0) + (999 - 999 % 16)
+
+
+def test_sglang_caches_by_default_and_disable_radix_cache_turns_it_off(tmp_path) -> None:
+    rows = [{"timestamp": 1000 * i, "input_length": 1000 + 10 * i, "output_length": 16, "hash_ids": [0, 1, 100 + i]}
+            for i in range(8)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    wl = {"num_prompts": 8, "trace": {"path": str(path)}}
+    on = simulate(knobs_sglang(["python3", "-m", "sglang.launch_server", "--tp-size", "1"]), "h100-sxm", "qwen3-8b", wl)
+    # prompts 1000-1070 tokens: block 0 whole and block 1 (488 tokens, then 10 more each, 512 at most)
+    # shared; each hits block 0 and the longest earlier fill of block 1, to the token
+    want = sum(512 + min(512, 488 + 10 * (i - 1)) for i in range(1, 8))
+    assert (on.prefix_cache_hits, on.prefix_cache_queries) == (want, sum(r["input_length"] for r in rows))
+    assert want % 16 and _hits(on)
+    off_knobs = knobs_sglang(["--disable-radix-cache"])
+    assert off_knobs.prefix_caching is False and knobs_sglang([]).prefix_caching is None   # the personality's: on
+    off = simulate(off_knobs, "h100-sxm", "qwen3-8b", wl)
+    assert (off.prefix_cache_hits, off.prefix_cache_queries) == (0, 0) and _hits(off) == []
+    assert off.time_to_first_token > on.time_to_first_token
+
+
+def _mindie_files(schedule: dict, model: dict) -> dict:
+    return {"config.json": {"BackendConfig": {"ScheduleConfig": schedule,
+                                              "ModelDeployConfig": {"ModelConfig": [model]}}}}
+
+
+def test_mindie_caches_only_where_config_json_turns_it_on(tmp_path) -> None:
+    plugin = {"plugin_params": '{"plugin_type":"prefix_cache"}'}
+    assert knobs_mindie(_mindie_files({}, {})).prefix_caching is None          # the personality's: off
+    assert not get_personality("mindie").prefix_caching
+    on = knobs_mindie(_mindie_files({"enablePrefixCache": True}, plugin))
+    assert on.prefix_caching is True and "BackendConfig.ScheduleConfig.enablePrefixCache" not in on.ignored
+    # both are needed (MindIE's guide: with enablePrefixCache on, plugin_params must name prefix_cache)
+    assert knobs_mindie(_mindie_files({"enablePrefixCache": True}, {})).prefix_caching is False
+    assert knobs_mindie(_mindie_files({"enablePrefixCache": False}, plugin)).prefix_caching is False
+    wl = _trace(tmp_path, with_ids=True)
+    res = simulate(replace(on, engine="mindie"), "h100-sxm", "qwen3-8b", wl)
+    # block-level at MindIE's 128-token page: 7 of 8 prompts hit 3 of 4 blocks, as vLLM's
+    assert (res.prefix_cache_hits, res.prefix_cache_queries) == (10_752, 16_384)
+    assert simulate(knobs_mindie(_mindie_files({}, {})), "h100-sxm", "qwen3-8b", wl).prefix_cache_queries == 0
 
 
 def test_on_a_shared_trace_more_kv_memory_keeps_more_prefixes() -> None:

@@ -91,3 +91,23 @@ def test_a_simulated_run_tunes_on_the_trace(tmp_path):
     assert all(r["metrics"]["success_rate"] == 1.0 for r in records)
     saved = (run / "config.toml").read_text()
     assert f'path = "{tmp_path / "t.jsonl"}"' in saved      # the simulator replayed the trace itself
+
+
+def test_the_journal_keeps_what_the_simulated_client_sent(tmp_path):
+    from msopt.evaluate import Evaluator
+    from msopt.evaluate.results import EvalRequest
+    from msopt.metrics import SENT_INPUT_MEAN, SENT_OUTPUT_MEAN, SENT_REQUESTS, SENT_SPAN
+
+    trace(tmp_path)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('simulate = true\n[workload]\ntrace = "t.csv"\nwindow = [0, 2]\ntime_scale = 2.0\n',
+                   encoding="utf-8")
+    checked = load(cfg, overrides={"simulate": True}, search=False)
+    result = Evaluator(checked.config, simulate=True).evaluate(
+        EvalRequest(0, "baseline", None, 0, tuple(checked.space.default_position().tolist())))
+    line = json.loads(json.dumps(result.to_json("r")))["metrics"]
+    # the window's four requests, sent over its 2 s at twice the speed (the client's own delays aside)
+    assert line[SENT_REQUESTS] == 4 and line[SENT_SPAN] == pytest.approx(1.0, abs=0.05)
+    assert line[SENT_INPUT_MEAN] == pytest.approx((500 + 900 + 300 + 1200) / 4)
+    assert line[SENT_OUTPUT_MEAN] == pytest.approx((20 + 10 + 40 + 5) / 4)
+    assert "send_late_p99_s" not in line            # a simulated send is never late: not reported as measured

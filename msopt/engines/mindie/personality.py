@@ -22,6 +22,11 @@ class MindiePersonality(Personality):
     default_max_seqs = (200, 200)
     moe_tp_first = True
     holds_queue_delay = True  # ScheduleConfig maxQueueDelayMicroseconds
+    # Prefix Cache is off unless config.json turns it on (ScheduleConfig.enablePrefixCache and
+    # ModelConfig plugin_params {"plugin_type":"prefix_cache"}: MindIE 1.0.0 LLM developer guide,
+    # "Prefix Cache", hiascend.com mindie/100/mindiellm/llmdev/mindie_llm0302.html); a common prefix is
+    # reused from one Page Attention block (cacheBlockSize) up: block-level, as vLLM's
+    prefix_caching = False
 
     def knobs_from_launch(self, spec: Launch) -> EngineKnobs:
         return knobs_mindie(spec.files)

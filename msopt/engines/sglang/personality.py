@@ -31,6 +31,12 @@ class SglangPersonality(Personality):
     # (sglang 0.5.23 srt/managers/schedule_policy.py PrefillAdder.budget_state; default 16384 in
     # srt/arg_groups/fields/schedule.py)
     prefill_token_cap = 16384
+    # RadixAttention's prefix cache is on unless --disable-radix-cache (sglang 0.5.23
+    # srt/arg_groups/fields/memory.py:64-70, default False); a radix tree over token ids at the page
+    # size, 1 unless --page-size (srt/arg_groups/overrides.py:1340-1363, _page_size_default), matched up
+    # to the prompt less one token (srt/managers/schedule_batch.py:1766-1768, _compute_max_prefix_len)
+    prefix_caching = True
+    prefix_cache_partial = True
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_sglang(argv)
