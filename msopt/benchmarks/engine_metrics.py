@@ -55,12 +55,13 @@ from dataclasses import dataclass
 COUNTERS: Mapping[str, str] = {"hits": "vllm:prefix_cache_hits", "queries": "vllm:prefix_cache_queries",
                                 "drafts": "vllm:spec_decode_num_drafts",
                                 "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-                                "accepted": "vllm:spec_decode_num_accepted_tokens",
-                                "verify_calls": "sglang:spec_verify_calls", "generated": "sglang:generation_tokens",
-                                "requests": "sglang:num_requests"}
-#: the prefix-cache counters of an engine whose names are not vLLM's (the launch's ``engine``), by key
-PREFIX_COUNTERS: Mapping[str, Mapping[str, str]] = {
-    "sglang": {"hits": "sglang:cached_tokens", "queries": "sglang:prompt_tokens"}}
+                                "accepted": "vllm:spec_decode_num_accepted_tokens"}
+#: the counters of an engine whose names are not vLLM's (the launch's ``engine``), by key: SGLang's
+#: prefix cache (hits, queries) and drafts (verify calls, generated tokens, finished requests)
+ENGINE_COUNTERS: Mapping[str, Mapping[str, str]] = {
+    "sglang": {"hits": "sglang:cached_tokens", "queries": "sglang:prompt_tokens",
+               "verify_calls": "sglang:spec_verify_calls", "generated": "sglang:generation_tokens",
+               "requests": "sglang:num_requests"}}
 #: the flag an engine needs before it exports any counter on ``/metrics``
 METRICS_FLAG: Mapping[str, str] = {"sglang": "--enable-metrics"}
 #: the metric a measurement reports: hits / queries over the measurement (None: not measured)
@@ -89,9 +90,9 @@ class CacheCounters:
 
 def parse_counters(text: str, engine: str = "vllm") -> CacheCounters | None:
     """The prefix-cache counters in a Prometheus text exposition, or None when it has neither;
-    ``engine``: the server's (its own prefix-cache counters, :data:`PREFIX_COUNTERS`)."""
+    ``engine``: the server's (its own counters, :data:`ENGINE_COUNTERS`; vLLM's :data:`COUNTERS` otherwise)."""
     found: dict[str, float] = {}
-    names = {v: k for k, v in {**COUNTERS, **PREFIX_COUNTERS.get(engine, {})}.items()}
+    names = {v: k for k, v in ENGINE_COUNTERS.get(engine, COUNTERS).items()}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -109,7 +110,7 @@ def parse_counters(text: str, engine: str = "vllm") -> CacheCounters | None:
         found[names[base]] = found.get(names[base], 0.0) + value
     if not found:
         return None
-    return CacheCounters(**{k: found.get(k, 0.0) for k in COUNTERS})
+    return CacheCounters(**{k: found.get(k, 0.0) for k in CacheCounters.__dataclass_fields__})
 
 
 def read_counters(base_url: str, timeout: float = 5.0, engine: str = "vllm") -> CacheCounters | None:
@@ -170,6 +171,6 @@ def missing_metrics_warning(engine: str, flags: Collection[str], hash_ids: bool)
             f"prefixes are replayed but no prefix_cache_hit_rate is measured; add {flag} to [{engine}.command] others")
 
 
-__all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "METRICS_FLAG", "PREFIX_COUNTERS", "CacheCounters", "cache_report",
+__all__ = ["ACCEPT_LEN", "COUNTERS", "HIT_RATE", "ENGINE_COUNTERS", "METRICS_FLAG", "CacheCounters", "cache_report",
            "missing_metrics_warning", "parse_counters", "read_counters", "spec_report",
            "summed"]

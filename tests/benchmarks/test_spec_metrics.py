@@ -142,14 +142,14 @@ sglang:spec_accept_length{{engine_type="unified",model_name="m",tp_rank="0"}} {g
 
 
 def test_sglangs_counters_give_its_accept_len() -> None:
-    before = parse_counters(sglang_text(verify=40, generated=200, requests=10))
+    before = parse_counters(sglang_text(verify=40, generated=200, requests=10), "sglang")
     assert before is not None and (before.verify_calls, before.generated, before.requests) == (40.0, 200.0, 10.0)
     assert before.drafts == 0.0  # the gauge and the aborted requests are other metrics
     # 4 requests of 16 tokens in 20 verify steps: each first token is the prefill's, so (64 - 4) / 20 kept a step
-    after = parse_counters(sglang_text(verify=60, generated=264, requests=14, gauge=9.0))
+    after = parse_counters(sglang_text(verify=60, generated=264, requests=14, gauge=9.0), "sglang")
     assert spec_report(before, after) == pytest.approx(3.0)
     assert spec_report(after, after) is None  # nothing verified over the measurement: not the stale gauge
-    assert spec_report(CacheCounters(0.0, 0.0), parse_counters(sglang_text(0, 50, 5))) is None  # no drafting
+    assert spec_report(CacheCounters(0.0, 0.0), parse_counters(sglang_text(0, 50, 5), "sglang")) is None  # no drafting
     # before the first request prometheus_client exposes no labelled series at all
     assert spec_report(CacheCounters(0.0, 0.0), after) == pytest.approx((264 - 14) / 60)
 
@@ -158,8 +158,9 @@ def test_builtin_journals_sglangs_accept_len(drafting: SpecServer, tmp_path: Pat
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from msopt.benchmarks import builtin
 
-    reads = iter([parse_counters(sglang_text(40, 200, 10)), parse_counters(sglang_text(52, 255, 15))])
-    monkeypatch.setattr(builtin, "read_counters", lambda url: next(reads))
+    reads = iter([parse_counters(sglang_text(40, 200, 10), "sglang"),
+                  parse_counters(sglang_text(52, 255, 15), "sglang")])
+    monkeypatch.setattr(builtin, "read_counters", lambda url, **k: next(reads))
     spec = LaunchSpec(engine="sglang", argv=("x",), port=drafting.port, host="127.0.0.1", served_model_name="m",
                       model="m")
     m = get_benchmark("builtin").run(spec, {}, [], {"input_len": 8, "output_len": 4}, num_prompts=5, load={},
@@ -175,7 +176,7 @@ def test_a_disaggregated_trials_decode_servers_are_summed(monkeypatch: pytest.Mo
     from msopt.evaluate import real
 
     texts = {"http://127.0.0.1:1": sglang_text(10, 100, 4), "http://127.0.0.1:2": sglang_text(20, 150, 6)}
-    monkeypatch.setattr(real, "read_counters", lambda url: parse_counters(texts[url]) if url in texts else None)
+    monkeypatch.setattr(real, "read_counters", lambda url, engine="vllm": parse_counters(texts[url], engine) if url in texts else None)
     decode = [LaunchSpec("sglang", ("x",), port=p, host="127.0.0.1") for p in (1, 2)]
     before = real.decode_counters(decode)
     assert before is not None and (before.verify_calls, before.generated, before.requests) == (30.0, 250.0, 10.0)
