@@ -39,9 +39,18 @@ def _settings(write_toml, mode="sync", iters=4, extra=""):
     return load_settings(str(write_toml(text)), environ={})
 
 
+class _FourWorkers(InProcessPool):
+    """One thread (results in submission order, so a run is reproducible) that reports 4 workers:
+    TPE without a prior runs a lane per worker, and these tests drive its 4 lanes."""
+
+    @property
+    def size(self) -> int:
+        return 4
+
+
 def _run(settings, previous=(), seen=None):
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    pool = _FourWorkers(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
     try:
         driver = Driver(settings.config, pool, previous=previous, keep_results=True)
         return driver, driver.run()
@@ -157,6 +166,21 @@ def test_a_resumed_tpe_run_gives_the_uninterrupted_result(write_toml, mode, cut)
     assert sorted(map(_key, resumed.results)) == sorted(map(_key, full.results))
     assert len(again) == sum(not r.reused and not r.refused for r in full.results[cut:])
     assert driver.searcher.to_state() == full_driver.searcher.to_state()
+
+
+def test_resuming_a_tpe_run_with_fewer_workers_than_its_lanes_is_refused(write_toml):
+    """TPE without a prior runs a lane per worker: a journal of 4 lanes resumed on one worker
+    would replay its results into the wrong trials, so the driver refuses it in one line."""
+    settings = _settings(write_toml)
+    _, full = _run(settings)
+    space = SearchSpace.from_settings(settings)
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    try:
+        with pytest.raises(ConfigError, match="resume with as many workers") as err:
+            Driver(settings.config, pool, previous=full.results[:8])
+        assert "\n" not in str(err.value)
+    finally:
+        pool.close()
 
 
 def test_validate_names_the_missing_extra(write_toml, monkeypatch):
