@@ -44,7 +44,7 @@ from dataclasses import dataclass
 ASSUMED_NOISE = 0.03
 
 #: The smallest budget at which the unguided plan (no prior) keeps launches for re-measurement.
-UNGUIDED_RESERVE_FROM = 20
+UNGUIDED_RESERVE_FROM = 30
 
 #: Two means closer than ``Z`` standard errors of their difference are within noise.
 Z = 2.0

@@ -383,7 +383,7 @@ METHODS = (
     Method("msopt (no prior)", lambda *a: run_msopt(*a, variant=NO_PRIOR), False,
            "as shipped where no prior can be built ([search] prior = \"none\"): the default searcher \"auto\" "
            "is then Optuna's TPE, one lane per worker (the bench's pool has one), the search given every launch "
-           "but 3 kept from 20 launches for contenders within the noise", default=False),
+           "but 3 kept from 30 launches for contenders within the noise", default=False),
     Method("msopt (no prior; tpe)", lambda *a: run_msopt(*a, variant=NO_PRIOR_TPE), False,
            "as msopt (no prior), with [search] searcher = \"tpe\" set explicitly (the same run)", default=False),
     Method("msopt (no prior; swarm)", lambda *a: run_msopt(*a, variant=NO_PRIOR_SWARM), False,
