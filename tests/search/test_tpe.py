@@ -139,6 +139,26 @@ def test_the_constraint_keeps_known_refusals_out_and_the_screen_ranks(write_toml
     assert mean[1] < mean[0]
 
 
+def test_tpe_draws_again_what_the_space_would_repair(write_toml):
+    """A proposal the space repairs (a tp·pp that does not divide the world size) would be
+    measured as another configuration and told as the proposal's: TPE draws it again instead."""
+    space = _space(write_toml)
+    dims = search_dimensions(space)
+    decode = lambda x: space.decode(x, None).values  # noqa: E731
+    counts: list[int] = []
+    for constraint in (Constraint(), Constraint(decode=decode)):
+        searcher = make_searcher("tpe", _setup(space, mode="async", constraint=constraint, seed=1))
+        repaired = 0
+        for k in range(60):
+            for t in searcher.ask():
+                values = decode(t.position)
+                repaired += any(d.candidates is not None and values[d.name] != d.candidates[d.nearest(x)]
+                                for d, x in zip(dims, t.position))
+                searcher.tell(t.id, float(np.random.default_rng(k).random()))
+        counts.append(repaired)
+    assert counts[1] <= 1 < 10 <= counts[0], counts  # one whose every redraw is repaired stands
+
+
 def test_tpe_runs_through_the_driver(write_toml):
     seen: list = []
     driver, out = _run(_settings(write_toml), seen=seen)
