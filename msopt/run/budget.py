@@ -25,7 +25,7 @@ Where TPE runs without a guide (no prior: ``[search] searcher = "auto"`` then) t
 knowledge and a launch is worth more to it than to a re-measurement, so the search gets every
 launch but :func:`unguided_reserve`, spent as the small plan's are (only while the best has a
 contender within the noise). On the search bench's independent reality without a prior, the
-large plan's re-measurements (7 of 20 launches, 15 of 50) and the small plan's reserve (2 of 6,
+large plan's re-measurements (8 of 20 launches, 15 of 50) and the small plan's reserve (2 of 6,
 3 of 10) cost more than the noise took from the pick (docs/benchmarks.md, issue 38 item 2).
 
 The noise is the relative standard deviation of the fitness of one configuration measured more
