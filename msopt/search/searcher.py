@@ -258,18 +258,18 @@ SEARCHERS.register("swarm", make_swarm_searcher)
 def resolve_searcher(name: str, has_prior: bool, max_launches: int = 0) -> str:
     """The searcher ``[search] searcher = name`` stands for in a run with or without a prior.
 
-    ``"auto"`` is the swarm where a prior seeds and screens it, and Optuna's TPE where none can be
-    built (no config.json, unknown hardware, ``prior = "none"``), at every launch budget and
-    without one: a model of the measurements is then the only guide, and the driver runs TPE one
-    trial per worker with the budget's launches on the search (:mod:`msopt.run.budget`, the
-    unguided plan). On the search bench's independent reality without a prior (100 seeds) the
-    swarm was behind Optuna TPE at every budget (docs/benchmarks.md, issue 38 item 2).
-    ``max_launches`` is kept for callers; the choice no longer depends on it. Any other name is itself.
+    ``"auto"`` is the swarm where a prior seeds and screens it. Where none can be built (no
+    config.json, unknown hardware, ``prior = "none"``) it is Optuna's TPE at every launch budget,
+    which the driver then runs one trial per worker with the budget's launches on the search
+    (:mod:`msopt.run.budget`, the unguided plan): on the search bench's independent reality
+    without a prior (100 seeds, 6 to 50 launches) TPE run so is at least Optuna's TPE run one
+    proposal at a time, where the swarm was behind it at every budget (docs/benchmarks.md, issue
+    38 item 2). Without a budget (``max_launches`` 0: ``n_particles`` × ``iters`` evaluations,
+    not measured there) it stays the swarm. Any other name is itself.
     """
-    del max_launches  # the choice is the same at every budget
     if name != "auto":
         return name
-    return "swarm" if has_prior else "tpe"
+    return "swarm" if has_prior or max_launches <= 0 else "tpe"
 
 
 def make_searcher(name: str, setup: SearcherSetup) -> Searcher:

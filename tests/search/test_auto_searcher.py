@@ -1,5 +1,5 @@
 """``[search] searcher = "auto"`` (the default, issue 38 item 2): ``msopt optimize`` takes the
-swarm where a prior seeds it and Optuna's TPE where no prior can be built, at every budget; TPE
+swarm where a prior seeds it and Optuna's TPE where no prior can be built, at every launch budget; TPE
 without a prior runs one lane per worker and the unguided budget plan."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _settings(write_toml, search=""):
 def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without_at_every_budget():
     for launches in (0, 6, 10, 20, 50):
         assert resolve_searcher("auto", True, launches) == "swarm"
-        assert resolve_searcher("auto", False, launches) == "tpe"
+        assert resolve_searcher("auto", False, launches) == ("tpe" if launches else "swarm")  # 0: no budget
     assert resolve_searcher("swarm", False, 6) == "swarm" and resolve_searcher("tpe", True) == "tpe"
 
 
@@ -65,7 +65,7 @@ def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_
 
 
 @pytest.mark.parametrize("search, launches, expected", [
-    ("", 8, "tpe"), ("", 0, "tpe"), ("", 20, "tpe"),
+    ("", 8, "tpe"), ("", 0, "swarm"), ("", 20, "tpe"),
     ('[search]\nsearcher = "swarm"', 8, "swarm"), ('[search]\nsearcher = "tpe"', 0, "tpe")])
 def test_optimize_without_a_prior_takes_tpe_for_auto(write_toml, search, launches, expected):
     settings = _settings(write_toml, search)
