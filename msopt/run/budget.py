@@ -20,6 +20,14 @@ Two plans:
   within the noise of the best by mean (:func:`contenders`): two contenders told apart by one
   measurement each cost no re-measurement, and the launches kept for them are not spent.
 
+Where TPE runs without a guide (no prior: ``[search] searcher = "auto"`` then) the plan is the
+**unguided** one at every budget: TPE's model of the measurements is then its only source of
+knowledge and a launch is worth more to it than to a re-measurement, so the search gets every
+launch but :func:`unguided_reserve`, spent as the small plan's are (only while the best has a
+contender within the noise). On the search bench's independent reality without a prior, the
+large plan's re-measurements (8 of 20 launches, 15 of 50) and the small plan's reserve (2 of 6,
+3 of 10) cost more than the noise took from the pick (docs/benchmarks.md, issue 38 item 2).
+
 The noise is the relative standard deviation of the fitness of one configuration measured more
 than once (:func:`relative_noise`); until a configuration has been measured twice it is
 :data:`ASSUMED_NOISE`.
@@ -34,6 +42,9 @@ from dataclasses import dataclass
 #: The relative noise of one fitness measurement assumed until the run has measured one (the
 #: repeats of one server: a few percent, docs/benchmarks.md's simulated tasks 1-2 %).
 ASSUMED_NOISE = 0.03
+
+#: The smallest budget at which the unguided plan (no prior) keeps launches for re-measurement.
+UNGUIDED_RESERVE_FROM = 30
 
 #: Two means closer than ``Z`` standard errors of their difference are within noise.
 Z = 2.0
@@ -52,6 +63,8 @@ class BudgetPlan:
         baseline: launches kept for the baseline's re-measurement beside the picks.
         capacity: launches kept for the capacity stage's probes.
         generation: the launches of the search's first generation (the baseline and the prior's picks).
+        unguided: the unguided plan (TPE without a prior): a small plan at every budget, its
+            reserve :func:`unguided_reserve`.
     """
 
     budget: int
@@ -61,6 +74,7 @@ class BudgetPlan:
     baseline: int
     capacity: int
     generation: int
+    unguided: bool = False
 
     @property
     def search(self) -> int:
@@ -74,7 +88,12 @@ class BudgetPlan:
         search = self.search
         out = [f"launch budget {self.budget}: the baseline, then up to {search - 1} search launch(es), "
                "the prior's picks first"]
-        if self.small:
+        if self.small and self.unguided:
+            kept = self.picks + self.baseline
+            out.append(f"  no prior: {kept} launch(es) kept to re-measure the best and its closest contender only "
+                       "while they are within the noise" if kept else "  no prior: no launch kept for re-measurement, "
+                       "the recommendation is the best measured")
+        elif self.small:
             kept = self.picks + self.baseline
             out.append(f"  small budget: {kept} launch(es) kept to re-measure the best and its closest contender "
                        f"only while they are within the noise (assumed {ASSUMED_NOISE:.0%} until measured), with the "
@@ -89,7 +108,7 @@ class BudgetPlan:
 
 
 def plan_budget(budget: int, *, top_k: int, n_particles: int, capacity_probes: int = 0,
-                baseline_on_board: bool = False) -> BudgetPlan:
+                baseline_on_board: bool = False, unguided: bool = False) -> BudgetPlan:
     """The plan of ``budget`` launches.
 
     Args:
@@ -100,6 +119,8 @@ def plan_budget(budget: int, *, top_k: int, n_particles: int, capacity_probes: i
             (``max_probes`` × ``pso_top_k``; 0: the stage is off).
         baseline_on_board: the baseline is among the ``pso_top_k`` best (then it is re-measured as
             one of them, and nothing is kept for it beside them); also when it failed.
+        unguided: the unguided plan (TPE without a prior), unless the capacity stage, which needs
+            re-measured picks, is on.
 
     Returns:
         The plan; without a budget or without ``pso_top_k`` nothing is kept for re-measurements.
@@ -111,6 +132,10 @@ def plan_budget(budget: int, *, top_k: int, n_particles: int, capacity_probes: i
     beside = 0 if baseline_on_board else 1
     extra = max(0, budget // 4 - 1) if top_k >= 2 else 0
     large = BudgetPlan(budget, False, top_k, extra, beside, capacity, generation)
+    if unguided and top_k >= 2 and not capacity:
+        reserve = unguided_reserve(budget)
+        keep_base = 1 if reserve and not baseline_on_board else 0
+        return BudgetPlan(budget, True, reserve - keep_base, 0, keep_base, capacity, generation, unguided=True)
     if large.search >= generation or top_k < 2 or capacity:  # the capacity stage needs re-measured picks
         return large
     reserve = small_reserve(budget - capacity)
@@ -128,6 +153,14 @@ def small_reserve(budget: int) -> int:
     if budget >= 6:
         return 2
     return 0
+
+
+def unguided_reserve(budget: int) -> int:
+    """The unguided plan's launches kept after the search (the best and its closest contender
+    re-measured while within the noise, the baseline's matching one): none below
+    :data:`UNGUIDED_RESERVE_FROM` launches, where every launch is worth more to the search, then
+    the small plan's 3."""
+    return 0 if budget < UNGUIDED_RESERVE_FROM else small_reserve(budget)
 
 
 def relative_noise(groups: Sequence[Sequence[float]]) -> float | None:

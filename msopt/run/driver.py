@@ -111,7 +111,8 @@ class Driver:
             candidate is never launched, costs nothing and is answered again without a check.
         searcher: the searcher to build (a name in ``SEARCHERS``); None: ``[search] searcher``,
             where ``"auto"`` is the swarm. :func:`optimize` (``msopt optimize``) passes
-            :func:`~msopt.search.resolve_searcher`'s choice (TPE without a prior at a small launch budget).
+            :func:`~msopt.search.resolve_searcher`'s choice (TPE without a prior). TPE without a guide runs
+            one lane per worker of ``pool`` (at most ``n_particles``), the swarm ``n_particles``.
     """
 
     def __init__(self, config: Config, pool: EvaluatorPool, *, store: RunRecord | None = None,
@@ -151,10 +152,20 @@ class Driver:
         name = searcher or config.run.searcher
         if name == "auto":
             name = "swarm"  # a Driver built directly; optimize() resolves "auto" with resolve_searcher
+        lanes = options.n_particles
+        if name == "tpe" and guide is None:
+            # without a prior TPE's model of the measurements is the only guide: one trial per worker,
+            # each proposed from every result told before it (not n_particles from one model)
+            lanes = max(1, min(lanes, pool.size))
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
-            dimensions=search_dimensions(self.space), seed=options.seed, concurrency=options.n_particles,
+            dimensions=search_dimensions(self.space), seed=options.seed, concurrency=lanes,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
             context=lambda i, c: DecodeContext(i, self.n, c), constraint=self.constraint, options=options))
+        used = 1 + max((r.particle for r in previous if r.phase == "search" and r.particle is not None), default=-1)
+        if used > self.searcher.lanes:
+            raise ConfigError(f"--resume: the journal's search ran {used} lanes, this run has {self.searcher.lanes} "
+                              f"({self.searcher.name} without a prior runs one per worker): resume with as many "
+                              "workers as the interrupted run had")
         self.keep_results = store is None if keep_results is None else bool(keep_results)
         self.results: list[EvaluationResult] = []
         self.evaluations = 0
@@ -168,6 +179,12 @@ class Driver:
                                      refusal=checker.refusal if checker is not None else None,
                                      predict=guide.predict if guide is not None else None,
                                      server_key=self.server_key, wanted=self.servers_wanted)
+
+    @property
+    def unguided(self) -> bool:
+        """TPE without a guide: its model of the measurements is the search's only guide, and the
+        budget plan is the unguided one (:mod:`msopt.run.budget`); the swarm keeps its plan."""
+        return self.guide is None and self.searcher.name == "tpe"
 
     def server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""

@@ -64,6 +64,10 @@ class RunContext(Protocol):
     evaluations: int
     max_launches: int
 
+    @property
+    def unguided(self) -> bool:
+        """TPE without a guide (no prior): the budget plan is the unguided one."""
+
 
 class Loop(RunContext, Protocol):
     """The run loop as a stage uses it: it owns ask → dispatch → record → tell."""
@@ -116,7 +120,7 @@ def budget_plan(ctx: RunContext) -> BudgetPlan:
     on_board = base is None or values_key(base.values) in ctx.leaderboard.board
     return plan_budget(ctx.max_launches, top_k=ctx.top_k, n_particles=ctx.n,
                        capacity_probes=opts.max_probes * max(ctx.top_k, 1) if opts.enabled else 0,
-                       baseline_on_board=on_board)
+                       baseline_on_board=on_board, unguided=ctx.unguided)
 
 
 def budget_lines(ctx: RunContext) -> list[str]:
@@ -124,7 +128,8 @@ def budget_lines(ctx: RunContext) -> list[str]:
     planned before the baseline is measured, as if it succeeds off the board of the best."""
     opts = ctx.capacity_options
     plan = plan_budget(ctx.max_launches, top_k=ctx.top_k, n_particles=ctx.n,
-                       capacity_probes=opts.max_probes * max(ctx.top_k, 1) if opts.enabled else 0)
+                       capacity_probes=opts.max_probes * max(ctx.top_k, 1) if opts.enabled else 0,
+                       unguided=ctx.unguided)
     return plan.lines()
 
 
@@ -165,9 +170,9 @@ def search_budget(ctx: RunContext) -> int | None:
 
 def expected_evaluations(ctx: RunContext) -> int:
     """Evaluations a run without a launch budget makes before the capacity stage (whose probes
-    are added as it goes): the baseline, ``iters`` × ``n`` searches, the ``pso_top_k``
-    re-measurements and the baseline's beside them."""
-    return 1 + ctx.n * ctx.iters + (ctx.top_k + 1 if ctx.top_k > 0 else 0)
+    are added as it goes): the baseline, ``iters`` × ``n`` searches (every lane's
+    :func:`max_rounds`), the ``pso_top_k`` re-measurements and the baseline's beside them."""
+    return 1 + ctx.searcher.lanes * max_rounds(ctx) + (ctx.top_k + 1 if ctx.top_k > 0 else 0)
 
 
 def launches_left(ctx: RunContext) -> int | None:
@@ -178,11 +183,14 @@ def launches_left(ctx: RunContext) -> int | None:
 
 
 def max_rounds(ctx: RunContext) -> int:
-    """The most evaluations a lane is asked for: ``iters``, or with a launch budget (reuse and
-    refusals cost nothing, so the search goes on past ``iters``) 4 × max_launches / lanes."""
+    """The most evaluations a lane is asked for: ``iters`` × ``n_particles`` / lanes (``iters``
+    for the swarm, whose lanes are its particles), or with a launch budget (reuse and refusals
+    cost nothing, so the search goes on past that) at least 4 × max_launches / lanes."""
+    lanes = max(1, ctx.searcher.lanes)
+    rounds = -(-ctx.iters * ctx.n // lanes)
     if ctx.max_launches <= 0:
-        return ctx.iters
-    return max(ctx.iters, -(-4 * ctx.max_launches // ctx.n))
+        return rounds
+    return max(rounds, -(-4 * ctx.max_launches // lanes))
 
 
 def eval_id(ctx: RunContext, particle: int, count: int) -> int:

@@ -42,7 +42,7 @@ from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
 
 __all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "check_searcher", "make_searcher",
-           "resolve_searcher", "search_dimensions", "AUTO_TPE_MAX_LAUNCHES"]
+           "resolve_searcher", "search_dimensions"]
 
 
 @dataclass(frozen=True)
@@ -255,26 +255,21 @@ SEARCHERS.register("swarm", make_swarm_searcher)
 # "tpe" registers itself in msopt/search/tpe.py (imported by the package), as a plugin's would
 
 
-#: The largest launch budget at which "auto" takes TPE where there is no prior (see resolve_searcher).
-AUTO_TPE_MAX_LAUNCHES = 10
-
-
 def resolve_searcher(name: str, has_prior: bool, max_launches: int = 0) -> str:
     """The searcher ``[search] searcher = name`` stands for in a run with or without a prior.
 
     ``"auto"`` is the swarm where a prior seeds and screens it. Where none can be built (no
-    config.json, unknown hardware, ``prior = "none"``) it is Optuna's TPE for a launch budget of
-    at most :data:`AUTO_TPE_MAX_LAUNCHES` and the swarm for a larger one or none: on the search
-    bench's independent reality without a prior (100 seeds), TPE driven in generations of
-    ``n_particles`` was level with the swarm at 6 launches and ahead at 10 (18 % of the runs
-    within 1 % against 16 %), behind at 20 and 50 (25 % against 30 %, 56 % against 70 %)
-    (docs/benchmarks.md, issue 38 item 2). Any other name is itself.
+    config.json, unknown hardware, ``prior = "none"``) it is Optuna's TPE at every launch budget,
+    which the driver then runs one trial per worker with the budget's launches on the search
+    (:mod:`msopt.run.budget`, the unguided plan): on the search bench's independent reality
+    without a prior (100 seeds, 6 to 50 launches) TPE run so is at least Optuna's TPE run one
+    proposal at a time, where the swarm was behind it at every budget (docs/benchmarks.md, issue
+    38 item 2). Without a budget (``max_launches`` 0: ``n_particles`` × ``iters`` evaluations,
+    not measured there) it stays the swarm. Any other name is itself.
     """
     if name != "auto":
         return name
-    if has_prior:
-        return "swarm"
-    return "tpe" if 0 < max_launches <= AUTO_TPE_MAX_LAUNCHES else "swarm"
+    return "swarm" if has_prior or max_launches <= 0 else "tpe"
 
 
 def make_searcher(name: str, setup: SearcherSetup) -> Searcher:

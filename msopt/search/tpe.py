@@ -14,7 +14,8 @@ The starting positions (the default configuration, then the prior's picks) are e
 (``Study.enqueue_trial``). The driver's constraint is applied inside Optuna's sampler seam
 (``BaseSampler.sample_relative``, which receives the whole search space): every proposal is drawn
 by multivariate TPE (at random for its first :data:`STARTUP_TRIALS`), drawn again while it is a known
-refusal (at most :data:`~msopt.search.constraint.REFUSED_REDRAWS` times), and with the prior's
+refusal or a configuration the space would repair (at most
+:data:`~msopt.search.constraint.REFUSED_REDRAWS` times), and with the prior's
 screen picked among ``k`` draws by predicted fitness. Concurrency stays with the driver: the
 searcher keeps ``concurrency`` lanes, a trial per lane in flight.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -61,6 +63,40 @@ def _distribution(optuna: Any, d: SearchDimension) -> Any:
     if d.ordered:
         return optuna.distributions.IntDistribution(0, len(d.candidates) - 1)
     return optuna.distributions.CategoricalDistribution(tuple(range(len(d.candidates))))
+
+
+@dataclass(frozen=True)
+class _Exact(Constraint):
+    """The driver's constraint, and also refusing a proposal the space would repair (a tp·pp that
+    does not divide the world size, say): TPE is told the fitness of what it proposed, so a
+    repaired configuration's result would teach its model about values never measured, and the
+    launch would go to a configuration it did not choose. Such a proposal is drawn again, like a
+    known refusal (the bench's peer TPE has always been held to this)."""
+
+    exact: Callable[[np.ndarray], bool] | None = None
+
+    def refused(self, position: np.ndarray) -> bool:  # noqa: D102
+        return super().refused(position) or (self.exact is not None and not self.exact(position))
+
+    @property
+    def checks(self) -> bool:  # noqa: D102
+        return super().checks or self.exact is not None
+
+
+def _exact(constraint: Constraint, dims: Sequence[SearchDimension]) -> Constraint:
+    """``constraint`` that also refuses a proposal whose decoded values differ from it (:class:`_Exact`)."""
+    decode = constraint.decode
+    if decode is None:
+        return constraint
+
+    def exact(position: np.ndarray) -> bool:
+        values = decode(position)
+        if values is None:
+            return False
+        return all(d.candidates is None or d.name not in values or values[d.name] == d.candidates[d.nearest(x)]
+                   for d, x in zip(dims, position))
+
+    return _Exact(**{f.name: getattr(constraint, f.name) for f in fields(constraint)}, exact=exact)
 
 
 def _sampler(optuna: Any, inner: Any, random: Any, space: Mapping[str, Any], constraint: Constraint,
@@ -131,7 +167,7 @@ class TPESearcher:
             inner = optuna.samplers.TPESampler(seed=int(seeds[0]), multivariate=True, constant_liar=False,
                                                n_startup_trials=STARTUP_TRIALS)
         random = optuna.samplers.RandomSampler(seed=int(seeds[1]))
-        sampler = _sampler(optuna, inner, random, self._space, setup.constraint, self.position,
+        sampler = _sampler(optuna, inner, random, self._space, _exact(setup.constraint, self._dims), self.position,
                            np.random.default_rng(int(seeds[2])))
         self._study = optuna.create_study(direction="minimize", sampler=sampler)
         for row in (setup.init_positions if setup.init_positions is not None else ()):

@@ -6,14 +6,24 @@ import math
 
 import pytest
 
-from msopt.run.budget import ASSUMED_NOISE, contenders, plan_budget, relative_noise, small_reserve, within_noise
+from msopt.run.budget import (
+    ASSUMED_NOISE,
+    UNGUIDED_RESERVE_FROM,
+    contenders,
+    plan_budget,
+    relative_noise,
+    small_reserve,
+    unguided_reserve,
+    within_noise,
+)
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3, 4, 5, 6, 7, 9, 10, 14, 16, 17, 20, 33, 50, 200])
 @pytest.mark.parametrize("top_k", [0, 1, 2, 3])
 @pytest.mark.parametrize("on_board", [False, True])
-def test_the_plan_never_spends_more_than_the_budget(budget, top_k, on_board):
-    plan = plan_budget(budget, top_k=top_k, n_particles=10, baseline_on_board=on_board)
+@pytest.mark.parametrize("unguided", [False, True])
+def test_the_plan_never_spends_more_than_the_budget(budget, top_k, on_board, unguided):
+    plan = plan_budget(budget, top_k=top_k, n_particles=10, baseline_on_board=on_board, unguided=unguided)
     kept = plan.picks + plan.extra + plan.baseline + plan.capacity
     assert plan.search >= 1
     if budget >= top_k + 2:  # below, refine re-measures only what the launches left pay
@@ -42,6 +52,21 @@ def test_small_budgets_give_the_search_the_first_generation():
     # the baseline on the board: it may be owed measurements all the same (unless it is one of the two)
     assert plan_budget(10, top_k=3, n_particles=10, baseline_on_board=True).search == 7
     assert [small_reserve(b) for b in (3, 5, 6, 8, 9, 12)] == [0, 0, 2, 2, 3, 3]
+
+
+def test_without_a_prior_the_search_gets_the_budget():
+    """The unguided plan (TPE without a prior): nothing kept below UNGUIDED_RESERVE_FROM launches, the small
+    plan's reserve from there, at every budget the small plan's contenders-only re-measurement."""
+    for budget in (6, 10, 20, 50):
+        plan = plan_budget(budget, top_k=3, n_particles=10, unguided=True)
+        kept = unguided_reserve(budget)
+        assert plan.small and plan.unguided and plan.extra == 0
+        assert plan.picks + plan.baseline == kept and plan.search == budget - kept
+        assert "no prior" in "\n".join(plan.lines())
+    assert [unguided_reserve(b) for b in (6, 10, UNGUIDED_RESERVE_FROM - 1, UNGUIDED_RESERVE_FROM, 50)] == [0, 0, 0, 3, 3]
+    # the capacity stage needs re-measured picks: the guided plan's split stays
+    assert plan_budget(20, top_k=3, n_particles=10, capacity_probes=12, unguided=True) == \
+        plan_budget(20, top_k=3, n_particles=10, capacity_probes=12)
 
 
 def test_the_capacity_stage_keeps_the_large_plan():

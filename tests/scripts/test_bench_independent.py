@@ -80,13 +80,14 @@ def test_bench_search_runs_on_the_independent_reality(pkg, cache, tmp_path):
     out = tmp_path / "benchmarks.md"
     out.write_text("# kept\n\n<!-- independent: begin -->\nold\n<!-- independent: end -->\n\n## also kept\n")
     rc = pkg.cli.main(["--problems", str(index), "--seeds", "2", "--budgets", "6,10",
-                       "--methods", "msopt (fixed prior),Optuna TPE", "--ablation-seeds", "none",
+                       "--methods", "msopt (fixed prior),msopt (no prior),Optuna TPE", "--ablation-seeds", "none",
                        "--cache", str(cache), "--out", str(out), "--section", "independent"])
     assert rc == 0
     text = out.read_text()
     assert text.startswith("# kept\n") and text.rstrip().endswith("## also kept") and "\nold\n" not in text
     assert "\n### Reality: NVIDIA AIConfigurator 0.12.0 (independent)\n" in text  # headings one level down
     assert "Issue 38's goals" in text and "- msopt (fixed prior) @10:" in text
+    assert "| msopt (no prior) |" in text  # issue 38 item 2: TPE without a prior, through msopt's driver
     assert pkg.problems.PROBLEMS[index].name in text and "$" not in text
 
 

@@ -1,5 +1,6 @@
 """``[search] searcher = "auto"`` (the default, issue 38 item 2): ``msopt optimize`` takes the
-swarm where a prior seeds it and Optuna's TPE where no prior can be built."""
+swarm where a prior seeds it and Optuna's TPE where no prior can be built, at every launch budget; TPE
+without a prior runs one lane per worker and the unguided budget plan."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from msopt.run.events import Checkpoint
 from msopt.run.pool import InProcessPool
 from msopt.run.validate import validate
 from msopt.search import SEARCHERS, check_searcher, make_searcher, resolve_searcher
-from msopt.search.searcher import AUTO_TPE_MAX_LAUNCHES
 from msopt.space import SearchSpace
 from tests.driver_helpers import FormulaEvaluator
 from tests.fields_toml import TP_PP_DP
@@ -45,11 +45,10 @@ def _settings(write_toml, search=""):
     return load_settings(str(write_toml(SETTINGS.format(search=search) + TP_PP_DP + KNOBS)), environ={})
 
 
-def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without_at_a_small_budget():
-    assert resolve_searcher("auto", True) == resolve_searcher("auto", True, 6) == "swarm"
-    assert resolve_searcher("auto", False, 6) == resolve_searcher("auto", False, AUTO_TPE_MAX_LAUNCHES) == "tpe"
-    # a larger budget, or none (n_particles x iters launches): the swarm
-    assert resolve_searcher("auto", False, AUTO_TPE_MAX_LAUNCHES + 1) == resolve_searcher("auto", False) == "swarm"
+def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without_at_every_budget():
+    for launches in (0, 6, 10, 20, 50):
+        assert resolve_searcher("auto", True, launches) == "swarm"
+        assert resolve_searcher("auto", False, launches) == ("tpe" if launches else "swarm")  # 0: no budget
     assert resolve_searcher("swarm", False, 6) == "swarm" and resolve_searcher("tpe", True) == "tpe"
 
 
@@ -66,9 +65,9 @@ def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_
 
 
 @pytest.mark.parametrize("search, launches, expected", [
-    ("", 8, "tpe"), ("", 0, "swarm"), ("", 11, "swarm"),
+    ("", 8, "tpe"), ("", 0, "swarm"), ("", 20, "tpe"),
     ('[search]\nsearcher = "swarm"', 8, "swarm"), ('[search]\nsearcher = "tpe"', 0, "tpe")])
-def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_toml, search, launches, expected):
+def test_optimize_without_a_prior_takes_tpe_for_auto(write_toml, search, launches, expected):
     settings = _settings(write_toml, search)
     if launches:
         settings = settings.replace(max_launches=launches)
@@ -81,6 +80,32 @@ def test_optimize_without_a_prior_takes_tpe_for_auto_at_a_small_budget(write_tom
         pool.close()
     assert outcome.best is not None
     assert seen.names and set(seen.names) == {expected}
+    if launches:
+        assert outcome.launches <= launches
+    else:  # no budget: the baseline, n_particles x iters searches and the re-measurements
+        assert outcome.evaluations == 1 + 4 * 3 + 2 + 1
+
+
+def test_tpe_without_a_prior_runs_one_lane_per_worker_and_spends_the_budget_on_the_search(write_toml):
+    """One worker: one trial at a time, each proposed from every result before it; at 10 launches
+    the unguided plan keeps none for re-measurement, so every launch is the search's."""
+    settings = _settings(write_toml).replace(max_launches=10)
+    space = SearchSpace.from_settings(settings)
+    for size, lanes in ((1, 1), (3, 3), (8, 4)):  # at most n_particles (4)
+        pool = InProcessPool(settings.config, size=size, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+        try:
+            assert Driver(settings.config, pool, searcher="tpe").searcher.lanes == lanes
+            assert Driver(settings.config, pool, searcher="swarm").searcher.lanes == 4
+        finally:
+            pool.close()
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    try:
+        outcome = optimize(validate(settings), pool, guide=None)
+    finally:
+        pool.close()
+    assert outcome.launches == 10
+    assert {r.phase for r in outcome.results} <= {"baseline", "search"}  # nothing re-measured
+    assert {r.particle for r in outcome.results if r.phase == "search"} == {0}
 
 
 def test_a_driver_built_directly_takes_the_swarm_for_auto(write_toml):

@@ -39,9 +39,18 @@ def _settings(write_toml, mode="sync", iters=4, extra=""):
     return load_settings(str(write_toml(text)), environ={})
 
 
+class _FourWorkers(InProcessPool):
+    """One thread (results in submission order, so a run is reproducible) that reports 4 workers:
+    TPE without a prior runs a lane per worker, and these tests drive its 4 lanes."""
+
+    @property
+    def size(self) -> int:
+        return 4
+
+
 def _run(settings, previous=(), seen=None):
     space = SearchSpace.from_settings(settings)
-    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
+    pool = _FourWorkers(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score, seen=seen))
     try:
         driver = Driver(settings.config, pool, previous=previous, keep_results=True)
         return driver, driver.run()
@@ -130,6 +139,26 @@ def test_the_constraint_keeps_known_refusals_out_and_the_screen_ranks(write_toml
     assert mean[1] < mean[0]
 
 
+def test_tpe_draws_again_what_the_space_would_repair(write_toml):
+    """A proposal the space repairs (a tp·pp that does not divide the world size) would be
+    measured as another configuration and told as the proposal's: TPE draws it again instead."""
+    space = _space(write_toml)
+    dims = search_dimensions(space)
+    decode = lambda x: space.decode(x, None).values  # noqa: E731
+    counts: list[int] = []
+    for constraint in (Constraint(), Constraint(decode=decode)):
+        searcher = make_searcher("tpe", _setup(space, mode="async", constraint=constraint, seed=1))
+        repaired = 0
+        for k in range(60):
+            for t in searcher.ask():
+                values = decode(t.position)
+                repaired += any(d.candidates is not None and values[d.name] != d.candidates[d.nearest(x)]
+                                for d, x in zip(dims, t.position))
+                searcher.tell(t.id, float(np.random.default_rng(k).random()))
+        counts.append(repaired)
+    assert counts[1] <= 1 < 10 <= counts[0], counts  # one whose every redraw is repaired stands
+
+
 def test_tpe_runs_through_the_driver(write_toml):
     seen: list = []
     driver, out = _run(_settings(write_toml), seen=seen)
@@ -157,6 +186,21 @@ def test_a_resumed_tpe_run_gives_the_uninterrupted_result(write_toml, mode, cut)
     assert sorted(map(_key, resumed.results)) == sorted(map(_key, full.results))
     assert len(again) == sum(not r.reused and not r.refused for r in full.results[cut:])
     assert driver.searcher.to_state() == full_driver.searcher.to_state()
+
+
+def test_resuming_a_tpe_run_with_fewer_workers_than_its_lanes_is_refused(write_toml):
+    """TPE without a prior runs a lane per worker: a journal of 4 lanes resumed on one worker
+    would replay its results into the wrong trials, so the driver refuses it in one line."""
+    settings = _settings(write_toml)
+    _, full = _run(settings)
+    space = SearchSpace.from_settings(settings)
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
+    try:
+        with pytest.raises(ConfigError, match="resume with as many workers") as err:
+            Driver(settings.config, pool, previous=full.results[:8])
+        assert "\n" not in str(err.value)
+    finally:
+        pool.close()
 
 
 def test_validate_names_the_missing_extra(write_toml, monkeypatch):

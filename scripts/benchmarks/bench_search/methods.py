@@ -75,7 +75,7 @@ class Variant:
 SHIPPED = Variant("shipped")
 FIXED_PRIOR = Variant("fixed prior", search=(("refit", False),))
 #: msopt where no prior can be built (issue 38 item 2): ``prior = "none"`` and the default searcher
-#: "auto" (Optuna's TPE at a budget of at most 10 launches, else the swarm)
+#: "auto" (Optuna's TPE, one lane per worker of the pool: here one, the unguided budget plan)
 NO_PRIOR = Variant("no prior", search=(("prior", "none"),))
 #: the same with TPE, and with the swarm, at every budget
 NO_PRIOR_TPE = Variant("no prior, tpe", search=(("prior", "none"), ("searcher", "tpe")))
@@ -382,10 +382,10 @@ METHODS = (
            "(methods.generic_hardware), refitted to the run's launches", default=False),
     Method("msopt (no prior)", lambda *a: run_msopt(*a, variant=NO_PRIOR), False,
            "as shipped where no prior can be built ([search] prior = \"none\"): the default searcher \"auto\" "
-           "is then Optuna's TPE at a budget of at most 10 launches, else the swarm", default=False),
+           "is then Optuna's TPE, one lane per worker (the bench's pool has one), the search given every launch "
+           "but 3 kept from 30 launches for contenders within the noise", default=False),
     Method("msopt (no prior; tpe)", lambda *a: run_msopt(*a, variant=NO_PRIOR_TPE), False,
-           "as msopt (no prior), with [search] searcher = \"tpe\" at every budget: TPE driven by msopt "
-           "(generations of 10, baseline, re-measurements)", default=False),
+           "as msopt (no prior), with [search] searcher = \"tpe\" set explicitly (the same run)", default=False),
     Method("msopt (no prior; swarm)", lambda *a: run_msopt(*a, variant=NO_PRIOR_SWARM), False,
            "as msopt (no prior), with [search] searcher = \"swarm\": the default before \"auto\"", default=False),
     Method("msopt async", lambda *a: run_msopt(*a, mode="async"), False,
