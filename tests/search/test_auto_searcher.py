@@ -100,7 +100,7 @@ def test_tpe_without_a_prior_runs_one_lane_per_worker_and_spends_the_budget_on_t
             pool.close()
     pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: FormulaEvaluator(space, score))
     try:
-        outcome = optimize(validate(settings), pool, guide=None)
+        outcome = optimize(validate(*split(settings)), pool, guide=None)
     finally:
         pool.close()
     assert outcome.launches == 10
