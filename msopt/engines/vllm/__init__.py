@@ -51,6 +51,7 @@ from msopt.engines.launch import (
 from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.vllm.rules import RULES as VLLM_RULES
+from msopt.engines.vllm.rules import field_values
 from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
@@ -438,9 +439,9 @@ def _check_speculative_keys(fields: Sequence[FieldDecl], table: Mapping[str, Any
                 raise d.error(f"config_position {d.config_position!r} names no --speculative-config key",
                               "write speculative_config.<key>, e.g. speculative_config.num_speculative_tokens")
             # below a key (a nested table such as draft_load_config) nothing is checked
-            entries.append((parts[0], d.where, _declared_values(d) if len(parts) == 1 else []))
+            entries.append((parts[0], d.where, field_values(d) if len(parts) == 1 else []))
         elif d.config_position == "--spec-method":
-            entries.append(("method", d.where, _declared_values(d)))
+            entries.append(("method", d.where, field_values(d)))
     entries += [(str(k), "[vllm.speculative_config]", [v]) for k, v in table.items()]
     entries += _argv_entries(others, "[vllm.command] 'others' ")
     if entries:
@@ -511,17 +512,6 @@ def check_installed_speculative_config(argv: Sequence[str], version_text: str) -
         if refused:
             return False, f"{refused} (the installed vLLM {version})"
     return True, f"every --speculative-config key is a field of the installed vLLM {version}'s SpeculativeConfig"
-
-
-def _declared_values(decl: FieldDecl) -> list[Any] | None:
-    """The values a field can take as far as its declaration says (None: a range of numbers)."""
-    if decl.constant is not None:
-        return [decl.constant]
-    if decl.dtype == "enum" and isinstance(decl.dtype_param, (list, tuple)):
-        return list(decl.dtype_param)
-    if decl.min == decl.max:
-        return [decl.value if decl.value is not None else decl.min]
-    return None
 
 
 def _speculative_argv(values: Mapping[str, Any], fields: Sequence[FieldDecl],

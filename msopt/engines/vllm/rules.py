@@ -226,7 +226,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _field_values(decl: FieldDecl) -> list[Any] | None:
+def field_values(decl: FieldDecl) -> list[Any] | None:
     """The values a field can take as far as its declaration says (None: a range of numbers)."""
     if decl.constant is not None:
         return [decl.constant]
@@ -241,7 +241,7 @@ def _switch(flag: str, fields: Sequence[FieldDecl], others: Sequence[str], defau
     """A vLLM boolean flag: True/False when fixed, None when a field searches it."""
     for decl in fields:
         if decl.config_position == flag:
-            vals = _field_values(decl) if decl.dtype != "bool" or decl.constant is not None else None
+            vals = field_values(decl) if decl.dtype != "bool" or decl.constant is not None else None
             if vals is None and decl.dtype == "bool" and decl.min == decl.max:
                 vals = [bool(decl.min)]
             return bool(vals[0]) if vals and len({bool(v) for v in vals}) == 1 else None
@@ -263,7 +263,7 @@ def _ascend_block_size(fields: Sequence[FieldDecl], section: Mapping[str, Any]) 
     decl = next((d for d in fields if d.config_position == "--block-size"), None)
     if decl is None:
         return None
-    vals = _field_values(decl)
+    vals = field_values(decl)
     if vals is not None and all(v == 128 for v in vals):
         return None
     others = split_others(command_table(section, "vllm").get("others", ""), {}, "[vllm.command]")
