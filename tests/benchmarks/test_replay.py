@@ -169,11 +169,12 @@ def test_the_replay_sends_at_the_trace_times_open_loop(caching: CachingServer, t
     summary, records = asyncio.run(run_load(p, log=lambda m: None))
     assert summary["success_rate"] == 1.0
     assert [r.scheduled for r in records] == pytest.approx([0.0, 0.15, 0.15, 0.5, 1.0])
-    assert all(0 <= r.start - r.scheduled < 0.1 for r in records)           # the client's own delay
+    # the client's own delay: never early, and far below the gaps (0.35 s and more) a closed loop would stretch
+    assert all(0 <= r.start - r.scheduled < 0.3 for r in records)
     assert [r.output_tokens for r in records] == [30, 3, 4, 5, 6] == caching.max_tokens[-5:]
     rep = summary["replay"]
     assert rep["requests"] == 5 and rep["trace_span_s"] == pytest.approx(1.0)
-    assert rep["span_s"] == pytest.approx(1.0, abs=0.1) and rep["lateness_s"]["max"] < 0.1
+    assert rep["span_s"] == pytest.approx(1.0, abs=0.3) and rep["lateness_s"]["max"] < 0.3
     assert rep["mean_input_tokens"] == pytest.approx(44 / 5)
     # a capacity probe's rate rescales the times: 4 gaps over 1 s is 4 req/s, so 8 req/s halves them
     faster = replay_plan(LoadParams(url="", model="m", num_prompts=5, request_rate=8.0, trace=p.trace))
