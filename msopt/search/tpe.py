@@ -15,7 +15,7 @@ The starting positions (the default configuration, then the prior's picks) are e
 (``BaseSampler.sample_relative``, which receives the whole search space): every proposal is drawn
 by multivariate TPE (at random for its first :data:`STARTUP_TRIALS`), drawn again while it is a known
 refusal or a configuration the space would repair (at most
-:data:`~msopt.search.constraint.REFUSED_REDRAWS` times), and with the prior's
+:data:`~msopt.search.constraint.REFUSED_REDRAWS` times, then as often at random), and with the prior's
 screen picked among ``k`` draws by predicted fitness. Concurrency stays with the driver: the
 searcher keeps ``concurrency`` lanes, a trial per lane in flight.
 
@@ -127,6 +127,14 @@ def _sampler(optuna: Any, inner: Any, random: Any, space: Mapping[str, Any], con
             j = constraint.choose(positions, unranked)
             for _ in range(REFUSED_REDRAWS if j is None else 0):
                 draws.append(self._draw(study, trial, search_space))
+                if not constraint.refused(position(draws[-1])):
+                    j = len(draws) - 1
+                    break
+            # TPE's model can settle where every draw is refused (Optuna 3.6 does so here, where newer ones
+            # did not): then draws at random, which reach the whole space, before the first draw stands
+            for _ in range(REFUSED_REDRAWS if j is None else 0):
+                draws.append({name: random.sample_independent(study, trial, name, dist)
+                              for name, dist in search_space.items()})
                 if not constraint.refused(position(draws[-1])):
                     j = len(draws) - 1
                     break
