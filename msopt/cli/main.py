@@ -80,7 +80,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"{len(space.derived)} derived field(s)")
     searcher = config.run.searcher
     if searcher == "auto":
-        searcher = "auto (the swarm; tpe where no prior can be built and max_launches <= 10)"
+        searcher = "auto (the swarm; tpe where no prior can be built and a launch budget is set)"
     print(f"searcher: {searcher}, {config.run.n_particles} evaluation(s) "
           f"in flight ({config.run.mode})")
     slos = config.run.slos
