@@ -492,7 +492,7 @@ def _tp_pp_dp(doc: _Doc, choice: InitChoice, section: str, machine: Machine, pos
 def _batch_ranges(spec: Any, machine: Machine, context: int, wl: TraceWorkload) -> tuple[list[int], int, int]:
     """max_num_seqs candidates and the batched-token bounds from the context and the workload."""
     if machine.accelerator == "CPU":
-        return [2, 4, 8, 16, 32], 256, max(2048, context)
+        return [2, 4, 8, 16, 32, 64, 128, 256], 256, max(4096, context)  # configs/vllm_cpu.toml's space
     seqs = [16, 32, 64, 128, 256, 512]
     if wl.concurrency:
         seqs = [s for s in seqs if s <= 2 * _pow2_at_least(wl.concurrency)] or seqs[:2]
@@ -540,7 +540,7 @@ def _vllm(doc: _Doc, choice: InitChoice, engine: str, spec: Any, machine: Machin
             doc.left_out(choice, "enable_expert_parallel", "one device: no ranks to spread the experts over")
     seqs, lo, hi = _batch_ranges(spec, machine, context, wl)
     doc.field("vllm", "max_num_seqs", "--max-num-seqs", "enum", "sequences one scheduler step may hold",
-              max=1, dtype_param=seqs, value=seqs[len(seqs) // 2])
+              max=1, dtype_param=seqs, value=128 if cpu else seqs[len(seqs) // 2])  # CPU: vLLM's own default
     doc.field("vllm", "max_num_batched_tokens", "--max-num-batched-tokens", "range",
               "tokens one step may hold; vLLM refuses fewer than max_num_seqs, and with chunked prefill off fewer\n"
               "than max_model_len: msopt's start-up rules refuse those before any launch",

@@ -176,6 +176,21 @@ def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def space_text(path: Path = ROOT / "configs" / "vllm_cpu.toml") -> str:
+    """The searched fields of ``path`` in words: each one's candidates or range, and its baseline value."""
+    parts = []
+    for f in tomllib.loads(path.read_text(encoding="utf-8"))["vllm"]["target_field"]:
+        if f["dtype"] == "enum":
+            cands = ", ".join(str(x) for x in f["dtype_param"])
+            parts.append(f"{f['name']} {{{cands}}}")
+        elif f["dtype"] == "range":
+            parts.append(f"{f['name']} {f['min']}–{f['max']} by {f['dtype_param']}")
+        else:
+            parts.append(f"{f['name']} on/off")
+        parts[-1] += f" (baseline {str(f['value']).lower()})"
+    return "; ".join(parts)
+
+
 def msopt_config(home: Home, workload: Workload, slo: Slo, seed: int) -> dict[str, Any]:
     """configs/vllm_cpu.toml with the bench's home, SLOs and workload."""
     data = tomllib.loads((ROOT / "configs" / "vllm_cpu.toml").read_text(encoding="utf-8"))
@@ -354,8 +369,8 @@ def render(picks: Sequence[Pick], workload: Workload, slo: Slo, repeats: int, co
         "",
         f"- Workload: {workload.describe()}.",
         f"- SLOs: TTFT p99 ≤ {slo.ttft_p99_s:g} s, TPOT p99 ≤ {slo.tpot_p99_s * 1000:g} ms, every request answered.",
-        "- Space: configs/vllm_cpu.toml's (max_num_seqs 2–32, max_num_batched_tokens 256–2048 by 256, chunked "
-        "prefill), the server flags there (vllm-cpu 0.32.0, the tiny dummy-weight Llama, 1 GiB KV cache).",
+        f"- Space: configs/vllm_cpu.toml's ({space_text()}), the server flags there (vllm-cpu 0.32.0, the tiny "
+        "dummy-weight Llama, 1 GiB KV cache).",
         f"- msopt: `msopt optimize --no-ray --max-launches B`, seed {seed}, its prior from config.json and the CPU; "
         "vLLM's sweep: `vllm bench sweep serve` over auto_tune.sh's grid (max_num_seqs 128, 256 × "
         "max_num_batched_tokens 512–4096) cut to B; the defaults: none of the three flags.",
