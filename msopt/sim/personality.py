@@ -96,6 +96,11 @@ class Personality:
         """An engine-specific start-up error for these (resolved) knobs, if any; none by default."""
         return None
 
+    def draft_problem(self, method: str, memory_kind: str) -> str | None:
+        """The engine's start-up error for a speculative ``method`` ("mtp", "eagle", "ngram") on devices
+        of ``memory_kind`` (the hardware entry's: "CUDA", "NPU", ...), if it refuses that pairing; none by default."""
+        return None
+
     def no_kv_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
         """The error the server prints when no memory is left for the KV cache."""
         return ("ValueError: No available memory for the cache blocks. Try increasing "

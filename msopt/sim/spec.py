@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost
+from msopt.sim.personality import get_personality
 from msopt.sim.spec_types import ModelSpec
 
 #: per-token acceptance rate a default acceptance length assumes, per draft method: EAGLE-3 and
@@ -107,9 +108,9 @@ def speculation_of(knobs: EngineKnobs) -> Speculation | None:
 
 def draft_refusal(knobs: EngineKnobs, draft: Speculation, memory_kind: str) -> str | None:
     """The engine's message when it would not start ``draft`` on this hardware (None: it starts)."""
-    if knobs.engine == "sglang" and draft.method == "ngram" and memory_kind == "NPU":
-        # sglang 0.5.23 srt/arg_groups/speculative_hook.py, _handle_ngram
-        return "ValueError: Ngram speculative decoding only supports CUDA, CPU, or XPU devices."
+    problem = get_personality(knobs.engine).draft_problem(draft.method, memory_kind)
+    if problem is not None:
+        return problem
     if draft.steps < 1 and draft.method != "ngram":  # vllm 0.32.0 vllm/config/speculative.py: gt=0
         return f"ValueError: num_speculative_tokens must be > 0, got {draft.steps}"
     return None

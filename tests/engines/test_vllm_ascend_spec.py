@@ -22,9 +22,9 @@ import pytest
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec, get_engine
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule
+from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
-from msopt.sim.knobs import knobs_vllm
 from msopt.space.fields import parse_field
 
 ASCEND = {"platform": "ascend", "command": {"model": "/m"}}

@@ -109,7 +109,7 @@ def test_vllm_long_prefill_token_threshold_caps_chunks():
 
 
 def test_sglang_default_memory_fraction_follows_the_device_and_tp():
-    from msopt.sim.knobs import sglang_mem_fraction
+    from msopt.engines.sglang.knobs import sglang_mem_fraction
 
     k = knobs_from_launch(LaunchSpec("sglang", ("python", "-m", "sglang.launch_server", "--tp-size", "1")))
     assert k.memory_fraction is None

@@ -133,8 +133,8 @@ def test_vllm_ascend_qwen3_32b_rows_are_scored_per_group(capsys: pytest.CaptureF
 
 
 def test_verify_reading_kv_per_token_makes_long_context_spec_steps_slower():
+    from msopt.engines.sglang.knobs import knobs_sglang
     from msopt.sim import simulate
-    from msopt.sim.knobs import knobs_sglang
 
     knobs = replace(knobs_sglang(["--tp-size", "4", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps",
                                    "4", "--max-running-requests", "32"]), spec_accept_len=2.0)
@@ -150,7 +150,7 @@ def test_verify_reading_kv_per_token_makes_long_context_spec_steps_slower():
 def test_the_declared_split_and_the_shipped_ascend_fit(capsys: pytest.CaptureFixture):
     """docs/simulator.md's table: the split holds (no held-out row in the fit set) and the shipped
     entries reproduce the fit group figures it quotes."""
-    from tests.scripts_load import load_script
+    from tests.support.scripts_load import load_script
 
     split = load_script("research/sim_measured_split")
     rows = split.load(MEASURED)

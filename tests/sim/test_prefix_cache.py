@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from msopt.engines.mindie.knobs import knobs_mindie
+from msopt.engines.sglang.knobs import knobs_sglang
+from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.evaluate.simulated import metrics_of
 from msopt.sim import EngineKnobs, load_hardware, load_model, simulate
 from msopt.sim import engine as fast
-from msopt.sim.knobs import knobs_mindie, knobs_sglang, knobs_vllm
 from msopt.sim.perf import StepCost
 from msopt.sim.personality import get_personality, resolved
 from tests.sim.test_engine_equivalence import TRACE_ARRAYS, outcome, random_case

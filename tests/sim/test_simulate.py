@@ -146,7 +146,7 @@ def test_a_delayed_request_does_not_hold_up_the_ones_behind_it():
 
 def test_sglang_without_chunking_serves_prompts_beyond_any_step_budget():
     """--chunked-prefill-size -1: a 12k-token prompt runs whole (it was rejected against vLLM's 8192 budget)."""
-    from msopt.sim.knobs import knobs_sglang
+    from msopt.engines.sglang.knobs import knobs_sglang
 
     knobs = knobs_sglang(["--tp-size", "2", "--chunked-prefill-size", "-1", "--max-prefill-tokens", "8192"])
     assert not knobs.chunked_prefill

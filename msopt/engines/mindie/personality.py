@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from msopt.sim.knobs import EngineKnobs, Launch, knobs_mindie
+from msopt.engines.mindie.knobs import knobs_mindie
+from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import Personality
 from msopt.sim.spec_types import ModelSpec

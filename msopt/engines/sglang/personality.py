@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from msopt.sim.knobs import EngineKnobs, knobs_sglang, sglang_mem_fraction
+from msopt.engines.sglang.knobs import knobs_sglang, sglang_mem_fraction
+from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import Personality
 
 
 class SglangPersonality(Personality):
     """SGLang 0.5.23: chunk 4096/8192 below/above 70 GiB devices, 1024 running requests, a static
-    memory fraction it computes from the device (:func:`msopt.sim.knobs.sglang_mem_fraction`)."""
+    memory fraction it computes from the device (:func:`msopt.engines.sglang.knobs.sglang_mem_fraction`)."""
 
     name = "sglang"
     default_batched_tokens = (4096, 8192)
@@ -44,6 +45,12 @@ class SglangPersonality(Personality):
     def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int) -> float:
         return sglang_mem_fraction(hbm_gib, knobs.tp, knobs.pp, batched_tokens if knobs.chunked_prefill else 16384,
                                    knobs.max_num_seqs)
+
+    def draft_problem(self, method: str, memory_kind: str) -> str | None:
+        # sglang 0.5.23 srt/arg_groups/speculative_hook.py, _handle_ngram
+        if method == "ngram" and memory_kind == "NPU":
+            return "ValueError: Ngram speculative decoding only supports CUDA, CPU, or XPU devices."
+        return None
 
     def no_kv_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
         # sglang 0.5.23 srt/model_executor/pool_configurator.py

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from msopt.sim.knobs import EngineKnobs, Launch, knobs_vllm, vllm_launch_knobs
+from msopt.engines.vllm.knobs import knobs_vllm, vllm_launch_knobs
+from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.personality import Personality
 from msopt.sim.spec_types import ModelSpec
 

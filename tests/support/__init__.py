@@ -1,0 +1,1 @@
+"""What the tests share: process records, lifecycle checks, fixtures of configurations and data."""
