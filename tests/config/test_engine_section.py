@@ -8,7 +8,7 @@ from msopt.config import load_settings
 from msopt.config.settings import check_engine_section
 from msopt.errors import ConfigError
 from msopt.run.validate import load
-from tests.fields_toml import TP_PP_DP
+from tests.support.fields_toml import TP_PP_DP
 
 
 def test_an_engine_the_file_does_not_declare_is_refused(write_toml):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from tests.fields_toml import TP_PP_DP
+from tests.support.fields_toml import TP_PP_DP
 
 
 def _render(settings, workdir: Path) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
 from msopt.run.validate import load
-from tests.shared_data import ORIGINAL_CONFIG, shared
+from tests.support.shared_data import ORIGINAL_CONFIG, shared
 
 
 def original() -> Path:

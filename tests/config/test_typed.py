@@ -11,7 +11,7 @@ from msopt.config.typed import UNSET_DEFAULTS, PriorConfig
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load, workload_config
 from msopt.slo import Slos
-from tests.fields_toml import TP_PP_DP
+from tests.support.fields_toml import TP_PP_DP
 
 
 def test_defaults_come_from_defaults_toml(write_toml):

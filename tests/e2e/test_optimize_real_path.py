@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from tests.procs import recorded, started, survivors
-from tests.sim_serve_run import MAX_NUM_SEQS, SIM_SERVE, run_optimize, sim_serve_config
+from tests.support.procs import recorded, started, survivors
+from tests.support.sim_serve_run import MAX_NUM_SEQS, SIM_SERVE, run_optimize, sim_serve_config
 
 TP = """[[vllm.target_field]]
 name = "tp"

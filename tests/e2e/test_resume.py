@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-KILL_AT = Path(__file__).parents[1] / "kill_at.py"
+KILL_AT = Path(__file__).parents[1] / "support" / "kill_at.py"
 
 CFG_EXTRA = """
 n_particles = 4

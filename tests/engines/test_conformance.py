@@ -23,7 +23,7 @@ from msopt.engines.vllm import is_vllm_serve
 from msopt.errors import ConfigError
 from msopt.space import DecodeContext, SearchSpace
 from msopt.space.fields import parse_field
-from tests.shared_data import MINDIE_SHIPPED, shared
+from tests.support.shared_data import MINDIE_SHIPPED, shared
 
 ROOT = Path(__file__).parents[2]
 DATA = ROOT / "tests" / "data" / "engines"

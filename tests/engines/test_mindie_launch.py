@@ -23,7 +23,7 @@ from msopt.engines.process import free_port, launched
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.health import HealthCheck
 from msopt.space.fields import parse_field
-from tests.shared_data import MINDIE_SHIPPED, shared
+from tests.support.shared_data import MINDIE_SHIPPED, shared
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")
 STAND_IN = [sys.executable, "-m", "msopt.cli.serve", "--mindie", "--time-scale", "0.001"]
@@ -267,8 +267,8 @@ def test_the_real_runner_gives_a_multi_node_mindie_leader_its_own_ports(tmp_path
 
 @pytest.mark.slow  # a whole run, with Ray, through the MindIE stand-in
 def test_optimize_runs_mindie_trials_side_by_side_through_the_stand_in(tmp_path) -> None:
-    from tests.procs import recorded, started, survivors
-    from tests.sim_serve_run import run_optimize, sim_serve_config
+    from tests.support.procs import recorded, started, survivors
+    from tests.support.sim_serve_run import run_optimize, sim_serve_config
 
     pids = tmp_path / "pids"
     (tmp_path / "Qwen3-8B").mkdir()

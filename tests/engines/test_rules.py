@@ -15,7 +15,7 @@ from msopt.engines.rules import Candidate, ModelFacts, broken_rule, check_rules,
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
-from tests.shared_data import MINDIE_SHIPPED, shared
+from tests.support.shared_data import MINDIE_SHIPPED, shared
 
 
 def vllm(*flags: str) -> LaunchSpec:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from msopt.sim.rendezvous import instance_key, placement
-from tests.procs import recorded, started, survivors
+from tests.support.procs import recorded, started, survivors
 
 REPO = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).with_name("cluster_run.py")

@@ -17,7 +17,7 @@ from msopt.engines import get_engine
 from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError
 from msopt.sim.simulator import simulate_disaggregated
-from tests.procs import recorded, started, survivors
+from tests.support.procs import recorded, started, survivors
 
 REPO = Path(__file__).resolve().parents[2]
 PD_CONFIG = REPO / "configs" / "pd_h200_sglang.toml"

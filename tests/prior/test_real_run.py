@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from tests.procs import recorded, started, survivors
-from tests.sim_serve_run import SIM_SERVE, run_optimize, sim_serve_config
+from tests.support.procs import recorded, started, survivors
+from tests.support.sim_serve_run import SIM_SERVE, run_optimize, sim_serve_config
 
 #: a Llama-architecture config.json of no catalog model (4 layers, hidden 256)
 MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,

@@ -15,7 +15,7 @@ from msopt.prior import PriorGuide, SimulatorPrior, make_prior, prior_applies
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.space import SearchSpace
-from tests.driver_helpers import FormulaEvaluator
+from tests.support.driver_helpers import FormulaEvaluator
 
 
 def guide_of(prior: SimulatorPrior | None) -> PriorGuide | None:

@@ -2,9 +2,9 @@
 with and without Ray, and an actor killed mid-benchmark, each followed by ``--resume``.
 
 vLLM's CPU processes rename themselves (``VLLM::EngineCore``) and, orphaned, ignore SIGTERM: every
-server is judged by the pid tests/record_pid.py recorded and by its process group (the server
+server is judged by the pid tests/support/record_pid.py recorded and by its process group (the server
 leads its own), never by command line. The journal must end as an uninterrupted run's (same
-evaluations, phases and outcomes; tests/lifecycle.py). The uninterrupted run through Ray actors is also the check
+evaluations, phases and outcomes; tests/support/lifecycle.py). The uninterrupted run through Ray actors is also the check
 that each metric journaled from the builtin benchmark is builtin_result.json's. Each run is tiny: two particles, one
 iteration, no re-measurement, the builtin benchmark with 16 prompts (two launches, the second
 search candidate a reuse or a launch). Sized by the configuration, not --max-launches: a resumed run
@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from tests.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
-from tests.procs import left_behind, recorded
 from tests.real_engine.conftest import VllmCpu
 from tests.real_engine.test_vllm_cpu import assert_metrics_equal, result_file, write_config
+from tests.support.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
+from tests.support.procs import left_behind, recorded
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 

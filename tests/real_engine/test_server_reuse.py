@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import left_behind, recorded, started, survivors
 from tests.real_engine.conftest import VllmCpu
 from tests.real_engine.test_vllm_cpu import check_against_vllm_bench, journal, optimize, write_config
+from tests.support.procs import left_behind, recorded, started, survivors
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -102,7 +102,7 @@ def test_a_kept_server_nothing_needs_is_stopped_while_the_pool_runs(tmp_path: Pa
             got = pool.wait(60)
         (r,) = got
         assert r.error is None and r.server and r.server["kept"], r.error
-        assert left_behind(pids)  # vLLM renames its processes: judged by process group (tests/procs.py)
+        assert left_behind(pids)  # vLLM renames its processes: judged by process group (tests/support/procs.py)
         pool.retain(set())  # nothing pending or planned needs it
         deadline = time.monotonic() + 300  # a guard against a hang only
         while left_behind(pids) and time.monotonic() < deadline:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import recorded, started, survivors
+from tests.support.procs import recorded, started, survivors
 
 pytestmark = pytest.mark.slow  # real servers and benchmarks, a driver killed ten times
 
 REPO = Path(__file__).resolve().parents[2]
-KILL_AT = REPO / "tests" / "kill_at.py"
-# every process a test starts goes through tests/record_pid.py into the test's own pid directory,
+KILL_AT = REPO / "tests" / "support" / "kill_at.py"
+# every process a test starts goes through tests/support/record_pid.py into the test's own pid directory,
 # and a test looks at those processes only: other tests and other runs on the machine sleep too
 SIM_SERVE_ARGV = [sys.executable, "-m", "msopt.cli", "sim-serve"]
 HANG_ARGV = [sys.executable, "-c", "import time, sys; time.sleep(600)", "{token}"]
@@ -175,7 +175,7 @@ def test_driver_killed_ten_times_then_resumed(tmp_path):
     assert ref.returncode == 0, ref.stderr
     expected = {x["eval_id"]: (x["values"], x["fitness"]) for x in journal(next((tmp_path / "ref").iterdir()))}
 
-    # each driver SIGKILLs itself at a point chosen here (tests/kill_at.py), never after a delay: the
+    # each driver SIGKILLs itself at a point chosen here (tests/support/kill_at.py), never after a delay: the
     # odd ones right after taking the run's lock (before any replay), the even ones right after
     # their first new journal line
     kill_at = [sys.executable, str(KILL_AT)]

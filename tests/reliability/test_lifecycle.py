@@ -1,9 +1,9 @@
 """Issue 25, bug 1: no server process outlives the driver, for Ctrl-C, SIGTERM and SIGKILL, with and
 without Ray, and an actor killed mid-benchmark; each run then resumes to an uninterrupted run's journal.
 
-The engine is ``msopt sim-serve`` behind tests/orphan_kids.py: every server has a worker in its
+The engine is ``msopt sim-serve`` behind tests/support/orphan_kids.py: every server has a worker in its
 group that renames itself and, orphaned, ignores SIGTERM, as vLLM's CPU workers do. Processes are
-judged by the pids and process groups the test recorded (tests/procs.py), never by command line.
+judged by the pids and process groups the test recorded (tests/support/procs.py), never by command line.
 tests/real_engine/test_lifecycle.py runs the same against the real vLLM CPU build.
 """
 
@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_optimize_real_path import config
-from tests.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
-from tests.procs import kids, left_behind, recorded
+from tests.support.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
+from tests.support.procs import kids, left_behind, recorded
 
 HERE = Path(__file__).resolve().parents[1]
 
 
 def _config(tmp: Path) -> tuple[Path, Path]:
     pids = tmp / "pids"
-    exe = recorded([sys.executable, str(HERE / "orphan_kids.py"), str(pids), sys.executable, "-m", "msopt.cli",
+    exe = recorded([sys.executable, str(HERE / "support" / "orphan_kids.py"), str(pids), sys.executable, "-m", "msopt.cli",
                     "sim-serve"], pids)
     (tmp / "Qwen3-8B").mkdir()
     cfg = tmp / "cfg.toml"

@@ -170,7 +170,7 @@ def _small_run(write_toml, budget, score, mode="sync"):
     from msopt.run.driver import Driver
     from msopt.run.pool import InProcessPool
     from msopt.space import SearchSpace
-    from tests.fields_toml import TP_PP_DP
+    from tests.support.fields_toml import TP_PP_DP
 
     settings = load_settings(str(write_toml(SMALL.format(mode=mode, budget=budget) + TP_PP_DP + KNOBS)), environ={})
     space = SearchSpace.from_settings(settings)

@@ -12,7 +12,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec
 from msopt.run.preflight import CHEAP, fixed_ports, node_checks, port_free
-from tests.shared_data import MINDIE_SHIPPED, shared
+from tests.support.shared_data import MINDIE_SHIPPED, shared
 
 EXE = [sys.executable, "-m", "msopt.cli", "sim-serve"]
 

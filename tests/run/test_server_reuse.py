@@ -26,7 +26,7 @@ from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import server_key
 from msopt.run.pool import InProcessPool, route
 from msopt.space import SearchSpace
-from tests.procs import recorded, started, survivors
+from tests.support.procs import recorded, started, survivors
 
 FIELDS = """
 [[vllm.target_field]]
@@ -454,8 +454,8 @@ def test_no_kept_server_outlives_a_killed_driver(tmp_path: Path, ray: bool) -> N
     journal line says ``kept``) and runs; every process of every server group it started goes."""
     import signal
 
-    from tests.lifecycle import HANG, optimize, wait_until
-    from tests.procs import left_behind
+    from tests.support.lifecycle import HANG, optimize, wait_until
+    from tests.support.procs import left_behind
 
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))

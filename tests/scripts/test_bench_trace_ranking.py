@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts_load import load_script
+from tests.support.scripts_load import load_script
 
 
 def _trace(path: Path) -> Path:

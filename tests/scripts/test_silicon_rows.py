@@ -6,7 +6,7 @@ import csv
 import shlex
 from pathlib import Path
 
-from tests.scripts_load import load_script
+from tests.support.scripts_load import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 

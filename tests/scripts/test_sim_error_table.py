@@ -10,7 +10,7 @@ import numpy as np
 
 from msopt.sim import load_hardware
 from msopt.sim.calibrate import load_measurements_csv, on_hardware
-from tests.scripts_load import load_script
+from tests.support.scripts_load import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 GAP_VLLM = ROOT / "tests" / "data" / "vllm_measured_gap_analysis.csv"

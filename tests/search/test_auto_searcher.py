@@ -14,9 +14,9 @@ from msopt.run.pool import InProcessPool
 from msopt.run.validate import validate
 from msopt.search import SEARCHERS, check_searcher, make_searcher, resolve_searcher
 from msopt.space import SearchSpace
-from tests.driver_helpers import FormulaEvaluator
-from tests.fields_toml import TP_PP_DP
 from tests.search.test_searcher import KNOBS, score
+from tests.support.driver_helpers import FormulaEvaluator
+from tests.support.fields_toml import TP_PP_DP
 
 pytest.importorskip("optuna")
 

@@ -15,8 +15,8 @@ from msopt.run.pool import InProcessPool
 from msopt.search import Constraint
 from msopt.search.swarm import Swarm, SwarmOptions
 from msopt.space import SearchSpace
-from tests.driver_helpers import FormulaEvaluator
 from tests.prior.test_simulator import CFG
+from tests.support.driver_helpers import FormulaEvaluator
 
 
 @pytest.mark.parametrize("search", ['prior = "none"', "explore = 1.0", "explore = 0.25"])

@@ -23,8 +23,8 @@ from msopt.search import (
 )
 from msopt.search.searcher import SearcherSetup, make_swarm_searcher
 from msopt.space import DecodeContext, SearchSpace
-from tests.driver_helpers import FormulaEvaluator
-from tests.fields_toml import TP_PP_DP
+from tests.support.driver_helpers import FormulaEvaluator
+from tests.support.fields_toml import TP_PP_DP
 
 SETTINGS = """
 n_particles = 5

@@ -16,9 +16,9 @@ from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.search import Constraint, Screen, SearcherSetup, check_searcher, make_searcher, search_dimensions
 from msopt.space import DecodeContext, SearchSpace
-from tests.driver_helpers import FormulaEvaluator
-from tests.fields_toml import TP_PP_DP
 from tests.search.test_searcher import KNOBS, score
+from tests.support.driver_helpers import FormulaEvaluator
+from tests.support.fields_toml import TP_PP_DP
 
 pytest.importorskip("optuna")
 

@@ -1,6 +1,6 @@
 """Run ``msopt optimize`` and SIGKILL it at an exact point of the run, not after some time.
 
-    python tests/kill_at.py WHEN OPTIMIZE-ARGS ...
+    python tests/support/kill_at.py WHEN OPTIMIZE-ARGS ...
 
 ``WHEN`` is ``line:N`` (right after the journal holds N lines, that line fsynced, before its
 results.csv row) or ``lock`` (right after a run took the run directory's lock, before it replays or

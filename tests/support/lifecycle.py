@@ -1,7 +1,7 @@
 """The driver's lifecycle under signals, shared by the sim-serve and the real-engine tests.
 
 A run is started as a user starts it (``msopt optimize`` in a session of its own), its engine
-wrapped by tests/record_pid.py (and, for sim-serve, tests/orphan_kids.py), so the test knows every
+wrapped by tests/support/record_pid.py (and, for sim-serve, tests/support/orphan_kids.py), so the test knows every
 server pid and process group it started. :func:`interrupt_then_resume` signals the driver while a
 server runs, checks that no process of those groups is left, resumes, and compares the journal
 with an uninterrupted run's.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.procs import left_behind, started
+from tests.support.procs import left_behind, started
 
 #: A guard against a hang only; nothing is timed against it.
 HANG = 600.0

@@ -1,12 +1,12 @@
 """Start one worker process that behaves as vLLM's CPU workers do, then become the server.
 
-    python tests/orphan_kids.py PID_DIR COMMAND [ARG ...]
+    python tests/support/orphan_kids.py PID_DIR COMMAND [ARG ...]
 
 The worker is forked into this process's group, renames itself ``VLLM::Worker`` (so no command
 line finds it), exits on SIGTERM while its parent lives but ignores SIGTERM once orphaned (as
 ``VLLM::EngineCore`` and ``VLLM::Worker`` did in issue 25), and records itself as
 ``PID_DIR/kid-<pid>`` holding its process group id. Then this process ``exec``s COMMAND (same
-pid, same group). Combined with tests/record_pid.py, a test knows every pid and group it started.
+pid, same group). Combined with tests/support/record_pid.py, a test knows every pid and group it started.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Processes a test started, and only those: see tests/record_pid.py."""
+"""Processes a test started, and only those: see tests/support/record_pid.py."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _pgid(pid: int) -> int | None:
 
 def left_behind(pid_dir: Path) -> list[int]:
     """Every live process in a group the recorder started (a server leads its own group, so the
-    recorded pid is the group id), and every recorded worker (tests/orphan_kids.py) still alive
+    recorded pid is the group id), and every recorded worker (tests/support/orphan_kids.py) still alive
     in its recorded group: judged by pid and process group, never by command line (vLLM's
     workers rename themselves)."""
     if not pid_dir.is_dir():
@@ -61,5 +61,5 @@ def left_behind(pid_dir: Path) -> list[int]:
 
 
 def kids(pid_dir: Path) -> int:
-    """How many workers tests/orphan_kids.py started."""
+    """How many workers tests/support/orphan_kids.py started."""
     return len(list(pid_dir.glob("kid-*"))) if pid_dir.is_dir() else 0

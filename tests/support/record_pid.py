@@ -1,11 +1,11 @@
 """Run a command after writing its pid and argv into a directory the test owns.
 
-    python tests/record_pid.py PID_DIR COMMAND [ARG ...]
+    python tests/support/record_pid.py PID_DIR COMMAND [ARG ...]
 
 The file ``PID_DIR/<pid>`` holds the command's argv joined by NUL (what ``/proc/<pid>/cmdline`` will
 read), then the command replaces this process (``exec``: same pid, same process group). A test that
 wraps every executable it configures with this script can then look at exactly the processes it
-started (:func:`tests.procs.survivors`), never at the rest of the machine.
+started (:func:`tests.support.procs.survivors`), never at the rest of the machine.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 ORIGINAL_CONFIG = SHARED / "original" / "config.toml"
 MINDIE_SHIPPED = SHARED / "original" / "mindie_config.json"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: ``msopt sim-serve`` as an engine executable (wrap it with tests.procs.recorded to see its pids)
+#: ``msopt sim-serve`` as an engine executable (wrap it with tests.support.procs.recorded to see its pids)
 SIM_SERVE = [sys.executable, "-m", "msopt.cli", "sim-serve"]
 
 #: one tunable field, max_num_seqs in [4, 64], as [[vllm.target_field]]
