@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ..fields_toml import TP_PP_DP
+from tests.support.fields_toml import TP_PP_DP
 
 CFG = """
 n_particles = 4

@@ -12,8 +12,8 @@ from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore
 from msopt.space import SearchSpace
+from tests.support.driver_helpers import FormulaEvaluator
 
-from ..driver_helpers import FormulaEvaluator
 from .test_properties import base, score  # noqa: F401  (the module-scoped settings fixture)
 
 

@@ -25,9 +25,8 @@ from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore, json_safe
 from msopt.search.swarm import Swarm, SwarmOptions
 from msopt.space import DecodeContext, SearchSpace
-
-from ..driver_helpers import FormulaEvaluator
-from ..fields_toml import TP_PP_DP
+from tests.support.driver_helpers import FormulaEvaluator
+from tests.support.fields_toml import TP_PP_DP
 
 CFG = """
 n_particles = 4

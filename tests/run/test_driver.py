@@ -12,9 +12,8 @@ from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.run.stages import Baseline, SyncSearch
 from msopt.space import SearchSpace
-
-from ..driver_helpers import FormulaEvaluator
-from ..fields_toml import TP_PP_DP
+from tests.support.driver_helpers import FormulaEvaluator
+from tests.support.fields_toml import TP_PP_DP
 
 SETTINGS = """
 n_particles = 6

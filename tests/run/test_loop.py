@@ -15,8 +15,8 @@ from msopt.run.store import RunStore
 from msopt.run.validate import validate
 from msopt.run.verdict import make_verdict
 from msopt.space import SearchSpace
+from tests.support.driver_helpers import FormulaEvaluator
 
-from ..driver_helpers import FormulaEvaluator
 from .test_driver import config_text, score
 
 
