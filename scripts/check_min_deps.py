@@ -6,7 +6,7 @@ markers honoured), into a venv made with the oldest Python that ``requires-pytho
 ``python3.N`` on PATH or under ``~/.pyenv/versions``). The ``test`` extra comes at its newest
 versions that admit those, less ruff, mypy and import-linter (they check the source, not the dependencies) and the
 search bench's aiconfigurator and pyswarms (their tests skip without them). Then
-``pytest -q -m "not slow"`` runs there against this checkout (tests/test_lint.py left out).
+``pytest -q -n 0 -m "not slow"`` runs there against this checkout, in one process (tests/test_lint.py left out).
 
 Usage::
 
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"min-deps: could not build {home} with {' '.join(pins)}", file=sys.stderr)
         return SETUP_FAILED
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+    # one process (-n 0 overrides pyproject.toml's -n auto): CI runs this beside the suite's own workers
+    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "not slow",
            "--ignore=tests/test_lint.py", *args.pytest_args]
     print("min-deps: " + " ".join(cmd), flush=True)
     return 0 if subprocess.call(cmd, cwd=ROOT, env=env) == 0 else 1

