@@ -80,6 +80,7 @@ sys.exit(1)
 """
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_before_ready_says_why_in_the_plain_line_and_the_journal(tmp_path):
     """Issue 25, bug 7: the plain line stopped at "log ... ends with:"."""
     script = tmp_path / "crash.py"

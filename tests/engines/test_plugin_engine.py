@@ -68,6 +68,7 @@ def _msopt(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comple
                           timeout=300, env=env, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_third_party_engine_validates_and_optimizes(tmp_path):
     cfg = tmp_path / "cfg.toml"
     model = tmp_path / "sim-model"  # the pre-flight checks that the model path exists on this node

@@ -75,6 +75,7 @@ def test_simulated_pools_transfer_the_kv_and_respond_to_their_knobs():
     assert bad.error and bad.error.startswith("prefill instance:")
 
 
+@pytest.mark.slow
 def test_optimize_simulates_the_pd_example(tmp_path):
     text = PD_CONFIG.read_text().replace("iters = 4", "iters = 1").replace("n_particles = 6", "n_particles = 3")
     cfg = tmp_path / "pd.toml"

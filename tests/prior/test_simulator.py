@@ -235,6 +235,7 @@ def test_refit_needs_two_measurements(write_toml):
     assert prior.refit() is False and prior.hardware == prior.catalog_hardware
 
 
+@pytest.mark.slow
 def test_a_simulated_run_learns_and_repeats_exactly(write_toml):
     """A simulated run with noise refits its prior after iterations; the same seed, the same run."""
     # noise well above the refit's tolerance, so that the prior's predictions of the measurements are off

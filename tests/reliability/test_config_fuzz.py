@@ -129,6 +129,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 @hsettings(max_examples=EXAMPLES, deadline=None, derandomize="MSOPT_FUZZ_EXAMPLES" not in os.environ,
            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(doc=configs())
+@pytest.mark.slow
 def test_mutated_configs_never_trace_back_nor_leave_a_broken_run(doc: dict[str, Any], tmp_path_factory,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     tmp = tmp_path_factory.mktemp("fuzz")

@@ -83,6 +83,7 @@ def reference(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     ValueError("embedded null byte"),
     RuntimeError("a bug in msopt"),
 ])
+@pytest.mark.slow
 def test_a_fault_stops_the_run_unjournaled_and_resume_runs_it_again(
         exc: BaseException, config: Path, reference: list[dict], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,6 +108,7 @@ def test_a_fault_stops_the_run_unjournaled_and_resume_runs_it_again(
     assert sorted(map(_key, final)) == sorted(map(_key, reference))  # as if it never happened
 
 
+@pytest.mark.slow
 def test_a_transient_fault_is_retried_and_leaves_no_trace(config: Path, reference: list[dict], tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,6 +58,7 @@ def _sigterm_then_resume(tmp_path: Path, *flags: str) -> None:
         assert got[eval_id] == line
 
 
+@pytest.mark.slow
 def test_sigterm_without_ray(tmp_path: Path) -> None:
     _sigterm_then_resume(tmp_path, "--no-ray", "--max-concurrent", "2")
 

@@ -435,6 +435,7 @@ def test_sglang_command_uses_its_port_and_model_flag(tmp_path: Path) -> None:
     assert exec_line((tmp_path / BEST_COMMAND_SH).read_text()) == argv
 
 
+@pytest.mark.slow
 def test_mindie_run_writes_best_config_json(tmp_path: Path) -> None:
     from msopt.engines.mindie import get_path, parse_path
 

@@ -147,6 +147,7 @@ def _request(settings, eval_id: int, values: dict[str, object], load: dict[str, 
 
 
 @pytest.mark.parametrize("reuse", [True, False])
+@pytest.mark.slow
 def test_the_runner_keeps_the_server_for_the_same_key(write_toml, tmp_path: Path, reuse: bool) -> None:
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
@@ -175,6 +176,7 @@ def test_the_runner_keeps_the_server_for_the_same_key(write_toml, tmp_path: Path
     assert ev.kept_key is None and survivors(pids) == []
 
 
+@pytest.mark.slow
 def test_a_kept_server_that_died_is_started_again(write_toml, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))
@@ -363,6 +365,7 @@ def _wait_for(pred, what: str, hang: float = 300.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_the_in_process_pool_stops_a_kept_server_nothing_needs(write_toml, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     exe = json.dumps(recorded([sys.executable, "-m", "msopt.cli", "sim-serve"], pids))

@@ -53,6 +53,7 @@ def _smallest(pkg) -> int:
     return next(i for i in aic if pkg.problems.PROBLEMS[i].engine == "sglang")
 
 
+@pytest.mark.slow
 def test_the_mapping_onto_aiconfigurator_caps_the_batch_and_fails_out_of_memory(pkg):
     p = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.model == "qwen3-32b")
     est = pkg.independent.Estimator(p)

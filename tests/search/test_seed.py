@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 CFG = """
@@ -53,6 +55,7 @@ def _run(tmp_path: Path, seed: int, tag: str) -> list[tuple]:
     return [(r["eval_id"], json.dumps(r["values"], sort_keys=True), r["metrics"]["generate_speed"]) for r in rows]
 
 
+@pytest.mark.slow
 def test_seed_reaches_the_simulator(tmp_path):
     one, two, again = _run(tmp_path, 1, "a"), _run(tmp_path, 2, "b"), _run(tmp_path, 1, "c")
     assert one == again

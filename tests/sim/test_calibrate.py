@@ -81,6 +81,7 @@ def test_bad_csv_names_file_and_line(tmp_path: Path):
         load_measurements_csv(tmp_path / "cols.csv")
 
 
+@pytest.mark.slow
 def test_fit_recovers_a_perturbed_entry():
     """Rows 'measured' on an entry with a slower step overhead: the fit moves toward it."""
     truth = dataclasses.replace(load_hardware("h100-sxm"), step_overhead_ms=9.0)
@@ -143,6 +144,7 @@ def test_cli_calibrate_errors_are_one_line(tmp_path: Path, capsys: pytest.Captur
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_calibrate_from_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture):
     """A journal of real evaluations: metrics 30 % slower than the catalog simulates them."""
     from msopt.config import load_settings
