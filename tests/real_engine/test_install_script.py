@@ -110,7 +110,7 @@ def test_real_engine_tests_run_last_in_their_order_in_one_xdist_group() -> None:
 @pytest.mark.slow  # a pytest session with two xdist workers
 def test_under_xdist_one_worker_runs_every_real_engine_test_and_the_other_the_rest(tmp_path: Path) -> None:
     """pyproject.toml's ``-n auto --dist loadgroup`` with tests/conftest.py's hooks, in a session of its own: the
-    tests marked real_engine all run on one worker, one after another, and the other worker takes the rest."""
+    tests marked real_engine run on one worker per group, one after another, and another worker takes the rest."""
     (tmp_path / "conftest.py").write_text(
         "from tests.conftest import pytest_collection_modifyitems, pytest_xdist_auto_num_workers  # noqa: F401\n")
     (tmp_path / "pytest.ini").write_text('[pytest]\nmarkers =\n    real_engine: x\n')
@@ -119,6 +119,9 @@ def test_under_xdist_one_worker_runs_every_real_engine_test_and_the_other_the_re
             f"    open({str(tmp_path / 'ran')!r}, 'a').write(name + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')", ""]
     for i in range(3):
         body += ["@pytest.mark.real_engine", f"def test_real_{i}():", f"    _note('real_{i}')", "    time.sleep(0.5)", ""]
+    for i in range(2):
+        body += ["@pytest.mark.real_engine", "@pytest.mark.xdist_group('real_engine_stopped')",
+                 f"def test_stopped_{i}():", f"    _note('stopped_{i}')", "    time.sleep(0.5)", ""]
     for i in range(6):
         body += [f"def test_other_{i}():", f"    _note('other_{i}')", "    time.sleep(0.5)", ""]
     (tmp_path / "test_split.py").write_text("\n".join(body))
@@ -128,7 +131,8 @@ def test_under_xdist_one_worker_runs_every_real_engine_test_and_the_other_the_re
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     ran = dict(line.split() for line in (tmp_path / "ran").read_text().splitlines())
-    assert len(ran) == 9
+    assert len(ran) == 11
     real = {w for name, w in ran.items() if name.startswith("real_")}
-    assert len(real) == 1, ran
-    assert {w for name, w in ran.items() if name.startswith("other_")} - real, ran  # the other worker ran some
+    stopped = {w for name, w in ran.items() if name.startswith("stopped_")}
+    assert len(real) == 1 and len(stopped) == 1 and real != stopped, ran  # each group on one worker, side by side
+    assert {w for name, w in ran.items() if name.startswith("other_")} - real - stopped, ran  # a third worker too

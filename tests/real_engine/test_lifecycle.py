@@ -30,7 +30,9 @@ from tests.real_engine.test_vllm_cpu import assert_metrics_equal, result_file, w
 from tests.support.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
 from tests.support.procs import left_behind, recorded
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
+#: the second real-engine group (tests/conftest.py): drivers stopped and resumed, on a worker of their own beside
+#: the other real-engine tests
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.xdist_group("real_engine_stopped")]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Processes of a ready vLLM CPU server's group: the API server, VLLM::EngineCore, multiprocessing's
