@@ -50,11 +50,18 @@ def ray_head(tmp_path):
             pytest.fail(f"the Ray head did not start: {(tmp_path / 'head.log').read_text()[-2000:]}")
         yield ray_bin, f"http://127.0.0.1:{dash}"
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
+        # SIGTERM to `ray start --block` alone: it drains its node and stops its processes in ~2 s. Sent to the whole
+        # group it would stop the GCS first, and the drain would then wait 30 s for it
+        head.send_signal(signal.SIGTERM)
         try:
-            head.wait(30)
+            head.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
+            pass
+        try:
+            os.killpg(head.pid, signal.SIGKILL)  # what of the head's group is left
+        except ProcessLookupError:
+            pass
+        head.wait()
         log.close()
 
 
