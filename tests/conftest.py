@@ -24,8 +24,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: the pytest-xdist group of the tests marked real_engine that name none of their own: one worker runs them one after
-#: another. test_lifecycle.py and test_readme_real_path.py (drivers stopped and resumed) name a second group, so two
-#: workers start real vLLM servers side by side while the others take the rest.
+#: another. test_lifecycle.py and test_readme_real_path.py (drivers stopped and resumed) name a second group
+#: (tests/real_engine/conftest.py ``STOPPED_GROUP``), so two workers start real vLLM servers side by side while the
+#: others take the rest. A group of real_engine tests must be named with this prefix: xdist's controller sees only
+#: the test ids (``...@<group>``) when it decides to start the vLLM build (``pytest_xdist_node_collection_finished``).
 REAL_ENGINE_GROUP = "real_engine"
 
 

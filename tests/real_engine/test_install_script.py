@@ -107,8 +107,8 @@ def test_real_engine_tests_run_last_in_their_order_in_one_xdist_group() -> None:
         ("b", []), ("d", []), ("a", [("xdist_group", ("real_engine",))]), ("c", [("xdist_group", ("real_engine",))])]
 
 
-@pytest.mark.slow  # a pytest session with two xdist workers
-def test_under_xdist_one_worker_runs_every_real_engine_test_and_the_other_the_rest(tmp_path: Path) -> None:
+@pytest.mark.slow  # a pytest session with three xdist workers
+def test_under_xdist_each_real_engine_group_runs_on_a_worker_of_its_own_and_a_third_takes_the_rest(tmp_path: Path) -> None:
     """pyproject.toml's ``-n auto --dist loadgroup`` with tests/conftest.py's hooks, in a session of its own: the
     tests marked real_engine run on one worker per group, one after another, and another worker takes the rest."""
     (tmp_path / "conftest.py").write_text(

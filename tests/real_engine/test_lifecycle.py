@@ -25,14 +25,12 @@ from typing import Any
 
 import pytest
 
-from tests.real_engine.conftest import VllmCpu
+from tests.real_engine.conftest import STOPPED_GROUP, VllmCpu
 from tests.real_engine.test_vllm_cpu import assert_metrics_equal, result_file, write_config
 from tests.support.lifecycle import interrupt_then_resume, journal, optimize, run_dir, shape, wait_until
 from tests.support.procs import left_behind, recorded
 
-#: the second real-engine group (tests/conftest.py): drivers stopped and resumed, on a worker of their own beside
-#: the other real-engine tests
-pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.xdist_group("real_engine_stopped")]
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, STOPPED_GROUP]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Processes of a ready vLLM CPU server's group: the API server, VLLM::EngineCore, multiprocessing's
@@ -66,12 +64,13 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, vllm_cpu: VllmCpu) -
     proc = optimize(cfg, tmp / "runs", env=_env())
     out, err = proc.communicate(timeout=1800)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
-    recs = journal(run_dir(tmp / "runs"))
+    run = run_dir(tmp / "runs")
+    recs = journal(run)
     assert left_behind(pids) == []
     measured = [r for r in recs if r.get("metrics") and not r.get("reused")]
     assert len(measured) == 2, [(r["eval_id"], r["phase"], r["error"]) for r in recs]
     for rec in measured:
-        data = json.loads(result_file(run_dir(tmp / "runs"), rec, "builtin_result.json").read_text())
+        data = json.loads(result_file(run, rec, "builtin_result.json").read_text())
         assert_metrics_equal(rec["metrics"], {k: data[k] for k in METRICS}, f"eval {rec['eval_id']}")
         assert data["success_rate"] == 1.0 and rec["error"] is None
     return shape(recs)

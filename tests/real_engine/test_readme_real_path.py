@@ -20,12 +20,10 @@ from typing import Any
 import pytest
 
 from tests.e2e import readme
-from tests.real_engine.conftest import VllmCpu
+from tests.real_engine.conftest import STOPPED_GROUP, VllmCpu
 from tests.real_engine.test_vllm_cpu import DEFAULT_HOME
 
-#: the second real-engine group (tests/conftest.py): drivers stopped and resumed, on a worker of their own beside
-#: the other real-engine tests
-pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.xdist_group("real_engine_stopped")]
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, STOPPED_GROUP]
 
 REAL_PATH = "msopt optimize -c configs/vllm_cpu.toml --no-ray --max-launches 6"
 TIMEOUT_S = 1800
