@@ -74,21 +74,12 @@ def _engine_defaults(engine: str, input_len: int, output_len: int, concurrency: 
 def _aiconfigurator(engine: str, input_len: int, output_len: int, concurrency: int) -> list[str]:
     """The flags NVIDIA aiconfigurator's generator sets for an aggregated run of batch size ``c``.
 
-    The reference CSVs are rows of aiconfigurator's ``silicon_sample.csv``; its generator renders
-    vLLM's ``--max-num-seqs`` from the batch size, ``--max-num-batched-tokens`` = batch size +
-    ISL + 1500 and ``--max-model-len`` = ISL + OSL + 1500, and SGLang's
-    ``--max-running-requests`` and ``--max-prefill-tokens`` = ISL + 1500 (aiconfigurator
-    0.5.0 to 0.12.0, ``generator/rule_plugin/{vllm,sglang}.rule`` and
-    ``generator/rule_plugin/benchmark/*.rule``; ``backend_config_mapping.yaml`` maps
-    ``max_num_tokens`` to vLLM's ``max-num-batched-tokens``).
+    The reference CSVs are rows of aiconfigurator's ``silicon_sample.csv``; its generator renders each engine's
+    flags from the batch size, ISL and OSL (aiconfigurator 0.5.0 to 0.12.0, ``generator/rule_plugin/*.rule``,
+    ``backend_config_mapping.yaml``): each personality's :meth:`~msopt.sim.personality.Personality.aiconfigurator_argv`
+    says how (vLLM's and SGLang's in their engine folders).
     """
-    c, isl, osl = int(concurrency), int(input_len), int(output_len)
-    if engine == "vllm":
-        return ["--max-num-seqs", str(c), "--max-num-batched-tokens", str(c + isl + 1500),
-                "--max-model-len", str(isl + osl + 1500)]
-    if engine == "sglang":
-        return ["--max-running-requests", str(c), "--max-prefill-tokens", str(isl + 1500)]
-    return []
+    return get_personality(engine).aiconfigurator_argv(int(concurrency), int(input_len), int(output_len))
 
 
 def row_knobs(engine: str, tp: int, pp: int, argv: Sequence[str]) -> EngineKnobs:

@@ -17,7 +17,6 @@ reason, never guessed at.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from typing import Any
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.sim.calibrate import Measurement
-from msopt.sim.personality import get_personality, resolved
+from msopt.sim.personality import PERSONALITIES, MeasuredLayout, get_personality
 from msopt.sim.spec_types import ModelSpec
 from msopt.sim.specs import load_hardware, load_model
 
@@ -38,11 +37,6 @@ SCHEMA_COLUMNS = ("source", "source_ref", "engine", "engine_version", "model", "
                   "concurrency", "request_rate", "ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "itl_mean_ms",
                   "output_tok_s", "req_s", "notes")
 
-
-#: an SGLang row whose launch's memory fraction SGLang's default formula puts below this has it
-#: set in the source's launch command (not in the schema): ASSUMED_SGLANG_FRACTION is assumed
-MIN_SGLANG_FRACTION = 0.5
-ASSUMED_SGLANG_FRACTION = 0.8
 
 
 @dataclass(frozen=True)
@@ -70,16 +64,17 @@ class _Skip(Exception):
 
 
 def _engine(text: str) -> str:
+    """The personality an ``engine`` cell names (:attr:`Personality.measured_names`)."""
     low = text.lower()
     if "tensorrt" in low or "trt-llm" in low:
-        raise _Skip("TensorRT-LLM is not modelled (the simulator models vLLM, SGLang and MindIE)")
-    if low.startswith("sglang"):
-        return "sglang"
-    if low.startswith("vllm"):  # vLLM, vllm-ascend (vLLM's scheduler with the Ascend plugin)
-        return "vllm"
-    if low.startswith("mindie"):
-        raise _Skip("MindIE rows carry no config.json to read the scheduler from")
-    raise _Skip(f"engine {text!r} is not modelled (vLLM, SGLang, MindIE)")
+        raise _Skip(f"TensorRT-LLM is not modelled (the simulator models {', '.join(PERSONALITIES.names())})")
+    for name in PERSONALITIES.names():
+        p = get_personality(name)
+        if any(low.startswith(prefix) for prefix in p.measured_names):
+            if p.measured_skip:
+                raise _Skip(p.measured_skip)
+            return name
+    raise _Skip(f"engine {text!r} is not modelled ({', '.join(PERSONALITIES.names())})")
 
 
 def weight_dtype_of(text: str) -> tuple[str, str]:
@@ -151,53 +146,15 @@ def spec_of(notes: str) -> tuple[str, int, int, float | None] | None:
 
 
 def _argv(engine: str, row: dict[str, str], spec: ModelSpec, devices_per_node: int) -> tuple[list[str], list[str]]:
-    """The server flags a row's cells describe, and what was assumed."""
+    """The server flags a row's cells describe (its engine's :meth:`Personality.measured_argv`), and what was
+    assumed."""
     tp, pp, dp, ep = (_int(row[k]) or 1 for k in ("tp", "pp", "dp", "ep"))
-    seqs, tokens = _int(row["max_num_seqs"]), _int(row["max_num_batched_tokens"])
-    chunk = _chunk(row["chunked_prefill"])
-    notes = row.get("notes", "")
-    assumed: list[str] = []
-    if engine == "vllm":
-        argv = ["--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp)]
-        if dp > 1:
-            argv += ["--data-parallel-size", str(dp)]
-        if ep > 1:
-            argv += ["--enable-expert-parallel"]
-        if seqs:
-            argv += ["--max-num-seqs", str(seqs)]
-        if tokens:
-            argv += ["--max-num-batched-tokens", str(tokens)]
-        if row["chunked_prefill"].strip().lower().startswith("off"):
-            argv += ["--no-enable-chunked-prefill"]
-        # flags the notes quote from the source's launch command
-        for flag in ("max-model-len", "gpu-memory-utilization"):
-            m = re.search(rf"--{flag}[ =]([\d.]+)|--{flag.replace('-', '_')}[ =]([\d.]+)", notes)
-            if m:
-                argv += [f"--{flag}", m.group(1) or m.group(2)]
-        return argv, assumed
-    argv = ["--tp-size", str(tp)]
-    if pp > 1:
-        argv += ["--pp-size", str(pp)]
-    if dp > 1:
-        argv += ["--dp-size", str(dp)]
-        if spec.is_moe:
-            # the sglang-Ascend recipes serve their MoE models with --enable-dp-attention when dp > 1
-            argv += ["--enable-dp-attention"]
-            assumed.append("dp > 1 of an MoE model read as DP attention (--enable-dp-attention)")
-    if ep > 1:
-        argv += ["--ep-size", str(ep)]
-    if tp * pp > devices_per_node:
-        argv += ["--nnodes", str(math.ceil(tp * pp / devices_per_node))]
-    if seqs:
-        argv += ["--max-running-requests", str(seqs)]
-    if tokens:
-        argv += ["--max-prefill-tokens", str(tokens)]
-    if chunk is not None:
-        argv += ["--chunked-prefill-size", str(chunk)]
-    m = re.search(r"--mem-frac(?:tion-static)?[ =]([\d.]+)|mem_frac(?:tion_static)? ([\d.]+)", notes)
-    if m:
-        argv += ["--mem-fraction-static", m.group(1) or m.group(2)]
-    return argv, assumed
+    layout = MeasuredLayout(tp=tp, pp=pp, dp=dp, ep=ep, max_seqs=_int(row["max_num_seqs"]),
+                            batched_tokens=_int(row["max_num_batched_tokens"]),
+                            chunked_off=row["chunked_prefill"].strip().lower().startswith("off"),
+                            chunk=_chunk(row["chunked_prefill"]), notes=row.get("notes", ""), is_moe=spec.is_moe,
+                            devices_per_node=devices_per_node)
+    return get_personality(engine).measured_argv(layout)
 
 
 #: per-request lengths beside a CSV: ``<stem>.request_lengths.csv`` with columns run, request_rate,
@@ -270,25 +227,18 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
     argv, assumed = _argv(engine, row, spec, hw.devices_per_node)
     if sd is not None:
         method, steps, draft, accept = sd
-        if engine == "sglang":
-            algo = {"mtp": "NEXTN", "eagle": "EAGLE3"}.get(method)
-            if algo is None:
-                raise _Skip(f"speculative decoding {method!r} is not modelled")
-            argv += ["--speculative-algorithm", algo, "--speculative-num-steps", str(steps),
-                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(draft)]
-        else:
-            argv += ["--speculative-config", json.dumps({"method": method, "num_speculative_tokens": steps})]
+        spec_argv = get_personality(engine).speculative_argv(method, steps, draft)
+        if spec_argv is None:
+            raise _Skip(f"speculative decoding {method!r} is not modelled")
+        argv += spec_argv
         if accept is None:
             assumed.append(f"acceptance length of {method} assumed (the row gives none)")
     try:
         knobs = get_knobs(engine, argv)
-        if engine == "sglang" and knobs.memory_fraction is None and \
-                (resolved(knobs, hw.hbm_gib).memory_fraction or 0.0) < MIN_SGLANG_FRACTION:
-            # SGLang's default reserves 1.5 x the chunk size: with the recipes' huge chunks it leaves
-            # nothing, so their launches set --mem-fraction-static, which the schema does not carry
-            argv += ["--mem-fraction-static", str(ASSUMED_SGLANG_FRACTION)]
-            assumed.append(f"--mem-fraction-static {ASSUMED_SGLANG_FRACTION} (not in the row; SGLang's "
-                           "default leaves no KV cache at this chunk size)")
+        fix = get_personality(engine).measured_memory_fix(knobs, hw.hbm_gib)
+        if fix is not None:
+            argv += fix[0]
+            assumed.append(fix[1])
             knobs = get_knobs(engine, argv)
     except MsoptError as exc:
         raise _Skip(f"server flags {' '.join(argv)}: {exc}") from None
@@ -366,5 +316,5 @@ def load_measured_csv(path: str | Path, engine: str | None = None) -> tuple[list
     return rows, skipped
 
 
-__all__ = ["ASSUMED_SGLANG_FRACTION", "MIN_SGLANG_FRACTION", "SCHEMA_COLUMNS", "SIDECAR_SUFFIX", "Skipped", "get_knobs",
+__all__ = ["SCHEMA_COLUMNS", "SIDECAR_SUFFIX", "Skipped", "get_knobs",
            "is_measured_schema", "load_measured_csv", "spec_of", "weight_dtype_of"]

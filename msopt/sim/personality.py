@@ -14,13 +14,41 @@ engines and imports none of them. :attr:`msopt.sim.knobs.EngineKnobs.engine` hol
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from msopt.errors import SimulationError
 from msopt.registry import Registry
 from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.spec_types import ModelSpec
+
+
+@dataclass(frozen=True)
+class MeasuredLayout:
+    """The layout and scheduler cells of one public measured row (:mod:`msopt.sim.measured`), read as numbers.
+
+    Attributes:
+        tp, pp, dp, ep: the parallel sizes (1 where the row leaves one empty).
+        max_seqs: the row's ``max_num_seqs`` cell (the engine's running-request cap); None if empty.
+        batched_tokens: its ``max_num_batched_tokens`` cell (the engine's per-step token budget); None if empty.
+        chunked_off: the ``chunked_prefill`` cell says off.
+        chunk: the chunk size the ``chunked_prefill`` cell gives ("on (32768)"); None if it gives none.
+        notes: the row's notes, which quote flags of the source's launch command.
+        is_moe: the model is a mixture of experts.
+        devices_per_node: devices per node of the row's hardware.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    max_seqs: int | None
+    batched_tokens: int | None
+    chunked_off: bool
+    chunk: int | None
+    notes: str
+    is_moe: bool
+    devices_per_node: int
 
 
 class Personality:
@@ -68,6 +96,35 @@ class Personality:
     #: A prefill batch stops adding requests once its prompt tokens reach ``max_prefill_tokens``, this
     #: being its default (SGLang ``--max-prefill-tokens``); None: no such bound.
     prefill_token_cap: int | None = None
+    #: How a public measured row's ``engine`` cell names this engine: lower-case prefixes of the cell
+    #: (:mod:`msopt.sim.measured`). Empty: no measured row is read as this engine.
+    measured_names: tuple[str, ...] = ()
+    #: Why measured rows of this engine are not simulated; None when they are (:meth:`measured_argv`).
+    measured_skip: str | None = None
+
+    def measured_argv(self, layout: MeasuredLayout) -> tuple[list[str], list[str]]:
+        """The server flags a measured row's cells describe, and what was assumed in reading them.
+
+        Raises:
+            SimulationError: this engine's rows are not read (override it with :attr:`measured_names`).
+        """
+        raise SimulationError(f"the {self.name} personality reads no measured rows; override measured_argv")
+
+    def speculative_argv(self, method: str, steps: int, draft_tokens: int) -> list[str] | None:
+        """The flags that launch speculative decoding ``method`` ("mtp", "eagle", ...) with ``steps`` draft steps
+        and ``draft_tokens`` draft tokens a step, for a measured row; None when the engine's way is not modelled."""
+        return None
+
+    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float) -> tuple[list[str], str] | None:
+        """Flags a measured launch must have had although its row does not say (and the note saying so), when
+        these knobs could not have served as the row did; None by default."""
+        return None
+
+    def aiconfigurator_argv(self, concurrency: int, input_len: int, output_len: int) -> list[str]:
+        """The flags NVIDIA aiconfigurator's generator sets for an aggregated run of batch size ``concurrency``
+        (the ``aiconfigurator`` launch rule of :mod:`msopt.sim.calibrate`); none for an engine it does not
+        generate."""
+        return []
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs | None:
         """The knobs of a server command line; None when this engine's knobs do not come from one."""

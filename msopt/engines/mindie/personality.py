@@ -28,6 +28,8 @@ class MindiePersonality(Personality):
     # "Prefix Cache", hiascend.com mindie/100/mindiellm/llmdev/mindie_llm0302.html); a common prefix is
     # reused from one Page Attention block (cacheBlockSize) up: block-level, as vLLM's
     prefix_caching = False
+    measured_names = ("mindie",)
+    measured_skip = "MindIE rows carry no config.json to read the scheduler from"
 
     def knobs_from_launch(self, spec: Launch) -> EngineKnobs:
         return knobs_mindie(spec.files)

@@ -4,12 +4,21 @@ and behaves, each value with the source it was read from. The simulator finds it
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 
 from msopt.engines.sglang.knobs import knobs_sglang, sglang_mem_fraction
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
-from msopt.sim.personality import Personality
+from msopt.sim.personality import MeasuredLayout, Personality, resolved
+
+#: a measured SGLang row whose launch's memory fraction SGLang's default formula puts below this had it set in the
+#: source's launch command (not in the measured schema): ASSUMED_FRACTION is assumed
+MIN_MEASURED_FRACTION = 0.5
+ASSUMED_FRACTION = 0.8
+#: speculative decoding methods of measured rows as SGLang's --speculative-algorithm
+_SPECULATIVE = {"mtp": "NEXTN", "eagle": "EAGLE3"}
 
 
 class SglangPersonality(Personality):
@@ -38,6 +47,7 @@ class SglangPersonality(Personality):
     # to the prompt less one token (srt/managers/schedule_batch.py:1766-1768, _compute_max_prefix_len)
     prefix_caching = True
     prefix_cache_partial = True
+    measured_names = ("sglang",)
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_sglang(argv)
@@ -61,6 +71,54 @@ class SglangPersonality(Personality):
         return (f"WARNING KV pool holds {mem.kv_tokens} tokens, fewer than --context-length "
                 f"{max_model_len}. One full-length request cannot fit, so long requests will be "
                 "refused or truncated at serving time.")
+
+    def measured_argv(self, layout: MeasuredLayout) -> tuple[list[str], list[str]]:
+        lo, assumed = layout, []
+        argv = ["--tp-size", str(lo.tp)]
+        if lo.pp > 1:
+            argv += ["--pp-size", str(lo.pp)]
+        if lo.dp > 1:
+            argv += ["--dp-size", str(lo.dp)]
+            if lo.is_moe:
+                # the sglang-Ascend recipes serve their MoE models with --enable-dp-attention when dp > 1
+                argv += ["--enable-dp-attention"]
+                assumed.append("dp > 1 of an MoE model read as DP attention (--enable-dp-attention)")
+        if lo.ep > 1:
+            argv += ["--ep-size", str(lo.ep)]
+        if lo.tp * lo.pp > lo.devices_per_node:
+            argv += ["--nnodes", str(math.ceil(lo.tp * lo.pp / lo.devices_per_node))]
+        if lo.max_seqs:
+            argv += ["--max-running-requests", str(lo.max_seqs)]
+        if lo.batched_tokens:
+            argv += ["--max-prefill-tokens", str(lo.batched_tokens)]
+        if lo.chunk is not None:
+            argv += ["--chunked-prefill-size", str(lo.chunk)]
+        m = re.search(r"--mem-frac(?:tion-static)?[ =]([\d.]+)|mem_frac(?:tion_static)? ([\d.]+)", lo.notes)
+        if m:
+            argv += ["--mem-fraction-static", m.group(1) or m.group(2)]
+        return argv, assumed
+
+    def speculative_argv(self, method: str, steps: int, draft_tokens: int) -> list[str] | None:
+        algo = _SPECULATIVE.get(method)
+        if algo is None:
+            return None
+        return ["--speculative-algorithm", algo, "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
+                "1", "--speculative-num-draft-tokens", str(draft_tokens)]
+
+    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float) -> tuple[list[str], str] | None:
+        if knobs.memory_fraction is not None or (resolved(knobs, hbm_gib).memory_fraction or 0.0) >= \
+                MIN_MEASURED_FRACTION:
+            return None
+        # SGLang's default reserves 1.5 x the chunk size: with the recipes' huge chunks it leaves nothing, so their
+        # launches set --mem-fraction-static, which the measured schema does not carry
+        return (["--mem-fraction-static", str(ASSUMED_FRACTION)],
+                f"--mem-fraction-static {ASSUMED_FRACTION} (not in the row; SGLang's default leaves no KV cache at "
+                "this chunk size)")
+
+    def aiconfigurator_argv(self, concurrency: int, input_len: int, output_len: int) -> list[str]:
+        # --max-running-requests = batch size, --max-prefill-tokens = ISL + 1500 (aiconfigurator 0.5.0 to 0.12.0
+        # generator/rule_plugin/sglang.rule)
+        return ["--max-running-requests", str(concurrency), "--max-prefill-tokens", str(input_len + 1500)]
 
 
 #: The instance the simulator's registry loads (``sglang``).

@@ -4,11 +4,13 @@ behaves, each value with the source it was read from. The simulator finds it by 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 
 from msopt.engines.vllm.knobs import knobs_vllm, vllm_launch_knobs
 from msopt.sim.knobs import EngineKnobs, Launch
-from msopt.sim.personality import Personality
+from msopt.sim.personality import MeasuredLayout, Personality
 from msopt.sim.spec_types import ModelSpec
 
 
@@ -24,6 +26,7 @@ class VllmPersonality(Personality):
     # is_prefix_caching_supported (True for a generative decoder); block-level, hits capped at the
     # prompt less one token and block aligned (v1/core/kv_cache_manager.py:290-298)
     prefix_caching = True
+    measured_names = ("vllm",)  # vLLM, and vllm-ascend (vLLM's scheduler with the Ascend plugin)
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_vllm(argv)
@@ -41,6 +44,35 @@ class VllmPersonality(Personality):
                     "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
                     "max_num_batched_tokens or decrease max_model_len.")
         return None
+
+    def measured_argv(self, layout: MeasuredLayout) -> tuple[list[str], list[str]]:
+        lo = layout
+        argv = ["--tensor-parallel-size", str(lo.tp), "--pipeline-parallel-size", str(lo.pp)]
+        if lo.dp > 1:
+            argv += ["--data-parallel-size", str(lo.dp)]
+        if lo.ep > 1:
+            argv += ["--enable-expert-parallel"]
+        if lo.max_seqs:
+            argv += ["--max-num-seqs", str(lo.max_seqs)]
+        if lo.batched_tokens:
+            argv += ["--max-num-batched-tokens", str(lo.batched_tokens)]
+        if lo.chunked_off:
+            argv += ["--no-enable-chunked-prefill"]
+        # flags the notes quote from the source's launch command
+        for flag in ("max-model-len", "gpu-memory-utilization"):
+            m = re.search(rf"--{flag}[ =]([\d.]+)|--{flag.replace('-', '_')}[ =]([\d.]+)", lo.notes)
+            if m:
+                argv += [f"--{flag}", m.group(1) or m.group(2)]
+        return argv, []
+
+    def speculative_argv(self, method: str, steps: int, draft_tokens: int) -> list[str] | None:
+        return ["--speculative-config", json.dumps({"method": method, "num_speculative_tokens": steps})]
+
+    def aiconfigurator_argv(self, concurrency: int, input_len: int, output_len: int) -> list[str]:
+        # max_num_tokens = batch size + ISL + 1500 as vLLM's --max-num-batched-tokens, --max-model-len = ISL + OSL +
+        # 1500 (aiconfigurator 0.5.0 to 0.12.0 generator/rule_plugin/vllm.rule, backend_config_mapping.yaml)
+        return ["--max-num-seqs", str(concurrency), "--max-num-batched-tokens", str(concurrency + input_len + 1500),
+                "--max-model-len", str(input_len + output_len + 1500)]
 
 
 #: The instance the simulator's registry loads (``vllm``).
