@@ -115,6 +115,9 @@ def _sampler(optuna: Any, inner: Any, random: Any, space: Mapping[str, Any], con
                     params[name] = random.sample_independent(study, trial, name, dist)
             return params
 
+        def _draw_at_random(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+            return {name: random.sample_independent(study, trial, name, dist) for name, dist in search_space.items()}
+
         def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
             if not search_space or "fixed_params" in trial.system_attrs:  # enqueued: its params are given
                 return {}
@@ -125,19 +128,15 @@ def _sampler(optuna: Any, inner: Any, random: Any, space: Mapping[str, Any], con
                 return draws[0]
             positions = [position(p) for p in draws]
             j = constraint.choose(positions, unranked)
-            for _ in range(REFUSED_REDRAWS if j is None else 0):
-                draws.append(self._draw(study, trial, search_space))
-                if not constraint.refused(position(draws[-1])):
-                    j = len(draws) - 1
-                    break
             # TPE's model can settle where every draw is refused (Optuna 3.6 does so here, where newer ones
-            # did not): then draws at random, which reach the whole space, before the first draw stands
-            for _ in range(REFUSED_REDRAWS if j is None else 0):
-                draws.append({name: random.sample_independent(study, trial, name, dist)
-                              for name, dist in search_space.items()})
-                if not constraint.refused(position(draws[-1])):
-                    j = len(draws) - 1
-                    break
+            # did not): after its redraws come draws at random, which reach the whole space, before the first
+            # draw stands
+            for redraw in (self._draw, self._draw_at_random):
+                for _ in range(REFUSED_REDRAWS if j is None else 0):
+                    draws.append(redraw(study, trial, search_space))
+                    if not constraint.refused(position(draws[-1])):
+                        j = len(draws) - 1
+                        break
             return draws[0 if j is None else j]  # every draw refused: the first stands (refused again, free)
 
         def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
