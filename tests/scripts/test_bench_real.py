@@ -1,7 +1,7 @@
 """scripts/benchmarks/bench_real.py: how it scores vLLM's sweep and the picks (on result files in vLLM's format,
 written here).
-Against the real vLLM CPU build, that its msopt configuration validates and vLLM's sweep takes
-its grid and commands: tests/real_engine/test_bench_real.py."""
+Against the real vLLM CPU build, its dry run and its small version (one launch each, one re-measurement):
+tests/real_engine/test_bench_real.py."""
 
 from __future__ import annotations
 
