@@ -90,6 +90,11 @@ class EngineAdapter:
         return {d.name: (environ[d.name], f"${d.name} in this environment") for d in fields
                 if d.config_position == "env" and d.name in environ}
 
+    def installed_absent(self, decl: FieldDecl) -> str | None:
+        """Why :meth:`installed_values` found no value for ``decl`` where this engine keeps it (MindIE: its
+        config.json); None: the generic reason."""
+        return None
+
     def render(
         self,
         values: Mapping[str, Any],

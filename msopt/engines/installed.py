@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_number
-from msopt.engines import get_engine
+from msopt.engines import EngineAdapter, get_engine
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def installed_baseline(engine: EngineConfig, environ: Mapping[str, str] | None =
         own = f"{decl.value!r} (the field's value)" if decl.value is not None else "the middle of its range"
         got = found.get(decl.name)
         if got is None:
-            lines.append(f"baseline {decl.name} = {own}: {_absent(decl, engine.name)}")
+            lines.append(f"baseline {decl.name} = {own}: {_absent(decl, adapter)}")
             continue
         value, where = got
         if decl.dtype not in PLAIN_DTYPES:
@@ -93,9 +93,8 @@ def installed_baseline(engine: EngineConfig, environ: Mapping[str, str] | None =
     return values, lines
 
 
-def _absent(decl: FieldDecl, engine: str) -> str:
+def _absent(decl: FieldDecl, adapter: EngineAdapter) -> str:
     if decl.config_position == "env":
         return f"${decl.name} is not set here"
-    if engine == "mindie" and decl.config_position.startswith("BackendConfig"):
-        return "not in the installed config.json (or no [mindie] config_path here)"
-    return "the installation does not say (the original tool took only config.json and env values)"
+    return adapter.installed_absent(decl) or ("the installation does not say (the original tool took only "
+                                              "config.json and env values)")

@@ -569,6 +569,11 @@ class MindieAdapter(EngineAdapter):
                     out[decl.name] = (value, f"{decl.config_position} of {path}")
         return out
 
+    def installed_absent(self, decl: FieldDecl) -> str | None:
+        if decl.config_position.startswith("BackendConfig"):
+            return "not in the installed config.json (or no [mindie] config_path here)"
+        return None
+
     def model_path(self, section: Mapping[str, Any]) -> str:
         """``[mindie.command] model``, else ModelConfig[0].modelWeightPath of the config.json template."""
         given = super().model_path(section)
