@@ -11,6 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import DEFAULT_STOP_GRACE, LaunchSpec, TrialNode, valid_port
 from msopt.engines.pd import PdLaunch
 from msopt.engines.rules import Advisory, Rule
@@ -82,6 +83,17 @@ class EngineAdapter:
     needs_device_ips: ClassVar[bool] = False
     #: Whether :meth:`render_pd` renders a prefill/decode-disaggregated trial (a ``pd`` table).
     supports_pd: ClassVar[bool] = False
+
+    def write_init(self, ctx: InitContext) -> None:
+        """Write this engine's sections of ``msopt init``'s config.toml (``[<engine>]``, ``[<engine>.command]`` and
+        the fields it tunes) into ``ctx.doc``; msopt init writes the rest and validates the whole.
+
+        Raises:
+            ConfigError: msopt init has no template for this engine (the built-in ones are in
+                ``msopt/engines/<name>/template.py``).
+        """
+        raise ConfigError(f"msopt init has no template for engine {self.name!r}; write its [{self.name}] section "
+                          "by hand (docs/plugins.md)")
 
     def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
                          environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:

@@ -23,6 +23,7 @@ from msopt.checks import is_int, is_number
 from msopt.engines.base import ENGINES, EngineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env
+from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import (
     UNPLACED,
     LaunchSpec,
@@ -41,6 +42,7 @@ from msopt.engines.mindie.health import MINDIE_SOURCES
 from msopt.engines.mindie.install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
 from msopt.engines.mindie.original import refuse_mindie_pd
 from msopt.engines.mindie.rules import RULES as MINDIE_RULES
+from msopt.engines.mindie.template import write_init as write_mindie_init
 from msopt.engines.process import BACKUP_SUFFIX
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
@@ -315,6 +317,9 @@ class MindieAdapter(EngineAdapter):
     leader_ports = 1
     #: Its rank table needs every device's ``device_ip`` (ranktable_config.cpp:189, 293-297).
     needs_device_ips = True
+
+    def write_init(self, ctx: InitContext) -> None:
+        write_mindie_init(ctx)
 
     def launch_port(self, section: Mapping[str, Any]) -> int:
         """``[mindie.command] port``, else ``ServerConfig.port`` of the config.json, else 1025."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
+from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.engines.pd import (
     ROLES,
@@ -28,6 +29,7 @@ from msopt.engines.pd import (
 )
 from msopt.engines.sglang.health import SGLANG_SOURCES
 from msopt.engines.sglang.rules import RULES as SGLANG_RULES
+from msopt.engines.sglang.template import write_init as write_sglang_init
 from msopt.errors import EvaluationError
 from msopt.space.fields import FieldDecl
 
@@ -100,6 +102,8 @@ class SglangAdapter(CommandLineAdapter):
     aliases = MappingProxyType({"--tensor-parallel-size": "--tp-size", "--pipeline-parallel-size": "--pp-size",
                                 "--data-parallel-size": "--dp-size", "--model": "--model-path"})
 
+    def write_init(self, ctx: InitContext) -> None:
+        write_sglang_init(ctx)
 
     def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
                port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:

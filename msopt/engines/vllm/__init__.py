@@ -38,6 +38,7 @@ from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env
+from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import (
     LaunchSpec,
     TrialNode,
@@ -53,6 +54,7 @@ from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.vllm.rules import RULES as VLLM_RULES
 from msopt.engines.vllm.rules import field_values
 from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
+from msopt.engines.vllm.template import write_init as write_vllm_init
 from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
@@ -195,6 +197,9 @@ class VllmAdapter(CommandLineAdapter):
     # vllm/engine/arg_utils.py 0.33.0: "--tensor-parallel-size", "-tp", ...
     aliases = MappingProxyType({"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
                                 "-dp": "--data-parallel-size"})
+
+    def write_init(self, ctx: InitContext) -> None:
+        write_vllm_init(ctx)
 
     def version_checks(self, argv: Sequence[str], version: str, exe_len: int) -> list[tuple[str, bool, str]]:
         """The launch's flags against the flag table of the installed vLLM
