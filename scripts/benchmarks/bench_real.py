@@ -435,10 +435,12 @@ def shown_command(argv: Sequence[str]) -> str:
     """The command as the docs show it: without ``--work``, which names this machine's directory."""
     shown, skip = [], False
     for a in argv:
-        if skip or a.startswith("--work"):
-            skip = a == "--work" and not skip
-            continue
-        shown.append(a)
+        if skip:
+            skip = False
+        elif a == "--work":
+            skip = True
+        elif not a.startswith("--work="):
+            shown.append(a)
     return " ".join(["python scripts/benchmarks/bench_real.py", *map(shlex.quote, shown)])
 
 

@@ -108,6 +108,13 @@ def test_the_shown_command_leaves_out_the_work_directory():
         "python scripts/benchmarks/bench_real.py --budgets 6 --repeats 5"
 
 
+def test_the_shown_command_keeps_options_that_only_begin_like_work():
+    """``--workload`` starts with ``--work`` but is an option of its own (it was dropped, and the docs showed
+    ``bench_real.py synthetic``)."""
+    assert bench.shown_command(["--workload", "synthetic", "--work", "/tmp/x", "--out", "-"]) == \
+        "python scripts/benchmarks/bench_real.py --workload synthetic --out -"
+
+
 def test_the_searched_space_holds_vllms_cpu_defaults_and_auto_tunes_grid():
     """msopt and the sweep search one space: configs/vllm_cpu.toml's baseline is vLLM's own default for the
     API server on CPU (128 sequences, 2048 batched tokens, chunked prefill on; vllm-cpu 0.32.0
