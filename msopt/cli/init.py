@@ -200,8 +200,7 @@ def _defaults(doc: InitDoc, written: Iterable[str]) -> None:
         if not isinstance(v, dict) and k not in taken:
             doc.lines.append(f"# {k} = {toml_value(v)}")
     for table, body in data.items():
-        if not isinstance(body, dict) or table in ("vllm", "mindie", "sglang", "vllm_benchmark", "ais_bench",
-                                                   "builtin", "kubectl", "service"):
+        if not isinstance(body, dict) or table in (*registered_sections(), "kubectl", "service"):
             continue
         anchor = _DOC_ANCHORS.get(table, "")
         where = f"docs/{anchor}" if anchor.startswith("engines.md") else f"{DOC}{anchor}"
@@ -346,7 +345,7 @@ def _benchmark(doc: InitDoc, bench: str, served: str, wl: TraceWorkload, machine
         doc.key("others", "--ignore-eos", "every request generates output_len tokens")
     elif bench == "builtin":
         doc.table("builtin", "msopt's load generator (docs/engines.md)")
-        doc.key("endpoint", "/v1/chat/completions" if section == "mindie" else "/v1/completions")
+        doc.key("endpoint", get_engine(section).init_endpoint)
         doc.key("input_len", wl.input_len)
         doc.key("output_len", wl.output_len)
         doc.key("num_prompts", wl.num_prompts)

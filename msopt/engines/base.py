@@ -84,6 +84,9 @@ class EngineAdapter:
     #: Whether :meth:`render_pd` renders a prefill/decode-disaggregated trial (a ``pd`` table).
     supports_pd: ClassVar[bool] = False
 
+    #: The OpenAI-compatible route ``msopt init`` points the built-in load generator at.
+    init_endpoint: ClassVar[str] = "/v1/completions"
+
     def write_init(self, ctx: InitContext) -> None:
         """Write this engine's sections of ``msopt init``'s config.toml (``[<engine>]``, ``[<engine>.command]`` and
         the fields it tunes) into ``ctx.doc``; msopt init writes the rest and validates the whole.

@@ -318,6 +318,9 @@ class MindieAdapter(EngineAdapter):
     #: Its rank table needs every device's ``device_ip`` (ranktable_config.cpp:189, 293-297).
     needs_device_ips = True
 
+    #: The chat route, as msopt init has written for MindIE since its first version.
+    init_endpoint = "/v1/chat/completions"
+
     def write_init(self, ctx: InitContext) -> None:
         write_mindie_init(ctx)
 
