@@ -275,7 +275,7 @@ num_prompts = 4
 
 
 @pytest.mark.slow  # whole runs through sim-serve
-@pytest.mark.parametrize("ray, workers", [(False, 2), (True, 2), (False, 1)])
+@pytest.mark.parametrize("ray, workers", [(False, 2), (True, 2), (False, 1), (True, 1)])
 def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool, workers: int) -> None:
     """Two workers: one start per configuration. One worker (issue 38): a start only on a change of
     configuration, and each configuration's capacity probes back to back on one server."""
