@@ -190,8 +190,8 @@ def executable_for(served: str, tool: str) -> tuple[list[str], str]:
     return [tool], f"not found here: put {tool} on PATH or write its path"
 
 
-def parallel_fields(doc: InitDoc, choice: InitChoice, section: str, machine: Machine, positions: tuple[str, str, str],
-              spec: Any) -> None:
+def parallel_fields(doc: InitDoc, choice: InitChoice, section: str, machine: Machine,
+                    positions: tuple[str, str, str], spec: Any) -> None:
     """The tp, pp and dp fields of ``section`` at the flag or key ``positions`` (tp x pp x dp = the trial's devices),
     or a note that one device leaves them out."""
     n = machine.devices

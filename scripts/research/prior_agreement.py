@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 
 from bench_search.methods import N_PARTICLES, _msopt_settings, _prior  # noqa: E402
 from bench_search.oracle import Oracle  # noqa: E402
-from bench_search.problems import PROBLEMS, table_key  # noqa: E402
+from bench_search.problems import PROBLEMS  # noqa: E402
 from bench_search.runs import table  # noqa: E402
 
 from msopt.prior import PriorGuide  # noqa: E402
@@ -79,16 +79,16 @@ def first_generation(index: int, seed: int, cache: str) -> dict[str, float]:
     for pos in rows:
         values = tab.space.decode(np.asarray(pos, dtype=float), None).values
         f, _, _ = oracle.launch(values)
-        row = tab.index.get(table_key(tab.space, values), -1)
+        row = oracle.launches[-1][0]  # the table row the oracle measured (-1: not a valid configuration)
         pred.append(prior.predict(values, np.asarray(pos, dtype=float)).fitness)
         meas.append(f)
         true.append(tab.fitness[row] if row >= 0 else math.inf)
     pred_a, meas_a, true_a = np.array(pred), np.array(meas), np.array(true)
     ok = np.isfinite(pred_a) & np.isfinite(meas_a)
+    measured = np.where(ok, meas_a, np.inf)
     top = int(np.argmin(np.where(np.isfinite(pred_a), pred_a, np.inf)))
-    lost = bool(np.isfinite(meas_a[top]) and np.nanmin(np.where(ok, meas_a, np.inf)) < meas_a[top] * (1 - 2 * NOISE)) \
-        or not np.isfinite(meas_a[top])
-    best = int(np.argmin(np.where(ok, meas_a, np.inf)))
+    best = int(np.argmin(measured))
+    lost = not np.isfinite(meas_a[top]) or measured[best] < meas_a[top] * (1 - 2 * NOISE)
     return {"rho": spearman(pred_a[ok], meas_a[ok]), "lost": float(lost),
             "best": true_a[best] / tab.f_opt - 1, "top": true_a[top] / tab.f_opt - 1}
 

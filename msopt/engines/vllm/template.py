@@ -40,7 +40,7 @@ def write_init(ctx: InitContext) -> None:
             "context" + ("; dummy: no weight files beside config.json, random weights" if not has_weights else "")
             + ("; eager: torch.compile adds a minute per start on CPU" if cpu else ""))
     parallel_fields(doc, choice, "vllm", machine,
-              ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size"), spec)
+                    ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size"), spec)
     if spec.is_moe:
         if machine.devices > 1:
             choice.expert_parallel = [0, 1]
