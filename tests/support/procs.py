@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+from tests.support.record_pid import TOKEN
 
 RECORDER = Path(__file__).with_name("record_pid.py")
 
@@ -44,20 +47,29 @@ def _pgid(pid: int) -> int | None:
     return None if fields[0] in (b"Z", b"X") else int(fields[2])
 
 
+def _carries(pid: int, token: bytes) -> bool:
+    """Whether ``pid``'s environment holds ``token`` (``NAME=value``), inherited from the recorder."""
+    try:
+        return token in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
 def left_behind(pid_dir: Path) -> list[int]:
     """Every live process in a group the recorder started (a server leads its own group, so the
     recorded pid is the group id), and every recorded worker (tests/support/orphan_kids.py) still alive
-    in its recorded group: judged by pid and process group, never by command line (vLLM's
-    workers rename themselves)."""
+    in its recorded group: judged by pid, process group and the recorder's token in the environment
+    (record_pid.py), never by command line (vLLM's workers rename themselves)."""
     if not pid_dir.is_dir():
         return []
+    token = f"{TOKEN}={os.path.abspath(pid_dir)}".encode()
     groups = {int(f.name) for f in pid_dir.iterdir() if f.name.isdigit()}
     out = {int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and _pgid(int(d.name)) in groups}
     for f in pid_dir.glob("kid-*"):
         pid = int(f.name[4:])
         if _pgid(pid) == int(f.read_text() or -1):
             out.add(pid)
-    return sorted(out)
+    return sorted(p for p in out if _carries(p, token))
 
 
 def kids(pid_dir: Path) -> int:
