@@ -49,6 +49,22 @@ class RetryableError(EvaluationError):
     """An evaluation failure worth another attempt (a retryable health-check pattern, a port clash)."""
 
 
+class EngineCrashError(EvaluationError):
+    """The engine died while it served the benchmark: a fault with its cause, never a measurement.
+
+    ``crash`` is the :class:`msopt.engines.crash.EngineCrash` as a dict (what died, the log line, the
+    prompt length of the request in flight), journaled beside the error.
+    """
+
+    def __init__(self, message: str, crash: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.crash = dict(crash)
+
+
+class EngineCrashStop(MsoptError):
+    """Every configuration a run launched died on the same request: searching on would only repeat it."""
+
+
 class RefusedError(EvaluationError):
     """The engine would refuse this configuration at start-up (one of its start-up rules), so it
     is not launched. ``rule`` is the rule's id (:mod:`msopt.engines.rules`)."""

@@ -21,6 +21,7 @@ from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
     from msopt.config import Config
+    from msopt.engines.crash import CrashReader
     from msopt.engines.health_sources import PatternSource
 
 
@@ -65,6 +66,9 @@ class EngineAdapter:
     #: ``(origin, line)``: lines the engine logs that look alarming but are no failure; no packaged
     #: pattern may match them (the tests check).
     benign_lines: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: The lines of the engine's server log that say it died while serving, and where its dump names
+    #: the request in flight (:mod:`msopt.engines.crash`); None: only the process's exit says it.
+    crash_reader: ClassVar[CrashReader | None] = None
     #: Flags that make the engine's server speak HTTPS (``msopt preflight`` fails a launch that
     #: passes one: msopt's readiness check and benchmarks speak plain HTTP).
     tls_flags: ClassVar[frozenset[str]] = frozenset()

@@ -17,7 +17,7 @@ from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.launch import TrialNode
 from msopt.engines.process import ProcessRegistry
-from msopt.errors import DecodeError, EvaluationError, RefusedError, RetryableError
+from msopt.errors import DecodeError, EngineCrashError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.objective import Objective, run_objective
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import (
@@ -128,6 +128,8 @@ class Evaluator:
             except EvaluationError as exc:
                 result.error = str(exc)
                 result.server = self._server()
+                if isinstance(exc, EngineCrashError):  # a fault with its cause: no metrics, no retry
+                    result.crash = exc.crash
                 break
             except Exception as exc:  # noqa: BLE001  not the configuration's doing: see evaluate()
                 result.fault = describe_fault(exc)

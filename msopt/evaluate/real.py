@@ -10,6 +10,8 @@ evaluator tries again (up to its attempt limit).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -21,15 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks import get_benchmark
+from msopt.benchmarks.builtin import REQUESTS_FILE
 from msopt.benchmarks.engine_metrics import CacheCounters, read_counters, spec_report, summed
 from msopt.config import Config
 from msopt.engines import EngineAdapter, LaunchSpec
+from msopt.engines.crash import EngineCrash, read_log_tail
 from msopt.engines.hccl import lease_blocks
 from msopt.engines.pd import without_pd
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
-from msopt.errors import EvaluationError, RetryableError
+from msopt.errors import EngineCrashError, EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
@@ -140,11 +144,18 @@ class RealRunner(EngineRunner):
         self.last_server = {"start": "reused", "start_s": 0.0, "key": kept.key, "kept": True,
                             "started_by": kept.started_by, "seed_offset": kept.served}
         try:
-            metrics = self.benchmark.run(
-                kept.spec, values, self.config.engine.fields, section, num_prompts=req.num_prompts, load=req.load,
-                result_dir=workdir / "result", log_path=bench_log,
-                timeout=self.config.run.particles_time_out)
+            try:
+                metrics = self.benchmark.run(
+                    kept.spec, values, self.config.engine.fields, section, num_prompts=req.num_prompts,
+                    load=req.load, result_dir=workdir / "result", log_path=bench_log,
+                    timeout=self.config.run.particles_time_out)
+            finally:
+                self._raise_crash(kept.proc, kept.server_log, workdir / "result")
             self._check_alive(kept.spec, kept.proc, metrics, kept.server_log)
+        except EngineCrashError:
+            self.close()
+            self.last_server["kept"] = False
+            raise
         except EvaluationError as exc:
             self.close()
             self.last_server["kept"] = False
@@ -154,6 +165,25 @@ class RealRunner(EngineRunner):
                 shutil.rmtree(workdir, ignore_errors=True)
         kept.served += 1
         return metrics
+
+    def _raise_crash(self, proc: Any, server_log: Path, result_dir: Path) -> None:
+        """Raise :class:`EngineCrashError` when the server died while the benchmark ran: its log says
+        so (the adapter's :attr:`~msopt.engines.base.EngineAdapter.crash_reader`) or its process ended
+        with a non-zero code. The request in flight is the one the engine's dump names, else the
+        first request the benchmark saw fail."""
+        reader = self.engine.crash_reader
+        crash = reader.read(read_log_tail(server_log), str(server_log)) if reader is not None else None
+        if crash is None:
+            code = proc.poll()
+            if code is None or code == 0:
+                return
+            crash = EngineCrash(reader.engine if reader is not None else self.engine.name,
+                                f"server exited with code {code}", "", str(server_log))
+        if crash.prompt_tokens is None:
+            tokens = failed_prompt_tokens(result_dir)
+            if tokens is not None:
+                crash = dataclasses.replace(crash, prompt_tokens=tokens, source="the benchmark")
+        raise EngineCrashError(crash.message(), crash.to_json())
 
     @staticmethod
     def _check_alive(spec: Any, proc: Any, metrics: Mapping[str, Any], server_log: Path) -> None:
@@ -204,13 +234,18 @@ class RealRunner(EngineRunner):
             self.last_server = {"start": "started", "start_s": round(time.monotonic() - t0, 3), "key": key,
                                 "kept": False}
             self._followers_ok(launcher)
-            metrics = self.benchmark.run(
-                spec, values, config.engine.fields, config.benchmark.table,
-                num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
-                log_path=bench_log, timeout=timeout)
+            try:
+                metrics = self.benchmark.run(
+                    spec, values, config.engine.fields, config.benchmark.table,
+                    num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
+                    log_path=bench_log, timeout=timeout)
+            finally:
+                self._raise_crash(proc, server_log, workdir / "result")
             self._check_alive(spec, proc, metrics, server_log)
             self._followers_ok(launcher)
             keep = key is not None and launcher is None
+        except EngineCrashError:
+            raise
         except EvaluationError as exc:
             if launcher is not None:
                 why = launcher.failure()
@@ -311,6 +346,20 @@ def _pd_ports(lease: PortLease, most: int = 64) -> list[int]:
         if lease.ports is None:
             raise
     return out
+
+
+def failed_prompt_tokens(result_dir: Path) -> int | None:
+    """The prompt length of the first request (by start) that failed, from a benchmark's per-request
+    records (the builtin benchmark's ``requests.jsonl``); None when none is recorded with one."""
+    path = result_dir / REQUESTS_FILE
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    failed = [r for r in rows if isinstance(r, dict) and not r.get("success") and r.get("input_tokens") is not None]
+    if not failed:
+        return None
+    return int(min(failed, key=lambda r: float(r.get("start") or 0.0))["input_tokens"])
 
 
 def _some_failed(metrics: Mapping[str, Any]) -> bool:

@@ -101,7 +101,9 @@ class EvaluationResult:
     configuration (metrics and ``fitness``; None without a prior). ``server`` says how the
     measurement got its server: ``{"start": "started" | "reused", "start_s": seconds the start
     took (0 when reused), "key": the server key, "kept": whether the server was kept running}``
-    (None: nothing was launched).
+    (None: nothing was launched). ``crash`` is set when the engine died while it served
+    (:class:`msopt.engines.crash.EngineCrash` as a dict: what died, the log line, the prompt length
+    of the request in flight); ``error`` then holds its one line.
     """
 
     eval_id: int
@@ -128,6 +130,7 @@ class EvaluationResult:
     fault: str | None = None
     predicted: dict[str, Any] | None = None
     server: dict[str, Any] | None = None
+    crash: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -137,8 +140,9 @@ class EvaluationResult:
     def to_json(self, run_id: str) -> dict[str, Any]:
         """A JSON-safe dict (non-finite numbers become null) with the run id first."""
         d = {"run_id": run_id, **asdict(self)}
-        if d["fault"] is None:  # journaled results are measurements; keep their lines as they were
-            del d["fault"]
+        for key in ("fault", "crash"):  # absent unless set: journal lines stay as they were
+            if d[key] is None:
+                del d[key]
         d["fitness"] = _finite_or_none(self.fitness)
         d["metrics"] = {k: _finite_or_none(v) for k, v in self.metrics.items()}
         d["position_in"] = [_finite_or_none(float(x)) for x in self.position_in]

@@ -43,7 +43,7 @@ import numpy as np
 
 from msopt.config import Config
 from msopt.engines import get_engine
-from msopt.errors import ConfigError, DecodeError
+from msopt.errors import ConfigError, DecodeError, EngineCrashStop
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.evaluate.runner import server_key
 from msopt.evaluate.screen import CandidateScreen
@@ -51,6 +51,7 @@ from msopt.evaluate.workload import workload_config
 from msopt.run import stages
 from msopt.run.callbacks import RunRecord, StoreCallback
 from msopt.run.capacity import CapacityOptions, capacity_options
+from msopt.run.crashes import CrashWatch
 from msopt.run.dispatcher import Dispatcher, was_launched
 from msopt.run.events import (
     CallbackList,
@@ -173,6 +174,7 @@ class Driver:
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
         self.tally = VerdictTally(config)  # what the verdict needs of every result, counted as they come
+        self.crashes = CrashWatch.for_budget(self.max_launches)
         self.stage = "baseline"  # msopt.run.servers.STAGES: what the rest of the run may measure
         self._expected: list[EvaluationResult] | None = None
         self.dispatcher = Dispatcher(pool, self.space, reuse=self.reuse, previous=previous, events=self.events,
@@ -256,6 +258,9 @@ class Driver:
         self.tally.add(r)
         if r.refused and r.values:
             self.refused_keys.add(values_key(r.values))
+        stop = self.crashes.add(r) if done.launched else None
+        if stop is not None:  # journaled above: the run stops with every result kept
+            raise EngineCrashStop(stop)
         if self.guide is not None:
             self.guide.observe(r)
         if r.phase == "refine" and not r.failed:

@@ -49,6 +49,7 @@ from msopt.engines.launch import (
     split_others,
     value_of,
 )
+from msopt.engines.vllm.crash import VLLM_CRASH
 from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
 from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.engines.vllm.rules import RULES as VLLM_RULES
@@ -189,6 +190,7 @@ class VllmAdapter(CommandLineAdapter):
     sim_personality = "vllm"
     health_sources = VLLM_SOURCES
     benign_lines = VLLM_BENIGN_LINES
+    crash_reader = VLLM_CRASH
     #: vLLM 0.33.0 --ssl-keyfile / --ssl-certfile (msopt/engines/vllm/flags/vllm-0.33.0.txt)
     tls_flags = frozenset({"--ssl-keyfile", "--ssl-certfile"})
     version_programs = ("vllm",)
