@@ -117,7 +117,9 @@ def test_a_worker_killed_at_the_first_request_is_a_fault_named_with_its_request(
     assert len(recs) == 1, out[-3000:]
     rec = recs[0]
     assert rec["crash"] is not None and rec["crash"]["what"] == "worker died", rec
-    assert "died unexpectedly (exit code: -9)" in rec["crash"]["line"], rec["crash"]
+    # -9 where the executor reaped the worker before it logged, None where it logged first (vLLM reads the exit
+    # code of a process it has not waited for: multiproc_executor.py:315-319)
+    assert re.search(r"died unexpectedly \(exit code: (-9|None)\)", rec["crash"]["line"]), rec["crash"]
     # the dump of the step that was running names the request's length; where the worker died between steps
     # nothing does, and the line says so
     tokens = rec["crash"]["prompt_tokens"]
@@ -128,3 +130,4 @@ def test_a_worker_killed_at_the_first_request_is_a_fault_named_with_its_request(
     assert all(v is None for v in rec["metrics"].values()) and rec["fitness"] is None  # no success rate, no fitness
     assert rec["attempts"] == 1
     assert f"error={rec['error']}" in out, out[-3000:]  # the run says it in one line
+    assert "success rate" not in out.lower() and "success_rate=" not in out, out[-3000:]  # not a measurement
