@@ -190,14 +190,6 @@ class Settings:
                 return src
         return self.sources[-1] if self.sources else "<defaults>"
 
-    def table_source(self, *tables: str) -> str:
-        """The highest layer that set a key of any of ``tables`` (for messages about a table)."""
-        best = -1
-        for key, src in self.origin.items():
-            if any(key == t or key.startswith(t + ".") for t in tables) and src in self.sources:
-                best = max(best, self.sources.index(src))
-        return self.sources[best] if best >= 0 else self.where(tables[0])
-
     def replace(self, **top_level: Any) -> Settings:
         """A copy with top-level keys overridden (CLI flags such as --particles)."""
         data = thaw(self.data)
