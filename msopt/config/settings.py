@@ -191,7 +191,12 @@ class Settings:
         return self.sources[-1] if self.sources else "<defaults>"
 
     def replace(self, **top_level: Any) -> Settings:
-        """A copy with top-level keys overridden (CLI flags such as --particles)."""
+        """A copy with top-level keys overridden (CLI flags such as --particles, ``msopt.optimize``'s keywords).
+
+        Raises:
+            ConfigError: a key that is not a top-level key (with close matches), or a value out of range.
+        """
+        _check_keys(top_level, "<command line>", tuple(self.data))
         data = thaw(self.data)
         slo = top_level.get("slo")
         if isinstance(slo, Mapping):  # --slo names some metrics: the file's [slo] keeps the others
