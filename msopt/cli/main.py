@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from msopt import __version__
+from msopt._version import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.config import load_settings, split
 from msopt.engines.rules import advisories

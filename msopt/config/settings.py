@@ -190,16 +190,13 @@ class Settings:
                 return src
         return self.sources[-1] if self.sources else "<defaults>"
 
-    def table_source(self, *tables: str) -> str:
-        """The highest layer that set a key of any of ``tables`` (for messages about a table)."""
-        best = -1
-        for key, src in self.origin.items():
-            if any(key == t or key.startswith(t + ".") for t in tables) and src in self.sources:
-                best = max(best, self.sources.index(src))
-        return self.sources[best] if best >= 0 else self.where(tables[0])
-
     def replace(self, **top_level: Any) -> Settings:
-        """A copy with top-level keys overridden (CLI flags such as --particles)."""
+        """A copy with top-level keys overridden (CLI flags such as --particles, ``msopt.optimize``'s keywords).
+
+        Raises:
+            ConfigError: a key that is not a top-level key (with close matches), or a value out of range.
+        """
+        _check_keys(top_level, "<command line>", tuple(self.data))
         data = thaw(self.data)
         slo = top_level.get("slo")
         if isinstance(slo, Mapping):  # --slo names some metrics: the file's [slo] keeps the others

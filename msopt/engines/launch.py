@@ -90,11 +90,6 @@ class TrialNode:
     ip_error: str = ""
 
 
-def single_node(devices: Sequence[str] = ()) -> tuple[TrialNode, ...]:
-    """The one-node placement of a trial holding ``devices`` on this machine."""
-    return (TrialNode(0, "127.0.0.1", tuple(str(d) for d in devices)),)
-
-
 # -- helpers shared by the adapters -----------------------------------------------------------
 def plain(value: Any) -> Any:
     """A numpy scalar as the Python scalar it holds; anything else unchanged."""

@@ -99,7 +99,7 @@ class HealthCheck:
 
     @classmethod
     def default(cls) -> HealthCheck:
-        """The packaged defaults (``[health_check]`` of msopt/defaults.toml)."""
+        """The packaged defaults (``[health_check]`` of msopt/config/defaults.toml)."""
         return cls.from_mapping(read_toml(DEFAULTS_PATH, "packaged defaults").get("health_check", {}))
 
     @classmethod

@@ -120,7 +120,7 @@ class _SigtermSeen:
     def __init__(self) -> None:
         self.seen = False
 
-    def __call__(self, signum: int, frame: Any) -> None:
+    def __call__(self, _signum: int, _frame: Any) -> None:
         self.seen = True
         raise Terminated
 

@@ -33,8 +33,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
 from msopt.config import Config
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 from msopt.run.budget import BudgetPlan, contenders, plan_budget, relative_noise
@@ -44,7 +42,7 @@ from msopt.run.events import PhaseStarted, RunCallback, TotalChanged
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.run.records import finite
 from msopt.search.searcher import Searcher, Trial
-from msopt.space import DecodeContext, SearchSpace
+from msopt.space import SearchSpace
 
 
 class RunContext(Protocol):
@@ -143,25 +141,10 @@ def extra_remeasurements(ctx: RunContext) -> int:
     return budget_plan(ctx).extra
 
 
-def capacity_reserve(ctx: RunContext) -> int:
-    """With a launch budget and the capacity stage on: the launches kept for its probes,
-    ``max_probes`` per configuration, at most half the budget. 0 without a budget."""
-    return budget_plan(ctx).capacity
-
-
-def baseline_reserve(ctx: RunContext) -> int:
-    """With a launch budget: the launch kept for measuring the baseline beside the re-measured
-    picks (:func:`refine`; in the large plan its later re-measurements come out of
-    :func:`extra_remeasurements`). 0 without a budget, without ``pso_top_k``, when the baseline
-    failed (it is not measured again) or while it is on the board (it would be re-measured as one
-    of the picks). It follows the board, so a resumed run computes the same."""
-    return budget_plan(ctx).baseline
-
-
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
     re-measurements of the picks, the extra ones (:func:`extra_remeasurements`), the baseline's
-    (:func:`baseline_reserve`) and the capacity stage's share (:func:`capacity_reserve`), at
+    (:attr:`BudgetPlan.baseline`) and the capacity stage's share (:attr:`BudgetPlan.capacity`), at
     least 1 (None: no budget, the search runs ``iters`` iterations)."""
     if ctx.max_launches <= 0:
         return None
@@ -197,13 +180,6 @@ def eval_id(ctx: RunContext, particle: int, count: int) -> int:
     """The eval id of lane ``particle``'s ``count``-th search evaluation (0 is the baseline): a
     function of its resume key (``"search"``, lane, count) and the searcher's lanes."""
     return 1 + count * ctx.searcher.lanes + particle
-
-
-def search_request(ctx: RunContext, particle: int, count: int, position: np.ndarray) -> EvalRequest:
-    """The request to evaluate ``position`` as particle ``particle``'s ``count``-th search."""
-    return EvalRequest(eval_id=eval_id(ctx, particle, count), phase="search", particle=particle,
-                       iteration=count, position=tuple(float(x) for x in position),
-                       context=DecodeContext(particle, ctx.n, count), num_prompts=ctx.search_prompts)
 
 
 def trial_request(ctx: RunContext, trial: Trial) -> EvalRequest:

@@ -250,8 +250,9 @@ class VerdictTally:
             self.speeds.setdefault(values_key(r.values), []).append(float(s))
 
     def spread(self, of: EvaluationResult) -> Spread | None:
-        """generate_speed of every measurement of ``of``'s configuration with the full workload
-        (see :func:`full_workload_speeds`); None when there is none."""
+        """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of ``of``'s
+        configuration with the full workload (:func:`msopt.evaluate.configured_num_prompts`; a result without
+        a count of its own served it); None when there is none."""
         speeds = self.speeds.get(values_key(of.values))
         return Spread(tuple(speeds)) if speeds else None
 
@@ -289,14 +290,3 @@ def make_verdict(config: Config, results: Sequence[EvaluationResult], best: Eval
     for r in results:
         tally.add(r)
     return tally.verdict(best, mean_fitness=mean_fitness, measurements=measurements)
-
-
-def full_workload_speeds(config: Config, results: Sequence[EvaluationResult],
-                         of: EvaluationResult) -> Spread | None:
-    """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of
-    ``of``'s configuration with the full workload (:func:`msopt.evaluate.configured_num_prompts`;
-    a result without a count of its own served it); None when there is none."""
-    tally = VerdictTally(config)
-    for r in results:
-        tally.add(r)
-    return tally.spread(of)

@@ -6,7 +6,7 @@ on the independent reality's problems (NVIDIA AIConfigurator; ``pip install -e '
     python scripts/benchmarks/bench_hours.py [--problems 4,5,6] [--seeds 20] [--jobs 1] [--out docs/benchmarks.md]
 
 ``--out`` writes the tables between the markers ``<!-- bench_hours: begin -->`` and
-``<!-- bench_hours: end -->`` of that file (scripts/benchmarks/bench_search.py keeps them when it rewrites
+``<!-- bench_hours: end -->`` of that file (scripts/benchmarks/bench_search/ keeps them when it rewrites
 the file); '-' prints them only.
 """
 

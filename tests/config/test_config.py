@@ -224,3 +224,12 @@ def test_no_global_settings_state(write_toml):
     a = load_settings(str(write_toml(USER)), environ={})
     b = load_settings(environ={})
     assert a.config.run.n_particles == 20 and b.config.run.n_particles == 10
+
+
+def test_replace_refuses_an_unknown_top_level_key():
+    """Settings.replace (the command line's flags, msopt.optimize's keywords) names a mistyped key and its close
+    match, as a file's unknown key is named, instead of taking it as a new table."""
+    s = load_settings(None, "vllm", environ={})
+    assert s.replace(iters=2).get("iters") == 2
+    with pytest.raises(ConfigError, match=r"<command line>: unknown top-level key 'itters'; did you mean 'iters'\?"):
+        s.replace(itters=2)

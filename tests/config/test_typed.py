@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,25 @@ def test_each_component_gets_its_own_section_with_the_files_that_set_it(write_to
     assert back == c and back.simulator.get("hardware") == "h100-sxm"
     with pytest.raises(TypeError):
         back.capacity.table["tolerance"] = 1  # type: ignore[index]  read-only
+
+
+def test_configuration_md_names_the_keys_defaults_toml_leaves_unset():
+    """docs/configuration.md's first layer says which keys defaults.toml leaves unset: each of UNSET_DEFAULTS,
+    and no more (a key defaults.toml sets is not among them)."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "configuration.md").read_text(encoding="utf-8")
+    layer = text[text.index("1. the packaged defaults"):text.index("2. the file named by")]
+    assert "msopt/config/defaults.toml" in layer and "UNSET_DEFAULTS" in layer
+    defaults = read_toml(DEFAULTS_PATH)
+    for dotted in UNSET_DEFAULTS:
+        table, _, key = dotted.rpartition(".")
+        assert f"{key}`" in layer, dotted
+        assert key not in (defaults.get(table, {}) if table else defaults), dotted
+
+
+def test_no_stale_defaults_path():
+    """The packaged defaults are msopt/config/defaults.toml; nothing names the old msopt/defaults.toml."""
+    root = Path(__file__).resolve().parents[2]
+    stale = [str(p.relative_to(root)) for p in [root / "README.md", *root.glob("docs/*.md"), *root.rglob("msopt/**/*.py")]
+             if "msopt/defaults.toml" in p.read_text(encoding="utf-8")]
+    assert stale == []

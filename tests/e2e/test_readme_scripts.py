@@ -48,7 +48,7 @@ def test_soak_chaos():
 
 
 def test_bench_search(tmp_path):
-    out = run(readme.command("python scripts/benchmarks/bench_search.py --jobs 2",
+    out = run(readme.command("python -m scripts.benchmarks.bench_search --jobs 2",
                              append=["--seeds", "1", "--budgets", "6", "--problems", "0", "--methods", "random search",
                                      "--ablation-seeds", "none", "--no-result-cache", "--cache", str(tmp_path),
                                      "--out", "-"]), timeout=1200)

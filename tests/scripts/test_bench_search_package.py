@@ -29,8 +29,8 @@ def pkg():
 
 
 def test_launcher_keeps_its_flags():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "bench_search.py"), "--help"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_search", "--help"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     for flag in ("--seeds", "--first-seed", "--budgets", "--problems", "--methods", "--noise", "--cache", "--jobs",
                  "--no-result-cache", "--out", "--ablation-seeds", "--section"):
@@ -47,7 +47,7 @@ def test_report_fills_every_field(pkg):
     results = {("p", m.name, 50): [pkg.score.score(table, [(0, 1.0)], 50)] for m in methods}
     args = argparse.Namespace(seeds=2, first_seed=0, noise=0.03, cache_note="note", ablation="| t |",
                               ablation_range=(100, 102))
-    text = pkg.render.render({"p": table}, results, methods, [50], args, "python scripts/benchmarks/bench_search.py", 5.0)
+    text = pkg.render.render({"p": table}, results, methods, [50], args, "python -m scripts.benchmarks.bench_search", 5.0)
     assert "$" not in text
     assert text.startswith("# Search quality: msopt vs peer optimizers\n")
     assert "## Method" in text and "### Ablation" in text and "| t |" in text and "Seeds 100–101" in text

@@ -1,4 +1,4 @@
-"""scripts/benchmarks/bench_search.py's scoring: the numbers docs/benchmarks.md is made of."""
+"""scripts/benchmarks/bench_search/'s scoring: the numbers docs/benchmarks.md is made of."""
 
 from __future__ import annotations
 

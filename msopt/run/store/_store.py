@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msopt import __version__
+from msopt._version import __version__
 from msopt.config.settings import same_toml
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.store._files import (

@@ -1,9 +1,9 @@
 """Search quality of msopt against peer optimizers on simulated tuning tasks with a known optimum.
 
 Usage:
-    python scripts/benchmarks/bench_search.py [--seeds 20] [--first-seed 0] [--budgets 6,10,20,50] [--problems all]
-                                   [--methods all] [--noise 0.03] [--cache DIR] [--jobs 1]
-                                   [--ablation-seeds 100:200] [--out docs/benchmarks.md] [--section NAME]
+    python -m scripts.benchmarks.bench_search [--seeds 20] [--first-seed 0] [--budgets 6,10,20,50] [--problems all]
+                                              [--methods all] [--noise 0.03] [--cache DIR] [--jobs 1]
+                                              [--ablation-seeds 100:200] [--out docs/benchmarks.md] [--section NAME]
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``: optuna, cmaes, nevergrad, pyswarms,
 aiconfigurator). Without aiconfigurator the independent reality's problems are skipped (with

@@ -1,4 +1,4 @@
-"""The command line: ``python scripts/benchmarks/bench_search.py [flags]`` (see the package docstring)."""
+"""The command line: ``python -m scripts.benchmarks.bench_search [flags]`` (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from .score import fmt, summarize
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(PACKAGE_DOC or "").splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.benchmarks.bench_search",
+                                     description=(PACKAGE_DOC or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds per method and problem")
     parser.add_argument("--first-seed", type=int, default=0, help="the table's seeds: FIRST_SEED, FIRST_SEED + 1, ...")
     parser.add_argument("--budgets", default="6,10,20,50", help="launch budgets, comma-separated")
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown method(s) {sorted(unknown)}; valid: {', '.join(m.name for m in METHODS)}")
         methods = tuple(m for m in METHODS if m.name in names)
     gap = not args.no_gap
-    command = "python scripts/benchmarks/bench_search.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m scripts.benchmarks.bench_search " + shlex.join(argv if argv is not None else sys.argv[1:])
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

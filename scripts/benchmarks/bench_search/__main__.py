@@ -1,0 +1,10 @@
+"""``python -m scripts.benchmarks.bench_search [flags]`` from the repository root (see the package docstring)."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
