@@ -47,6 +47,8 @@ class TraceWorkload:
         request_rate: requests/s (None: a closed loop).
         source: where it came from (a trace file and its statistics, or the default).
         shared_prefixes: the prompts share prefixes (a trace's block hashes repeat).
+        trace: the request trace the benchmark and the simulator replay (``[workload] trace``, an
+            absolute path; the means above are then only what the knobs' ranges are sized by), or None.
     """
 
     input_len: int
@@ -56,6 +58,7 @@ class TraceWorkload:
     request_rate: float | None
     source: str
     shared_prefixes: bool = False
+    trace: str | None = None
 
 
 @dataclass
