@@ -183,9 +183,15 @@ class Verdict:
         return line + f"; baseline {tokens_per_s(bspeed)}{self._baseline_load()} breaks {broken}"
 
     def _baseline_load(self) -> str:
-        """" at the configured load" when the recommendation was measured at another (a capacity probe)."""
-        b = self.baseline
-        return "" if self.best is None or b is None or same_load(self.best, b) else " at the configured load"
+        """Where the baseline's own measurement differs in load from the recommendation's: " at the
+        configured load" (the recommendation is a capacity probe), " on the search's sample of 640
+        prompts" (the baseline's first measurement, capped by ``sample_size``)."""
+        b, best = self.baseline, self.best
+        if best is None or b is None or same_load(best, b):
+            return ""
+        if best.phase == "capacity":
+            return " at the configured load"
+        return f" on the search's sample of {b.num_prompts:,} prompts" if b.num_prompts is not None else ""
 
     def gain_text(self) -> str:
         """The mean gain over the baseline with the full workload and whether it is noise:

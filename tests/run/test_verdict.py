@@ -100,6 +100,10 @@ def test_a_gain_beyond_the_spread_is_not_noise_and_capped_searches_are_not_compa
     v = make_verdict(SETTINGS.config, results, results[3])
     assert v.best_speeds.values == (6000.0, 6100.0)  # not the search's 64 prompts (the full workload is 640)
     assert v.gain_text() == "+21.0 %"
+    # the baseline's own measurement on the search's sample is said to be one
+    capped_base = again(base, 0, 5000.0, "baseline", 0, num_prompts=64)
+    v = make_verdict(SETTINGS.config, [capped_base, *results[1:]], results[3])
+    assert v.throughput_line().endswith("; baseline 5,000 tok/s on the search's sample of 64 prompts within the SLOs")
 
 
 def test_the_baseline_configuration_recommended_is_no_gain():
