@@ -340,8 +340,8 @@ class VerdictTally:
             parts.append(f"{len(worse)} scored worse by mean fitness ({span} against the recommendation's "
                          f"{_fitness(pick_fitness)}; lower is better)")
         if sample:
-            full = f"the full {self.full}" if self.full else "the full workload"
-            parts.append(f"{sample} only on the search's smaller sample (never measured with {full})")
+            whole = f"the full {self.full}" if self.full else "the full workload"
+            parts.append(f"{sample} only on the search's smaller sample (never measured with {whole})")
         if better:
             parts.append(f"{better} better by mean fitness but "
                          + ("not re-measured: the recommendation is the best re-measured configuration"
