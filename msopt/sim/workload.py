@@ -11,7 +11,7 @@ import numpy as np
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError
-from msopt.workload.replay import open_window, replay_arrivals
+from msopt.workload.replay import open_window, replay_arrivals, replay_indices
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
@@ -41,7 +41,8 @@ class Workload:
             was measured with (``msopt calibrate`` reads it from ``--num-warmups``).
         trace: a request trace replayed (``path`` and :class:`msopt.workload.Trace`'s options), or
             None. Request i takes the trace's i-th lengths and arrival (the trace repeated, one
-            mean gap after its last arrival, when ``num_prompts`` is larger); ``input_len`` and
+            mean gap after its last arrival, when ``num_prompts`` is larger; fewer: windows across
+            the whole trace, :func:`msopt.workload.replay.sample_windows`); ``input_len`` and
             ``output_len`` are not used, and a ``request_rate`` (a capacity probe's load) scales
             the arrivals to that mean rate.
     """
@@ -95,7 +96,8 @@ class Workload:
         n = self.num_prompts
         if self.trace is not None:
             ins, outs, *_ = self._trace_arrays()
-            return np.resize(ins, n), np.resize(outs, n)
+            idx = self._replay_index()
+            return ins[idx], outs[idx]
         return _draw(self.input_len, n, rng), _draw(self.output_len, n, rng)
 
     def sample_arrivals(self, rng: np.random.Generator) -> np.ndarray:
@@ -118,8 +120,17 @@ class Workload:
         _, _, _, _, hashes, block = self._trace_arrays()
         if not block or not any(hashes):
             return None
-        m = len(hashes)
-        return [hashes[i % m] for i in range(self.num_prompts)], block
+        return [hashes[i] for i in self._replay_index().tolist()], block
+
+    def _replay_index(self) -> np.ndarray:
+        """The trace index of each request replayed (:func:`msopt.workload.replay.replay_indices`:
+        the whole window, or a sample of windows across it), computed once per workload."""
+        idx = self.__dict__.get("_replay_cache")
+        if idx is None:
+            _, _, arr, _, _, _ = self._trace_arrays()
+            idx, _ = replay_indices(arr, self.num_prompts)
+            object.__setattr__(self, "_replay_cache", idx)
+        return idx
 
     def _trace_arrivals(self) -> np.ndarray:
         """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
