@@ -227,6 +227,29 @@ def replay_arrivals(arrivals: np.ndarray, n: int, request_rate: float | None = N
     return out
 
 
+def conversation_keys(requests: Sequence[TraceRequest]) -> list[str | None]:
+    """Each request's conversation: its ``session_id`` (BurstGPT, generic CSV), or for a Bailian turn
+    the first turn's ``chat_id``, followed up its ``parent_chat_id`` chain (every turn has a chat_id of
+    its own); None for a request of no session."""
+    root: dict[str, str] = {}
+    out: list[str | None] = []
+    for r in requests:
+        if r.session_id is None:
+            out.append(None)
+            continue
+        key = root.get(r.parent_id, r.parent_id) if r.parent_id is not None else r.session_id
+        root.setdefault(r.session_id, key or r.session_id)
+        out.append(root[r.session_id])
+    return out
+
+
+def session_rank(key: str, ranks: int) -> int:
+    """The data-parallel rank a session is pinned to among ``ranks``: a stable digest of its key
+    (the same in every process), so the simulator and the client agree."""
+    digest = hashlib.blake2b(f"session:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % max(1, ranks)
+
+
 def _gap_cv(times: np.ndarray) -> float | None:
     gaps = np.diff(times)
     return float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else None
@@ -306,4 +329,5 @@ def block_prompt(hash_ids: Sequence[int], block_tokens: int, input_tokens: int, 
 
 
 __all__ = ["BLOCK_WORDS", "MAX_WINDOWS", "REPLAY_KEYS", "WINDOW_REQUESTS", "TraceWindow", "block_prompt",
-           "describe_replay", "open_window", "replay_arrivals", "replay_indices", "sample_windows"]
+           "conversation_keys", "describe_replay", "open_window", "replay_arrivals", "replay_indices",
+           "sample_windows", "session_rank"]
