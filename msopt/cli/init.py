@@ -153,7 +153,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
             + (f", {rate:g} requests/s" if rate else "")
             + (f", {s.prefix_ceiling:.0%} of prompt blocks repeat" if s.prefix_ceiling is not None else ""))
     return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), s.requests, None if rate else 64, rate,
-                         what, shared, str(trace.path.expanduser().absolute()))
+                         what, shared, str(trace.path.expanduser().absolute()), s.span_s)
 
 
 def default_workload(cpu: bool) -> TraceWorkload:
@@ -311,6 +311,13 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
         doc.table("workload", f"{DOC}#workload: the simulator and the benchmark replay the trace, each request "
                   "at its own time with its own lengths")
         doc.key("trace", wl.trace)
+        timeout = 900 if cpu else 3600  # particles_time_out as written above, or the packaged default
+        if not simulate and wl.span_s > timeout / 2:
+            # a real re-measurement replays the whole window within one evaluation's time, the server's
+            # start included: the largest part that leaves half of it to the start
+            doc.key("window", [0, timeout // 2], f"the trace lasts {wl.span_s:,.0f} s and an evaluation may take "
+                    f"particles_time_out = {timeout} s, the server's start included: the re-measurements replay "
+                    "this part of it; widen both to replay more")
         doc.comment(f"its means, for reference only (the replay keeps the bursts and the length tail): {wl.source}")
     else:
         doc.table("simulator.workload", "the same workload as the benchmark below")

@@ -49,6 +49,7 @@ class TraceWorkload:
         shared_prefixes: the prompts share prefixes (a trace's block hashes repeat).
         trace: the request trace the benchmark and the simulator replay (``[workload] trace``, an
             absolute path; the means above are then only what the knobs' ranges are sized by), or None.
+        span_s: the trace's span, first arrival to last (s).
     """
 
     input_len: int
@@ -59,6 +60,7 @@ class TraceWorkload:
     source: str
     shared_prefixes: bool = False
     trace: str | None = None
+    span_s: float = 0.0
 
 
 @dataclass

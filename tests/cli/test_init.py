@@ -202,6 +202,18 @@ def test_a_trace_sets_the_workload(tmp_path):
         == "builtin"
 
 
+def test_a_trace_longer_than_an_evaluation_is_cut_to_the_part_it_allows(tmp_path):
+    # a real run re-measures on the whole window within particles_time_out (the packaged 3600 s): a 2-hour
+    # trace is cut to its first 1800 s, saying why; a simulated run replays it whole
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{600 * i},100,10\n" for i in range(13)),
+                     encoding="utf-8")
+    doc = tomllib.loads(build("vllm", "qwen3-8b", devices=8, workload=str(trace), probe={}).text)
+    assert doc["workload"]["window"] == [0, 1800]
+    assert "window" not in tomllib.loads(build("vllm", "qwen3-8b", devices=8, workload=str(trace), probe={},
+                                                simulate=True).text)["workload"]
+
+
 def test_a_trace_without_shared_prefixes_leaves_prefix_caching_out(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i},{100 + i},10\n" for i in range(5)),
