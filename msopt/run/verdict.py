@@ -189,9 +189,9 @@ class Verdict:
         b, best = self.baseline, self.best
         if best is None or b is None or same_load(best, b):
             return ""
-        if best.phase == "capacity":
-            return " at the configured load"
-        return f" on the search's sample of {b.num_prompts:,} prompts" if b.num_prompts is not None else ""
+        if b.num_prompts is not None and b.num_prompts != best.num_prompts:
+            return f" on the search's sample of {b.num_prompts:,} prompts"
+        return " at the configured load" if best.phase == "capacity" else ""
 
     def gain_text(self) -> str:
         """The mean gain over the baseline with the full workload and whether it is noise:

@@ -67,6 +67,11 @@ def test_a_capacity_probe_of_the_baseline_configuration_is_no_gain():
     probe.load = {"request_rate": 7.17}
     v = make_verdict(SETTINGS.config, [base, probe], probe)
     assert "%" not in v.throughput_line() and "at request_rate 7.17 (a capacity probe)" in v.throughput_line()
+    # the baseline's own measurement on the search's sample, the probe on the whole window: each said as it is
+    capped = again(base, 0, 5000.0, "baseline", 0, num_prompts=64)
+    v = make_verdict(SETTINGS.config, [capped, probe], probe)
+    assert v.throughput_line().endswith("(a capacity probe); baseline 5,000 tok/s on the search's sample of 64 "
+                                        "prompts within the SLOs")
     assert v.lines()[-1] == "  vs baseline: the recommendation is the baseline configuration (nothing gained)"
 
 
