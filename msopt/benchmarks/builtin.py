@@ -56,7 +56,7 @@ from msopt.metrics import (
     SPEC_ACCEPT_LEN,
 )
 from msopt.space.fields import FieldDecl
-from msopt.workload.replay import TraceWindow, block_prompt, open_window
+from msopt.workload.replay import TraceWindow, block_prompt, conversation_keys, open_window, session_rank
 
 RESULT_FILE = "builtin_result.json"
 #: what ``builtin_result.json`` holds besides the five metrics and goes into the journal with them
@@ -89,6 +89,9 @@ class LoadParams:
     #: a trace replayed (``path`` and the trace's options, :data:`msopt.workload.replay.REPLAY_KEYS`),
     #: or None for synthetic prompts
     trace: Mapping[str, Any] | None = None
+    #: the server's data-parallel ranks a request may name (:attr:`LaunchSpec.rank_header_ranks`): a
+    #: replayed session's requests all carry one ``X-Data-Parallel-Rank``; 1: no header
+    dp_ranks: int = 1
 
 
 @dataclass
@@ -177,6 +180,7 @@ def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: 
         stream=bool(section.get("stream", True)),
         extra_body=thaw(extra),
         trace=thaw(trace) if trace is not None else None,
+        dp_ranks=server.rank_header_ranks,
     )
 
 
@@ -210,8 +214,17 @@ def _text_of(chunk: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def rank_headers(p: LoadParams, conversation: str | None) -> dict[str, str]:
+    """The header that keeps a replayed session on one data-parallel replica (the engines that take
+    it: :attr:`msopt.engines.cmdline.CommandLineAdapter.rank_header_flags`), the rank the simulator
+    routes it to (:func:`msopt.workload.replay.session_rank`); none for a request of no session."""
+    if conversation is None or p.dp_ranks <= 1:
+        return {}
+    return {"X-Data-Parallel-Rank": str(session_rank(conversation, p.dp_ranks))}
+
+
 async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0: float,
-               log: Any, max_tokens: int | None = None) -> None:
+               log: Any, max_tokens: int | None = None, headers: Mapping[str, str] | None = None) -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
     rec.start = start - t0
@@ -220,7 +233,7 @@ async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0:
     first: float | None = None
     done = not p.stream
     try:
-        async with session.post(p.url + p.endpoint, json=_body(p, prompt, max_tokens)) as resp:
+        async with session.post(p.url + p.endpoint, json=_body(p, prompt, max_tokens), headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:300]
                 raise RuntimeError(f"HTTP {resp.status}: {text}")
@@ -273,6 +286,7 @@ class Replay:
     max_tokens: Sequence[int]
     input_tokens: Sequence[int]
     trace_span: float
+    conversations: Sequence[str | None] = ()
 
 
 def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
@@ -282,6 +296,8 @@ def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
     assert p.trace is not None
     window = window or open_window(p.trace, "[builtin] trace")
     reqs = window.pick(p.num_prompts)
+    keys = conversation_keys(window.requests)
+    by_row = {r.row: k for r, k in zip(window.requests, keys)}
     rate = p.request_rate if math.isfinite(p.request_rate) else None
     send = window.arrivals(p.num_prompts, rate).tolist()
     # the n-th pass over the trace is the trace again (its hash ids too, as the simulator replays
@@ -290,7 +306,7 @@ def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
     prompts = [block_prompt(r.hash_ids, window.block_tokens, r.input_tokens, p.seed, str(i), blocks)
                for i, r in enumerate(reqs)]
     return Replay(send, prompts, [r.output_tokens for r in reqs], [r.input_tokens for r in reqs],
-                  float(send[-1] - send[0]) if send else 0.0)
+                  float(send[-1] - send[0]) if send else 0.0, [by_row.get(r.row) for r in reqs])
 
 
 async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], list[RequestRecord]]:
@@ -310,11 +326,12 @@ async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], lis
 
         async def guarded(i: int) -> None:
             max_tokens = replay.max_tokens[i] if replay else None
+            headers = rank_headers(p, replay.conversations[i]) if replay and replay.conversations else None
             if sem is None:
-                await _one(session, p, records[i], prompts[i], t0, log, max_tokens)
+                await _one(session, p, records[i], prompts[i], t0, log, max_tokens, headers)
                 return
             async with sem:
-                await _one(session, p, records[i], prompts[i], t0, log, max_tokens)
+                await _one(session, p, records[i], prompts[i], t0, log, max_tokens, headers)
 
         tasks = []
         for i in range(p.num_prompts):

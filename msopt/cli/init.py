@@ -12,8 +12,8 @@ What it writes, and why each choice (docs/configuration.md, "msopt init"):
 - the batch and scheduler knobs of the engine and version (:data:`ENGINES`), with ranges from the
   model's context, the workload and the memory: each engine writes its own sections
   (:meth:`~msopt.engines.base.EngineAdapter.write_init`, msopt/engines/<name>/template.py);
-- the SLOs (``[slo]``, :mod:`msopt.slo`), the benchmark and the workload (a trace's lengths and
-  rate, :func:`read_trace`), and every other key at its packaged default, commented, with the
+- the SLOs (``[slo]``, :mod:`msopt.slo`), the benchmark and the workload (``[workload] trace``,
+  :func:`read_trace`), and every other key at its packaged default, commented, with the
   section of docs/configuration.md that documents it.
 
 A field the engine refuses or the model cannot use is left out with a comment saying why. The
@@ -134,8 +134,10 @@ def detect_machine(target: str, devices: int | None, probe: Mapping[str, str] | 
 
 
 def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
-    """A request trace's workload: mean input and output tokens, the mean arrival rate, and whether
-    prompts share prefixes (at least a tenth of their hash-id blocks repeat an earlier one).
+    """A request trace's workload: the trace itself (the run replays it: its arrivals, its lengths,
+    its bursts), with its mean input and output tokens and mean arrival rate (what the knobs' ranges
+    are sized by, and the file's comment), and whether prompts share prefixes (at least a tenth of
+    their hash-id blocks repeat an earlier one).
 
     Any format :class:`msopt.workload.Trace` reads (Mooncake, Bailian, Azure, BurstGPT, generic CSV).
 
@@ -150,8 +152,8 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
     what = (f"{trace.path.name}: {s.requests} requests, mean {inp} tokens in / {out} out"
             + (f", {rate:g} requests/s" if rate else "")
             + (f", {s.prefix_ceiling:.0%} of prompt blocks repeat" if s.prefix_ceiling is not None else ""))
-    return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), min(s.requests, 1000), None if rate else 64, rate,
-                         what, shared)
+    return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), s.requests, None if rate else 64, rate,
+                         what, shared, str(trace.path.expanduser().absolute()), s.span_s)
 
 
 def default_workload(cpu: bool) -> TraceWorkload:
@@ -241,7 +243,7 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
     layout(spec, wdtype, machine, choice)
     percentiles = any(t.statistic != "mean" for t in terms.values())
     bench = {"vllm": "vllm_benchmark", "sglang": "builtin"}[section] if section != "mindie" else (
-        "builtin" if percentiles else "ais_bench")
+        "builtin" if percentiles or wl.trace else "ais_bench")  # AISBench cannot replay a trace
     context = min(spec.max_position, max(pow2_at_least(2 * (wl.input_len + wl.output_len)), 512 if cpu else 4096))
     if wl.input_len + wl.output_len > spec.max_position:
         raise ConfigError(f"--workload: requests of {wl.input_len} + {wl.output_len} tokens exceed the model's "
@@ -305,14 +307,27 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
         doc.key("weight_dtype", wdtype)
     doc.key("hardware", machine.hardware, "the devices init sized the layout for; remove it and a real run's "
             "prior detects the nodes itself")
-    doc.table("simulator.workload", "the same workload as the benchmark below")
-    doc.key("input_len", wl.input_len)
-    doc.key("output_len", wl.output_len)
-    doc.key("num_prompts", wl.num_prompts)
-    if wl.request_rate:
-        doc.key("request_rate", wl.request_rate)
+    if wl.trace:
+        doc.table("workload", f"{DOC}#workload: the simulator and the benchmark replay the trace, each request "
+                  "at its own time with its own lengths")
+        doc.key("trace", wl.trace)
+        timeout = 900 if cpu else 3600  # particles_time_out as written above, or the packaged default
+        if not simulate and wl.span_s > timeout / 2:
+            # a real re-measurement replays the whole window within one evaluation's time, the server's
+            # start included: the largest part that leaves half of it to the start
+            doc.key("window", [0, timeout // 2], f"the trace lasts {wl.span_s:,.0f} s and an evaluation may take "
+                    f"particles_time_out = {timeout} s, the server's start included: the re-measurements replay "
+                    "this part of it; widen both to replay more")
+        doc.comment(f"its means, for reference only (the replay keeps the bursts and the length tail): {wl.source}")
     else:
-        doc.key("concurrency", wl.concurrency)
+        doc.table("simulator.workload", "the same workload as the benchmark below")
+        doc.key("input_len", wl.input_len)
+        doc.key("output_len", wl.output_len)
+        doc.key("num_prompts", wl.num_prompts)
+        if wl.request_rate:
+            doc.key("request_rate", wl.request_rate)
+        else:
+            doc.key("concurrency", wl.concurrency)
     written += ["simulator.model", "simulator.hardware", "simulator.weight_dtype", "simulator.seed",
                 "simulator.noise"]
     get_engine(section).write_init(InitContext(doc, choice, engine, spec, machine, served, name, wl, context,
@@ -333,6 +348,11 @@ def _benchmark(doc: InitDoc, bench: str, served: str, wl: TraceWorkload, machine
         exe, how = executable_for(served, "vllm")
         doc.key("executable", [*exe, "bench", "serve"], how)
         doc.key("backend", "vllm")
+        if wl.trace:
+            doc.comment("  [workload] trace sets what it sends (its timed_trace dataset)")
+            doc.key("seed", 0)
+            doc.key("others", "--ignore-eos", "every request generates its trace's output tokens")
+            return
         doc.key("dataset_name", "random")
         doc.key("num_prompts", wl.num_prompts, "the full workload; sample_size caps the search")
         doc.key("random_input_len", wl.input_len)
@@ -346,6 +366,11 @@ def _benchmark(doc: InitDoc, bench: str, served: str, wl: TraceWorkload, machine
     elif bench == "builtin":
         doc.table("builtin", "msopt's load generator (docs/engines.md)")
         doc.key("endpoint", get_engine(section).init_endpoint)
+        if wl.trace:
+            doc.comment("  [workload] trace sets what it sends")
+            doc.key("ignore_eos", True)
+            doc.key("seed", 0)
+            return
         doc.key("input_len", wl.input_len)
         doc.key("output_len", wl.output_len)
         doc.key("num_prompts", wl.num_prompts)
@@ -418,8 +443,8 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool) -> None:
                    help="a Hugging Face model directory (its config.json), or a simulator catalog model's name")
     p.add_argument("--devices", type=int, metavar="N", help="devices one trial holds (default: those detected here)")
     p.add_argument("--workload", metavar="TRACE",
-                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV): its mean lengths "
-                        "and rate set the workload")
+                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV): written as "
+                        "[workload] trace, replayed by the benchmark and the simulator")
 
 
 def register(sub: Any) -> None:

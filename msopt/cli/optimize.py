@@ -18,6 +18,7 @@ from msopt.engines.installed import installed_baseline
 from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
+from msopt.evaluate.workload import replay_lines
 from msopt.report.outputs import write_outputs
 from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store
 from msopt.run.store import RunStore
@@ -157,6 +158,7 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         checked = validate(*split(settings.with_field_values(values))) if values else checked
         lines += said
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
+    lines += replay_lines(checked.config)
     for line in lines:
         print(line, flush=True)
     return checked, None

@@ -20,6 +20,7 @@ from msopt.engines.launch import (
     executable,
     expand_home,
     flag_args,
+    int_flag,
     split_others,
     substitute,
     wait_start_time,
@@ -41,6 +42,13 @@ class CommandLineAdapter(EngineAdapter):
     default_served_model_name: ClassVar[str] = "qwen3-8b"
     #: Other spellings the engine's parser accepts for a flag msopt may render.
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: The flags of the data-parallel size when the server takes ``X-Data-Parallel-Rank`` (the
+    #: engine's personality, ``dp_rank_header``, cites where); empty: it takes none.
+    rank_header_flags: ClassVar[tuple[str, ...]] = ()
+
+    def rank_header_ranks(self, argv: Sequence[str]) -> int:
+        """The data-parallel ranks a request may name with ``X-Data-Parallel-Rank`` (1: none)."""
+        return int_flag(argv, 1, *self.rank_header_flags) if self.rank_header_flags else 1
 
     def model_path(self, section: Mapping[str, Any]) -> str:
         """``[<engine>.command] model``, else the adapter's default model."""
@@ -117,6 +125,7 @@ class CommandLineAdapter(EngineAdapter):
             served_model_name=name,
             model=model,
             ready_timeout=wait_start_time(section, self.name),
+            rank_header_ranks=self.rank_header_ranks(argv),
         )
 
     #: Flags the multi-node form adds (refused in the rendered single-node argv, where they would clash).

@@ -47,6 +47,9 @@ class TraceWorkload:
         request_rate: requests/s (None: a closed loop).
         source: where it came from (a trace file and its statistics, or the default).
         shared_prefixes: the prompts share prefixes (a trace's block hashes repeat).
+        trace: the request trace the benchmark and the simulator replay (``[workload] trace``, an
+            absolute path; the means above are then only what the knobs' ranges are sized by), or None.
+        span_s: the trace's span, first arrival to last (s).
     """
 
     input_len: int
@@ -56,6 +59,8 @@ class TraceWorkload:
     request_rate: float | None
     source: str
     shared_prefixes: bool = False
+    trace: str | None = None
+    span_s: float = 0.0
 
 
 @dataclass

@@ -43,6 +43,8 @@ class LaunchSpec:
         ready_timeout: seconds to wait for readiness (the section's ``wait_start_time``).
         stop_grace: seconds between SIGTERM and SIGKILL when the server is stopped (the engine
             adapter's :attr:`EngineAdapter.stop_grace`).
+        rank_header_ranks: the data-parallel replicas behind this endpoint that a request may name
+            with an ``X-Data-Parallel-Rank`` header (a client keeps a session on one); 1: none.
     """
 
     engine: str
@@ -56,6 +58,7 @@ class LaunchSpec:
     model: str = ""
     ready_timeout: float = DEFAULT_WAIT_START_TIME
     stop_grace: float = DEFAULT_STOP_GRACE
+    rank_header_ranks: int = 1
 
     @property
     def base_url(self) -> str:

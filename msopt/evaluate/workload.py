@@ -12,8 +12,10 @@ from msopt.benchmarks import BENCHMARKS, get_benchmark
 from msopt.benchmarks.base import LOAD_KEYS
 from msopt.config import Config
 from msopt.sim.workload import workload_from_mapping
+from msopt.workload.replay import describe_replay, open_window
+from msopt.workload.table import sim_trace, workload_settings
 
-__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "search_num_prompts",
+__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "replay_lines", "search_num_prompts",
            "workload_config"]
 
 
@@ -65,6 +67,31 @@ def configured_load(config: Config) -> dict[str, Any]:
     if name not in BENCHMARKS:
         return {}
     return get_benchmark(name).configured_load(config.benchmark.table)
+
+
+def replay_lines(config: Config) -> list[str]:
+    """With ``[workload] trace``: what the run replays, for its first lines. The search (``sample_size``
+    requests: windows across the whole trace, :func:`msopt.workload.replay.describe_replay`), then the
+    re-measurements and the capacity probes (the whole window the user gave); a real run whose window
+    lasts longer than ``particles_time_out`` is told that its re-measurements would time out. [] without a
+    trace."""
+    wl = workload_settings(config.workload.table, config.workload.where())
+    if wl.trace is None:
+        return []
+    window = open_window(sim_trace(wl), f"{config.workload.where('trace')}: [workload] trace")
+    full, search = configured_num_prompts(config), search_num_prompts(config)
+    m = len(window.requests)
+    lines = ["replay: " + line for line in describe_replay(window, search or m)]
+    arr = window.arrival_array()
+    span = float(arr[-1] - arr[0])
+    lines.append(f"replay: the re-measurements and the capacity probes, which decide the recommendation, replay "
+                 f"the whole window: {full or m:,} requests over {span:,.0f} s")
+    timeout = config.run.particles_time_out
+    if not config.run.simulate and timeout and span >= timeout:
+        lines.append(f"warning: the whole window lasts {span:,.0f} s, at least particles_time_out ({timeout:g} s): "
+                     "its re-measurements would time out; set [workload] window to the largest part that fits, or "
+                     "raise particles_time_out")
+    return lines
 
 
 def workload_config(config: Config) -> WorkloadConfig:

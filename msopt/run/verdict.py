@@ -23,7 +23,7 @@ from msopt.config import Config
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.metrics import GENERATE_SPEED
-from msopt.run.leaderboard import is_measurement, values_key
+from msopt.run.leaderboard import is_measurement, measurement_weight, values_key
 from msopt.slo import BROKEN, SloCheck
 from msopt.slo import MET as MET  # re-exported: report.html shows it
 from msopt.slo import slo_checks as _slo_checks
@@ -109,6 +109,11 @@ class Verdict:
             configuration (none for a capacity probe: its load is not the baseline's).
         baseline_speeds: the same of the baseline configuration.
         same_configuration: the recommendation is the baseline configuration.
+        others_met: why the configurations other than the recommendation that met every SLO (outside
+            the capacity stage, whose probes run at other loads) were not recommended, computed from the
+            results (:meth:`VerdictTally.others_met`): "" when there are none.
+        own_met_on_sample: the recommendation broke an SLO with the full workload, yet one of its
+            measurements with the search's smaller sample met every SLO.
     """
 
     best: EvaluationResult | None
@@ -123,6 +128,8 @@ class Verdict:
     best_speeds: Spread | None = None
     baseline_speeds: Spread | None = None
     same_configuration: bool = False
+    others_met: str = ""
+    own_met_on_sample: bool = False
 
     @property
     def met(self) -> bool:
@@ -143,8 +150,11 @@ class Verdict:
             return (f"NO CONFIGURATION MET THE SLOs in {self.evaluations} evaluations: the recommendation below is "
                     "the least bad; relax the SLOs, widen the search space or give it more evaluations")
         if not self.met:
-            return (f"the recommended configuration breaks an SLO ({self.met_count} evaluation(s) met every SLO "
-                    "but scored worse on fitness)")
+            why = []
+            if self.own_met_on_sample:
+                why.append("it met every SLO only on the search's smaller sample")
+            why.append(self.others_met or "no other configuration met every SLO")
+            return f"the recommended configuration breaks an SLO ({'; '.join(why)})"
         return "the recommended configuration meets every SLO"
 
     def throughput_line(self) -> str:
@@ -154,6 +164,9 @@ class Verdict:
         speed = self.best.metrics.get(GENERATE_SPEED)
         within = "within the SLOs" if self.met else "NOT within the SLOs"
         line = f"throughput: {tokens_per_s(speed)} {within}"
+        if self.best.phase == "capacity":
+            at = ", ".join(f"{k} {v:g}" for k, v in self.best.load.items()) or "another load"
+            line += f" at {at} (a capacity probe)"
         b = self.baseline
         if b is None:
             return line + "; no baseline measured"
@@ -163,11 +176,22 @@ class Verdict:
         if self.baseline_met:
             gain = ""  # with measurements to compare like with like, the comparison line gives the gain
             numbers = isinstance(speed, (int, float)) and isinstance(bspeed, (int, float)) and bspeed > 0
-            if numbers and not self.comparison_line():
+            if numbers and not self.comparison_line() and same_load(self.best, b):
                 gain = f" ({(speed / bspeed - 1) * 100:+.1f} %)"  # type: ignore[operator]
-            return line + f"; baseline {tokens_per_s(bspeed)} within the SLOs{gain}"
+            return line + f"; baseline {tokens_per_s(bspeed)}{self._baseline_load()} within the SLOs{gain}"
         broken = ", ".join(c.text().removesuffix(f" {BROKEN}") for c in self.baseline_checks if not c.met)
-        return line + f"; baseline {tokens_per_s(bspeed)} breaks {broken}"
+        return line + f"; baseline {tokens_per_s(bspeed)}{self._baseline_load()} breaks {broken}"
+
+    def _baseline_load(self) -> str:
+        """Where the baseline's own measurement differs in load from the recommendation's: " at the
+        configured load" (the recommendation is a capacity probe), " on the search's sample of 640
+        prompts" (the baseline's first measurement, capped by ``sample_size``)."""
+        b, best = self.baseline, self.best
+        if best is None or b is None or same_load(best, b):
+            return ""
+        if b.num_prompts is not None and b.num_prompts != best.num_prompts:
+            return f" on the search's sample of {b.num_prompts:,} prompts"
+        return " at the configured load" if best.phase == "capacity" else ""
 
     def gain_text(self) -> str:
         """The mean gain over the baseline with the full workload and whether it is noise:
@@ -220,6 +244,19 @@ class Verdict:
         return ", ".join(f"{k}={v}" for k, v in self.values)
 
 
+def same_load(a: EvaluationResult, b: EvaluationResult) -> bool:
+    """Whether ``a`` and ``b`` measured the same load: the same prompts (a search capped by
+    ``sample_size`` sends fewer) at the same load (a capacity probe sends its own)."""
+    return a.num_prompts == b.num_prompts and dict(a.load) == dict(b.load) and "capacity" not in (a.phase, b.phase)
+
+
+def _fitness(v: float) -> str:
+    """A fitness in a sentence: "4,192", "12.97", "0.5"; past a million, what the SLO penalty made it."""
+    if not math.isfinite(v):
+        return "inf"
+    return f"{v:,.4g}" if abs(v) < 1e6 else ">1e6 (far outside the SLOs)"
+
+
 class VerdictTally:
     """What the verdict needs of a run's results, counted as they are recorded (the run loop adds
     every result, replayed ones included), so the verdict needs no second read of the journal.
@@ -238,11 +275,26 @@ class VerdictTally:
         self.met_count = 0
         self.baseline: EvaluationResult | None = None
         self.speeds: dict[str, list[float]] = {}  # values key -> full-workload speeds, in the order added
+        # values key -> [sum of weight * fitness, sum of weights] of its measurements (the leaderboard's mean)
+        self.fits: dict[str, list[float]] = {}
+        # values key -> [evaluations that met every SLO, of them with the full workload] (no capacity probe)
+        self.met_by: dict[str, list[int]] = {}
 
     def add(self, r: EvaluationResult) -> None:
         """Count one result."""
         self.evaluations += 1
-        self.met_count += meets_slos(self.config, r)
+        met = meets_slos(self.config, r)
+        self.met_count += met
+        key = values_key(r.values)
+        if is_measurement(r):
+            w = measurement_weight(r, self.full)
+            f = self.fits.setdefault(key, [0.0, 0.0])
+            f[0] += w * r.fitness
+            f[1] += w
+        if met and r.phase != "capacity":
+            m = self.met_by.setdefault(key, [0, 0])
+            m[0] += 1
+            m[1] += r.num_prompts is None or r.num_prompts == self.full
         if self.baseline is None and r.phase == "baseline" and r.iteration == 0:
             self.baseline = r
         if (is_measurement(r) and (r.num_prompts is None or r.num_prompts == self.full)
@@ -256,6 +308,49 @@ class VerdictTally:
         speeds = self.speeds.get(values_key(of.values))
         return Spread(tuple(speeds)) if speeds else None
 
+    def mean_fitness(self, key: str) -> float | None:
+        """The weighted mean fitness of configuration ``key``'s measurements (None: none)."""
+        f = self.fits.get(key)
+        return f[0] / f[1] if f and f[1] > 0 else None
+
+    def others_met(self, best: EvaluationResult, pick_fitness: float) -> str:
+        """Why each configuration other than ``best``'s that met every SLO was not recommended,
+        by reason, from the results added: "2 other configuration(s) met every SLO in 3
+        evaluation(s): 1 scored worse by mean fitness (13 against the recommendation's 4,192; lower
+        is better), 1 only on the search's smaller sample (never measured with the full 640)"; ""
+        for none."""
+        mine = values_key(best.values)
+        others = {k: m for k, m in self.met_by.items() if k != mine}
+        if not others:
+            return ""
+        worse: list[float] = []
+        sample = better = 0
+        for key, (_, full) in others.items():
+            mean = self.mean_fitness(key)
+            if mean is not None and mean >= pick_fitness:
+                worse.append(mean)
+            elif not full:
+                sample += 1
+            else:
+                better += 1
+        n_evals = sum(m[0] for m in others.values())
+        parts = []
+        if worse:
+            lo, hi = _fitness(min(worse)), _fitness(max(worse))
+            span = lo if lo == hi else f"{lo}-{hi}"
+            parts.append(f"{len(worse)} scored worse by mean fitness ({span} against the recommendation's "
+                         f"{_fitness(pick_fitness)}; lower is better)")
+        if sample:
+            whole = f"the full {self.full}" if self.full else "the full workload"
+            parts.append(f"{sample} only on the search's smaller sample (never measured with {whole})")
+        if better:
+            parts.append(f"{better} better by mean fitness but "
+                         + ("not re-measured: the recommendation is the best re-measured configuration"
+                            if best.phase == "refine" else "not the configuration the capacity stage found most "
+                            "goodput for" if best.phase == "capacity" else "not picked"))
+        return (f"{len(others)} other configuration(s) met every SLO in {n_evals} evaluation(s): "
+                + ", ".join(parts))
+
     def verdict(self, best: EvaluationResult | None, *, mean_fitness: float | None = None,
                 measurements: int = 1) -> Verdict:
         """Judge the run from what was added and its recommended evaluation."""
@@ -264,9 +359,19 @@ class VerdictTally:
         values = tuple((k, show_value(v, steps.get(k))) for k, v in best.values.items()) if best else ()
         ours = theirs = None
         same = False
-        if best is not None and baseline is not None and not baseline.failed and best.phase != "capacity":
+        if best is not None and baseline is not None and not baseline.failed:
+            # a capacity probe's own speed is at its own load; its configuration's measurements with the
+            # full workload are at the baseline's
             same = values_key(best.values) == values_key(baseline.values)
             ours, theirs = self.spread(best), self.spread(baseline)
+        others = ""
+        own_sample = False
+        if best is not None and not best.failed and not all(c.met for c in slo_checks(config, best.metrics)):
+            key = values_key(best.values)
+            pick = mean_fitness if mean_fitness is not None else self.mean_fitness(key)
+            others = self.others_met(best, pick if pick is not None else best.fitness)
+            m = self.met_by.get(key)
+            own_sample = m is not None and m[0] > m[1]
         return Verdict(
             best=best,
             checks=tuple(slo_checks(config, best.metrics)) if best else (),
@@ -280,6 +385,8 @@ class VerdictTally:
             best_speeds=ours,
             baseline_speeds=theirs,
             same_configuration=same,
+            others_met=others,
+            own_met_on_sample=own_sample,
         )
 
 

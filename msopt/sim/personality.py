@@ -96,6 +96,10 @@ class Personality:
     #: A prefill batch stops adding requests once its prompt tokens reach ``max_prefill_tokens``, this
     #: being its default (SGLang ``--max-prefill-tokens``); None: no such bound.
     prefill_token_cap: int | None = None
+    #: The engine sends a request carrying an ``X-Data-Parallel-Rank`` header to that data-parallel
+    #: replica, and spreads the others in turn (a client that pins each session to one rank keeps its
+    #: turns, and their prefix cache, on one replica); otherwise every request is spread in turn.
+    dp_rank_header: bool = False
     #: How a public measured row's ``engine`` cell names this engine: lower-case prefixes of the cell
     #: (:mod:`msopt.sim.measured`). Empty: no measured row is read as this engine.
     measured_names: tuple[str, ...] = ()

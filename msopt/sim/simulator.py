@@ -22,10 +22,30 @@ from msopt.sim.spec import SpecStepCost, draft_log, draft_refusal, speculation_o
 from msopt.sim.spec_types import DTYPE_BYTES, Hardware, ModelSpec
 from msopt.sim.specs import load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
+from msopt.workload.replay import session_rank
 
 #: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
 SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs",
                       "spec_accept_len"})
+
+
+def route(n: int, replicas: int, sessions: Sequence[str | None] | None = None) -> np.ndarray:
+    """The data-parallel replica of each of ``n`` requests: in turn (vLLM's balancer while the replicas
+    are alike, SGLang's round robin: the personalities' ``dp_rank_header`` cites both); with
+    ``sessions`` (the client pins them, :attr:`~msopt.sim.personality.Personality.dp_rank_header`), a
+    request of a session goes to its session's rank (:func:`msopt.workload.replay.session_rank`) and
+    the others in turn."""
+    if sessions is None:
+        return np.arange(n) % max(1, replicas)
+    out = np.empty(n, np.int64)
+    turn = 0
+    for i, key in enumerate(sessions):
+        if key is None:
+            out[i] = turn % replicas
+            turn += 1
+        else:
+            out[i] = session_rank(key, replicas)
+    return out
 
 
 def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_model_len: int) -> str | None:
@@ -223,9 +243,11 @@ def simulate(
     replica = np.zeros(n, np.int64)
     conc = wl.concurrency
     replicas = knobs.dp if conc is None else min(knobs.dp, conc)
+    sessions = wl.sample_sessions() if wl.pin_sessions and personality.dp_rank_header and replicas > 1 else None
+    routed = route(n, replicas, sessions)
     preemptions = 0
     for r in range(replicas):
-        idx = np.arange(r, n, replicas)
+        idx = np.flatnonzero(routed == r)
         if not len(idx):
             continue
         c_r = None if conc is None else conc // replicas + (r < conc % replicas)

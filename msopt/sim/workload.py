@@ -11,13 +11,14 @@ import numpy as np
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError
-from msopt.workload.replay import open_window, replay_arrivals
+from msopt.workload.replay import conversation_keys, open_window, replay_arrivals, replay_indices
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
 LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | Y needs 3.10 objects
 
-_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup", "trace"})
+_KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup", "trace",
+                   "pin_sessions"})
 #: keys of ``[simulator.workload] trace`` (msopt.workload.Trace's options; ``path`` the file)
 TRACE_KEYS = ("path", "format", "window", "time_scale", "block_size", "max_model_len", "length_policy")
 
@@ -41,9 +42,14 @@ class Workload:
             was measured with (``msopt calibrate`` reads it from ``--num-warmups``).
         trace: a request trace replayed (``path`` and :class:`msopt.workload.Trace`'s options), or
             None. Request i takes the trace's i-th lengths and arrival (the trace repeated, one
-            mean gap after its last arrival, when ``num_prompts`` is larger); ``input_len`` and
+            mean gap after its last arrival, when ``num_prompts`` is larger; fewer: windows across
+            the whole trace, :func:`msopt.workload.replay.sample_windows`); ``input_len`` and
             ``output_len`` are not used, and a ``request_rate`` (a capacity probe's load) scales
             the arrivals to that mean rate.
+        pin_sessions: the client sends each session's requests with one ``X-Data-Parallel-Rank``
+            (:func:`msopt.workload.replay.session_rank`), as msopt's builtin benchmark does; an engine
+            whose personality takes the header keeps the session on that replica. ``[workload] trace``
+            sets it for the builtin benchmark.
     """
 
     input_len: LengthSpec = 1024
@@ -53,6 +59,7 @@ class Workload:
     request_rate: float | None = None
     warmup: int = 0
     trace: Mapping[str, Any] | None = None
+    pin_sessions: bool = False
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Workload:
         """A copy with keys replaced (as :func:`msopt.sim.benchmark_overrides` returns them)."""
@@ -73,6 +80,8 @@ class Workload:
             out["warmup"] = self.warmup
         if self.trace is not None:
             out["trace"] = dict(self.trace)
+        if self.pin_sessions:
+            out["pin_sessions"] = True
         return out
 
     def _trace_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, list[tuple[int, ...]], int]:
@@ -95,7 +104,8 @@ class Workload:
         n = self.num_prompts
         if self.trace is not None:
             ins, outs, *_ = self._trace_arrays()
-            return np.resize(ins, n), np.resize(outs, n)
+            idx = self._replay_index()
+            return ins[idx], outs[idx]
         return _draw(self.input_len, n, rng), _draw(self.output_len, n, rng)
 
     def sample_arrivals(self, rng: np.random.Generator) -> np.ndarray:
@@ -118,8 +128,30 @@ class Workload:
         _, _, _, _, hashes, block = self._trace_arrays()
         if not block or not any(hashes):
             return None
-        m = len(hashes)
-        return [hashes[i % m] for i in range(self.num_prompts)], block
+        return [hashes[i] for i in self._replay_index().tolist()], block
+
+    def sample_sessions(self) -> list[str | None] | None:
+        """Each replayed request's conversation (:func:`msopt.workload.replay.conversation_keys`), or
+        None: no trace, or a trace without sessions."""
+        if self.trace is None:
+            return None
+        keys = self.__dict__.get("_session_cache")
+        if keys is None:
+            keys = conversation_keys(open_window(self.trace, "[simulator.workload] trace").requests)
+            object.__setattr__(self, "_session_cache", keys)
+        if not any(k is not None for k in keys):
+            return None
+        return [keys[i] for i in self._replay_index().tolist()]
+
+    def _replay_index(self) -> np.ndarray:
+        """The trace index of each request replayed (:func:`msopt.workload.replay.replay_indices`:
+        the whole window, or a sample of windows across it), computed once per workload."""
+        idx = self.__dict__.get("_replay_cache")
+        if idx is None:
+            _, _, arr, _, _, _ = self._trace_arrays()
+            idx, _ = replay_indices(arr, self.num_prompts)
+            object.__setattr__(self, "_replay_cache", idx)
+        return idx
 
     def _trace_arrivals(self) -> np.ndarray:
         """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
@@ -228,6 +260,10 @@ def workload_from_mapping(table: Mapping[str, Any], where: str = "simulator.work
         kwargs["request_rate"] = float(rate)
     if "trace" in table:
         kwargs["trace"] = _trace_table(table["trace"], where)
+    if "pin_sessions" in table:
+        if not isinstance(table["pin_sessions"], bool):
+            raise ConfigError(f"{where}.pin_sessions = {table['pin_sessions']!r}: must be true or false")
+        kwargs["pin_sessions"] = table["pin_sessions"]
     return replace(w, **kwargs)
 
 

@@ -269,6 +269,9 @@ def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
             node["trace"] = dict(trace)
             node.pop("input_len", None)
             node.pop("output_len", None)
+            # the builtin benchmark pins each session to one data-parallel rank (X-Data-Parallel-Rank)
+            if data.get("benchmark") == "builtin":
+                node["pin_sessions"] = True
         if trace is not None and section in REPLAYING:
             table["trace"] = dict(trace)  # the benchmark's own table, beside its command
         out[top] = table

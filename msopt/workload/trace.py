@@ -137,8 +137,9 @@ class TraceSummary:
         gap_cv: coefficient of variation of the gaps between arrivals (1 for Poisson), or None.
         input_pct, output_pct: {50, 90, 99: tokens} and "mean".
         block_size: tokens per hash id (0 when the trace records none).
-        prefix_ceiling: share of hash-id blocks that repeat an id seen earlier (an infinite
-            cache's reuse), or None for a trace without hash ids.
+        prefix_ceiling: share of prompt blocks whose hash id repeats one seen earlier (an infinite
+            cache's reuse; a prompt without hash ids counts its blocks, none repeated), or None for a
+            trace without hash ids.
         counts: the pass's :class:`TraceCounts`.
         format: the trace's format.
     """
@@ -498,7 +499,7 @@ class Trace:
         n_gaps = 0
         gap_sum = gap_sq = 0.0
         seen: set[int] = set()
-        blocks = repeats = 0
+        blocks = repeats = unhashed = 0
         for r in self.requests(counts):
             ins.append(r.input_tokens)
             outs.append(r.output_tokens)
@@ -510,6 +511,10 @@ class Trace:
                 gap_sum += g
                 gap_sq += g * g
             prev = r.arrival_s
+            if not r.hash_ids and self.block_size:
+                # a prompt without hash ids (a generic row without a prefix_group) shares nothing, but its
+                # blocks are prompt blocks all the same: the ceiling's denominator counts them
+                unhashed += -(-r.input_tokens // max(1, round(self.block_size * counts.scale)))
             for h in r.hash_ids:
                 blocks += 1
                 if h in seen:
@@ -524,7 +529,7 @@ class Trace:
         return TraceSummary(requests=len(ins), span_s=span, rate=(len(ins) - 1) / span if span > 0 else None,
                             gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
                             block_size=self.block_size if blocks else 0,
-                            prefix_ceiling=repeats / blocks if blocks else None, counts=counts,
+                            prefix_ceiling=repeats / (blocks + unhashed) if blocks else None, counts=counts,
                             format=self.format)
 
 

@@ -39,6 +39,7 @@ class CachingServer:
         self.queries = 0
         self.arrivals: list[float] = []
         self.max_tokens: list[int] = []
+        self.ranks: list[str | None] = []   # each request's X-Data-Parallel-Rank header
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -47,6 +48,7 @@ class CachingServer:
 
         loop = asyncio.get_running_loop()
         self.arrivals.append(loop.time())
+        self.ranks.append(request.headers.get("X-Data-Parallel-Rank"))
         body = await request.json()
         self.max_tokens.append(int(body["max_tokens"]))
         words = tuple(body["prompt"].split())
@@ -299,3 +301,36 @@ def test_a_block_cache_gives_the_same_prompts() -> None:
     for ids, n in (([1, 2, 3], 40), ([1, 2, 4], 48), ([1], 10)):
         assert block_prompt(ids, 16, n, 3, "u", cache) == block_prompt(ids, 16, n, 3, "u")
     assert set(cache) == {1, 2, 3, 4} and all(len(v[1]) == 16 for v in cache.values())
+
+
+def test_a_session_keeps_one_data_parallel_rank(caching: CachingServer, tmp_path: Path) -> None:
+    """Issue 52 item 7: a replayed conversation's turns carry one X-Data-Parallel-Rank (vLLM 0.32.0 and
+    SGLang 0.5.23 send such a request to that replica), the rank the simulator routes it to."""
+    from msopt.benchmarks.builtin import rank_headers
+    from msopt.workload.replay import session_rank
+
+    rows = [{"chat_id": 10 * t + c, "parent_chat_id": -1 if t == 0 else 10 * (t - 1) + c, "timestamp": 0.01 * (3 * t + c),
+             "input_length": 8, "output_length": 2, "type": "text", "turn": t + 1, "hash_ids": [c]}
+            for t in range(3) for c in range(3)]
+    rows.append({"chat_id": 99, "parent_chat_id": -1, "timestamp": 0.1, "input_length": 8, "output_length": 2,
+                 "type": "text", "turn": 1, "hash_ids": [9]})
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    p = LoadParams(url=f"http://127.0.0.1:{caching.port}", model="m", num_prompts=10, concurrency=None,
+                   trace={"path": str(path)}, dp_ranks=4)
+    assert replay_plan(p).conversations == ["0", "1", "2"] * 3 + ["99"]
+    summary, _ = asyncio.run(run_load(p, log=lambda m: None))
+    assert summary["success_rate"] == 1.0
+    assert caching.ranks[-10:] == [str(session_rank(k, 4)) for k in ["0", "1", "2"] * 3 + ["99"]]
+    single = LoadParams(url="", model="m", trace={"path": str(path)})
+    assert rank_headers(single, "0") == {} and rank_headers(p, None) == {}
+
+
+@pytest.mark.parametrize("engine,flag,ranks", [("vllm", "--data-parallel-size", 4), ("sglang", "--dp-size", 4),
+                                               ("sglang", None, 1)])
+def test_the_launch_says_how_many_ranks_a_request_may_name(engine: str, flag: str | None, ranks: int) -> None:
+    from msopt.engines import get_engine
+
+    others = f"{flag} 4" if flag else ""
+    spec = get_engine(engine).render({}, [], {"command": {"others": others}}, port=8123)
+    assert spec.rank_header_ranks == ranks

@@ -189,10 +189,38 @@ def test_a_trace_sets_the_workload(tmp_path):
     assert wl.shared_prefixes     # block 0 repeats in every prompt
     choice = build("vllm", "qwen3-8b", devices=8, workload=str(trace), probe={})
     doc = tomllib.loads(choice.text)
-    assert doc["vllm_benchmark"]["command"]["request_rate"] == 1.0
-    assert doc["simulator"]["workload"]["request_rate"] == 1.0
-    assert "enable_prefix_caching" in fields(choice.text, "vllm")
-    loaded(choice.text, tmp_path)
+    # the trace itself is the workload: the run replays its arrivals and lengths, not random prompts at its means
+    assert doc["workload"] == {"trace": str(trace.absolute())}
+    assert "workload" not in doc["simulator"]
+    assert not {"dataset_name", "random_input_len", "request_rate", "num_prompts"} & set(doc["vllm_benchmark"]["command"])
+    assert "# its means, for reference only" in choice.text and "mean 105 tokens in / 10 out" in choice.text
+    assert "enable_prefix_caching" in fields(choice.text, "vllm")     # the replay repeats the trace's blocks
+    v = loaded(choice.text, tmp_path)
+    assert v.trace is not None and v.trace.requests == 11 and v.workload.full_prompts == 11
+    # MindIE's AISBench cannot replay: the builtin benchmark does
+    assert tomllib.loads(build("mindie", "qwen3-8b", devices=8, workload=str(trace), probe={}).text)["benchmark"] \
+        == "builtin"
+
+
+def test_a_trace_longer_than_an_evaluation_is_cut_to_the_part_it_allows(tmp_path):
+    # a real run re-measures on the whole window within particles_time_out (the packaged 3600 s): a 2-hour
+    # trace is cut to its first 1800 s, saying why; a simulated run replays it whole
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{600 * i},100,10\n" for i in range(13)),
+                     encoding="utf-8")
+    doc = tomllib.loads(build("vllm", "qwen3-8b", devices=8, workload=str(trace), probe={}).text)
+    assert doc["workload"]["window"] == [0, 1800]
+    assert "window" not in tomllib.loads(build("vllm", "qwen3-8b", devices=8, workload=str(trace), probe={},
+                                                simulate=True).text)["workload"]
+
+
+def test_a_trace_without_shared_prefixes_leaves_prefix_caching_out(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i},{100 + i},10\n" for i in range(5)),
+                     encoding="utf-8")
+    choice = build("vllm", "qwen3-8b", devices=8, workload=str(trace), probe={})
+    assert tomllib.loads(choice.text)["workload"]["trace"] == str(trace.absolute())
+    assert "enable_prefix_caching" in choice.left_out
 
 
 @pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces (the public trace samples) is absent")
@@ -201,7 +229,7 @@ def test_public_traces():
     assert (azure.input_len, azure.output_len) == (1155, 211) and azure.request_rate == pytest.approx(5.53, abs=0.01)
     assert not azure.shared_prefixes
     mooncake = read_trace(TRACES / "mooncake_synthetic_trace.sample.jsonl")
-    assert mooncake.shared_prefixes and mooncake.num_prompts == 1000
+    assert mooncake.shared_prefixes and mooncake.num_prompts == 3993
 
 
 @pytest.mark.parametrize("argv,why", [

@@ -234,3 +234,15 @@ def test_contenders_within_noise_are_re_measured(write_toml):
     phases = [q.phase for q in seen]
     assert phases.count("refine") >= 1 and phases.count("baseline") >= 2
     assert len(seen) <= 10
+
+
+def test_the_capacity_line_says_what_the_stage_gets():
+    """Issue 52: the plan announced "up to 3 probes" and four ran: the capacity stage probes with every
+    launch left (the baseline alone on the board left two of the re-measurements' launches unspent)."""
+    plan = plan_budget(6, top_k=2, n_particles=8, capacity_probes=24)
+    assert (plan.search, plan.picks, plan.baseline, plan.capacity) == (1, 2, 1, 3)
+    # 6 launches: the baseline (the search's 1), 2 picks and the baseline beside them leave 2, not the 3 kept
+    assert plan.lines()[-1] == ("  then the capacity stage, with every launch still left: 2 when the stages before "
+                                "spend all theirs, more when they do not")
+    # no search launch, the baseline the only pick: 6 - 1 - 1 = 4 probes, which the line allows
+    assert not any("up to" in line and "probes" in line for line in plan.lines())

@@ -49,9 +49,30 @@ def test_a_gain_over_a_baseline_within_the_slos_is_a_percentage():
     # the gain is the comparison line's, over the measurements with the full workload
     assert v.throughput_line().endswith("baseline 5,000 tok/s within the SLOs")
     assert v.comparison_line().endswith(": +20.0 %, one measurement each: noise not measured")
-    capacity = result(8, "capacity", 1.0, 0.016, 6000.0, tp=2)  # at another load: nothing like to compare
-    assert make_verdict(SETTINGS.config, [base, best, capacity], capacity).throughput_line().endswith(
-        "baseline 5,000 tok/s within the SLOs (+20.0 %)")
+    # a capacity probe runs at its own load: its speed is not compared with the baseline's (issue 52: "+78.7 %"),
+    # its configuration's measurements with the full workload are
+    capacity = again(result(8, "capacity", 1.0, 0.016, 9000.0, tp=2), 8, 9000.0, "capacity", 0)
+    capacity.load = {"request_rate": 7.17}
+    v = make_verdict(SETTINGS.config, [base, best, capacity], capacity)
+    assert v.throughput_line() == ("throughput: 9,000 tok/s within the SLOs at request_rate 7.17 (a capacity probe); "
+                                   "baseline 5,000 tok/s at the configured load within the SLOs")
+    assert v.comparison_line() == ("vs baseline, full workload: 6,000 tok/s (1 measurement) against 5,000 tok/s "
+                                   "(1 measurement): +20.0 %, one measurement each: noise not measured")
+
+
+def test_a_capacity_probe_of_the_baseline_configuration_is_no_gain():
+    # issue 52: target_rate = "3x", no search launch: the recommendation is the baseline's own capacity probe
+    base = result(0, "baseline", 1.0, 0.015, 5000.0, tp=1)
+    probe = again(base, 1, 8935.0, "capacity", 0)
+    probe.load = {"request_rate": 7.17}
+    v = make_verdict(SETTINGS.config, [base, probe], probe)
+    assert "%" not in v.throughput_line() and "at request_rate 7.17 (a capacity probe)" in v.throughput_line()
+    # the baseline's own measurement on the search's sample, the probe on the whole window: each said as it is
+    capped = again(base, 0, 5000.0, "baseline", 0, num_prompts=64)
+    v = make_verdict(SETTINGS.config, [capped, probe], probe)
+    assert v.throughput_line().endswith("(a capacity probe); baseline 5,000 tok/s on the search's sample of 64 "
+                                        "prompts within the SLOs")
+    assert v.lines()[-1] == "  vs baseline: the recommendation is the baseline configuration (nothing gained)"
 
 
 def again(r: EvaluationResult, eval_id: int, speed: float, phase: str = "refine", iteration: int = 1,
@@ -84,6 +105,10 @@ def test_a_gain_beyond_the_spread_is_not_noise_and_capped_searches_are_not_compa
     v = make_verdict(SETTINGS.config, results, results[3])
     assert v.best_speeds.values == (6000.0, 6100.0)  # not the search's 64 prompts (the full workload is 640)
     assert v.gain_text() == "+21.0 %"
+    # the baseline's own measurement on the search's sample is said to be one
+    capped_base = again(base, 0, 5000.0, "baseline", 0, num_prompts=64)
+    v = make_verdict(SETTINGS.config, [capped_base, *results[1:]], results[3])
+    assert v.throughput_line().endswith("; baseline 5,000 tok/s on the search's sample of 64 prompts within the SLOs")
 
 
 def test_the_baseline_configuration_recommended_is_no_gain():
@@ -105,11 +130,36 @@ def test_no_configuration_met_the_slos_is_loud():
 
 
 def test_a_recommendation_that_breaks_an_slo_another_met_says_so():
-    other = result(1, "search", 1.0, 0.019, 100.0, fitness=5.0)
-    best = result(2, "search", 1.0, 0.0205, 9000.0, fitness=0.5)
+    other = result(1, "search", 1.0, 0.019, 100.0, fitness=5.0, tp=1)
+    best = result(2, "search", 1.0, 0.0205, 9000.0, fitness=0.5, tp=2)
     v = make_verdict(SETTINGS.config, [other, best], best)
-    assert "breaks an SLO (1 evaluation(s) met every SLO" in v.headline()
+    assert v.headline() == ("the recommended configuration breaks an SLO (1 other configuration(s) met every SLO in 1 "
+                            "evaluation(s): 1 scored worse by mean fitness (5 against the recommendation's 0.5; "
+                            "lower is better))")
     assert "no baseline measured" in v.throughput_line()
+
+
+def test_configurations_that_met_only_on_the_sample_are_not_said_to_score_worse():
+    # issue 52: "3 evaluation(s) met every SLO but scored worse on fitness" when their fitness was 12.97-13.13
+    # against the pick's 4,192, and one of the three was the pick itself, met on the search's sample only
+    pick = again(result(3, "search", 1.0, 0.015, 900.0, fitness=13.0, tp=2), 3, 900.0, "search", 0, num_prompts=64)
+    pick_full = result(9, "refine", 7.0, 0.015, 1000.0, fitness=8383.0, tp=2)
+    others = [again(result(i, "search", 1.0, 0.015, 900.0, fitness=f, tp=t), i, 900.0, "search", 0, num_prompts=64)
+              for i, f, t in ((4, 12.97, 4), (5, 13.13, 8))]
+    v = make_verdict(SETTINGS.config, [pick, *others, pick_full], pick_full, mean_fitness=4192.0, measurements=2)
+    assert v.met_count == 3 and not v.met
+    assert v.headline() == ("the recommended configuration breaks an SLO (it met every SLO only on the search's "
+                            "smaller sample; 2 other configuration(s) met every SLO in 2 evaluation(s): 2 only on the "
+                            "search's smaller sample (never measured with the full 640))")
+    # the same configurations, re-measured with the full workload where they met, but worse by their mean
+    worse = [again(o, 10 + j, 900.0, "refine", 1) for j, o in enumerate(others)]
+    for w in worse:
+        w.fitness = 5000.0
+    v = make_verdict(SETTINGS.config, [pick, *others, pick_full, *worse], pick_full, mean_fitness=4192.0)
+    # their means, (64 x 12.97 + 640 x 5000) / 704 and (64 x 13.13 + 640 x 5000) / 704, both 4,547
+    assert v.headline() == ("the recommended configuration breaks an SLO (it met every SLO only on the search's "
+                            "smaller sample; 2 other configuration(s) met every SLO in 4 evaluation(s): 2 scored worse "
+                            "by mean fitness (4,547 against the recommendation's 4,192; lower is better))")
 
 
 def test_every_evaluation_failed():

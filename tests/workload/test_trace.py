@@ -45,7 +45,8 @@ def test_mooncake(tmp_path):
                                                                            (10, 5, ())]
     assert [r.row for r in rs] == [1, 2, 3]
     s = t.summary()
-    assert (s.requests, s.span_s, s.rate, s.prefix_ceiling, s.block_size) == (3, 2.0, 1.0, 0.25, 512)
+    # 1 of the 4 hashed blocks repeats; the 10-token prompt without hash ids is one more block, unshared
+    assert (s.requests, s.span_s, s.rate, s.prefix_ceiling, s.block_size) == (3, 2.0, 1.0, 0.2, 512)
 
 
 def test_bailian(tmp_path):
@@ -273,3 +274,10 @@ def test_bad_options(tmp_path, options, needle):
     with pytest.raises(ConfigError) as exc:
         Trace(_ramp(tmp_path), **options)
     assert needle in one_line(exc)
+
+
+def test_generic_prefix_ceiling_counts_rows_without_a_group(tmp_path):
+    # 4 rows of 32 tokens (2 blocks of 16): two share group g (2 of their 4 blocks repeat), two have no group.
+    # The rule: repeated blocks over all prompt blocks, 2 / 8, not 2 / 4 (rows without a group left out).
+    body = "arrival_s,input_tokens,output_tokens,prefix_group\n0,32,4,g\n1,32,4,g\n2,32,4,\n3,32,4,\n"
+    assert Trace(text(tmp_path / "g.csv", body)).summary().prefix_ceiling == pytest.approx(2 / 8)

@@ -98,6 +98,9 @@ class SglangAdapter(CommandLineAdapter):
     supports_pd = True
     model_flag = "--model-path"
     negate_enable = False
+    # sglang 0.5.23 srt/entrypoints/openai/serving_base.py:271-293 (X-Data-Parallel-Rank); --dp-size and its alias
+    # --data-parallel-size (srt/arg_groups/fields/parallel.py:77)
+    rank_header_flags = ("--dp-size", "--data-parallel-size")
     # sglang/srt/arg_groups/fields/parallel.py and model.py 0.5.23: aliases of the fields' flags
     aliases = MappingProxyType({"--tensor-parallel-size": "--tp-size", "--pipeline-parallel-size": "--pp-size",
                                 "--data-parallel-size": "--dp-size", "--model": "--model-path"})

@@ -46,6 +46,10 @@ class SglangPersonality(Personality):
     # size, 1 unless --page-size (srt/arg_groups/overrides.py:1340-1363, _page_size_default), matched up
     # to the prompt less one token (srt/managers/schedule_batch.py:1766-1768, _compute_max_prefix_len)
     prefix_caching = True
+    # sglang 0.5.23 srt/entrypoints/openai/serving_base.py:271-293 reads X-Data-Parallel-Rank into routed_dp_rank;
+    # srt/managers/data_parallel_controller.py:865-897 sends it to that rank, the others round robin (the default
+    # load_balance_method "auto" is round_robin outside PD, srt/arg_groups/serving_hook.py:217-232)
+    dp_rank_header = True
     prefix_cache_partial = True
     measured_names = ("sglang",)
 

@@ -199,6 +199,8 @@ class VllmAdapter(CommandLineAdapter):
     # vllm/engine/arg_utils.py 0.33.0: "--tensor-parallel-size", "-tp", ...
     aliases = MappingProxyType({"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
                                 "-dp": "--data-parallel-size"})
+    # vllm 0.32.0 entrypoints/generate/base/serving.py:220-233 (X-data-parallel-rank), v1/engine/core_client.py:1648
+    rank_header_flags = ("--data-parallel-size", "-dp")
 
     def write_init(self, ctx: InitContext) -> None:
         write_vllm_init(ctx)

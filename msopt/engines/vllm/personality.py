@@ -26,6 +26,10 @@ class VllmPersonality(Personality):
     # is_prefix_caching_supported (True for a generative decoder); block-level, hits capped at the
     # prompt less one token and block aligned (v1/core/kv_cache_manager.py:290-298)
     prefix_caching = True
+    # vllm 0.32.0 entrypoints/generate/base/serving.py:220-233 reads X-data-parallel-rank into the request's
+    # data_parallel_rank; v1/engine/core_client.py:1642-1680 (DPLBAsyncMPClient) sends it to that engine, the
+    # others to the least loaded, "exact round-robin" while the engines' KV caches are under half full
+    dp_rank_header = True
     measured_names = ("vllm",)  # vLLM, and vllm-ascend (vLLM's scheduler with the Ascend plugin)
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
