@@ -12,6 +12,7 @@ import numpy as np
 from msopt.checks import is_number
 from msopt.errors import ConfigError
 from msopt.workload.replay import open_window, replay_arrivals
+from msopt.workload.trace import MAX_REQUESTS
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
@@ -145,7 +146,7 @@ def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
 
 #: Upper bounds, checked at load time: a simulated evaluation of MAX_PROMPTS prompts takes about
 #: 180 MB and 5 s; lengths up to a 1 Mi-token context.
-MAX_PROMPTS = 1_000_000
+MAX_PROMPTS = MAX_REQUESTS
 MAX_CONCURRENCY = 1_000_000
 MAX_LENGTH = 1_048_576
 

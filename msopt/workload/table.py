@@ -21,6 +21,7 @@ from typing import Any
 
 from msopt.checks import is_finite, is_int
 from msopt.errors import ConfigError
+from msopt.workload import trace as _trace
 from msopt.workload.trace import FORMATS, LENGTH_POLICIES, Trace, TraceSummary
 
 #: the synthetic keys of ``[workload]``
@@ -231,11 +232,23 @@ REPLAYING: tuple[str, ...] = ("builtin", "vllm_benchmark.command")
 def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
     """The load of a trace, by ``[workload]`` name: its requests, its mean rate (where a capacity
     search starts; a replay sends at the trace's own times) and its mean lengths (what a benchmark
-    that cannot replay would send); ``[workload] concurrency`` stays a cap."""
+    that cannot replay would send); ``[workload] concurrency`` stays a cap.
+
+    Raises:
+        ConfigError: more requests than one run replays (:data:`msopt.workload.trace.MAX_REQUESTS`),
+            naming the trace and the window that holds as many.
+    """
+    most = _trace.MAX_REQUESTS
+    if summary.requests > most:
+        start = wl.window[0] if wl.window else 0.0
+        end = math.floor((start + (summary.cap_arrival_s or 0.0) * wl.time_scale) * 1000) / 1000
+        raise ConfigError(f"{wl.where}: [workload] trace {wl.trace}: {summary.requests:,} requests, more than the "
+                          f"{most:,} one run replays; set [workload] window = [{start:g}, {end:g}] (the first "
+                          f"{most:,}) or a narrower one")
     load: dict[str, Any] = {"input_len": max(1, round(summary.input_pct["mean"])),
                             "output_len": max(1, round(summary.output_pct["mean"])),
                             "num_prompts": summary.requests,
-                            "request_rate": round(summary.rate, 6) if summary.rate else "inf"}
+                            "request_rate": round(summary.rate, 6) if summary.rate else math.inf}
     return {**load, **wl.synthetic()}
 
 

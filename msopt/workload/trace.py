@@ -54,6 +54,9 @@ LENGTH_POLICIES: tuple[str, ...] = ("clip", "scale", "drop")
 #: tokens per hash id, by format (Mooncake FAST'25 README: 512; Bailian's file names: blksz_16; a generic
 #: CSV's ``prefix_group`` blocks: 16, vLLM's default KV block)
 DEFAULT_BLOCK_SIZE: Mapping[str, int] = {"mooncake": 512, "bailian": 16, "generic": 16}
+#: the most requests one run replays (a simulated evaluation of as many takes about 180 MB and 5 s);
+#: a longer trace needs a window
+MAX_REQUESTS = 1_000_000
 
 # the columns each format needs (by name), and the optional ones it reads
 _COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -141,6 +144,8 @@ class TraceSummary:
             cache's reuse), or None for a trace without hash ids.
         counts: the pass's :class:`TraceCounts`.
         format: the trace's format.
+        cap_arrival_s: the arrival of request :data:`MAX_REQUESTS` (replay seconds), or None for a
+            trace of fewer requests: the window a run can replay ends there.
     """
 
     requests: int
@@ -153,6 +158,7 @@ class TraceSummary:
     prefix_ceiling: float | None
     counts: TraceCounts = field(default_factory=TraceCounts)
     format: str = ""
+    cap_arrival_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready values."""
@@ -499,7 +505,10 @@ class Trace:
         gap_sum = gap_sq = 0.0
         seen: set[int] = set()
         blocks = repeats = 0
+        cap_arrival = None
         for r in self.requests(counts):
+            if len(ins) == MAX_REQUESTS - 1:
+                cap_arrival = r.arrival_s
             ins.append(r.input_tokens)
             outs.append(r.output_tokens)
             if first is None:
@@ -525,7 +534,7 @@ class Trace:
                             gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
                             block_size=self.block_size if blocks else 0,
                             prefix_ceiling=repeats / blocks if blocks else None, counts=counts,
-                            format=self.format)
+                            format=self.format, cap_arrival_s=cap_arrival)
 
 
 def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceRequest]:
@@ -533,5 +542,5 @@ def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceReq
     return list(Trace(path, **options))
 
 
-__all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "Trace", "TraceCounts", "TraceRequest",
+__all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "MAX_REQUESTS", "Trace", "TraceCounts", "TraceRequest",
                       "TraceSummary", "formats_line", "group_hash_ids", "read_requests"]
