@@ -20,6 +20,7 @@ from pathlib import Path
 from msopt.engines import get_engine
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
+from msopt.metrics import fitness_text
 from msopt.run.validate import load
 from msopt.sim.simulator import launch_assumptions
 
@@ -114,9 +115,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                                    "time_per_output_token", "success_rate", "throughput")}
     failed = result.error is not None
     assumed = _assumed(config, result.values)
-    if args.json:
-        out: dict[str, Any] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                               for k, v in metrics.items()}
+    if args.json:  # every line the text shows: the values, every metric measured, the fitness
+        def number(v: Any) -> Any:
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+
+        out: dict[str, Any] = {k: number(v) for k, v in metrics.items()}
+        out.update({k: number(v) for k, v in result.metrics.items() if v is not None and k not in out})
+        out["fitness"] = number(result.fitness)
+        out["values"] = dict(result.values)
         out["error"] = result.error if failed else None
         out["refused"] = result.refused
         out["assumed"] = assumed
@@ -128,7 +134,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             if v is not None:
                 print(f"{k}: {v:.6g}")
         if math.isfinite(result.fitness):
-            print(f"fitness: {result.fitness:.6g}")
+            print(f"fitness: {fitness_text(result.fitness, '.6g')}")
         if failed:
             print(f"error: {result.error}")
         for line in assumed:
