@@ -83,6 +83,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "prompt blocks, and reads the server's prefix-cache hits")
         notes = [*tr.lines(), "the simulator replays its arrivals and lengths (and the engine's prefix cache on "
                  "its hash ids)" + real]
+        if config.run.simulate:
+            block = simulate.cache_block_line(config, space, tr.block_size)
+            notes += [block] if block else []
         lines.append(f"workload: trace {config.workload.get('trace')} ({tr.format})")
         lines.extend(f"  {line}" for line in notes)
         workload = {"trace": config.workload.get("trace"), **tr.as_dict(), "notes": notes}
