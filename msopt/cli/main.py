@@ -83,6 +83,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "prompt blocks, and reads the server's prefix-cache hits")
         notes = [*tr.lines(), "the simulator replays its arrivals and lengths (and the engine's prefix cache on "
                  "its hash ids)" + real]
+        notes += list(checked.notes)
         if config.run.simulate:
             block = simulate.cache_block_line(config, space, tr.block_size)
             notes += [block] if block else []

@@ -264,7 +264,8 @@ def _print_result(config: Config, run_dir: Path, outcome: RunOutcome, verdict: V
         how = best.phase
         if best.phase == "refine":
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
-        print(f"recommended: fitness {fitness_text(best.fitness, '.4f')} (lower is better; eval {best.eval_id}, {how}):")
+        print(f"recommended: fitness {fitness_text(best.fitness, '.4f')} (lower is better; eval {best.eval_id}, "
+              f"{how}):")
         print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
     if best.predicted is not None and best.predicted.get("fitness") is not None:
         print(predicted_line(config, best.predicted))

@@ -47,6 +47,8 @@ class TraceWorkload:
         request_rate: requests/s (None: a closed loop).
         source: where it came from (a trace file and its statistics, or the default).
         shared_prefixes: the prompts share prefixes (a trace's block hashes repeat).
+        longest: a trace's longest request (input plus output tokens), 0 without a trace: the
+            server's context must hold it.
     """
 
     input_len: int
@@ -56,6 +58,7 @@ class TraceWorkload:
     request_rate: float | None
     source: str
     shared_prefixes: bool = False
+    longest: int = 0
 
 
 @dataclass

@@ -60,6 +60,8 @@ class Personality:
 
     #: The name :attr:`EngineKnobs.engine` carries (the registry key).
     name: str = ""
+    #: How the engine's launch spells its context limit (:attr:`EngineKnobs.max_model_len`), for messages.
+    context_key: str = "max_model_len"
     #: ``max_num_batched_tokens`` when unset: (devices under 70 GiB, devices of 70 GiB or more).
     default_batched_tokens: tuple[int, int] = (2048, 8192)
     #: ``max_num_seqs`` when unset: (devices under 70 GiB, devices of 70 GiB or more).

@@ -120,6 +120,23 @@ def cache_block(spec: Launch, sim_table: Mapping[str, Any], personality: str | N
     return size, f"{knobs.engine}'s default on {hw.name} ({hw.memory_kind} devices): {source}"
 
 
+def context_limit(spec: Launch, sim_table: Mapping[str, Any] | None = None,
+                  personality: str | None = None) -> tuple[int, str] | None:
+    """The longest request (input plus output tokens) the server of ``spec`` accepts, and where that
+    comes from: the launch's own limit (vLLM ``--max-model-len``, SGLang ``--context-length``, MindIE
+    ``maxSeqLen``), else, with a ``[simulator]`` table, the engine's default for its model; None when
+    neither is known."""
+    knobs = knobs_from_launch(spec, personality)
+    p = get_personality(knobs.engine)
+    if knobs.max_model_len:
+        return int(knobs.max_model_len), f"the launch's {p.context_key}"
+    if sim_table is None:
+        return None
+    dirs = sim_table.get("catalog_dirs", ())
+    model = load_model(sim_table["model"], (dirs,) if isinstance(dirs, str) else dirs)
+    return p.default_max_model_len(model), f"{knobs.engine}'s default for {model.name} (no {p.context_key} set)"
+
+
 def simulate(
     knobs: EngineKnobs,
     hardware: Hardware | str,
@@ -379,8 +396,11 @@ def simulate_pools(prefill: Launch, decode: Launch, counts: tuple[int, int], hw:
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
-    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib, hw.memory_kind), int(counts[0])),
-             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib, hw.memory_kind), int(counts[1]))]
+    kind = hw.memory_kind
+    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib, kind),
+                  int(counts[0])),
+             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib, kind),
+                  int(counts[1]))]
     log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
            f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
 

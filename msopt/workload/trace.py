@@ -33,6 +33,7 @@ the longest request in the window, so the distribution keeps its shape (a first 
 
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
@@ -146,6 +147,7 @@ class TraceSummary:
         format: the trace's format.
         cap_arrival_s: the arrival of request :data:`MAX_REQUESTS` (replay seconds), or None for a
             trace of fewer requests: the window a run can replay ends there.
+        totals: every request's input plus output tokens as sent, sorted (:meth:`over`).
     """
 
     requests: int
@@ -159,6 +161,16 @@ class TraceSummary:
     counts: TraceCounts = field(default_factory=TraceCounts)
     format: str = ""
     cap_arrival_s: float | None = None
+    totals: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    def over(self, limit: int) -> int:
+        """How many requests, as sent (after the length policy), are longer than ``limit`` tokens
+        (input plus output): a server of that context refuses them."""
+        return len(self.totals) - bisect.bisect_right(self.totals, limit)
+
+    def longest(self) -> int:
+        """The longest request as sent (input plus output tokens), 0 for none."""
+        return self.totals[-1] if self.totals else 0
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready values."""
@@ -534,7 +546,8 @@ class Trace:
                             gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
                             block_size=self.block_size if blocks else 0,
                             prefix_ceiling=repeats / blocks if blocks else None, counts=counts,
-                            format=self.format, cap_arrival_s=cap_arrival)
+                            format=self.format, cap_arrival_s=cap_arrival,
+                            totals=tuple(sorted(i + o for i, o in zip(ins, outs, strict=True))))
 
 
 def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceRequest]:
@@ -542,5 +555,6 @@ def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceReq
     return list(Trace(path, **options))
 
 
-__all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "MAX_REQUESTS", "Trace", "TraceCounts", "TraceRequest",
+__all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "MAX_REQUESTS", "Trace",
+                      "TraceCounts", "TraceRequest",
                       "TraceSummary", "formats_line", "group_hash_ids", "read_requests"]

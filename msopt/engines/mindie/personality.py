@@ -19,6 +19,7 @@ class MindiePersonality(Personality):
     (ScheduleConfig defaults), maxSeqLen 2560 when unset."""
 
     name = "mindie"
+    context_key = "ModelDeployConfig.maxSeqLen"
     default_batched_tokens = (8192, 8192)
     default_max_seqs = (200, 200)
     moe_tp_first = True

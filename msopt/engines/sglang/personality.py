@@ -26,6 +26,7 @@ class SglangPersonality(Personality):
     memory fraction it computes from the device (:func:`msopt.engines.sglang.knobs.sglang_mem_fraction`)."""
 
     name = "sglang"
+    context_key = "--context-length"
     default_batched_tokens = (4096, 8192)
     default_max_seqs = (1024, 1024)
     # SGLang's static fraction covers weights + KV only; what the runtime itself holds

@@ -19,6 +19,7 @@ class VllmPersonality(Personality):
     device memory; the knobs come from its command line (and the CPU build's environment)."""
 
     name = "vllm"
+    context_key = "--max-model-len"
     default_batched_tokens = (2048, 8192)
     default_max_seqs = (256, 1024)
     moe_shares_dp = True
