@@ -20,7 +20,8 @@ LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | 
 
 _KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup", "trace"})
 #: keys of ``[simulator.workload] trace`` (msopt.workload.Trace's options; ``path`` the file)
-TRACE_KEYS = ("path", "format", "window", "time_scale", "block_size", "max_model_len", "length_policy")
+TRACE_KEYS = ("path", "format", "window", "time_scale", "block_size", "max_model_len", "length_policy", "time_unit",
+              "columns")
 
 
 @dataclass(frozen=True)
