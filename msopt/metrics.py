@@ -7,6 +7,9 @@ Percentiles and the duration are reported where the benchmark measures them.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 GENERATE_SPEED = "generate_speed"
 TIME_TO_FIRST_TOKEN = "time_to_first_token"
 TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
@@ -44,3 +47,20 @@ SENT: tuple[str, ...] = (SENT_REQUESTS, SENT_SPAN, SENT_INPUT_MEAN, SENT_OUTPUT_
 
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")
+
+
+#: A fitness at or above this is shown as ``>1e6 (far outside the SLOs)``: only an SLO's penalty term (or a
+#: vanishing generate_speed) gets there, and a raw ``2e+298`` (a term at its cap) reads as a bug
+FITNESS_SHOWN_MAX = 1e6
+
+
+def fitness_text(value: Any, fmt: str = ".4g") -> str:
+    """A fitness for a person: ``fmt`` below :data:`FITNESS_SHOWN_MAX`, ``>1e6 (far outside the SLOs)``
+    above it, ``inf`` for a failed evaluation, ``-`` for none. JSON keeps the number itself."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value >= FITNESS_SHOWN_MAX:
+        return ">1e6 (far outside the SLOs)"
+    return format(float(value), fmt)

@@ -153,7 +153,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
             + (f", {rate:g} requests/s" if rate else "")
             + (f", {s.prefix_ceiling:.0%} of prompt blocks repeat" if s.prefix_ceiling is not None else ""))
     return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), s.requests, None if rate else 64, rate,
-                         what, shared, str(trace.path.expanduser().absolute()), s.span_s)
+                         what, shared, str(trace.path.expanduser().absolute()), s.span_s, s.longest())
 
 
 def default_workload(cpu: bool) -> TraceWorkload:
@@ -244,7 +244,9 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
     percentiles = any(t.statistic != "mean" for t in terms.values())
     bench = {"vllm": "vllm_benchmark", "sglang": "builtin"}[section] if section != "mindie" else (
         "builtin" if percentiles or wl.trace else "ais_bench")  # AISBench cannot replay a trace
-    context = min(spec.max_position, max(pow2_at_least(2 * (wl.input_len + wl.output_len)), 512 if cpu else 4096))
+    # the server's context holds the trace's longest request (else the replay's longest ones fail)
+    context = min(spec.max_position, max(pow2_at_least(2 * (wl.input_len + wl.output_len)), pow2_at_least(wl.longest),
+                                         512 if cpu else 4096))
     if wl.input_len + wl.output_len > spec.max_position:
         raise ConfigError(f"--workload: requests of {wl.input_len} + {wl.output_len} tokens exceed the model's "
                           f"context ({spec.max_position} tokens, max_position_embeddings)")

@@ -60,41 +60,36 @@ def _load(args: argparse.Namespace) -> Validated:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Load and check the configuration, print the dimensions and derived fields."""
+    """Load and check the configuration, print the dimensions and derived fields (``--json``: the same
+    notes as fields, and every line the text prints under ``lines``)."""
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     checked = validate(*split(settings))
     config, space = checked.config, checked.space
-    if args.json:
-        out = {
-            "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high}
-                           for d in space.dimensions],
-            "derived": list(space.derived),
-            "settings": dict(config.scalars.table),
-        }
-        if checked.trace is not None:
-            out["workload"] = {"trace": config.workload.get("trace"), **checked.trace.as_dict()}
-        print(json.dumps(_jsonable(out)))
-        return 0
-    print(f"configuration OK: {' < '.join(config.scalars.layers)}")
-    print(f"engine: {config.engine.name}; {len(space.dimensions)} dimension(s), "
-          f"{len(space.derived)} derived field(s)")
+    lines: list[str] = [f"configuration OK: {' < '.join(config.scalars.layers)}",
+                        f"engine: {config.engine.name}; {len(space.dimensions)} dimension(s), "
+                        f"{len(space.derived)} derived field(s)"]
     searcher = config.run.searcher
     if searcher == "auto":
         searcher = "auto (the swarm; tpe where no prior can be built and a launch budget is set)"
-    print(f"searcher: {searcher}, {config.run.n_particles} evaluation(s) "
-          f"in flight ({config.run.mode})")
-    slos = config.run.slos
-    print("SLOs: " + ", ".join(f"{c.metric} {c.bound}" for c in slo_checks(slos, {})))
+    lines.append(f"searcher: {searcher}, {config.run.n_particles} evaluation(s) in flight ({config.run.mode})")
+    slos = [f"{c.metric} {c.bound}" for c in slo_checks(config.run.slos, {})]
+    lines.append("SLOs: " + ", ".join(slos))
+    workload: dict[str, Any] | None = None
     if checked.trace is not None:
         tr = checked.trace
-        print(f"workload: trace {config.workload.get('trace')} ({tr.format})")
-        for line in tr.lines():
-            print(f"  {line}")
         bench = config.run.benchmark
         real = "" if config.run.simulate else (
             f"; {bench} replays it too, each request at its trace time, equal hash ids as token-identical "
             "prompt blocks, and reads the server's prefix-cache hits")
-        print("  the simulator replays its arrivals and lengths (and the engine's prefix cache on its hash ids)" + real)
+        notes = [*tr.lines(), "the simulator replays its arrivals and lengths (and the engine's prefix cache on "
+                 "its hash ids)" + real]
+        notes += list(checked.notes)
+        if config.run.simulate:
+            block = simulate.cache_block_line(config, space, tr.block_size)
+            notes += [block] if block else []
+        lines.append(f"workload: trace {config.workload.get('trace')} ({tr.format})")
+        lines.extend(f"  {line}" for line in notes)
+        workload = {"trace": config.workload.get("trace"), **tr.as_dict(), "notes": notes}
     for d in space.dimensions:
         cands = ""
         if d.dtype == "int":
@@ -102,22 +97,44 @@ def cmd_validate(args: argparse.Namespace) -> int:
         elif d.candidates is not None:
             shown = list(d.candidates)
             cands = f" candidates {shown[:12]}{' ...' if len(shown) > 12 else ''}"
-        print(f"  {d.name:<32} {d.dtype:<8} [{d.low:g}, {d.high:g}]{cands}")
+        lines.append(f"  {d.name:<32} {d.dtype:<8} [{d.low:g}, {d.high:g}]{cands}")
     for name in space.derived:
         t = space.field_type(name)
-        print(f"  {name:<32} {t.decl.dtype} (derived from {', '.join(t.deps)})")
+        lines.append(f"  {name:<32} {t.decl.dtype} (derived from {', '.join(t.deps)})")
     const = [f.name for f in config.engine.fields
              if f.name not in space.names and f.name not in space.derived]
     if const:
-        print(f"  constant: {', '.join(const)}")
-    for line in checked.engine.notes(config.engine.section.table):
-        print(f"{config.engine.name}: {line}")
-    for line in settings.notes:
-        print(f"original tool: {line}")
-    for line in advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table):
-        print(f"warning: {line}")
-    for line in optimize.metrics_warnings(checked):
-        print(f"warning: {line}")
+        lines.append(f"  constant: {', '.join(const)}")
+    engine_notes = list(checked.engine.notes(config.engine.section.table))
+    original = list(settings.notes)
+    warnings = [*advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table),
+                *optimize.metrics_warnings(checked)]
+    lines.extend(f"{config.engine.name}: {line}" for line in engine_notes)
+    lines.extend(f"original tool: {line}" for line in original)
+    lines.extend(f"warning: {line}" for line in warnings)
+    if not args.json:
+        for line in lines:
+            print(line)
+        return 0
+    out: dict[str, Any] = {
+        "layers": list(config.scalars.layers),
+        "engine": config.engine.name,
+        "searcher": config.run.searcher,
+        "slos": slos,
+        "dimensions": [{"name": d.name, "dtype": d.dtype, "low": d.low, "high": d.high,
+                        "candidates": list(d.candidates) if d.candidates is not None and d.dtype != "int" else None}
+                       for d in space.dimensions],
+        "derived": list(space.derived),
+        "constant": const,
+        "settings": dict(config.scalars.table),
+        "engine_notes": engine_notes,
+        "original_tool": original,
+        "warnings": warnings,
+        "lines": lines,
+    }
+    if workload is not None:
+        out["workload"] = workload
+    print(json.dumps(_jsonable(out)))
     return 0
 
 

@@ -19,6 +19,7 @@ from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
 from msopt.evaluate.workload import replay_lines
+from msopt.metrics import fitness_text
 from msopt.report.outputs import write_outputs
 from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store
 from msopt.run.store import RunStore
@@ -265,7 +266,8 @@ def _print_result(config: Config, run_dir: Path, outcome: RunOutcome, verdict: V
         how = best.phase
         if best.phase == "refine":
             how = f"re-measured with the full workload; mean of {count} measurements {mean:.4f}"
-        print(f"recommended: fitness {best.fitness:.4f} (lower is better; eval {best.eval_id}, {how}):")
+        print(f"recommended: fitness {fitness_text(best.fitness, '.4f')} (lower is better; eval {best.eval_id}, "
+              f"{how}):")
         print(textwrap.fill(shown, width, initial_indent="  ", subsequent_indent="  ", break_long_words=False))
     if best.predicted is not None and best.predicted.get("fitness") is not None:
         print(predicted_line(config, best.predicted))

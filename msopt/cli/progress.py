@@ -37,6 +37,7 @@ from msopt.cli.tracker import (
     compact_value,
     short_names,
 )
+from msopt.metrics import fitness_text
 from msopt.run.durations import estimate_eta, format_duration  # re-exported: part of this module's API
 from msopt.run.events import (
     Finished,
@@ -146,7 +147,7 @@ class PlainLog(Progress):
         parts = [" ".join(head)]
         if ev.kind in ("done", "reused", "failed"):
             if ev.kind != "failed" or is_finite(ev.fitness):
-                parts.append(f"fitness={_num(ev.fitness, '.4f')}")
+                parts.append(f"fitness={fitness_text(ev.fitness, '.4f')}")
             m = ev.metrics
             if any(m.get(k) is not None for k in ("generate_speed", "time_to_first_token", "time_per_output_token")):
                 parts.append(f"gen={_num(m.get('generate_speed'), '.1f')} tok/s "

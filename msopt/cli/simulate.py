@@ -20,8 +20,9 @@ from pathlib import Path
 from msopt.engines import get_engine
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
+from msopt.metrics import fitness_text
 from msopt.run.validate import load
-from msopt.sim.simulator import launch_assumptions
+from msopt.sim.simulator import cache_block, launch_assumptions
 
 
 def register(sub: Any) -> None:
@@ -114,9 +115,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                                    "time_per_output_token", "success_rate", "throughput")}
     failed = result.error is not None
     assumed = _assumed(config, result.values)
-    if args.json:
-        out: dict[str, Any] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                               for k, v in metrics.items()}
+    if args.json:  # every line the text shows: the values, every metric measured, the fitness
+        def number(v: Any) -> Any:
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+
+        out: dict[str, Any] = {k: number(v) for k, v in metrics.items()}
+        out.update({k: number(v) for k, v in result.metrics.items() if v is not None and k not in out})
+        out["fitness"] = number(result.fitness)
+        out["values"] = dict(result.values)
         out["error"] = result.error if failed else None
         out["refused"] = result.refused
         out["assumed"] = assumed
@@ -128,7 +134,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             if v is not None:
                 print(f"{k}: {v:.6g}")
         if math.isfinite(result.fitness):
-            print(f"fitness: {result.fitness:.6g}")
+            print(f"fitness: {fitness_text(result.fitness, '.6g')}")
         if failed:
             print(f"error: {result.error}")
         for line in assumed:
@@ -146,3 +152,22 @@ def _assumed(config: Config, values: Any) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = adapter.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
     return launch_assumptions(spec, config.simulator.table, adapter.sim_personality)
+
+
+def cache_block_line(config: Config, space: SearchSpace, trace_block: int) -> str | None:
+    """What validate says of the simulated prefix cache: the KV block size it keeps at the baseline's
+    values (:func:`msopt.sim.simulator.cache_block`), against the trace's hash-id blocks; None without
+    hash ids or for a launch that cannot be rendered alone (a disaggregated one)."""
+    adapter = get_engine(config.engine.name)
+    section = config.engine.section.table
+    if not trace_block or adapter.is_disaggregated(section):
+        return None
+    values = space.decode(space.encode({})).values
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = adapter.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
+    size, why = cache_block(spec, config.simulator.table, adapter.sim_personality)
+    line = f"the simulated prefix cache keeps {size}-token KV blocks ({why})"
+    if size != trace_block:
+        line += (f"; the trace's hash ids are {trace_block}-token blocks, so a prompt hits up to the last whole "
+                 f"{size}-token block it shares")
+    return line

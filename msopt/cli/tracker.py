@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import is_finite, is_number
+from msopt.metrics import fitness_text
 from msopt.run.durations import estimate_eta, format_duration
 from msopt.run.records import ServerStarts
 from msopt.space.fields import show_value
@@ -309,7 +310,7 @@ class _Tracker:
         vals = " ".join(f"{k}={show_value(v, self.steps.get(k)) if isinstance(v, (bool, float)) else _value(v, width)}"
                         for k, v in b.values.items())
         where = f"eval {b.eval_id}" + (f" p{b.particle}" if b.particle is not None else f" {b.phase or ''}")
-        return f"{label} fitness={_num(b.fitness, '.4f')} ({where.strip()}) {vals}".rstrip()
+        return f"{label} fitness={fitness_text(b.fitness, '.4f')} ({where.strip()}) {vals}".rstrip()
 
     def final_text(self, summary: Mapping[str, Any] | None) -> str:
         """The closing line: counts, the recommendation (``summary["best"]``, which need not be

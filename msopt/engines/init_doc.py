@@ -50,6 +50,8 @@ class TraceWorkload:
         trace: the request trace the benchmark and the simulator replay (``[workload] trace``, an
             absolute path; the means above are then only what the knobs' ranges are sized by), or None.
         span_s: the trace's span, first arrival to last (s).
+        longest: a trace's longest request (input plus output tokens), 0 without a trace: the
+            server's context must hold it.
     """
 
     input_len: int
@@ -61,6 +63,7 @@ class TraceWorkload:
     shared_prefixes: bool = False
     trace: str | None = None
     span_s: float = 0.0
+    longest: int = 0
 
 
 @dataclass

@@ -18,6 +18,7 @@ from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.evaluate.placement import planned_nodes
+from msopt.metrics import fitness_text
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
 from msopt.run.store import atomic_write, dumps
 
@@ -222,7 +223,7 @@ def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, 
     adapter = get_engine(engine)
     head = [f"msopt: the best configuration of run {out.name} ({engine}"
             + (f", eval {eval_id}" if eval_id is not None else "")
-            + (f", fitness {fitness:.6g}" if isinstance(fitness, (int, float)) else "") + ")"]
+            + (f", fitness {fitness_text(fitness, '.6g')}" if isinstance(fitness, (int, float)) else "") + ")"]
     multi = _export_pd(config, values, out, port, head) or _export_nodes(config, values, out, port, head)
     if multi:  # a trial spans nodes: one script (and config) per node, node 0's under the usual names
         return multi
@@ -233,7 +234,7 @@ def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, 
     files = {str(k): v for k, v in spec.files.items()}
     notes = [f"msopt: the best configuration of run {out.name} ({engine}"
              + (f", eval {eval_id}" if eval_id is not None else "")
-             + (f", fitness {fitness:.6g}" if isinstance(fitness, (int, float)) else "") + ")"]
+             + (f", fitness {fitness_text(fitness, '.6g')}" if isinstance(fitness, (int, float)) else "") + ")"]
     if files:
         target, doc = next(iter(files.items()))
         atomic_write(out / BEST_CONFIG_JSON, (dumps(doc, indent=2) + "\n").encode("utf-8"))

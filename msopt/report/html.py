@@ -16,7 +16,7 @@ from msopt.errors import MsoptError
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.results import values_key as _key
-from msopt.metrics import MEASURED_COLUMNS, METRICS, SPEC_ACCEPT_LEN
+from msopt.metrics import MEASURED_COLUMNS, METRICS, SPEC_ACCEPT_LEN, fitness_text
 from msopt.report.data import (
     BEST_COMMAND_JSON,
     BEST_COMMAND_SH,
@@ -134,7 +134,7 @@ def _table(data: RunData, rows: list[tuple[EvaluationResult, float, int]]) -> st
     out = ['<div class="wide"><table>', "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for i, (r, mean, n) in enumerate(rows, 1):
         cells = [f"{i}{' &#9733;' if r.eval_id == bid else ''}", _e(r.eval_id), _e(r.phase),
-                 _e(fmt(r.fitness)), _e(f"{fmt(mean)} ({n})")]
+                 _e(fitness_text(r.fitness)), _e(f"{fitness_text(mean)} ({n})")]
         cells += [_e(_metric_cell(m, r.metrics.get(m))) for m in metrics]
         cells += [_e(show_value(r.values.get(f), steps.get(f)) if f in r.values else "-") for f in fields]
         cls = ' class="best"' if r.eval_id == bid else ""
@@ -327,10 +327,10 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         parts.append("<h2>Recommended configuration</h2>")
         mean = ""
         if best.get("mean_fitness") is not None and best.get("measurements"):
-            mean = (f"; mean fitness {_e(fmt(best['mean_fitness']))} over its {_e(best['measurements'])} "
+            mean = (f"; mean fitness {_e(fitness_text(best['mean_fitness']))} over its {_e(best['measurements'])} "
                     "measurements, the best mean of the re-measured configurations")
         parts.append(f"<p>eval {_e(best.get('eval_id'))} ({_e(best.get('phase'))}), fitness "
-                     f"{_e(fmt(fit))}{mean}: <code>{_e(vals)}</code></p>")
+                     f"{_e(fitness_text(fit))}{mean}: <code>{_e(vals)}</code></p>")
         if command is not None:
             parts.append(f"<p>Launch it with <code>{BEST_COMMAND_SH}</code> (argv and env in "
                          f"<code>{BEST_COMMAND_JSON}</code>"

@@ -20,15 +20,17 @@ Every failure is a :class:`~msopt.errors.ConfigError` naming the file, the key a
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
 from msopt.config import Config, load_settings, split
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.launch import check_launch
-from msopt.errors import ConfigError
+from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
@@ -37,6 +39,7 @@ from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
 from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
+from msopt.sim.simulator import context_limit
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
 
@@ -57,6 +60,8 @@ class Validated:
         produces: the metrics the run's measurements report.
         workload: the prompts and load of an evaluation (:mod:`msopt.evaluate.workload`).
         trace: the ``[workload] trace``'s summary (every row checked), or None without one.
+        notes: what validate says of the run besides the components (the server's context limit
+            against the trace's lengths).
     """
 
     config: Config
@@ -70,6 +75,7 @@ class Validated:
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
     trace: TraceSummary | None = None
+    notes: tuple[str, ...] = ()
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -187,8 +193,49 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         objective_metrics()  # a benchmark without TTFT or TPOT at all: this line names what lacks and why
     _check_slo_statistics(config, produces, produced_by)  # then which statistic of them the SLOs can hold
     objective_metrics()
+    notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
     return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
-                     workload_config(config), trace)
+                     workload_config(config), trace, tuple(n for n in notes if n))
+
+
+def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, trace: TraceSummary) -> str | None:
+    """The trace's requests against the server's context limit (the baseline launch's, or in a simulated run
+    the engine's default for the ``[simulator]`` model): a note of how many the length policy changed, or
+    None where the limit is not known.
+
+    Raises:
+        ConfigError: requests as sent are longer than the limit (the server would fail them), naming how
+            many and the ``[workload]`` keys that say what to do with them.
+    """
+    section = config.engine.section.table
+    if engine.is_disaggregated(section):
+        return None
+    try:
+        values = space.decode(space.encode({})).values
+        with tempfile.TemporaryDirectory() as tmp:
+            spec = engine.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
+        found = context_limit(spec, config.simulator.table if config.run.simulate else None, engine.sim_personality)
+    except MsoptError:  # a launch only the real engine can read: its own start-up says
+        return None
+    if found is None:
+        return None
+    limit, why = found
+    over = trace.over(limit)
+    wl = config.workload
+    if over:
+        raise ConfigError(f"{wl.where('trace')}: [workload] trace {wl.get('trace')}: {over:,} of {trace.requests:,} "
+                          f"requests are longer than {why} {limit} (input + output tokens; the longest "
+                          f"{trace.longest():,}), and the server would fail them; set [workload] max_model_len = "
+                          f"{limit} with length_policy = \"clip\" (cut their prompts), \"drop\" (leave them out) or "
+                          f"\"scale\" (shrink every length by one factor), or raise the limit")
+    c = trace.counts
+    if not c.over_limit:
+        return f"context: {why} {limit}; every request fits"
+    policy = wl.get("length_policy", "clip")
+    what = {"clip": "clipped to it", "drop": "dropped", "scale": f"fit by scaling every length by {c.scale:.3g}"}
+    return (f"context: {why} {limit}; {c.over_limit:,} request(s) longer than [workload] max_model_len "
+            f"{wl.get('max_model_len')}: {what.get(str(policy), str(policy))} "
+            f"([workload] length_policy = \"{policy}\")")
 
 
 def _refuse_unreplayable(config: Config) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from msopt.config import Config
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
-from msopt.metrics import GENERATE_SPEED
+from msopt.metrics import GENERATE_SPEED, fitness_text
 from msopt.run.leaderboard import is_measurement, measurement_weight, values_key
 from msopt.slo import BROKEN, SloCheck
 from msopt.slo import MET as MET  # re-exported: report.html shows it
@@ -223,9 +223,9 @@ class Verdict:
         b = self.best
         if b is None:
             return ""
-        text = f"fitness {b.fitness:.4g} (lower is better; eval {b.eval_id}, {b.phase}"
+        text = f"fitness {fitness_text(b.fitness)} (lower is better; eval {b.eval_id}, {b.phase}"
         if self.mean_fitness is not None and self.measurements > 1:
-            text += f"; mean of {self.measurements} measurements {self.mean_fitness:.4g}"
+            text += f"; mean of {self.measurements} measurements {fitness_text(self.mean_fitness)}"
         return text + ")"
 
     def lines(self) -> list[str]:

@@ -115,7 +115,7 @@ class _Limits:
     """The scheduler's limits of one replica, read once from the knobs."""
 
     def __init__(self, knobs: EngineKnobs) -> None:
-        self.bs = knobs.block_size
+        self.bs = int(knobs.block_size)  # type: ignore[arg-type]  # set by personality.resolved()
         self.mns = int(knobs.max_num_seqs)  # type: ignore[arg-type]  # set by personality.resolved()
         self.budget0 = int(knobs.max_num_batched_tokens)  # type: ignore[arg-type]  # set by personality.resolved()
         self.chunked, self.mixed = knobs.chunked_prefill, knobs.mixed_batch

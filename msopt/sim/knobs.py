@@ -47,7 +47,8 @@ class EngineKnobs:
             None: the engine's default (vLLM 0.9; SGLang computes it from the device, tp and
             chunk size, as its ``--mem-fraction-static`` default does).
         kv_cache_gib: fixed KV-cache size per device (MindIE npuMemSize), overrides the fraction.
-        block_size: KV-cache block (page) size in tokens.
+        block_size: KV-cache block (page) size in tokens; None: the engine's default on the device
+            (:meth:`msopt.sim.personality.Personality.default_block_size`, set by ``resolved``).
         max_model_len: longest sequence the server accepts (None: the model's maximum).
         select_batch: MindIE supportSelectBatch.
         prefill_time_ms_per_req, decode_time_ms_per_req: MindIE select-batch cost estimates.
@@ -90,7 +91,7 @@ class EngineKnobs:
     mixed_batch: bool = True
     memory_fraction: float | None = None
     kv_cache_gib: float | None = None
-    block_size: int = 16
+    block_size: int | None = None
     max_model_len: int | None = None
     select_batch: bool = False
     prefill_time_ms_per_req: float = 150.0

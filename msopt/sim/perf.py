@@ -132,8 +132,9 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
     else:
         kv = usable - weights - activation - reserve
     per_token = model.layers / pp * model.kv_elems_per_token_layer(tp) * dtype_bytes(kv_dtype)
-    blocks = max(0, math.floor(kv * GIB / (per_token * knobs.block_size))) if kv > 0 else 0
+    block = int(knobs.block_size)  # type: ignore[arg-type]  # set by personality.resolved()
+    blocks = max(0, math.floor(kv * GIB / (per_token * block))) if kv > 0 else 0
     return MemoryPlan(
         weights_gib=weights, activation_gib=activation, reserve_gib=reserve, usable_gib=usable,
-        kv_gib=kv, kv_tokens=blocks * knobs.block_size, num_blocks=blocks,
+        kv_gib=kv, kv_tokens=blocks * block, num_blocks=blocks,
     )

@@ -60,6 +60,8 @@ class Personality:
 
     #: The name :attr:`EngineKnobs.engine` carries (the registry key).
     name: str = ""
+    #: How the engine's launch spells its context limit (:attr:`EngineKnobs.max_model_len`), for messages.
+    context_key: str = "max_model_len"
     #: ``max_num_batched_tokens`` when unset: (devices under 70 GiB, devices of 70 GiB or more).
     default_batched_tokens: tuple[int, int] = (2048, 8192)
     #: ``max_num_seqs`` when unset: (devices under 70 GiB, devices of 70 GiB or more).
@@ -149,6 +151,12 @@ class Personality:
         """The share of device memory the engine takes when none is set."""
         return 0.9
 
+    def default_block_size(self, memory_kind: str) -> tuple[int, str]:
+        """The KV-cache block (page) size in tokens the engine takes on devices of ``memory_kind``
+        (the hardware entry's: "CUDA", "NPU", "CPU") when the launch sets none, and where that
+        default is written (the engine's source, cited)."""
+        return 16, "msopt's assumption: the engine's default is not known"
+
     def default_max_model_len(self, model: ModelSpec) -> int:
         """The longest sequence the server accepts when none is set."""
         return model.max_position
@@ -203,17 +211,18 @@ def known(name: str) -> bool:
     return name in PERSONALITIES
 
 
-def resolved(knobs: EngineKnobs, hbm_gib: float) -> EngineKnobs:
+def resolved(knobs: EngineKnobs, hbm_gib: float, memory_kind: str = "CUDA") -> EngineKnobs:
     """``knobs`` with the defaults of its personality (:attr:`EngineKnobs.engine`) that depend on the
-    device filled in (vLLM: >= 70 GiB -> 8192/1024)."""
+    device filled in (vLLM: >= 70 GiB -> 8192/1024; the KV block size on ``memory_kind`` devices)."""
     p = get_personality(knobs.engine)
+    block = knobs.block_size if knobs.block_size is not None else p.default_block_size(memory_kind)[0]
     big = int(hbm_gib >= 70)
     mnbt = knobs.max_num_batched_tokens or p.default_batched_tokens[big]
     mns = knobs.max_num_seqs or p.default_max_seqs[big]
     frac = knobs.memory_fraction
     if frac is None:
         frac = p.default_memory_fraction(knobs, hbm_gib, mnbt)
-    return replace(knobs, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac)
+    return replace(knobs, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac, block_size=block)
 
 
 def knobs_from_argv(engine: str, argv: Sequence[str]) -> EngineKnobs:

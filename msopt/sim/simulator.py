@@ -127,6 +127,36 @@ def launch_assumptions(spec: Launch, sim_table: Mapping[str, Any], personality: 
     return assumed_inputs(knobs, hw)
 
 
+def cache_block(spec: Launch, sim_table: Mapping[str, Any], personality: str | None = None) -> tuple[int, str]:
+    """The KV block size (tokens) the simulated prefix cache of ``spec`` keeps on the ``[simulator]``
+    hardware, and why: set in the launch, or the engine's default on those devices, cited
+    (:meth:`msopt.sim.personality.Personality.default_block_size`)."""
+    dirs = sim_table.get("catalog_dirs", ())
+    hw = load_hardware(sim_table["hardware"], (dirs,) if isinstance(dirs, str) else dirs)
+    knobs = knobs_from_launch(spec, personality)
+    if knobs.block_size is not None:
+        return int(knobs.block_size), "set in the launch"
+    size, source = get_personality(knobs.engine).default_block_size(hw.memory_kind)
+    return size, f"{knobs.engine}'s default on {hw.name} ({hw.memory_kind} devices): {source}"
+
+
+def context_limit(spec: Launch, sim_table: Mapping[str, Any] | None = None,
+                  personality: str | None = None) -> tuple[int, str] | None:
+    """The longest request (input plus output tokens) the server of ``spec`` accepts, and where that
+    comes from: the launch's own limit (vLLM ``--max-model-len``, SGLang ``--context-length``, MindIE
+    ``maxSeqLen``), else, with a ``[simulator]`` table, the engine's default for its model; None when
+    neither is known."""
+    knobs = knobs_from_launch(spec, personality)
+    p = get_personality(knobs.engine)
+    if knobs.max_model_len:
+        return int(knobs.max_model_len), f"the launch's {p.context_key}"
+    if sim_table is None:
+        return None
+    dirs = sim_table.get("catalog_dirs", ())
+    model = load_model(sim_table["model"], (dirs,) if isinstance(dirs, str) else dirs)
+    return p.default_max_model_len(model), f"{knobs.engine}'s default for {model.name} (no {p.context_key} set)"
+
+
 def simulate(
     knobs: EngineKnobs,
     hardware: Hardware | str,
@@ -168,7 +198,7 @@ def simulate(
     if not noise >= 0:
         raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
     hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
-    knobs = resolved(knobs, hw.hbm_gib)
+    knobs = resolved(knobs, hw.hbm_gib, hw.memory_kind)
     hw = hw.for_engine(knobs.engine)
     ignored = knobs.ignored
     if knobs.max_model_len:
@@ -388,8 +418,11 @@ def simulate_pools(prefill: Launch, decode: Launch, counts: tuple[int, int], hw:
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
-    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib), int(counts[0])),
-             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib), int(counts[1]))]
+    kind = hw.memory_kind
+    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib, kind),
+                  int(counts[0])),
+             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib, kind),
+                  int(counts[1]))]
     log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
            f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
 

@@ -12,6 +12,7 @@ import numpy as np
 from msopt.checks import is_number
 from msopt.errors import ConfigError
 from msopt.workload.replay import conversation_keys, open_window, replay_arrivals, replay_indices
+from msopt.workload.trace import MAX_REQUESTS
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
 #: {dist = "list", values = [...]} (a replay of recorded lengths, request i the i-th)
@@ -20,7 +21,8 @@ LengthSpec = Union[int, Mapping[str, Any]]  # noqa: UP007  a runtime alias: X | 
 _KEYS = frozenset({"input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup", "trace",
                    "pin_sessions"})
 #: keys of ``[simulator.workload] trace`` (msopt.workload.Trace's options; ``path`` the file)
-TRACE_KEYS = ("path", "format", "window", "time_scale", "block_size", "max_model_len", "length_policy")
+TRACE_KEYS = ("path", "format", "window", "time_scale", "block_size", "max_model_len", "length_policy", "time_unit",
+              "columns")
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
 
 #: Upper bounds, checked at load time: a simulated evaluation of MAX_PROMPTS prompts takes about
 #: 180 MB and 5 s; lengths up to a 1 Mi-token context.
-MAX_PROMPTS = 1_000_000
+MAX_PROMPTS = MAX_REQUESTS
 MAX_CONCURRENCY = 1_000_000
 MAX_LENGTH = 1_048_576
 

@@ -48,7 +48,7 @@ BLOCK_WORDS: tuple[str, ...] = (
 #: keys of a replay table (``[builtin] trace``, ``[vllm_benchmark] trace``, ``[simulator.workload] trace``):
 #: ``path`` and :class:`Trace`'s options
 REPLAY_KEYS: tuple[str, ...] = ("path", "format", "window", "time_scale", "block_size", "max_model_len",
-                                "length_policy")
+                                "length_policy", "time_unit", "columns")
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,8 @@ def open_window(table: Mapping[str, object], where: str) -> TraceWindow:
     opts = {k: table[k] for k in REPLAY_KEYS[1:] if k in table}
     if "window" in opts:
         opts["window"] = tuple(opts["window"])  # type: ignore[arg-type]
+    if "columns" in opts:
+        opts["columns"] = dict(opts["columns"])  # type: ignore[call-overload]
     trace = Trace(str(table["path"]), where=where, **opts)  # type: ignore[arg-type]
     counts = TraceCounts()
     requests = tuple(trace.requests(counts))

@@ -21,13 +21,14 @@ from typing import Any
 
 from msopt.checks import is_finite, is_int
 from msopt.errors import ConfigError
-from msopt.workload.trace import FORMATS, LENGTH_POLICIES, Trace, TraceSummary
+from msopt.workload import trace as _trace
+from msopt.workload.trace import COLUMN_FIELDS, FORMATS, LENGTH_POLICIES, TIME_UNITS, Trace, TraceSummary
 
 #: the synthetic keys of ``[workload]``
 SYNTHETIC_KEYS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup")
 #: the trace keys of ``[workload]``
 TRACE_KEYS: tuple[str, ...] = ("trace", "format", "window", "time_scale", "block_size", "max_model_len",
-                               "length_policy")
+                               "length_policy", "time_unit", "columns")
 #: what a trace decides, so ``[workload]`` may not also set it
 TRACE_SETS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "request_rate")
 
@@ -60,6 +61,8 @@ class WorkloadSettings:
         block_size: tokens per hash id (None: the format's).
         max_model_len: the server's context limit the length policy applies (None: no limit).
         length_policy: ``clip``, ``scale`` or ``drop``.
+        time_unit: the timestamps' unit (``s``, ``ms``, ``us``; None: the format's).
+        columns: the file's column of each field msopt reads (a CSV or JSON lines file of any layout), or None.
         where: the file that set the table.
     """
 
@@ -76,6 +79,8 @@ class WorkloadSettings:
     block_size: int | None = None
     max_model_len: int | None = None
     length_policy: str = "clip"
+    time_unit: str | None = None
+    columns: Mapping[str, str] | None = None
     where: str = "[workload]"
 
     def synthetic(self) -> dict[str, Any]:
@@ -92,7 +97,8 @@ class WorkloadSettings:
             return None
         return Trace(self.trace, format=self.format, window=self.window, time_scale=self.time_scale,
                      block_size=self.block_size, max_model_len=self.max_model_len,
-                     length_policy=self.length_policy, where=f"{self.where}: [workload] trace")
+                     length_policy=self.length_policy, time_unit=self.time_unit, columns=self.columns,
+                     where=f"{self.where}: [workload] trace")
 
 
 _CHECKS: Mapping[str, tuple[Any, str]] = {
@@ -112,6 +118,12 @@ _CHECKS: Mapping[str, tuple[Any, str]] = {
     "block_size": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
     "max_model_len": (lambda v: is_int(v) and v >= 2, "a whole number of tokens >= 2"),
     "length_policy": (lambda v: v in LENGTH_POLICIES, f"one of {', '.join(LENGTH_POLICIES)}"),
+    "time_unit": (lambda v: v in TIME_UNITS, f"one of {', '.join(TIME_UNITS)} (the timestamps' unit)"),
+    "columns": (lambda v: isinstance(v, Mapping) and set(v) <= set(COLUMN_FIELDS)
+                and set(COLUMN_FIELDS[:3]) <= set(v) and all(isinstance(x, str) and x for x in v.values()),
+                f"a table mapping {', '.join(COLUMN_FIELDS[:3])} (and optionally {', '.join(COLUMN_FIELDS[3:])}) "
+                "to the file's column names, e.g. { arrival_s = \"ts\", input_tokens = \"prompt\", "
+                "output_tokens = \"completion\" }"),
 }
 
 
@@ -153,6 +165,8 @@ def workload_settings(table: Mapping[str, Any] | None, where: str = "<defaults>"
         values["trace"] = str((base / p if base is not None and not p.is_absolute() else p).absolute())
     if "window" in values:
         values["window"] = (float(values["window"][0]), float(values["window"][1]))
+    if "columns" in values:
+        values["columns"] = dict(values["columns"])
     return WorkloadSettings(**values, where=where)
 
 
@@ -231,11 +245,23 @@ REPLAYING: tuple[str, ...] = ("builtin", "vllm_benchmark.command")
 def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
     """The load of a trace, by ``[workload]`` name: its requests, its mean rate (where a capacity
     search starts; a replay sends at the trace's own times) and its mean lengths (what a benchmark
-    that cannot replay would send); ``[workload] concurrency`` stays a cap."""
+    that cannot replay would send); ``[workload] concurrency`` stays a cap.
+
+    Raises:
+        ConfigError: more requests than one run replays (:data:`msopt.workload.trace.MAX_REQUESTS`),
+            naming the trace and the window that holds as many.
+    """
+    most = _trace.MAX_REQUESTS
+    if summary.requests > most:
+        start = wl.window[0] if wl.window else 0.0
+        end = math.floor((start + (summary.cap_arrival_s or 0.0) * wl.time_scale) * 1000) / 1000
+        raise ConfigError(f"{wl.where}: [workload] trace {wl.trace}: {summary.requests:,} requests, more than the "
+                          f"{most:,} one run replays; set [workload] window = [{start:g}, {end:g}] (the first "
+                          f"{most:,}) or a narrower one")
     load: dict[str, Any] = {"input_len": max(1, round(summary.input_pct["mean"])),
                             "output_len": max(1, round(summary.output_pct["mean"])),
                             "num_prompts": summary.requests,
-                            "request_rate": round(summary.rate, 6) if summary.rate else "inf"}
+                            "request_rate": round(summary.rate, 6) if summary.rate else math.inf}
     return {**load, **wl.synthetic()}
 
 
@@ -245,7 +271,7 @@ def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
     for key in TRACE_KEYS[1:]:
         value = getattr(wl, key)
         if value is not None:
-            out[key] = list(value) if isinstance(value, tuple) else value
+            out[key] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
     return out
 
 

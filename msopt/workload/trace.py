@@ -33,7 +33,9 @@ the longest request in the window, so the distribution keeps its shape (a first 
 
 from __future__ import annotations
 
+import bisect
 import csv
+import gzip
 import hashlib
 import io
 import json
@@ -54,6 +56,9 @@ LENGTH_POLICIES: tuple[str, ...] = ("clip", "scale", "drop")
 #: tokens per hash id, by format (Mooncake FAST'25 README: 512; Bailian's file names: blksz_16; a generic
 #: CSV's ``prefix_group`` blocks: 16, vLLM's default KV block)
 DEFAULT_BLOCK_SIZE: Mapping[str, int] = {"mooncake": 512, "bailian": 16, "generic": 16}
+#: the most requests one run replays (a simulated evaluation of as many takes about 180 MB and 5 s);
+#: a longer trace needs a window
+MAX_REQUESTS = 1_000_000
 
 # the columns each format needs (by name), and the optional ones it reads
 _COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -65,6 +70,17 @@ _COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _JSON_FORMATS = ("mooncake", "bailian")
 _TIME_UNIT = {"mooncake": 1e-3}  # ms; the others are seconds (azure: wall clock, parsed)
+#: ``time_unit``: seconds per unit of a trace's timestamps
+TIME_UNITS: Mapping[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: ``columns``: the fields msopt reads, each mapped to the file's own column (a CSV header name or a JSON
+#: key); the first three are needed (vLLM's timed_trace maps its columns the same way:
+#: ``--timed-trace-label-timestamp``, ``-input-length``, ``-output-length``, ``-hash-ids``)
+COLUMN_FIELDS: tuple[str, ...] = ("arrival_s", "input_tokens", "output_tokens", "hash_ids", "session_id",
+                                  "prefix_group")
+#: a rate or a span that looks like timestamps read in the wrong unit
+_UNIT_WARN_RATE = 1000.0
+_UNIT_WARN_REQUESTS = 100
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def group_hash_ids(group: str, blocks: int) -> tuple[int, ...]:
@@ -116,6 +132,9 @@ class TraceCounts:
         over_limit: rows longer than max_model_len (clipped, scaled or dropped by the policy).
         dropped: rows dropped by the ``drop`` policy.
         scale: the factor every length was multiplied by (``scale`` policy; 1.0 otherwise).
+        hashed: prompts with hash ids (as recorded, before the length policy).
+        hash_mismatch: those of them whose count of ids is not input / ``block_size`` rounded up.
+        per_id: the sum over them of input tokens per hash id.
     """
 
     rows: int = 0
@@ -124,6 +143,9 @@ class TraceCounts:
     over_limit: int = 0
     dropped: int = 0
     scale: float = 1.0
+    hashed: int = 0
+    hash_mismatch: int = 0
+    per_id: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,6 +164,13 @@ class TraceSummary:
             trace without hash ids.
         counts: the pass's :class:`TraceCounts`.
         format: the trace's format.
+        cap_arrival_s: the arrival of request :data:`MAX_REQUESTS` (replay seconds), or None for a
+            trace of fewer requests: the window a run can replay ends there.
+        totals: every request's input plus output tokens as sent, sorted (:meth:`over`).
+        unit_s: seconds per unit of the file's timestamps as read (0: wall clock).
+        hashed, hash_mismatch: prompts with hash ids, and those whose count of ids is not their
+            input over ``block_size`` rounded up (a block_size that disagrees with the ids).
+        implied_block: the mean tokens per hash id of the prompts with hash ids, or None.
     """
 
     requests: int
@@ -154,6 +183,39 @@ class TraceSummary:
     prefix_ceiling: float | None
     counts: TraceCounts = field(default_factory=TraceCounts)
     format: str = ""
+    cap_arrival_s: float | None = None
+    totals: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    unit_s: float = 1.0
+    hashed: int = 0
+    hash_mismatch: int = 0
+    implied_block: float | None = None
+
+    def warnings(self) -> list[str]:
+        """What looks like a misread trace: a rate or span of timestamps in the wrong unit, a block_size
+        the hash ids disagree with."""
+        out = []
+        unit = {1.0: "s", 1e-3: "ms", 1e-6: "us"}.get(self.unit_s, f"{self.unit_s:g} s")
+        read = f"timestamps read in {unit}" if self.unit_s else "wall-clock timestamps"
+        if self.rate is not None and self.rate > _UNIT_WARN_RATE:
+            out.append(f"{self.rate:,.0f} req/s looks like {read} that are in another unit; set [workload] "
+                       f"time_unit (s, ms or us)")
+        elif self.requests > _UNIT_WARN_REQUESTS and self.span_s < 1.0:
+            out.append(f"{self.requests:,} requests within {self.span_s:.3g} s looks like {read} that are in "
+                       "another unit; set [workload] time_unit (s, ms or us)")
+        if self.hash_mismatch > 0.1 * self.hashed and self.block_size:
+            out.append(f"block_size {self.block_size} disagrees with the hash ids: {self.hash_mismatch:,} of "
+                       f"{self.hashed:,} prompts carry other than input/{self.block_size} ids (rounded up), about "
+                       f"{self.implied_block or 0:.0f} tokens per id; set [workload] block_size")
+        return out
+
+    def over(self, limit: int) -> int:
+        """How many requests, as sent (after the length policy), are longer than ``limit`` tokens
+        (input plus output): a server of that context refuses them."""
+        return len(self.totals) - bisect.bisect_right(self.totals, limit)
+
+    def longest(self) -> int:
+        """The longest request as sent (input plus output tokens), 0 for none."""
+        return self.totals[-1] if self.totals else 0
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready values."""
@@ -193,10 +255,16 @@ class TraceSummary:
             skipped.append(f"{c.over_limit} over max_model_len ({what})")
         if skipped:
             out.append("; ".join(skipped))
+        out.extend(f"warning: {w}" for w in self.warnings())
         return out
 
 
-def _percentiles(xs: Sequence[int]) -> dict[str, float]:
+def _bad_text(text: str) -> bool:
+    """Whether ``text`` holds a byte that was not UTF-8 (a lone surrogate of ``surrogateescape``)."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def _percentiles(xs: Sequence[float]) -> dict[str, float]:
     """Linear-interpolation percentiles (numpy's default) and the mean."""
     s = sorted(xs)
     if not s:
@@ -238,6 +306,9 @@ class Trace:
         block_size: tokens per hash id (default: 512 Mooncake, 16 Bailian).
         max_model_len: the server's context limit, or None for no limit.
         length_policy: one of :data:`LENGTH_POLICIES`.
+        time_unit: the unit of the timestamps (:data:`TIME_UNITS`), or None for the format's.
+        columns: the file's column for each of :data:`COLUMN_FIELDS` (a CSV or JSON lines file of any
+            layout, read as ``generic``), or None for the format's own names.
         where: how errors name the setting (e.g. ``"[workload] trace"``).
 
     Raises:
@@ -247,9 +318,24 @@ class Trace:
     def __init__(self, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002  the key's name
                  window: tuple[float, float] | None = None, time_scale: float = 1.0,
                  block_size: int | None = None, max_model_len: int | None = None,
-                 length_policy: str = "clip", where: str = "trace") -> None:
+                 length_policy: str = "clip", time_unit: str | None = None,
+                 columns: Mapping[str, str] | None = None, where: str = "trace") -> None:
         self.path = Path(path).expanduser()
         self.where = where
+        if time_unit is not None and time_unit not in TIME_UNITS:
+            raise ConfigError(f"{where}: time_unit {time_unit!r} is not one of {', '.join(TIME_UNITS)}")
+        self.columns: dict[str, str] | None = None
+        if columns is not None:
+            unknown = sorted(set(columns) - set(COLUMN_FIELDS))
+            missing = [c for c in COLUMN_FIELDS[:3] if c not in columns]
+            if unknown or missing or not all(isinstance(v, str) and v for v in columns.values()):
+                raise ConfigError(f"{where}: columns must map {', '.join(COLUMN_FIELDS[:3])} (and optionally "
+                                  f"{', '.join(COLUMN_FIELDS[3:])}) to the file's column names, got {dict(columns)!r}")
+            if format not in (None, "generic"):
+                raise ConfigError(f"{where}: columns maps a file of any layout and reads it as format 'generic'; "
+                                  f"remove format {format!r} or columns")
+            self.columns = dict(columns)
+            format = "generic"  # noqa: A001  the key's name
         if format is not None and format not in FORMATS:
             raise ConfigError(f"{where}: format {format!r} is not one msopt reads; use one of {', '.join(FORMATS)}")
         if length_policy not in LENGTH_POLICIES:
@@ -269,15 +355,26 @@ class Trace:
         self.time_scale = float(time_scale)
         self.max_model_len = max_model_len
         self.length_policy = length_policy
+        self.kind = "json" if format in _JSON_FORMATS else "csv"  # the file's, once its first row is read
         self.format = self._detect() if format is None else format
         if format is not None:
             self._check_columns()
+        if time_unit is not None and self.format == "azure":
+            raise ConfigError(f"{where}: time_unit {time_unit!r}: format 'azure' has wall-clock timestamps "
+                              "(2023-11-16 18:17:03.98); remove time_unit")
+        self.unit = TIME_UNITS[time_unit] if time_unit is not None else _TIME_UNIT.get(self.format, 1.0)
         self.block_size = block_size if block_size is not None else DEFAULT_BLOCK_SIZE.get(self.format, 0)
 
     # -- reading ------------------------------------------------------------------------------
     def _open(self) -> io.TextIOWrapper:
+        """The file as text, gunzipped where it is gzip. A byte that is not UTF-8 is kept (as a lone
+        surrogate) and refused only in a column msopt reads, naming its row (:meth:`_text`)."""
         try:
-            return self.path.open(encoding="utf-8-sig", newline="")  # -sig: a spreadsheet's byte-order mark
+            raw: Any = self.path.open("rb")
+            if raw.peek(2)[:2] == _GZIP_MAGIC:
+                raw = gzip.GzipFile(fileobj=raw)
+            # -sig: a spreadsheet's byte-order mark
+            return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
         except FileNotFoundError:
             raise ConfigError(f"{self.where} {self.path}: no such file; give the path of a request trace") from None
         except OSError as exc:
@@ -290,6 +387,8 @@ class Trace:
                 for line in f:
                     if not line.strip():
                         continue
+                    if "\x00" in line or _bad_text(line[:200]):
+                        break
                     if line.lstrip().startswith("{"):
                         try:
                             row = json.loads(line)
@@ -299,8 +398,8 @@ class Trace:
                             raise ConfigError(f"{self.where} {self.path}: row 1 is not a JSON object; "
                                               f"msopt reads {formats_line()}")
                         return "json", row
-                    return "csv", next(csv.reader([line]))
-            except UnicodeDecodeError:
+                    return "csv", [name.strip() for name in next(csv.reader([line]))]
+            except (OSError, EOFError):  # a truncated or corrupt gzip file
                 pass
         raise ConfigError(f"{self.where} {self.path}: empty or not text; msopt reads {formats_line()}")
 
@@ -315,23 +414,47 @@ class Trace:
         raise ConfigError(f"{self.where} {self.path}: format not recognised from its columns ({shown}); "
                           f"msopt reads {formats_line()}; or set format")
 
+    def _needed(self) -> tuple[str, ...]:
+        """The file's names of the columns every row needs (time, input, output[, chat_id])."""
+        if self.columns is not None:
+            return tuple(self.columns[c] for c in COLUMN_FIELDS[:3])
+        return _COLUMNS[self.format][0]
+
+    def _col(self, name: str) -> str | None:
+        """The file's column for an optional field of :data:`COLUMN_FIELDS`, or None."""
+        if self.columns is not None:
+            return self.columns.get(name)
+        if name == "hash_ids":
+            return name if self.format in _JSON_FORMATS else None
+        return name if self.format == "generic" and name in _COLUMNS["generic"][1] else None
+
     def _check_columns(self) -> None:
         kind, first = self._first()
-        if (kind == "json") != (self.format in _JSON_FORMATS):
+        if self.columns is None and (kind == "json") != (self.format in _JSON_FORMATS):
             raise ConfigError(f"{self.where} {self.path}: format {self.format!r} is "
                               f"{'JSON lines' if self.format in _JSON_FORMATS else 'CSV'}, the file is "
                               f"{'JSON lines' if kind == 'json' else 'CSV'}; msopt reads {formats_line()}")
-        missing = [c for c in _COLUMNS[self.format][0] if c not in first]
+        self.kind = kind
+        needed = self._needed()
+        missing = [c for c in needed if c not in first]
         if missing:
-            raise ConfigError(f"{self.where} {self.path}: row 1 has no column {missing[0]!r}, which format "
-                              f"{self.format!r} needs ({', '.join(_COLUMNS[self.format][0])})")
+            whose = "columns maps to" if self.columns is not None else f"format {self.format!r} needs"
+            raise ConfigError(f"{self.where} {self.path}: row 1 has no column {missing[0]!r}, which {whose} "
+                              f"({', '.join(needed)}); it has {', '.join(sorted(map(str, first)))[:160]}")
 
     def _bad(self, row: int, column: str, problem: str) -> ConfigError:
         return ConfigError(f"{self.where} {self.path}: row {row}, column {column!r}: {problem}")
 
+    def _text(self, value: Any, row: int, column: str) -> Any:
+        """``value``, refused where it holds a byte that is not UTF-8 (kept as a lone surrogate by :meth:`_open`)."""
+        if isinstance(value, str) and _bad_text(value):
+            raise self._bad(row, column, "holds a byte that is not UTF-8 text; fix the file's encoding")
+        return value
+
     def _number(self, value: Any, row: int, column: str, *, integer: bool) -> float:
         if isinstance(value, bool) or value is None:
             raise self._bad(row, column, f"{value!r} is not a number")
+        self._text(value, row, column)
         try:
             x = float(value)
         except (TypeError, ValueError):
@@ -342,26 +465,42 @@ class Trace:
             raise self._bad(row, column, f"{value!r} is not a whole number of tokens")
         return x
 
+    def _hashes(self, raw: Any, row: int, column: str, *, cell: bool) -> tuple[int, ...]:
+        """A row's hash ids: a JSON list of whole numbers (a CSV ``cell``: that list as text, or ids apart by
+        spaces)."""
+        if cell and isinstance(raw, str):
+            self._text(raw, row, column)
+            text = raw.strip()
+            if not text:
+                return ()
+            try:
+                raw = json.loads(text) if text.startswith("[") else [int(x) for x in text.replace(",", " ").split()]
+            except ValueError:
+                raise self._bad(row, column, f"{raw[:40]!r} is not a list of whole numbers") from None
+        if not isinstance(raw, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in raw):
+            raise self._bad(row, column, "must be a list of whole numbers")
+        return tuple(raw)
+
     def _raw(self) -> Iterator[tuple[int, float, int, int, tuple[int, ...], str | None, str | None, str | None]]:
         """(line, seconds since the first row, input, output, hash ids, session, parent, prefix group)
         for every data row, checked, in file order, stopping after the window's end."""
         fmt = self.format
-        t_col, in_col, out_col = _COLUMNS[fmt][0][:3]
-        unit = _TIME_UNIT.get(fmt, 1.0)
+        t_col, in_col, out_col = self._needed()[:3]
+        h_col, s_col, g_col = self._col("hash_ids"), self._col("session_id"), self._col("prefix_group")
+        unit = self.unit
         end = self.window[1] if self.window else math.inf
         t0: float | None = None
         last = -math.inf
+        line = 0
         with self._open() as f:
             rows: Iterator[tuple[int, Mapping[str, Any]]]
-            if fmt in _JSON_FORMATS:
-                rows = self._json_rows(f)
-            else:
-                rows = self._csv_rows(f)
+            json_kind = self.kind == "json" if self.columns is not None else fmt in _JSON_FORMATS
+            rows = self._json_rows(f) if json_kind else self._csv_rows(f)
             try:
                 for line, rec in rows:
                     if fmt == "azure":
                         try:
-                            t = _azure_seconds(str(rec.get(t_col, "")))
+                            t = _azure_seconds(str(self._text(rec.get(t_col, ""), line, t_col)))
                         except ValueError:
                             raise self._bad(line, t_col, f"{rec.get(t_col)!r} is not a timestamp like "
                                             "2023-11-16 18:17:03.9799600, 2024-05-10 00:00:00+00:00 or "
@@ -380,29 +519,32 @@ class Trace:
                     n_in = int(self._number(rec.get(in_col), line, in_col, integer=True))
                     n_out = int(self._number(rec.get(out_col), line, out_col, integer=True))
                     hashes: tuple[int, ...] = ()
-                    raw_h = rec.get("hash_ids")
+                    raw_h = rec.get(h_col) if h_col is not None else None
                     if raw_h is not None:
-                        if not isinstance(raw_h, list) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                                                  for h in raw_h):
-                            raise self._bad(line, "hash_ids", "must be a list of whole numbers")
-                        hashes = tuple(raw_h)
+                        hashes = self._hashes(raw_h, line, str(h_col), cell=not json_kind)
                     session = parent = group = None
                     if fmt == "bailian":
-                        session = str(rec["chat_id"])
+                        session = str(self._text(rec["chat_id"], line, "chat_id"))
                         p = rec.get("parent_chat_id")
-                        parent = None if p in (None, -1, "-1") else str(p)
+                        parent = None if p in (None, -1, "-1") else str(self._text(p, line, "parent_chat_id"))
                     elif fmt == "burstgpt":
-                        session = rec.get("Session ID") or None
+                        session = self._text(rec.get("Session ID"), line, "Session ID") or None
                     elif fmt == "generic":
-                        session = rec.get("session_id") or None
-                        group = rec.get("prefix_group") or None
+                        session = (self._text(rec.get(s_col), line, s_col) or None) if s_col else None
+                        if session is not None:
+                            session = str(session)
+                        group = (self._text(rec.get(g_col), line, g_col) or None) if g_col else None
+                        if group is not None:
+                            group = str(group)
                         if group is not None and self.block_size:
                             hashes = group_hash_ids(group, -(-n_in // self.block_size))
                     yield line, rel, n_in, n_out, hashes, session, parent, group
-            except UnicodeDecodeError:
-                raise ConfigError(f"{self.where} {self.path}: not UTF-8 text; msopt reads {formats_line()}") from None
+            except (OSError, EOFError) as exc:  # a corrupt or truncated gzip stream
+                raise ConfigError(f"{self.where} {self.path}: after row {line}: cannot be read ({exc}); "
+                                  "check the file (a gzip file cut short?)") from None
 
     def _json_rows(self, f: io.TextIOWrapper) -> Iterator[tuple[int, Mapping[str, Any]]]:
+        needed = self._needed()
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -413,7 +555,7 @@ class Trace:
                                   f"{exc.colno})") from None
             if not isinstance(rec, dict):
                 raise ConfigError(f"{self.where} {self.path}: row {line_no}: not a JSON object")
-            for col in _COLUMNS[self.format][0]:
+            for col in needed:
                 if col not in rec:
                     raise self._bad(line_no, col, "missing")
             yield line_no, rec
@@ -422,7 +564,9 @@ class Trace:
         reader = csv.reader(f)
         header = next(reader, None) or []
         index = {name.strip(): i for i, name in enumerate(header)}
-        wanted = [c for c in (*_COLUMNS[self.format][0], *_COLUMNS[self.format][1]) if c in index]
+        optional = ([c for c in (self._col(n) for n in COLUMN_FIELDS[3:]) if c] if self.columns is not None
+                    else list(_COLUMNS[self.format][1]))
+        wanted = [c for c in (*self._needed(), *optional) if c in index]
         for values in reader:
             if not values or not any(v.strip() for v in values):
                 continue
@@ -464,6 +608,10 @@ class Trace:
             if n_in == 0 or n_out == 0:
                 counts.failed += 1
                 continue
+            if hashes and self.block_size and group is None:  # as recorded (a prefix_group's agree by construction)
+                counts.hashed += 1
+                counts.per_id += n_in / len(hashes)
+                counts.hash_mismatch += len(hashes) != -(-n_in // self.block_size)
             if limit is not None and n_in + n_out > limit:
                 counts.over_limit += 1
                 if self.length_policy == "drop":
@@ -500,7 +648,10 @@ class Trace:
         gap_sum = gap_sq = 0.0
         seen: set[int] = set()
         blocks = repeats = unhashed = 0
+        cap_arrival = None
         for r in self.requests(counts):
+            if len(ins) == MAX_REQUESTS - 1:
+                cap_arrival = r.arrival_s
             ins.append(r.input_tokens)
             outs.append(r.output_tokens)
             if first is None:
@@ -530,7 +681,11 @@ class Trace:
                             gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
                             block_size=self.block_size if blocks else 0,
                             prefix_ceiling=repeats / (blocks + unhashed) if blocks else None, counts=counts,
-                            format=self.format)
+                            format=self.format, cap_arrival_s=cap_arrival,
+                            totals=tuple(sorted(i + o for i, o in zip(ins, outs, strict=True))),
+                            unit_s=0.0 if self.format == "azure" else self.unit, hashed=counts.hashed,
+                            hash_mismatch=counts.hash_mismatch,
+                            implied_block=counts.per_id / counts.hashed if counts.hashed else None)
 
 
 def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceRequest]:
@@ -538,5 +693,6 @@ def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceReq
     return list(Trace(path, **options))
 
 
-__all__: list[str] = ["DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "Trace", "TraceCounts", "TraceRequest",
-                      "TraceSummary", "formats_line", "group_hash_ids", "read_requests"]
+__all__: list[str] = ["COLUMN_FIELDS", "DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "MAX_REQUESTS",
+                      "TIME_UNITS", "Trace", "TraceCounts", "TraceRequest", "TraceSummary", "formats_line",
+                      "group_hash_ids", "read_requests"]

@@ -45,7 +45,7 @@ def test_validate_json(write_toml):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [d["name"] for d in data["dimensions"]] == ["tp", "pp", "big"]
-    assert data["dimensions"][2] == {"name": "big", "dtype": "int", "low": 0.5, "high": 1000.5}
+    assert data["dimensions"][2] == {"name": "big", "dtype": "int", "low": 0.5, "high": 1000.5, "candidates": None}
     assert data["derived"] == ["dp", "q"]
     assert data["settings"]["n_particles"] == 4 and data["settings"]["iters"] == 5
 

@@ -27,7 +27,8 @@ def test_vllm_defaults_resolve_by_device_memory():
     assert k.tp == 2 and k.max_num_seqs is None
     assert resolved(k, 79.1).max_num_batched_tokens == 8192 and resolved(k, 79.1).max_num_seqs == 1024
     assert resolved(k, 64.0).max_num_batched_tokens == 2048 and resolved(k, 64.0).max_num_seqs == 256
-    assert k.memory_fraction == 0.9 and k.block_size == 16
+    assert k.memory_fraction == 0.9 and k.block_size is None      # the platform's, once resolved
+    assert resolved(k, 79.1).block_size == 16 and resolved(k, 79.1, "CPU").block_size == 128
 
 
 @pytest.mark.parametrize("args, expected", [

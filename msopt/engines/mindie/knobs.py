@@ -39,7 +39,7 @@ def knobs_mindie(files: Mapping[str, Any]) -> EngineKnobs:
     cfg = _find_mindie_config(files)
     backend = cfg["BackendConfig"]
     kw: dict[str, Any] = {
-        "engine": "mindie", "block_size": 128, "chunked_prefill": False, "mixed_batch": False,
+        "engine": "mindie", "chunked_prefill": False, "mixed_batch": False,
         "max_preempt_count": 0,
     }
     ignored: list[str] = []

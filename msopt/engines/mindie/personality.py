@@ -19,6 +19,7 @@ class MindiePersonality(Personality):
     (ScheduleConfig defaults), maxSeqLen 2560 when unset."""
 
     name = "mindie"
+    context_key = "ModelDeployConfig.maxSeqLen"
     default_batched_tokens = (8192, 8192)
     default_max_seqs = (200, 200)
     moe_tp_first = True
@@ -33,6 +34,11 @@ class MindiePersonality(Personality):
 
     def knobs_from_launch(self, spec: Launch) -> EngineKnobs:
         return knobs_mindie(spec.files)
+
+    def default_block_size(self, memory_kind: str) -> tuple[int, str]:
+        # the adapter renders cacheBlockSize from its template, so this applies only to a config.json without it
+        return 128, ("MindIE's shipped config.json: BackendConfig.ScheduleConfig.cacheBlockSize 128 (the most "
+                     "MindIE-LLM 8b4871a src/config_manager/schedule_config.cpp accepts)")
 
     def default_max_model_len(self, model: ModelSpec) -> int:
         return _MINDIE_DEFAULT_MAX_SEQ_LEN

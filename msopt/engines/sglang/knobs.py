@@ -98,7 +98,7 @@ def _sglang_speculative(kw: dict[str, Any]) -> None:
 
 def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
     """SGLang's knobs from its command line."""
-    kw: dict[str, Any] = {"engine": "sglang", "block_size": 1, "mixed_batch": False}
+    kw: dict[str, Any] = {"engine": "sglang", "mixed_batch": False}  # page size: the platform's (personality)
     ignored: list[str] = []
     for flag, value in split_argv(argv):
         if flag in _SGLANG_INT:

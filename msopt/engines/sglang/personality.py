@@ -26,6 +26,7 @@ class SglangPersonality(Personality):
     memory fraction it computes from the device (:func:`msopt.engines.sglang.knobs.sglang_mem_fraction`)."""
 
     name = "sglang"
+    context_key = "--context-length"
     default_batched_tokens = (4096, 8192)
     default_max_seqs = (1024, 1024)
     # SGLang's static fraction covers weights + KV only; what the runtime itself holds
@@ -55,6 +56,12 @@ class SglangPersonality(Personality):
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_sglang(argv)
+
+    def default_block_size(self, memory_kind: str) -> tuple[int, str]:
+        if memory_kind == "NPU":
+            return 128, ("sglang docs/platforms/ascend/ascend_npu_support_features.md (commit 041ddab): "
+                         "--page-size default 128 on Atlas A2/A3")
+        return 1, "sglang 0.5.23 srt/arg_groups/overrides.py _page_size_default: page_size 1 (64 on MUSA only)"
 
     def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int) -> float:
         return sglang_mem_fraction(hbm_gib, knobs.tp, knobs.pp, batched_tokens if knobs.chunked_prefill else 16384,

