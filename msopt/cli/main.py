@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from msopt import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.config import load_settings, split
+from msopt.engines.installed import apply_installed
 from msopt.engines.rules import advisories
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.run.validate import load, registered_sections, validate
@@ -63,6 +64,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields."""
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     checked = validate(*split(settings))
+    installed, said = apply_installed(settings)  # what a run takes from the installed configuration
+    checked = validate(*split(installed)) if installed is not settings else checked
     config, space = checked.config, checked.space
     if args.json:
         out = {
@@ -114,6 +117,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{config.engine.name}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
+    for line in said if installed is not settings else ():  # every field's origin, once one is installed
+        print(f"installed: {line}")
     for line in advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table):
         print(f"warning: {line}")
     for line in optimize.metrics_warnings(checked):

@@ -14,7 +14,7 @@ from msopt.cli.init import add_model_args, init_settings
 from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings, split
-from msopt.engines.installed import installed_baseline
+from msopt.engines.installed import apply_installed
 from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
@@ -152,10 +152,9 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     settings = load_settings(args.config, engine, sections=registered_sections())
     settings = settings.replace(**overrides) if overrides else settings
     checked = validate(*split(settings))
-    if not checked.config.run.simulate:
-        values, said = installed_baseline(checked.config.engine)
-        checked = validate(*split(settings.with_field_values(values))) if values else checked
-        lines += said
+    installed, said = apply_installed(settings)
+    checked = validate(*split(installed)) if installed is not settings else checked
+    lines += said
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
     for line in lines:
         print(line, flush=True)

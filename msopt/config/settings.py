@@ -215,16 +215,21 @@ class Settings:
         out.config  # noqa: B018  built once, after the checks
         return out
 
-    def with_field_values(self, values: Mapping[str, Any]) -> Settings:
+    def with_field_values(self, values: Mapping[str, Any], constants: Mapping[str, Any] | None = None) -> Settings:
         """A copy whose searched section's fields named in ``values`` have that ``value`` (the baseline
-        the original tool took from the installed configuration, msopt.engines.installed)."""
-        if not values:
+        the original tool took from the installed configuration, msopt.engines.installed), and those named
+        in ``constants`` that ``constant`` (a value the installed configuration leaves the only one)."""
+        constants = constants or {}
+        if not values and not constants:
             return self
         data = thaw(self.data)
         raws = data[self.engine]["target_field"]
         for raw in raws:
             if isinstance(raw, dict) and raw.get("name") in values:
                 raw["value"] = values[raw["name"]]
+            if isinstance(raw, dict) and raw.get("name") in constants:
+                raw["constant"] = constants[raw["name"]]
+                raw.pop("value", None)
         where = self.origin.get(f"{self.engine}.target_field", self.sources[-1] if self.sources else "<defaults>")
         fields = tuple(parse_field(r, source=where, section=self.engine, index=i) for i, r in enumerate(raws))
         out = Settings(_freeze(data), self.engine, fields, self.sources, self.config_path, self.origin, self.notes)

@@ -105,6 +105,13 @@ class EngineAdapter:
         return {d.name: (environ[d.name], f"${d.name} in this environment") for d in fields
                 if d.config_position == "env" and d.name in environ}
 
+    def installed_constraints(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> dict[str, tuple[Any,
+                                                                                                             str]]:
+        """Fields the installed configuration leaves one value, per field name: (that value, why, citing the
+        engine's check), e.g. MindIE's maxPreemptCount with the installed cpuMemSize 0
+        (:func:`msopt.engines.installed.apply_installed`); none by default."""
+        return {}
+
     def installed_absent(self, decl: FieldDecl) -> str | None:
         """Why :meth:`installed_values` found no value for ``decl`` where this engine keeps it (MindIE: its
         config.json); None: the generic reason."""

@@ -577,6 +577,28 @@ class MindieAdapter(EngineAdapter):
                     out[decl.name] = (value, f"{decl.config_position} of {path}")
         return out
 
+    def installed_constraints(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> dict[str, tuple[Any,
+                                                                                                             str]]:
+        """``ScheduleConfig.maxPreemptCount`` is 0 while a ModelConfig of the installed config.json has
+        ``cpuMemSize`` 0 and no field sets it: MindIE refuses any other ("modelParam.cpuMemSize can not be 0
+        when maxPreemptCount is not 0", MindIE-LLM 8b4871a config_manager_impl.cpp:325-328)."""
+        doc, path = load_config(section, missing_ok=True)
+        if path is None:
+            return {}
+        positions = {d.config_position for d in fields if is_json_path(d.config_position)}
+        if any(p.startswith("BackendConfig.ModelDeployConfig.ModelConfig.") and p.endswith(".cpuMemSize")
+               for p in positions):
+            return {}
+        models = get_path(doc, MODEL_CONFIG[:-1])
+        zero = [i for i, m in enumerate(models if isinstance(models, list) else [])
+                if isinstance(m, Mapping) and m.get("cpuMemSize") == 0]
+        if not zero:
+            return {}
+        why = (f"ModelConfig[{zero[0]}].cpuMemSize is 0 in {path} and no field sets it, so MindIE accepts only "
+               "maxPreemptCount 0 (config_manager_impl.cpp:325-328, MindIE-LLM 8b4871a)")
+        return {d.name: (0, why) for d in fields
+                if d.config_position == "BackendConfig.ScheduleConfig.maxPreemptCount"}
+
     def installed_absent(self, decl: FieldDecl) -> str | None:
         if decl.config_position.startswith("BackendConfig"):
             return "not in the installed config.json (or no [mindie] config_path here)"
