@@ -220,7 +220,11 @@ def test_real_refusal_is_not_launched(tmp_path: Path) -> None:
     ({"maxPrefillBatchSize": 201}, "mindie.schedule_value_ranges",
      "scheduleParam.maxPrefillBatchSize [201] is out of bound [200]"),
     ({"maxPrefillBatchSize": 200}, None, None),
-    ({"maxPrefillBatchSize": 0}, "mindie.schedule_value_ranges", "scheduleParam.maxPrefillBatchSize [0] is less than [1]"),
+    # issue 51 item 3: schedule_config.cpp:80-82 reads 0 as maxBatchSize (service_parameter_configuration.md:146,
+    # "可以设置为0（此时引擎将默认取maxBatchSize值）"), so an installed 0 is accepted
+    ({"maxPrefillBatchSize": 0}, None, None),
+    ({"maxPrefillBatchSize": 0, "maxBatchSize": 900000, "maxPreemptCount": 0}, "mindie.schedule_value_ranges",
+     "scheduleParam.maxBatchSize [900000] is out of bound [819200]"),
     # schedule_config.cpp:253-263: maxN in [1, 8192] and at most maxBatchSize
     ({"maxN": 201}, "mindie.max_n_vs_max_batch_size", "The maxN cannot be set greater than maxBatchSize"),
     ({"maxN": 200}, None, None),

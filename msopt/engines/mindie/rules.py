@@ -199,6 +199,9 @@ def _mindie_schedule_ranges(c: Candidate) -> str | None:
     # ParamChecker::CheckMaxMinValue's messages (src/include/config/param_checker.h:79-90, 8b4871a)
     for key, (lo, hi) in SCHEDULE_RANGES.items():
         value = _mindie_schedule(c, key)
+        if key == "maxPrefillBatchSize" and value == 0:
+            # schedule_config.cpp:80-82: 0 (the manual: "可以设置为0") is read as maxBatchSize
+            value = _mindie_schedule(c, "maxBatchSize")
         low = _mindie_schedule(c, lo) if isinstance(lo, str) else lo
         high = _mindie_schedule(c, hi) if isinstance(hi, str) else hi
         if value is None:
@@ -250,7 +253,8 @@ RULES: tuple[Rule, ...] = (
     Rule("mindie.max_preempt_count_vs_max_batch_size", "mindie", _mindie_preempt_batch,
          "src/config_manager/schedule_config.cpp:276-281 (ScheduleConfigManager::CheckParam)", MINDIE_VERSION),
     Rule("mindie.schedule_value_ranges", "mindie", _mindie_schedule_ranges,
-         f"{_SCHEDULE}:227-302 (CheckParam, CheckSLOParam; maxPrefillBatchSize <= maxBatchSize at 284-286), "
+         f"{_SCHEDULE}:227-302 (CheckParam, CheckSLOParam; maxPrefillBatchSize <= maxBatchSize at 284-286, 0 read as "
+         "maxBatchSize at 80-82), "
          "src/config_manager/param_checker.cpp:363-379", MINDIE_VERSION),
     Rule("mindie.max_n_vs_max_batch_size", "mindie", _mindie_max_n,
          f"{_SCHEDULE}:253-263 (ScheduleConfigManager::CheckBeamSearchParam)", MINDIE_VERSION),
