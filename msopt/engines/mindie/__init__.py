@@ -658,6 +658,10 @@ class MindieAdapter(EngineAdapter):
                 # the torch backend starts torch.distributed on MASTER_PORT even on one node
                 # (mindie_llm/runtime/utils/distributed/__init__.py:59-61): each trial its own, from its lease
                 spec = replace(spec, env={**spec.env, "MASTER_PORT": str(rendezvous_port)})
+            elif pipeline_parallel(spec) and "MASTER_PORT" not in spec.env:
+                # ATB with pp > 1 starts gloo over tcp://MASTER_IP:MASTER_PORT (atb_llm/utils/mapping.py:263-276,
+                # Mapping.update_pp): each trial its own port, from its lease; its ranks are all on this node
+                spec = replace(spec, env={"MASTER_IP": "127.0.0.1", **spec.env, "MASTER_PORT": str(rendezvous_port)})
             return [spec]
         table = rank_table(nodes, section.get("device_ips"))
         table_path = str(Path(workdir) / RANK_TABLE) if workdir is not None else RANK_TABLE
@@ -688,6 +692,16 @@ def torch_backend(spec: LaunchSpec) -> bool:
         models = get_path(doc, (*MODEL_CONFIG[:-1],)) if isinstance(doc, Mapping) else None
         if isinstance(models, list) and any(isinstance(m, Mapping) and str(m.get("backendType", "")).lower()
                                             == "torch" for m in models):
+            return True
+    return False
+
+
+def pipeline_parallel(spec: LaunchSpec) -> bool:
+    """Whether a ModelConfig of the rendered config.json has ``pp`` above 1 (atb_llm's Mapping.has_pp)."""
+    for doc in spec.files.values():
+        models = get_path(doc, (*MODEL_CONFIG[:-1],)) if isinstance(doc, Mapping) else None
+        if isinstance(models, list) and any(isinstance(m, Mapping) and is_int(m.get("pp")) and m["pp"] > 1
+                                            for m in models):
             return True
     return False
 
