@@ -117,7 +117,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{config.engine.name}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
-    for line in said if installed is not settings else ():  # every field's origin, once one is installed
+    devices = [line for line in said if line.startswith("devices per trial")]
+    for line in said if installed is not settings else devices:  # every field's origin, once one is installed
         print(f"installed: {line}")
     for line in advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table):
         print(f"warning: {line}")

@@ -236,6 +236,16 @@ class Settings:
         out.config  # noqa: B018  built once, after the checks
         return out
 
+    def with_cluster(self, key: str, value: Any, source: str) -> Settings:
+        """A copy with ``[cluster] key = value``, set by ``source`` (the installed file it was read from)."""
+        data = thaw(self.data)
+        data.setdefault("cluster", {})[key] = value
+        origin = {**self.origin, f"cluster.{key}": source}
+        out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
+                       MappingProxyType(origin), self.notes)
+        out.config  # noqa: B018  built once, after the checks
+        return out
+
     def relabeled(self, source: str, label: str, keys: Mapping[str, str] | None = None) -> Settings:
         """A copy whose keys set by the file ``source`` name ``label`` as their origin instead, and each
         dotted key of ``keys`` its own: for a configuration built in memory (``msopt optimize --model``),

@@ -112,6 +112,11 @@ class EngineAdapter:
         (:func:`msopt.engines.installed.apply_installed`); none by default."""
         return {}
 
+    def installed_devices(self, section: Mapping[str, Any]) -> tuple[int, str] | None:
+        """The devices one trial of the installed deployment holds, and where that was read (MindIE: its
+        config.json's worldSize and npuDeviceIds); None: the installation does not say."""
+        return None
+
     def installed_absent(self, decl: FieldDecl) -> str | None:
         """Why :meth:`installed_values` found no value for ``decl`` where this engine keeps it (MindIE: its
         config.json); None: the generic reason."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_number
 from msopt.engines import EngineAdapter, get_engine
+from msopt.space import SearchSpace
 from msopt.space.dtypes import DTYPES, RangeType
 from msopt.space.fields import FieldDecl
 
@@ -189,7 +190,37 @@ def apply_installed(settings: Settings, environ: Mapping[str, str] | None = None
         environ = {}
     pins, lines = installed_pins(engine)
     values, said = installed_baseline(engine, environ, pins)
-    return settings.with_field_values(values, pins), lines + said
+    out = settings.with_field_values(values, pins)
+    devices, line = _trial_devices(out)
+    if devices is not None:
+        out = out.with_cluster("devices_per_trial", devices[0], devices[1])
+    return out, lines + said + ([line] if line else [])
+
+
+#: Config positions at which a field sets MindIE's devices itself.
+DEVICE_POSITIONS = ("BackendConfig.ModelDeployConfig.ModelConfig.0.worldSize", "BackendConfig.npuDeviceIds")
+
+
+def _trial_devices(settings: Settings) -> tuple[tuple[int, str] | None, str]:
+    """The devices a trial holds as the installation has them (the adapter's ``installed_devices``), unless
+    the user sets them ([cluster] devices_per_trial, a ternary_factories product, a field at worldSize or
+    npuDeviceIds), and the line that says which; (None, "") when the installation does not say."""
+    config = settings.config
+    found = get_engine(config.engine.name).installed_devices(config.engine.section.table)
+    if found is None or config.cluster.accelerator_key is None:
+        return None, ""
+    n, where = found
+    cluster = config.cluster
+    if cluster.devices_per_trial is not None:
+        by = f"[cluster] devices_per_trial of {settings.where('cluster.devices_per_trial')}"
+    elif SearchSpace(config.engine.fields).ternary_products():
+        by = "the ternary_factories field's product"
+    elif any(d.config_position.startswith(DEVICE_POSITIONS) for d in config.engine.fields):
+        by = "a field at worldSize or npuDeviceIds (set [cluster] devices_per_trial to match it)"
+    else:
+        return (n, where), f"devices per trial = {n}: {where} (the installed deployment's; set [cluster] " \
+                           "devices_per_trial to change it)"
+    return None, f"devices per trial = {cluster.trial_devices}: {by} (the installed {where})"
 
 
 def _absent(decl: FieldDecl, adapter: EngineAdapter) -> str:

@@ -213,3 +213,59 @@ def test_validate_says_what_the_run_takes_from_the_installation(tmp_path: Path,
     assert "  constant: max_preempt_count" in out
     assert any(line.startswith("installed: constant max_preempt_count = 0: ") for line in out)
     assert any(line.startswith("installed: baseline max_prefill_batch_size = 50 (ratio 0.25") for line in out)
+
+
+def _doc(world: int, instances: int = 1) -> dict[str, Any]:
+    doc = json.loads(TEMPLATE.read_text())
+    doc["BackendConfig"]["modelInstanceNumber"] = instances
+    doc["BackendConfig"]["npuDeviceIds"] = [list(range(i * world, (i + 1) * world)) for i in range(instances)]
+    doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["worldSize"] = world
+    return doc
+
+
+def test_the_installed_world_size_is_the_trials_devices(tmp_path: Path) -> None:
+    """Issue 51 item 2: without [cluster] devices_per_trial or a ternary field, a trial holds the NPUs of the
+    installed deployment, worldSize x modelInstanceNumber (each npuDeviceIds subset has worldSize ids:
+    MindIE-LLM 8b4871a src/config_manager/backend_config.cpp, "The size of npuDeviceIds (subset) does not
+    equal to worldSize"), and renders them as installed; what the user sets wins, and the line says which."""
+    conf = tmp_path / "config.json"
+    conf.write_text(json.dumps(_doc(4)))
+    path = tmp_path / "c.toml"
+    path.write_text(FIELDS.format(conf=conf).replace('accelerator = "none"', 'accelerator = "NPU"'))
+    settings, lines = apply_installed(load_settings(path))
+    assert settings.config.cluster.trial_devices == 4
+    assert lines[-1] == (f"devices per trial = 4: ModelConfig[0].worldSize 4 x modelInstanceNumber 1 (npuDeviceIds "
+                         f"[[0, 1, 2, 3]]) of {conf} (the installed deployment's; set [cluster] devices_per_trial "
+                         "to change it)")
+    spec = mindie_mod.MindieAdapter().render({}, [], {"config_path": str(conf)}, port=1025, devices=list("4567"))
+    backend = spec.files[next(iter(spec.files))]["BackendConfig"]
+    assert backend["npuDeviceIds"] == [[0, 1, 2, 3]] and backend["ModelDeployConfig"]["ModelConfig"][0]["worldSize"] == 4
+    # two instances of 2: 4 devices, rendered as two subsets
+    conf.write_text(json.dumps(_doc(2, instances=2)))
+    settings, _ = apply_installed(load_settings(path))
+    assert settings.config.cluster.trial_devices == 4
+    spec = mindie_mod.MindieAdapter().render({}, [], {"config_path": str(conf)}, port=1025, devices=list("0123"))
+    backend = spec.files[next(iter(spec.files))]["BackendConfig"]
+    assert backend["npuDeviceIds"] == [[0, 1], [2, 3]] and backend["ModelDeployConfig"]["ModelConfig"][0]["worldSize"] == 2
+    # the user's [cluster] devices_per_trial wins, and the line says so
+    path.write_text(path.read_text().replace('accelerator = "NPU"', 'accelerator = "NPU"\ndevices_per_trial = 8'))
+    settings, lines = apply_installed(load_settings(path))
+    assert settings.config.cluster.trial_devices == 8
+    assert lines[-1].startswith(f"devices per trial = 8: [cluster] devices_per_trial of {path} (the installed ")
+
+
+def test_validate_and_the_run_say_the_trials_devices(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    original, installed = shared(ORIGINAL_CONFIG), shared(MINDIE_SHIPPED)
+    layer = tmp_path / "c.toml"
+    layer.write_text(f'[mindie]\nconfig_path = "{installed}"\n')
+    monkeypatch.setenv("MODEL_EVAL_STATE_CONFIG_PATH", str(original))
+    assert main(["validate", "-c", str(layer), "-e", "mindie"]) == 0
+    line = f"installed: devices per trial = 4: ModelConfig[0].worldSize 4 x modelInstanceNumber 1 (npuDeviceIds " \
+           f"[[0, 1, 2, 3]]) of {installed} (the installed deployment's; set [cluster] devices_per_trial to change it)"
+    assert line in capsys.readouterr().out.splitlines()
+    from msopt.cli.main import build_parser
+    from msopt.cli.optimize import _load
+    checked, _ = _load(build_parser().parse_args(["optimizer", "-c", str(layer)]))
+    assert checked.config.cluster.trial_devices == 4
+    assert line.removeprefix("installed: ") in capsys.readouterr().out.splitlines()

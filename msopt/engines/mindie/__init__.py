@@ -599,6 +599,19 @@ class MindieAdapter(EngineAdapter):
         return {d.name: (0, why) for d in fields
                 if d.config_position == "BackendConfig.ScheduleConfig.maxPreemptCount"}
 
+    def installed_devices(self, section: Mapping[str, Any]) -> tuple[int, str] | None:
+        """``ModelConfig[0].worldSize`` x ``modelInstanceNumber`` of the installed config.json (the NPUs
+        ``npuDeviceIds`` lists, one subset of worldSize ids per instance: backend_config.cpp), one node's."""
+        doc, path = load_config(section, missing_ok=True)
+        world = get_path(doc, (*MODEL_CONFIG, "worldSize"))
+        if path is None or not is_int(world) or world < 1:
+            return None
+        instances = get_path(doc, INSTANCES, 1)
+        instances = instances if is_int(instances) and instances > 0 else 1
+        ids = get_path(doc, DEVICE_IDS)
+        return world * instances, (f"ModelConfig[0].worldSize {world} x modelInstanceNumber {instances} "
+                                   f"(npuDeviceIds {json.dumps(ids)}) of {path}")
+
     def installed_absent(self, decl: FieldDecl) -> str | None:
         if decl.config_position.startswith("BackendConfig"):
             return "not in the installed config.json (or no [mindie] config_path here)"
@@ -851,16 +864,17 @@ def consistent_devices(doc: dict[str, Any], n_devices: int | None, world_from_fi
             set_path(doc, DEVICE_IDS, [list(range(n_devices))])
         return
     world = model.get("worldSize")
+    instances = get_path(doc, INSTANCES, 1)
+    instances = instances if isinstance(instances, int) and not isinstance(instances, bool) and instances > 0 else 1
     if n_devices and not world_from_field:
-        world = n_devices
+        # the trial's devices hold every instance (MindIEAdapter.installed_devices: worldSize x instances)
+        world = n_devices // instances if n_devices % instances == 0 else n_devices
     if isinstance(world, float) and world.is_integer():
         world = int(world)
     if not is_int(world) or world < 1:
         raise EvaluationError(f"MindIE ModelConfig[0].worldSize must be a positive integer, got {world!r}")
     model["worldSize"] = world
     ids = get_path(doc, DEVICE_IDS)
-    instances = get_path(doc, INSTANCES, 1)
-    instances = instances if isinstance(instances, int) and not isinstance(instances, bool) and instances > 0 else 1
     keep = ids_from_field or (not n_devices and isinstance(ids, list) and len(ids) == instances
             and all(isinstance(s, list) and len(s) == world for s in ids))
     if not keep:
