@@ -14,6 +14,7 @@ from msopt.cli.init import add_model_args, init_settings
 from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings, split
+from msopt.config.settings import file_engine
 from msopt.engines.installed import apply_installed
 from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
@@ -188,20 +189,25 @@ def _engine_and_benchmark(args: argparse.Namespace, overrides: dict[str, Any]) -
     ``msopt optimizer`` takes the original's defaults where neither a flag nor a file chooses."""
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     chosen: dict[str, tuple[str, str]] = {}
+    by_file = file_engine(settings.origin, settings.sources)
     for key, flag in (("engine", args.engine), ("benchmark", overrides.get("benchmark"))):
         source = settings.origin.get(key)
         if flag is not None:
             chosen[key] = (str(flag), f"-{key[0]}")
         elif source is not None and source != str(DEFAULTS_PATH):
             chosen[key] = (str(settings.get(key)), f"the '{key}' key of {source}")
+        elif by_file is not None and key == "engine":
+            chosen[key] = (by_file[0], by_file[1])
+        elif by_file is not None and by_file[2] and chosen["engine"][0] == by_file[0]:
+            chosen[key] = (by_file[2], by_file[1])
         elif args.original_defaults:
             chosen[key] = (ORIGINAL_DEFAULTS[key], "msopt optimizer takes the original tool's default")
         else:
             chosen[key] = (str(settings.get(key, "vllm" if key == "engine" else "vllm_benchmark")),
                            "msopt's default (msopt/config/defaults.toml)")
-    if args.original_defaults and "benchmark" not in overrides:
+    if (args.original_defaults or by_file) and "benchmark" not in overrides:
         overrides["benchmark"] = chosen["benchmark"][0]
-    engine = chosen["engine"][0] if args.engine is not None or args.original_defaults else args.engine
+    engine = chosen["engine"][0] if args.engine is not None or args.original_defaults or by_file else args.engine
     lines = [f"{key}: {value} ({why})" for key, (value, why) in chosen.items()]
     return engine, lines
 

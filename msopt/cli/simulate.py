@@ -140,7 +140,7 @@ def _assumed(config: Config, values: Any) -> list[str]:
     """The inputs the simulation assumed (:func:`msopt.sim.simulator.launch_assumptions`) for the
     configuration at ``values``; [] where the launch cannot be rendered alone (a disaggregated one)."""
     adapter = get_engine(config.engine.name)
-    section = config.engine.section.table
+    section = adapter.simulation_section(config.engine.section.table)
     if adapter.is_disaggregated(section):
         return []
     with tempfile.TemporaryDirectory() as tmp:

@@ -451,7 +451,7 @@ def load_settings(
     Args:
         config_path: the ``-c`` file (highest layer); absolute, relative or a bare name.
         engine: the section whose target_field list is searched; default: the ``engine`` key,
-            else ``vllm``.
+            else the one the user's files mean (:func:`file_engine`), else ``vllm``.
         environ: the environment to read ``$MODEL_EVAL_STATE_CONFIG_PATH`` from (default
             ``os.environ``).
         cwd: the directory relative paths are resolved against (default: the current one).
@@ -492,7 +492,11 @@ def load_settings(
     _apply_slo(data, origin, conflicts=True)
     apply_workload(data, origin, str(DEFAULTS_PATH))
 
-    eng = engine or data.get("engine") or "vllm"
+    by_file = file_engine(origin, tuple(src for src, _ in layers))
+    keyed = origin.get("engine") not in (None, str(DEFAULTS_PATH))  # a user's file sets the engine key
+    eng = engine or (data.get("engine") if keyed or not by_file else by_file[0]) or "vllm"
+    if by_file and by_file[2] and eng == by_file[0] and origin.get("benchmark") in (None, str(DEFAULTS_PATH)):
+        data["benchmark"] = by_file[2]  # the original's pair: its default benchmark with its default engine
     section = data.get(eng)
     if not isinstance(section, Mapping):
         have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]
@@ -577,6 +581,31 @@ def resolve_launch_paths(layer: Mapping[str, Any], base: Path) -> dict[str, Any]
         if new != table:
             out[name] = new
     return out
+
+
+#: The original tool's default engine and benchmark (msserviceprofiler@9582f434 optimizer/optimizer.py arg_parse).
+ORIGINAL_ENGINE, ORIGINAL_BENCHMARK = "mindie", "ais_bench"
+
+
+def file_engine(origin: Mapping[str, str], sources: tuple[str, ...]) -> tuple[str, str, str | None] | None:
+    """The engine the user's files mean when neither ``-e`` nor an ``engine`` key says: (engine, why, the
+    benchmark that goes with it or None), so every command reads one file as one engine. The only engine
+    whose ``[[X.target_field]]`` they declare; of several, ``mindie`` with ``ais_bench`` where one of them
+    is, as the original tool's config.toml declares both and tuned MindIE with AISBench by default; None:
+    msopt's default (vllm)."""
+    user = [s for s in sources if s != str(DEFAULTS_PATH)]
+    declared: list[str] = []
+    for key, src in origin.items():
+        name = key.split(".")[0]
+        if key.endswith(".target_field") and key.count(".") == 1 and src in user and name not in declared:
+            declared.append(name)
+    if len(declared) == 1:
+        return declared[0], f"the only engine whose [[{declared[0]}.target_field]] {user[-1]} declares", None
+    if ORIGINAL_ENGINE in declared:
+        return (ORIGINAL_ENGINE, f"{user[-1]} declares the search spaces of {', '.join(declared)}, as the original "
+                f"tool's config.toml does, which tuned {ORIGINAL_ENGINE} with {ORIGINAL_BENCHMARK} by default",
+                ORIGINAL_BENCHMARK)
+    return None
 
 
 def check_engine_section(settings: Settings) -> None:

@@ -112,6 +112,12 @@ class EngineAdapter:
         (:func:`msopt.engines.installed.apply_installed`); none by default."""
         return {}
 
+    def simulation_section(self, section: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``section`` as a simulated launch renders it on this machine, which need not have the engine
+        installed (MindIE: without a ``config_path`` that is not here, so its built-in template); by default
+        ``section`` itself."""
+        return section
+
     def installed_devices(self, section: Mapping[str, Any]) -> tuple[int, str] | None:
         """The devices one trial of the installed deployment holds, and where that was read (MindIE: its
         config.json's worldSize and npuDeviceIds); None: the installation does not say."""

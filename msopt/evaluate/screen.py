@@ -51,6 +51,7 @@ class CandidateScreen:
         sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
+            self.section = self.engine.simulation_section(self.section)
             table = config.simulator.table if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))

@@ -599,6 +599,15 @@ class MindieAdapter(EngineAdapter):
         return {d.name: (0, why) for d in fields
                 if d.config_position == "BackendConfig.ScheduleConfig.maxPreemptCount"}
 
+    def simulation_section(self, section: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Without ``config_path`` where that file (and its backup) is not on this machine: a simulation
+        renders the built-in template then, as ``msopt validate`` says ("config_path ... is not on this
+        machine"), and needs no installed MindIE."""
+        _, path = load_config(section, missing_ok=True)
+        if path is not None or not section.get("config_path"):
+            return section
+        return {k: v for k, v in section.items() if k != "config_path"}
+
     def installed_devices(self, section: Mapping[str, Any]) -> tuple[int, str] | None:
         """``ModelConfig[0].worldSize`` x ``modelInstanceNumber`` of the installed config.json (the NPUs
         ``npuDeviceIds`` lists, one subset of worldSize ids per instance: backend_config.cpp), one node's."""
