@@ -269,3 +269,31 @@ def test_validate_and_the_run_say_the_trials_devices(tmp_path: Path, capsys: pyt
     checked, _ = _load(build_parser().parse_args(["optimizer", "-c", str(layer)]))
     assert checked.config.cluster.trial_devices == 4
     assert line.removeprefix("installed: ") in capsys.readouterr().out.splitlines()
+
+
+def test_inherited_container_ip_and_rank_table_are_cleared_per_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51 item 7: MIES_CONTAINER_IP replaces ipAddress when not empty (MindIE-LLM 8b4871a
+    server_config.cpp:618-636; env_util.cpp:58-62 reads an unset variable as ""), and ATB reads RANK_TABLE_FILE
+    even on one node (atb_llm/utils/env.py:74, default ""); MindIE's manual: "单机推理建议取消该环境变量"
+    (prefill_decode_mixed_deployment.md:337). A one-node trial sets them empty, [mindie.env] wins, a trial over
+    nodes sets them per node, and validate says so."""
+    from msopt.engines.launch import TrialNode
+
+    monkeypatch.setenv("MIES_CONTAINER_IP", "10.9.9.9")
+    monkeypatch.setenv("RANK_TABLE_FILE", "/etc/old_rank_table.json")
+    adapter = mindie_mod.MindieAdapter()
+    spec = adapter.render({}, [], {}, port=1025, devices=["0"])
+    assert (spec.env["MIES_CONTAINER_IP"], spec.env["MIES_CONTAINER_MANAGEMENT_IP"], spec.env["RANK_TABLE_FILE"]) == \
+        ("", "", "")
+    spec = adapter.render({}, [], {"env": {"RANK_TABLE_FILE": "/mine.json"}}, port=1025, devices=["0"])
+    assert spec.env["RANK_TABLE_FILE"] == "/mine.json"
+    nodes = (TrialNode(0, "10.0.0.1", ("0",)), TrialNode(1, "10.0.0.2", ("0",)))
+    specs = adapter.render_nodes({}, [], {}, port=1025, nodes=nodes, rendezvous_port=29500, workdir=tmp_path)
+    assert [s.env["MIES_CONTAINER_IP"] for s in specs] == ["10.0.0.1", "10.0.0.2"]
+    assert all(s.env["RANK_TABLE_FILE"].endswith("rank_table_file.json") for s in specs)
+    path = _write(tmp_path, {"maxBatchSize": 200})
+    assert main(["validate", "-c", str(path)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "MIES_CONTAINER_IP, " in x]
+    assert line.startswith("mindie: MIES_CONTAINER_IP, MIES_CONTAINER_MANAGEMENT_IP, RANK_TABLE_FILE: set empty ")
+    assert line.endswith("this environment has MIES_CONTAINER_IP=10.9.9.9, RANK_TABLE_FILE=/etc/old_rank_table.json")

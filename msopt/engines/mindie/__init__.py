@@ -72,6 +72,14 @@ INTER_NODE_TLS = ("BackendConfig", "interNodeTLSEnabled")
 #: (MindIE-LLM 8b4871a src/utils/common_util.cpp:264-282), and re-reads that file whenever its mtime
 #: changes, every 10 s (config_manager_impl.cpp:351-372), so trials sharing one file change each other.
 DEFAULT_CONFIG_ENV = "MIES_CONFIG_JSON_PATH"
+#: Variables a one-node trial sets empty, which MindIE reads as unset, so that values inherited from the shell do
+#: not reach it: ``MIES_CONTAINER_IP`` / ``MIES_CONTAINER_MANAGEMENT_IP`` replace ``ipAddress`` /
+#: ``managementIpAddress`` when not empty (MindIE-LLM 8b4871a server_config.cpp:618-636; src/utils/env_util.cpp:58-62
+#: reads an unset variable as ""), while msopt polls the file's address; ``RANK_TABLE_FILE`` is read by ATB even on
+#: one node (atb_llm/utils/env.py:74, default ""; models/base/flash_causal_lm.py:344-370), and MindIE's manual says
+#: to unset it there ("单机推理建议取消该环境变量", prefill_decode_mixed_deployment.md:337). A trial over nodes sets
+#: all three per node (:meth:`MindieAdapter.render_nodes`); ``[mindie.env]`` or an env field wins.
+CLEARED_ENV = ("MIES_CONTAINER_IP", "MIES_CONTAINER_MANAGEMENT_IP", "RANK_TABLE_FILE")
 #: the rank table file name msopt writes next to the config of a trial that spans nodes
 RANK_TABLE = "rank_table_file.json"
 
@@ -409,6 +417,15 @@ class MindieAdapter(EngineAdapter):
                    "(worldSize from a field when one sets it)")
         out.append("ServerConfig.port, managementPort and metricsPort: the trial's own port, managementIpAddress = "
                    "ipAddress (MindIE's single-port mode: trials on one node share no port)")
+        given = section.get("env", {})
+        given = given if isinstance(given, Mapping) else {}
+        cleared = [n for n in CLEARED_ENV if n not in given]
+        here = [f"{n}={os.environ[n]}" for n in cleared if os.environ.get(n)]
+        if cleared:
+            out.append(f"{', '.join(cleared)}: set empty (MindIE reads it as unset) for a trial on one node, so an "
+                       "inherited value moves no address and loads no rank table (server_config.cpp:618-636, "
+                       "atb_llm/utils/env.py:74); a trial over nodes sets them per node"
+                       + (f"; this environment has {', '.join(here)}" if here else ""))
         found = find_install()
         out.append(f"MindIE here: {found.layout} layout, {found.executable}" if found is not None else
                    "MindIE here: none found ('msopt preflight' checks the nodes)")
@@ -535,6 +552,8 @@ class MindieAdapter(EngineAdapter):
                            ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
         env = env_fields(values, fields, section, self.name)
+        for name in CLEARED_ENV:  # an inherited value would move ipAddress or load a rank table (CLEARED_ENV)
+            env.setdefault(name, "")
         if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/engines/hccl.py)
             env = hccl_env(env, section, devices, fields, self.name)
         private = config_env(section)
