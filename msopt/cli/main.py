@@ -115,6 +115,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  constant: {', '.join(const)}")
     for line in checked.engine.notes(config.engine.section.table):
         print(f"{config.engine.name}: {line}")
+    if not config.run.simulate:
+        bench = config.run.benchmark
+        for line in (checked.benchmark.notes(config.benchmark.table) if checked.benchmark is not None else ()):
+            print(f"{bench}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
     devices = [line for line in said if line.startswith("devices per trial")]
