@@ -308,17 +308,18 @@ def render_model_file(text: str, source: str, cmd: Mapping[str, Any], server: La
     if _file_value(text, "model") in ('""', "''"):
         sets["model"] = repr(server.served_model_name)
     for key, value in sets.items():
-        text, n = re.subn(rf"(?m)^(\s*{key}\s*=\s*)([^,\n]+?)(\s*,?\s*(#.*)?)$",
-                          lambda m, v=value: m.group(1) + v + m.group(3), text, count=1)
-        if n:
+        pattern = re.compile(rf"(?m)^(\s*{key}\s*=\s*)([^,\n]+?)(\s*,?\s*(#.*)?)$")
+        found = pattern.search(text)
+        if found is not None:
+            text = text[:found.start()] + found.group(1) + value + found.group(3) + text[found.end():]
             continue
         anchor = re.search(r"(?m)^(\s*)type\s*=.*$", text)
         if anchor is None:
             raise ConfigError(f"{where} model_file {source}: no 'type=' line, so it is not an AISBench model config "
                               f"msopt can point at the trial's server ({key} is missing)")
         text = text[:anchor.end()] + f"\n{anchor.group(1)}{key}={value}," + text[anchor.end():]
-    return f"# Rendered by msopt for one evaluation from {source}: {', '.join(sets)} set, the rest as the file has it\n" \
-        + text
+    head = f"# Rendered by msopt for one evaluation from {source}: {', '.join(sets)} set, the rest as the file has it"
+    return head + "\n" + text
 
 
 def _names(cmd: Mapping[str, Any], key: str, where: str, values: Mapping[str, Any]) -> list[str] | None:
@@ -584,7 +585,8 @@ class AisBench(BenchmarkAdapter):
     def _remote(cmd: Mapping[str, Any]) -> bool:
         """A ``model_file`` path that is not on this machine (the trials' nodes read it)."""
         ref = cmd.get("model_file")
-        return isinstance(ref, str) and ref not in MODEL_TEMPLATES and "/" in ref and not Path(ref).expanduser().exists()
+        return (isinstance(ref, str) and ref not in MODEL_TEMPLATES and "/" in ref
+                and not Path(ref).expanduser().exists())
 
     def notes(self, section: Mapping[str, Any]) -> list[str]:
         """What the measurement will be: the model config and the keys that shape it (``msopt validate``)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from msopt import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.config import load_settings, split
-from msopt.engines.installed import apply_installed
+from msopt.engines.installed import installed_changes
 from msopt.engines.rules import advisories
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.run.validate import load, registered_sections, validate
@@ -64,8 +64,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields."""
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     checked = validate(*split(settings))
-    installed, said = apply_installed(settings)  # what a run takes from the installed configuration
-    checked = validate(*split(installed)) if installed is not settings else checked
+    got = installed_changes(checked.config)  # what a run takes from the installed configuration
+    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
+        else checked
     config, space = checked.config, checked.space
     if args.json:
         out = {
@@ -121,8 +122,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{bench}: {line}")
     for line in settings.notes:
         print(f"original tool: {line}")
-    devices = [line for line in said if line.startswith("devices per trial")]
-    for line in said if installed is not settings else devices:  # every field's origin, once one is installed
+    devices = [line for line in got.lines if line.startswith("devices per trial")]
+    for line in got.lines if got.changes else devices:  # every field's origin, once one is installed
         print(f"installed: {line}")
     for line in advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table):
         print(f"warning: {line}")

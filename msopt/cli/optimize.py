@@ -15,7 +15,7 @@ from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings, split
 from msopt.config.settings import file_engine
-from msopt.engines.installed import apply_installed
+from msopt.engines.installed import installed_changes
 from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
@@ -153,9 +153,10 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     settings = load_settings(args.config, engine, sections=registered_sections())
     settings = settings.replace(**overrides) if overrides else settings
     checked = validate(*split(settings))
-    installed, said = apply_installed(settings)
-    checked = validate(*split(installed)) if installed is not settings else checked
-    lines += said
+    got = installed_changes(checked.config)
+    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
+        else checked
+    lines += got.lines
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
     for line in lines:
         print(line, flush=True)

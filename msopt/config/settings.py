@@ -236,6 +236,14 @@ class Settings:
         out.config  # noqa: B018  built once, after the checks
         return out
 
+    def with_installed(self, values: Mapping[str, Any], constants: Mapping[str, Any],
+                       devices: tuple[int, str] | None) -> Settings:
+        """A copy with what a run takes from the installed configuration
+        (:func:`msopt.engines.installed.installed_changes`): the fields' baseline ``value``s, the ``constant``s
+        it leaves, and ``[cluster] devices_per_trial`` (with the file it was read from)."""
+        out = self.with_field_values(values, constants)
+        return out.with_cluster("devices_per_trial", devices[0], devices[1]) if devices else out
+
     def with_cluster(self, key: str, value: Any, source: str) -> Settings:
         """A copy with ``[cluster] key = value``, set by ``source`` (the installed file it was read from)."""
         data = thaw(self.data)

@@ -109,7 +109,7 @@ class EngineAdapter:
                                                                                                              str]]:
         """Fields the installed configuration leaves one value, per field name: (that value, why, citing the
         engine's check), e.g. MindIE's maxPreemptCount with the installed cpuMemSize 0
-        (:func:`msopt.engines.installed.apply_installed`); none by default."""
+        (:func:`msopt.engines.installed.installed_changes`); none by default."""
         return {}
 
     def simulation_section(self, section: Mapping[str, Any]) -> Mapping[str, Any]:

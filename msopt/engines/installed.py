@@ -8,7 +8,7 @@ default is the field's ``value`` (the middle of its range without one); :func:`i
 takes each searched field's value where the original took it, when it is a value the field can
 take, whatever the field's dtype (a ``ratio`` field's baseline is the ratio that decodes to the installed
 integer, as the original converted it back: config/config.py:729-800), and says for every field where
-its baseline value came from. :func:`apply_installed` also pins the fields the installed configuration
+its baseline value came from. :func:`installed_changes` also pins the fields the installed configuration
 leaves one value (:meth:`~msopt.engines.base.EngineAdapter.installed_constraints`).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_number
@@ -25,7 +26,7 @@ from msopt.space.dtypes import DTYPES, RangeType
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:
-    from msopt.config import EngineConfig, Settings
+    from msopt.config import Config, EngineConfig
 
 #: The dtypes whose baseline can come from the installation as the value itself.
 PLAIN_DTYPES = ("int", "float", "bool", "enum", "range")
@@ -104,7 +105,7 @@ def installed_baseline(engine: EngineConfig, environ: Mapping[str, str] | None =
     """The searched fields' installed values, and one line per searched field saying where its baseline
     value comes from (the installation, or the field's own ``value``/the middle of its range, and why).
     A ratio field's value is the ratio (the installed integer over its target's baseline); ``pinned`` fields
-    (:func:`apply_installed`) are left out."""
+    (:func:`installed_pins`) are left out."""
     environ = os.environ if environ is None else environ
     pinned = pinned or {}
     adapter = get_engine(engine.name)
@@ -177,42 +178,61 @@ def installed_pins(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
     return out, lines
 
 
-def apply_installed(settings: Settings, environ: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
-    """``settings`` with the installed configuration applied: the fields it leaves one value made constant, the
-    others' baselines taken from it (a simulated run reads only the engine's files, not the environment), and
-    the lines that say so (``msopt validate``, the first lines of a run).
+@dataclass(frozen=True)
+class Installed:
+    """What a run takes from the installed configuration (:func:`installed_changes`).
+
+    Attributes:
+        values: each searched field's baseline ``value`` read from the installation.
+        constants: the fields the installation leaves one value, with that ``constant``.
+        devices: the devices a trial holds as the installation has them, and where that was read; None: the
+            user sets them or the installation does not say.
+        lines: what ``msopt validate`` and the first lines of a run say about all of it.
+    """
+
+    values: dict[str, Any]
+    constants: dict[str, Any]
+    devices: tuple[int, str] | None
+    lines: list[str]
+
+    @property
+    def changes(self) -> bool:
+        """Whether the configuration changes (anything was taken from the installation)."""
+        return bool(self.values or self.constants or self.devices)
+
+
+def installed_changes(config: Config, environ: Mapping[str, str] | None = None) -> Installed:
+    """What ``config`` takes from the installed configuration: the fields it leaves one value (constant), the
+    others' baselines (a simulated run reads only the engine's files, not the environment), the devices of a
+    trial, and the lines that say so; ``Settings.with_installed`` applies it.
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
     """
-    engine = settings.config.engine
-    if settings.config.run.simulate:
+    engine = config.engine
+    if config.run.simulate:
         environ = {}
     pins, lines = installed_pins(engine)
     values, said = installed_baseline(engine, environ, pins)
-    out = settings.with_field_values(values, pins)
-    devices, line = _trial_devices(out)
-    if devices is not None:
-        out = out.with_cluster("devices_per_trial", devices[0], devices[1])
-    return out, lines + said + ([line] if line else [])
+    devices, line = _trial_devices(config)
+    return Installed(values, pins, devices, lines + said + ([line] if line else []))
 
 
 #: Config positions at which a field sets MindIE's devices itself.
 DEVICE_POSITIONS = ("BackendConfig.ModelDeployConfig.ModelConfig.0.worldSize", "BackendConfig.npuDeviceIds")
 
 
-def _trial_devices(settings: Settings) -> tuple[tuple[int, str] | None, str]:
+def _trial_devices(config: Config) -> tuple[tuple[int, str] | None, str]:
     """The devices a trial holds as the installation has them (the adapter's ``installed_devices``), unless
     the user sets them ([cluster] devices_per_trial, a ternary_factories product, a field at worldSize or
     npuDeviceIds), and the line that says which; (None, "") when the installation does not say."""
-    config = settings.config
     found = get_engine(config.engine.name).installed_devices(config.engine.section.table)
     if found is None or config.cluster.accelerator_key is None:
         return None, ""
     n, where = found
     cluster = config.cluster
     if cluster.devices_per_trial is not None:
-        by = f"[cluster] devices_per_trial of {settings.where('cluster.devices_per_trial')}"
+        by = "[cluster] devices_per_trial"
     elif SearchSpace(config.engine.fields).ternary_products():
         by = "the ternary_factories field's product"
     elif any(d.config_position.startswith(DEVICE_POSITIONS) for d in config.engine.fields):

@@ -45,7 +45,7 @@ class CandidateScreen:
                  simulator: Mapping[str, Any] | None = None) -> None:
         self.config = config
         self.engine = get_engine(config.engine.name)
-        self.section = config.engine.section.table
+        self.section: Mapping[str, Any] = config.engine.section.table
         self.devices = config.cluster.device_ids()
         self.nodes = virtual_nodes(config)
         sim = config.run.simulate if simulate is None else simulate

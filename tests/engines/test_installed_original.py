@@ -20,7 +20,7 @@ import pytest
 import msopt.engines.mindie as mindie_mod
 from msopt.cli.main import main
 from msopt.config import load_settings
-from msopt.engines.installed import apply_installed
+from msopt.engines.installed import installed_changes
 from msopt.engines.launch import LaunchSpec
 from msopt.engines.mindie.rules import RULES
 from msopt.engines.rules import Candidate, broken_rule
@@ -63,6 +63,12 @@ max = 1
 dtype = "ratio"
 dtype_param = "max_batch_size"
 """
+
+
+def apply_installed(settings: Any) -> tuple[Any, list[str]]:
+    """``settings`` as a run takes them from the installation (msopt.cli.optimize), and the lines it prints."""
+    got = installed_changes(settings.config)
+    return settings.with_installed(got.values, got.constants, got.devices), got.lines
 
 
 def _write(tmp_path: Path, schedule: Mapping[str, Any], cpu_mem: int = 0, extra: str = "") -> Path:
@@ -251,7 +257,7 @@ def test_the_installed_world_size_is_the_trials_devices(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace('accelerator = "NPU"', 'accelerator = "NPU"\ndevices_per_trial = 8'))
     settings, lines = apply_installed(load_settings(path))
     assert settings.config.cluster.trial_devices == 8
-    assert lines[-1].startswith(f"devices per trial = 8: [cluster] devices_per_trial of {path} (the installed ")
+    assert lines[-1].startswith("devices per trial = 8: [cluster] devices_per_trial (the installed ")
 
 
 def test_validate_and_the_run_say_the_trials_devices(tmp_path: Path, capsys: pytest.CaptureFixture[str],
