@@ -303,3 +303,18 @@ def test_inherited_container_ip_and_rank_table_are_cleared_per_trial(tmp_path: P
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "MIES_CONTAINER_IP, " in x]
     assert line.startswith("mindie: MIES_CONTAINER_IP, MIES_CONTAINER_MANAGEMENT_IP, RANK_TABLE_FILE: set empty ")
     assert line.endswith("this environment has MIES_CONTAINER_IP=10.9.9.9, RANK_TABLE_FILE=/etc/old_rank_table.json")
+
+
+def test_simulate_evaluates_the_installed_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`msopt simulate` evaluates what a run's baseline is: the original's file with MindIE's shipped config.json
+    simulates maxBatchSize 200 and maxPreemptCount 0, which MindIE accepts (config_manager_impl.cpp:325-328)."""
+    layer = tmp_path / "c.toml"
+    layer.write_text(f'[mindie]\nconfig_path = "{shared(MINDIE_SHIPPED)}"\n')
+    monkeypatch.setenv("MODEL_EVAL_STATE_CONFIG_PATH", str(shared(ORIGINAL_CONFIG)))
+    assert main(["simulate", "-c", str(layer), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert out["error"] is None and not out["refused"]
+    assert main(["simulate", "-c", str(layer)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "max_batch_size = 200" in lines and "max_preempt_count = 0" in lines and "max_prefill_batch_size = 50" in lines
