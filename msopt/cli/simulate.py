@@ -17,11 +17,11 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from msopt.config import load_settings, split
 from msopt.engines import get_engine
+from msopt.engines.installed import installed_changes
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
-from msopt.config import load_settings, split
-from msopt.engines.installed import installed_changes
 from msopt.run.validate import registered_sections, validate
 from msopt.sim.simulator import launch_assumptions
 
