@@ -275,6 +275,9 @@ def test_validate_and_the_run_say_the_trials_devices(tmp_path: Path, capsys: pyt
     checked, _ = _load(build_parser().parse_args(["optimizer", "-c", str(layer)]))
     assert checked.config.cluster.trial_devices == 4
     assert line.removeprefix("installed: ") in capsys.readouterr().out.splitlines()
+    main(["preflight", "-c", str(layer)])  # checks this node for the 4 NPUs a trial holds
+    assert any(x.endswith("a trial needs [cluster] devices_per_trial = 4; use a node with more or lower "
+                          "devices_per_trial") or x.endswith("4 fit") for x in capsys.readouterr().out.splitlines())
 
 
 def test_inherited_container_ip_and_rank_table_are_cleared_per_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str],
