@@ -158,8 +158,9 @@ def installed_pins(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
     adapter = get_engine(engine.name)
     out: dict[str, Any] = {}
     lines = []
+    constraints = adapter.installed_constraints(engine.fields, engine.section.table)
     for decl in engine.fields:
-        pin = adapter.installed_constraints(engine.fields, engine.section.table).get(decl.name)
+        pin = constraints.get(decl.name)
         if pin is None:
             continue
         value, why = pin
