@@ -43,6 +43,7 @@ number, a string with a unit, or ``{"total": value}``). The pair is read by the 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import re
@@ -114,7 +115,7 @@ DATASET_TYPES = ("tokenid", "string")
 _MAX_SYNTHETIC = 2 ** 20
 _COMMAND_KEYS = ("executable", "models", "datasets", "mode", "num_prompts", "others", "max_concurrency",
                  "concurrency", "request_rate", "model_template", "dataset_type", "input_len", "output_len",
-                 "prefix_len", "ignore_eos", "tokenizer", "trust_remote_code")
+                 "prefix_len", "ignore_eos", "tokenizer", "trust_remote_code", "model_file")
 
 
 #: The original tool's ``[ais_bench]`` keys (msserviceprofiler@9582f434 ms_serviceparam_optimizer/config/config.py
@@ -181,11 +182,144 @@ def mapped_section(section: Mapping[str, Any]) -> dict[str, Any]:
         if cmd.get(key) == placeholder:
             cmd.pop(key)
     models = cmd.get("models")
-    if isinstance(models, str) and models in MODEL_TEMPLATES:  # the template it names, at the trial's server
+    if isinstance(models, str) and models in MODEL_TEMPLATES:  # the user's (installed) file of that name
         cmd.pop("models")
-        cmd["model_template"] = models
+        cmd["model_file"] = models
     out["command"] = cmd
     return out
+
+
+# -- a model config file of the user's: AISBench's installed stock file, or a path ------------------------
+#: What the search changes per evaluation, the only keys msopt renders into a user's model config (the original
+#: rewrote request_rate and batch_size in place: ms_serviceparam_optimizer optimizer/plugins/benchmark.py).
+MODEL_FILE_KEYS = ("host_ip", "host_port", "batch_size", "request_rate")
+#: The keys of AISBench 29c363e's stock service-API configs besides those MODEL_TEMPLATES gives
+#: (configs/models/{vllm,mindie}_api/*.py): what a stock name measures where AISBench is not installed.
+STOCK_KEYS: Mapping[str, Any] = MappingProxyType({
+    "request_rate": 0, "use_timestamp": False, "retry": 2, "host_ip": "localhost", "host_port": 8080, "url": "",
+    "max_out_len": 512, "batch_size": 1, "trust_remote_code": False,
+    "generation_kwargs": {"temperature": 0.01, "ignore_eos": False}})
+
+
+def installed_model_file(name: str) -> Path | None:
+    """AISBench's installed ``benchmark/configs/models/*/<name>.py`` (found without importing AISBench), else None."""
+    try:
+        spec = importlib.util.find_spec("ais_bench")
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        hits = sorted(Path(root).glob(f"benchmark/configs/models/*/{name}.py"))
+        if hits:
+            return hits[0]
+    return None
+
+
+def stock_model_text(name: str) -> str:
+    """AISBench 29c363e's stock ``<name>.py`` (configs/models/{vllm,mindie}_api/), as it ships."""
+    cls, abbr, stream, extra = MODEL_TEMPLATES[name]
+    keys: dict[str, Any] = {"attr": "service", "abbr": abbr, "path": ""}
+    if "model" in extra:
+        keys["model"] = ""
+    if stream is not None:
+        keys["stream"] = stream
+    keys |= {k: v for k, v in STOCK_KEYS.items() if k in ("request_rate", "use_timestamp", "retry")}
+    if "api_key" in extra:
+        keys["api_key"] = ""
+    keys |= {k: v for k, v in STOCK_KEYS.items() if k not in keys}
+    lines = [f"from ais_bench.benchmark.models import {cls}"]
+    if "postprocess" in extra:
+        lines.append("from ais_bench.benchmark.utils.postprocess.model_postprocessors import "
+                     "extract_non_reasoning_content")
+    lines += ["", "models = [", "    dict(", '        attr="service",', f"        type={cls},"]
+    lines += [f"        {k}={_py(v, name)}," for k, v in keys.items() if k != "attr"]
+    if "postprocess" in extra:
+        lines.append("        pred_postprocessor=dict(type=extract_non_reasoning_content),")
+    return "\n".join([*lines, "    )", "]", ""])
+
+
+def model_file(cmd: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The text of ``[ais_bench.command] model_file`` and where it was read: a stock name is AISBench's installed
+    file (else the file as AISBench 29c363e ships it, said so), a path the user's own; None without the key.
+
+    Raises:
+        ConfigError: not a stock service-API name or a readable file.
+    """
+    ref = cmd.get("model_file")
+    if ref is None:
+        return None
+    where = "[ais_bench.command] model_file"
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError(f"{where} must be a stock model config name or a path, got {ref!r}")
+    if ref in MODEL_TEMPLATES:
+        path = installed_model_file(ref)
+        if path is not None:
+            try:
+                return path.read_text(encoding="utf-8"), f"AISBench's installed {path}"
+            except OSError as exc:
+                raise ConfigError(f"{where} {ref!r}: cannot read {path} ({exc.strerror or exc})") from None
+        return stock_model_text(ref), (f"AISBench 29c363e's stock {ref}.py (AISBench is not installed here; a trial "
+                                       "reads its node's)")
+    if ref in STOCK_MODELS or "/" not in ref and not ref.endswith(".py"):
+        raise ConfigError(f"{where} {ref!r}: name one of {', '.join(sorted(MODEL_TEMPLATES))} (AISBench's installed "
+                          "file is read) or the path of your own model config")
+    path = Path(ref).expanduser()
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except OSError as exc:
+        raise ConfigError(f"{where} {str(path)!r}: cannot read it ({exc.strerror or exc}); name an AISBench model "
+                          "config file") from None
+
+
+def _file_value(text: str, key: str) -> str | None:
+    """The source text of ``key=...`` (first occurrence) in a model config, None when absent."""
+    m = re.search(rf"(?<![\w.]){key}\s*=\s*([^,\n)#]+)", text)
+    return m.group(1).strip() if m else None
+
+
+def file_measures(text: str) -> dict[str, str]:
+    """What a model config sets that shapes the measurement (output length, EOS, sampling, streaming, model)."""
+    out = {k: v for k in ("abbr", "stream", "max_out_len", "temperature", "ignore_eos", "path", "model")
+           if (v := _file_value(text, k)) is not None}
+    for key, fill in (("path", "the model's tokenizer"), ("model", "the served model name")):
+        if out.get(key) in ('""', "''"):
+            out[key] = f"empty, so {fill}"
+    return out
+
+
+def render_model_file(text: str, source: str, cmd: Mapping[str, Any], server: LaunchSpec, *, concurrency: int | None,
+                      request_rate: float | None) -> str:
+    """The user's model config with only what the search changes set (:data:`MODEL_FILE_KEYS`: the trial's
+    server and this evaluation's load), plus ``max_out_len`` / ``path`` where ``output_len`` / ``tokenizer`` are
+    given, and ``path`` / ``model`` where the file leaves them empty (the tokenizer and the served model name a
+    request needs); everything else as the file has it.
+
+    Raises:
+        ConfigError: the file holds no ``type=`` line to put a missing key after.
+    """
+    where = "[ais_bench.command]"
+    host = server.base_url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+    rate = 0.0 if request_rate is None or not math.isfinite(request_rate) else float(request_rate)
+    sets: dict[str, str] = {"host_ip": repr(host), "host_port": str(int(server.port)),
+                            "batch_size": str(int(concurrency or DEFAULT_BATCH_SIZE)), "request_rate": repr(rate)}
+    if "output_len" in cmd:
+        sets["max_out_len"] = str(_length(cmd, "output_len", 256, where))
+    if "tokenizer" in cmd or _file_value(text, "path") in ('""', "''"):
+        sets["path"] = repr(str(cmd.get("tokenizer", server.model)))
+    if _file_value(text, "model") in ('""', "''"):
+        sets["model"] = repr(server.served_model_name)
+    for key, value in sets.items():
+        pattern = re.compile(rf"(?m)^(\s*{key}\s*=\s*)([^,\n]+?)(\s*,?\s*(#.*)?)$")
+        found = pattern.search(text)
+        if found is not None:
+            text = text[:found.start()] + found.group(1) + value + found.group(3) + text[found.end():]
+            continue
+        anchor = re.search(r"(?m)^(\s*)type\s*=.*$", text)
+        if anchor is None:
+            raise ConfigError(f"{where} model_file {source}: no 'type=' line, so it is not an AISBench model config "
+                              f"msopt can point at the trial's server ({key} is missing)")
+        text = text[:anchor.end()] + f"\n{anchor.group(1)}{key}={value}," + text[anchor.end():]
+    head = f"# Rendered by msopt for one evaluation from {source}: {', '.join(sets)} set, the rest as the file has it"
+    return head + "\n" + text
 
 
 def _names(cmd: Mapping[str, Any], key: str, where: str, values: Mapping[str, Any]) -> list[str] | None:
@@ -289,6 +423,13 @@ def template_streams(section: Mapping[str, Any]) -> bool | None:
     cmd = command_table(section, "ais_bench")
     if cmd.get("models") is not None:
         return None
+    try:
+        read = model_file(cmd)
+    except ConfigError:
+        return None  # check() says why
+    if read is not None:
+        stream = _file_value(read[0], "stream")
+        return None if stream is None else stream.strip() != "False"
     template = cmd.get("model_template", "vllm_api_stream_chat")
     spec = MODEL_TEMPLATES.get(str(template))
     return None if spec is None else spec[2] is not False
@@ -424,8 +565,50 @@ class AisBench(BenchmarkAdapter):
                  "--num-prompts": f"{where} num_prompts (sample_size during the search)"}
         check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
         probe = LaunchSpec(engine="probe", argv=("probe",), port=8000, model="/model", served_model_name="m")
-        model_config(section, probe, concurrency=1, request_rate=None)
+        if "model_file" in cmd:
+            for key in ("models", "model_template", "ignore_eos"):
+                if key in cmd:
+                    raise ConfigError(f"{where}: '{key}' and model_file both say what the model config is; the file "
+                                      "is used as it is (but for host_ip, host_port, batch_size and request_rate): "
+                                      f"edit it, or drop '{key}'")
+            if section.get("model"):
+                raise ConfigError("[ais_bench.model] and [ais_bench.command] model_file both say what the model "
+                                  "config is; edit the file, or drop [ais_bench.model]")
+            if not self._remote(cmd):
+                text, source = model_file(cmd) or ("", "")
+                render_model_file(text, source, cmd, probe, concurrency=1, request_rate=None)
+        else:
+            model_config(section, probe, concurrency=1, request_rate=None)
         synthetic_config(section, 1)
+
+    @staticmethod
+    def _remote(cmd: Mapping[str, Any]) -> bool:
+        """A ``model_file`` path that is not on this machine (the trials' nodes read it)."""
+        ref = cmd.get("model_file")
+        return (isinstance(ref, str) and ref not in MODEL_TEMPLATES and "/" in ref
+                and not Path(ref).expanduser().exists())
+
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """What the measurement will be: the model config and the keys that shape it (``msopt validate``)."""
+        section = mapped_section(section)
+        cmd = command_table(section, self.name)
+        if cmd.get("models") is not None:
+            return [f"model config: {', '.join(_names(cmd, 'models', '', {}) or [])} (yours, used as it is)"]
+        set_here = "msopt sets host_ip, host_port, batch_size (the concurrency) and request_rate per evaluation"
+        if "model_file" in cmd:
+            if self._remote(cmd):
+                return [f"model config: {cmd['model_file']} (not on this machine; the trials' nodes read it); "
+                        f"{set_here}"]
+            text, source = model_file(cmd) or ("", "")
+            measures = file_measures(text)
+            if "output_len" in cmd:
+                measures["max_out_len"] = f"{cmd['output_len']} (output_len)"
+            shown = ", ".join(f"{k} {v}" for k, v in measures.items())
+            return [f"model config: {source}: {shown}; {set_here}, the rest as the file has it"]
+        template = cmd.get("model_template", "vllm_api_stream_chat")
+        return [f"model config: msopt's generated {template} (AISBench 29c363e's keys): max_out_len "
+                f"{cmd.get('output_len', 256)}, ignore_eos {cmd.get('ignore_eos', True)}, temperature 0.01; "
+                f"{set_here}; to measure your own template file, set model_file"]
 
     def render(
         self,
@@ -452,12 +635,20 @@ class AisBench(BenchmarkAdapter):
         models = _names(cmd, "models", where, subst)
         datasets = _names(cmd, "datasets", where, subst)
         config_dir = Path(result_dir) / CONFIG_DIR
-        if models is None:
+        read = model_file(cmd) if models is None else None
+        if read is not None:  # the user's model config, only what the search changes set
+            write_atomic(config_dir / "models" / f"{MODEL_NAME}.py",
+                         render_model_file(read[0], read[1], cmd, server, concurrency=conc,
+                                           request_rate=rate).encode("utf-8"))
+        elif models is None:
             write_atomic(config_dir / "models" / f"{MODEL_NAME}.py",
                          model_config(section, server, concurrency=conc, request_rate=rate).encode("utf-8"))
         if datasets is None:
+            out_len = _file_value(read[0], "max_out_len") if read is not None and "output_len" not in cmd else None
+            ds = {**section, "command": {**cmd, "output_len": int(out_len)}} if out_len and out_len.isdigit() \
+                else section  # a string dataset's output lengths: the file's max_out_len
             write_atomic(config_dir / "datasets" / f"{DATASET_NAME}.py",
-                         dataset_config(section, int(n)).encode("utf-8"))
+                         dataset_config(ds, int(n)).encode("utf-8"))
         argv = executable(cmd, ("ais_bench",), self.name, subst)
         argv += ["--models", *(models or [MODEL_NAME])]
         argv += ["--datasets", *(datasets or [DATASET_NAME])]

@@ -139,6 +139,10 @@ class BenchmarkAdapter:
         """Why :meth:`produced` lacks some of :attr:`produces` under ``section`` ("" when it does not)."""
         return ""
 
+    def notes(self, section: Mapping[str, Any]) -> list[str]:
+        """What the measurement will be, one line each (``msopt validate``); none by default."""
+        return []
+
     def num_prompts(self, section: Mapping[str, Any]) -> int | None:
         """The prompts one uncapped run sends (the full workload), read from this benchmark's own
         ``[<benchmark>]`` section as :meth:`render` reads it; None when the tool decides and msopt

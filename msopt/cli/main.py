@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from msopt._version import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.config import load_settings, split
+from msopt.engines.installed import installed_changes
 from msopt.engines.rules import advisories
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.run.validate import load, registered_sections, validate
@@ -64,6 +65,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     notes as fields, and every line the text prints under ``lines``)."""
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     checked = validate(*split(settings))
+    got = installed_changes(checked.config)  # what a run takes from the installed configuration
+    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
+        else checked
     config, space = checked.config, checked.space
     lines: list[str] = [f"configuration OK: {' < '.join(config.scalars.layers)}",
                         f"engine: {config.engine.name}; {len(space.dimensions)} dimension(s), "
@@ -106,11 +110,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if const:
         lines.append(f"  constant: {', '.join(const)}")
     engine_notes = list(checked.engine.notes(config.engine.section.table))
+    bench_notes = (list(checked.benchmark.notes(config.benchmark.table))
+                   if not config.run.simulate and checked.benchmark is not None else [])
     original = list(settings.notes)
+    devices = [line for line in got.lines if line.startswith("devices per trial")]
+    installed = list(got.lines if got.changes else devices)  # every field's origin, once one is installed
     warnings = [*advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table),
                 *optimize.metrics_warnings(checked)]
     lines.extend(f"{config.engine.name}: {line}" for line in engine_notes)
+    lines.extend(f"{config.run.benchmark}: {line}" for line in bench_notes)
     lines.extend(f"original tool: {line}" for line in original)
+    lines.extend(f"installed: {line}" for line in installed)
     lines.extend(f"warning: {line}" for line in warnings)
     if not args.json:
         for line in lines:
@@ -128,7 +138,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         "constant": const,
         "settings": dict(config.scalars.table),
         "engine_notes": engine_notes,
+        "benchmark_notes": bench_notes,
         "original_tool": original,
+        "installed": installed,
         "warnings": warnings,
         "lines": lines,
     }

@@ -14,7 +14,8 @@ from msopt.cli.init import add_model_args, init_settings
 from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings, split
-from msopt.engines.installed import installed_baseline
+from msopt.config.settings import file_engine
+from msopt.engines.installed import installed_changes
 from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
@@ -154,10 +155,10 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     settings = load_settings(args.config, engine, sections=registered_sections())
     settings = settings.replace(**overrides) if overrides else settings
     checked = validate(*split(settings))
-    if not checked.config.run.simulate:
-        values, said = installed_baseline(checked.config.engine)
-        checked = validate(*split(settings.with_field_values(values))) if values else checked
-        lines += said
+    got = installed_changes(checked.config)
+    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
+        else checked
+    lines += got.lines
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
     lines += replay_lines(checked.config)
     for line in lines:
@@ -192,20 +193,25 @@ def _engine_and_benchmark(args: argparse.Namespace, overrides: dict[str, Any]) -
     ``msopt optimizer`` takes the original's defaults where neither a flag nor a file chooses."""
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     chosen: dict[str, tuple[str, str]] = {}
+    by_file = file_engine(settings.origin, settings.sources)
     for key, flag in (("engine", args.engine), ("benchmark", overrides.get("benchmark"))):
         source = settings.origin.get(key)
         if flag is not None:
             chosen[key] = (str(flag), f"-{key[0]}")
         elif source is not None and source != str(DEFAULTS_PATH):
             chosen[key] = (str(settings.get(key)), f"the '{key}' key of {source}")
+        elif by_file is not None and key == "engine":
+            chosen[key] = (by_file[0], by_file[1])
+        elif by_file is not None and by_file[2] and chosen["engine"][0] == by_file[0]:
+            chosen[key] = (by_file[2], by_file[1])
         elif args.original_defaults:
             chosen[key] = (ORIGINAL_DEFAULTS[key], "msopt optimizer takes the original tool's default")
         else:
             chosen[key] = (str(settings.get(key, "vllm" if key == "engine" else "vllm_benchmark")),
                            "msopt's default (msopt/config/defaults.toml)")
-    if args.original_defaults and "benchmark" not in overrides:
+    if (args.original_defaults or by_file) and "benchmark" not in overrides:
         overrides["benchmark"] = chosen["benchmark"][0]
-    engine = chosen["engine"][0] if args.engine is not None or args.original_defaults else args.engine
+    engine = chosen["engine"][0] if args.engine is not None or args.original_defaults or by_file else args.engine
     lines = [f"{key}: {value} ({why})" for key, (value, why) in chosen.items()]
     return engine, lines
 

@@ -7,8 +7,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from msopt.config import load_settings, split
+from msopt.engines.installed import installed_changes
 from msopt.run.preflight import Check, PreflightError, node_checks
-from msopt.run.validate import load
+from msopt.run.validate import load, registered_sections, validate
 
 if TYPE_CHECKING:
     from msopt.config import Config
@@ -56,6 +58,10 @@ def report(checks: Sequence[Check], *, failures_only: bool = False) -> int:
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Run every check and print one line each; 1 when one failed."""
     config = load(args.config, args.engine).config
+    got = installed_changes(config)  # the trial's devices as a run takes them from the installation
+    if got.devices is not None:
+        config = validate(*split(load_settings(args.config, args.engine, sections=registered_sections())
+                                 .with_installed(got.values, got.constants, got.devices))).config
     failed = report(run_checks(config, args.address))
     if failed:
         print(f"preflight: {failed} check(s) failed", file=sys.stderr)

@@ -17,11 +17,13 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from msopt.config import load_settings, split
 from msopt.engines import get_engine
+from msopt.engines.installed import installed_changes
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
 from msopt.metrics import fitness_text
-from msopt.run.validate import load
+from msopt.run.validate import registered_sections, validate
 from msopt.sim.simulator import cache_block, launch_assumptions
 
 
@@ -105,7 +107,11 @@ def check_set(space: SearchSpace, name: str, value: Any) -> Any:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the configuration at its values (overridden by --set)."""
-    checked = load(args.config, args.engine, overrides={"simulate": True}, search=False)
+    settings = load_settings(args.config, args.engine, sections=registered_sections()).replace(simulate=True)
+    checked = validate(*split(settings), search=False)
+    got = installed_changes(checked.config)  # the baseline a run takes from the installed config.json
+    if got.changes:
+        checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices)), search=False)
     config, space = checked.config, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)
@@ -146,7 +152,7 @@ def _assumed(config: Config, values: Any) -> list[str]:
     """The inputs the simulation assumed (:func:`msopt.sim.simulator.launch_assumptions`) for the
     configuration at ``values``; [] where the launch cannot be rendered alone (a disaggregated one)."""
     adapter = get_engine(config.engine.name)
-    section = config.engine.section.table
+    section = adapter.simulation_section(config.engine.section.table)
     if adapter.is_disaggregated(section):
         return []
     with tempfile.TemporaryDirectory() as tmp:

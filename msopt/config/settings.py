@@ -212,19 +212,42 @@ class Settings:
         out.config  # noqa: B018  built once, after the checks
         return out
 
-    def with_field_values(self, values: Mapping[str, Any]) -> Settings:
+    def with_field_values(self, values: Mapping[str, Any], constants: Mapping[str, Any] | None = None) -> Settings:
         """A copy whose searched section's fields named in ``values`` have that ``value`` (the baseline
-        the original tool took from the installed configuration, msopt.engines.installed)."""
-        if not values:
+        the original tool took from the installed configuration, msopt.engines.installed), and those named
+        in ``constants`` that ``constant`` (a value the installed configuration leaves the only one)."""
+        constants = constants or {}
+        if not values and not constants:
             return self
         data = thaw(self.data)
         raws = data[self.engine]["target_field"]
         for raw in raws:
             if isinstance(raw, dict) and raw.get("name") in values:
                 raw["value"] = values[raw["name"]]
+            if isinstance(raw, dict) and raw.get("name") in constants:
+                raw["constant"] = constants[raw["name"]]
+                raw.pop("value", None)
         where = self.origin.get(f"{self.engine}.target_field", self.sources[-1] if self.sources else "<defaults>")
         fields = tuple(parse_field(r, source=where, section=self.engine, index=i) for i, r in enumerate(raws))
         out = Settings(_freeze(data), self.engine, fields, self.sources, self.config_path, self.origin, self.notes)
+        out.config  # noqa: B018  built once, after the checks
+        return out
+
+    def with_installed(self, values: Mapping[str, Any], constants: Mapping[str, Any],
+                       devices: tuple[int, str] | None) -> Settings:
+        """A copy with what a run takes from the installed configuration
+        (:func:`msopt.engines.installed.installed_changes`): the fields' baseline ``value``s, the ``constant``s
+        it leaves, and ``[cluster] devices_per_trial`` (with the file it was read from)."""
+        out = self.with_field_values(values, constants)
+        return out.with_cluster("devices_per_trial", devices[0], devices[1]) if devices else out
+
+    def with_cluster(self, key: str, value: Any, source: str) -> Settings:
+        """A copy with ``[cluster] key = value``, set by ``source`` (the installed file it was read from)."""
+        data = thaw(self.data)
+        data.setdefault("cluster", {})[key] = value
+        origin = {**self.origin, f"cluster.{key}": source}
+        out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
+                       MappingProxyType(origin), self.notes)
         out.config  # noqa: B018  built once, after the checks
         return out
 
@@ -433,7 +456,7 @@ def load_settings(
     Args:
         config_path: the ``-c`` file (highest layer); absolute, relative or a bare name.
         engine: the section whose target_field list is searched; default: the ``engine`` key,
-            else ``vllm``.
+            else the one the user's files mean (:func:`file_engine`), else ``vllm``.
         environ: the environment to read ``$MODEL_EVAL_STATE_CONFIG_PATH`` from (default
             ``os.environ``).
         cwd: the directory relative paths are resolved against (default: the current one).
@@ -474,7 +497,11 @@ def load_settings(
     _apply_slo(data, origin, conflicts=True)
     apply_workload(data, origin, str(DEFAULTS_PATH))
 
-    eng = engine or data.get("engine") or "vllm"
+    by_file = file_engine(origin, tuple(src for src, _ in layers))
+    keyed = origin.get("engine") not in (None, str(DEFAULTS_PATH))  # a user's file sets the engine key
+    eng = engine or (data.get("engine") if keyed or not by_file else by_file[0]) or "vllm"
+    if by_file and by_file[2] and eng == by_file[0] and origin.get("benchmark") in (None, str(DEFAULTS_PATH)):
+        data["benchmark"] = by_file[2]  # the original's pair: its default benchmark with its default engine
     section = data.get(eng)
     if not isinstance(section, Mapping):
         have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]
@@ -559,6 +586,31 @@ def resolve_launch_paths(layer: Mapping[str, Any], base: Path) -> dict[str, Any]
         if new != table:
             out[name] = new
     return out
+
+
+#: The original tool's default engine and benchmark (msserviceprofiler@9582f434 optimizer/optimizer.py arg_parse).
+ORIGINAL_ENGINE, ORIGINAL_BENCHMARK = "mindie", "ais_bench"
+
+
+def file_engine(origin: Mapping[str, str], sources: tuple[str, ...]) -> tuple[str, str, str | None] | None:
+    """The engine the user's files mean when neither ``-e`` nor an ``engine`` key says: (engine, why, the
+    benchmark that goes with it or None), so every command reads one file as one engine. The only engine
+    whose ``[[X.target_field]]`` they declare; of several, ``mindie`` with ``ais_bench`` where one of them
+    is, as the original tool's config.toml declares both and tuned MindIE with AISBench by default; None:
+    msopt's default (vllm)."""
+    user = [s for s in sources if s != str(DEFAULTS_PATH)]
+    declared: list[str] = []
+    for key, src in origin.items():
+        name = key.split(".")[0]
+        if key.endswith(".target_field") and key.count(".") == 1 and src in user and name not in declared:
+            declared.append(name)
+    if len(declared) == 1:
+        return declared[0], f"the only engine whose [[{declared[0]}.target_field]] {user[-1]} declares", None
+    if ORIGINAL_ENGINE in declared:
+        return (ORIGINAL_ENGINE, f"{user[-1]} declares the search spaces of {', '.join(declared)}, as the original "
+                f"tool's config.toml does, which tuned {ORIGINAL_ENGINE} with {ORIGINAL_BENCHMARK} by default",
+                ORIGINAL_BENCHMARK)
+    return None
 
 
 def check_engine_section(settings: Settings) -> None:

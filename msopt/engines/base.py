@@ -109,6 +109,24 @@ class EngineAdapter:
         return {d.name: (environ[d.name], f"${d.name} in this environment") for d in fields
                 if d.config_position == "env" and d.name in environ}
 
+    def installed_constraints(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> dict[str, tuple[Any,
+                                                                                                             str]]:
+        """Fields the installed configuration leaves one value, per field name: (that value, why, citing the
+        engine's check), e.g. MindIE's maxPreemptCount with the installed cpuMemSize 0
+        (:func:`msopt.engines.installed.installed_changes`); none by default."""
+        return {}
+
+    def simulation_section(self, section: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``section`` as a simulated launch renders it on this machine, which need not have the engine
+        installed (MindIE: without a ``config_path`` that is not here, so its built-in template); by default
+        ``section`` itself."""
+        return section
+
+    def installed_devices(self, section: Mapping[str, Any]) -> tuple[int, str] | None:
+        """The devices one trial of the installed deployment holds, and where that was read (MindIE: its
+        config.json's worldSize and npuDeviceIds); None: the installation does not say."""
+        return None
+
     def installed_absent(self, decl: FieldDecl) -> str | None:
         """Why :meth:`installed_values` found no value for ``decl`` where this engine keeps it (MindIE: its
         config.json); None: the generic reason."""

@@ -98,7 +98,7 @@ class EngineRunner:
     def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
         self.config = config
         self.engine = engine
-        self.engine_section = config.engine.section.table
+        self.engine_section: Mapping[str, Any] = config.engine.section.table
         self.ctx = ctx
         #: How the last measurement got its server (``EvaluationResult.server``), None: no launch.
         self.last_server: dict[str, Any] | None = None

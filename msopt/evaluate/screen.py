@@ -45,12 +45,13 @@ class CandidateScreen:
                  simulator: Mapping[str, Any] | None = None) -> None:
         self.config = config
         self.engine = get_engine(config.engine.name)
-        self.section = config.engine.section.table
+        self.section: Mapping[str, Any] = config.engine.section.table
         self.devices = config.cluster.device_ids()
         self.nodes = virtual_nodes(config)
         sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:
+            self.section = self.engine.simulation_section(self.section)
             table = config.simulator.table if simulator is None else simulator
             dirs = table.get("catalog_dirs", ())
             m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))

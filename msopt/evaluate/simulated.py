@@ -241,6 +241,7 @@ class SimRunner(EngineRunner):
 
     def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
         super().__init__(config, engine, ctx)
+        self.engine_section = engine.simulation_section(self.engine_section)  # no installed engine needed
         self.sim = SimulatorSetup.from_config(config.simulator, config.run.seed)
         self.benchmark = get_benchmark(config.run.benchmark)
         self.model_facts = self._model_facts()

@@ -123,7 +123,7 @@ class SimulatorPrior:
         self.searched = False
         self.space = space
         self.engine = get_engine(config.engine.name)
-        self.section = config.engine.section.table
+        self.section = self.engine.simulation_section(config.engine.section.table)
         setup = SimulatorSetup.from_config(config.simulator, config.run.seed) if simulator is None else None
         table = thaw(setup.table) if setup is not None else thaw(simulator)
         self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table)

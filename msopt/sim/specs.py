@@ -247,6 +247,17 @@ def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) 
     """
     if config_path(name_or_path) is not None:
         return read_config_model(name_or_path, extra_dirs).spec
+    return catalog_model(name_or_path, extra_dirs)
+
+
+def catalog_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) -> ModelSpec:
+    """The catalog model ``name_or_path`` (a name, or a catalog TOML file), never a model directory of that
+    name: :func:`read_config_model` matches a directory against the catalog by name, which must not read the
+    directory again.
+
+    Raises:
+        ConfigError: unknown name (the message lists valid ones) or an invalid file.
+    """
     path = _find("models", name_or_path, extra_dirs)
     d = _read(path)
     ints = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_position")
@@ -292,7 +303,7 @@ def match_catalog(spec: Any, extra_dirs: Iterable[str | Path] = ()) -> str:
     want = architecture(spec)
     for name in list_models(extra_dirs):
         try:
-            if architecture(load_model(name, extra_dirs)) == want:
+            if architecture(catalog_model(name, extra_dirs)) == want:
                 return name
         except ConfigError:
             continue
@@ -311,5 +322,5 @@ def read_config_model(model: str | Path, extra_dirs: Iterable[str | Path] = ()) 
     spec, dtype, notes = model_from_config(path)
     name = match_catalog(spec, extra_dirs)
     if name:
-        spec = load_model(name, extra_dirs)
+        spec = catalog_model(name, extra_dirs)
     return ConfigModel(spec, path, name, dtype, notes)

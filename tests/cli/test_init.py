@@ -261,3 +261,19 @@ def test_without_output_it_prints_the_file(capsys):
     doc = tomllib.loads(capsys.readouterr().out)
     assert doc["engine"] == "sglang" and doc["simulate"] is True and doc["cluster"]["devices_per_trial"] == 4
     assert [f["name"] for f in doc["sglang"]["target_field"]][:3] == ["tp", "pp", "dp"]
+
+
+def test_a_model_directory_named_as_a_catalog_model(tmp_path, monkeypatch, capsys):
+    """Issue 51 item 9: `msopt init --model qwen3-32b/` (a directory named as the catalog model, in the current
+    directory) matched the catalog by name, which read the directory again (read_config_model -> match_catalog
+    -> load_model -> read_config_model): RecursionError. The catalog is now looked up by name only."""
+    d = model_dir(tmp_path, "qwen3-32b", architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=5120,
+                  intermediate_size=25600, vocab_size=151936, max_position_embeddings=40960, num_hidden_layers=64,
+                  num_attention_heads=64, num_key_value_heads=8, head_dim=128)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "init.toml"
+    assert main(["init", "--engine", "vllm", "--model", "qwen3-32b/", "--devices", "8", "-o", str(out)]) == 0
+    assert f'model = "{d}"' in out.read_text()
+    from msopt.sim.specs import read_config_model
+    assert read_config_model("qwen3-32b").catalog == "qwen3-32b"  # the directory, matched to the catalog model
+    assert main(["simulate", "-c", str(out)]) == 0

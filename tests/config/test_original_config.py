@@ -326,3 +326,28 @@ def test_a_requestrate_of_zero_is_read_as_unpaced_with_a_note(write_toml):
                       'config_position = "env"\nmin = 0\nmax = 0\ndtype = "int"\nvalue = 0\n')
     notes = load_settings(path).notes
     assert any("REQUESTRATE can only be 0: no request rate (unpaced)" in n for n in notes)
+
+
+def test_one_file_means_one_engine_whatever_the_command(tmp_path, capsys):
+    """Issue 51 item 11: without -e and an `engine` key, validate, preflight, optimize and optimizer read the
+    original's file (it declares the search spaces of both engines) as the original did: MindIE with AISBench
+    (optimizer.py arg_parse); a file that declares one engine's search space means that engine."""
+    from msopt.cli.main import build_parser
+    from msopt.cli.optimize import _engine_and_benchmark
+
+    checked = load(str(original()), None, environ={})  # what validate and preflight load
+    assert (checked.config.engine.name, checked.config.run.benchmark) == ("mindie", "ais_bench")
+    for command in ("optimize", "optimizer"):
+        args = build_parser().parse_args([command, "-c", str(original())])
+        overrides: dict = {}
+        engine, lines = _engine_and_benchmark(args, overrides)
+        assert (engine, overrides["benchmark"]) == ("mindie", "ais_bench")
+        assert lines[0].startswith(f"engine: mindie ({original()} declares the search spaces of ")
+    # -e vllm still chooses vLLM, with msopt's benchmark default
+    checked = load(str(original()), "vllm", environ={})
+    assert (checked.config.engine.name, checked.config.run.benchmark) == ("vllm", "vllm_benchmark")
+    sglang = tmp_path / "s.toml"
+    sglang.write_text('[[sglang.target_field]]\nname = "max_running_requests"\nconfig_position = '
+                      '"--max-running-requests"\nmin = 8\nmax = 64\ndtype = "int"\n')
+    assert load(str(sglang), None, environ={}).config.engine.name == "sglang"
+    assert msopt("validate", "-c", str(original())).stdout.splitlines()[1].startswith("engine: mindie;")

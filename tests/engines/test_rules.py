@@ -220,7 +220,11 @@ def test_real_refusal_is_not_launched(tmp_path: Path) -> None:
     ({"maxPrefillBatchSize": 201}, "mindie.schedule_value_ranges",
      "scheduleParam.maxPrefillBatchSize [201] is out of bound [200]"),
     ({"maxPrefillBatchSize": 200}, None, None),
-    ({"maxPrefillBatchSize": 0}, "mindie.schedule_value_ranges", "scheduleParam.maxPrefillBatchSize [0] is less than [1]"),
+    # issue 51 item 3: schedule_config.cpp:80-82 reads 0 as maxBatchSize (service_parameter_configuration.md:146,
+    # "可以设置为0（此时引擎将默认取maxBatchSize值）"), so an installed 0 is accepted
+    ({"maxPrefillBatchSize": 0}, None, None),
+    ({"maxPrefillBatchSize": 0, "maxBatchSize": 900000, "maxPreemptCount": 0}, "mindie.schedule_value_ranges",
+     "scheduleParam.maxBatchSize [900000] is out of bound [819200]"),
     # schedule_config.cpp:253-263: maxN in [1, 8192] and at most maxBatchSize
     ({"maxN": 201}, "mindie.max_n_vs_max_batch_size", "The maxN cannot be set greater than maxBatchSize"),
     ({"maxN": 200}, None, None),
@@ -290,3 +294,39 @@ def test_sglang_dp_size_with_attn_dp_size(flags: tuple[str, ...], expected: str 
         with pytest.raises(RefusedError, match="data-parallel replicas combined with attention data parallelism"):
             check_rules(sglang(*flags), {}, {}, rules=get_engine("sglang").startup_rules, model=ModelFacts(),
                         environ={})
+
+
+def mindie_cp(world: int, tp: int, cp: int, dp: int = 1) -> LaunchSpec:
+    spec = mindie(world, tp, dp=dp)
+    spec.files["config.json"]["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["cp"] = cp
+    return spec
+
+
+def test_mindie_context_parallel_counts_in_the_world_size() -> None:
+    """Issue 51 item 10: atb_llm/utils/mapping.py:379-388 (MindIE-LLM 8b4871a, Mapping.validate_pp) checks
+    tp x cp x dp == world_size, cp from ModelConfig (mapping.py:315-317); mapping.py:354-358 refuses cp with dp."""
+    assert refusal(mindie_cp(8, 4, 2)) is None
+    assert refusal(mindie_cp(8, 8, 2)) == "mindie.world_size"
+    assert refusal(mindie_cp(8, 2, 2, dp=2)) == "mindie.dp_and_pp"
+    hit = broken_rule(Candidate(mindie_cp(8, 8, 2), {}, {}, ModelFacts(), {}), get_engine("mindie").startup_rules)
+    assert hit is not None and "Attention's cp_size is 2." in hit[1]
+
+
+def test_mindie_atb_pipeline_parallel_leases_its_master_port(tmp_path) -> None:
+    """Issue 51 item 10: ATB with pp > 1 starts gloo over tcp://MASTER_IP:MASTER_PORT (atb_llm/utils/mapping.py:
+    263-276, Mapping.update_pp), so two trials on one node need a MASTER_PORT each: the rendezvous port of their
+    lease, and the node's own address as MASTER_IP."""
+    from msopt.engines.launch import TrialNode
+
+    conf = tmp_path / "config.json"
+    doc = json.loads(shared(MINDIE_SHIPPED).read_text())
+    doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0].update({"tp": 2, "pp": 2})
+    conf.write_text(json.dumps(doc))
+    envs = []
+    for i, devices in enumerate((tuple("0123"), tuple("4567"))):
+        (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
+                                                   nodes=(TrialNode(0, "127.0.0.1", devices),),
+                                                   rendezvous_port=29600 + i, workdir=tmp_path / str(i))
+        check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
+        envs.append((one.env["MASTER_IP"], one.env["MASTER_PORT"]))
+    assert envs == [("127.0.0.1", "29600"), ("127.0.0.1", "29601")]

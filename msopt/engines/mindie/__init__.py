@@ -72,6 +72,14 @@ INTER_NODE_TLS = ("BackendConfig", "interNodeTLSEnabled")
 #: (MindIE-LLM 8b4871a src/utils/common_util.cpp:264-282), and re-reads that file whenever its mtime
 #: changes, every 10 s (config_manager_impl.cpp:351-372), so trials sharing one file change each other.
 DEFAULT_CONFIG_ENV = "MIES_CONFIG_JSON_PATH"
+#: Variables a one-node trial sets empty, which MindIE reads as unset, so that values inherited from the shell do
+#: not reach it: ``MIES_CONTAINER_IP`` / ``MIES_CONTAINER_MANAGEMENT_IP`` replace ``ipAddress`` /
+#: ``managementIpAddress`` when not empty (MindIE-LLM 8b4871a server_config.cpp:618-636; src/utils/env_util.cpp:58-62
+#: reads an unset variable as ""), while msopt polls the file's address; ``RANK_TABLE_FILE`` is read by ATB even on
+#: one node (atb_llm/utils/env.py:74, default ""; models/base/flash_causal_lm.py:344-370), and MindIE's manual says
+#: to unset it there ("单机推理建议取消该环境变量", prefill_decode_mixed_deployment.md:337). A trial over nodes sets
+#: all three per node (:meth:`MindieAdapter.render_nodes`); ``[mindie.env]`` or an env field wins.
+CLEARED_ENV = ("MIES_CONTAINER_IP", "MIES_CONTAINER_MANAGEMENT_IP", "RANK_TABLE_FILE")
 #: the rank table file name msopt writes next to the config of a trial that spans nodes
 RANK_TABLE = "rank_table_file.json"
 
@@ -409,6 +417,15 @@ class MindieAdapter(EngineAdapter):
                    "(worldSize from a field when one sets it)")
         out.append("ServerConfig.port, managementPort and metricsPort: the trial's own port, managementIpAddress = "
                    "ipAddress (MindIE's single-port mode: trials on one node share no port)")
+        given = section.get("env", {})
+        given = given if isinstance(given, Mapping) else {}
+        cleared = [n for n in CLEARED_ENV if n not in given]
+        here = [f"{n}={os.environ[n]}" for n in cleared if os.environ.get(n)]
+        if cleared:
+            out.append(f"{', '.join(cleared)}: set empty (MindIE reads it as unset) for a trial on one node, so an "
+                       "inherited value moves no address and loads no rank table (server_config.cpp:618-636, "
+                       "atb_llm/utils/env.py:74); a trial over nodes sets them per node"
+                       + (f"; this environment has {', '.join(here)}" if here else ""))
         found = find_install()
         out.append(f"MindIE here: {found.layout} layout, {found.executable}" if found is not None else
                    "MindIE here: none found ('msopt preflight' checks the nodes)")
@@ -535,6 +552,8 @@ class MindieAdapter(EngineAdapter):
                            ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
         env = env_fields(values, fields, section, self.name)
+        for name in CLEARED_ENV:  # an inherited value would move ipAddress or load a rank table (CLEARED_ENV)
+            env.setdefault(name, "")
         if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/engines/hccl.py)
             env = hccl_env(env, section, devices, fields, self.name)
         private = config_env(section)
@@ -576,6 +595,50 @@ class MindieAdapter(EngineAdapter):
                 if value is not None and not isinstance(value, (dict, list)):
                     out[decl.name] = (value, f"{decl.config_position} of {path}")
         return out
+
+    def installed_constraints(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> dict[str, tuple[Any,
+                                                                                                             str]]:
+        """``ScheduleConfig.maxPreemptCount`` is 0 while a ModelConfig of the installed config.json has
+        ``cpuMemSize`` 0 and no field sets it: MindIE refuses any other ("modelParam.cpuMemSize can not be 0
+        when maxPreemptCount is not 0", MindIE-LLM 8b4871a config_manager_impl.cpp:325-328)."""
+        doc, path = load_config(section, missing_ok=True)
+        if path is None:
+            return {}
+        positions = {d.config_position for d in fields if is_json_path(d.config_position)}
+        if any(p.startswith("BackendConfig.ModelDeployConfig.ModelConfig.") and p.endswith(".cpuMemSize")
+               for p in positions):
+            return {}
+        models = get_path(doc, MODEL_CONFIG[:-1])
+        zero = [i for i, m in enumerate(models if isinstance(models, list) else [])
+                if isinstance(m, Mapping) and m.get("cpuMemSize") == 0]
+        if not zero:
+            return {}
+        why = (f"ModelConfig[{zero[0]}].cpuMemSize is 0 in {path} and no field sets it, so MindIE accepts only "
+               "maxPreemptCount 0 (config_manager_impl.cpp:325-328, MindIE-LLM 8b4871a)")
+        return {d.name: (0, why) for d in fields
+                if d.config_position == "BackendConfig.ScheduleConfig.maxPreemptCount"}
+
+    def simulation_section(self, section: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Without ``config_path`` where that file (and its backup) is not on this machine: a simulation
+        renders the built-in template then, as ``msopt validate`` says ("config_path ... is not on this
+        machine"), and needs no installed MindIE."""
+        _, path = load_config(section, missing_ok=True)
+        if path is not None or not section.get("config_path"):
+            return section
+        return {k: v for k, v in section.items() if k != "config_path"}
+
+    def installed_devices(self, section: Mapping[str, Any]) -> tuple[int, str] | None:
+        """``ModelConfig[0].worldSize`` x ``modelInstanceNumber`` of the installed config.json (the NPUs
+        ``npuDeviceIds`` lists, one subset of worldSize ids per instance: backend_config.cpp), one node's."""
+        doc, path = load_config(section, missing_ok=True)
+        world = get_path(doc, (*MODEL_CONFIG, "worldSize"))
+        if path is None or not is_int(world) or world < 1:
+            return None
+        instances = get_path(doc, INSTANCES, 1)
+        instances = instances if is_int(instances) and instances > 0 else 1
+        ids = get_path(doc, DEVICE_IDS)
+        return world * instances, (f"ModelConfig[0].worldSize {world} x modelInstanceNumber {instances} "
+                                   f"(npuDeviceIds {json.dumps(ids)}) of {path}")
 
     def installed_absent(self, decl: FieldDecl) -> str | None:
         if decl.config_position.startswith("BackendConfig"):
@@ -636,6 +699,10 @@ class MindieAdapter(EngineAdapter):
                 # the torch backend starts torch.distributed on MASTER_PORT even on one node
                 # (mindie_llm/runtime/utils/distributed/__init__.py:59-61): each trial its own, from its lease
                 spec = replace(spec, env={**spec.env, "MASTER_PORT": str(rendezvous_port)})
+            elif pipeline_parallel(spec) and "MASTER_PORT" not in spec.env:
+                # ATB with pp > 1 starts gloo over tcp://MASTER_IP:MASTER_PORT (atb_llm/utils/mapping.py:263-276,
+                # Mapping.update_pp): each trial its own port, from its lease; its ranks are all on this node
+                spec = replace(spec, env={"MASTER_IP": "127.0.0.1", **spec.env, "MASTER_PORT": str(rendezvous_port)})
             return [spec]
         table = rank_table(nodes, section.get("device_ips"))
         table_path = str(Path(workdir) / RANK_TABLE) if workdir is not None else RANK_TABLE
@@ -666,6 +733,16 @@ def torch_backend(spec: LaunchSpec) -> bool:
         models = get_path(doc, (*MODEL_CONFIG[:-1],)) if isinstance(doc, Mapping) else None
         if isinstance(models, list) and any(isinstance(m, Mapping) and str(m.get("backendType", "")).lower()
                                             == "torch" for m in models):
+            return True
+    return False
+
+
+def pipeline_parallel(spec: LaunchSpec) -> bool:
+    """Whether a ModelConfig of the rendered config.json has ``pp`` above 1 (atb_llm's Mapping.has_pp)."""
+    for doc in spec.files.values():
+        models = get_path(doc, (*MODEL_CONFIG[:-1],)) if isinstance(doc, Mapping) else None
+        if isinstance(models, list) and any(isinstance(m, Mapping) and is_int(m.get("pp")) and m["pp"] > 1
+                                            for m in models):
             return True
     return False
 
@@ -815,16 +892,17 @@ def consistent_devices(doc: dict[str, Any], n_devices: int | None, world_from_fi
             set_path(doc, DEVICE_IDS, [list(range(n_devices))])
         return
     world = model.get("worldSize")
+    instances = get_path(doc, INSTANCES, 1)
+    instances = instances if isinstance(instances, int) and not isinstance(instances, bool) and instances > 0 else 1
     if n_devices and not world_from_field:
-        world = n_devices
+        # the trial's devices hold every instance (MindIEAdapter.installed_devices: worldSize x instances)
+        world = n_devices // instances if n_devices % instances == 0 else n_devices
     if isinstance(world, float) and world.is_integer():
         world = int(world)
     if not is_int(world) or world < 1:
         raise EvaluationError(f"MindIE ModelConfig[0].worldSize must be a positive integer, got {world!r}")
     model["worldSize"] = world
     ids = get_path(doc, DEVICE_IDS)
-    instances = get_path(doc, INSTANCES, 1)
-    instances = instances if isinstance(instances, int) and not isinstance(instances, bool) and instances > 0 else 1
     keep = ids_from_field or (not n_devices and isinstance(ids, list) and len(ids) == instances
             and all(isinstance(s, list) and len(s) == world for s in ids))
     if not keep:

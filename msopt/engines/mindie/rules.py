@@ -58,8 +58,16 @@ def _mindie_parallel(c: Candidate) -> tuple[int | None, int, int, int]:
     return world, tp, _mindie_int(m, "dp", 1) or 1, _mindie_int(m, "pp", 1) or 1
 
 
+def _mindie_cp(c: Candidate) -> int:
+    """ModelConfig's ``cp`` (attention's context parallel, mapping.py:315-317), 1 when absent."""
+    return _mindie_int(mindie_model(c), "cp", 1) or 1
+
+
 def _mindie_dp_pp(c: Candidate) -> str | None:
     _, _, dp, pp = _mindie_parallel(c)
+    if _mindie_cp(c) != 1 and dp != 1:  # mapping.py:354-358
+        return ("The attention module cannot support context parallel and data parallel simultaneously. "
+                "Please check `cp` and `dp`.")
     if pp != 1 and dp != 1:
         return ("The attention module cannot support data parallel and pipeline parallel simultaneously. "
                 "Please check `dp` and `pp`.")
@@ -68,14 +76,16 @@ def _mindie_dp_pp(c: Candidate) -> str | None:
 
 def _mindie_world(c: Candidate) -> str | None:
     world, tp, dp, pp = _mindie_parallel(c)
+    cp = _mindie_cp(c)
     if world is None:
         return None
     if pp > 1 and tp * pp != world:
         return (f"World size must equal to attention's tp_size * pp_size. pp_size is {pp}. pp's tp_size is "
                 f"{tp}. World size is {world}. Please check `tp`, `pp` and `world_size`.")
-    if pp == 1 and tp * dp != world:
+    # mapping.py:379-388 (Mapping.validate_pp): tp x cp x dp, cp from ModelConfig
+    if pp == 1 and tp * cp * dp != world:
         return ("World size must equal to attention's dp_size * attention's cp_size * attention's tp_size. "
-                f"Attention's tp_size is {tp}. Attention's dp_size is {dp}. Attention's cp_size is 1. "
+                f"Attention's tp_size is {tp}. Attention's dp_size is {dp}. Attention's cp_size is {cp}. "
                 f"World size is {world}. Please check `dp`, `cp`, `tp` and `world_size`.")
     return None
 
@@ -199,6 +209,9 @@ def _mindie_schedule_ranges(c: Candidate) -> str | None:
     # ParamChecker::CheckMaxMinValue's messages (src/include/config/param_checker.h:79-90, 8b4871a)
     for key, (lo, hi) in SCHEDULE_RANGES.items():
         value = _mindie_schedule(c, key)
+        if key == "maxPrefillBatchSize" and value == 0:
+            # schedule_config.cpp:80-82: 0 (the manual: "可以设置为0") is read as maxBatchSize
+            value = _mindie_schedule(c, "maxBatchSize")
         low = _mindie_schedule(c, lo) if isinstance(lo, str) else lo
         high = _mindie_schedule(c, hi) if isinstance(hi, str) else hi
         if value is None:
@@ -235,8 +248,8 @@ def _mindie_torch_master_port(c: Candidate) -> str | None:
 
 #: MindIE's start-up rules.
 RULES: tuple[Rule, ...] = (
-    Rule("mindie.dp_and_pp", "mindie", _mindie_dp_pp, f"{_MAPPING} (Mapping.validate)", MINDIE_VERSION),
-    Rule("mindie.world_size", "mindie", _mindie_world, f"{_MAPPING} (Mapping.validate_pp)", MINDIE_VERSION),
+    Rule("mindie.dp_and_pp", "mindie", _mindie_dp_pp, f"{_MAPPING}:354-364 (Mapping.validate)", MINDIE_VERSION),
+    Rule("mindie.world_size", "mindie", _mindie_world, f"{_MAPPING}:369-388 (Mapping.validate_pp)", MINDIE_VERSION),
     Rule("mindie.pp_master_address", "mindie", _mindie_master, f"{_MAPPING} (Mapping.update_pp)",
          MINDIE_VERSION),
     Rule("mindie.npu_device_ids", "mindie", _mindie_device_ids,
@@ -250,7 +263,8 @@ RULES: tuple[Rule, ...] = (
     Rule("mindie.max_preempt_count_vs_max_batch_size", "mindie", _mindie_preempt_batch,
          "src/config_manager/schedule_config.cpp:276-281 (ScheduleConfigManager::CheckParam)", MINDIE_VERSION),
     Rule("mindie.schedule_value_ranges", "mindie", _mindie_schedule_ranges,
-         f"{_SCHEDULE}:227-302 (CheckParam, CheckSLOParam; maxPrefillBatchSize <= maxBatchSize at 284-286), "
+         f"{_SCHEDULE}:227-302 (CheckParam, CheckSLOParam; maxPrefillBatchSize <= maxBatchSize at 284-286, 0 read as "
+         "maxBatchSize at 80-82), "
          "src/config_manager/param_checker.cpp:363-379", MINDIE_VERSION),
     Rule("mindie.max_n_vs_max_batch_size", "mindie", _mindie_max_n,
          f"{_SCHEDULE}:253-263 (ScheduleConfigManager::CheckBeamSearchParam)", MINDIE_VERSION),
