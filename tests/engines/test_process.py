@@ -404,11 +404,17 @@ def test_port_leases_from_a_range_never_share_a_port(tmp_path: Path) -> None:
     lo, hi = (base, base + 3) if base + 3 <= 65535 else (base - 3, base)
     got: list[list[int]] = []
 
+    errors: list[BaseException] = []
+
     def trial() -> None:
-        with PortLease((lo, hi)) as lease:
-            ports = [lease.take(), lease.take()]
-            got.append(ports)
-            barrier.wait()  # both hold their ports at once
+        try:
+            with PortLease((lo, hi)) as lease:
+                ports = [lease.take(), lease.take()]
+                got.append(ports)
+                barrier.wait()  # both hold their ports at once
+        except BaseException as exc:  # noqa: BLE001 - reported below; the other trial must not wait forever
+            errors.append(exc)
+            barrier.abort()
 
     barrier = threading.Barrier(2)
     threads = [threading.Thread(target=trial) for _ in range(2)]
@@ -416,6 +422,7 @@ def test_port_leases_from_a_range_never_share_a_port(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
+    assert not [e for e in errors if not isinstance(e, threading.BrokenBarrierError)], errors
     taken = [p for ports in got for p in ports]
     held = [p for p in taken if lo <= p <= hi]
     assert len(held) == 4 and len(set(held)) == 4
