@@ -6,6 +6,7 @@ saying why."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -73,6 +74,55 @@ def test_the_mapping_onto_aiconfigurator_caps_the_batch_and_fails_out_of_memory(
     # vLLM's start-up rule without chunked prefill
     metrics, error = est.metrics({**base, "enable_chunked_prefill": False, "max_num_batched_tokens": 2048})
     assert metrics is None and "max_model_len" in error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_the_mapping_credits_a_replica_with_the_closed_loops_users_at_every_pp(pkg, pp):
+    """AIConfigurator's batch_size is one pipeline micro-batch: its own result credits the worker with
+    ``concurrency = batch_size · pp`` (base_backend.py:1372-1374) and that many users' throughput. The bench
+    passes n // pp, so AIConfigurator's concurrency is the requests the replica runs in the closed loop."""
+    from aiconfigurator.cli.api import cli_estimate
+
+    p = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.model == "llama-3.1-8b")
+    est = pkg.independent.Estimator(p)
+    dp = p.world // pp
+    values = {"tp": 1, "pp": pp, "dp": dp, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+              "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": 4096}
+    n = math.ceil(p.concurrency / dp)  # 512 slots: the replica runs its whole share of the closed loop
+    tp, pp_, dp_, batch, ctx, fraction, _ = est.worker(values)
+    r = cli_estimate(p.aic_model, p.aic_system, mode="agg", backend_name=p.engine, backend_version=p.aic_version,
+                     isl=p.input_len, osl=p.output_len, batch_size=batch, ctx_tokens=ctx, tp_size=tp, pp_size=pp_,
+                     free_gpu_memory_fraction=fraction)
+    assert r.concurrency == n  # AIConfigurator's concurrency = batch_size · pp_size (attention dp 1)
+    metrics, error = est.metrics(values)
+    assert error is None
+    # all of the closed loop is in flight: no wait beyond the worker's own TTFT, the throughput of dp workers
+    assert metrics["generate_speed"] == pytest.approx(dp * float(r.raw["tokens/s"]))
+    assert metrics["time_to_first_token"] == pytest.approx(float(r.ttft) / 1e3)
+    assert est.in_flight(values) == n
+
+
+@pytest.mark.slow
+def test_the_mapping_keeps_a_pipeline_to_the_requests_it_has(pkg):
+    """Fewer requests than stages: AIConfigurator's smallest worker runs one per micro-batch (pp in all), so the
+    bench scales its throughput by n / pp; a remainder of fewer than pp requests waits for a slot."""
+    base = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.model == "llama-3.1-8b")
+    values = {"tp": 1, "pp": 4, "dp": 2, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+              "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": 4096}
+    few = pkg.independent.Estimator(dataclasses.replace(base, concurrency=4))  # 2 requests per replica
+    assert few.in_flight(values) == 2 and few.worker(values)[3] == 1
+    metrics, error = few.metrics(values)
+    worker = few._memo[(1, 4, 1, few.worker(values)[4], 0.9)][0]
+    assert error is None
+    assert metrics["generate_speed"] == pytest.approx(2 * worker["tokens/s"] * 2 / 4)
+    assert metrics["time_to_first_token"] == pytest.approx(worker["ttft"] / 1e3)
+    odd = pkg.independent.Estimator(dataclasses.replace(base, concurrency=12))  # 6 per replica: 4 run, 2 wait
+    assert odd.in_flight(values) == 6 and odd.worker(values)[3] == 1
+    metrics, error = odd.metrics(values)
+    worker = odd._memo[(1, 4, 1, odd.worker(values)[4], 0.9)][0]
+    assert error is None and metrics["generate_speed"] == pytest.approx(2 * worker["tokens/s"])
+    assert metrics["time_to_first_token"] == pytest.approx(worker["ttft"] / 1e3 + 2 / worker["seq/s"])
 
 
 @pytest.mark.slow
