@@ -43,6 +43,13 @@ replicas share the workload's closed-loop concurrency ``C``):
   AIConfigurator's sweep enumerates it (``_agg_ctx_tokens_list``); at most (batch − 1) prompts
   per step, the sweep's balance guard.
 - free_gpu_memory_fraction = gpu_memory_utilization (SGLang: mem_fraction_static).
+- A mixture-of-experts model (``aiconfigurator.sdk.models.check_is_moe``): its experts are
+  tensor-sliced, ``moe_tp_size = tp`` (neither ``--enable-expert-parallel`` nor SGLang's
+  ``--ep-size`` is in the space). vLLM runs the dp ranks of an MoE model as one lock-step worker
+  whose expert layers span every rank (vLLM 0.33.0 ``vllm/config/parallel.py``, as
+  msopt/sim/moe.py reads it): AIConfigurator's ``attention_dp_size = dp`` with
+  ``moe_tp_size = tp · dp``, its batch per rank, its throughput the whole world's. SGLang's
+  ``--dp-size`` without DP attention runs independent replicas, as for a dense model.
 - vLLM refuses ``max_num_batched_tokens < max_model_len`` without chunked prefill (vLLM 0.23.0
   vllm/config/scheduler.py:259-278, the rule msopt/engines/vllm/rules.py cites): that launch fails.
 - generate_speed = dp × tokens/s; TTFT = the worker's TTFT plus the wait of the requests beyond
@@ -56,7 +63,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, cached_property
 from importlib import metadata
 from typing import Any
 
@@ -126,7 +133,9 @@ class Estimator:
                 and int(values["max_num_batched_tokens"]) < int(values.get("max_model_len", 4096))):
             return None, "vLLM refuses max_num_batched_tokens < max_model_len without chunked prefill"
         tp, pp, dp, batch, ctx, fraction, _ = self.worker(values)
-        key = (tp, pp, batch, ctx, fraction)
+        # vLLM runs an MoE model's dp ranks as one worker: attention dp, the experts sliced over them
+        ranks = dp if self.lockstep else 1
+        key = (tp, pp, ranks, batch, ctx, fraction)
         if key not in self._memo:
             self._memo[key] = self._estimate(*key)
         worker, error = self._memo[key]
@@ -136,20 +145,36 @@ class Estimator:
         # fewer requests than stages: only n of the pp micro-batches are in flight
         occupancy = min(1.0, n / (batch * pp))
         seq_s, tok_s = worker["seq/s"] * occupancy, worker["tokens/s"] * occupancy
-        wait = max(0.0, p.concurrency / dp - min(n, batch * pp)) / seq_s
-        return {"generate_speed": dp * tok_s, "time_to_first_token": worker["ttft"] / 1e3 + wait,
+        wait = max(0.0, p.concurrency / dp - min(n, batch * pp)) / (seq_s / ranks)
+        workers = dp // ranks
+        return {"generate_speed": workers * tok_s, "time_to_first_token": worker["ttft"] / 1e3 + wait,
                 "time_per_output_token": worker["tpot"] / 1e3, "success_rate": 1.0,
-                "throughput": dp * seq_s}, None
+                "throughput": workers * seq_s}, None
 
-    def _estimate(self, tp: int, pp: int, batch: int, ctx: int,
+    @cached_property
+    def moe(self) -> bool:
+        """Whether the problem's model is a mixture of experts (AIConfigurator's own test)."""
+        from aiconfigurator.sdk.models import check_is_moe
+
+        return bool(check_is_moe(self.problem.aic_model))
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether dp ranks form one worker (vLLM with an MoE model) rather than independent replicas."""
+        return self.moe and self.problem.engine == "vllm"
+
+    def _estimate(self, tp: int, pp: int, ranks: int, batch: int, ctx: int,
                   fraction: float) -> tuple[dict[str, Any] | None, str | None]:
         from aiconfigurator.cli.api import cli_estimate
 
         p = self.problem
+        # the experts: tensor-sliced over the worker's tp x ranks devices (neither engine's expert
+        # parallelism is in the space); AIConfigurator needs moe_tp_size for an MoE model
+        moe = {"attention_dp_size": ranks, "moe_tp_size": tp * ranks, "moe_ep_size": 1} if self.moe else {}
         try:
             r = cli_estimate(p.aic_model, p.aic_system, mode="agg", backend_name=p.engine,
                              backend_version=p.aic_version, isl=p.input_len, osl=p.output_len, batch_size=batch,
-                             ctx_tokens=ctx, tp_size=tp, pp_size=pp, free_gpu_memory_fraction=fraction)
+                             ctx_tokens=ctx, tp_size=tp, pp_size=pp, free_gpu_memory_fraction=fraction, **moe)
         except RuntimeError as exc:
             if str(exc).startswith("OOM"):
                 return None, "out of memory (AIConfigurator: weights, activations and KV cache exceed the device)"
