@@ -48,8 +48,10 @@ def cache(tmp_path_factory):
 
 
 def _smallest(pkg) -> int:
-    """The independent problem with the fewest configurations (the SGLang one: 600)."""
-    aic = [i for i, p in enumerate(pkg.problems.PROBLEMS) if p.reality == "aic"]
+    """The independent problem with the fewest configurations (the SGLang one: 600), not held out; one where
+    the prior is wrong (it ranks tp 2 first, AIConfigurator tp 4: rank correlation 0.39 after the first
+    generation, docs/benchmarks.md), so the small run goes through a search that must overrule its prior."""
+    aic = [i for i, p in enumerate(pkg.problems.PROBLEMS) if p.reality == "aic" and not p.held_out]
     assert {pkg.problems.PROBLEMS[i].engine for i in aic} == {"vllm", "sglang"}
     return next(i for i in aic if pkg.problems.PROBLEMS[i].engine == "sglang")
 
@@ -173,7 +175,7 @@ def test_bench_search_runs_on_the_independent_reality(pkg, cache, tmp_path):
     out = tmp_path / "benchmarks.md"
     out.write_text("# kept\n\n<!-- independent: begin -->\nold\n<!-- independent: end -->\n\n## also kept\n")
     rc = pkg.cli.main(["--problems", str(index), "--seeds", "2", "--budgets", "6,10",
-                       "--methods", "msopt (fixed prior),msopt (no prior),Optuna TPE", "--ablation-seeds", "none",
+                       "--methods", "msopt,msopt (fixed prior),msopt (no prior),Optuna TPE", "--ablation-seeds", "none",
                        "--cache", str(cache), "--out", str(out), "--section", "independent"])
     assert rc == 0
     text = out.read_text()
@@ -181,6 +183,7 @@ def test_bench_search_runs_on_the_independent_reality(pkg, cache, tmp_path):
     assert "\n### Reality: NVIDIA AIConfigurator 0.12.0 (independent)\n" in text  # headings one level down
     assert "Issue 38's goals" in text and "- msopt (fixed prior) @10:" in text
     assert "| msopt (no prior) |" in text  # issue 38 item 2: TPE without a prior, through msopt's driver
+    assert "| msopt |" in text and "- msopt @10:" in text  # issue 49: msopt as shipped, where its prior is wrong
     assert pkg.problems.PROBLEMS[index].name in text and "$" not in text
 
 
