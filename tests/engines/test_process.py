@@ -398,10 +398,32 @@ def test_every_log_opens_with_the_argv_the_changed_env_and_the_cwd(tmp_path: Pat
     assert "HOME" not in lines[2]  # only what msopt set, not the inherited environment
 
 
+def _free_range(n: int) -> tuple[int, int]:
+    """``n`` consecutive ports that are all free now (another process on the machine may hold one of the ports
+    beside a free one: the range is checked whole, port by port)."""
+    import socket
+
+    for _ in range(200):
+        base = free_port()
+        lo = base if base + n - 1 <= 65535 else base - n + 1
+        try:
+            socks = []
+            for port in range(lo, lo + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return lo, lo + n - 1
+    raise AssertionError(f"no {n} consecutive free ports found")
+
+
 def test_port_leases_from_a_range_never_share_a_port(tmp_path: Path) -> None:
     """Issue 25, bug 9: [cluster] ports; two trials at once (threads here, actors alike) never collide."""
-    base = free_port()
-    lo, hi = (base, base + 3) if base + 3 <= 65535 else (base - 3, base)
+    lo, hi = _free_range(4)
     got: list[list[int]] = []
 
     errors: list[BaseException] = []
