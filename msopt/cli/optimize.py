@@ -158,7 +158,8 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     got = installed_changes(checked.config)
     checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
         else checked
-    lines += got.lines
+    # every field's origin once one comes from the installation; else only where the trial's devices come from
+    lines += got.lines if got.changes else [line for line in got.lines if line.startswith("devices per trial")]
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
     lines += replay_lines(checked.config)
     for line in lines:
@@ -209,7 +210,9 @@ def _engine_and_benchmark(args: argparse.Namespace, overrides: dict[str, Any]) -
         else:
             chosen[key] = (str(settings.get(key, "vllm" if key == "engine" else "vllm_benchmark")),
                            "msopt's default (msopt/config/defaults.toml)")
-    if (args.original_defaults or by_file) and "benchmark" not in overrides:
+    # a benchmark the file itself names stays the file's (its errors name the file, not the command line)
+    own = settings.origin.get("benchmark") not in (None, str(DEFAULTS_PATH))
+    if (args.original_defaults or by_file) and "benchmark" not in overrides and not own:
         overrides["benchmark"] = chosen["benchmark"][0]
     engine = chosen["engine"][0] if args.engine is not None or args.original_defaults or by_file else args.engine
     lines = [f"{key}: {value} ({why})" for key, (value, why) in chosen.items()]
