@@ -115,7 +115,8 @@ class Personality:
         and ``draft_tokens`` draft tokens a step, for a measured row; None when the engine's way is not modelled."""
         return None
 
-    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float) -> tuple[list[str], str] | None:
+    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float,
+                            memory_kind: str = "CUDA") -> tuple[list[str], str] | None:
         """Flags a measured launch must have had although its row does not say (and the note saying so), when
         these knobs could not have served as the row did; None by default."""
         return None
@@ -141,9 +142,20 @@ class Personality:
             raise SimulationError(f"the {self.name} personality reads no launch; override knobs_from_launch")
         return knobs
 
-    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int) -> float:
-        """The share of device memory the engine takes when none is set."""
+    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int,
+                                memory_kind: str = "CUDA") -> float:
+        """The share of device memory the engine takes when none is set, on devices of ``memory_kind``."""
         return 0.9
+
+    def default_batched_tokens_for(self, hbm_gib: float, memory_kind: str = "CUDA", tp: int = 1) -> int:
+        """The step token budget when none is set: :attr:`default_batched_tokens` by device size."""
+        return self.default_batched_tokens[int(hbm_gib >= 70)]
+
+    def fraction_problem(self, knobs: EngineKnobs) -> str | None:
+        """The start-up error for a resolved memory fraction outside (0, 1], if the engine refuses it there."""
+        if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by resolved()
+            return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
+        return None
 
     def default_max_model_len(self, model: ModelSpec) -> int:
         """The longest sequence the server accepts when none is set."""
@@ -199,16 +211,16 @@ def known(name: str) -> bool:
     return name in PERSONALITIES
 
 
-def resolved(knobs: EngineKnobs, hbm_gib: float) -> EngineKnobs:
+def resolved(knobs: EngineKnobs, hbm_gib: float, memory_kind: str = "CUDA") -> EngineKnobs:
     """``knobs`` with the defaults of its personality (:attr:`EngineKnobs.engine`) that depend on the
-    device filled in (vLLM: >= 70 GiB -> 8192/1024)."""
+    device (``hbm_gib`` of ``memory_kind``) filled in (vLLM: >= 70 GiB -> 8192/1024)."""
     p = get_personality(knobs.engine)
     big = int(hbm_gib >= 70)
-    mnbt = knobs.max_num_batched_tokens or p.default_batched_tokens[big]
+    mnbt = knobs.max_num_batched_tokens or p.default_batched_tokens_for(hbm_gib, memory_kind, knobs.tp)
     mns = knobs.max_num_seqs or p.default_max_seqs[big]
     frac = knobs.memory_fraction
     if frac is None:
-        frac = p.default_memory_fraction(knobs, hbm_gib, mnbt)
+        frac = p.default_memory_fraction(knobs, hbm_gib, mnbt, memory_kind)
     return replace(knobs, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac)
 
 

@@ -34,8 +34,9 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         value = getattr(knobs, name)
         if value is not None and value < 1:
             return f"ValueError: {name} must be >= 1, got {value}"
-    if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by personality.resolved()
-        return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
+    refused = get_personality(knobs.engine).fraction_problem(knobs)
+    if refused:
+        return refused
     if model.heads % knobs.tp:
         return (f"ValueError: Total number of attention heads ({model.heads}) must be divisible by "
                 f"tensor parallel size ({knobs.tp}).")
@@ -148,7 +149,7 @@ def simulate(
     if not noise >= 0:
         raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
     hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
-    knobs = resolved(knobs, hw.hbm_gib)
+    knobs = resolved(knobs, hw.hbm_gib, hw.memory_kind)
     hw = hw.for_engine(knobs.engine)
     ignored = knobs.ignored
     if knobs.max_model_len:
@@ -366,8 +367,10 @@ def simulate_pools(prefill: Launch, decode: Launch, counts: tuple[int, int], hw:
     kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
     hw.peak_flops(weight_dtype)
     hw = hw.for_engine(prefill.engine)
-    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib), int(counts[0])),
-             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib), int(counts[1]))]
+    pools = [Pool("prefill", resolved(pool_knobs(prefill, spec_accept_len, personality), hw.hbm_gib, hw.memory_kind),
+                  int(counts[0])),
+             Pool("decode", resolved(pool_knobs(decode, spec_accept_len, personality), hw.hbm_gib, hw.memory_kind),
+                  int(counts[1]))]
     log = [f"INFO [msopt.sim] disaggregated {pools[0].knobs.engine} serving {spec.name} ({weight_dtype} weights, "
            f"{kv_dtype} KV) on {hw.name}: {counts[0]} prefill + {counts[1]} decode instance(s)"]
 
