@@ -151,6 +151,19 @@ class Personality:
         """The step token budget when none is set: :attr:`default_batched_tokens` by device size."""
         return self.default_batched_tokens[int(hbm_gib >= 70)]
 
+    def hybrid_state_slots(self, knobs: EngineKnobs, rest_gib: float, per_seq_gib: float) -> int:
+        """Requests whose linear-attention state a hybrid model's pool holds, from ``rest_gib`` (what weights,
+        activations and reserve leave) and one request's state: one slot per running request
+        (``max_num_seqs``) by default, at most what fits (vLLM 0.11+ keeps one state block per running request
+        in the mamba layers' own KV cache group: vllm/v1/kv_cache_interface.py, MambaSpec)."""
+        fits = int(rest_gib // per_seq_gib) if per_seq_gib > 0 else 0
+        return max(0, min(int(knobs.max_num_seqs or 256), fits))
+
+    def no_state_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
+        """The start-up error when a hybrid model's linear-attention state pool holds no request."""
+        return ("RuntimeError: no memory left for the linear-attention state of one request "
+                f"({mem.kv_gib + mem.state_gib:.2f} GiB left after the weights); raise the memory fraction or tp")
+
     def fraction_problem(self, knobs: EngineKnobs) -> str | None:
         """The start-up error for a resolved memory fraction outside (0, 1], if the engine refuses it there."""
         if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by resolved()

@@ -176,9 +176,16 @@ def simulate(
     mem = plan_memory(hw, spec, knobs, weight_dtype, kv_dtype)
     log.append(f"INFO Model loading took {mem.weights_gib:.2f} GiB per device ({devices} devices per replica)")
     problem = _memory_problem(knobs, hw, mem, max_model_len, spec)
+    if not problem and spec.is_hybrid and mem.state_slots <= 0:
+        problem = get_personality(knobs.engine).no_state_memory(knobs, mem)
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
+    if spec.is_hybrid:
+        # every running request holds one state slot: no more run at once than the pool has
+        log.append(f"INFO [msopt.sim] hybrid attention: {spec.kv_layers} of {spec.layers} layers keep a KV cache; "
+                   f"linear-attention state {mem.state_gib:.2f} GiB for {mem.state_slots} requests")
+        knobs = replace(knobs, max_num_seqs=min(int(knobs.max_num_seqs or mem.state_slots), mem.state_slots))
     if get_personality(knobs.engine).caps_context_to_kv and mem.kv_tokens < max_model_len:
         log.append(get_personality(knobs.engine).kv_cap_warning(mem, max_model_len))
         max_model_len = max(1, mem.kv_tokens - 1)

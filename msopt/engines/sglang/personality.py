@@ -66,6 +66,27 @@ class SglangPersonality(Personality):
         npu = sglang_npu_defaults(hbm_gib, tp) if memory_kind == "NPU" else None
         return npu[0] if npu is not None else super().default_batched_tokens_for(hbm_gib, memory_kind, tp)
 
+    def hybrid_state_slots(self, knobs: EngineKnobs, rest_gib: float, per_seq_gib: float) -> int:
+        # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3323-3385 (_handle_max_mamba_cache): with the radix
+        # cache off and --max-running-requests set, one slot per running request of an attention-DP rank; else
+        # the pool takes mamba_full_memory_ratio / (1 + ratio) of what is left (fallback ratio 0.9,
+        # srt/arg_groups/fields/schedule.py), less the pool's padding slot
+        if per_seq_gib <= 0:
+            return 0
+        if not knobs.prefix_caching and knobs.max_num_seqs:
+            ranks = knobs.dp if knobs.dp_attention else 1
+            return max(1, int(knobs.max_num_seqs) // ranks)
+        ratio = 0.9
+        return max(0, int(rest_gib * ratio / (1 + ratio) // per_seq_gib) - 1)
+
+    def no_state_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
+        # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3387-3400
+        per_seq_mb = mem.state_gib / mem.state_slots * 1024 if mem.state_slots else 0.0
+        return ("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+                f"max_mamba_cache_size={mem.state_slots} (total_rest_memory={mem.kv_gib + mem.state_gib:.2f} GB, "
+                f"mamba_cache_per_req={per_seq_mb:.2f} MB). Try: (1) reduce --max-running-requests, (2) increase "
+                "--mem-fraction-static")
+
     def fraction_problem(self, knobs: EngineKnobs) -> str | None:
         # SGLang refuses no --mem-fraction-static at start-up: a fraction of 0 or less reaches its KV sizing
         # (no_kv_memory); one above 1 is refused here as by every engine
