@@ -204,7 +204,8 @@ def cann_version(environ: Mapping[str, str] | None = None) -> str | None:
     homes = [environ.get("ASCEND_TOOLKIT_HOME", ""), environ.get("ASCEND_HOME_PATH", ""),
              "/usr/local/Ascend/ascend-toolkit/latest"]
     for home in filter(None, homes):
-        for info in [Path(home) / "ascend_toolkit_install.info", *sorted(Path(home).glob("*/ascend_toolkit_install.info"))]:
+        infos = [Path(home) / "ascend_toolkit_install.info", *sorted(Path(home).glob("*/ascend_toolkit_install.info"))]
+        for info in infos:
             try:
                 m = re.search(r"^version=(\S+)", info.read_text(encoding="utf-8", errors="replace"), re.M)
             except OSError:
@@ -226,7 +227,8 @@ def model_has_experts(model: str) -> bool | None:
         return None
     if not isinstance(doc, dict):
         return None
-    for table in (doc, doc.get("text_config") if isinstance(doc.get("text_config"), dict) else {}):
+    text = doc.get("text_config")
+    for table in (doc, text if isinstance(text, dict) else {}):
         for key in ("n_routed_experts", "num_experts", "num_local_experts"):
             value = table.get(key)
             if isinstance(value, int) and value > 1:

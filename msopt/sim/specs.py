@@ -290,7 +290,8 @@ def load_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = ()) 
                                                   and model.linear_key_dim and model.linear_value_dim
                                                   and model.linear_conv_kernel):
         raise ConfigError(f"{path}: full_attention_interval = {model.full_attention_interval} needs "
-                          "linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim and linear_conv_kernel")
+                          "linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim and "
+                          "linear_conv_kernel")
     return model
 
 

@@ -39,7 +39,13 @@ from msopt.engines.launch import (
     wait_start_time,
 )
 from msopt.engines.mindie.health import MINDIE_SOURCES
-from msopt.engines.mindie.install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install, installed_config
+from msopt.engines.mindie.install import (
+    DEFAULT_INSTALL_PATH,
+    PIP_WRAPPER,
+    MindieInstall,
+    find_install,
+    installed_config,
+)
 from msopt.engines.mindie.original import refuse_mindie_pd
 from msopt.engines.mindie.rules import RULES as MINDIE_RULES
 from msopt.engines.mindie.template import write_init as write_mindie_init
