@@ -39,10 +39,11 @@ __all__ = ["Terminated", "cmd_optimize", "register"]
 
 
 def register(sub: Any) -> None:
-    """Add the optimize subcommand (and its original-tool alias)."""
-    for name in ("optimize", "optimizer"):
-        p = sub.add_parser(name, help="tune the serving parameters (PSO over a Ray actor pool)"
-                           if name == "optimize" else "alias of optimize (the original tool's name)")
+    """Add the optimize subcommand (and its aliases: the original tool's name, and msmodeling optix's)."""
+    aliases = {"optimizer": "alias of optimize (the original tool's name)",
+               "optix": "alias of optimize (msmodeling optix's name, its defaults: -e mindie -b ais_bench)"}
+    for name in ("optimize", *aliases):
+        p = sub.add_parser(name, help=aliases.get(name, "tune the serving parameters (PSO over a Ray actor pool)"))
         p.add_argument("-c", "--config", metavar="FILE", help="configuration file (highest layer)")
         p.add_argument("-e", "--engine", metavar="ENGINE", help="engine section to search (vllm, mindie, sglang)")
         p.add_argument("-b", "--benchmark", "--benchmark_policy", dest="benchmark", metavar="BENCHMARK",
@@ -83,8 +84,9 @@ def register(sub: Any) -> None:
         p.add_argument("-lb", "--load_breakpoint", action="store_true", help=argparse.SUPPRESS)
         p.add_argument("-d", "--deploy_policy", choices=("single", "multiple"), help=argparse.SUPPRESS)
         p.add_argument("--pd", choices=("competition", "disaggregation"), help=argparse.SUPPRESS)
-        # the original's spelling takes the original's defaults, -e mindie -b ais_bench (optimizer.py arg_parse)
-        p.set_defaults(func=cmd_optimize, original_defaults=name == "optimizer")
+        # the original's spelling takes the original's defaults, -e mindie -b ais_bench (optimizer.py arg_parse), as
+        # optix's does (Ascend/msmodeling docs/design/optix-service-parameter-optimizer-design.md, "CLI 参数")
+        p.set_defaults(func=cmd_optimize, original_defaults=name in aliases)
 
 
 def _original_flags(args: argparse.Namespace) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import tomli_w
 
 from msopt.checks import is_finite, is_int, port_range
+from msopt.config.optix import OPTIX_KEYS, map_optix, unread_environment
 from msopt.config.original import (
     VLLM_IMPLICIT_FLAGS,
     map_ais_bench,
@@ -59,7 +60,7 @@ MSOPT_KEYS = (
     "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
     "max_launches", "search", "backup", "slo", "workload",
 )
-TOP_LEVEL_KEYS = ORIGINAL_KEYS + MSOPT_KEYS
+TOP_LEVEL_KEYS = ORIGINAL_KEYS + OPTIX_KEYS + MSOPT_KEYS
 
 #: Top-level scalars: (type check, rule for messages, default fix example).
 _SCALARS: dict[str, tuple[Any, str]] = {
@@ -86,6 +87,7 @@ _SCALARS: dict[str, tuple[Any, str]] = {
     "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
     "backup": (lambda v: isinstance(v, bool), "true or false"),
     "wait_start_time": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
+    "use_request_rate_calibration": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 #: Keys of the tables whose values are checked at load time: (type check, rule). ``_strict``
@@ -468,7 +470,8 @@ def load_settings(
     """
     env = os.environ if environ is None else environ
     layers: list[tuple[str, dict[str, Any]]] = [(str(DEFAULTS_PATH), read_toml(DEFAULTS_PATH, "packaged defaults"))]
-    env_path = env.get(ENV_CONFIG)
+    # optix's settings read it in any case (pydantic-settings): the lower-case spelling too
+    env_path = env.get(ENV_CONFIG) or env.get(ENV_CONFIG.lower())
     if env_path:
         p = resolve_config_path(env_path, cwd)
         layers.append((str(p), read_toml(p, f"config file (from ${ENV_CONFIG})")))
@@ -502,6 +505,7 @@ def load_settings(
     eng = engine or (data.get("engine") if keyed or not by_file else by_file[0]) or "vllm"
     if by_file and by_file[2] and eng == by_file[0] and origin.get("benchmark") in (None, str(DEFAULTS_PATH)):
         data["benchmark"] = by_file[2]  # the original's pair: its default benchmark with its default engine
+    notes += map_optix(data, origin, eng, str(DEFAULTS_PATH)) + unread_environment(env)
     section = data.get(eng)
     if not isinstance(section, Mapping):
         have = [k for k, v in data.items() if isinstance(v, Mapping) and "target_field" in v]

@@ -16,12 +16,33 @@ disjoint devices, so their blocks never overlap, and every node of a multi-node 
 own devices' block. The variables go into the server's environment, so they replace what the
 user's environment holds; ``[<engine>.env]`` or an env field of the same name wins over msopt,
 and an inherited ``auto`` (the OS picks, never a collision) is kept.
+
+The two range variables are not always allowed (:func:`range_plan`, applied by :func:`plan_env` with
+the node's :class:`NodeFacts`):
+
+- CANN 9.0 hcclenvref_07_0020 (HCCL_HOST_SOCKET_PORT_RANGE) and hcclenvref_07_0021
+  (HCCL_NPU_SOCKET_PORT_RANGE), "使用约束": on Atlas A2 training and inference products, where the network
+  has MC² fused compute-communication operators (AllGatherMatmul, MatmulReduceScatter,
+  AlltoAllAllGatherBatchMatMul, ...), they are not supported. CANN 8.1.RC1 to 8.5 (envref_07_0143,
+  envref_07_0144) say the same of Atlas A2 training products; npu-smi names the same 910B chips in a
+  training and an inference server (ascend-ai-coding/awesome-ascend-skills issue #18), so msopt reads
+  both as Atlas A2. An MoE model's expert all-to-all is such an operator, so an MoE model on Atlas A2
+  runs with HCCL_IF_BASE_PORT alone (the host block stays disjoint; the NPU side keeps its default
+  16666 on each NPU's own address, and trials hold disjoint NPUs).
+- Before CANN 8.1.RC1 neither range variable is documented (CANN 8.0.0 envref_07_0074 has
+  HCCL_IF_BASE_PORT alone), so neither is set.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from msopt.checks import is_int
@@ -139,3 +160,124 @@ def in_force(spec_env: Mapping[str, str], inherited: Mapping[str, str] | None = 
         elif var in inherited:
             parts.append(f"{var}={inherited[var]} (from this environment)")
     return "; ".join(parts) if parts else "no HCCL port variable set (HCCL's defaults: 60000-60031, NPU 16666)"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the HCCL port plan depends on (:func:`range_plan`); None: not known.
+
+    Attributes:
+        atlas: "A2" or "A3" (the Atlas generation of the node's NPUs), else None.
+        cann: the CANN version found ("9.0.0", "8.1.RC1", ...), else None.
+        mc2: the trial runs MC² fused operators (an MoE model), else False; None: not known.
+    """
+
+    atlas: str | None = None
+    cann: str | None = None
+    mc2: bool | None = None
+
+
+def atlas_of(npu_smi: str) -> str | None:
+    """The Atlas generation of ``npu-smi info``'s NPUs: 910B chips are Atlas A2, ``Ascend910`` dies under
+    a ``Chip  Phy-ID`` header (vllm-ascend issues #2035, #2534) or Ascend910_93xx SoCs are Atlas A3."""
+    if re.search(r"\|\s*\d+\s+(Ascend)?910B", npu_smi):
+        return "A2"
+    if re.search(r"910_93", npu_smi) or (re.search(r"\|\s*\d+\s+Ascend910\s", npu_smi)
+                                          and re.search(r"Chip\s+Phy-ID", npu_smi)):
+        return "A3"
+    return None
+
+
+def _version_key(version: str) -> tuple[int, int, int]:
+    """``"8.1.RC1"`` -> (8, 1, 0); ``"9.0.0"`` -> (9, 0, 0): major, minor, and RC1 before a release."""
+    parts = re.findall(r"\d+", version)
+    major, minor = (int(parts[0]) if parts else 0), (int(parts[1]) if len(parts) > 1 else 0)
+    return major, minor, 0 if re.search(r"(?i)rc|alpha|beta", version) else 1
+
+
+def cann_version(environ: Mapping[str, str] | None = None) -> str | None:
+    """The CANN toolkit's version: ``version=`` of ``ascend_toolkit_install.info`` under
+    ``$ASCEND_TOOLKIT_HOME``, ``$ASCEND_HOME_PATH`` or /usr/local/Ascend/ascend-toolkit/latest (the
+    toolkit's install record, ``<home>/<arch>-linux/ascend_toolkit_install.info``), else the ``cann-X.Y.Z``
+    of the home path (CANN 9's /usr/local/Ascend/cann-9.0.0 layout); None when none is found."""
+    environ = os.environ if environ is None else environ
+    homes = [environ.get("ASCEND_TOOLKIT_HOME", ""), environ.get("ASCEND_HOME_PATH", ""),
+             "/usr/local/Ascend/ascend-toolkit/latest"]
+    for home in filter(None, homes):
+        infos = [Path(home) / "ascend_toolkit_install.info", *sorted(Path(home).glob("*/ascend_toolkit_install.info"))]
+        for info in infos:
+            try:
+                m = re.search(r"^version=(\S+)", info.read_text(encoding="utf-8", errors="replace"), re.M)
+            except OSError:
+                continue
+            if m:
+                return m.group(1)
+        m = re.search(r"cann-(\d+\.\d+[.\w]*)", str(Path(home).resolve() if Path(home).exists() else home))
+        if m:
+            return m.group(1)
+    return None
+
+
+def model_has_experts(model: str) -> bool | None:
+    """An MoE model by its ``config.json`` (``n_routed_experts``, ``num_experts`` or ``num_local_experts``
+    above 1, also in a ``text_config``); None when ``model`` is no directory with a readable config.json."""
+    try:
+        doc = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    text = doc.get("text_config")
+    for table in (doc, text if isinstance(text, dict) else {}):
+        for key in ("n_routed_experts", "num_experts", "num_local_experts"):
+            value = table.get(key)
+            if isinstance(value, int) and value > 1:
+                return True
+    return False
+
+
+def node_facts(model: str = "", *, npu_smi: str | None = None, environ: Mapping[str, str] | None = None,
+               mc2: bool | None = None) -> NodeFacts:
+    """This node's facts: ``npu-smi info`` (run here when ``npu_smi`` is None and the tool is on PATH),
+    the CANN version (:func:`cann_version`), and MC² from ``mc2`` or else ``model``'s config.json."""
+    if npu_smi is None:
+        npu_smi = ""
+        tool = shutil.which("npu-smi")
+        if tool:
+            try:
+                npu_smi = subprocess.run([tool, "info"], capture_output=True, text=True, timeout=20,
+                                         check=False).stdout
+            except (OSError, subprocess.SubprocessError):
+                npu_smi = ""
+    return NodeFacts(atlas_of(npu_smi), cann_version(environ), model_has_experts(model) if mc2 is None else mc2)
+
+
+#: CANN's pages, cited in the plan's reasons
+_PAGES_9 = "CANN 9.0 hcclenvref_07_0020/0021"
+_PAGES_8 = "CANN 8.1.RC1-8.5 envref_07_0143/0144"
+
+
+def range_plan(facts: NodeFacts) -> tuple[bool, str]:
+    """Whether msopt may set HCCL_HOST_SOCKET_PORT_RANGE and HCCL_NPU_SOCKET_PORT_RANGE on a node with
+    ``facts``, and why (see the module docstring)."""
+    if facts.cann is not None and _version_key(facts.cann) < (8, 1, 0):
+        return False, (f"CANN {facts.cann} has no HCCL_HOST/NPU_SOCKET_PORT_RANGE (first in CANN 8.1.RC1 "
+                       "envref_07_0143/0144): HCCL_IF_BASE_PORT alone")
+    if facts.atlas == "A2" and facts.mc2:
+        pages = _PAGES_8 if facts.cann is not None and _version_key(facts.cann) < (9, 0, 0) else _PAGES_9
+        return False, (f"Atlas A2 with MC² fused operators (an MoE model): {pages} do not support "
+                       "HCCL_HOST_SOCKET_PORT_RANGE / HCCL_NPU_SOCKET_PORT_RANGE there; HCCL_IF_BASE_PORT alone")
+    where = f"Atlas {facts.atlas}" if facts.atlas else "NPUs of unknown generation"
+    what = "an MoE model" if facts.mc2 else ("no MC² operators" if facts.mc2 is False else "MC² not known")
+    return True, f"{where}, {what}, CANN {facts.cann or 'not found'}: both range variables per trial"
+
+
+def plan_env(env: Mapping[str, str], section: Mapping[str, Any], fields: Sequence[FieldDecl],
+             facts: NodeFacts) -> dict[str, str]:
+    """``env`` without the range variables msopt set (not the user's: ``[<engine>.env]`` or an env field)
+    where :func:`range_plan` forbids them."""
+    allowed, _ = range_plan(facts)
+    if allowed:
+        return dict(env)
+    mine = user_set(section, fields)
+    return {k: v for k, v in env.items() if k not in (HOST_RANGE, NPU_RANGE) or k in mine}

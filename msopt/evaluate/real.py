@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from msopt.benchmarks.engine_metrics import CacheCounters, read_counters, spec_r
 from msopt.config import Config
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.crash import EngineCrash, read_log_tail
-from msopt.engines.hccl import lease_blocks
+from msopt.engines.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.engines.pd import without_pd
 from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
@@ -80,6 +80,7 @@ class RealRunner(EngineRunner):
         self.benchmark = get_benchmark(self.benchmark_name)
         self.health = HealthCheck.from_config(config.health_check, config.engine.name)
         self.kept: _Kept | None = None
+        self._port_facts: NodeFacts | None = None
 
     def _classify(self, server_log: Path, bench_log: Path, exc: EvaluationError) -> EvaluationError:
         for path, kind in ((server_log, "service"), (bench_log, "benchmark")):
@@ -95,6 +96,13 @@ class RealRunner(EngineRunner):
     @property
     def kept_key(self) -> str | None:
         return self.kept.key if self.kept is not None else None
+
+    def port_facts(self, spec: LaunchSpec) -> NodeFacts:
+        """This node's Atlas generation (``npu-smi info``) and CANN version, and whether the model runs
+        MC² operators (an MoE model by its config.json), read once (:func:`msopt.engines.hccl.node_facts`)."""
+        if self._port_facts is None:
+            self._port_facts = node_facts(spec.model)
+        return self._port_facts
 
     def close(self) -> None:
         """Stop the server kept running (with its grace), restore its files, free its ports."""
@@ -213,6 +221,7 @@ class RealRunner(EngineRunner):
         extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
         specs = self.engine.render_nodes(values, config.engine.fields, self.engine_section, port=lease.take(),
                                          nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
+        specs = self.plan_ports(specs)
         spec = specs[0]
         check_rules(spec, values, self.engine_section, rules=self.engine.startup_rules)
         lease_blocks(spec.env, lease)  # this node's HCCL blocks, held as the trial's other ports
@@ -272,6 +281,11 @@ class RealRunner(EngineRunner):
         launch = self.engine.render_pd(values, config.engine.fields, self.engine_section,
                                        ports=_pd_ports(lease), devices=list(self.ctx.devices),
                                        workdir=workdir)
+        planned = self.plan_ports([*launch.prefill, *launch.decode])
+        launch = replace(launch, prefill=tuple(planned[:len(launch.prefill)]),
+                         decode=tuple(planned[len(launch.prefill):]))
+        for spec in planned:
+            lease_blocks(spec.env, lease)  # each instance's HCCL blocks, held as the trial's other ports
         inner = without_pd(self.engine_section)
         timeout = config.run.particles_time_out
         try:

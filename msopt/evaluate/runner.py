@@ -8,13 +8,14 @@ embedded simulator. Both take the same :class:`RunnerContext`, so the evaluator 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from msopt.benchmarks import get_benchmark
 from msopt.config import Config
 from msopt.engines import EngineAdapter
+from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, NodeFacts, plan_env
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.errors import EvaluationError
@@ -107,6 +108,20 @@ class EngineRunner:
     def kept_key(self) -> str | None:
         """The server key of the server kept running for the next evaluation, None: none kept."""
         return None
+
+    def port_facts(self, spec: LaunchSpec) -> NodeFacts:
+        """What the HCCL port plan of ``spec``'s trial depends on (:func:`msopt.engines.hccl.range_plan`);
+        nothing known by default."""
+        return NodeFacts()
+
+    def plan_ports(self, specs: Sequence[LaunchSpec]) -> list[LaunchSpec]:
+        """``specs`` without the HCCL range variables msopt set where CANN does not allow them on this
+        trial's hardware, CANN version and model (:func:`msopt.engines.hccl.plan_env`)."""
+        if not any(v in s.env for s in specs for v in (HOST_RANGE, NPU_RANGE)):
+            return list(specs)
+        facts = self.port_facts(specs[0])
+        fields, section = self.config.engine.fields, self.engine_section
+        return [replace(s, env=plan_env(s.env, section, fields, facts)) for s in specs]
 
     def close(self) -> None:
         """Stop a server kept running (nothing by default); never raises."""

@@ -26,6 +26,7 @@ from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
 from msopt.engines.base import EngineAdapter, sim_personality_of
+from msopt.engines.hccl import NodeFacts
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
@@ -43,6 +44,7 @@ from msopt.metrics import (
 )
 from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
+from msopt.sim.parts import catalog_part
 from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
 from msopt.sim.spec_types import DTYPE_BYTES
 from msopt.space.fields import FieldDecl
@@ -254,7 +256,16 @@ class SimRunner(EngineRunner):
         dirs = self.sim.table.get("catalog_dirs", ())
         model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
         self.start_s = simulated_start_s(model.params_b, str(self.sim.table.get("weight_dtype", "bf16")))
+        self._is_moe = bool(model.is_moe)
         return ModelFacts.of_spec(model)
+
+    def port_facts(self, spec: LaunchSpec) -> NodeFacts:
+        """The simulated hardware's Atlas generation and the simulated model's experts (MC² operators on
+        Atlas A2); the CANN version is not known (the newest pages' rules)."""
+        hardware = str(self.sim.table.get("hardware", ""))
+        entry = catalog_part(hardware) or hardware
+        atlas = {"atlas-800i-a2": "A2", "atlas-800i-a3": "A3"}.get(entry)
+        return NodeFacts(atlas=atlas, cann=None, mc2=self._is_moe)
 
     @property
     def kept_key(self) -> str | None:
@@ -287,6 +298,7 @@ class SimRunner(EngineRunner):
         nodes = self.ctx.nodes or self.virtual or self.ctx.placement
         specs = self.engine.render_nodes(values, self.config.engine.fields, self.engine_section, port=0, nodes=nodes,
                                          rendezvous_port=0, workdir=self.ctx.run_dir)
+        specs = self.plan_ports(specs)
         spec = specs[0]
         self.last_server = None
         check_rules(spec, values, self.engine_section, model=self.model_facts, rules=self.engine.startup_rules)

@@ -25,7 +25,7 @@ from typing import Any
 
 from msopt.config import Config, thaw
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.hccl import VARIABLES, in_force
+from msopt.engines.hccl import VARIABLES, in_force, node_facts, plan_env, range_plan
 from msopt.engines.hccn import read_device_ips
 from msopt.engines.launch import LaunchSpec, flag_name
 from msopt.engines.process import port_free
@@ -268,8 +268,10 @@ def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
         return None
     if not any(v in spec.env or v in os.environ for v in VARIABLES):
         return None
-    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(spec.env)} (each trial's blocks "
-                 "start 32 ports further per first device id)")
+    facts = node_facts(spec.model)
+    env = plan_env(spec.env, section, config.engine.fields, facts)
+    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(env)} (each trial's blocks "
+                 f"start 32 ports further per first device id; {range_plan(facts)[1]})")
 
 
 #: The tools :func:`hardware_probe` runs, and the seconds each may take.

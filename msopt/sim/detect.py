@@ -94,15 +94,21 @@ def parse_nvidia_smi(text: str) -> list[tuple[str, float]]:
 
 
 def parse_npu_smi(text: str) -> list[tuple[str, float]]:
-    """``npu-smi info``: one ``(name, GiB of HBM)`` per NPU.
+    """``npu-smi info``: one ``(name, GiB of HBM)`` per NPU chip.
 
-    The table has two rows per NPU: ``| 0     910B3   | OK  | 101.8  43  0 / 0 |`` then
+    The table has two rows per chip: ``| 0     910B3   | OK  | 101.8  43  0 / 0 |`` then
     ``| 0     | 0000:C1:00.0 | 0  0 / 0  3318 / 65536 |`` whose last ``used / total`` pair is the
-    HBM in MB (npu-smi 23.x-26.x, Huawei's npu-smi manual, "info"); the process table after it
-    is ignored.
+    chip's memory in MB (HBM; DDR on a 300I Duo, which has no HBM column) (npu-smi 23.x-26.x, Huawei's
+    npu-smi manual, "info"); the process table after it is ignored. The chip row's first cell is the
+    chip id alone on Atlas A2 (header ``Chip``), or the chip id and a second id on Atlas A3 (header
+    ``Chip  Phy-ID``: ``| 0     0 |``, vllm-ascend issues #2035 and #2534) and on the 300I Duo (header
+    ``Chip    Device``, Syllo/nvtop issue #421). A3 names its dies ``Ascend910``, a name the first-generation
+    910 never printed (it says ``910ProB``, vllm-ascend issue #1047): that name under a ``Phy-ID`` header
+    is reported as ``Ascend910 (Atlas A3)``.
     """
     out: list[tuple[str, float]] = []
     name: str | None = None
+    a3 = re.search(r"\|\s*Chip\s+Phy-ID\s*\|", text) is not None
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
         if not cells or not cells[0]:
@@ -111,9 +117,9 @@ def parse_npu_smi(text: str) -> list[tuple[str, float]]:
             break  # the process table: no more devices
         first = cells[0].split()
         if len(first) == 2 and first[0].isdigit() and not first[1].isdigit():
-            name = first[1]
+            name = f"{first[1]} (Atlas A3)" if a3 and first[1] == "Ascend910" else first[1]
             continue
-        if name is not None and len(first) == 1 and first[0].isdigit():
+        if name is not None and len(first) in (1, 2) and all(t.isdigit() for t in first):
             pairs = re.findall(r"(\d+)\s*/\s*(\d+)", cells[-1])
             if pairs:
                 out.append((name, float(pairs[-1][1]) / 1024.0))

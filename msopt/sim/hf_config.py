@@ -196,7 +196,16 @@ def model_from_config(path: str | Path, name: str | None = None) -> tuple[Any, s
         experts=experts, experts_per_token=min(top_k, experts) if experts else 0,
         shared_experts=shared if experts else 0, moe_ffn=moe_ffn if experts else 0,
         dense_layers=dense if experts else 0, topk_group=_int(doc, path, "topk_group", default=0) if experts else 0,
-        model_type=str(doc.get("model_type") or ""), mtp_layers=_int(doc, path, "num_nextn_predict_layers", default=0))
+        model_type=str(doc.get("model_type") or ""), mtp_layers=_int(doc, path, "num_nextn_predict_layers", default=0),
+        # hybrid attention (Qwen3-Next): linear-attention layers beside every interval-th full-attention one
+        full_attention_interval=_int(doc, path, "full_attention_interval", default=0),
+        linear_key_heads=_int(doc, path, "linear_num_key_heads", default=0),
+        linear_value_heads=_int(doc, path, "linear_num_value_heads", default=0),
+        linear_key_dim=_int(doc, path, "linear_key_head_dim", default=0),
+        linear_value_dim=_int(doc, path, "linear_value_head_dim", default=0),
+        linear_conv_kernel=_int(doc, path, "linear_conv_kernel_dim", default=0),
+        # sglang 0.5.23 srt/models/qwen3_next.py:649: getattr(config, "attn_output_gate", True)
+        attn_output_gate=bool(doc.get("attn_output_gate", str(doc.get("model_type")) == "qwen3_next")))
     if heads < 1 or layers < 1 or hidden < 1 or vocab < 1 or heads % kv_heads:
         raise ConfigError(f"{path}: num_attention_heads {heads} / num_key_value_heads {kv_heads} / layers "
                           f"{layers} / hidden {hidden} do not describe a transformer msopt can simulate")
@@ -210,4 +219,4 @@ def architecture(spec: Any) -> tuple[Any, ...]:
     """The facts that make two specs the same model for the simulator (names and counts aside)."""
     return (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.vocab, spec.attention,
             spec.experts, spec.experts_per_token, spec.moe_ffn if spec.is_moe else spec.ffn,
-            spec.kv_lora_rank, spec.shared_experts, spec.dense_layers)
+            spec.kv_lora_rank, spec.shared_experts, spec.dense_layers, getattr(spec, "kv_layers", spec.layers))

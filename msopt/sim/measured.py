@@ -235,7 +235,7 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
             assumed.append(f"acceptance length of {method} assumed (the row gives none)")
     try:
         knobs = get_knobs(engine, argv)
-        fix = get_personality(engine).measured_memory_fix(knobs, hw.hbm_gib)
+        fix = get_personality(engine).measured_memory_fix(knobs, hw.hbm_gib, hw.memory_kind)
         if fix is not None:
             argv += fix[0]
             assumed.append(fix[1])

@@ -19,6 +19,8 @@ class MemoryPlan:
         kv_gib: what is left for the KV cache (may be <= 0: the server fails).
         kv_tokens: tokens the KV cache of the replica holds (whole blocks).
         num_blocks: KV blocks of the replica.
+        state_gib: hybrid attention: the linear layers' state pool (0 for other models).
+        state_slots: requests the state pool holds (0: no pool); no more run at once.
     """
 
     weights_gib: float
@@ -28,3 +30,5 @@ class MemoryPlan:
     kv_gib: float
     kv_tokens: int
     num_blocks: int
+    state_gib: float = 0.0
+    state_slots: int = 0

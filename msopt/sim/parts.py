@@ -20,6 +20,8 @@ CATALOG_PARTS: tuple[tuple[str, str, str], ...] = (
     (r"\bA100\b(?!.*(?i:PCIe)).*\b80\s*GB?\b", "CUDA", "a100-sxm-80gb"),
     (r"^(Ascend)?910B", "NPU", "atlas-800i-a2"),
     (r"^(Ascend)?910_93", "NPU", "atlas-800i-a3"),
+    # npu-smi info on A3 names each die "Ascend910" under a "Chip  Phy-ID" header (msopt.sim.detect.parse_npu_smi)
+    (r"^Ascend910 \(Atlas A3\)$", "NPU", "atlas-800i-a3"),
 )
 
 #: Device names as serving write-ups give them (free text, matched without case): the Atlas

@@ -43,15 +43,24 @@ class StepCost:
         self.w_time = (dense_layer * layers + lm_head / pp) * wb / tp / bw
         self.lin_flop_time = 2.0 * dense_layer * layers / tp / flops  # per token
         self.head_flop_time = 2.0 * lm_head / pp / tp / flops  # per sampled sequence
-        kv_tok_bytes = layers * model.kv_elems_per_token_layer(tp) * kb
+        kv_layers = model.kv_layers / pp  # hybrid attention: only the full-attention layers keep K/V
+        kv_tok_bytes = kv_layers * model.kv_elems_per_token_layer(tp) * kb
         self.kv_read_time = kv_tok_bytes / bw  # per token of context read
+        # hybrid attention's linear layers (Gated DeltaNet): every step reads and writes each sequence's
+        # fixed-size state (sglang 0.5.23 srt/layers/attention/fla: fused_recurrent_gated_delta_rule), and each
+        # token costs about 6 x key dim x value dim FLOPs per value head (the state's decay and delta update
+        # and the read-out)
+        self.state_time = 2.0 * model.state_bytes_per_seq(tp) / pp / bw  # per sequence in a step
+        if model.is_hybrid:
+            self.lin_flop_time += (6.0 * model.linear_layers / pp * max(1.0, model.linear_value_heads / tp)
+                                   * model.linear_key_dim * model.linear_value_dim / flops)
         if model.is_mla:
             # MLA computed as multi-head attention over the up-projected K (nope + rope) and V, as the
             # engines do for prefill; decode reads the latent (kv_read_time) and is bound by that
             pair_flops = 2.0 * model.heads * (model.head_dim + model.qk_rope_head_dim + model.v_head_dim)
         else:
             pair_flops = 4.0 * model.heads * model.head_dim
-        self.attn_flop_time = pair_flops * layers / tp / attn_flops  # per pair
+        self.attn_flop_time = pair_flops * kv_layers / tp / attn_flops  # per pair
         self.attn_coef = max(self.kv_read_time, self.attn_flop_time)
         self.moe = MoeCost(hw, model, layout_of(knobs, model), pp, weight_dtype) if model.is_moe else None
         if tp > 1:
@@ -92,6 +101,7 @@ class StepCost:
         if self.moe is not None:
             lin += self.moe.time(n_tokens / m)
         attn = max(self.kv_read_time * kv_read_tokens, self.attn_flop_time * attn_pairs) / m
+        attn += self.state_time * n_seqs / m
         comm = self.comm_fixed + self.comm_tok * n_tokens / m
         stage = lin + attn + comm
         return (self.pp * stage + self.p2p_fixed + self.p2p_tok * n_tokens / m
@@ -103,7 +113,7 @@ class StepCost:
         lin = max(self.w_time, (self.lin_flop_time + self.head_flop_time) * n / m)
         if self.moe is not None:
             lin += self.moe.time(n / m)
-        comm = self.comm_fixed + self.comm_tok * n / m
+        comm = self.comm_fixed + self.comm_tok * n / m + self.state_time * n / m
         a = self.pp * (lin + comm) + self.p2p_fixed + self.p2p_tok * n / m + self.overhead + self.per_seq * n
         b = self.pp * self.attn_coef / m
         return a, b
@@ -131,10 +141,18 @@ def plan_memory(hw: Hardware, model: ModelSpec, knobs: EngineKnobs,
         kv = knobs.kv_cache_gib
     else:
         kv = usable - weights - activation - reserve
-    per_token = model.layers / pp * model.kv_elems_per_token_layer(tp) * dtype_bytes(kv_dtype)
+    state_gib, slots = 0.0, 0
+    if model.is_hybrid:
+        # the linear layers' per-request state is a pool of its own, taken before the KV cache
+        # (hybrid_state_slots of the personality: SGLang's mamba pool)
+        per_seq = model.state_bytes_per_seq(tp) / pp / GIB
+        slots = get_personality(knobs.engine).hybrid_state_slots(knobs, max(kv, 0.0), per_seq)
+        state_gib = slots * per_seq
+        kv -= state_gib
+    per_token = model.kv_layers / pp * model.kv_elems_per_token_layer(tp) * dtype_bytes(kv_dtype)
     block = int(knobs.block_size)  # type: ignore[arg-type]  # set by personality.resolved()
     blocks = max(0, math.floor(kv * GIB / (per_token * block))) if kv > 0 else 0
     return MemoryPlan(
         weights_gib=weights, activation_gib=activation, reserve_gib=reserve, usable_gib=usable,
-        kv_gib=kv, kv_tokens=blocks * block, num_blocks=blocks,
+        kv_gib=kv, kv_tokens=blocks * block, num_blocks=blocks, state_gib=state_gib, state_slots=slots,
     )

@@ -121,7 +121,8 @@ class Personality:
         and ``draft_tokens`` draft tokens a step, for a measured row; None when the engine's way is not modelled."""
         return None
 
-    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float) -> tuple[list[str], str] | None:
+    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float,
+                            memory_kind: str = "CUDA") -> tuple[list[str], str] | None:
         """Flags a measured launch must have had although its row does not say (and the note saying so), when
         these knobs could not have served as the row did; None by default."""
         return None
@@ -147,8 +148,9 @@ class Personality:
             raise SimulationError(f"the {self.name} personality reads no launch; override knobs_from_launch")
         return knobs
 
-    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int) -> float:
-        """The share of device memory the engine takes when none is set."""
+    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int,
+                                memory_kind: str = "CUDA") -> float:
+        """The share of device memory the engine takes when none is set, on devices of ``memory_kind``."""
         return 0.9
 
     def default_block_size(self, memory_kind: str) -> tuple[int, str]:
@@ -156,6 +158,29 @@ class Personality:
         (the hardware entry's: "CUDA", "NPU", "CPU") when the launch sets none, and where that
         default is written (the engine's source, cited)."""
         return 16, "msopt's assumption: the engine's default is not known"
+
+    def default_batched_tokens_for(self, hbm_gib: float, memory_kind: str = "CUDA", tp: int = 1) -> int:
+        """The step token budget when none is set: :attr:`default_batched_tokens` by device size."""
+        return self.default_batched_tokens[int(hbm_gib >= 70)]
+
+    def hybrid_state_slots(self, knobs: EngineKnobs, rest_gib: float, per_seq_gib: float) -> int:
+        """Requests whose linear-attention state a hybrid model's pool holds, from ``rest_gib`` (what weights,
+        activations and reserve leave) and one request's state: one slot per running request
+        (``max_num_seqs``) by default, at most what fits (vLLM 0.11+ keeps one state block per running request
+        in the mamba layers' own KV cache group: vllm/v1/kv_cache_interface.py, MambaSpec)."""
+        fits = int(rest_gib // per_seq_gib) if per_seq_gib > 0 else 0
+        return max(0, min(int(knobs.max_num_seqs or 256), fits))
+
+    def no_state_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
+        """The start-up error when a hybrid model's linear-attention state pool holds no request."""
+        return ("RuntimeError: no memory left for the linear-attention state of one request "
+                f"({mem.kv_gib + mem.state_gib:.2f} GiB left after the weights); raise the memory fraction or tp")
+
+    def fraction_problem(self, knobs: EngineKnobs) -> str | None:
+        """The start-up error for a resolved memory fraction outside (0, 1], if the engine refuses it there."""
+        if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by resolved()
+            return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
+        return None
 
     def default_max_model_len(self, model: ModelSpec) -> int:
         """The longest sequence the server accepts when none is set."""
@@ -213,15 +238,16 @@ def known(name: str) -> bool:
 
 def resolved(knobs: EngineKnobs, hbm_gib: float, memory_kind: str = "CUDA") -> EngineKnobs:
     """``knobs`` with the defaults of its personality (:attr:`EngineKnobs.engine`) that depend on the
-    device filled in (vLLM: >= 70 GiB -> 8192/1024; the KV block size on ``memory_kind`` devices)."""
+    device (``hbm_gib`` of ``memory_kind``) filled in (vLLM: >= 70 GiB -> 8192/1024; the KV block size on
+    ``memory_kind`` devices)."""
     p = get_personality(knobs.engine)
     block = knobs.block_size if knobs.block_size is not None else p.default_block_size(memory_kind)[0]
     big = int(hbm_gib >= 70)
-    mnbt = knobs.max_num_batched_tokens or p.default_batched_tokens[big]
+    mnbt = knobs.max_num_batched_tokens or p.default_batched_tokens_for(hbm_gib, memory_kind, knobs.tp)
     mns = knobs.max_num_seqs or p.default_max_seqs[big]
     frac = knobs.memory_fraction
     if frac is None:
-        frac = p.default_memory_fraction(knobs, hbm_gib, mnbt)
+        frac = p.default_memory_fraction(knobs, hbm_gib, mnbt, memory_kind)
     return replace(knobs, max_num_batched_tokens=mnbt, max_num_seqs=mns, memory_fraction=frac, block_size=block)
 
 

@@ -54,8 +54,9 @@ def _startup_problem(knobs: EngineKnobs, hw: Hardware, model: ModelSpec, max_mod
         value = getattr(knobs, name)
         if value is not None and value < 1:
             return f"ValueError: {name} must be >= 1, got {value}"
-    if not 0 < knobs.memory_fraction <= 1:  # type: ignore[operator]  # set by personality.resolved()
-        return f"ValueError: memory fraction must be in (0, 1], got {knobs.memory_fraction}"
+    refused = get_personality(knobs.engine).fraction_problem(knobs)
+    if refused:
+        return refused
     if model.heads % knobs.tp:
         return (f"ValueError: Total number of attention heads ({model.heads}) must be divisible by "
                 f"tensor parallel size ({knobs.tp}).")
@@ -225,9 +226,16 @@ def simulate(
     mem = plan_memory(hw, spec, knobs, weight_dtype, kv_dtype)
     log.append(f"INFO Model loading took {mem.weights_gib:.2f} GiB per device ({devices} devices per replica)")
     problem = _memory_problem(knobs, hw, mem, max_model_len, spec)
+    if not problem and spec.is_hybrid and mem.state_slots <= 0:
+        problem = get_personality(knobs.engine).no_state_memory(knobs, mem)
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
+    if spec.is_hybrid:
+        # every running request holds one state slot: no more run at once than the pool has
+        log.append(f"INFO [msopt.sim] hybrid attention: {spec.kv_layers} of {spec.layers} layers keep a KV cache; "
+                   f"linear-attention state {mem.state_gib:.2f} GiB for {mem.state_slots} requests")
+        knobs = replace(knobs, max_num_seqs=min(int(knobs.max_num_seqs or mem.state_slots), mem.state_slots))
     if get_personality(knobs.engine).caps_context_to_kv and mem.kv_tokens < max_model_len:
         log.append(get_personality(knobs.engine).kv_cap_warning(mem, max_model_len))
         max_model_len = max(1, mem.kv_tokens - 1)

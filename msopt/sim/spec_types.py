@@ -131,6 +131,15 @@ class ModelSpec:
         mtp_layers: config.json's ``num_nextn_predict_layers``, the model's own MTP layers (0: none or unknown).
         aliases: other names of the same weights' architecture (``aliases = [...]``: the base model's
             Hugging Face id beside the instruct one's hf_id, say), matched as the hf_id is.
+        full_attention_interval: hybrid attention (Qwen3-Next): every this-many-th layer is full attention,
+            the others linear attention (Gated DeltaNet) with a state of fixed size per request; 0: every
+            layer is full attention (config.json ``full_attention_interval``; sglang 0.5.23
+            srt/configs/qwen3_next.py ``layers_block_type``: layer l is full when (l + 1) % interval == 0).
+        linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim, linear_conv_kernel: the
+            linear-attention layers' heads and sizes (``linear_num_key_heads``, ``linear_num_value_heads``,
+            ``linear_key_head_dim``, ``linear_value_head_dim``, ``linear_conv_kernel_dim``).
+        attn_output_gate: the full-attention layers' q projection also yields an output gate (Qwen3-Next's
+            gated attention: q_proj of 2 x heads x head_dim).
     """
 
     name: str
@@ -160,6 +169,59 @@ class ModelSpec:
     aliases: tuple[str, ...] = ()
     model_type: str = ""
     mtp_layers: int = 0
+    full_attention_interval: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 0
+    attn_output_gate: bool = False
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True for hybrid attention: linear-attention layers beside the full-attention ones."""
+        return self.full_attention_interval > 1 and self.linear_value_heads > 0
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that keep a KV cache (the full-attention ones)."""
+        return self.layers // self.full_attention_interval if self.is_hybrid else self.layers
+
+    @property
+    def linear_layers(self) -> int:
+        """Linear-attention layers (a fixed-size state per request instead of a KV cache)."""
+        return self.layers - self.kv_layers
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of the linear layers' causal convolution: q, k and v (sglang 0.5.23
+        srt/configs/qwen3_next.py ``mamba2_cache_params``: conv_state is cat([query, key, value]))."""
+        return 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
+
+    @property
+    def linear_attn_params(self) -> int:
+        """Parameters of one linear-attention layer: in_proj_qkvz (hidden x (2 Kh Kd + 2 Vh Vd)), in_proj_ba
+        (hidden x 2 Vh), the depthwise conv (conv_dim x kernel) and out_proj (Vh Vd x hidden) (the module tree
+        of Qwen3-Next-80B-A3B: in_proj_qkvz 2048 -> 12288, in_proj_ba 2048 -> 64, conv1d 8192 x 4, out_proj
+        4096 -> 2048)."""
+        if not self.is_hybrid:
+            return 0
+        qkvz = self.hidden * (2 * self.linear_key_heads * self.linear_key_dim
+                              + 2 * self.linear_value_heads * self.linear_value_dim)
+        ba = self.hidden * 2 * self.linear_value_heads
+        out = self.linear_value_heads * self.linear_value_dim * self.hidden
+        return qkvz + ba + self.linear_conv_dim * self.linear_conv_kernel + out
+
+    def state_bytes_per_seq(self, tp: int = 1) -> float:
+        """Bytes of linear-attention state one request holds on one device under attention TP ``tp``, all
+        linear layers: per layer the conv state (conv_dim / tp x (kernel - 1), bf16) and the recurrent state
+        (value heads / tp x key dim x value dim, float32): sglang 0.5.23 srt/configs/mamba_utils.py
+        (``Mamba2StateShape.create``, ``mamba2_state_dtype``: conv bfloat16, ssm float32 by default)."""
+        if not self.is_hybrid:
+            return 0.0
+        conv = self.linear_conv_dim / tp * (self.linear_conv_kernel - 1) * 2.0
+        ssm = max(1.0, self.linear_value_heads / tp) * self.linear_key_dim * self.linear_value_dim * 4.0
+        return self.linear_layers * (conv + ssm)
 
     @property
     def is_moe(self) -> bool:
@@ -184,7 +246,7 @@ class ModelSpec:
             kv = (self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim)
                   + self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim))
             return q + kv + self.heads * self.v_head_dim * self.hidden
-        q = self.hidden * self.heads * self.head_dim
+        q = self.hidden * self.heads * self.head_dim * (2 if self.attn_output_gate else 1)
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
         return q + kv + o
@@ -210,7 +272,7 @@ class ModelSpec:
         shared experts and routers (everything but the routed experts and the embeddings)."""
         dense_mlp = (self.layers - self.moe_layers) * 3 * self.hidden * self.ffn
         shared = self.moe_layers * (self.shared_experts * self.expert_params + self.hidden * self.experts)
-        return self.layers * self.attn_params + dense_mlp + shared
+        return self.kv_layers * self.attn_params + self.linear_layers * self.linear_attn_params + dense_mlp + shared
 
     @property
     def layer_params(self) -> int:
@@ -239,8 +301,8 @@ class ModelSpec:
         MLA caches one latent of ``kv_lora_rank + qk_rope_head_dim`` per layer instead of K and V.
         """
         if self.is_mla:
-            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(kv_dtype)
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+            return self.kv_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(kv_dtype)
+        return 2.0 * self.kv_layers * self.kv_heads * self.head_dim * dtype_bytes(kv_dtype)
 
     def kv_elems_per_token_layer(self, tp: int) -> float:
         """KV-cache elements one device holds per token and layer under attention TP ``tp``.

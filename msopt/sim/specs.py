@@ -269,7 +269,8 @@ def catalog_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
     if attention not in ("gqa", "mla"):
         raise ConfigError(f"{path}: attention = {attention!r}: use \"gqa\" or \"mla\"")
     opt = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "experts", "experts_per_token",
-           "shared_experts", "moe_ffn", "dense_layers", "topk_group")
+           "shared_experts", "moe_ffn", "dense_layers", "topk_group", "full_attention_interval", "linear_key_heads",
+           "linear_value_heads", "linear_key_dim", "linear_value_dim", "linear_conv_kernel")
     extra = {k: _get(d, path, k, cast=int) if k in d else 0 for k in opt}
     model = ModelSpec(
         name=str(d.get("name", path.stem)),
@@ -281,6 +282,7 @@ def catalog_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
         aliases=_aliases(d, path),
         model_type=str(d.get("model_type", "")),
         mtp_layers=_get(d, path, "mtp_layers", cast=int) if "mtp_layers" in d else 0,
+        attn_output_gate=bool(d.get("attn_output_gate", False)),
         **values,
         **extra,
     )
@@ -295,6 +297,12 @@ def catalog_model(name_or_path: str | Path, extra_dirs: Iterable[str | Path] = (
                           f"({model.experts})")
     if model.dense_layers >= model.layers and model.is_moe:
         raise ConfigError(f"{path}: dense_layers ({model.dense_layers}) must be below layers ({model.layers})")
+    if model.full_attention_interval > 1 and not (model.linear_key_heads and model.linear_value_heads
+                                                  and model.linear_key_dim and model.linear_value_dim
+                                                  and model.linear_conv_kernel):
+        raise ConfigError(f"{path}: full_attention_interval = {model.full_attention_interval} needs "
+                          "linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim and "
+                          "linear_conv_kernel")
     return model
 
 

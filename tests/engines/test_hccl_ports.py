@@ -110,3 +110,37 @@ def test_two_trials_on_one_node_each_have_their_own_config_hccl_blocks_and_maste
         (h0, n0), (h1, n1) = (_blocks(s.env) for s in specs)
         assert h0.isdisjoint(h1) and n0.isdisjoint(n1)
         assert [s.files[c]["BackendConfig"]["npuDeviceIds"] for s, c in zip(specs, configs)] == [[[0, 1, 2, 3]]] * 2
+
+
+def test_two_sglang_trials_on_ascend_get_disjoint_blocks() -> None:
+    """Issue 51 item 5: SGLang's NPU backend (sglang 0.5.23 srt/arg_groups/fields/device.py ``device`` "npu",
+    srt/hardware_backend/npu) talks over HCCL, so two trials on one node need their own blocks, as MindIE's
+    and vllm-ascend's get; on CUDA nothing is added."""
+    engine = get_engine("sglang")
+    specs = [engine.render({}, [], {"platform": "ascend"}, port=1025 + i, devices=devices)
+             for i, devices in enumerate((("0", "1"), ("2", "3")))]
+    (host0, npu0), (host1, npu1) = (_blocks(s.env) for s in specs)
+    assert host0.isdisjoint(host1) and npu0.isdisjoint(npu1)
+    assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60064"]
+    by_flag = engine.render({}, [], {"command": {"others": "--device npu"}}, port=1025, devices=["4"])
+    assert by_flag.env["HCCL_NPU_SOCKET_PORT_RANGE"] == "16794-16825"
+    cuda = engine.render({}, [], {}, port=1025, devices=["0"])
+    assert not any(v.startswith("HCCL") for v in cuda.env)
+    assert any("HCCL ports" in n for n in engine.notes({"platform": "ascend"}))
+
+
+def test_sglang_on_ascend_multi_node_and_pd_instances_follow_their_own_devices() -> None:
+    """Issue 51 item 5: every node of a multi-node SGLang trial, and every PD instance, takes the block of
+    its own first device (msopt/engines/hccl.py)."""
+    from msopt.engines.launch import TrialNode
+
+    engine = get_engine("sglang")
+    nodes = [TrialNode(0, "10.0.0.1", ("0", "1")), TrialNode(1, "10.0.0.2", ("2", "3"))]
+    specs = engine.render_nodes({}, [], {"platform": "ascend", "command": {"others": "--tp-size 4"}}, port=1025,
+                                nodes=nodes, rendezvous_port=1026)
+    assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60064"]
+    section = {"platform": "ascend", "pd": {"prefill_instances": 1, "decode_instances": 1,
+                                            "visible_devices_env": "ASCEND_RT_VISIBLE_DEVICES"}}
+    launch = engine.render_pd({}, [], section, ports=list(range(2000, 2010)), devices=["0", "1"])
+    bases = [s.env["HCCL_IF_BASE_PORT"] for s in (*launch.prefill, *launch.decode)]
+    assert bases == ["60000", "60032"]

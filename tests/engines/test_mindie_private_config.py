@@ -77,3 +77,31 @@ def test_in_place_is_fine_where_trials_cannot_share_a_node(tmp_path: Path, clust
 def test_config_env_must_name_a_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'config_env' must be an environment variable name"):
         validate(*split(load_settings(_toml(tmp_path, "devices_per_trial = 4\n", 'config_env = "A B"\n'))))
+
+
+def test_without_config_path_the_installed_config_json_is_read(tmp_path, monkeypatch):
+    """Issue 51 item 12: the original and optix found config.json from $MIES_INSTALL_PATH when config_path was not
+    given (Ascend/msmodeling optix/config/config.py:921-941, _get_mindie_config_paths: its parent's
+    mindie_llm/conf/config.json); the run package keeps it in $MIES_INSTALL_PATH/conf (msopt/engines/mindie/install.py)."""
+    import json
+
+    from msopt.engines.mindie import load_config
+
+    root = tmp_path / "latest" / "mindie-service"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "mindieservice_daemon").write_text("#!/bin/sh\n")
+    (root / "conf").mkdir()
+    (root / "conf" / "config.json").write_text(json.dumps({"BackendConfig": {"ScheduleConfig": {"maxBatchSize": 123}}}))
+    monkeypatch.setenv("MIES_INSTALL_PATH", str(root))
+    doc, path = load_config({})
+    assert path == str(root / "conf" / "config.json") and doc["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 123
+    # the pip layout's wheel directory beside the install path (no daemon under it)
+    wheel = tmp_path / "pip"
+    (wheel / "mindie_llm" / "conf").mkdir(parents=True)
+    (wheel / "mindie_llm" / "conf" / "config.json").write_text(json.dumps({"x": 1}))
+    monkeypatch.setenv("MIES_INSTALL_PATH", str(wheel / "bin"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    doc, path = load_config({})
+    assert path == str(wheel / "mindie_llm" / "conf" / "config.json") and doc == {"x": 1}
+    monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
+    assert load_config({})[1] is None  # nothing installed: the built-in template

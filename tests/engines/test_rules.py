@@ -330,3 +330,17 @@ def test_mindie_atb_pipeline_parallel_leases_its_master_port(tmp_path) -> None:
         check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
         envs.append((one.env["MASTER_IP"], one.env["MASTER_PORT"]))
     assert envs == [("127.0.0.1", "29600"), ("127.0.0.1", "29601")]
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("0.85", None), ("0", "sglang.mem_fraction_static_positive"), ("-1.75", "sglang.mem_fraction_static_positive")])
+def test_sglang_mem_fraction_static_of_zero_or_less_is_refused_in_sglangs_words(value: str,
+                                                                              expected: str | None) -> None:
+    """Issue 51 item 13: sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3043-3058 stops a fraction at or
+    below 0 with "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=X"."""
+    assert refusal(sglang("--tp-size", "8", "--mem-fraction-static", value)) == expected
+    if expected:
+        with pytest.raises(RefusedError, match="Loaded weights leave no GPU memory for the KV cache under "
+                                               f"--mem-fraction-static={value}"):
+            check_rules(sglang("--tp-size", "8", "--mem-fraction-static", value), {}, {},
+                        rules=get_engine("sglang").startup_rules, model=ModelFacts(), environ={})

@@ -491,3 +491,31 @@ def test_json_safe():
         {"a": [1, None], "2": [1.0, None], "p": "/x"}
     with pytest.raises(TypeError):
         json_safe(object())
+
+
+def test_results_csv_cells_a_spreadsheet_would_run_as_formulas_are_quoted():
+    """Issue 51 item 14: error texts come from server logs, so a cell starting with "=", "+", "-", "@" (msmodeling
+    optix's FORMULA_PREFIXES, Ascend/msmodeling optix/io_utils.py:25 and sanitize_csv_value at :75-79), a tab
+    or a carriage return gets a leading "'"; numbers, negative ones too, stay numbers."""
+    from msopt.run.store import csv_columns, csv_row
+
+    res = EvaluationResult(eval_id=1, phase="swarm", particle=0, iteration=0, position_in=[0.0], position=[0.0],
+                           values={"policy": "=HYPERLINK(\"http://x\")", "mode": "@SUM(A1)", "tp": 2,
+                                   "ratio": -0.5},
+                           metrics={m: None for m in METRICS}, fitness=-1.25,
+                           error="=cmd|' /C calc'!A0\n-2+3 more lines")
+    cols = csv_columns(["policy", "mode", "tp", "ratio"])
+    row = dict(zip(cols, csv_row(res, cols)))
+    assert row["error"] == "'=cmd|' /C calc'!A0 | -2+3 more lines"
+    assert row["policy"] == "'=HYPERLINK(\"http://x\")" and row["mode"] == "'@SUM(A1)"
+    assert row["tp"] == "2" and row["ratio"] == "-0.5" and row["fitness"] == "-1.25"
+    from msopt.run.store._table import sanitize_csv_value
+
+    assert sanitize_csv_value("\tx") == "'\tx" and sanitize_csv_value("\r=1") == "'\r=1"
+    assert csv_row(replace_error(res, "ValueError: x"), cols)[cols.index("error")] == "ValueError: x"
+
+
+def replace_error(res: EvaluationResult, error: str) -> EvaluationResult:
+    from dataclasses import replace
+
+    return replace(res, error=error)

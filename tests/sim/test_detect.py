@@ -91,3 +91,24 @@ def test_a_roofline_entry_names_the_entry_whose_efficiencies_it_took():
     choice = hardware_for(l40s)
     # the nearest CUDA entry by memory is a100-sxm-40gb, whose own efficiencies are h100-sxm's
     assert choice.basis == "a100-sxm-40gb" and choice.hardware.efficiency_from == "h100-sxm"
+
+
+@pytest.mark.parametrize(("name", "expected", "catalog"), [
+    # vllm-ascend issue #2035 (npu-smi 24.1.rc3.7, Atlas A3): chip rows "| 0     0 |" (Chip, Phy-ID)
+    ("npu_smi_a3_vllm_ascend_2035.txt", [("Ascend910 (Atlas A3)", 64.0)] * 2, "atlas-800i-a3"),
+    # vllm-ascend issue #2082 (the same A3 table as #2534's, four dies of two NPUs)
+    ("npu_smi_a3_vllm_ascend_2082.txt", [("Ascend910 (Atlas A3)", 64.0)] * 4, "atlas-800i-a3"),
+    # vllm-ascend issue #1903 (Atlas A2, 910B3): chip rows "| 0 |"
+    ("npu_smi_910b3_vllm_ascend_1903.txt", [("910B3", 64.0)] * 4, "atlas-800i-a2"),
+    # Syllo/nvtop issue #421 (npu-smi 25.2.0, Atlas 300I Duo): chip rows "| 0       0 |" (Chip, Device), DDR only
+    ("npu_smi_300i_duo_nvtop_421.txt", [("310P3", pytest.approx(44280 / 1024)), ("310P3", pytest.approx(43693 / 1024))],
+     None),
+])
+def test_npu_smi_of_a2_a3_and_300i_duo_count_every_chip(name, expected, catalog):
+    """Issue 51 item 8: A3's chip rows carry two ids ("Chip  Phy-ID", vllm-ascend #2035, #2534), which
+    msopt/sim/detect.py's parse_npu_smi read as no NPU at all; real outputs of A2, A3 and 300I Duo, cited."""
+    rows = parse_npu_smi(_read(name))
+    assert rows == expected
+    found = detect_devices({"npu-smi": _read(name)}, "NPU")
+    assert found is not None and found.count == len(expected)
+    assert hardware_for(found).catalog == (catalog or "")

@@ -146,3 +146,42 @@ def test_vllm_cpu_kv_cache_comes_from_its_environment_variable():
     assert knobs_from_launch(LaunchSpec("vllm", argv, env={"VLLM_CPU_KVCACHE_SPACE": ""})).kv_cache_gib is None
     with pytest.raises(SimulationError, match="VLLM_CPU_KVCACHE_SPACE"):
         knobs_from_launch(LaunchSpec("vllm", argv, env={"VLLM_CPU_KVCACHE_SPACE": "lots"}))
+
+
+def test_sglang_default_memory_fraction_on_npus_follows_sglangs_npu_defaults():
+    """Issue 51 item 13: on NPUs sglang 0.5.23 srt/hardware_backend/npu/utils.py (set_default_server_args) sets
+    chunked_prefill_size 8192 and a decode graph max batch of 64 (tp < 4) or 256 up to 64 GiB before
+    srt/arg_groups/memory_hook.py (handle_gpu_memory_settings, reserve_for_graph_mb) computes the fraction:
+    512 + 1.5 x chunk + tp x pp / 8 x 1024 + 2 x max_bs + 3 x max_bs x attn_dp MB, at least 10 GB."""
+    from msopt.engines.sglang.knobs import sglang_mem_fraction
+
+    # the A3 recipe: tp 32 (the world) with 4 attention-DP ranks, chunk 114688, on a 64 GiB die
+    assert sglang_mem_fraction(64.0, 32, 1, 114688, 288, npu=True, attn_dp=4) == pytest.approx(
+        round((65536 - (512 + 1.5 * 114688 + 32 / 8 * 1024 + 2 * 256 + 256 * 4 * 3)) / 65536, 3))
+    assert sglang_mem_fraction(64.0, 32, 1, 114688, 288, npu=True, attn_dp=4) == -1.75
+    k = knobs_from_launch(LaunchSpec("sglang", ("python", "-m", "sglang.launch_server", "--tp-size", "2")))
+    npu = resolved(k, 64.0, "NPU")
+    assert npu.max_num_batched_tokens == 8192  # the NPU default chunk up to 64 GiB (CUDA: 4096 below 70 GiB)
+    # 512 + 1.5 x 8192 + 2/8 x 1024 + 2 x 64 = 13184 MB, over the 10 GB floor
+    assert npu.memory_fraction == pytest.approx(round((65536 - 13184) / 65536, 3))
+    assert resolved(k, 64.0).max_num_batched_tokens == 4096
+
+
+def test_the_sglang_ascend_recipe_of_qwen3_coder_480b_fails_as_sglang_does_not_with_a_valueerror():
+    """Issue 51 item 13, ../shared/measured/sglang_ascend_best_practice.csv "Qwen3-480B HT50ms-2": tp 32 over two
+    A3 nodes, DP attention 4, --chunked-prefill-size 114688 and no --mem-fraction-static; SGLang's own default
+    (-1.75 on a 64 GiB die) reaches its KV sizing, which stops with its own words
+    (sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3043-3058), not "memory fraction must be in (0, 1]"."""
+    from msopt.sim.simulator import simulate_launch
+
+    argv = ("python", "-m", "sglang.launch_server", "--tp-size", "32", "--dp-size", "4", "--enable-dp-attention",
+            "--chunked-prefill-size", "114688", "--max-running-requests", "288", "--max-prefill-tokens", "458880",
+            "--nnodes", "2", "--disable-radix-cache")
+    table = {"hardware": "atlas-800i-a3", "model": "qwen3-coder-480b-a35b", "weight_dtype": "int8",
+             "workload": {"input_len": 3500, "output_len": 1500, "num_prompts": 64, "concurrency": 32}}
+    res = simulate_launch(LaunchSpec("sglang", argv), table)
+    assert res.error is not None and "must be in (0, 1]" not in res.error
+    assert res.error.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache under "
+                                "--mem-fraction-static=-1.75. Raise --mem-fraction-static above 0.")
+    served = simulate_launch(LaunchSpec("sglang", (*argv, "--mem-fraction-static", "0.8")), table)
+    assert served.error is None

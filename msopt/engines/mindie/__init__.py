@@ -39,7 +39,13 @@ from msopt.engines.launch import (
     wait_start_time,
 )
 from msopt.engines.mindie.health import MINDIE_SOURCES
-from msopt.engines.mindie.install import DEFAULT_INSTALL_PATH, PIP_WRAPPER, MindieInstall, find_install
+from msopt.engines.mindie.install import (
+    DEFAULT_INSTALL_PATH,
+    PIP_WRAPPER,
+    MindieInstall,
+    find_install,
+    installed_config,
+)
 from msopt.engines.mindie.original import refuse_mindie_pd
 from msopt.engines.mindie.rules import RULES as MINDIE_RULES
 from msopt.engines.mindie.template import write_init as write_mindie_init
@@ -281,6 +287,8 @@ def load_config(section: Mapping[str, Any], *, missing_ok: bool = False) -> tupl
     """
     raw = section.get("config_path")
     if raw in (None, ""):
+        raw = installed_config()  # the installed MindIE's, as the original found it without config_path
+    if raw in (None, ""):
         return json.loads(TEMPLATE_PATH.read_text(encoding="utf-8")), None
     if not isinstance(raw, str):
         raise ConfigError(f"[mindie] 'config_path' must be a path string, got {raw!r}")
@@ -436,7 +444,7 @@ class MindieAdapter(EngineAdapter):
         with ``config_env``); what happens to HTTPS; the addresses MindIE will listen on."""
         found = find_install(probe=True)
         out: list[tuple[str, bool, str]] = [self._install_check(section, found)]
-        raw, private = section.get("config_path"), bool(config_env(section))
+        raw, private = section.get("config_path") or installed_config(), bool(config_env(section))
         if not raw:
             if "config_env" in section and private:
                 return [*out, ("config.json", True, "no config_path: every trial writes the built-in template "

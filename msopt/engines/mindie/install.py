@@ -109,3 +109,17 @@ def find_install(environ: Mapping[str, str] | None = None, *, probe: bool = Fals
     # main.py:46-53: the wrapper execs <package>/bin/mindieservice_daemon and needs <package>/conf/config.json
     conf = str(pkg / "conf" / "config.json") if pkg is not None else None
     return MindieInstall("pip", wrapper, conf, f"{PIP_WRAPPER} on PATH")
+
+
+def installed_config(environ: Mapping[str, str] | None = None) -> str | None:
+    """The config.json of the MindIE installed here, as the original tool found it when ``config_path`` was not
+    given: the installation's own (:func:`find_install`: ``$MIES_INSTALL_PATH/conf/config.json`` or the pip
+    package's), else ``$MIES_INSTALL_PATH/../mindie_llm/conf/config.json`` (the original's and optix's
+    ``MindieConfig.config_path`` default, Ascend/msmodeling optix/config/config.py:921-941
+    ``_get_mindie_config_paths``); None when none exists."""
+    env = os.environ if environ is None else environ
+    found = find_install(env)
+    candidates = [found.config] if found is not None and found.config else []
+    if env.get("MIES_INSTALL_PATH"):
+        candidates.append(str(Path(env["MIES_INSTALL_PATH"]).parent / "mindie_llm" / "conf" / "config.json"))
+    return next((c for c in candidates if Path(c).is_file()), None)

@@ -2,6 +2,11 @@
 
 Flags: SGLang 0.5.23 (``sglang/srt/arg_groups/fields/*.py``, ``sglang/srt/server_args.py``; the
 table msopt's tests check against is tests/data/engines/sglang_flags.txt).
+
+On Ascend (``[sglang] platform = "ascend"``, or ``--device npu`` in the launch: sglang 0.5.23
+srt/arg_groups/fields/device.py, ``device``) each trial gets its own HCCL host and NPU port blocks, as
+MindIE's and vllm-ascend's do (:mod:`msopt.engines.hccl`): SGLang's NPU backend communicates over HCCL
+(sglang/srt/hardware_backend/npu), so two trials on one node would otherwise both bind 60000 and 16666.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import Any
 
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
+from msopt.engines.hccl import check_section as check_hccl
+from msopt.engines.hccl import hccl_env
 from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.engines.pd import (
@@ -30,8 +37,11 @@ from msopt.engines.pd import (
 from msopt.engines.sglang.health import SGLANG_SOURCES
 from msopt.engines.sglang.rules import RULES as SGLANG_RULES
 from msopt.engines.sglang.template import write_init as write_sglang_init
-from msopt.errors import EvaluationError
+from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
+
+#: ``[sglang] platform``: "cuda" (default) or "ascend" (SGLang's NPU backend)
+PLATFORMS = ("cuda", "ascend")
 
 #: Data-parallel replicas, and attention data parallelism inside the tensor-parallel group
 #: (sglang/srt/arg_groups/fields/parallel.py 0.5.23: ``dp_size``, ``attn_dp_size`` and their aliases).
@@ -58,6 +68,22 @@ def _drop(items: Sequence[str], names: Sequence[str]) -> tuple[list[str], int | 
             continue
         out.append(item)
     return out, at
+
+
+def on_ascend(section: Mapping[str, Any], argv: Sequence[str] = ()) -> bool:
+    """SGLang runs on Ascend NPUs: ``[sglang] platform = "ascend"``, or ``--device npu`` in ``argv``.
+
+    Raises:
+        ConfigError: ``platform`` is neither "cuda" nor "ascend".
+    """
+    platform = section.get("platform", "cuda")
+    if platform not in PLATFORMS:
+        raise ConfigError(f"[sglang] 'platform' must be one of {', '.join(PLATFORMS)}, got {platform!r}; "
+                          "\"ascend\" is SGLang's NPU backend")
+    items = list(argv)
+    device = next((items[i + 1] for i, a in enumerate(items[:-1]) if a == "--device"), None)
+    device = device or next((a.split("=", 1)[1] for a in items if a.startswith("--device=")), None)
+    return platform == "ascend" or device == "npu"
 
 
 def current_dp_spelling(argv: Sequence[str]) -> list[str]:
@@ -113,7 +139,20 @@ class SglangAdapter(CommandLineAdapter):
         """As every command-line engine, with the deprecated ``--enable-dp-attention`` (a field or
         ``others``) rendered in its current spelling (:func:`current_dp_spelling`)."""
         spec = super().render(values, fields, section, port=port, devices=devices, workdir=workdir)
-        return replace(spec, argv=tuple(current_dp_spelling(spec.argv)))
+        spec = replace(spec, argv=tuple(current_dp_spelling(spec.argv)))
+        if devices and on_ascend(section, spec.argv):
+            spec = replace(spec, env=hccl_env(spec.env, section, devices, fields, self.name))
+        return spec
+
+    def render_nodes(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                     port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+                     workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
+        """As every command-line engine; on Ascend each node's HCCL ports follow its own devices."""
+        specs = super().render_nodes(values, fields, section, port=port, nodes=nodes,
+                                     rendezvous_port=rendezvous_port, workdir=workdir, leader_ports=leader_ports)
+        if len(nodes) == 1 or not on_ascend(section, specs[0].argv):
+            return specs
+        return [replace(s, env=hccl_env(s.env, section, n.devices, fields, self.name)) for s, n in zip(specs, nodes)]
 
     # sglang/srt/server_args.py 0.5.23: --nnodes, --node-rank, --dist-init-addr HOST:PORT on every node;
     # ranks >= 1 run the scheduler only (no HTTP server)
@@ -140,6 +179,8 @@ class SglangAdapter(CommandLineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """As every command-line engine; with ``[sglang.pd]`` each kind of instance is checked on
         its own fields (``prefill:`` / ``decode:`` prefixes, see :mod:`msopt.engines.pd`)."""
+        if on_ascend(section):
+            check_hccl(section, self.name)
         pd = pd_table(section, self.name)
         if pd is None:
             super().check(fields, section)
@@ -152,13 +193,18 @@ class SglangAdapter(CommandLineAdapter):
         """``msopt validate``: a drafting launch without ``--enable-metrics`` has no ``/metrics``
         (sglang 0.5.23 srt/arg_groups/fields/observability.py: ``enable_metrics`` defaults to false), so
         its acceptance length is not measured (:mod:`msopt.benchmarks.engine_metrics`)."""
-        flags = {flag_name(a) for a in split_others(command_table(section, self.name).get("others", ""), {},
-                                                    f"[{self.name}.command]")}
+        others = split_others(command_table(section, self.name).get("others", ""), {}, f"[{self.name}.command]")
+        flags = {flag_name(a) for a in others}
+        out = []
+        if on_ascend(section, others):
+            out.append("HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [sglang] "
+                       "hccl_base_port (60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x "
+                       "the trial's first device id (32 ports each), unless [sglang.env] sets them")
         if "--speculative-algorithm" in flags and "--enable-metrics" not in flags:
-            return ["speculative decoding without --enable-metrics: SGLang serves no /metrics, so spec_accept_len "
-                    "is not measured and the prior keeps the assumed (or [simulator] spec_accept_len) acceptance "
-                    "length; add --enable-metrics to [sglang.command] others"]
-        return []
+            out.append("speculative decoding without --enable-metrics: SGLang serves no /metrics, so spec_accept_len "
+                       "is not measured and the prior keeps the assumed (or [simulator] spec_accept_len) acceptance "
+                       "length; add --enable-metrics to [sglang.command] others")
+        return out
 
     def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
                   ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
@@ -184,8 +230,11 @@ class SglangAdapter(CommandLineAdapter):
                     boots.append(free.pop(0))
                     extra += ["--disaggregation-bootstrap-port", str(boots[-1])]
                 specs.append(replace(spec, argv=spec.argv + tuple(extra)))
-        specs, where = split_devices(specs, devices, str(pd.get("visible_devices_env", "CUDA_VISIBLE_DEVICES")),
-                                     nodes)
+        visible = str(pd.get("visible_devices_env", "CUDA_VISIBLE_DEVICES"))
+        specs, where = split_devices(specs, devices, visible, nodes)
+        if on_ascend(inner, specs[0].argv if specs else ()):  # each instance's blocks follow its own NPUs
+            specs = [replace(s, env=hccl_env(s.env, inner, s.env[visible].split(","), fields, self.name))
+                     if s.env.get(visible) else s for s in specs]
         prefill, decode = tuple(specs[:n_p]), tuple(specs[n_p:])
         router = router_spec(pd, self.name, prefill, boots, decode, free.pop(0), values)
         return PdLaunch(prefill, decode, router, where)

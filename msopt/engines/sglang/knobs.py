@@ -10,29 +10,55 @@ from typing import Any
 from msopt.errors import SimulationError
 from msopt.sim.knobs import EngineKnobs, as_bool, as_float, as_int, split_argv
 
-__all__ = ["UNBOUNDED_TOKENS", "knobs_sglang", "sglang_mem_fraction"]
+__all__ = ["UNBOUNDED_TOKENS", "knobs_sglang", "sglang_mem_fraction", "sglang_npu_defaults"]
 
-def sglang_mem_fraction(hbm_gib: float, tp: int, pp: int, chunk: int, max_running: int | None) -> float:
-    """SGLang's default ``--mem-fraction-static``: (memory - reserved) / memory.
+def sglang_npu_defaults(hbm_gib: float, tp: int) -> tuple[int, int] | None:
+    """SGLang's NPU defaults ``(chunked_prefill_size, decode graph max_bs)`` by device memory, None above
+    64 GiB (the CUDA table then applies): sglang 0.5.23 ``srt/hardware_backend/npu/utils.py``
+    (set_default_server_args, run by handle_npu_backends before handle_gpu_memory_settings): up to 32 GiB
+    (910B4) 4096 and 16 below tp 4 else 64; up to 64 GiB (910B1-3, the A3 910_93xx dies) 8192 and 64 below
+    tp 4 else 256."""
+    mb = hbm_gib * 1024.0
+    if mb <= 32 * 1024:
+        return 4096, (16 if tp < 4 else 64)
+    if mb <= 64 * 1024:
+        return 8192, (64 if tp < 4 else 256)
+    return None
 
-    sglang 0.5.23 ``srt/arg_groups/memory_hook.py`` (handle_gpu_memory_settings,
-    reserve_for_graph_mb): reserved MB = 512 + 1.5 x max(chunked_prefill_size, 2048)
-    + tp x pp / 8 x 1024 + 2 x decode CUDA-graph max batch (256 below tp 4, else 512, on
-    60-160 GB devices; capped by --max-running-requests), at least 10 GB on devices over 60 GB.
-    The prefill-graph term (8 MB per captured size) is left out.
+
+def sglang_mem_fraction(hbm_gib: float, tp: int, pp: int, chunk: int, max_running: int | None, *,
+                        npu: bool = False, attn_dp: int = 1) -> float:
+    """SGLang's default ``--mem-fraction-static``: (memory - reserved) / memory, unclamped (SGLang does not
+    clamp it either: a negative value reaches its KV sizing, see the personality's ``no_kv_memory``).
+
+    sglang 0.5.23 ``srt/arg_groups/memory_hook.py`` (handle_gpu_memory_settings, reserve_for_graph_mb):
+    reserved MB = 512 + 1.5 x max(chunked_prefill_size, 2048) + tp x pp / 8 x 1024 (``tp`` the whole
+    tensor-parallel world, attention DP inside it) + 2 x decode graph max batch + with DP attention
+    3 x max batch x attn_dp_size (and 1.5 x more past a max batch of 300), at least 10 GB on devices over
+    60 GB. The decode max batch is 256 below tp 4 else 512 on 60-160 GB CUDA devices, capped by
+    --max-running-requests when left at its default; on NPUs up to 64 GiB it is set first by
+    :func:`sglang_npu_defaults` (so the cap does not apply: ``decode_max_bs_is_default`` is false). The
+    device memory is ``torch.npu.mem_get_info()[1]`` on NPUs (srt/utils/common.py,
+    get_npu_memory_capacity). The prefill-graph term (8 MB per captured size) is left out.
     """
     gpu_mb = hbm_gib * 1024.0
-    if gpu_mb < 20 * 1024:
-        max_bs = 8
-    elif gpu_mb < 60 * 1024:
-        max_bs = 48 if gpu_mb < 35 * 1024 and tp < 4 else (32 if tp < 4 else 160)
-    elif gpu_mb < 160 * 1024:
-        max_bs = 256 if tp < 4 else 512
+    npu_set = sglang_npu_defaults(hbm_gib, tp) if npu else None
+    if npu_set is not None:
+        max_bs = npu_set[1]
     else:
-        max_bs = 512
-    if max_running is not None:
-        max_bs = min(max_bs, max_running)
+        if gpu_mb < 20 * 1024:
+            max_bs = 8
+        elif gpu_mb < 60 * 1024:
+            max_bs = 48 if gpu_mb < 35 * 1024 and tp < 4 else (32 if tp < 4 else 160)
+        elif gpu_mb < 160 * 1024:
+            max_bs = 256 if tp < 4 else 512
+        else:
+            max_bs = 512
+        if max_running is not None:
+            max_bs = min(max_bs, max_running)
     reserved = 512.0 + 1.5 * max(chunk, 2048) + tp * pp / 8 * 1024 + 2.0 * max_bs
+    if attn_dp > 1:
+        reserved += max_bs * attn_dp * 3 + (max_bs * attn_dp * 1.5 if max_bs > 300 else 0.0)
     if gpu_mb > 60 * 1024:
         reserved = max(reserved, 10 * 1024.0)
     return round((gpu_mb - reserved) / gpu_mb, 3)

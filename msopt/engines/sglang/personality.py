@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from msopt.engines.sglang.knobs import knobs_sglang, sglang_mem_fraction
+from msopt.engines.sglang.knobs import knobs_sglang, sglang_mem_fraction, sglang_npu_defaults
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import MeasuredLayout, Personality, resolved
@@ -63,9 +63,47 @@ class SglangPersonality(Personality):
                          "--page-size default 128 on Atlas A2/A3")
         return 1, "sglang 0.5.23 srt/arg_groups/overrides.py _page_size_default: page_size 1 (64 on MUSA only)"
 
-    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int) -> float:
-        return sglang_mem_fraction(hbm_gib, knobs.tp, knobs.pp, batched_tokens if knobs.chunked_prefill else 16384,
-                                   knobs.max_num_seqs)
+    def default_memory_fraction(self, knobs: EngineKnobs, hbm_gib: float, batched_tokens: int,
+                                memory_kind: str = "CUDA") -> float:
+        # with DP attention --tp-size is the whole world and the attention ranks live inside it
+        attn_dp = knobs.dp if knobs.dp_attention else 1
+        return sglang_mem_fraction(hbm_gib, knobs.tp * attn_dp, knobs.pp,
+                                   batched_tokens if knobs.chunked_prefill else 16384, knobs.max_num_seqs,
+                                   npu=memory_kind == "NPU", attn_dp=attn_dp)
+
+    def default_batched_tokens_for(self, hbm_gib: float, memory_kind: str = "CUDA", tp: int = 1) -> int:
+        # sglang 0.5.23 srt/hardware_backend/npu/utils.py (set_default_server_args): 4096 up to 32 GiB, 8192 up
+        # to 64 GiB on NPUs
+        npu = sglang_npu_defaults(hbm_gib, tp) if memory_kind == "NPU" else None
+        return npu[0] if npu is not None else super().default_batched_tokens_for(hbm_gib, memory_kind, tp)
+
+    def hybrid_state_slots(self, knobs: EngineKnobs, rest_gib: float, per_seq_gib: float) -> int:
+        # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3323-3385 (_handle_max_mamba_cache): with the radix
+        # cache off and --max-running-requests set, one slot per running request of an attention-DP rank; else
+        # the pool takes mamba_full_memory_ratio / (1 + ratio) of what is left (fallback ratio 0.9,
+        # srt/arg_groups/fields/schedule.py), less the pool's padding slot
+        if per_seq_gib <= 0:
+            return 0
+        if not knobs.prefix_caching and knobs.max_num_seqs:
+            ranks = knobs.dp if knobs.dp_attention else 1
+            return max(1, int(knobs.max_num_seqs) // ranks)
+        ratio = 0.9
+        return max(0, int(rest_gib * ratio / (1 + ratio) // per_seq_gib) - 1)
+
+    def no_state_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
+        # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3387-3400
+        per_seq_mb = mem.state_gib / mem.state_slots * 1024 if mem.state_slots else 0.0
+        return ("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+                f"max_mamba_cache_size={mem.state_slots} (total_rest_memory={mem.kv_gib + mem.state_gib:.2f} GB, "
+                f"mamba_cache_per_req={per_seq_mb:.2f} MB). Try: (1) reduce --max-running-requests, (2) increase "
+                "--mem-fraction-static")
+
+    def fraction_problem(self, knobs: EngineKnobs) -> str | None:
+        # SGLang refuses no --mem-fraction-static at start-up: a fraction of 0 or less reaches its KV sizing
+        # (no_kv_memory); one above 1 is refused here as by every engine
+        if knobs.memory_fraction is not None and knobs.memory_fraction <= 0:
+            return None
+        return super().fraction_problem(knobs)
 
     def draft_problem(self, method: str, memory_kind: str) -> str | None:
         # sglang 0.5.23 srt/arg_groups/speculative_hook.py, _handle_ngram
@@ -74,6 +112,15 @@ class SglangPersonality(Personality):
         return None
 
     def no_kv_memory(self, knobs: EngineKnobs, mem: MemoryPlan) -> str:
+        if mem.weights_gib + mem.reserve_gib >= mem.usable_gib:
+            # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3043-3058 (_profile_available_bytes): the
+            # static budget (device x fraction) does not even hold the weights; minimum = 1 - available/pre
+            total = mem.usable_gib / knobs.memory_fraction if knobs.memory_fraction else 0.0
+            least = (mem.weights_gib + mem.reserve_gib) / total if total > 0 else 1.0
+            return ("ValueError: Loaded weights leave no GPU memory for the KV cache under "
+                    f"--mem-fraction-static={knobs.memory_fraction}. Raise --mem-fraction-static above "
+                    f"{math.ceil(least * 1000) / 1000:.3f} (minimum viable = 1 - available/pre = {least:.4f}). "
+                    "If using speculative decoding, draft weights are now counted.")
         # sglang 0.5.23 srt/model_executor/pool_configurator.py
         return ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
                 f"Current value: mem_fraction_static={knobs.memory_fraction}")
@@ -116,8 +163,9 @@ class SglangPersonality(Personality):
         return ["--speculative-algorithm", algo, "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
                 "1", "--speculative-num-draft-tokens", str(draft_tokens)]
 
-    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float) -> tuple[list[str], str] | None:
-        if knobs.memory_fraction is not None or (resolved(knobs, hbm_gib).memory_fraction or 0.0) >= \
+    def measured_memory_fix(self, knobs: EngineKnobs, hbm_gib: float,
+                            memory_kind: str = "CUDA") -> tuple[list[str], str] | None:
+        if knobs.memory_fraction is not None or (resolved(knobs, hbm_gib, memory_kind).memory_fraction or 0.0) >= \
                 MIN_MEASURED_FRACTION:
             return None
         # SGLang's default reserves 1.5 x the chunk size: with the recipes' huge chunks it leaves nothing, so their

@@ -38,6 +38,20 @@ def _sglang_dp_with_attn_dp(c: Candidate) -> str | None:
     return None
 
 
+def _sglang_mem_fraction_positive(c: Candidate) -> str | None:
+    # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3007 and 3043-3058 (_profile_available_bytes): the
+    # KV budget is the free memory less pre_model_load_memory x (1 - mem_fraction_static); at 0 or below that is
+    # at most free - pre, never above 0, whatever the model, and SGLang stops with this ValueError
+    raw = c.flags.get("--mem-fraction-static")
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if value is not None and value <= 0:
+        return f"ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={raw}."
+    return None
+
+
 #: SGLang's start-up rules.
 RULES: tuple[Rule, ...] = (
     Rule("sglang.tp_divides_attention_heads", "sglang", _sglang_tp_heads,
@@ -46,4 +60,6 @@ RULES: tuple[Rule, ...] = (
          "sglang/srt/arg_groups/validation_hook.py", SGLANG_VERSION),
     Rule("sglang.dp_size_with_attn_dp_size", "sglang", _sglang_dp_with_attn_dp,
          "sglang/srt/arg_groups/parallel_hook.py:287-292 (handle_data_parallelism)", SGLANG_VERSION),
+    Rule("sglang.mem_fraction_static_positive", "sglang", _sglang_mem_fraction_positive,
+         "sglang/srt/mem_cache/kv_cache_configurator.py:3043-3058 (_profile_available_bytes)", SGLANG_VERSION),
 )

@@ -10,6 +10,8 @@ def write_init(ctx: InitContext) -> None:
     doc, choice, spec, machine = ctx.doc, ctx.choice, ctx.spec, ctx.machine
     served, name, wl, context = ctx.served, ctx.name, ctx.workload, ctx.context
     doc.table("sglang", "docs/engines.md")
+    if machine.accelerator == "NPU":
+        doc.key("platform", "ascend", "SGLang's NPU backend: each trial gets its own HCCL port blocks")
     doc.key("wait_start_time", 900)
     doc.table("sglang.command")
     doc.key("executable", ["python3", "-m", "sglang.launch_server"], "use your venv's python")

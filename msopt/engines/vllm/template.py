@@ -16,7 +16,7 @@ def write_init(ctx: InitContext) -> None:
     doc.table("vllm", "docs/engines.md")
     if engine == "vllm-ascend":
         doc.key("platform", "ascend", "vllm-ascend: fields checked against vLLM 0.23.0's flag table")
-        doc.comment("hccl_base_port = 60000   # each trial's HCCL_IF_BASE_PORT = this + 16 x its first device id")
+        doc.comment("hccl_base_port = 60000   # each trial's HCCL_IF_BASE_PORT = this + 32 x its first device id")
     elif not cpu:
         doc.comment('version = "0.33.0"   # check the fields and `others` against that flag table at load time')
     doc.key("wait_start_time", 600 if cpu else 900, "seconds for the server to answer /health")

@@ -26,16 +26,29 @@ def csv_columns(field_names: Iterable[str]) -> list[str]:
     return [*METRICS, *fields, *TAIL_COLUMNS, *MEASURED_COLUMNS]
 
 
+#: What a spreadsheet reads as the start of a formula: msmodeling optix's FORMULA_PREFIXES ("=", "+", "-", "@",
+#: Ascend/msmodeling optix/io_utils.py:25) and the tab and carriage return OWASP's "CSV Injection" page adds.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def sanitize_csv_value(text: str) -> str:
+    """``text`` with a leading ``'`` when a spreadsheet would read it as a formula (optix's
+    ``sanitize_csv_value``, Ascend/msmodeling optix/io_utils.py:75-79): error texts come from server logs."""
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         if math.isnan(value):
             return ""
-        return repr(value)
+        return repr(value)  # a number, negative ones too: never a formula
     if isinstance(value, (list, tuple, Mapping)):
         return dumps(value)
-    return str(value)
+    if isinstance(value, (bool, int)):
+        return str(value)
+    return sanitize_csv_value(str(value))
 
 
 def csv_row(result: EvaluationResult, columns: Sequence[str]) -> list[str]:
