@@ -56,8 +56,8 @@ def test_hybrid_attention_shrinks_kv_and_the_decode_cost_per_context_token() -> 
     from msopt.sim.specs import load_hardware
 
     hw = load_hardware("atlas-800i-a3")
-    knobs = EngineKnobs(engine="sglang", tp=4, max_num_seqs=80, max_num_batched_tokens=8192, memory_fraction=0.8, block_size=128,
-                        prefix_caching=False)
+    knobs = EngineKnobs(engine="sglang", tp=4, max_num_seqs=80, max_num_batched_tokens=8192, memory_fraction=0.8,
+                        block_size=128, prefix_caching=False)
     mh, md = (plan_memory(hw, m, knobs, "int8", "bf16") for m in (hybrid, dense))
     assert mh.state_slots == 80 and mh.state_gib == pytest.approx(80 * hybrid.state_bytes_per_seq(4) / 2**30)
     assert mh.kv_tokens > 3.5 * md.kv_tokens
