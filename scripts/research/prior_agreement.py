@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 
 from bench_search.methods import N_PARTICLES, _msopt_settings, _prior  # noqa: E402
 from bench_search.oracle import Oracle  # noqa: E402
-from bench_search.problems import PROBLEMS  # noqa: E402
+from bench_search.problems import PROBLEMS, selected  # noqa: E402
 from bench_search.runs import table  # noqa: E402
 
 from msopt.prior import PriorGuide  # noqa: E402
@@ -96,10 +96,15 @@ def first_generation(index: int, seed: int, cache: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 per problem")
-    parser.add_argument("--problems", default="all", help="indices into bench_search's PROBLEMS, comma-separated")
+    parser.add_argument("--problems", default="all",
+                        help="indices into bench_search's PROBLEMS, comma-separated, or 'all' (but the held-out)")
+    parser.add_argument("--held-out", action="store_true", help="admit the held-out problems (issue 49)")
     parser.add_argument("--cache", default=str(ROOT / ".bench_cache"), help="bench_search's table cache")
     args = parser.parse_args(argv)
-    idx = range(len(PROBLEMS)) if args.problems == "all" else [int(i) for i in args.problems.split(",")]
+    try:
+        idx = selected(args.problems, args.held_out)
+    except ValueError as exc:
+        parser.error(str(exc))
     print("| problem | reality | rho (median [IQR]) | top pick lost by > 2 noise | regret of the generation's best "
           "(median) | regret of the prior's top pick (median) |")
     print("|---|---|---|---|---|---|")

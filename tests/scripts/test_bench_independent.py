@@ -6,6 +6,7 @@ saying why."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -65,7 +66,7 @@ def test_the_mapping_onto_aiconfigurator_caps_the_batch_and_fails_out_of_memory(
     metrics, error = est.metrics({**base, "max_num_seqs": 16})
     assert error is None and metrics["generate_speed"] > 0 and metrics["time_to_first_token"] > 0
     # fewer slots than clients: the rest queue, so TTFT grows beyond the worker's own
-    worker = est._memo[(2, 1, 16, 8192, 0.9)][0]
+    worker = est._memo[(2, 1, 1, 16, 8192, 0.9)][0]
     assert metrics["time_to_first_token"] > worker["ttft"] / 1e3
     # Qwen3-32B in bf16 does not fit one 80 GB H100
     metrics, error = est.metrics({**base, "tp": 1, "dp": 8})
@@ -73,6 +74,97 @@ def test_the_mapping_onto_aiconfigurator_caps_the_batch_and_fails_out_of_memory(
     # vLLM's start-up rule without chunked prefill
     metrics, error = est.metrics({**base, "enable_chunked_prefill": False, "max_num_batched_tokens": 2048})
     assert metrics is None and "max_model_len" in error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_the_mapping_credits_a_replica_with_the_closed_loops_users_at_every_pp(pkg, pp):
+    """AIConfigurator's batch_size is one pipeline micro-batch: its own result credits the worker with
+    ``concurrency = batch_size · pp`` (base_backend.py:1372-1374) and that many users' throughput. The bench
+    passes n // pp, so AIConfigurator's concurrency is the requests the replica runs in the closed loop."""
+    from aiconfigurator.cli.api import cli_estimate
+
+    p = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.model == "llama-3.1-8b")
+    est = pkg.independent.Estimator(p)
+    dp = p.world // pp
+    values = {"tp": 1, "pp": pp, "dp": dp, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+              "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": 4096}
+    n = math.ceil(p.concurrency / dp)  # 512 slots: the replica runs its whole share of the closed loop
+    tp, pp_, dp_, batch, ctx, fraction, _ = est.worker(values)
+    r = cli_estimate(p.aic_model, p.aic_system, mode="agg", backend_name=p.engine, backend_version=p.aic_version,
+                     isl=p.input_len, osl=p.output_len, batch_size=batch, ctx_tokens=ctx, tp_size=tp, pp_size=pp_,
+                     free_gpu_memory_fraction=fraction)
+    assert r.concurrency == n  # AIConfigurator's concurrency = batch_size · pp_size (attention dp 1)
+    metrics, error = est.metrics(values)
+    assert error is None
+    # all of the closed loop is in flight: no wait beyond the worker's own TTFT, the throughput of dp workers
+    assert metrics["generate_speed"] == pytest.approx(dp * float(r.raw["tokens/s"]))
+    assert metrics["time_to_first_token"] == pytest.approx(float(r.ttft) / 1e3)
+    assert est.in_flight(values) == n
+
+
+@pytest.mark.slow
+def test_the_mapping_keeps_a_pipeline_to_the_requests_it_has(pkg):
+    """Fewer requests than stages: AIConfigurator's smallest worker runs one per micro-batch (pp in all), so the
+    bench scales its throughput by n / pp; a remainder of fewer than pp requests waits for a slot."""
+    base = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.model == "llama-3.1-8b")
+    values = {"tp": 1, "pp": 4, "dp": 2, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+              "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": 4096}
+    few = pkg.independent.Estimator(dataclasses.replace(base, concurrency=4))  # 2 requests per replica
+    assert few.in_flight(values) == 2 and few.worker(values)[3] == 1
+    metrics, error = few.metrics(values)
+    worker = few._memo[(1, 4, 1, 1, few.worker(values)[4], 0.9)][0]
+    assert error is None
+    assert metrics["generate_speed"] == pytest.approx(2 * worker["tokens/s"] * 2 / 4)
+    assert metrics["time_to_first_token"] == pytest.approx(worker["ttft"] / 1e3)
+    odd = pkg.independent.Estimator(dataclasses.replace(base, concurrency=12))  # 6 per replica: 4 run, 2 wait
+    assert odd.in_flight(values) == 6 and odd.worker(values)[3] == 1
+    metrics, error = odd.metrics(values)
+    worker = odd._memo[(1, 4, 1, 1, odd.worker(values)[4], 0.9)][0]
+    assert error is None and metrics["generate_speed"] == pytest.approx(2 * worker["tokens/s"])
+    assert metrics["time_to_first_token"] == pytest.approx(worker["ttft"] / 1e3 + 2 / worker["seq/s"])
+
+
+@pytest.mark.slow
+def test_vllm_runs_the_dp_ranks_of_an_moe_model_as_one_worker(pkg):
+    """An MoE model on vLLM: the dp ranks share the expert layers (attention dp in AIConfigurator, the experts
+    sliced over tp x dp), so AIConfigurator's one worker is the whole world and credits it with the whole closed
+    loop (concurrency = batch_size x pp x attention_dp)."""
+    from aiconfigurator.cli.api import cli_estimate
+
+    p = next(p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.engine == "vllm" and "-a3b" in p.model
+             and not p.held_out)
+    est = pkg.independent.Estimator(p)
+    assert est.moe and est.lockstep
+    values = {"tp": 1, "pp": 2, "dp": 4, "max_num_seqs": 512, "max_num_batched_tokens": 8192,
+              "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": p.max_model_len}
+    metrics, error = est.metrics(values)
+    assert error is None
+    tp, pp, dp, batch, ctx, fraction, _ = est.worker(values)
+    assert batch * pp * dp == p.concurrency  # 64 requests a rank, two micro-batches of 32
+    r = cli_estimate(p.aic_model, p.aic_system, mode="agg", backend_name=p.engine, backend_version=p.aic_version,
+                     isl=p.input_len, osl=p.output_len, batch_size=batch, ctx_tokens=ctx, tp_size=tp, pp_size=pp,
+                     attention_dp_size=dp, moe_tp_size=tp * dp, moe_ep_size=1, free_gpu_memory_fraction=fraction)
+    assert r.concurrency == p.concurrency
+    assert metrics["generate_speed"] == pytest.approx(float(r.raw["tokens/s"]))  # one worker, not dp of them
+    assert metrics["time_to_first_token"] == pytest.approx(float(r.ttft) / 1e3)
+
+
+@pytest.mark.slow
+def test_the_held_out_problems_reach_aiconfigurator(pkg):
+    """Each held-out problem's default configuration gets an estimate or a launch failure, never an error, so
+    they can be run at the end (only that is asserted: nothing of their results is looked at)."""
+    for p in (p for p in pkg.problems.PROBLEMS if p.held_out):
+        est = pkg.independent.Estimator(p)
+        dp = p.world // p.tp_default
+        if p.engine == "sglang":
+            values = {"tp": p.tp_default, "dp": dp, "max_running_requests": 256, "chunked_prefill_size": 8192,
+                      "mem_fraction_static": 0.85}
+        else:
+            values = {"tp": p.tp_default, "pp": 1, "dp": dp, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+                      "gpu_memory_utilization": 0.9, "enable_chunked_prefill": True, "max_model_len": p.max_model_len}
+        metrics, error = est.metrics(values)
+        assert (metrics is None) != (error is None), p.name
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ def pkg():
     try:
         yield SimpleNamespace(render=importlib.import_module("bench_search.render"),
                               methods=importlib.import_module("bench_search.methods"),
-                              score=importlib.import_module("bench_search.score"))
+                              score=importlib.import_module("bench_search.score"),
+                              problems=importlib.import_module("bench_search.problems"))
     finally:
         sys.path.remove(scripts)
 
@@ -53,3 +54,40 @@ def test_report_fills_every_field(pkg):
     assert "## Method" in text and "### Ablation" in text and "| t |" in text and "Seeds 100–101" in text
     assert "- **50 launches**: msopt 0.000 (100%)" in text
     assert text.endswith(f"| {methods[-1].name} | {methods[-1].how} |\n")
+
+
+def test_held_out_problems_stay_out_unless_asked(pkg):
+    """Issue 49 item 5: the held-out problems are declared but left out of 'all', and naming one is refused
+    without --held-out, so that no run looks at them before the end."""
+    problems = pkg.problems.PROBLEMS
+    held = {i for i, p in enumerate(problems) if p.held_out}
+    assert len(held) >= 3 and all(problems[i].reality == "aic" for i in held)
+    everything = set(range(len(problems)))
+    assert set(pkg.problems.selected("all")) == everything - held
+    assert set(pkg.problems.selected("all", held_out=True)) == everything
+    one = min(held)
+    with pytest.raises(ValueError, match="held-out"):
+        pkg.problems.selected(f"0,{one}")
+    assert pkg.problems.selected(f"0,{one}", held_out=True) == (0, one)
+    with pytest.raises(ValueError, match="no problem"):
+        pkg.problems.selected(str(len(problems)))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmarks" / "bench_search.py"), "--problems",
+                          str(one), "--out", "-"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--held-out" in out.stderr
+
+
+def test_the_declared_problems_cover_moe_long_prompts_and_another_gpu(pkg):
+    """Issue 49 item 5: among the independent problems, declared and held out alike, a mixture-of-experts
+    model, a long-prompt workload (its max_model_len in the space) and a GPU beyond the H100 / H200."""
+    for held in (False, True):
+        aic = [p for p in pkg.problems.PROBLEMS if p.reality == "aic" and p.held_out == held
+               and (held or p.name not in {"aic: qwen3-32b/h100-sxm/vllm/W8", "aic: llama-3.1-8b/h200-sxm/vllm/W8",
+                                           "aic: qwen3-8b/h100-sxm/sglang/W8"})]
+        assert len(aic) >= 3
+        assert any("-a3b" in p.model for p in aic)  # MoE
+        assert any(p.input_len >= 4096 and p.max_model_len >= p.input_len + p.output_len for p in aic)
+        assert any(p.aic_system not in ("h100_sxm", "h200_sxm") for p in aic)
+    long = next(p for p in pkg.problems.PROBLEMS if p.max_model_len != 4096)
+    assert f"value = {long.max_model_len}" in long.toml()
+    # the problems of before keep their configuration's text, so their cached tables stay valid
+    assert "min = 4096\nmax = 4096\ndtype = \"int\"\nvalue = 4096" in pkg.problems.PROBLEMS[0].toml()

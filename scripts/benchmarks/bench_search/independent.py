@@ -25,18 +25,36 @@ read in their installed source:
 From msopt's configuration to AIConfigurator's worker (one replica of ``tp · pp`` devices; ``dp``
 replicas share the workload's closed-loop concurrency ``C``):
 
-- batch = min(max_num_seqs (SGLang: max_running_requests), ceil(C / dp)): the requests one
-  replica runs at once.
+- n = min(max_num_seqs (SGLang: max_running_requests), ceil(C / dp)): the requests one replica
+  runs at once.
+- batch = n // pp (at least 1): AIConfigurator's ``batch_size`` is one pipeline micro-batch, and it
+  credits the worker with ``pp`` of them in flight (aiconfigurator-core 0.12.0,
+  ``aiconfigurator_core/sdk/backends/base_backend.py``: ``run_agg``, lines 1372-1374,
+  ``scale_factor = model.config.pp_size * model.config.attention_dp_size``,
+  ``output_throughput = output_throughput * scale_factor``, ``concurrency = b * scale_factor``;
+  ``run_static``, lines 727-729, ``seq_s = global_bs / request_latency * 1000 * pp_size``; its KV
+  cache holds ``batch_size`` sequences of every layer, line 1767-1768, "should not be divided by
+  pp_size as you need to hold all kvcache for stages"). So a replica runs ``batch · pp`` requests;
+  passing n itself credited a pp-4 replica with 4 × the closed loop's users and 4 × their
+  throughput. Where pp does not divide n the remainder (fewer than pp requests) waits; where
+  n < pp only n of the pp micro-batches are in flight, so throughput is scaled by n / pp.
 - ctx_tokens (the per-step prompt-token budget) = max_num_batched_tokens (SGLang:
   chunked_prefill_size); without chunked prefill rounded down to whole prompts, as
   AIConfigurator's sweep enumerates it (``_agg_ctx_tokens_list``); at most (batch − 1) prompts
   per step, the sweep's balance guard.
 - free_gpu_memory_fraction = gpu_memory_utilization (SGLang: mem_fraction_static).
+- A mixture-of-experts model (``aiconfigurator.sdk.models.check_is_moe``): its experts are
+  tensor-sliced, ``moe_tp_size = tp`` (neither ``--enable-expert-parallel`` nor SGLang's
+  ``--ep-size`` is in the space). vLLM runs the dp ranks of an MoE model as one lock-step worker
+  whose expert layers span every rank (vLLM 0.33.0 ``vllm/config/parallel.py``, as
+  msopt/sim/moe.py reads it): AIConfigurator's ``attention_dp_size = dp`` with
+  ``moe_tp_size = tp · dp``, its batch per rank, its throughput the whole world's. SGLang's
+  ``--dp-size`` without DP attention runs independent replicas, as for a dense model.
 - vLLM refuses ``max_num_batched_tokens < max_model_len`` without chunked prefill (vLLM 0.23.0
   vllm/config/scheduler.py:259-278, the rule msopt/engines/vllm/rules.py cites): that launch fails.
 - generate_speed = dp × tokens/s; TTFT = the worker's TTFT plus the wait of the requests beyond
-  the batch, ``(C / dp − batch) / seq/s`` by Little's law (a closed loop of C / dp clients served
-  batch at a time); TPOT as estimated.
+  those in flight, ``(C / dp − min(n, batch · pp)) / seq/s`` by Little's law (a closed loop of
+  C / dp clients served that many at a time); TPOT as estimated.
 """
 
 from __future__ import annotations
@@ -45,7 +63,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, cached_property
 from importlib import metadata
 from typing import Any
 
@@ -83,21 +101,30 @@ class Estimator:
         logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
 
     def worker(self, values: Mapping[str, Any]) -> tuple[int, int, int, int, int, float, bool]:
-        """(tp, pp, dp, batch, ctx_tokens, memory fraction, chunked) of decoded values."""
+        """(tp, pp, dp, batch, ctx_tokens, memory fraction, chunked) of decoded values; batch is
+        AIConfigurator's ``batch_size``, one pipeline micro-batch (:meth:`in_flight` the replica's)."""
         p = self.problem
         tp, pp = int(values["tp"]), int(values.get("pp", 1))
         dp = int(values.get("dp", p.world // (tp * pp)))
         if p.engine == "sglang":
-            seqs, budget = int(values["max_running_requests"]), int(values["chunked_prefill_size"])
+            budget = int(values["chunked_prefill_size"])
             fraction, chunked = float(values["mem_fraction_static"]), True
         else:
-            seqs, budget = int(values["max_num_seqs"]), int(values["max_num_batched_tokens"])
+            budget = int(values["max_num_batched_tokens"])
             fraction, chunked = float(values["gpu_memory_utilization"]), bool(values["enable_chunked_prefill"])
-        batch = max(1, min(seqs, math.ceil(p.concurrency / dp)))
+        batch = max(1, self.in_flight(values) // pp)
         isl = p.input_len
         ctx = budget if chunked else max(isl, budget // isl * isl)
         ctx = min(ctx, max(1, batch - 1) * isl)
         return tp, pp, dp, batch, ctx, fraction, chunked
+
+    def in_flight(self, values: Mapping[str, Any]) -> int:
+        """n: the requests one replica runs at once, its slots or its share of the closed loop."""
+        p = self.problem
+        tp, pp = int(values["tp"]), int(values.get("pp", 1))
+        dp = int(values.get("dp", p.world // (tp * pp)))
+        seqs = int(values["max_running_requests"] if p.engine == "sglang" else values["max_num_seqs"])
+        return max(1, min(seqs, math.ceil(p.concurrency / dp)))
 
     def metrics(self, values: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
         """(metrics, None) or (None, why the launch fails)."""
@@ -106,27 +133,48 @@ class Estimator:
                 and int(values["max_num_batched_tokens"]) < int(values.get("max_model_len", 4096))):
             return None, "vLLM refuses max_num_batched_tokens < max_model_len without chunked prefill"
         tp, pp, dp, batch, ctx, fraction, _ = self.worker(values)
-        key = (tp, pp, batch, ctx, fraction)
+        # vLLM runs an MoE model's dp ranks as one worker: attention dp, the experts sliced over them
+        ranks = dp if self.lockstep else 1
+        key = (tp, pp, ranks, batch, ctx, fraction)
         if key not in self._memo:
             self._memo[key] = self._estimate(*key)
         worker, error = self._memo[key]
         if worker is None:
             return None, error
-        per_replica = p.concurrency / dp
-        wait = max(0.0, per_replica - batch) / worker["seq/s"]
-        return {"generate_speed": dp * worker["tokens/s"], "time_to_first_token": worker["ttft"] / 1e3 + wait,
+        n = self.in_flight(values)
+        # fewer requests than stages: only n of the pp micro-batches are in flight
+        occupancy = min(1.0, n / (batch * pp))
+        seq_s, tok_s = worker["seq/s"] * occupancy, worker["tokens/s"] * occupancy
+        wait = max(0.0, p.concurrency / dp - min(n, batch * pp)) / (seq_s / ranks)
+        workers = dp // ranks
+        return {"generate_speed": workers * tok_s, "time_to_first_token": worker["ttft"] / 1e3 + wait,
                 "time_per_output_token": worker["tpot"] / 1e3, "success_rate": 1.0,
-                "throughput": dp * worker["seq/s"]}, None
+                "throughput": workers * seq_s}, None
 
-    def _estimate(self, tp: int, pp: int, batch: int, ctx: int,
+    @cached_property
+    def moe(self) -> bool:
+        """Whether the problem's model is a mixture of experts (AIConfigurator's own test)."""
+        from aiconfigurator.sdk.models import check_is_moe
+
+        return bool(check_is_moe(self.problem.aic_model))
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether dp ranks form one worker (vLLM with an MoE model) rather than independent replicas."""
+        return self.moe and self.problem.engine == "vllm"
+
+    def _estimate(self, tp: int, pp: int, ranks: int, batch: int, ctx: int,
                   fraction: float) -> tuple[dict[str, Any] | None, str | None]:
         from aiconfigurator.cli.api import cli_estimate
 
         p = self.problem
+        # the experts: tensor-sliced over the worker's tp x ranks devices (neither engine's expert
+        # parallelism is in the space); AIConfigurator needs moe_tp_size for an MoE model
+        moe = {"attention_dp_size": ranks, "moe_tp_size": tp * ranks, "moe_ep_size": 1} if self.moe else {}
         try:
             r = cli_estimate(p.aic_model, p.aic_system, mode="agg", backend_name=p.engine,
                              backend_version=p.aic_version, isl=p.input_len, osl=p.output_len, batch_size=batch,
-                             ctx_tokens=ctx, tp_size=tp, pp_size=pp, free_gpu_memory_fraction=fraction)
+                             ctx_tokens=ctx, tp_size=tp, pp_size=pp, free_gpu_memory_fraction=fraction, **moe)
         except RuntimeError as exc:
             if str(exc).startswith("OOM"):
                 return None, "out of memory (AIConfigurator: weights, activations and KV cache exceed the device)"

@@ -58,13 +58,15 @@ class Problem:
     aic_model: str = ""     # AIConfigurator's model, system and engine version (reality "aic")
     aic_system: str = ""
     aic_version: str = ""
+    max_model_len: int = 4096   # vLLM's --max-model-len (a constant of the space): room for long prompts
+    held_out: bool = False  # looked at only at the end (issue 49): outside --problems all unless --held-out
 
     def toml(self) -> str:
         template = SGLANG_TEMPLATE if self.engine == "sglang" else TEMPLATE
         return template.read_text(encoding="utf-8").format(
             target=self.target, prompts=self.prompts, hw=self.hardware, model=self.model,
             inp=self.input_len, out=self.output_len, conc=self.concurrency, tp0=self.tp_default,
-            pps=list(self.pp_values), W=self.world)
+            pps=list(self.pp_values), W=self.world, mml=self.max_model_len)
 
     @property
     def key(self) -> str:
@@ -163,7 +165,53 @@ PROBLEMS = (
     Problem("aic: qwen3-8b/h100-sxm/sglang/W8", "h100-sxm", "qwen3-8b", 8, 1, (1,), 1024, 256, 128, 16000,
             engine="sglang", reality="aic", aic_model="Qwen/Qwen3-8B", aic_system="h100_sxm",
             aic_version="0.5.14"),
+    # Issue 49 item 5: declared before any tuning of the search for part 2, so that the search is judged on
+    # problems it was not shaped on: a mixture-of-experts model (vLLM's data-parallel ranks share its expert
+    # layers: Estimator), a long-prompt workload, a GPU of another generation (A100, vLLM 0.14.0 in
+    # AIConfigurator's a100_sxm.csv). Whether the prior is right on each is measured, not chosen
+    # (scripts/research/prior_agreement.py; docs/benchmarks.md). Targets: near the best throughput in the
+    # table, as for the problems above.
+    Problem("aic: qwen3-30b-a3b/h200-sxm/vllm/W8", "h200-sxm", "qwen3-30b-a3b", 8, 1, (1, 2, 4), 1024, 256, 256,
+            20000, reality="aic", aic_model="Qwen/Qwen3-30B-A3B", aic_system="h200_sxm", aic_version="0.24.0"),
+    Problem("aic: llama-3.1-8b/h100-sxm/vllm/W8/long", "h100-sxm", "llama-3.1-8b", 8, 1, (1, 2, 4), 6144, 256, 64,
+            6000, reality="aic", aic_model="meta-llama/Meta-Llama-3.1-8B", aic_system="h100_sxm",
+            aic_version="0.24.0", max_model_len=8192),
+    Problem("aic: llama-3.1-70b/a100-sxm/vllm/W8", "a100-sxm-80gb", "llama-3.1-70b", 8, 4, (1, 2, 4), 2048, 256, 64,
+            1000, reality="aic", aic_model="meta-llama/Meta-Llama-3.1-70B", aic_system="a100_sxm",
+            aic_version="0.14.0"),
+    # HELD OUT (issue 49 item 5): declared with the three above, before tuning, and looked at only at the end:
+    # no table of theirs is built or read while the search is designed. `--problems all` leaves them out;
+    # `--held-out` adds them (bench_search.py, prior_agreement.py, bench_hours.py).
+    Problem("aic: qwen3-8b/h200-sxm/vllm/W8", "h200-sxm", "qwen3-8b", 8, 1, (1, 2, 4), 2048, 512, 192, 30000,
+            reality="aic", aic_model="Qwen/Qwen3-8B", aic_system="h200_sxm", aic_version="0.24.0", held_out=True),
+    Problem("aic: qwen3-30b-a3b/h100-sxm/sglang/W8", "h100-sxm", "qwen3-30b-a3b", 8, 1, (1,), 1024, 512, 128, 20000,
+            engine="sglang", reality="aic", aic_model="Qwen/Qwen3-30B-A3B", aic_system="h100_sxm",
+            aic_version="0.5.14", held_out=True),
+    Problem("aic: qwen3-32b/a100-sxm/vllm/W8/long", "a100-sxm-80gb", "qwen3-32b", 8, 2, (1, 2, 4), 4096, 256, 32,
+            1500, reality="aic", aic_model="Qwen/Qwen3-32B", aic_system="a100_sxm", aic_version="0.14.0",
+            max_model_len=8192, held_out=True),
 )
+
+
+def selected(spec: str, held_out: bool = False) -> tuple[int, ...]:
+    """Indices into :data:`PROBLEMS` of ``spec`` ("all" or comma-separated indices).
+
+    "all" leaves the held-out problems out unless ``held_out``; naming one without ``held_out`` is
+    refused (ValueError), so that no run looks at them by accident."""
+    if spec == "all":
+        return tuple(i for i, p in enumerate(PROBLEMS) if held_out or not p.held_out)
+    try:
+        idx = tuple(int(i) for i in spec.split(","))
+    except ValueError:
+        raise ValueError(f"--problems must be 'all' or comma-separated indices, got {spec!r}") from None
+    bad = [i for i in idx if not 0 <= i < len(PROBLEMS)]
+    if bad:
+        raise ValueError(f"--problems: no problem {bad[0]}; valid: 0-{len(PROBLEMS) - 1}")
+    hidden = [i for i in idx if PROBLEMS[i].held_out and not held_out]
+    if hidden:
+        raise ValueError(f"--problems names held-out problem(s) {hidden} ({PROBLEMS[hidden[0]].name}); they are "
+                         "looked at only at the end: add --held-out to include them")
+    return idx
 
 
 def table_key(space: SearchSpace, values: Mapping[str, Any]) -> tuple:
