@@ -16,6 +16,7 @@ from typing import Any
 
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.results import values_key as values_key  # re-exported: its home is results
+from msopt.run.budget import ASSUMED_NOISE, pick, race, relative_noise
 
 
 def is_measurement(r: EvaluationResult) -> bool:
@@ -185,8 +186,6 @@ class Leaderboard:
         :data:`~msopt.run.budget.ASSUMED_NOISE` as if it were :data:`NOISE_PRIOR_DOF` more repeats
         (two repeats that happen to agree do not make the run sure of a 0.1 % difference); None
         before any configuration was measured twice."""
-        from msopt.run.budget import ASSUMED_NOISE, relative_noise
-
         groups = [[f for _, f in vals] for vals, _ in self.pool.values()]
         measured = relative_noise(groups)
         if measured is None:
@@ -197,8 +196,6 @@ class Leaderboard:
     def race(self) -> list[EvaluationResult]:
         """The next pair to re-measure (:func:`msopt.run.budget.race`): the best by mean and its most
         dangerous challenger, or [] when the best stands out of the noise."""
-        from msopt.run.budget import race
-
         ranked = self.contenders()
         pair = race([(m, n) for _, m, n in ranked], self.noise())
         return [] if pair is None else [ranked[i][0] for i in pair]
@@ -248,8 +245,6 @@ class Leaderboard:
             if edge is not None:
                 return edge
         if self.refined:
-            from msopt.run.budget import pick
-
             ranked = [c for c in self.contenders() if c[0].phase == "refine"]
             if ranked:
                 return ranked[pick([(m, n) for _, m, n in ranked], self.noise())][0]

@@ -136,8 +136,9 @@ def budget_lines(ctx: RunContext) -> list[str]:
 def extra_remeasurements(ctx: RunContext) -> int:
     """With a launch budget and ``pso_top_k`` > 1, the large plan: re-measurements beyond one per
     ``pso_top_k`` configuration, a quarter of the budget less one, spent racing the best by mean
-    fitness and its closest challenger (:meth:`Leaderboard.race`; close contenders are told apart by more than one measurement each; the search under a
-    budget usually finds the optimum early and loses it to noise in the pick) and on the baseline, as
+    fitness and its closest challenger (:meth:`Leaderboard.race`; close contenders are told apart by
+    more than one measurement each; the search under a budget usually finds the optimum early and
+    loses it to noise in the pick) and on the baseline, as
     often as the recommendation (:func:`refine`). 0 without a budget and in the small plan, whose
     re-measurements are all in :attr:`BudgetPlan.picks`."""
     return budget_plan(ctx).extra
