@@ -75,7 +75,9 @@ class Swarm:
             move draws among candidate moves that are not known refusals, drawing up to
             :data:`REFUSED_REDRAWS` more when every one is (a stalled particle's restart too), and
             with the constraint's screen each move draws ``k`` candidates and takes the one of the
-            best predicted fitness (the first, unranked, with probability ``explore``).
+            best predicted fitness (unranked, the first not predicted to fail, with the screen's
+            :meth:`~msopt.search.constraint.Screen.chance_unranked`: ``explore`` at full trust in
+            the model, 1 at none).
     """
 
     def __init__(
@@ -329,7 +331,8 @@ class Swarm:
         screen = self._constraint.screen if self._constraint.screen is not None and self._constraint.screen.k > 1 \
             else None
         if screen is not None or self._constraint.checks:
-            k, explore, score = (screen.k, screen.explore, screen.score) if screen is not None else (1, 1.0, None)
+            k, explore, score = (screen.k, screen.chance_unranked(), screen.score) if screen is not None \
+                else (1, 1.0, None)
             cands = [(nx, nv)] + [self._step(rows, x, v, w, c1, c2) for _ in range(k - 1)]
             unranked = self._rng.random(rows.size) < explore if screen is not None else np.ones(rows.size, bool)
             for r in range(rows.size):
@@ -346,7 +349,9 @@ class Swarm:
                 if not ok:
                     continue  # every draw is a known refusal: the first stands (refused again, free)
                 j = ok[0]
-                if not unranked[r] and score is not None and len(ok) > 1:
+                if unranked[r] and screen is not None and len(ok) > 1:  # the model's word on failures only
+                    j = ok[screen.first_feasible(np.array([mine[i][0] for i in ok]))]
+                elif not unranked[r] and score is not None and len(ok) > 1:
                     s = np.asarray(score(np.array([mine[i][0] for i in ok])), dtype=float)
                     if np.any(np.isfinite(s)):
                         j = ok[int(np.argmin(np.where(np.isnan(s), np.inf, s)))]
