@@ -109,6 +109,7 @@ class Swarm:
         self._counts = np.zeros(n, dtype=np.int64)
         self._stalls = np.zeros(n, dtype=np.int64)
         self._constraint = constraint
+        self._released = False  # the particles were released from the model's starts (_release)
 
     def _setup(self, low: Any, high: Any, options: SwarmOptions, steps: Any = None) -> None:
         low = np.array(low, dtype=float).reshape(-1)
@@ -249,6 +250,7 @@ class Swarm:
         self._counts[idx] += 1
         self._move(idx, t)
         self._restart_stalled(idx)
+        self._release(idx)
 
     def ask_one(self, i: int) -> np.ndarray:
         """Return particle ``i``'s current position (a copy): ``ask([i])[0]``."""
@@ -280,6 +282,7 @@ class Swarm:
             "best_fitness": _encode_fitness(self._gbest_fit),
             "evaluation_counts": self._counts.tolist(),
             "stalls": self._stalls.tolist(),
+            "released": self._released,
             "steps": self._steps.tolist(),
             "rng": self._rng.bit_generator.state,
         }
@@ -397,14 +400,34 @@ class Swarm:
             x[i, j] = min(max(y, self._low[j]), self._high[j])
         return x
 
+    def _release(self, rows: np.ndarray) -> None:
+        """Once the run has lost all trust in the model that screens the moves (the screen's
+        ``trust`` at 0; the particles started at its picks, see :class:`Screen`), re-draw the
+        particles of ``rows`` at random and let them forget their personal bests, once: the pull
+        of starts the model chose stays out of the search; the global best, measured, stays."""
+        screen = self._constraint.screen
+        if self._released or screen is None or screen.trust is None or screen.chance_unranked() < 1.0:
+            return
+        self._released = True
+        keep = int(np.argmin(self._pbest_fit))
+        rows = rows[rows != keep]
+        if rows.size == 0:
+            return
+        self._redraw(rows)
+        self._pbest_fit[rows] = np.inf
+        self._pbest_pos[rows] = self._positions[rows]
+
     def _restart_stalled(self, rows: np.ndarray) -> None:
         """Re-draw the particles of ``rows`` that stalled ``restart_patience`` times in a row."""
         k = self._options.restart_patience
         if k <= 0:
             return
         stalled = rows[self._stalls[rows] >= k]
-        if stalled.size == 0:
-            return
+        if stalled.size:
+            self._redraw(stalled)
+
+    def _redraw(self, stalled: np.ndarray) -> None:
+        """Re-draw the particles ``stalled`` at random positions (not known refusals) and velocities."""
         shape = (stalled.size, self.dimensions)
         fresh = self._low + self._rng.random(shape) * self._width
         if self._constraint.checks:
