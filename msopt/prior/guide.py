@@ -10,18 +10,92 @@ its surrogate; in Nevergrad's, the screen is a cheap constraint.
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from msopt.evaluate.results import EvaluationResult
+from msopt.evaluate.results import EvaluationResult, values_key
 from msopt.prior.simulator import SimulatorPrior
 from msopt.search import Screen
 from msopt.space import SearchSpace
 
-__all__ = ["PriorGuide", "PriorSearch"]
+__all__ = ["TRUST_FROM", "TRUST_Z", "Agreement", "PriorGuide", "PriorSearch", "agreement"]
+
+#: The fewest measured configurations from which the run judges the prior (below: full trust, the
+#: prior's picks start the search before anything was measured).
+TRUST_FROM = 8
+#: The trust is the lower confidence bound, ``TRUST_Z`` standard errors below, of the prior's rank
+#: agreement with the measurements (Fisher's z of Spearman's rho, standard error
+#: ``sqrt(1.06 / (n - 3))``, Fieller et al. 1957): on few points a high rho earns little.
+TRUST_Z = 1.0
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How well the prior's predictions, made before each launch, agree with the measurements.
+
+    Attributes:
+        n: measured configurations compared (a failure ranks last, measured or predicted).
+        rho: Spearman's rank correlation of predicted and measured fitness.
+        low: its lower confidence bound (:data:`TRUST_Z` standard errors of Fisher's z below).
+        trust: ``low`` clipped to 0..1: how far the run trusts the prior's ranking.
+        bias: the median log ratio predicted / measured fitness of the successful ones (0: none).
+        spread: the standard error of that log ratio's mean (how sure the bias is).
+    """
+
+    n: int
+    rho: float
+    low: float
+    trust: float
+    bias: float
+    spread: float
+
+    def text(self) -> str:
+        """The agreement in words, for the run's live table."""
+        off = f"; its fitness off by a median {math.expm1(self.bias):+.0%} (± {self.spread:.0%})" \
+            if math.isfinite(self.bias) else ""
+        return (f"prior trust {self.trust:.2f}: its ranking against {self.n} measured configurations, "
+                f"Spearman rho {self.rho:+.2f} (lower bound {self.low:+.2f}){off}; screened moves now unranked "
+                f"with chance {{unranked:.2f}}")
+
+
+def _ranks(x: Sequence[float]) -> list[float]:
+    """Average ranks (ties share theirs), ``inf`` last."""
+    order = sorted(range(len(x)), key=lambda i: x[i])
+    out = [0.0] * len(x)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2.0
+        i = j + 1
+    return out
+
+
+def agreement(pairs: Sequence[tuple[float, float]]) -> Agreement | None:
+    """The :class:`Agreement` of ``pairs`` (predicted fitness, measured fitness), lower is better,
+    ``inf`` a failure; None with fewer than :data:`TRUST_FROM` pairs."""
+    n = len(pairs)
+    if n < TRUST_FROM:
+        return None
+    rp, rm = _ranks([p for p, _ in pairs]), _ranks([m for _, m in pairs])
+    mp, mm = sum(rp) / n, sum(rm) / n
+    cov = sum((a - mp) * (b - mm) for a, b in zip(rp, rm))
+    var = math.sqrt(sum((a - mp) ** 2 for a in rp) * sum((b - mm) ** 2 for b in rm))
+    rho = cov / var if var > 0 else 0.0
+    z = math.atanh(max(-0.999999, min(0.999999, rho)))
+    low = math.tanh(z - TRUST_Z * math.sqrt(1.06 / (n - 3)))
+    logs = sorted(math.log(p / m) for p, m in pairs if math.isfinite(p) and math.isfinite(m) and p > 0 and m > 0)
+    bias = logs[len(logs) // 2] if logs else math.nan
+    spread = (math.sqrt(sum((v - sum(logs) / len(logs)) ** 2 for v in logs) / (len(logs) - 1) / len(logs))
+              if len(logs) > 1 else math.nan)
+    return Agreement(n, rho, low, min(1.0, max(0.0, low)), bias, spread)
 
 
 class PriorGuide:
@@ -36,6 +110,19 @@ class PriorGuide:
         self.prior = prior
         #: the picks the searcher started from: their values and predictions (prior.json)
         self.picks: list[dict[str, Any]] = []
+        #: measured configuration key -> (the fitness predicted before its first launch, measured fitness)
+        self._pairs: dict[str, tuple[float, float]] = {}
+        #: the agreement said after each generation (prior.json's ``trust``)
+        self.agreements: list[Agreement] = []
+        #: the agreement with every measurement so far (judged as each arrives, so the searcher's
+        #: next moves follow it: the swarm moves as soon as its generation is told)
+        self.judged: Agreement | None = None
+        self._screen: Screen | None = None
+
+    def trust(self) -> float:
+        """How far the run trusts the prior's ranking now, 0..1: the lower confidence bound of its
+        rank agreement with the measurements so far (:func:`agreement`), 1 before it was judged."""
+        return self.judged.trust if self.judged is not None else 1.0
 
     def starts(self, space: SearchSpace, default: np.ndarray, n: int, seed: int | None) -> list[np.ndarray]:
         """Positions for lanes 1..k beside the baseline's (``default``, lane 0): the prior's diverse
@@ -72,22 +159,39 @@ class PriorGuide:
                     out[k] = p.fitness
             return out
 
-        return Screen(opts.screen, opts.explore, score)
+        self._screen = Screen(opts.screen, opts.explore, score, trust=self.trust)
+        return self._screen
 
     def predict(self, values: Mapping[str, Any], position: np.ndarray) -> dict[str, Any] | None:
-        """The prediction journaled beside the result of ``values`` (its metrics and fitness)."""
-        return self.prior.predict(values, position).record()
+        """The prediction journaled beside the result of ``values`` (its metrics and fitness, and
+        ``prior_trust``: how far the run trusted the prior when it asked, :meth:`trust`)."""
+        return {**self.prior.predict(values, position).record(), "prior_trust": self.trust()}
 
     def observe(self, r: EvaluationResult) -> None:
         """Learn of one recorded result: a measurement of the run's own (a search, or the first
-        baseline; not reused, not failed, not a re-measurement) is a row the refit may fit."""
+        baseline; not reused, not failed, not a re-measurement) is a row the refit may fit; with
+        the prediction journaled beside it, made before the launch, a pair the trust is judged on
+        (a launch that failed too: it ranks last)."""
         own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)
         if not r.reused and not r.failed and own:
             self.prior.observe(r.values, r.metrics)
+        if own and not r.reused and not r.refused and r.predicted is not None:
+            pred = r.predicted.get("fitness")
+            key = values_key(r.values)
+            if key not in self._pairs:
+                self._pairs[key] = (math.inf if pred is None else float(pred),
+                                    math.inf if r.failed else float(r.fitness))
+                self.judged = agreement(list(self._pairs.values()))
 
     def learn(self, say: Callable[[str], None]) -> None:
-        """After an iteration: refit the prior to this run's measurements (``[search] refit``),
-        saying how it went."""
+        """After an iteration: judge the prior's agreement with the measurements so far
+        (:func:`agreement`, the trust the screen follows, said when it changes) and refit it to
+        them (``[search] refit``), saying how it went."""
+        judged = self.judged
+        if judged is not None and (not self.agreements or judged.n > self.agreements[-1].n):
+            self.agreements.append(judged)
+            unranked = self._screen.chance_unranked() if self._screen is not None else 1.0
+            say(judged.text().format(unranked=unranked))
         prior = self.prior
         if not prior.options.refit:
             return
@@ -105,6 +209,7 @@ class PriorGuide:
         return {"prior.json": {
             "evaluations": prior.search_evaluations, "predictions": prior.evaluations,
             "refits": prior.refits, "refits_kept": prior.kept, "picks": self.picks,
+            "trust": [asdict(a) for a in self.agreements],
             "best": None if best is None else {"values": dict(best.values), **best.record()},
             "assumed": [] if best is None else prior.assumed(best.values)}}
 

@@ -10,7 +10,8 @@ Two plans:
 
 - **large** (the budget pays a whole first generation, the baseline and the prior's picks, and
   then the ``pso_top_k`` re-measurements): the ``pso_top_k`` best are each re-measured once, the
-  baseline beside them, then the two best by mean again with a quarter of the budget less one
+  baseline beside them, then the best by mean and its closest challenger again while they are
+  within the noise (:func:`race`) with a quarter of the budget less one
   (and the baseline as often as the recommendation). docs/benchmarks.md measured this split at
   20 and 50 launches.
 - **small** (fewer launches than that, e.g. 6 or 10 at 10 particles): cutting the large plan short
@@ -48,6 +49,18 @@ UNGUIDED_RESERVE_FROM = 30
 
 #: Two means closer than ``Z`` standard errors of their difference are within noise.
 Z = 2.0
+
+#: The half-width, in standard errors, of the confidence bounds of the re-measurements' race
+#: (:func:`race`): the best stands out once its upper bound is below every other's lower bound.
+RACE_Z = 1.5
+
+#: The difference the race does not try to resolve: it stops once the challenger cannot be better
+#: than the best by more than this share of its fitness (an epsilon-good pick, as in LUCB's).
+RACE_EPSILON = 0.005
+
+#: The recommendation's pessimism, in standard errors (:func:`pick`): the lowest upper bound
+#: ``mean + PICK_Z · noise · mean / sqrt(n)`` wins.
+PICK_Z = 1.0
 
 
 @dataclass(frozen=True)
@@ -205,3 +218,38 @@ def contenders(means: Sequence[tuple[float, int]], noise: float | None, z: float
     sigma = ASSUMED_NOISE if noise is None else noise
     best = means[ranked[0]]
     return [ranked[0]] + [i for i in ranked[1:] if within_noise(best, means[i], sigma, z)]
+
+
+def _half_width(mean: float, n: float, noise: float, z: float) -> float:
+    return z * noise * abs(mean) / math.sqrt(max(n, 1e-9))
+
+
+def race(means: Sequence[tuple[float, float]], noise: float | None, z: float = RACE_Z) -> tuple[int, int] | None:
+    """The next pair to re-measure, in the manner of LUCB (Kalyanakrishnan et al., ICML 2012):
+    ``means`` holds each configuration's (mean fitness, effective measurements), lower is better.
+    The best by mean, and the challenger of the lowest lower confidence bound among the others
+    (the one most likely to be better after all); None when the best's upper bound lies below that
+    lower bound (the best stands out) or there is no challenger. Bounds: ``mean ± z · noise · mean
+    / sqrt(n)``; ``noise`` None: :data:`ASSUMED_NOISE`. Repeats go where the contenders are close."""
+    finite = [i for i, (m, n) in enumerate(means) if math.isfinite(m) and n > 0]
+    if len(finite) < 2:
+        return None
+    sigma = ASSUMED_NOISE if noise is None else noise
+    best = min(finite, key=lambda i: (means[i][0], i))
+    others = [i for i in finite if i != best]
+    lower = {i: means[i][0] - _half_width(means[i][0], means[i][1], sigma, z) for i in others}
+    challenger = min(others, key=lambda i: (lower[i], i))
+    upper = means[best][0] + _half_width(means[best][0], means[best][1], sigma, z)
+    return None if upper - RACE_EPSILON * abs(means[best][0]) <= lower[challenger] else (best, challenger)
+
+
+def pick(means: Sequence[tuple[float, float]], noise: float | None, z: float = PICK_Z) -> int:
+    """The recommendation among ``means`` (each configuration's (mean fitness, effective
+    measurements), lower is better): the lowest upper confidence bound ``mean + z · noise · mean /
+    sqrt(n)``, so a configuration measured once must beat a re-measured one by more than the noise
+    it could owe its luck to; ``noise`` None: :data:`ASSUMED_NOISE`. The first on a tie."""
+    sigma = ASSUMED_NOISE if noise is None else noise
+    finite = [i for i, (m, n) in enumerate(means) if math.isfinite(m) and n > 0]
+    if not finite:
+        return 0
+    return min(finite, key=lambda i: (means[i][0] + _half_width(means[i][0], means[i][1], sigma, z), i))

@@ -10,11 +10,13 @@ and one for the baseline.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.results import values_key as values_key  # re-exported: its home is results
+from msopt.run.budget import ASSUMED_NOISE, pick, race, relative_noise
 
 
 def is_measurement(r: EvaluationResult) -> bool:
@@ -42,6 +44,14 @@ def weighted_mean(results: Sequence[EvaluationResult], full_prompts: int | None)
     return sum(w * r.fitness for w, r in zip(weights, results)) / sum(weights), len(results)
 
 
+#: How many distinct configurations the race of the re-measurements (:meth:`Leaderboard.race`) may
+#: draw a challenger from: the best by mean of every configuration the run measured.
+POOL_SIZE = 24
+
+#: The weight, in repeats, of the assumed noise in :meth:`Leaderboard.noise`.
+NOISE_PRIOR_DOF = 2
+
+
 def rank(r: EvaluationResult) -> tuple[float, int]:
     """Sort key of a result: lower fitness first, the earlier evaluation on a tie."""
     return (r.fitness, r.eval_id)
@@ -67,6 +77,8 @@ class Leaderboard:
         self.baseline: EvaluationResult | None = None      # the baseline's own measurement, when it succeeded
         self.baseline_remeasured = 0                       # the baseline's re-measurements asked for so far
         self.full_counts: dict[str, int] = {}  # board keys and the baseline's -> measurements with the full workload
+        #: the POOL_SIZE best configurations by mean: key -> (their measurements as (weight, fitness), latest result)
+        self.pool: dict[str, tuple[list[tuple[float, float]], EvaluationResult]] = {}
 
     def add(self, r: EvaluationResult) -> None:
         """Rank one finished evaluation (failed ones are only counted by the driver).
@@ -83,6 +95,8 @@ class Leaderboard:
         if r.failed:
             return
         key = values_key(r.values)
+        if r.phase == "refine" or (is_measurement(r) and (r.phase == "search" or r.iteration == 0)):
+            self._pool_add(key, r)
         if r.phase == "refine":
             self.refined.append(r)
             self._count(key, r)
@@ -139,10 +153,60 @@ class Leaderboard:
         t[1] += weight
         t[2] += 1
 
+    def _pool_add(self, key: str, r: EvaluationResult) -> None:
+        """Add one measurement (a search's, the first baseline's or a re-measurement) to the pool,
+        keeping the :data:`POOL_SIZE` best configurations by mean."""
+        held = self.pool.get(key)
+        vals = held[0] if held is not None else []
+        vals.append((measurement_weight(r, self.full_prompts), r.fitness))
+        self.pool[key] = (vals, r if held is None or r.phase == "refine" or held[1].phase != "refine" else held[1])
+        if len(self.pool) > POOL_SIZE:
+            worst = max(self.pool, key=lambda k: (self._pool_mean(k), -rank(self.pool[k][1])[1]))
+            del self.pool[worst]
+
+    def _pool_mean(self, key: str) -> float:
+        vals = self.pool[key][0]
+        return sum(w * f for w, f in vals) / sum(w for w, _ in vals)
+
+    def contenders(self) -> list[tuple[EvaluationResult, float, float]]:
+        """The pool's configurations as (latest result, weighted mean fitness, effective number of
+        measurements), best mean first. A measurement counts as ``weight / full workload``: one
+        capped by ``sample_size`` is noisier than a re-measurement with the full workload."""
+        full = float(self.full_prompts) if self.full_prompts else None
+        out = []
+        for key, (vals, r) in self.pool.items():
+            weight = sum(w for w, _ in vals)
+            n = weight / full if full else float(len(vals))
+            out.append((r, self._pool_mean(key), n))
+        return sorted(out, key=lambda t: (t[1], t[0].eval_id))
+
+    def noise(self) -> float | None:
+        """The relative noise of one measurement, pooled over the configurations measured more
+        than once (:func:`msopt.run.budget.relative_noise`) and shrunk toward
+        :data:`~msopt.run.budget.ASSUMED_NOISE` as if it were :data:`NOISE_PRIOR_DOF` more repeats
+        (two repeats that happen to agree do not make the run sure of a 0.1 % difference); None
+        before any configuration was measured twice."""
+        groups = [[f for _, f in vals] for vals, _ in self.pool.values()]
+        measured = relative_noise(groups)
+        if measured is None:
+            return None
+        dof = sum(max(0, sum(1 for f in g if math.isfinite(f)) - 1) for g in groups)
+        return math.sqrt((dof * measured ** 2 + NOISE_PRIOR_DOF * ASSUMED_NOISE ** 2) / (dof + NOISE_PRIOR_DOF))
+
+    def race(self) -> list[EvaluationResult]:
+        """The next pair to re-measure (:func:`msopt.run.budget.race`): the best by mean and its most
+        dangerous challenger, or [] when the best stands out of the noise."""
+        ranked = self.contenders()
+        pair = race([(m, n) for _, m, n in ranked], self.noise())
+        return [] if pair is None else [ranked[i][0] for i in pair]
+
     def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
         """The weighted mean fitness over every successful measurement of ``r``'s configuration
-        that was counted (search and re-measurements of the ``pso_top_k`` best), and how many
-        there were; ``(r.fitness, 1)`` for a configuration not counted."""
+        that was counted (search and re-measurements), and how many there were; ``(r.fitness, 1)``
+        for a configuration not counted."""
+        held = self.pool.get(values_key(r.values))
+        if held is not None:
+            return self._pool_mean(values_key(r.values)), len(held[0])
         t = self.tally.get(values_key(r.values))
         if t is None or t[1] <= 0:
             return r.fitness, 1
@@ -169,9 +233,10 @@ class Leaderboard:
 
         When the capacity stage ran (``capacity``: its per-configuration results) and a
         configuration sustains some load: the edge probe of the configuration with the highest
-        goodput. Otherwise, when refinement ran, the re-measured configuration with the best mean
-        fitness over all of its measurements (its search result and its re-measurement: one lucky
-        measurement does not decide), as its re-measured result; else the best of all.
+        goodput. Otherwise, when refinement ran, the configuration of the lowest upper confidence
+        bound on its mean fitness over all of its measurements (:func:`msopt.run.budget.pick`: one
+        lucky measurement does not decide, and the better measured of two near-equal means wins),
+        among the re-measured configurations, as its latest re-measurement; else the best of all.
         """
         sustained = [c for c in capacity if c["edge_eval_id"] is not None and c["goodput"] > 0]
         if sustained:
@@ -180,5 +245,8 @@ class Leaderboard:
             if edge is not None:
                 return edge
         if self.refined:
+            ranked = [c for c in self.contenders() if c[0].phase == "refine"]
+            if ranked:
+                return ranked[pick([(m, n) for _, m, n in ranked], self.noise())][0]
             return self.by_mean(self.refined)[0]
         return self.search_best

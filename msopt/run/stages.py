@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from msopt.config import Config
 from msopt.evaluate.results import EvalRequest, EvaluationResult
-from msopt.run.budget import BudgetPlan, contenders, plan_budget, relative_noise
+from msopt.run.budget import BudgetPlan, plan_budget
 from msopt.run.capacity import CapacityOptions, CapacitySearch, Probe, probe_verdict, sizing
 from msopt.run.dispatcher import Dispatcher
 from msopt.run.events import PhaseStarted, RunCallback, TotalChanged
@@ -133,9 +133,10 @@ def budget_lines(ctx: RunContext) -> list[str]:
 
 def extra_remeasurements(ctx: RunContext) -> int:
     """With a launch budget and ``pso_top_k`` > 1, the large plan: re-measurements beyond one per
-    ``pso_top_k`` configuration, a quarter of the budget less one, spent on the two best by mean
-    fitness (close contenders are told apart by more than one measurement each; the search under a
-    budget usually finds the optimum early and loses it to noise in the pick) and on the baseline, as
+    ``pso_top_k`` configuration, a quarter of the budget less one, spent racing the best by mean
+    fitness and its closest challenger (:meth:`Leaderboard.race`; close contenders are told apart by
+    more than one measurement each; the search under a budget usually finds the optimum early and
+    loses it to noise in the pick) and on the baseline, as
     often as the recommendation (:func:`refine`). 0 without a budget and in the small plan, whose
     re-measurements are all in :attr:`BudgetPlan.picks`."""
     return budget_plan(ctx).extra
@@ -312,12 +313,16 @@ class Refine:
 
 def refine(ctx: Loop) -> list[EvaluationResult]:
     """Measure the best ``pso_top_k`` distinct configurations again with the full workload, and
-    the baseline configuration beside them; with a launch budget, then re-measure the two best by
-    mean fitness (:func:`extra_remeasurements`), both each round, while the budget allows; last,
+    the baseline configuration beside them; with a launch budget, then re-measure the best by
+    mean fitness and its closest challenger (:func:`extra_remeasurements`), both each round, while
+    they are within the noise and the budget allows; last,
     measure the baseline again until it has as many measurements with the full workload as the
     recommendation (:meth:`Leaderboard.full_count`), so the verdict compares like with like and
     can tell a gain from the noise (:mod:`msopt.run.verdict`). Under a budget too small for every
-    pick, the best ones go first, then the baseline.
+    pick, the best ones go first, then the baseline. The further re-measurements are a race
+    (:meth:`Leaderboard.race`): the best by mean and its most dangerous challenger among every
+    configuration measured, while they are within the noise; with the launches a search that
+    ended early left as well.
 
     The baseline's re-measurements are phase "baseline", iterations 1, 2, ... (the resume key);
     none is made when the baseline failed, nor beside the picks when it is one of them (it is then
@@ -344,17 +349,20 @@ def refine(ctx: Loop) -> list[EvaluationResult]:
     got = _remeasure(ctx, picked, 0, [base] if beside and base is not None else [])
     out = got[:len(picked)]
     extra = extra_remeasurements(ctx)  # the baseline's later re-measurements come out of it too
+    left = launches_left(ctx)
+    if left is not None:  # launches a search that ended early left unspent race too (not the capacity stage's)
+        extra = max(extra, left - capacity_reserve(ctx))
     k = len(out)
     while extra > 0 and (launches_left(ctx) or 0) > 0:
-        ranked = ctx.leaderboard.by_mean(ctx.leaderboard.refined)
-        if len(ranked) < 2:
+        top = ctx.leaderboard.race()
+        if not top:
             break
-        top = ranked[:2]
         while top and len(top) + _baseline_owed(ctx, base, len(top)) > min(extra, launches_left(ctx) or 0):
             top = top[:-1]  # keep what the baseline will be owed
         if not top:
             break
-        ctx.events.on_event(PhaseStarted("refine", "the two best by mean fitness again"))
+        ctx.events.on_event(PhaseStarted("refine", "the best by mean fitness and its closest challenger again: "
+                                         "within the noise"))
         got = _remeasure(ctx, top, k)
         out += got
         k += len(got)
@@ -383,12 +391,11 @@ def _refine_small(ctx: Loop) -> list[EvaluationResult]:
     k = 0
     while True:
         left = launches_left(ctx) or 0
-        pool = lb.by_mean(list(lb.picked()) + lb.refined)
-        near = contenders([lb.mean_fitness(r) for r in pool], _measured_noise(ctx))
-        top = [pool[i] for i in near[:2]]
+        pair = lb.race()
+        top = list(pair)
         while top and len(top) + _owed_after(ctx, base, top) > left:
             top = top[:-1]
-        if len(near) < 2 or not top:
+        if len(pair) < 2 or not top:
             break
         ctx.events.on_event(TotalChanged(ctx.evaluations + len(top) + _owed_after(ctx, base, top)))
         ctx.events.on_event(PhaseStarted("refine", "the best and its closest contender again: within the noise"
@@ -409,20 +416,6 @@ def _owed_after(ctx: RunContext, base: EvaluationResult | None, top: Sequence[Ev
         return 0
     lb = ctx.leaderboard
     return max(0, max(lb.full_count(r.values) for r in top) + 1 - lb.full_count(base.values))
-
-
-def _measured_noise(ctx: RunContext) -> float | None:
-    """The relative noise of the configurations re-measured so far (:func:`relative_noise`): each
-    one's search measurement on the board and its re-measurements."""
-    lb = ctx.leaderboard
-    groups: dict[str, list[float]] = {}
-    for r in lb.refined:
-        groups.setdefault(values_key(r.values), []).append(r.fitness)
-    for key, vals in groups.items():
-        held = lb.board.get(key)
-        if held is not None and not held.reused:
-            vals.append(held.fitness)
-    return relative_noise(list(groups.values()))
 
 
 def _baseline_owed(ctx: RunContext, base: EvaluationResult | None, coming: int) -> int:

@@ -30,18 +30,37 @@ class Screen:
 
     Attributes:
         k: candidate proposals drawn per proposal (``<= 1``: no screening).
-        explore: probability, 0..1, that the first candidate is taken unranked.
+        explore: probability, 0..1, that a candidate is taken unranked while the model is fully
+            trusted.
         score: predicted fitness of each row of a k × d array of positions (lower is better;
-            ``inf`` or NaN: no prediction).
+            ``inf``: predicted to fail, e.g. memory that cannot fit; NaN: no prediction).
+        trust: how far the run trusts the model now, 0..1 (earned by measurement, e.g.
+            :meth:`msopt.prior.PriorGuide.trust`); None: fully.
     """
 
     k: int
     explore: float
     score: Callable[[np.ndarray], np.ndarray]
+    trust: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {self.explore!r}")
+
+    def chance_unranked(self) -> float:
+        """The probability that a proposal is taken unranked now: ``explore`` at full trust, 1 at
+        none (``1 - trust · (1 - explore)``). An unranked proposal still avoids a predicted
+        failure (:meth:`first_feasible`): the model's word on what cannot start is kept, its
+        ranking is not."""
+        trust = 1.0 if self.trust is None else min(1.0, max(0.0, float(self.trust())))
+        return 1.0 - trust * (1.0 - self.explore)
+
+    def first_feasible(self, candidates: np.ndarray) -> int:
+        """The index of the first row of ``candidates`` not predicted to fail (``score`` not
+        ``inf``), else 0."""
+        s = np.asarray(self.score(candidates), dtype=float)
+        feasible = np.flatnonzero(~np.isposinf(s))
+        return int(feasible[0]) if feasible.size else 0
 
 
 @dataclass(frozen=True)
@@ -82,13 +101,15 @@ class Constraint:
 
     def choose(self, candidates: Sequence[np.ndarray], unranked: bool) -> int | None:
         """The index of the candidate to propose among ``candidates`` (positions), or None when
-        every one is a known refusal: the first allowed one, or with the screen (and ``unranked``
-        false) the allowed one of the lowest finite predicted fitness."""
+        every one is a known refusal: the first allowed one, or with the screen the allowed one of the
+        lowest finite predicted fitness (``unranked``: the first allowed one not predicted to fail)."""
         ok = [j for j, x in enumerate(candidates) if not self.refused(x)]
         if not ok:
             return None
         j = ok[0]
-        if not unranked and self.screen is not None and len(ok) > 1:
+        if unranked and self.screen is not None and len(ok) > 1:
+            j = ok[self.screen.first_feasible(np.array([candidates[i] for i in ok]))]
+        elif not unranked and self.screen is not None and len(ok) > 1:
             s = np.asarray(self.screen.score(np.array([candidates[i] for i in ok])), dtype=float)
             if np.any(np.isfinite(s)):
                 j = ok[int(np.argmin(np.where(np.isnan(s), np.inf, s)))]

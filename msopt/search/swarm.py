@@ -75,7 +75,9 @@ class Swarm:
             move draws among candidate moves that are not known refusals, drawing up to
             :data:`REFUSED_REDRAWS` more when every one is (a stalled particle's restart too), and
             with the constraint's screen each move draws ``k`` candidates and takes the one of the
-            best predicted fitness (the first, unranked, with probability ``explore``).
+            best predicted fitness (unranked, the first not predicted to fail, with the screen's
+            :meth:`~msopt.search.constraint.Screen.chance_unranked`: ``explore`` at full trust in
+            the model, 1 at none).
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class Swarm:
         self._counts = np.zeros(n, dtype=np.int64)
         self._stalls = np.zeros(n, dtype=np.int64)
         self._constraint = constraint
+        self._released = False  # the particles were released from the model's starts (_release)
 
     def _setup(self, low: Any, high: Any, options: SwarmOptions, steps: Any = None) -> None:
         low = np.array(low, dtype=float).reshape(-1)
@@ -247,6 +250,7 @@ class Swarm:
         self._counts[idx] += 1
         self._move(idx, t)
         self._restart_stalled(idx)
+        self._release(idx)
 
     def ask_one(self, i: int) -> np.ndarray:
         """Return particle ``i``'s current position (a copy): ``ask([i])[0]``."""
@@ -278,6 +282,7 @@ class Swarm:
             "best_fitness": _encode_fitness(self._gbest_fit),
             "evaluation_counts": self._counts.tolist(),
             "stalls": self._stalls.tolist(),
+            "released": self._released,
             "steps": self._steps.tolist(),
             "rng": self._rng.bit_generator.state,
         }
@@ -329,7 +334,8 @@ class Swarm:
         screen = self._constraint.screen if self._constraint.screen is not None and self._constraint.screen.k > 1 \
             else None
         if screen is not None or self._constraint.checks:
-            k, explore, score = (screen.k, screen.explore, screen.score) if screen is not None else (1, 1.0, None)
+            k, explore, score = (screen.k, screen.chance_unranked(), screen.score) if screen is not None \
+                else (1, 1.0, None)
             cands = [(nx, nv)] + [self._step(rows, x, v, w, c1, c2) for _ in range(k - 1)]
             unranked = self._rng.random(rows.size) < explore if screen is not None else np.ones(rows.size, bool)
             for r in range(rows.size):
@@ -346,7 +352,9 @@ class Swarm:
                 if not ok:
                     continue  # every draw is a known refusal: the first stands (refused again, free)
                 j = ok[0]
-                if not unranked[r] and score is not None and len(ok) > 1:
+                if unranked[r] and screen is not None and len(ok) > 1:  # the model's word on failures only
+                    j = ok[screen.first_feasible(np.array([mine[i][0] for i in ok]))]
+                elif not unranked[r] and score is not None and len(ok) > 1:
                     s = np.asarray(score(np.array([mine[i][0] for i in ok])), dtype=float)
                     if np.any(np.isfinite(s)):
                         j = ok[int(np.argmin(np.where(np.isnan(s), np.inf, s)))]
@@ -392,14 +400,34 @@ class Swarm:
             x[i, j] = min(max(y, self._low[j]), self._high[j])
         return x
 
+    def _release(self, rows: np.ndarray) -> None:
+        """Once the run has lost all trust in the model that screens the moves (the screen's
+        ``trust`` at 0; the particles started at its picks, see :class:`Screen`), re-draw the
+        particles of ``rows`` at random and let them forget their personal bests, once: the pull
+        of starts the model chose stays out of the search; the global best, measured, stays."""
+        screen = self._constraint.screen
+        if self._released or screen is None or screen.trust is None or screen.chance_unranked() < 1.0:
+            return
+        self._released = True
+        keep = int(np.argmin(self._pbest_fit))
+        rows = rows[rows != keep]
+        if rows.size == 0:
+            return
+        self._redraw(rows)
+        self._pbest_fit[rows] = np.inf
+        self._pbest_pos[rows] = self._positions[rows]
+
     def _restart_stalled(self, rows: np.ndarray) -> None:
         """Re-draw the particles of ``rows`` that stalled ``restart_patience`` times in a row."""
         k = self._options.restart_patience
         if k <= 0:
             return
         stalled = rows[self._stalls[rows] >= k]
-        if stalled.size == 0:
-            return
+        if stalled.size:
+            self._redraw(stalled)
+
+    def _redraw(self, stalled: np.ndarray) -> None:
+        """Re-draw the particles ``stalled`` at random positions (not known refusals) and velocities."""
         shape = (stalled.size, self.dimensions)
         fresh = self._low + self._rng.random(shape) * self._width
         if self._constraint.checks:

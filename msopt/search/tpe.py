@@ -122,7 +122,7 @@ def _sampler(optuna: Any, inner: Any, random: Any, space: Mapping[str, Any], con
             if not search_space or "fixed_params" in trial.system_attrs:  # enqueued: its params are given
                 return {}
             screen = constraint.screen if constraint.screen is not None and constraint.screen.k > 1 else None
-            unranked = screen is None or bool(rng.random() < screen.explore)
+            unranked = screen is None or bool(rng.random() < screen.chance_unranked())
             draws = [self._draw(study, trial, search_space) for _ in range(screen.k if screen else 1)]
             if screen is None and not constraint.checks:
                 return draws[0]

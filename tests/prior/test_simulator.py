@@ -307,10 +307,10 @@ def test_refit_is_skipped_while_the_predictions_are_close(write_toml):
     assert said and said[0].startswith("refitting the prior to the 4 best measured configurations")
 
 
-def test_a_budget_remeasures_the_two_best_again(write_toml):
-    """With max_launches and pso_top_k 3: a quarter of the budget less one goes to re-measuring the
-    two best by mean fitness (and the baseline as often as the pick); the budget holds; without a
-    budget only the top 3 are re-measured."""
+def test_a_budget_remeasures_the_top_and_races_only_within_the_noise(write_toml):
+    """With max_launches and pso_top_k 3: the top 3 are re-measured once, the baseline beside them,
+    then the best by mean and its closest challenger race (stages.refine) with the launches left;
+    the budget holds; without a budget only the top 3 are re-measured."""
     base = settings_of(write_toml)
     space = SearchSpace.from_settings(base)
 
@@ -324,8 +324,7 @@ def test_a_budget_remeasures_the_two_best_again(write_toml):
                 sum(r.phase == "baseline" for r in out.results))
 
     refined, launched, baseline = refine_count(max_launches=30)
-    # the extra quarter less one pays for the two best again and the baseline as often as the pick
-    assert refined > 3 and 30 // 4 - 2 <= refined - 3 + baseline - 2 <= 30 // 4 - 1 and launched <= 30
+    assert refined > 3 and baseline >= 2 and launched <= 30
     assert refine_count()[0] == 3
 
 

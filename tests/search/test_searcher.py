@@ -152,11 +152,12 @@ def test_max_launches_caps_every_launch(write_toml, mode):
     assert len(seen) == out.launched <= 14
     assert out.launched >= 12  # the search goes on past iters while launches are left
     phases = [req.phase for req, _ in seen]
-    # pso_top_k 2 re-measured once, the baseline beside them; then the two best again and the
-    # baseline as often as the recommendation, with a quarter of the budget less one
-    # (the search may spend the launch kept for the baseline while the baseline is on the board)
+    # pso_top_k 2 re-measured once, the baseline beside them; then, while the best has a challenger
+    # within the noise, the two again and the baseline as often as the recommendation, with a quarter
+    # of the budget less one (the search may spend the launch kept for the baseline while the
+    # baseline is on the board)
     extra = phases.count("refine") - 2 + phases.count("baseline") - 2
-    assert phases.count("refine") >= 2 and 0 <= extra <= 14 // 4 - 1 and len(seen) >= 13
+    assert phases.count("refine") >= 2 and 0 <= extra <= 14 // 4 - 1 and len(seen) >= 12
     board = driver.leaderboard
     assert board.full_count(out.best.values) == board.full_count(board.baseline.values)
 
