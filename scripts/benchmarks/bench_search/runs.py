@@ -39,7 +39,7 @@ _COMMON_FILES = ("msopt/space/*.py", "msopt/evaluate/objective.py", "msopt/evalu
 _MSOPT_FILES = ("msopt/search/*.py", "msopt/run/driver.py", "msopt/run/dispatcher.py", "msopt/run/leaderboard.py",
                 "msopt/run/stages.py", "msopt/run/budget.py", "msopt/run/pool.py", "msopt/config/*.py",
                 "msopt/config/*.toml",
-                "msopt/evaluate/evaluator.py", "msopt/prior/simulator.py", "msopt/evaluate/simulated.py",
+                "msopt/evaluate/evaluator.py", "msopt/prior/*.py", "msopt/run/guide.py", "msopt/evaluate/simulated.py",
                 "msopt/sim/*.py", "msopt/sim/catalog/*/*.toml", "msopt/engines/*.py")
 
 #: The msopt-side helpers of methods.py that msopt's own methods depend on.
