@@ -142,6 +142,12 @@ def extra_remeasurements(ctx: RunContext) -> int:
     return budget_plan(ctx).extra
 
 
+def capacity_reserve(ctx: RunContext) -> int:
+    """With a launch budget and the capacity stage on: the launches kept for its probes,
+    ``max_probes`` per configuration, at most half the budget. 0 without a budget."""
+    return budget_plan(ctx).capacity
+
+
 def search_budget(ctx: RunContext) -> int | None:
     """Launches the baseline and the search may use together: ``max_launches`` less the
     re-measurements of the picks, the extra ones (:func:`extra_remeasurements`), the baseline's
