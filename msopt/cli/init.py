@@ -323,13 +323,7 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
         doc.comment(f"its means, for reference only (the replay keeps the bursts and the length tail): {wl.source}")
     else:
         doc.table("simulator.workload", "the same workload as the benchmark below")
-        doc.key("input_len", wl.input_len)
-        doc.key("output_len", wl.output_len)
-        doc.key("num_prompts", wl.num_prompts)
-        if wl.request_rate:
-            doc.key("request_rate", wl.request_rate)
-        else:
-            doc.key("concurrency", wl.concurrency)
+        _synthetic_load(doc, wl)
     written += ["simulator.model", "simulator.hardware", "simulator.weight_dtype", "simulator.seed",
                 "simulator.noise"]
     get_engine(section).write_init(InitContext(doc, choice, engine, spec, machine, served, name, wl, context,
@@ -373,13 +367,7 @@ def _benchmark(doc: InitDoc, bench: str, served: str, wl: TraceWorkload, machine
             doc.key("ignore_eos", True)
             doc.key("seed", 0)
             return
-        doc.key("input_len", wl.input_len)
-        doc.key("output_len", wl.output_len)
-        doc.key("num_prompts", wl.num_prompts)
-        if wl.request_rate:
-            doc.key("request_rate", wl.request_rate)
-        else:
-            doc.key("concurrency", wl.concurrency)
+        _synthetic_load(doc, wl)
         doc.key("ignore_eos", True)
         doc.key("seed", 0)
     else:
@@ -460,3 +448,14 @@ def register(sub: Any) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="the file to write (default: print it)")
     p.add_argument("--force", action="store_true", help="replace an existing -o FILE")
     p.set_defaults(func=cmd_init)
+
+
+def _synthetic_load(doc: InitDoc, wl: TraceWorkload) -> None:
+    """The synthetic workload's keys: lengths, prompts, and a rate or a closed loop's users."""
+    doc.key("input_len", wl.input_len)
+    doc.key("output_len", wl.output_len)
+    doc.key("num_prompts", wl.num_prompts)
+    if wl.request_rate:
+        doc.key("request_rate", wl.request_rate)
+    else:
+        doc.key("concurrency", wl.concurrency)

