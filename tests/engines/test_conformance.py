@@ -186,7 +186,7 @@ def mindie_section(tmp_path: Path) -> tuple[object, dict]:
 
 def assert_mindie_accepts(doc: dict) -> None:
     """What MindIE checks at start-up (backend_config.cpp, param_checker.cpp, mapping.py)."""
-    from msopt.engines.mindie import KNOWN_KEYS, key_type
+    from msopt.engines.mindie.config_doc import KNOWN_KEYS, key_type
 
     backend = doc["BackendConfig"]
     model = backend["ModelDeployConfig"]["ModelConfig"][0]

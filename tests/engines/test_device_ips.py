@@ -12,7 +12,7 @@ from msopt.config import load_settings, split
 from msopt.engines import get_engine
 from msopt.engines.hccn import parse_ip, read_device_ips
 from msopt.engines.launch import TrialNode
-from msopt.engines.mindie import rank_table
+from msopt.engines.mindie.rank_table import rank_table
 from msopt.errors import ConfigError, EvaluationError
 from msopt.run.validate import validate
 

@@ -13,7 +13,7 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.engines import ENGINES, EngineAdapter, LaunchSpec, get_engine
 from msopt.engines.launch import format_value, substitute
-from msopt.engines.mindie import CLEARED_ENV
+from msopt.engines.mindie.config_doc import CLEARED_ENV
 from msopt.errors import ConfigError, EvaluationError, RegistryError
 from msopt.space.fields import FieldDecl, parse_field
 

@@ -85,7 +85,7 @@ def test_without_config_path_the_installed_config_json_is_read(tmp_path, monkeyp
     mindie_llm/conf/config.json); the run package keeps it in $MIES_INSTALL_PATH/conf (msopt/engines/mindie/install.py)."""
     import json
 
-    from msopt.engines.mindie import load_config
+    from msopt.engines.mindie.config_doc import load_config
 
     root = tmp_path / "latest" / "mindie-service"
     (root / "bin").mkdir(parents=True)

@@ -437,7 +437,7 @@ def test_sglang_command_uses_its_port_and_model_flag(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_mindie_run_writes_best_config_json(tmp_path: Path) -> None:
-    from msopt.engines.mindie import get_path, parse_path
+    from msopt.engines.mindie.config_doc import get_path, parse_path
 
     cfg = tmp_path / "mindie.toml"
     cfg.write_text(MINDIE)
