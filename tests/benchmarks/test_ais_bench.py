@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from msopt.benchmarks import get_benchmark
-from msopt.benchmarks.ais_bench import DATASET_NAME, MODEL_NAME
+from msopt.benchmarks.ais_bench_configs import DATASET_NAME, MODEL_NAME
 from msopt.config import load_settings, split
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError

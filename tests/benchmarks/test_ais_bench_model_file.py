@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from msopt.benchmarks import get_benchmark
-from msopt.benchmarks.ais_bench import installed_model_file
+from msopt.benchmarks.ais_bench_configs import installed_model_file
 from msopt.cli.main import main
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError
