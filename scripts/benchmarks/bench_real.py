@@ -386,14 +386,16 @@ def render(picks: Sequence[Pick], workload: Workload, slo: Slo, repeats: int, co
     ]
     for p in picks:
         within = [slo.within(r) for r in p.runs]
-        ttft = sorted(r.get("p99_ttft_ms") or 0.0 for r in p.runs)
-        tpot = sorted(r.get("p99_tpot_ms") or 0.0 for r in p.runs)
+        # a run that reports no latency shows "–", never 0; three significant figures, since the tiny CPU model's
+        # TPOT is below 1 ms on a fast machine and ":.0f" printed it as 0
+        ttft = sorted(r["p99_ttft_ms"] for r in p.runs if r.get("p99_ttft_ms") is not None)
+        tpot = sorted(r["p99_tpot_ms"] for r in p.runs if r.get("p99_tpot_ms") is not None)
         lines.append(
             f"| {p.method} | {p.budget if p.budget is not None else '–'} | {label(p.values)} | {p.starts} | "
             f"{f'{p.wall_s / 60:.1f} min' if p.wall_s is not None else '–'} | {spread(within)} | "
             f"{sum(1 for w in within if w > 0)} of {len(p.runs)} | "
-            f"{f'{ttft[len(ttft) // 2] / 1000:.2f}' if ttft else '–'} | "
-            f"{f'{tpot[len(tpot) // 2]:.0f}' if tpot else '–'} |")
+            f"{f'{ttft[len(ttft) // 2] / 1000:.3g}' if ttft else '–'} | "
+            f"{f'{tpot[len(tpot) // 2]:.3g}' if tpot else '–'} |")
     lines += ["", *verdicts(picks, slo)]
     notes = [f"- {p.method} at {p.budget}: {p.note}" for p in picks if p.note]
     return "\n".join(lines + (["", "Notes:", *notes] if notes else [])) + "\n"

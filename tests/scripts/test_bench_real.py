@@ -93,6 +93,17 @@ def test_the_table_gives_each_pick_its_measurements_and_says_a_tie_within_the_no
     assert "against defaults (105 tok/s): ahead" in text
 
 
+def test_a_sub_millisecond_latency_is_printed_as_measured_and_a_missing_one_as_a_dash():
+    """The tiny CPU model's TPOT p99 is below 1 ms on a fast machine; the table once printed it as 0."""
+    fast = {**result(900, ttft_ms=12.0, tpot_ms=0.42)}
+    missing = {k: v for k, v in result(900).items() if k not in ("p99_ttft_ms", "p99_tpot_ms")}
+    picks = [bench.Pick("msopt", 1, {}, 30.0, 1, runs=[fast]), bench.Pick("defaults", None, {}, None, 0, runs=[missing])]
+    text = bench.render(picks, bench.Workload("synthetic"), SLO, 1, "python scripts/benchmarks/bench_real.py",
+                        {"start": "0.1/0.1/0.1"}, 0)
+    assert "| 1 of 1 | 0.012 | 0.42 |" in text
+    assert "| 0 of 1 | – | – |" in text
+
+
 def test_the_section_is_spliced_between_its_markers(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# B\n\nbefore\n", encoding="utf-8")
