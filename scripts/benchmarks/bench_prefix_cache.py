@@ -117,6 +117,7 @@ def real_run(inst: ModuleType, extra: Sequence[str], table: Mapping[str, Any], n
     cache = summary.get("prefix_cache", {})
     return {"hit_rate": m.get("prefix_cache_hit_rate"), "hits": cache.get("prefix_cache_hits"),
             "queries": cache.get("prefix_cache_queries"), "ttft": m.get("time_to_first_token"),
+            "tpot": m.get("time_per_output_token"),
             "ttft_p99": m.get("ttft_p99"), "tok_s": m.get("generate_speed"), "success": m.get("success_rate"),
             "late_p99": m.get("send_late_p99_s"), "ready_s": ready, "argv": argv}
 

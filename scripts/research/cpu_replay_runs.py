@@ -10,7 +10,12 @@ after each, and the repeats of ``w0-on`` and ``w2-on`` are the noise the held-ou
 
     python scripts/research/cpu_replay_runs.py --out DIR              # measure every replay not yet in DIR
     python scripts/research/cpu_replay_runs.py --out DIR --only w0-on  # measure one
-    python scripts/research/cpu_replay_runs.py --out DIR --score [--hardware TOML]  # simulate each, compare
+    python scripts/research/cpu_replay_runs.py --out DIR --score         # fit on the fit rows, score the others
+
+``--score`` measures nothing: it simulates every measured replay on the catalog's ``cpu-x86`` (the entry as
+shipped), fits it to the ``fit`` rows twice (as the in-run refit does, ``[search] refit``: one round from the
+catalog entry; and as ``msopt calibrate`` does, three rounds), and prints, per row and per role, the error of
+mean TTFT and output tok/s against the spread of the real repeats, and the hit counts.
 
 Needs a quiet machine: one vLLM start (~1 min, 3.4 GB) and about half a minute of replay per row.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import sys
 import tempfile
@@ -31,6 +37,9 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+SIM_HARDWARE, SIM_MODEL = "cpu-x86", "llama-tiny-2l-128"  # the catalog's entries for the CPU build
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.sample.jsonl"
 REQUESTS = 64
 
@@ -101,13 +110,90 @@ def measure(name: str, out: Path, timeout: float) -> dict[str, Any]:
     return row
 
 
+def measurements(rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The replays as calibration rows: the launch's knobs, the trace table, mean TTFT, mean TPOT (rows measured
+    before it was recorded leave it out of the fit) and output tok/s."""
+    from msopt.engines import LaunchSpec
+    from msopt.engines.vllm.knobs import vllm_launch_knobs
+    from msopt.sim.calibrate import Measurement
+
+    out = []
+    for row in rows:
+        real = row["real"]
+        spec = LaunchSpec(engine="vllm", argv=tuple(real["argv"]), port=0, env=dict(row["server_env"]))
+        out.append(Measurement(knobs=vllm_launch_knobs(spec), model=SIM_MODEL, input_len=0, output_len=0,
+                               concurrency=0, ttft_s=float(real["ttft"]),
+                               tpot_s=float(real["tpot"]) if real.get("tpot") else math.nan,
+                               tokens_per_s=float(real["tok_s"]), num_prompts=int(row["requests"]),
+                               source=str(row["name"]), workload={"trace": dict(row["table"])}))
+    return out
+
+
+def spread(values: Sequence[float]) -> float:
+    """The repeats' noise: the largest deviation from their mean, as a share of the mean."""
+    mean = sum(values) / len(values)
+    return max(abs(v - mean) for v in values) / mean
+
+
+def score(out: Path) -> str:
+    """The markdown table of every measured replay against the simulator before and after the fits."""
+    from msopt.sim.calibrate import fit_hardware, simulate_measurements
+    from msopt.sim.specs import load_hardware
+
+    rows = [json.loads((out / f"{n}.json").read_text(encoding="utf-8")) for n in REPLAYS
+            if (out / f"{n}.json").is_file()]
+    meas = measurements(rows)
+    fit_rows = [m for m, r in zip(meas, rows) if r["role"] == "fit"]
+    catalog = load_hardware(SIM_HARDWARE)
+    refit = fit_hardware(fit_rows, catalog, rounds=1).hardware
+    calibrated = fit_hardware(fit_rows, catalog, rounds=3).hardware
+    sims = {name: simulate_measurements(meas, hw) for name, hw in
+            (("catalog", catalog), ("refit", refit), ("calibrated", calibrated))}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        base = r["role"].removeprefix("repeat of ") if r["role"].startswith("repeat of ") else r["name"]
+        groups.setdefault(base, []).append(r)
+    noise = {k: (spread([g["real"]["ttft"] for g in v]), spread([g["real"]["tok_s"] for g in v]))
+             for k, v in groups.items() if len(v) > 1}
+    lines = ["| replay | role | load before | real TTFT mean (ms) | real tok/s | hits / queried | "
+             + " | ".join(f"{k}: TTFT (ms), tok/s" for k in sims) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(sims)]
+    err: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for j, (r, m) in enumerate(zip(rows, meas)):
+        real = r["real"]
+        cells = []
+        for k, sim in sims.items():
+            ttft, tok = sim[j][0], sim[j][2]
+            cells.append(f"{ttft * 1e3:.0f}, {tok:.0f}" if math.isfinite(ttft) else "refused")
+            role = "held-out" if r["role"] != "fit" else "fit"
+            err.setdefault((k, role), []).append((abs(ttft / m.ttft_s - 1), abs(tok / m.tokens_per_s - 1)))
+        lines.append(f"| {r['name']} | {r['role']} | {r['load_before'][0]:.2f} | {real['ttft'] * 1e3:.1f} | "
+                     f"{real['tok_s']:.0f} | {real['hits']:.0f} / {real['queries']:.0f} | " + " | ".join(cells) + " |")
+    lines += ["", "| hardware | rows | TTFT error (mean) | tok/s error (mean) |", "|---|---|---|---|"]
+    for (k, role), e in sorted(err.items()):
+        lines.append(f"| {k} | {role} ({len(e)}) | {sum(a for a, _ in e) / len(e):.1%} | "
+                     f"{sum(b for _, b in e) / len(e):.1%} |")
+    lines += ["", "Noise of the real repeats (largest deviation from their mean): "
+              + "; ".join(f"{k} ({len(groups[k])} runs): TTFT {a:.1%}, tok/s {b:.1%}" for k, (a, b) in noise.items())
+              + "."]
+    for k, hw in (("refit", refit), ("calibrated", calibrated)):
+        lines.append(f"{k}: " + ", ".join(f"{a} {getattr(hw, a):g}" for a in (
+            "compute_eff", "memory_eff", "step_overhead_ms", "per_seq_overhead_us", "frontend_ms_per_req",
+            "frontend_us_per_output_token") if hasattr(hw, a)) + f"; vllm {hw.engine_overrides.get('vllm', {})}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure the replays not yet measured (or ``--only`` those named)."""
+    """Measure the replays not yet measured (or ``--only`` those named), or score them."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="the folder of measured replays (one JSON each)")
     ap.add_argument("--only", nargs="+", choices=sorted(REPLAYS), help="measure only these")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one replay may take")
+    ap.add_argument("--score", action="store_true", help="measure nothing: fit on the fit rows, score every row")
     args = ap.parse_args(argv)
+    if args.score:
+        print(score(args.out), end="")
+        return 0
     if not TRACE.is_file():
         print(f"{TRACE}: no such trace file", file=sys.stderr)
         return 2
