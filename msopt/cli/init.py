@@ -139,7 +139,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
     are sized by, and the file's comment), and whether prompts share prefixes (at least a tenth of
     their hash-id blocks repeat an earlier one).
 
-    Any format :class:`msopt.workload.Trace` reads (Mooncake, Bailian, Azure, BurstGPT, generic CSV).
+    Any format :class:`msopt.workload.Trace` reads (Mooncake, Bailian, Azure, BurstGPT, generic CSV, ServeGen).
 
     Raises:
         ConfigError: unreadable, not a format msopt reads, a bad row, or no request.
@@ -448,7 +448,8 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool) -> None:
                    help="a Hugging Face model directory (its config.json), or a simulator catalog model's name")
     p.add_argument("--devices", type=int, metavar="N", help="devices one trial holds (default: those detected here)")
     p.add_argument("--workload", metavar="TRACE",
-                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV): written as "
+                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV, a ServeGen client's "
+                        "chunk-<id>-trace.csv): written as "
                         "[workload] trace, replayed by the benchmark and the simulator")
 
 
