@@ -121,6 +121,8 @@ class Verdict:
         failures: why the run's failed requests failed, by cause, computed from the results
             (:meth:`VerdictTally.failures`): "" when no measurement counted one.
         too_long: how many of them the server refused as longer than its context.
+        trace: the run replays a ``[workload] trace`` (whose ``max_model_len`` and ``length_policy`` hold
+            its requests to the context).
     """
 
     best: EvaluationResult | None
@@ -139,6 +141,7 @@ class Verdict:
     own_met_on_sample: bool = False
     failures: str = ""
     too_long: int = 0
+    trace: bool = False
 
     @property
     def met(self) -> bool:
@@ -156,9 +159,11 @@ class Verdict:
             return (f"NO CONFIGURATION SUCCEEDED: all {self.evaluations} evaluations failed; "
                     "see the errors in the report")
         if self.met_count == 0:
+            fix = ("set [workload] max_model_len with a length_policy" if self.trace else
+                   "shorten the workload's requests")
             advice = ("relax the SLOs, widen the search space or give it more evaluations" if not self.too_long else
-                      f"{self.too_long:,} requests were longer than the server's context (below): set [workload] "
-                      "max_model_len with a length_policy, or raise the limit")
+                      f"{self.too_long:,} request(s) were longer than the server's context (below): {fix}, or raise "
+                      "the limit")
             return (f"NO CONFIGURATION MET THE SLOs in {self.evaluations} evaluations: the recommendation below is "
                     f"the least bad; {advice}")
         if not self.met:
@@ -475,6 +480,7 @@ class VerdictTally:
             own_met_on_sample=own_sample,
             failures=self.failures(),
             too_long=self.failed_by.get("too_long", 0),
+            trace=bool(config.workload.get("trace")),
         )
 
 

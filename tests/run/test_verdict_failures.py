@@ -31,8 +31,21 @@ def test_requests_longer_than_the_context_are_named_with_the_engines_flag_and_th
     assert v.lines()[-1] == "  " + v.failures
     # no configuration met the success-rate SLO: the headline names the cause, not "relax the SLOs"
     assert v.headline() == ("NO CONFIGURATION MET THE SLOs in 2 evaluations: the recommendation below is the least "
-                            "bad; 28 requests were longer than the server's context (below): set [workload] "
-                            "max_model_len with a length_policy, or raise the limit")
+                            "bad; 28 request(s) were longer than the server's context (below): shorten the workload's "
+                            "requests, or raise the limit")
+
+
+def test_a_trace_is_held_to_the_context_by_its_length_policy(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n1,100,10\n", encoding="utf-8")
+    text = Path(QUICK).read_text(encoding="utf-8")
+    start, end = text.index("[simulator.workload]"), text.index("\n[vllm.command]")
+    config = tmp_path / "c.toml"
+    config.write_text(text[:start] + f'[workload]\ntrace = "{trace}"\n' + text[end:], encoding="utf-8")
+    runs = [result(0, 0.5, phase="baseline", sent=2, failed_too_long=1, context_limit=4096)]
+    v = make_verdict(load(config).config, runs, runs[0])
+    assert v.headline().endswith("1 request(s) were longer than the server's context (below): set [workload] "
+                                 "max_model_len with a length_policy, or raise the limit")
 
 
 def test_each_cause_is_counted_and_the_rest_is_said_to_have_no_recorded_cause():
