@@ -45,6 +45,33 @@ SEND_LATE_P50 = "send_late_p50_s"
 SEND_LATE_P99 = "send_late_p99_s"
 SENT: tuple[str, ...] = (SENT_REQUESTS, SENT_SPAN, SENT_INPUT_MEAN, SENT_OUTPUT_MEAN, SEND_LATE_P50, SEND_LATE_P99)
 
+#: Why a measurement's requests failed, journaled with its metrics as counts where the benchmark knows them
+#: (absent when none failed): ``failed_too_long`` (the server refused a request longer than its context),
+#: ``failed_timeout`` (no answer within the request's timeout), ``failed_connection`` (the connection broke:
+#: the server closed it or died), ``failed_incomplete`` (the stream ended early or held no token),
+#: ``failed_refused`` (the simulated engine's prefill token budget or KV cache cannot hold the request),
+#: ``failed_http_<status>`` (any other HTTP error), ``failed_other``.
+FAILED_PREFIX = "failed_"
+FAILED_TOO_LONG = "failed_too_long"
+FAILED_TIMEOUT = "failed_timeout"
+FAILED_CONNECTION = "failed_connection"
+FAILED_INCOMPLETE = "failed_incomplete"
+FAILED_REFUSED = "failed_refused"
+FAILED_OTHER = "failed_other"
+#: The server's context limit (tokens) a measurement's too-long requests were refused at, where it is known
+#: (the server's message, the simulated launch); journaled only beside ``failed_too_long``.
+CONTEXT_LIMIT = "context_limit"
+
+
+def failure_counts(metrics: Any) -> dict[str, int]:
+    """The failed requests of a measurement by cause (``too_long``, ``timeout``, ``http_400``, ...) from
+    its journaled metrics (:data:`FAILED_PREFIX`); {} where none failed or none was recorded."""
+    if not isinstance(metrics, dict):
+        return {}
+    return {k.removeprefix(FAILED_PREFIX): int(v) for k, v in metrics.items()
+            if k.startswith(FAILED_PREFIX) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0}
+
+
 #: Everything the embedded simulator measures: the metrics, the percentiles and the duration.
 SIMULATED: tuple[str, ...] = (*METRICS, *PERCENTILES, "duration")
 

@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,8 @@ from msopt.config import thaw
 from msopt.engines.launch import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import (
+    CONTEXT_LIMIT,
+    FAILED_PREFIX,
     METRICS,
     PERCENTILES,
     PREFIX_CACHE_HIT_RATE,
@@ -62,6 +65,11 @@ RESULT_FILE = "builtin_result.json"
 #: what ``builtin_result.json`` holds besides the five metrics and goes into the journal with them
 _EXTRA = (*PERCENTILES, PREFIX_CACHE_HIT_RATE, SPEC_ACCEPT_LEN, *SENT, "duration")
 REQUESTS_FILE = "requests.jsonl"
+
+
+def _extra(summary: Mapping[str, Any]) -> tuple[str, ...]:
+    """What goes into the journal: :data:`_EXTRA` and the failed requests by cause where any failed."""
+    return (*_EXTRA, *(k for k in summary if k.startswith(FAILED_PREFIX)), CONTEXT_LIMIT)
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
 # Short common words: each is about one token for BPE tokenizers when preceded by a space.
@@ -109,6 +117,8 @@ class RequestRecord:
     output_tokens: int = 0
     success: bool = False
     error: str | None = None
+    cause: str | None = None
+    context_limit: int | None = None
 
 
 def synthetic_prompts(n: int, input_len: int, seed: int) -> list[str]:
@@ -223,6 +233,44 @@ def rank_headers(p: LoadParams, conversation: str | None) -> dict[str, str]:
     return {"X-Data-Parallel-Rank": str(session_rank(conversation, p.dp_ranks))}
 
 
+class HttpError(RuntimeError):
+    """A server's answer other than 200: its status and the start of its body."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}")
+        self.status = status
+        self.text = text
+
+
+#: How a server says a request is longer than its context, with the limit: vLLM 0.32.0's three messages
+#: (vllm/renderers/params.py "This model's maximum context length is N tokens", vllm/v1/engine/
+#: input_processor.py "... is longer than the maximum model length of N", vllm/entrypoints/serve/utils/
+#: api_utils.py "Input length (L) exceeds model's maximum context length (N)"); msopt's simulated server
+#: answers the first (msopt/sim/serve.py)
+_CONTEXT_MESSAGES = (re.compile(r"maximum context length is (\d+)"),
+                     re.compile(r"longer than the maximum model length of (\d+)"),
+                     re.compile(r"maximum context length \((\d+)\)"))
+
+
+def failure_cause(exc: BaseException) -> tuple[str, int | None]:
+    """Why one request failed, as :data:`msopt.metrics.FAILED_PREFIX` names it (``too_long``, ``timeout``,
+    ``connection``, ``http_<status>``, ``other``), and for ``too_long`` the context limit the server
+    named (None where it named none)."""
+    import aiohttp
+
+    if isinstance(exc, HttpError):
+        if exc.status == 400:
+            for pattern in _CONTEXT_MESSAGES:
+                if m := pattern.search(exc.text):
+                    return "too_long", int(m.group(1))
+        return f"http_{exc.status}", None
+    if isinstance(exc, TimeoutError):  # aiohttp's total timeout raises asyncio.TimeoutError, this one
+        return "timeout", None
+    if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)):
+        return "connection", None
+    return "other", None
+
+
 async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0: float,
                log: Any, max_tokens: int | None = None, headers: Mapping[str, str] | None = None) -> None:
     loop = asyncio.get_running_loop()
@@ -236,7 +284,7 @@ async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0:
         async with session.post(p.url + p.endpoint, json=_body(p, prompt, max_tokens), headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:300]
-                raise RuntimeError(f"HTTP {resp.status}: {text}")
+                raise HttpError(resp.status, text)
             if p.stream:
                 async for raw in resp.content:
                     line = raw.decode("utf-8", "replace").strip()
@@ -262,12 +310,14 @@ async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0:
                     usage_tokens = usage.get("completion_tokens")
     except Exception as exc:  # noqa: BLE001 - any failure of one request is recorded, not raised
         rec.error = f"{type(exc).__name__}: {exc}"
+        rec.cause, rec.context_limit = failure_cause(exc)
         log(f"request {rec.index} failed: {rec.error}")
         return
     end = loop.time()
     rec.output_tokens = int(usage_tokens) if usage_tokens is not None else chunks
     if not done or first is None or rec.output_tokens < 1:
         rec.error = "stream ended early" if not done else "no output tokens"
+        rec.cause = "incomplete"
         log(f"request {rec.index} failed: {rec.error}")
         return
     rec.success = True
@@ -409,6 +459,7 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
         "total_output_tokens": out_tokens,
         "mean_latency": mean([r.latency for r in ok]),
         "p99_ttft": float(np.percentile([r.ttft for r in ok], 99)) if ok else None,
+        **failure_metrics(records),
     }
     for column in PERCENTILES:  # ttft_p99, ...: what an SLO's percentile holds
         metric, _, stat = column.partition("_")
@@ -419,6 +470,22 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
         if not math.isfinite(p.request_rate):
             summary["params"]["request_rate"] = "inf"
     return summary
+
+
+def failure_metrics(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """The failed requests by cause (:data:`msopt.metrics.FAILED_PREFIX`; none where none failed), and
+    beside refusals for length the context limit the server named."""
+    out: dict[str, float] = {}
+    limits = []
+    for r in records:
+        if not r.success:
+            key = FAILED_PREFIX + (r.cause or "other")
+            out[key] = out.get(key, 0.0) + 1
+            if r.context_limit is not None:
+                limits.append(r.context_limit)
+    if limits:
+        out[CONTEXT_LIMIT] = float(min(limits))
+    return out
 
 
 def _run_sync(p: LoadParams, timeout: float, log: Any) -> tuple[dict[str, Any], list[RequestRecord]]:
@@ -494,8 +561,8 @@ class BuiltinBenchmark(BenchmarkAdapter):
         if not path.exists():
             raise EvaluationError(no_result_report(f"benchmark {self.name}", RESULT_FILE, result_dir, log_path))
         try:
-            return check_metrics(self.name, json.loads(path.read_text(encoding="utf-8")),
-                                 _EXTRA)
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            return check_metrics(self.name, summary, _extra(summary))
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
@@ -545,7 +612,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
             log(f"done: {summary['completed']}/{summary['num_prompts']} succeeded in "
                 f"{summary['duration']:.3f} s")
         write_results(result_dir, summary, records)
-        return check_metrics(self.name, summary, _EXTRA)
+        return check_metrics(self.name, summary, _extra(summary))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

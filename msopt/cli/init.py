@@ -139,7 +139,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
     are sized by, and the file's comment), and whether prompts share prefixes (at least a tenth of
     their hash-id blocks repeat an earlier one).
 
-    Any format :class:`msopt.workload.Trace` reads (Mooncake, Bailian, Azure, BurstGPT, generic CSV).
+    Any format :class:`msopt.workload.Trace` reads (Mooncake, Bailian, Azure, BurstGPT, generic CSV, ServeGen).
 
     Raises:
         ConfigError: unreadable, not a format msopt reads, a bad row, or no request.
@@ -153,7 +153,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
             + (f", {rate:g} requests/s" if rate else "")
             + (f", {s.prefix_ceiling:.0%} of prompt blocks repeat" if s.prefix_ceiling is not None else ""))
     return TraceWorkload(min(inp, 1 << 20), min(out, 1 << 20), s.requests, None if rate else 64, rate,
-                         what, shared, str(trace.path.expanduser().absolute()), s.span_s, s.longest())
+                         what, shared, str(trace.path.expanduser().absolute()), s.span_s, s.longest(), s.totals)
 
 
 def default_workload(cpu: bool) -> TraceWorkload:
@@ -320,6 +320,17 @@ def build(engine: str, model: str, *, devices: int | None = None, slo: str | Non
             doc.key("window", [0, timeout // 2], f"the trace lasts {wl.span_s:,.0f} s and an evaluation may take "
                     f"particles_time_out = {timeout} s, the server's start included: the re-measurements replay "
                     "this part of it; widen both to replay more")
+        if wl.longest > context:
+            # the model holds no longer sequence: the longest requests are cut to it instead of failed
+            # (validate refuses a trace the server would fail, msopt/run/validate.py)
+            over = wl.over_context(context)
+            note = (f"{over:,} of the trace's {wl.num_prompts:,} requests are longer than the model's context "
+                    f"({context:,} tokens; the longest {wl.longest:,}): [workload] max_model_len = {context} with "
+                    "length_policy = \"clip\" cuts their prompts to it; \"drop\" leaves them out")
+            doc.key("max_model_len", context, "the server's context (its --max-model-len): no request is longer")
+            doc.key("length_policy", "clip", f"{over:,} requests longer than the model's {context:,} tokens "
+                    "keep their output and lose the start of their prompt")
+            choice.notes.append(note)
         doc.comment(f"its means, for reference only (the replay keeps the bursts and the length tail): {wl.source}")
     else:
         doc.table("simulator.workload", "the same workload as the benchmark below")
@@ -413,6 +424,8 @@ def cmd_init(args: argparse.Namespace) -> int:
                               "bug with the command line") from None
     if args.output in (None, "-"):
         sys.stdout.write(choice.text)
+        for note in choice.notes:
+            print(f"msopt init: {note}", file=sys.stderr)
         return 0
     out = Path(args.output).expanduser()
     if out.exists() and not args.force:
@@ -421,6 +434,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     tmp_out.write_text(choice.text, encoding="utf-8")
     os.replace(tmp_out, out)  # never a half-written file
     print(f"wrote {out}", file=sys.stderr)
+    for note in choice.notes:
+        print(f"  {note}", file=sys.stderr)
     for name, why in choice.left_out.items():
         print(f"  left out {name}: {why}", file=sys.stderr)
     print(f"next: msopt validate -c {out}; msopt optimize -c {out}", file=sys.stderr)
@@ -433,7 +448,8 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool) -> None:
                    help="a Hugging Face model directory (its config.json), or a simulator catalog model's name")
     p.add_argument("--devices", type=int, metavar="N", help="devices one trial holds (default: those detected here)")
     p.add_argument("--workload", metavar="TRACE",
-                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV): written as "
+                   help="a request trace (Mooncake/Bailian JSON lines, Azure/BurstGPT/generic CSV, a ServeGen client's "
+                        "chunk-<id>-trace.csv): written as "
                         "[workload] trace, replayed by the benchmark and the simulator")
 
 

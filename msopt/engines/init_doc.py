@@ -52,6 +52,7 @@ class TraceWorkload:
         span_s: the trace's span, first arrival to last (s).
         longest: a trace's longest request (input plus output tokens), 0 without a trace: the
             server's context must hold it.
+        totals: a trace's requests' input plus output tokens, sorted (() without a trace).
     """
 
     input_len: int
@@ -64,6 +65,11 @@ class TraceWorkload:
     trace: str | None = None
     span_s: float = 0.0
     longest: int = 0
+    totals: tuple[int, ...] = field(default=(), repr=False)
+
+    def over_context(self, context: int) -> int:
+        """How many of a trace's requests (input plus output tokens) are longer than ``context``."""
+        return sum(t > context for t in self.totals)
 
 
 @dataclass
@@ -78,6 +84,7 @@ class InitChoice:
         text: the config.toml.
         origins: dotted key -> where init took its value from (the model's config.json, the machine's
             devices), for a run that never writes the file (``msopt optimize --model``) to name.
+        notes: what the console says besides the file (the trace's requests longer than the model's context).
     """
 
     tp: list[int] = field(default_factory=list)
@@ -87,6 +94,7 @@ class InitChoice:
     left_out: dict[str, str] = field(default_factory=dict)
     text: str = ""
     origins: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def toml_value(x: Any) -> str:

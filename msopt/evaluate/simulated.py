@@ -35,6 +35,9 @@ from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
 from msopt.metrics import (
+    CONTEXT_LIMIT,
+    FAILED_REFUSED,
+    FAILED_TOO_LONG,
     PREFIX_CACHE_HIT_RATE,
     SENT_INPUT_MEAN,
     SENT_OUTPUT_MEAN,
@@ -61,11 +64,17 @@ def metrics_of(res: Any) -> dict[str, float | None]:
     cache's hit rate where the simulator modelled one (a trace with hash ids, caching on): the
     prediction a real replay's measured ``prefix_cache_hit_rate`` stands beside. And what the
     simulated client sent (:data:`msopt.metrics.SENT`, but the lateness: a simulated send is on time):
-    requests, span, mean prompt and output tokens, where the run sent any."""
+    requests, span, mean prompt and output tokens, where the run sent any. And why requests failed
+    (:data:`msopt.metrics.FAILED_PREFIX`), where any did."""
     out = {k: _finite(getattr(res, k)) for k in SIMULATED}
     queries = getattr(res, "prefix_cache_queries", 0)
     if queries:
         out[PREFIX_CACHE_HIT_RATE] = res.prefix_cache_hits / queries
+    for key in (FAILED_TOO_LONG, FAILED_REFUSED):  # why requests failed, where any did
+        if getattr(res, key, 0):
+            out[key] = float(getattr(res, key))
+    if getattr(res, FAILED_TOO_LONG, 0):
+        out[CONTEXT_LIMIT] = float(res.context_limit)
     reqs = getattr(res, "requests", None) or {}
     send = np.asarray(reqs.get("send", ()), dtype=float)
     sent = send[np.isfinite(send)]

@@ -187,8 +187,9 @@ def _verdict(data: RunData) -> str:
                      measurements=n if isinstance(n, int) else 1)
     cls = "verdict ok" if v.met else "verdict bad"
     parts = ["<h2>Verdict</h2>", f'<p class="{cls}"><b>{_e(v.headline())}</b></p>']
+    failures = f"<p>{_e(v.failures[0].upper() + v.failures[1:])}.</p>" if v.failures else ""
     if best is None:
-        return "\n".join(parts)
+        return "\n".join([*parts, failures])
     head = "<tr><th>SLO</th><th>limit</th><th>recommended</th><th></th>"
     if v.baseline is not None:
         head += "<th>baseline</th><th></th>"
@@ -207,6 +208,7 @@ def _verdict(data: RunData) -> str:
                  f"{_e(v.fitness_line())}.</p>")
     if v.comparison_line():
         parts.append(f"<p>{_e(v.comparison_line()[0].upper() + v.comparison_line()[1:])}.</p>")
+    parts.append(failures)
     return "\n".join(parts)
 
 

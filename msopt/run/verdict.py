@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from msopt.config import Config
+from msopt.engines.base import sim_personality_of
+from msopt.engines.crash import EngineCrash
+from msopt.errors import MsoptError
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
-from msopt.metrics import GENERATE_SPEED, fitness_text
+from msopt.metrics import CONTEXT_LIMIT, GENERATE_SPEED, SENT_REQUESTS, SUCCESS_RATE, failure_counts, fitness_text
 from msopt.run.leaderboard import is_measurement, measurement_weight, values_key
+from msopt.sim.personality import get_personality
 from msopt.slo import BROKEN, SloCheck
 from msopt.slo import MET as MET  # re-exported: report.html shows it
 from msopt.slo import slo_checks as _slo_checks
@@ -114,6 +118,11 @@ class Verdict:
             results (:meth:`VerdictTally.others_met`): "" when there are none.
         own_met_on_sample: the recommendation broke an SLO with the full workload, yet one of its
             measurements with the search's smaller sample met every SLO.
+        failures: why the run's failed requests failed, by cause, computed from the results
+            (:meth:`VerdictTally.failures`): "" when no measurement counted one.
+        too_long: how many of them the server refused as longer than its context.
+        trace: the run replays a ``[workload] trace`` (whose ``max_model_len`` and ``length_policy`` hold
+            its requests to the context).
     """
 
     best: EvaluationResult | None
@@ -130,6 +139,9 @@ class Verdict:
     same_configuration: bool = False
     others_met: str = ""
     own_met_on_sample: bool = False
+    failures: str = ""
+    too_long: int = 0
+    trace: bool = False
 
     @property
     def met(self) -> bool:
@@ -147,8 +159,13 @@ class Verdict:
             return (f"NO CONFIGURATION SUCCEEDED: all {self.evaluations} evaluations failed; "
                     "see the errors in the report")
         if self.met_count == 0:
+            fix = ("set [workload] max_model_len with a length_policy" if self.trace else
+                   "shorten the workload's requests")
+            advice = ("relax the SLOs, widen the search space or give it more evaluations" if not self.too_long else
+                      f"{self.too_long:,} request(s) were longer than the server's context (below): {fix}, or raise "
+                      "the limit")
             return (f"NO CONFIGURATION MET THE SLOs in {self.evaluations} evaluations: the recommendation below is "
-                    "the least bad; relax the SLOs, widen the search space or give it more evaluations")
+                    f"the least bad; {advice}")
         if not self.met:
             why = []
             if self.own_met_on_sample:
@@ -232,11 +249,13 @@ class Verdict:
         """The verdict as terminal lines."""
         out = [("verdict: " if self.met_count else "!!! ") + self.headline()]
         if self.best is None:
-            return out
+            return out + ([f"  {self.failures}"] if self.failures else [])
         out += [f"  {c.text()}" for c in self.checks]
         out.append(f"  {self.throughput_line()}")
         if self.comparison_line():
             out.append(f"  {self.comparison_line()}")
+        if self.failures:
+            out.append(f"  {self.failures}")
         return out
 
     def shown_values(self) -> str:
@@ -248,6 +267,15 @@ def same_load(a: EvaluationResult, b: EvaluationResult) -> bool:
     """Whether ``a`` and ``b`` measured the same load: the same prompts (a search capped by
     ``sample_size`` sends fewer) at the same load (a capacity probe sends its own)."""
     return a.num_prompts == b.num_prompts and dict(a.load) == dict(b.load) and "capacity" not in (a.phase, b.phase)
+
+
+def _context_key(config: Config) -> str:
+    """How the run's engine spells its context limit ("--max-model-len"), or "max_model_len"."""
+    name = sim_personality_of(config.engine.name)
+    try:
+        return get_personality(name).context_key if name else "max_model_len"
+    except MsoptError:
+        return "max_model_len"
 
 
 def _fitness(v: float) -> str:
@@ -279,6 +307,11 @@ class VerdictTally:
         self.fits: dict[str, list[float]] = {}
         # values key -> [evaluations that met every SLO, of them with the full workload] (no capacity probe)
         self.met_by: dict[str, list[int]] = {}
+        self.failed_by: dict[str, int] = {}  # cause -> failed requests, over every measurement
+        self.failed_evals = 0  # measurements that counted a failed request
+        self.unexplained = 0  # failed requests of no recorded cause
+        self.limits: set[int] = set()  # the context limits too-long requests were refused at
+        self.crashes: dict[str, int] = {}  # the engine's death, as one line -> evaluations it ended
 
     def add(self, r: EvaluationResult) -> None:
         """Count one result."""
@@ -297,9 +330,67 @@ class VerdictTally:
             m[1] += r.num_prompts is None or r.num_prompts == self.full
         if self.baseline is None and r.phase == "baseline" and r.iteration == 0:
             self.baseline = r
+        self._count_failures(r)
         if (is_measurement(r) and (r.num_prompts is None or r.num_prompts == self.full)
                 and isinstance(s := r.metrics.get(GENERATE_SPEED), (int, float))):
             self.speeds.setdefault(values_key(r.values), []).append(float(s))
+
+    def _count_failures(self, r: EvaluationResult) -> None:
+        """Add ``r``'s failed requests by cause (its journaled ``failed_*`` counts; the rest of what its
+        success rate says failed has no recorded cause) or the engine's death that ended it."""
+        if r.crash:
+            try:
+                line = EngineCrash.from_json(r.crash).message()
+            except TypeError:  # a journal line of another layout: its error holds the line
+                line = (r.error or "the engine died").splitlines()[0]
+            self.crashes[line] = self.crashes.get(line, 0) + 1
+            return
+        rate = r.metrics.get(SUCCESS_RATE)
+        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate >= 1:
+            return
+        self.failed_evals += 1
+        causes = failure_counts(r.metrics)
+        for cause, n in causes.items():
+            self.failed_by[cause] = self.failed_by.get(cause, 0) + n
+        sent = r.metrics.get(SENT_REQUESTS) or r.num_prompts or self.full
+        if isinstance(sent, (int, float)) and sent > 0:
+            self.unexplained += max(0, round((1 - rate) * sent) - sum(causes.values()))
+        limit = r.metrics.get(CONTEXT_LIMIT)
+        if causes.get("too_long") and isinstance(limit, (int, float)) and limit > 0:
+            self.limits.add(int(limit))
+
+    def failures(self) -> str:
+        """Why the run's failed requests failed, every cause counted from the results added: "failed
+        requests: 1,638 in 2 of 7 evaluations: 1,638 longer than --max-model-len 4096 were refused by the
+        server"; the evaluations the engine's death ended; "" for none."""
+        parts = []
+        total = sum(self.failed_by.values()) + self.unexplained
+        if total:
+            key = _context_key(self.config)
+            limit = (f"{key} {min(self.limits)}" if len(self.limits) == 1 else
+                     f"{key} ({', '.join(map(str, sorted(self.limits)))})" if self.limits else
+                     f"the server's context ({key})")
+            phrases = {
+                "too_long": f"longer than {limit} were refused by the server",
+                "timeout": "timed out (no answer within the request's timeout)",
+                "connection": "lost their connection (the server closed it or died)",
+                "incomplete": "ended without their output (the stream stopped early or held no token)",
+                "refused": "were refused by the engine's prefill token budget or KV cache",
+                "other": "failed otherwise (the benchmark's request log names each)",
+            }
+            causes = sorted(self.failed_by.items(), key=lambda kv: (-kv[1], kv[0]))
+            said = [f"{n:,} " + (phrases.get(c) or (f"got HTTP {c.removeprefix('http_')} from the server"
+                                                    if c.startswith("http_") else f"failed ({c})"))
+                    for c, n in causes]
+            if self.unexplained:
+                said.append(f"{self.unexplained:,} of no recorded cause (the benchmark reports only its success rate)")
+            parts.append(f"{total:,} in {self.failed_evals} of {self.evaluations} evaluations: " + "; ".join(said))
+        if self.crashes:
+            n = sum(self.crashes.values())
+            (first, _), *more = sorted(self.crashes.items(), key=lambda kv: -kv[1])
+            parts.append(f"{n} evaluation(s) ended when the engine died: {first}"
+                         + (f" (and {len(more)} other death(s); see the report)" if more else ""))
+        return "failed requests: " + "; ".join(parts) if parts else ""
 
     def spread(self, of: EvaluationResult) -> Spread | None:
         """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of ``of``'s
@@ -387,6 +478,9 @@ class VerdictTally:
             same_configuration=same,
             others_met=others,
             own_met_on_sample=own_sample,
+            failures=self.failures(),
+            too_long=self.failed_by.get("too_long", 0),
+            trace=bool(config.workload.get("trace")),
         )
 
 

@@ -37,6 +37,9 @@ class SimResult:
             0 without a prefix cache.
         assumed: inputs the prediction assumed rather than knew (efficiencies of another hardware
             entry, a default acceptance length), one line each.
+        failed_too_long, failed_refused: requests the engine refused, as longer than ``context_limit``
+            (its max_model_len) and for its prefill token budget or KV cache; 0 where none failed.
+        context_limit: the context the engine refused requests at (0 where it refused none).
     """
 
     generate_speed: float = 0.0
@@ -63,6 +66,9 @@ class SimResult:
     assumed: tuple[str, ...] = ()
     prefix_cache_hits: int = 0
     prefix_cache_queries: int = 0
+    failed_too_long: int = 0
+    failed_refused: int = 0
+    context_limit: int = 0
 
     @property
     def ok(self) -> bool:

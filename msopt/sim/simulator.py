@@ -317,6 +317,10 @@ def simulate(
                     kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
     if prefixes is not None:
         res = replace(res, prefix_cache_hits=hit_tokens, prefix_cache_queries=query_tokens)
+    if rejected:  # why, by the scheduler's own rules (engine.py ReplicaScheduler): too long, else refused
+        too_long = ~ok & (in_len.astype(np.int64) + run_out.astype(np.int64) > max_model_len)
+        res = replace(res, failed_too_long=int(too_long.sum()), failed_refused=int((~ok & ~too_long).sum()),
+                      context_limit=max_model_len)
     return replace(res, assumed=tuple(assumed)) if assumed else res
 
 

@@ -18,6 +18,9 @@ Formats (:data:`FORMATS`), detected from the JSON keys or the CSV header:
 - ``burstgpt``: CSV ``Timestamp`` (s), ``Request tokens``, ``Response tokens``, read by name
   (v3 inserts ``Session ID,Elapsed time`` after ``Timestamp``); a row with zero tokens is a
   failed request (HPMLL/BurstGPT README) and is skipped, counted in ``failed``;
+- ``servegen``: a ServeGen client's ``chunk-<id>-trace.csv`` (no header: a row per window of its rate,
+  CV and arrival pattern) with the length distributions of ``chunk-<id>-dataset.json`` beside it; the
+  reader generates the requests as ServeGen does (:mod:`msopt.workload.servegen`);
 - ``generic``: CSV ``arrival_s,input_tokens,output_tokens[,session_id][,prefix_group]``, for a
   service's own logs. Requests of one ``prefix_group`` share their prompt's leading tokens, up to
   the shorter prompt (a document or a conversation that grows): the reader gives block j of a
@@ -48,9 +51,10 @@ from pathlib import Path
 from typing import Any
 
 from msopt.errors import ConfigError
+from msopt.workload import servegen
 
 #: the trace formats msopt reads
-FORMATS: tuple[str, ...] = ("mooncake", "bailian", "azure", "burstgpt", "generic")
+FORMATS: tuple[str, ...] = ("mooncake", "bailian", "azure", "burstgpt", "generic", "servegen")
 #: what happens to a request longer than max_model_len
 LENGTH_POLICIES: tuple[str, ...] = ("clip", "scale", "drop")
 #: tokens per hash id, by format (Mooncake FAST'25 README: 512; Bailian's file names: blksz_16; a generic
@@ -67,6 +71,7 @@ _COLUMNS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "azure": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), ()),
     "burstgpt": (("Timestamp", "Request tokens", "Response tokens"), ("Session ID",)),
     "generic": (("arrival_s", "input_tokens", "output_tokens"), ("session_id", "prefix_group")),
+    "servegen": (servegen.COLUMNS, ()),  # no header: the columns in this order
 }
 _JSON_FORMATS = ("mooncake", "bailian")
 _TIME_UNIT = {"mooncake": 1e-3}  # ms; the others are seconds (azure: wall clock, parsed)
@@ -92,7 +97,8 @@ def group_hash_ids(group: str, blocks: int) -> tuple[int, ...]:
 
 def formats_line() -> str:
     """The accepted formats with their identifying columns, for error messages."""
-    return "; ".join(f"{name} ({', '.join(_COLUMNS[name][0])})" for name in FORMATS)
+    return "; ".join(f"{name} ({', '.join(_COLUMNS[name][0])}{'; no header' if name == 'servegen' else ''})"
+                     for name in FORMATS)
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,7 @@ class TraceSummary:
         hashed, hash_mismatch: prompts with hash ids, and those whose count of ids is not their
             input over ``block_size`` rounded up (a block_size that disagrees with the ids).
         implied_block: the mean tokens per hash id of the prompts with hash ids, or None.
+        about: what the file says besides its requests (a ServeGen client's windows), a line each.
     """
 
     requests: int
@@ -189,6 +196,7 @@ class TraceSummary:
     hashed: int = 0
     hash_mismatch: int = 0
     implied_block: float | None = None
+    about: tuple[str, ...] = ()
 
     def warnings(self) -> list[str]:
         """What looks like a misread trace: a rate or span of timestamps in the wrong unit, a block_size
@@ -222,7 +230,7 @@ class TraceSummary:
         c = self.counts
         return {"format": self.format, "requests": self.requests, "span_s": self.span_s, "rate": self.rate,
                 "gap_cv": self.gap_cv, "input_tokens": dict(self.input_pct), "output_tokens": dict(self.output_pct),
-                "block_size": self.block_size, "prefix_ceiling": self.prefix_ceiling,
+                "block_size": self.block_size, "prefix_ceiling": self.prefix_ceiling, "about": list(self.about),
                 "rows": {"read": c.rows, "in_window": c.in_window, "failed": c.failed, "over_limit": c.over_limit,
                          "dropped": c.dropped, "scale": c.scale}}
 
@@ -235,7 +243,7 @@ class TraceSummary:
         rate = f"{self.rate:.3g} req/s" if self.rate is not None else "all at once"
         cv = f"{self.gap_cv:.2f}" if self.gap_cv is not None else "n/a"
         out = [f"requests {self.requests} over {self.span_s:.1f} s, {rate}, burstiness (CV of gaps) {cv}",
-               f"input tokens {pct(self.input_pct)}", f"output tokens {pct(self.output_pct)}"]
+               *self.about, f"input tokens {pct(self.input_pct)}", f"output tokens {pct(self.output_pct)}"]
         if self.prefix_ceiling is None:
             out.append("prefix reuse ceiling: n/a (no hash ids: never credited with prefix-cache hits)")
         else:
@@ -362,6 +370,9 @@ class Trace:
         if time_unit is not None and self.format == "azure":
             raise ConfigError(f"{where}: time_unit {time_unit!r}: format 'azure' has wall-clock timestamps "
                               "(2023-11-16 18:17:03.98); remove time_unit")
+        if time_unit is not None and self.format == "servegen":
+            raise ConfigError(f"{where}: time_unit {time_unit!r}: format 'servegen' gives its windows in seconds; "
+                              "remove time_unit")
         self.unit = TIME_UNITS[time_unit] if time_unit is not None else _TIME_UNIT.get(self.format, 1.0)
         self.block_size = block_size if block_size is not None else DEFAULT_BLOCK_SIZE.get(self.format, 0)
 
@@ -405,8 +416,11 @@ class Trace:
 
     def _detect(self) -> str:
         kind, first = self._first()
+        if kind == "csv" and servegen.is_trace_row(list(first)):  # no header: its first row says it
+            return "servegen"
         keys = set(first)
-        candidates = [n for n in (_JSON_FORMATS if kind == "json" else [f for f in FORMATS if f not in _JSON_FORMATS])
+        candidates = [n for n in (_JSON_FORMATS if kind == "json" else
+                                  [f for f in FORMATS if f not in (*_JSON_FORMATS, "servegen")])
                       if set(_COLUMNS[n][0]) <= keys]
         if candidates:
             return candidates[-1] if kind == "json" else candidates[0]  # bailian's columns include mooncake's
@@ -435,6 +449,11 @@ class Trace:
                               f"{'JSON lines' if self.format in _JSON_FORMATS else 'CSV'}, the file is "
                               f"{'JSON lines' if kind == 'json' else 'CSV'}; msopt reads {formats_line()}")
         self.kind = kind
+        if self.format == "servegen":
+            if not servegen.is_trace_row(list(first)):
+                raise ConfigError(f"{self.where} {self.path}: format 'servegen' has no header and rows of "
+                                  f"{','.join(servegen.COLUMNS)}; row 1 is {','.join(map(str, first))[:120]!r}")
+            return
         needed = self._needed()
         missing = [c for c in needed if c not in first]
         if missing:
@@ -485,6 +504,9 @@ class Trace:
         """(line, seconds since the first row, input, output, hash ids, session, parent, prefix group)
         for every data row, checked, in file order, stopping after the window's end."""
         fmt = self.format
+        if fmt == "servegen":
+            yield from self._servegen_raw()
+            return
         t_col, in_col, out_col = self._needed()[:3]
         h_col, s_col, g_col = self._col("hash_ids"), self._col("session_id"), self._col("prefix_group")
         unit = self.unit
@@ -542,6 +564,28 @@ class Trace:
             except (OSError, EOFError) as exc:  # a corrupt or truncated gzip stream
                 raise ConfigError(f"{self.where} {self.path}: after row {line}: cannot be read ({exc}); "
                                   "check the file (a gzip file cut short?)") from None
+
+    def _servegen_raw(self) -> Iterator[tuple[int, float, int, int, tuple[int, ...], str | None, str | None,
+                                              str | None]]:
+        """:meth:`_raw` of a ServeGen client: the requests its windows generate (:mod:`msopt.workload.servegen`)."""
+        end = self.window[1] if self.window else math.inf
+        dataset = servegen.read_dataset(servegen.dataset_path(self.path), f"{self.where} {self.path}")
+        t0: float | None = None
+        with self._open() as f:
+            for line, t, n_in, n_out in servegen.requests(self._cells(f), dataset, self._bad):
+                if t0 is None:
+                    t0 = t
+                if t - t0 > end:
+                    return
+                yield line, t - t0, n_in, n_out, (), None, None, None
+
+    def _cells(self, f: io.TextIOWrapper) -> Iterator[tuple[int, list[str]]]:
+        """A header-less CSV's rows as (line, cells), blank rows skipped."""
+        reader = csv.reader(f)
+        for values in reader:
+            if values and any(v.strip() for v in values):
+                line = reader.line_num
+                yield line, [str(self._text(v.strip(), line, "row")) for v in values]
 
     def _json_rows(self, f: io.TextIOWrapper) -> Iterator[tuple[int, Mapping[str, Any]]]:
         needed = self._needed()
@@ -685,7 +729,15 @@ class Trace:
                             totals=tuple(sorted(i + o for i, o in zip(ins, outs, strict=True))),
                             unit_s=0.0 if self.format == "azure" else self.unit, hashed=counts.hashed,
                             hash_mismatch=counts.hash_mismatch,
-                            implied_block=counts.per_id / counts.hashed if counts.hashed else None)
+                            implied_block=counts.per_id / counts.hashed if counts.hashed else None,
+                            about=self._about())
+
+    def _about(self) -> tuple[str, ...]:
+        """What the summary says of the file besides its requests: a ServeGen client's windows."""
+        if self.format != "servegen":
+            return ()
+        with self._open() as f:
+            return (servegen.window_stats(self._cells(f)),)
 
 
 def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceRequest]:
