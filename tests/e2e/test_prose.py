@@ -20,7 +20,6 @@ NOT_YET = {
     "benchmarks-100-seeds.md": 11,
     "benchmarks.md": 29,
     "configuration.md": 21,
-    "engines.md": 1,
     "simulator.md": 36,
 }
 
