@@ -21,9 +21,10 @@ import numpy as np
 from msopt.evaluate.results import EvaluationResult, values_key
 from msopt.prior.simulator import SimulatorPrior
 from msopt.search import Screen
+from msopt.sim.calibrate import Correction
 from msopt.space import SearchSpace
 
-__all__ = ["TRUST_FROM", "TRUST_Z", "Agreement", "PriorGuide", "PriorSearch", "agreement"]
+__all__ = ["TRUST_FROM", "TRUST_Z", "Agreement", "PriorGuide", "PriorSearch", "agreement", "correction_text"]
 
 #: The fewest measured configurations from which the run judges the prior (below: full trust, the
 #: prior's picks start the search before anything was measured).
@@ -174,7 +175,7 @@ class PriorGuide:
         (a launch that failed too: it ranks last)."""
         own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)
         if not r.reused and not r.failed and own:
-            self.prior.observe(r.values, r.metrics)
+            self.prior.observe(r.values, r.metrics, real=r.real_evaluation)
         if own and not r.reused and not r.refused and r.predicted is not None:
             pred = r.predicted.get("fitness")
             key = values_key(r.values)
@@ -185,14 +186,19 @@ class PriorGuide:
 
     def learn(self, say: Callable[[str], None]) -> None:
         """After an iteration: judge the prior's agreement with the measurements so far
-        (:func:`agreement`, the trust the screen follows, said when it changes) and refit it to
-        them (``[search] refit``), saying how it went."""
+        (:func:`agreement`, the trust the screen follows, said when it changes), correct its
+        simulator to the launches measured on the real engine (``[search] correct``) and refit it
+        to them (``[search] refit``), saying how each went."""
         judged = self.judged
         if judged is not None and (not self.agreements or judged.n > self.agreements[-1].n):
             self.agreements.append(judged)
             unranked = self._screen.chance_unranked() if self._screen is not None else 1.0
             say(judged.text().format(unranked=unranked))
         prior = self.prior
+        if prior.options.correct:
+            found = prior.correct()
+            if found is not None:
+                say(correction_text(found, prior.catalog_hardware.name))
         if not prior.options.refit:
             return
         if prior.refit(progress=say):
@@ -209,9 +215,20 @@ class PriorGuide:
         return {"prior.json": {
             "evaluations": prior.search_evaluations, "predictions": prior.evaluations,
             "refits": prior.refits, "refits_kept": prior.kept, "picks": self.picks,
+            "corrections": list(prior.corrections),
             "trust": [asdict(a) for a in self.agreements],
             "best": None if best is None else {"values": dict(best.values), **best.record()},
             "assumed": [] if best is None else prior.assumed(best.values)}}
+
+
+def correction_text(found: Correction, entry: str) -> str:
+    """The run's line about a correction of the simulator's ``entry`` to its measured launches."""
+    scales = f"serial frontend time x{found.scales['frontend']:.2f}, engine step time x{found.scales['engine']:.2f}"
+    if found.better:
+        return (f"simulator corrected from {found.rows} measured launches: {found.errors()}; {entry} with "
+                f"{scales}, for the prior from now on")
+    return (f"simulator not corrected: fitted to {found.rows} measured launches ({scales}), it would not predict "
+            f"them better ({found.errors()}); the prior uses {entry} as catalogued")
 
 
 class _Stopped(Exception):
