@@ -21,10 +21,9 @@ import numpy as np
 from msopt.evaluate.results import EvaluationResult, values_key
 from msopt.prior.simulator import SimulatorPrior
 from msopt.search import Screen
-from msopt.sim.calibrate import Correction
 from msopt.space import SearchSpace
 
-__all__ = ["TRUST_FROM", "TRUST_Z", "Agreement", "PriorGuide", "PriorSearch", "agreement", "correction_text"]
+__all__ = ["TRUST_FROM", "TRUST_Z", "Agreement", "PriorGuide", "PriorSearch", "agreement"]
 
 #: The fewest measured configurations from which the run judges the prior (below: full trust, the
 #: prior's picks start the search before anything was measured).
@@ -196,9 +195,8 @@ class PriorGuide:
             say(judged.text().format(unranked=unranked))
         prior = self.prior
         if prior.options.correct:
-            found = prior.correct()
-            if found is not None:
-                say(correction_text(found, prior.catalog_hardware.name))
+            if prior.correct() is not None:
+                say(prior.corrections[-1]["said"])
         if not prior.options.refit:
             return
         if prior.refit(progress=say):
@@ -219,16 +217,6 @@ class PriorGuide:
             "trust": [asdict(a) for a in self.agreements],
             "best": None if best is None else {"values": dict(best.values), **best.record()},
             "assumed": [] if best is None else prior.assumed(best.values)}}
-
-
-def correction_text(found: Correction, entry: str) -> str:
-    """The run's line about a correction of the simulator's ``entry`` to its measured launches."""
-    scales = f"serial frontend time x{found.scales['frontend']:.2f}, engine step time x{found.scales['engine']:.2f}"
-    if found.better:
-        return (f"simulator corrected from {found.rows} measured launches: {found.errors()}; {entry} with "
-                f"{scales}, for the prior from now on")
-    return (f"simulator not corrected: fitted to {found.rows} measured launches ({scales}), it would not predict "
-            f"them better ({found.errors()}); the prior uses {entry} as catalogued")
 
 
 class _Stopped(Exception):

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from msopt.sim.workload import Workload
 
 __all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
-           "make_prior", "prior_applies"]
+           "correction_text", "make_prior", "prior_applies"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
 PRIOR_MODES = ("auto", "simulator", "none")
@@ -442,7 +442,8 @@ class SimulatorPrior:
             return None
         found = correct_hardware(measurements, self.catalog_hardware, seed=int(self.table.get("seed", 0)),
                                  models={measurements[0].model: self.model_spec}, simulations=self._sims)
-        self.corrections.append({**found.record(), "hardware": self.catalog_hardware.name})
+        self.corrections.append({**found.record(), "hardware": self.catalog_hardware.name,
+                                 "said": correction_text(found, self.catalog_hardware.name)})
         base = found.hardware if found.better else self.catalog_hardware
         if base != self.base_hardware:
             self.base_hardware = self.hardware = base
@@ -571,6 +572,16 @@ class SimulatorPrior:
                 chosen.append(p)
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
+
+def correction_text(found: Correction, entry: str) -> str:
+    """The run's line about a correction of the simulator's ``entry`` to its measured launches."""
+    scales = f"serial frontend time x{found.scales['frontend']:.2f}, engine step time x{found.scales['engine']:.2f}"
+    if found.better:
+        return (f"simulator corrected from {found.rows} measured launches: {found.errors()}; {entry} with "
+                f"{scales}, for the prior from now on")
+    return (f"simulator not corrected: fitted to {found.rows} measured launches ({scales}), it would not predict "
+            f"them better ({found.errors()}); the prior uses {entry} as catalogued")
+
 
 def make_prior(config: Config, space: SearchSpace | None = None,
                simulator: Mapping[str, Any] | None = None) -> SimulatorPrior | None:

@@ -12,6 +12,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.evaluate.evaluator import Evaluator
 from msopt.prior import PriorGuide, SimulatorPrior, make_prior
+from msopt.prior.simulator import correction_text
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore
@@ -168,7 +169,8 @@ def test_a_correction_that_does_not_predict_better_is_not_used(write_toml, tmp_p
     found = prior.correct()
     assert found is not None and not found.better
     assert prior.base_hardware is prior.catalog_hardware and prior.hardware is prior.catalog_hardware
-    assert prior.corrections == [{**found.record(), "hardware": "h100-sxm"}]
+    assert prior.corrections == [{**found.record(), "hardware": "h100-sxm", "said": correction_text(found, "h100-sxm")}]
+    assert prior.corrections[0]["said"].startswith("simulator not corrected: fitted to 3 measured launches")
     assert prior.correct() is None  # nothing new measured
 
 
@@ -200,6 +202,11 @@ def test_a_real_run_corrects_its_simulator_from_its_launches_and_says_so(write_t
     record = json.loads((store.run_dir / "prior.json").read_text())
     assert record["corrections"] and record["corrections"][0]["judged"] == "leave-one-out"
     assert any(c["better"] for c in record["corrections"])
+    assert record["corrections"][-1]["said"] == [x for x in lines if x.startswith("simulator ")][-1]
+    from msopt.report.html import write_report
+
+    page = write_report(store.run_dir, export=False).read_text()
+    assert "Simulator corrected from " in page and "(leave-one-out)" in page
     space = SearchSpace.from_settings(settings)
     configurations = held_out(prior)
     assert len(configurations) >= 8
