@@ -573,9 +573,13 @@ class SimulatorPrior:
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
 
+#: each correction scale (:data:`msopt.sim.calibrate.CORRECTION_GROUPS`) in the run's line
+_SCALE_WORDS = {"frontend": "serial frontend", "engine": "engine step"}
+
+
 def correction_text(found: Correction, entry: str) -> str:
     """The run's line about a correction of the simulator's ``entry`` to its measured launches."""
-    scales = f"serial frontend time x{found.scales['frontend']:.2f}, engine step time x{found.scales['engine']:.2f}"
+    scales = ", ".join(f"{_SCALE_WORDS.get(name, name)} time x{v:.2f}" for name, v in found.scales.items())
     if found.better:
         return (f"simulator corrected from {found.rows} measured launches: {found.errors()}; {entry} with "
                 f"{scales}, for the prior from now on")

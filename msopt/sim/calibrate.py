@@ -594,18 +594,22 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
     return build(x), evals
 
 
-#: :func:`correct_hardware`'s two multiplicative time scales and the factors each moves: ``frontend``
-#: multiplies the serial API server's costs (a request's way in, its prompt and each streamed output
-#: token); ``engine`` multiplies an engine step's time (its fixed and per-sequence overheads, and its
-#: roofline: compute and memory efficiency are divided by it, at most 1).
-FRONTEND_TIMES = ("api_overhead_ms", "frontend_ms_per_req", "frontend_us_per_token", "frontend_us_per_output_token")
-STEP_TIMES = ("step_overhead_ms", "per_seq_overhead_us")
-STEP_EFFICIENCIES = ("compute_eff", "memory_eff")
-CORRECTION_SCALES = ("frontend", "engine")
-#: the scales' search lattice: log2 steps of a quarter (x 1.19), each scale within its bounds (log2:
-#: a frontend 1/32 to 8 times the entry's, an engine step 1/8 to 8 times)
+#: :func:`correct_hardware`'s multiplicative time scales: (name, the factors it multiplies, the factors it
+#: divides (at most 1), its bounds in lattice steps). ``frontend``: the serial API server's costs (a
+#: request's way in, its prompt, each streamed output token); ``engine``: an engine step's time (its fixed
+#: and per-sequence overheads, and its roofline: compute and memory efficiency). Two, so that two to a
+#: handful of launches pin them; a third (the streamed token's cost apart, or compute apart from the
+#: rest of a step) predicted the held-out real CPU replays' tok/s no better and their fitted rows left
+#: out worse (issue 52 item 9's closing note).
+CORRECTION_GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], tuple[int, int]], ...] = (
+    ("frontend", ("api_overhead_ms", "frontend_ms_per_req", "frontend_us_per_token", "frontend_us_per_output_token"),
+     (), (-20, 12)),
+    ("engine", ("step_overhead_ms", "per_seq_overhead_us"), ("compute_eff", "memory_eff"), (-12, 12)),
+)
+CORRECTION_SCALES = tuple(name for name, *_ in CORRECTION_GROUPS)
+#: the scales' search lattice: log2 steps of a quarter (x 1.19); the bounds above are 1/32 to 8 times the
+#: entry's frontend costs and 1/8 to 8 times its engine step
 _LATTICE = 0.25
-_BOUNDS = ((-20, 12), (-12, 12))
 #: the search's steps on the lattice, coarse to fine (x 4, x 2, x 1.41, x 1.19)
 _STEPS = (8, 4, 2, 1)
 #: a simulated run that fails where the measured one succeeded: its log error in each metric (x 20)
@@ -614,23 +618,27 @@ _REFUSED_LOG_ERROR = 3.0
 LEAVE_ONE_OUT_FROM = 3
 
 
-def scale_hardware(hw: Hardware, frontend: float = 1.0, engine: float = 1.0) -> Hardware:
-    """``hw`` with its serial frontend's costs times ``frontend`` and an engine step's time times
-    ``engine`` (:data:`FRONTEND_TIMES`, :data:`STEP_TIMES` and their ``[engines.<engine>]``
-    overrides multiplied; :data:`STEP_EFFICIENCIES` divided, at most 1)."""
-    kw: dict[str, Any] = {a: float(getattr(hw, a)) * frontend for a in FRONTEND_TIMES}
-    kw.update({a: float(getattr(hw, a)) * engine for a in STEP_TIMES})
-    kw.update({a: min(1.0, float(getattr(hw, a)) / engine) for a in STEP_EFFICIENCIES})
-    over: dict[str, dict[str, float]] = {}
-    for name, table in hw.engine_overrides.items():
-        row = dict(table)
-        for a in FRONTEND_TIMES:
-            if a in row:
-                row[a] = float(row[a]) * frontend
-        for a in STEP_TIMES:
-            if a in row:
-                row[a] = float(row[a]) * engine
-        over[name] = row
+def scale_hardware(hw: Hardware, **scales: float) -> Hardware:
+    """``hw`` with each of :data:`CORRECTION_GROUPS`' factors (and their ``[engines.<engine>]``
+    overrides) times its group's scale, or divided by it (an efficiency, at most 1); a group not
+    named keeps its factors.
+
+    Raises:
+        ValueError: a scale of no group.
+    """
+    unknown = set(scales) - set(CORRECTION_SCALES)
+    if unknown:
+        raise ValueError(f"no correction scale {sorted(unknown)}; the scales are {', '.join(CORRECTION_SCALES)}")
+    kw: dict[str, Any] = {}
+    over = {name: dict(table) for name, table in hw.engine_overrides.items()}
+    for name, times, divided, _ in CORRECTION_GROUPS:
+        k = float(scales.get(name, 1.0))
+        kw.update({a: float(getattr(hw, a)) * k for a in times})
+        kw.update({a: min(1.0, float(getattr(hw, a)) / k) for a in divided})
+        for row in over.values():
+            for a in times:
+                if a in row:
+                    row[a] = float(row[a]) * k
     return replace(hw, engine_overrides=over, **kw)
 
 
@@ -640,7 +648,7 @@ class Correction:
 
     Attributes:
         hardware: the corrected entry (:func:`scale_hardware` of the start at ``scales``).
-        scales: the fitted ``frontend`` and ``engine`` time scales.
+        scales: the fitted time scale of each of :data:`CORRECTION_GROUPS`.
         rows: the measurements fitted.
         before: :func:`mape` of the start entry on every row.
         after: :func:`mape` of the correction as ``judged``: each row predicted by a fit on the
@@ -699,8 +707,9 @@ def correct_hardware(
     models: Mapping[str, ModelSpec] | None = None,
     simulations: Simulations | None = None,
 ) -> Correction:
-    """Correct ``hardware`` to measured runs with two time scales (:func:`scale_hardware`): few
-    enough that two to a handful of runs can pin them, and judged on runs the fit did not see.
+    """Correct ``hardware`` to measured runs with the time scales of :data:`CORRECTION_GROUPS`
+    (:func:`scale_hardware`): few enough that two to a handful of runs can pin them, and judged on
+    runs the fit did not see.
 
     The scales are searched on a lattice of quarter log2 steps (coarse to fine) for the least mean
     absolute log error of TTFT, TPOT and tok/s (a refused row counts ``ln 20`` per metric), plus
@@ -730,12 +739,12 @@ def correct_hardware(
     # one Workload per row: a trace is read once, not once per simulation
     loads = [workload_from_mapping(m.workload_table(prompts_per_slot)) for m in measurements]
     meas = np.array([m.measured() for m in measurements])
-    table: dict[tuple[int, int], np.ndarray] = {}
+    table: dict[tuple[int, ...], np.ndarray] = {}
 
-    def scales(point: tuple[int, int]) -> dict[str, float]:
+    def scales(point: tuple[int, ...]) -> dict[str, float]:
         return {name: float(2.0 ** (k * _LATTICE)) for name, k in zip(CORRECTION_SCALES, point)}
 
-    def at(point: tuple[int, int]) -> np.ndarray:
+    def at(point: tuple[int, ...]) -> np.ndarray:
         if point not in table:
             hw = scale_hardware(hardware, **scales(point))
             out = np.full((n, 3), np.nan)
@@ -747,7 +756,7 @@ def correct_hardware(
             table[point] = out
         return table[point]
 
-    def loss(point: tuple[int, int], rows: np.ndarray) -> float:
+    def loss(point: tuple[int, ...], rows: np.ndarray) -> float:
         sim, ref = at(point)[rows], meas[rows]
         published = np.isfinite(ref) & (ref > 0)  # a metric a row does not publish is left out
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -757,22 +766,22 @@ def correct_hardware(
         fit = float(known.mean()) if known.size else math.inf
         return fit + regularization * sum((k * _LATTICE) ** 2 for k in point)
 
-    def search(rows: np.ndarray) -> tuple[int, int]:
-        point, best = (0, 0), loss((0, 0), rows)
+    origin = (0,) * len(CORRECTION_GROUPS)
+
+    def search(rows: np.ndarray) -> tuple[int, ...]:
+        point, best = origin, loss(origin, rows)
         for step in _STEPS:
             improved = True
             while improved:
                 improved = False
-                for axis in range(2):
+                for axis, (*_, (low, high)) in enumerate(CORRECTION_GROUPS):
                     for sign in (1, -1):
-                        cand = list(point)
-                        cand[axis] += sign * step
-                        low, high = _BOUNDS[axis]
+                        cand = point[:axis] + (point[axis] + sign * step,) + point[axis + 1:]
                         if not low <= cand[axis] <= high:
                             continue
-                        value = loss((cand[0], cand[1]), rows)
+                        value = loss(cand, rows)
                         if value < best - 1e-12:
-                            point, best, improved = (cand[0], cand[1]), value, True
+                            point, best, improved = cand, value, True
                             break
                     if improved:
                         break
@@ -780,7 +789,7 @@ def correct_hardware(
 
     every = np.arange(n)
     fitted = search(every)
-    before, in_sample = mape(measurements, at((0, 0))), mape(measurements, at(fitted))
+    before, in_sample = mape(measurements, at(origin)), mape(measurements, at(fitted))
     held: np.ndarray | None = None
     if n >= LEAVE_ONE_OUT_FROM:
         held = np.full((n, 3), np.nan)
@@ -795,6 +804,7 @@ def correct_hardware(
 
 
 __all__ = [
+    "CORRECTION_GROUPS",
     "CORRECTION_SCALES",
     "DEFAULT_LAUNCH_RULE",
     "ENGINE_KEYS",

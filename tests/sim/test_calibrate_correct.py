@@ -49,3 +49,19 @@ def test_replays_on_a_faster_host_are_corrected_and_judged_on_the_ones_left_out(
     assert abs(after[2] / truth[2] - 1) < 0.5 * abs(before[2] / truth[2] - 1)
     with pytest.raises(ConfigError, match="no measurements"):
         correct_hardware([], entry)
+
+
+def test_a_scale_moves_its_factors_and_the_engines_own() -> None:
+    """cpu-x86's vLLM overrides (its per-token frontend cost, 2312.5 us) scale with the entry's own; an
+    efficiency is divided, at most 1; a scale of no group is a bug of the caller's."""
+    entry = load_hardware("cpu-x86")
+    half = scale_hardware(entry, frontend=0.5, engine=0.25)
+    vllm, base = half.for_engine("vllm"), entry.for_engine("vllm")
+    assert vllm.frontend_us_per_output_token == pytest.approx(base.frontend_us_per_output_token * 0.5)
+    assert vllm.frontend_ms_per_req == pytest.approx(base.frontend_ms_per_req * 0.5)
+    assert vllm.step_overhead_ms == pytest.approx(base.step_overhead_ms * 0.25)
+    assert half.compute_eff == 1.0 and half.memory_eff == 1.0  # 0.275 / 0.25 and 0.49 / 0.25, at most 1
+    assert half.hbm_tb_s == entry.hbm_tb_s and half.tflops == entry.tflops  # the datasheet stays
+    assert scale_hardware(entry) == entry
+    with pytest.raises(ValueError, match="no correction scale"):
+        scale_hardware(entry, speed=2.0)
