@@ -39,7 +39,7 @@ from msopt.sim.calibrate import (
     simulate_measurements,
 )
 from msopt.sim.hf_config import config_path
-from msopt.sim.knobs import benchmark_overrides
+from msopt.sim.knobs import benchmark_overrides, load_overrides
 from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.specs import entry_path, hardware_toml, load_hardware
@@ -131,7 +131,13 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
                 continue
             argv, _ = bench.render(r.values, config.engine.fields, config.benchmark.table, server=spec,
                                    num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp))
-            wl = workload_from_mapping(base).with_overrides(benchmark_overrides(argv))
+            # what the run sent, as the simulated path simulates it (msopt.evaluate.simulated): the
+            # evaluation's own request count and load (a capacity probe's rate), whatever the benchmark's
+            # command line spells (the builtin benchmark's is one JSON argument), and its load fields
+            sent = {**base, **({"num_prompts": int(r.num_prompts)} if r.num_prompts else {})}
+            field_load = {k: v for k, v in bench.field_load(r.values).items() if k not in r.load}
+            wl = workload_from_mapping(sent).with_overrides(benchmark_overrides(argv)).with_overrides(
+                load_overrides({**field_load, **dict(r.load)}))
             table = wl.as_mapping()
             c = int(wl.concurrency or 0)
             out.append(Measurement(

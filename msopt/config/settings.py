@@ -111,6 +111,7 @@ _TABLES: dict[str, dict[str, tuple[Any, str]]] = {
         "screen": (lambda v: is_int(v) and 0 <= v <= 64, "an integer from 0 (off) to 64"),
         "explore": (lambda v: is_finite(v) and 0 <= v <= 1, "a number from 0 to 1"),
         "refit": (lambda v: isinstance(v, bool), "true or false"),
+        "correct": (lambda v: isinstance(v, bool), "true or false"),
     },
     "data_storage": {
         "pso_top_k": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),

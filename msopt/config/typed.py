@@ -137,6 +137,9 @@ class PriorConfig:
         refit: after each iteration, refit the simulator's efficiency factors to the run's own
             measurements (:func:`msopt.sim.calibrate.fit_hardware`, regularised toward the
             catalog) and predict with the refitted hardware from then on.
+        correct: after each iteration that measured new configurations on the real engine, correct
+            the hardware entry's time scales to them (:meth:`msopt.prior.SimulatorPrior.correct`)
+            where that lowers the error on launches the fit did not see.
     """
 
     mode: str = "auto"
@@ -145,6 +148,7 @@ class PriorConfig:
     screen: int = 4
     explore: float = 0.25
     refit: bool = True
+    correct: bool = True
 
 
 class Table(Mapping[str, Any]):
@@ -334,7 +338,8 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
     picks = _get(data, "search.prior_picks")
     prior = PriorConfig(mode=str(_get(data, "search.prior")), evaluations=int(_get(data, "search.prior_evaluations")),
                         picks=None if picks is None else int(picks), screen=int(_get(data, "search.screen")),
-                        explore=float(_get(data, "search.explore")), refit=bool(_get(data, "search.refit")))
+                        explore=float(_get(data, "search.explore")), refit=bool(_get(data, "search.refit")),
+                        correct=bool(_get(data, "search.correct")))
 
     def part(name: str) -> Section:
         return section(data, name, origin, sources, defaults)

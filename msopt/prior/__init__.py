@@ -1,8 +1,8 @@
 """The simulator prior: the embedded simulator as a model of the run, around any searcher.
 
 - :mod:`msopt.prior.simulator`: :class:`SimulatorPrior` (predictions, the search of the space on
-  the simulator, the picks, the refit to the run's measurements), its ``[search]`` options and
-  :func:`make_prior`;
+  the simulator, the picks, the correction of its hardware entry to the launches measured on the real
+  engine and the refit to the run's measurements), its ``[search]`` options and :func:`make_prior`;
 - :mod:`msopt.prior.source`: what a real run's prior models (the model's config.json, the nodes'
   hardware);
 - :mod:`msopt.prior.guide`: :class:`PriorGuide`, the prior as the driver's

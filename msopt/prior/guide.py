@@ -174,7 +174,7 @@ class PriorGuide:
         (a launch that failed too: it ranks last)."""
         own = r.phase == "search" or (r.phase == "baseline" and r.iteration == 0)
         if not r.reused and not r.failed and own:
-            self.prior.observe(r.values, r.metrics)
+            self.prior.observe(r.values, r.metrics, real=r.real_evaluation)
         if own and not r.reused and not r.refused and r.predicted is not None:
             pred = r.predicted.get("fitness")
             key = values_key(r.values)
@@ -185,14 +185,18 @@ class PriorGuide:
 
     def learn(self, say: Callable[[str], None]) -> None:
         """After an iteration: judge the prior's agreement with the measurements so far
-        (:func:`agreement`, the trust the screen follows, said when it changes) and refit it to
-        them (``[search] refit``), saying how it went."""
+        (:func:`agreement`, the trust the screen follows, said when it changes), correct its
+        simulator to the launches measured on the real engine (``[search] correct``) and refit it
+        to them (``[search] refit``), saying how each went."""
         judged = self.judged
         if judged is not None and (not self.agreements or judged.n > self.agreements[-1].n):
             self.agreements.append(judged)
             unranked = self._screen.chance_unranked() if self._screen is not None else 1.0
             say(judged.text().format(unranked=unranked))
         prior = self.prior
+        if prior.options.correct:
+            if prior.correct() is not None:
+                say(prior.corrections[-1]["said"])
         if not prior.options.refit:
             return
         if prior.refit(progress=say):
@@ -209,6 +213,7 @@ class PriorGuide:
         return {"prior.json": {
             "evaluations": prior.search_evaluations, "predictions": prior.evaluations,
             "refits": prior.refits, "refits_kept": prior.kept, "picks": self.picks,
+            "corrections": list(prior.corrections),
             "trust": [asdict(a) for a in self.agreements],
             "best": None if best is None else {"values": dict(best.values), **best.record()},
             "assumed": [] if best is None else prior.assumed(best.values)}}

@@ -29,7 +29,7 @@ from msopt.evaluate.screen import CandidateScreen, pd_launch
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.sim import load_hardware, load_model, workload_from_mapping
-from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
+from msopt.sim.calibrate import Correction, Measurement, correct_hardware, fit_hardware, simulate_memo
 from msopt.sim.knobs import load_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
@@ -41,9 +41,10 @@ from msopt.space.derived import TernaryFactoriesType
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
     from msopt.sim.knobs import EngineKnobs
+    from msopt.sim.workload import Workload
 
 __all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
-           "make_prior", "prior_applies"]
+           "correction_text", "make_prior", "prior_applies"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
 PRIOR_MODES = ("auto", "simulator", "none")
@@ -53,6 +54,8 @@ PRIOR_MODES = ("auto", "simulator", "none")
 REFIT_TOLERANCE = 0.05
 #: the measured metrics a refit fits, in the order of its rows (ttft, tpot, tok/s)
 _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
+#: :meth:`SimulatorPrior.correct` fits the best this many distinct measured configurations
+CORRECT_ROWS = 8
 
 
 
@@ -134,7 +137,12 @@ class SimulatorPrior:
         dirs = table.get("catalog_dirs", ())
         self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
         self.catalog_hardware = load_hardware(table["hardware"], self.dirs)
+        #: the entry the prior predicts with and the refit starts from: the catalog's, or its
+        #: correction to the run's own measured launches (:meth:`correct`)
+        self.base_hardware = self.catalog_hardware
         self.hardware = self.catalog_hardware
+        #: every correction tried (:meth:`correct`), as prior.json's ``corrections`` lists them
+        self.corrections: list[dict[str, Any]] = []
         self.model_spec = load_model(table["model"], self.dirs)
         workload = dict(table.get("workload", {}))
         if self.num_prompts is not None:
@@ -151,6 +159,9 @@ class SimulatorPrior:
         self.search_evaluations = 0
         self._observed: dict[str, tuple[dict[str, Any], float, float, float]] = {}
         self._observed_fitness: dict[str, float] = {}
+        #: the observed configurations measured on the real engine (:meth:`correct` fits only these)
+        self._real: set[str] = set()
+        self._corrected_on: tuple[tuple[str, float, float, float], ...] = ()
         #: measured acceptance lengths by draft method: (draft tokens in the chain, acceptance length)
         self._accepts: dict[str, list[tuple[int, float]]] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
@@ -190,9 +201,7 @@ class SimulatorPrior:
 
     def _simulate(self, values: Mapping[str, Any], pos: np.ndarray) -> Prediction:
         try:
-            req = EvalRequest(0, "search", None, 0, tuple(pos.tolist()), num_prompts=self.num_prompts)
-            load = field_load_of(self.benchmark, values, req)
-            wl = self.workload.with_overrides(load_overrides(load)) if load else self.workload
+            wl = self._workload_of(values, pos)
             dtypes = {"weight_dtype": str(self.table.get("weight_dtype", "bf16")),
                       "kv_dtype": self.table.get("kv_dtype"), "seed": int(self.table.get("seed", 0))}
             if self.disaggregated:
@@ -214,6 +223,14 @@ class SimulatorPrior:
             return Prediction(dict(values), pos, math.inf, metrics, str(res.error))
         fit = float(self.objective(metrics))
         return Prediction(dict(values), pos, fit if math.isfinite(fit) else math.inf, metrics, None)
+
+    def _workload_of(self, values: Mapping[str, Any], pos: np.ndarray | None = None) -> Workload:
+        """What the benchmark sends to ``values``' launch: the search's workload, with the load the
+        configuration's own load fields set (:func:`msopt.evaluate.simulated.field_load_of`)."""
+        position = tuple(pos.tolist()) if pos is not None else ()
+        req = EvalRequest(0, "search", None, 0, position, num_prompts=self.num_prompts)
+        load = field_load_of(self.benchmark, values, req)
+        return self.workload.with_overrides(load_overrides(load)) if load else self.workload
 
     def _knobs(self, knobs: EngineKnobs) -> EngineKnobs:
         """``knobs`` with the acceptance length to simulate: the one this run measured for its draft
@@ -262,9 +279,10 @@ class SimulatorPrior:
             return float(np.mean(same))
         return chain_accept_len(float(np.mean([chain_accept_rate(a, s) for s, a in rows])), steps)
 
-    def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
-        """Remember one launched, successful measurement of ``values`` for :meth:`refit`, and its
-        acceptance length (``spec_accept_len``) for the predictions that follow."""
+    def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any], real: bool = False) -> None:
+        """Remember one launched, successful measurement of ``values`` for :meth:`refit` (and, measured
+        on the real engine, ``real``, for :meth:`correct`), and its acceptance length
+        (``spec_accept_len``) for the predictions that follow."""
         self._observe_accept(values, metrics.get(SPEC_ACCEPT_LEN))
         ttft, tpot, speed = (metrics.get("time_to_first_token"), metrics.get("time_per_output_token"),
                              metrics.get("generate_speed"))
@@ -273,6 +291,8 @@ class SimulatorPrior:
             key = _key(values)
             self._observed.pop(key, None)
             self._observed[key] = (dict(values), float(ttft), float(tpot), float(speed))  # type: ignore[arg-type]
+            if real:
+                self._real.add(key)
             try:
                 f = float(self.objective(metrics))
             except (MsoptError, TypeError, ValueError):
@@ -354,28 +374,11 @@ class SimulatorPrior:
         if progress is not None:
             progress(f"refitting the prior to the {len(rows)} best measured configurations (its predictions "
                      f"err by {error:.1%}) ...")
-        model = str(self.table["model"])
-        if self.dirs:
-            model = str(entry_path("models", model, self.dirs))
-        wl = self.workload
-        measurements = []
-        for values, ttft, tpot, speed in rows:
-            try:
-                spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
-                                          devices=list(self.devices), workdir=None)
-                knobs = self._knobs(knobs_from_launch(spec, self.engine.sim_personality))
-            except MsoptError:
-                continue
-            measurements.append(Measurement(
-                knobs=knobs, model=model, input_len=wl.input_len if isinstance(wl.input_len, int) else 0,
-                output_len=wl.output_len if isinstance(wl.output_len, int) else 0,
-                concurrency=int(wl.concurrency or 0), ttft_s=ttft, tpot_s=tpot, tokens_per_s=speed,
-                weight_dtype=str(self.table.get("weight_dtype", "bf16")), kv_dtype=self.table.get("kv_dtype"),
-                num_prompts=int(self.workload_table.get("num_prompts", 0)) or None, workload=self.workload_table))
+        measurements = self._measurements(rows)
         if len(measurements) < 2:
             return False
-        warm = self.refits > 0
-        cal = fit_hardware(measurements, self.catalog_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)),
+        warm = self.hardware is not self.base_hardware  # a refit's factors: start there
+        cal = fit_hardware(measurements, self.base_hardware, rounds=rounds, seed=int(self.table.get("seed", 0)),
                            start=self.hardware if warm else None, start_scale=0.5 if warm else 1.0,
                            max_evaluations=max_evaluations if warm else None, simulations=self._sims)
         self._fitted_on = fitted_on
@@ -385,6 +388,70 @@ class SimulatorPrior:
         self._memo = None  # the shared simulations are of the catalog entry
         self.refits += 1
         return True
+
+    def _model_name(self) -> str:
+        """The ``[simulator] model`` as :func:`msopt.sim.load_model` finds it outside the prior."""
+        model = str(self.table["model"])
+        return str(entry_path("models", model, self.dirs)) if self.dirs else model
+
+    def _measurements(self, rows: Sequence[tuple[dict[str, Any], float, float, float]]) -> list[Measurement]:
+        """Measured ``rows`` ((values, ttft, tpot, tok/s)) as :class:`msopt.sim.calibrate.Measurement`s,
+        each with the launch and the workload its prediction simulates (rows whose launch cannot be
+        rendered are left out)."""
+        model = self._model_name()
+        out = []
+        for values, ttft, tpot, speed in rows:
+            try:
+                spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
+                                          devices=list(self.devices), workdir=None)
+                knobs = self._knobs(knobs_from_launch(spec, self.engine.sim_personality))
+                wl = self._workload_of(values)
+            except MsoptError:
+                continue
+            out.append(Measurement(
+                knobs=knobs, model=model, input_len=wl.input_len if isinstance(wl.input_len, int) else 0,
+                output_len=wl.output_len if isinstance(wl.output_len, int) else 0,
+                concurrency=int(wl.concurrency or 0), ttft_s=ttft, tpot_s=tpot, tokens_per_s=speed,
+                weight_dtype=str(self.table.get("weight_dtype", "bf16")), kv_dtype=self.table.get("kv_dtype"),
+                num_prompts=wl.num_prompts, workload=wl.as_mapping()))
+        return out
+
+    def correct(self, max_rows: int = CORRECT_ROWS) -> Correction | None:
+        """Correct the catalog entry to the configurations measured on the real engine
+        (:func:`msopt.sim.calibrate.correct_hardware`: two time scales, the serial frontend's and an
+        engine step's, fitted to the ``max_rows`` that measured best) and predict with the corrected
+        entry from then on, the refit starting from it, only where the correction lowers the error
+        on the rows it did not fit (leave-one-out from three rows); otherwise the catalog entry.
+        Measurements of the simulator itself (a simulated run) are never fitted.
+
+        Returns:
+            The correction (its record is added to :attr:`corrections`), or None: fewer than two
+            configurations measured on the real engine, none new since the last correction, or a
+            prefill/decode-disaggregated trial (two pools, which the fit cannot simulate as one).
+        """
+        rows = sorted((row for key, row in self._observed.items() if key in self._real),
+                      key=self._measured_fitness)[:max_rows]
+        if len(rows) < 2 or self.disaggregated:
+            return None
+        on = tuple((_key(v), t, p, g) for v, t, p, g in rows)
+        if on == self._corrected_on:
+            return None
+        self._corrected_on = on
+        measurements = self._measurements(rows)
+        if len(measurements) < 2:
+            return None
+        found = correct_hardware(measurements, self.catalog_hardware, seed=int(self.table.get("seed", 0)),
+                                 models={measurements[0].model: self.model_spec}, simulations=self._sims)
+        self.corrections.append({**found.record(), "hardware": self.catalog_hardware.name,
+                                 "said": correction_text(found, self.catalog_hardware.name)})
+        base = found.hardware if found.better else self.catalog_hardware
+        if base != self.base_hardware:
+            self.base_hardware = self.hardware = base
+            self._cache = {}
+            self._memo = None  # the shared simulations are of the catalog entry
+            self._fitted_on = ()  # the refit fits its rows again, from the new entry
+            self.fit_error = 0.0
+        return found
 
     def predict_position(self, position: Sequence[float] | np.ndarray) -> Prediction | None:
         """The prediction for a position (decoded without a context); None if it does not decode."""
@@ -505,6 +572,20 @@ class SimulatorPrior:
                 chosen.append(p)
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
+
+#: each correction scale (:data:`msopt.sim.calibrate.CORRECTION_GROUPS`) in the run's line
+_SCALE_WORDS = {"frontend": "serial frontend", "engine": "engine step"}
+
+
+def correction_text(found: Correction, entry: str) -> str:
+    """The run's line about a correction of the simulator's ``entry`` to its measured launches."""
+    scales = ", ".join(f"{_SCALE_WORDS.get(name, name)} time x{v:.2f}" for name, v in found.scales.items())
+    if found.better:
+        return (f"simulator corrected from {found.rows} measured launches: {found.errors()}; {entry} with "
+                f"{scales}, for the prior from now on")
+    return (f"simulator not corrected: fitted to {found.rows} measured launches ({scales}), it would not predict "
+            f"them better ({found.errors()}); the prior uses {entry} as catalogued")
+
 
 def make_prior(config: Config, space: SearchSpace | None = None,
                simulator: Mapping[str, Any] | None = None) -> SimulatorPrior | None:

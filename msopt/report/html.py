@@ -245,6 +245,22 @@ def _assumed_block(data: RunData) -> str:
             f'<ul class="assumed">{items}</ul>')
 
 
+def _corrected_block(data: RunData) -> str:
+    """The simulator's correction to the run's measured launches (prior.json's ``corrections``: the
+    last one tried, as the run said it)."""
+    import json
+
+    try:
+        doc = json.loads((data.run_dir / "prior.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    tried = doc.get("corrections") if isinstance(doc, dict) else None
+    if not isinstance(tried, list) or not tried or not isinstance(tried[-1], dict) or "said" not in tried[-1]:
+        return ""
+    said = str(tried[-1]["said"])
+    return f"<p>{_e(said[0].upper() + said[1:])}.</p>"
+
+
 def _img(name: str, png: bytes) -> str:
     return f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
@@ -345,6 +361,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
                 PRIOR_PNG: "What the simulator prior predicted"}
     parts.append(_prior_block(data))
     parts.append(_assumed_block(data))
+    parts.append(_corrected_block(data))
     for name, png in images.items():
         if name == WORKLOAD_PNG:  # in the workload panel
             continue

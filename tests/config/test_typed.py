@@ -47,11 +47,13 @@ def test_prior_keys_come_once_from_defaults_toml(write_toml):
     search = read_toml(DEFAULTS_PATH)["search"]
     assert (search["prior_evaluations"], search["screen"], search["explore"]) == (600, 4, 0.25)
     assert s.config.prior == PriorConfig(mode=search["prior"], evaluations=search["prior_evaluations"], picks=None,
-                                         screen=search["screen"], explore=search["explore"], refit=search["refit"])
+                                         screen=search["screen"], explore=search["explore"], refit=search["refit"],
+                                         correct=search["correct"])
     assert s.where("search.prior_evaluations") == str(DEFAULTS_PATH)
     s = load_settings(str(write_toml("[search]\nprior = \"none\"\nprior_picks = 2\nscreen = 0\nrefit = false\n"
-                                     + TP_PP_DP)), environ={})
-    assert s.config.prior == PriorConfig(mode="none", evaluations=600, picks=2, screen=0, explore=0.25, refit=False)
+                                     "correct = false\n" + TP_PP_DP)), environ={})
+    assert s.config.prior == PriorConfig(mode="none", evaluations=600, picks=2, screen=0, explore=0.25, refit=False,
+                                         correct=False)
 
 
 def test_a_bad_prior_key_is_refused_at_load_time(write_toml):

@@ -99,8 +99,9 @@ class _Reversed:
 
     def __init__(self, space):
         self.space = space
-        self.options = SimpleNamespace(picks=None, screen=4, explore=0.25, refit=False)
+        self.options = SimpleNamespace(picks=None, screen=4, explore=0.25, refit=False, correct=False)
         self.search_evaluations = self.evaluations = self.refits = self.kept = 0
+        self.corrections = []
         values = []
         for tp, pp, s, t in itertools.product([1, 2, 4, 8], [1, 2, 4], [16, 32, 64, 128, 256, 512],
                                               [512, 1024, 2048, 4096, 8192]):
@@ -126,7 +127,7 @@ class _Reversed:
     def predict_position(self, x):
         return self._one(self.space.decode(np.asarray(x), None).values)
 
-    def observe(self, values, metrics):
+    def observe(self, values, metrics, real=False):
         pass
 
     def ranked(self):
