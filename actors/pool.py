@@ -46,7 +46,7 @@ def trial_nodes(config: Config, per_node: int | None) -> tuple[int, int]:
     """
     configured = config.cluster.devices_per_node
     try:
-        return split_trial(config.cluster.trial_devices, configured or per_node)
+        return split_trial(config.cluster.trial.devices, configured or per_node)
     except ConfigError as exc:
         raise ClusterError(str(exc)) from None
 
@@ -133,7 +133,7 @@ def init_ray(config: Config, address: str | None, *, simulate: bool, slots: int)
                                "'ray start --head' or drop --address") from None
         return False
     key = config.cluster.accelerator_key
-    k = config.cluster.trial_devices
+    k = config.cluster.trial.devices
     resources: dict[str, float] = {}
     num_gpus = None
     if key == "CPU":  # cores are Ray's own CPU resource: nothing virtual to declare
@@ -202,7 +202,7 @@ class RayPool:
         self.simulate = simulate
         self.run_dir = run_dir
         self.key = config.cluster.accelerator_key
-        self.k = config.cluster.trial_devices if self.key else 0
+        self.k = config.cluster.trial.devices if self.key else 0
         self.nodes_per_trial, self.per_node = (trial_nodes(config, self._cluster_per_node()) if self.k
                                                else (1, 0))
         self.time_limit = config.run.particles_time_out

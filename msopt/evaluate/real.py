@@ -334,7 +334,7 @@ class RealRunner(EngineRunner):
         cluster = self.config.cluster
         if not cluster.cpu:
             return
-        check_cpu_trial(spec, cluster.trial_devices, CpuFacts.here(), {**os.environ, **spec.env})
+        check_cpu_trial(spec, cluster.trial.devices, CpuFacts.here(), {**os.environ, **spec.env})
 
     @staticmethod
     def _followers_ok(launcher: NodeLauncher | None) -> None:

@@ -361,7 +361,7 @@ def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], config: Co
     Raises:
         EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
     """
-    default = [str(d) for d in range(config.cluster.devices_per_trial or 0)]
+    default = config.cluster.trial.device_ids()
     return engine.render_pd(values, config.engine.fields, section, ports=[0] * 1024, devices=list(devices) or default,
                             workdir=workdir, nodes=nodes)
 

@@ -154,7 +154,7 @@ class SimulatorPrior:
         #: measured acceptance lengths by draft method: (draft tokens in the chain, acceptance length)
         self._accepts: dict[str, list[tuple[int, float]]] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
-        self.devices = config.cluster.device_ids()
+        self.devices = config.cluster.trial.device_ids()
         self.nodes = virtual_nodes(config)
         self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
