@@ -25,7 +25,7 @@ from actors.guard import start_guard
 from actors.nodes import NodeAgent
 from msopt.config import Config
 from msopt.errors import ConfigError, MsoptError
-from msopt.evaluate.evaluator import MAX_ATTEMPTS
+from msopt.evaluate.evaluator import MAX_ATTEMPTS, Parsed
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
 from msopt.run.pool import LaunchCosts, route, unneeded
@@ -194,11 +194,13 @@ class RayPool:
         run_dir: the run directory (actors write logs there).
         max_concurrent: cap on concurrent evaluations (``--max-concurrent``), 0 for none.
         pg_timeout: seconds to wait for the placement groups before saying what is missing.
+        parsed: the sections the run parsed once, pickled to every actor (None: each parses its own).
     """
 
     def __init__(self, config: Config, *, simulate: bool, run_dir: str | None = None,
-                 max_concurrent: int = 0, pg_timeout: float = 60.0) -> None:
+                 max_concurrent: int = 0, pg_timeout: float = 60.0, parsed: Parsed | None = None) -> None:
         self.config = config
+        self.parsed = parsed
         self.simulate = simulate
         self.run_dir = run_dir
         self.key = config.cluster.accelerator_key
@@ -314,7 +316,7 @@ class RayPool:
             slot.followers = [NodeAgent.options(**self._options(slot, b)).remote(  # type: ignore[attr-defined]
                 self.key, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
         slot.actor = EvaluatorActor.options(**self._options(slot, 0)).remote(  # type: ignore[attr-defined]
-            self.config, self.simulate, self.run_dir, name, slot.followers)
+            self.config, self.simulate, self.run_dir, name, slot.followers, self.parsed)
         slot.info = None
 
     def _kill_followers(self, slot: _Slot) -> None:
