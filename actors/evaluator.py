@@ -11,7 +11,7 @@ import ray
 from actors.nodes import RayNodeLauncher, node_address, own_device_ips
 from msopt.config import Config
 from msopt.engines.launch import TrialNode
-from msopt.evaluate.evaluator import Evaluator
+from msopt.evaluate.evaluator import Evaluator, Parsed
 from msopt.evaluate.results import EvalRequest, EvaluationResult
 
 
@@ -25,7 +25,7 @@ class EvaluatorActor:
     """
 
     def __init__(self, config: Config, simulate: bool, run_dir: str | None, name: str,
-                 followers: Sequence[Any] = ()) -> None:
+                 followers: Sequence[Any] = (), parsed: Parsed | None = None) -> None:
         key = config.cluster.accelerator_key
         ids = ray.get_runtime_context().get_accelerator_ids()
         self.devices = [str(d) for d in ids.get(key, [])] if key else []
@@ -44,7 +44,7 @@ class EvaluatorActor:
                                      *ips[i + 1]) for i, info in enumerate(infos)]
             launcher = RayNodeLauncher(followers, infos)
         self.evaluator = Evaluator(config, simulate=simulate, run_dir=run_dir, devices=self.devices,
-                                   actor=name, nodes=self.nodes, launcher=launcher)
+                                   actor=name, nodes=self.nodes, launcher=launcher, parsed=parsed)
 
     def info(self) -> dict[str, Any]:
         """Process id, node and assigned devices (for the table and the tests); ``nodes`` lists

@@ -10,6 +10,7 @@ from pathlib import Path
 from actors.pool import RayPool, init_ray, shutdown_ray
 from actors.preflight import cluster_hardware
 from msopt.config import Config
+from msopt.evaluate import Parsed
 from msopt.run.pool import EvaluatorPool
 from msopt.run.session import Probes
 
@@ -38,14 +39,15 @@ class RayLauncher:
         where = self.address or os.environ.get("RAY_ADDRESS")
         say(f"joining the Ray cluster at {where} ..." if where else "starting Ray ...")
 
-    def start(self, config: Config, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
-        """Start (or join) Ray and the actor pool."""
+    def start(self, config: Config, parsed: Parsed, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
+        """Start (or join) Ray and the actor pool, whose actors take ``parsed`` (pickled, not parsed again)."""
         simulate = config.run.simulate
         cap = self.max_concurrent or config.cluster.max_concurrent_trials
         n = config.run.n_particles
         slots = min(n, cap) if cap else n
         self._started = init_ray(config, self.address, simulate=simulate, slots=slots)
-        return RayPool(config, simulate=simulate, run_dir=str(run_dir), max_concurrent=self.max_concurrent)
+        return RayPool(config, simulate=simulate, run_dir=str(run_dir), max_concurrent=self.max_concurrent,
+                       parsed=parsed)
 
     def hardware(self, say: Callable[[str], None]) -> Probes | None:
         """Each node's hardware, by a Ray task per node (None, said in a line, where it fails)."""

@@ -25,7 +25,7 @@ from actors.guard import start_guard
 from actors.nodes import NodeAgent
 from msopt.config import Config
 from msopt.errors import ConfigError, MsoptError
-from msopt.evaluate.evaluator import MAX_ATTEMPTS
+from msopt.evaluate.evaluator import MAX_ATTEMPTS, Parsed
 from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
 from msopt.run.pool import LaunchCosts, route, unneeded
@@ -46,7 +46,7 @@ def trial_nodes(config: Config, per_node: int | None) -> tuple[int, int]:
     """
     configured = config.cluster.devices_per_node
     try:
-        return split_trial(config.cluster.trial_devices, configured or per_node)
+        return split_trial(config.cluster.trial.devices, configured or per_node)
     except ConfigError as exc:
         raise ClusterError(str(exc)) from None
 
@@ -133,7 +133,7 @@ def init_ray(config: Config, address: str | None, *, simulate: bool, slots: int)
                                "'ray start --head' or drop --address") from None
         return False
     key = config.cluster.accelerator_key
-    k = config.cluster.trial_devices
+    k = config.cluster.trial.devices
     resources: dict[str, float] = {}
     num_gpus = None
     if key == "CPU":  # cores are Ray's own CPU resource: nothing virtual to declare
@@ -194,15 +194,17 @@ class RayPool:
         run_dir: the run directory (actors write logs there).
         max_concurrent: cap on concurrent evaluations (``--max-concurrent``), 0 for none.
         pg_timeout: seconds to wait for the placement groups before saying what is missing.
+        parsed: the sections the run parsed once, pickled to every actor (None: each parses its own).
     """
 
     def __init__(self, config: Config, *, simulate: bool, run_dir: str | None = None,
-                 max_concurrent: int = 0, pg_timeout: float = 60.0) -> None:
+                 max_concurrent: int = 0, pg_timeout: float = 60.0, parsed: Parsed | None = None) -> None:
         self.config = config
+        self.parsed = parsed
         self.simulate = simulate
         self.run_dir = run_dir
         self.key = config.cluster.accelerator_key
-        self.k = config.cluster.trial_devices if self.key else 0
+        self.k = config.cluster.trial.devices if self.key else 0
         self.nodes_per_trial, self.per_node = (trial_nodes(config, self._cluster_per_node()) if self.k
                                                else (1, 0))
         self.time_limit = config.run.particles_time_out
@@ -314,7 +316,7 @@ class RayPool:
             slot.followers = [NodeAgent.options(**self._options(slot, b)).remote(  # type: ignore[attr-defined]
                 self.key, f"{name}/node{b}") for b in range(1, self.nodes_per_trial)]
         slot.actor = EvaluatorActor.options(**self._options(slot, 0)).remote(  # type: ignore[attr-defined]
-            self.config, self.simulate, self.run_dir, name, slot.followers)
+            self.config, self.simulate, self.run_dir, name, slot.followers, self.parsed)
         slot.info = None
 
     def _kill_followers(self, slot: _Slot) -> None:

@@ -115,7 +115,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     config, space = checked.config, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)
-    evaluator = Evaluator(config, simulate=True)
+    evaluator = Evaluator(config, simulate=True, parsed=checked.parsed)
     result = evaluator.evaluate(EvalRequest(0, "baseline", None, 0, tuple(position.tolist())))
     metrics = {k: result.metrics.get(k) for k in ("generate_speed", "time_to_first_token",
                                                    "time_per_output_token", "success_rate", "throughput")}

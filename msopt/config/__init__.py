@@ -8,20 +8,12 @@ the whole Settings).
 
 from __future__ import annotations
 
-from msopt.config.settings import (
-    DEFAULTS_PATH,
-    ENV_CONFIG,
-    Settings,
-    dump_toml,
-    load_settings,
-    read_toml,
-    resolve_config_path,
-    split,
-    thaw,
-    tomllib,
-)
-from msopt.config.typed import ClusterConfig, Config, EngineConfig, PriorConfig, RunConfig, Section, Table
+import tomllib
+
+from msopt.config.layers import dump_toml, read_toml, resolve_config_path, thaw
+from msopt.config.settings import DEFAULTS_PATH, ENV_CONFIG, Settings, load_settings, split
+from msopt.config.typed import ClusterConfig, Config, EngineConfig, PriorConfig, RunConfig, Section, Table, TrialShape
 
 __all__ = ["DEFAULTS_PATH", "ENV_CONFIG", "ClusterConfig", "Config", "EngineConfig", "PriorConfig", "RunConfig",
-           "Section", "Settings", "Table",
+           "Section", "Settings", "Table", "TrialShape",
            "dump_toml", "load_settings", "read_toml", "resolve_config_path", "split", "thaw", "tomllib"]

@@ -3,14 +3,13 @@
 Layers, lowest first: the packaged ``defaults.toml`` < the file named by
 ``$MODEL_EVAL_STATE_CONFIG_PATH`` (kept for users of the original tool) < the ``-c/--config``
 file. Tables merge key by key; any array (``[[vllm.target_field]]`` included) is replaced whole
-by the higher layer. Settings are passed to whoever needs them: there is no global instance.
+by the higher layer (:mod:`msopt.config.layers` reads and merges the files, :mod:`msopt.config.keys`
+checks the keys). Settings are passed to whoever needs them: there is no global instance.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -18,10 +17,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import tomli_w
-
-from msopt.checks import is_finite, is_int, port_range
-from msopt.config.optix import OPTIX_KEYS, map_optix, unread_environment
+from msopt.config.keys import check_keys, check_scalars
+from msopt.config.layers import (
+    dump_toml,
+    freeze,
+    merge,
+    read_toml,
+    resolve_config_path,
+    resolve_launch_paths,
+    same_toml,
+    thaw,
+)
+from msopt.config.optix import map_optix, unread_environment
 from msopt.config.original import (
     VLLM_IMPLICIT_FLAGS,
     map_ais_bench,
@@ -31,7 +38,6 @@ from msopt.config.original import (
 )
 from msopt.config.typed import Config, build_config
 from msopt.errors import ConfigError
-from msopt.registry import close_matches
 from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
@@ -39,102 +45,9 @@ from msopt.workload.table import apply_workload, sim_trace, trace_load, with_loa
 from msopt.workload.trace import TraceSummary
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
-#: The largest configuration file read (a FIFO, a device or anything larger is refused).
-MAX_CONFIG_BYTES = 1024 * 1024
-#: How deep tables and arrays may nest in a configuration.
-MAX_DEPTH = 16
 #: The most ``target_field`` entries an engine section may declare.
 MAX_FIELDS = 256
 DEFAULTS_PATH = Path(__file__).with_name("defaults.toml")
-
-#: Top-level keys of the original tool's config.toml, accepted unchanged.
-ORIGINAL_KEYS = (
-    "n_particles", "iters", "ttft_penalty", "tpot_penalty", "success_rate_penalty", "ttft_slo",
-    "tpot_slo", "success_rate_slo", "generate_speed_target", "sample_size", "service",
-    "pso_options", "pso_strategy", "data_storage", "health_check", "mindie", "vllm",
-    "vllm_benchmark", "ais_bench", "kubectl", "wait_start_time",
-)
-#: Top-level keys msopt adds.
-MSOPT_KEYS = (
-    "engine", "benchmark", "simulate", "mode", "duplicate_policy", "objective", "seed",
-    "particles_time_out", "output", "cluster", "simulator", "sglang", "builtin", "capacity",
-    "max_launches", "search", "backup", "slo", "workload",
-)
-TOP_LEVEL_KEYS = ORIGINAL_KEYS + OPTIX_KEYS + MSOPT_KEYS
-
-#: Top-level scalars: (type check, rule for messages, default fix example).
-_SCALARS: dict[str, tuple[Any, str]] = {
-    "n_particles": (lambda v: is_int(v) and 1 <= v <= 100_000, "an integer from 1 to 100000"),
-    "iters": (lambda v: is_int(v) and 0 <= v <= 1_000_000, "an integer from 0 to 1000000"),
-    "ttft_penalty": (lambda v: is_finite(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
-    "tpot_penalty": (lambda v: is_finite(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
-    "success_rate_penalty": (lambda v: is_finite(v) and 0 <= v <= 1000, "a number from 0 to 1000"),
-    "ttft_slo": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
-    "tpot_slo": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
-    "success_rate_slo": (lambda v: is_finite(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "generate_speed_target": (lambda v: is_finite(v) and 0 < v <= 1e12, "a positive number of tokens/s"),
-    "sample_size": (lambda v: is_int(v) and 1 <= v <= 100_000_000, "a positive integer"),
-    "service": (lambda v: isinstance(v, str), "a string"),
-    "engine": (lambda v: isinstance(v, str) and v != "", "an engine name such as \"vllm\""),
-    "benchmark": (lambda v: isinstance(v, str) and v != "", "a benchmark name such as \"vllm_benchmark\""),
-    "simulate": (lambda v: isinstance(v, bool), "true or false"),
-    "mode": (lambda v: v in ("sync", "async"), "\"sync\" or \"async\""),
-    "duplicate_policy": (lambda v: v in ("reuse", "rerun"), "\"reuse\" or \"rerun\""),
-    "objective": (lambda v: isinstance(v, str) and v != "", "an objective name such as \"default\""),
-    "seed": (lambda v: is_int(v) and 0 <= v < 2**63, "a non-negative integer"),
-    "max_launches": (lambda v: is_int(v) and 0 <= v <= 10_000_000, "an integer from 0 (no budget) to 10000000"),
-    "particles_time_out": (lambda v: is_finite(v) and 0 < v <= 1e7, "a positive number of seconds"),
-    "output": (lambda v: isinstance(v, str) and v != "", "a directory path"),
-    "backup": (lambda v: isinstance(v, bool), "true or false"),
-    "wait_start_time": (lambda v: is_finite(v) and 0 < v <= 1e6, "a positive number of seconds"),
-    "use_request_rate_calibration": (lambda v: isinstance(v, bool), "true or false"),
-}
-
-#: Keys of the tables whose values are checked at load time: (type check, rule). ``_strict``
-#: tables refuse keys not listed.
-_TABLES: dict[str, dict[str, tuple[Any, str]]] = {
-    "cluster": {
-        "accelerator": (lambda v: isinstance(v, str) and v.lower() in ("npu", "gpu", "cpu", "none"),
-                        "\"NPU\", \"GPU\", \"cpu\" (vLLM's CPU build: devices_per_trial is cores) or \"none\""),
-        "devices_per_trial": (lambda v: is_int(v) and 0 <= v <= 4096, "an integer from 0 to 4096"),
-        "devices_per_node": (lambda v: is_int(v) and 1 <= v <= 4096, "an integer from 1 to 4096"),
-        "max_concurrent_trials": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
-        "ports": (lambda v: port_range(v) is not None,
-                  "a port range \"LOW-HIGH\" within 1-65535, such as \"20000-20999\""),
-        "reuse_servers": (lambda v: isinstance(v, bool), "true or false"),
-    },
-    "search": {
-        "searcher": (lambda v: isinstance(v, str) and v != "", "a searcher name such as \"swarm\""),
-        "prior": (lambda v: v in ("auto", "simulator", "none"), "\"auto\", \"simulator\" or \"none\""),
-        "prior_evaluations": (lambda v: is_int(v) and 0 <= v <= 1_000_000, "an integer from 0 to 1000000"),
-        "prior_picks": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
-        "screen": (lambda v: is_int(v) and 0 <= v <= 64, "an integer from 0 (off) to 64"),
-        "explore": (lambda v: is_finite(v) and 0 <= v <= 1, "a number from 0 to 1"),
-        "refit": (lambda v: isinstance(v, bool), "true or false"),
-        "correct": (lambda v: isinstance(v, bool), "true or false"),
-    },
-    "data_storage": {
-        "pso_top_k": (lambda v: is_int(v) and 0 <= v <= 100_000, "an integer from 0 to 100000"),
-    },
-}
-_STRICT_TABLES = ("cluster", "search")
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-def thaw(value: Any) -> Any:
-    """Deep-copy frozen settings data into plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {k: thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [thaw(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)
@@ -199,7 +112,7 @@ class Settings:
         Raises:
             ConfigError: a key that is not a top-level key (with close matches), or a value out of range.
         """
-        _check_keys(top_level, "<command line>", tuple(self.data))
+        check_keys(top_level, "<command line>", tuple(self.data))
         data = thaw(self.data)
         slo = top_level.get("slo")
         if isinstance(slo, Mapping):  # --slo names some metrics: the file's [slo] keeps the others
@@ -207,10 +120,10 @@ class Settings:
         data.update(top_level)
         origin = dict(self.origin)
         origin.update({k: "<command line>" for k in top_level})
-        _check_scalars(data, origin)
+        check_scalars(data, origin)
         if isinstance(slo, Mapping):
             _apply_slo(data, origin, conflicts=False)
-        out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
+        out = Settings(freeze(data), self.engine, self.fields, self.sources, self.config_path,
                        MappingProxyType(origin), self.notes)
         out.config  # noqa: B018  built once, after the checks
         return out
@@ -232,7 +145,7 @@ class Settings:
                 raw.pop("value", None)
         where = self.origin.get(f"{self.engine}.target_field", self.sources[-1] if self.sources else "<defaults>")
         fields = tuple(parse_field(r, source=where, section=self.engine, index=i) for i, r in enumerate(raws))
-        out = Settings(_freeze(data), self.engine, fields, self.sources, self.config_path, self.origin, self.notes)
+        out = Settings(freeze(data), self.engine, fields, self.sources, self.config_path, self.origin, self.notes)
         out.config  # noqa: B018  built once, after the checks
         return out
 
@@ -249,7 +162,7 @@ class Settings:
         data = thaw(self.data)
         data.setdefault("cluster", {})[key] = value
         origin = {**self.origin, f"cluster.{key}": source}
-        out = Settings(_freeze(data), self.engine, self.fields, self.sources, self.config_path,
+        out = Settings(freeze(data), self.engine, self.fields, self.sources, self.config_path,
                        MappingProxyType(origin), self.notes)
         out.config  # noqa: B018  built once, after the checks
         return out
@@ -296,154 +209,10 @@ class Settings:
 def _rebuild_settings(data: dict[str, Any], engine: str, fields: tuple[FieldDecl, ...],
                       sources: tuple[str, ...], config_path: str | None, origin: dict[str, str],
                       notes: tuple[str, ...] = (), config: Config | None = None) -> Settings:
-    out = Settings(_freeze(data), engine, fields, sources, config_path, MappingProxyType(origin), notes)
+    out = Settings(freeze(data), engine, fields, sources, config_path, MappingProxyType(origin), notes)
     if config is not None:
         object.__setattr__(out, "_config", config)
     return out
-
-
-def resolve_config_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Path:
-    """Resolve ``-c``: absolute, relative to ``cwd``, or a bare name looked up in ``cwd``."""
-    p = Path(os.path.expanduser(os.fspath(path)))
-    if not p.is_absolute():
-        p = Path(cwd) if cwd is not None else Path.cwd()
-        p = p / os.path.expanduser(os.fspath(path))
-    return p
-
-
-def read_toml(path: Path, label: str = "config file") -> dict[str, Any]:
-    """Read and parse one TOML file, every failure a one-line ConfigError naming the file."""
-    denied = (f"{path}: cannot read the {label}: Permission denied; "
-              "fix its permissions (chmod u+r) or run as its owner")
-    try:
-        is_dir = path.is_dir()
-    except PermissionError:
-        raise ConfigError(denied) from None
-    except OSError:
-        is_dir = False
-    if not is_dir and not os.path.lexists(path):
-        raise ConfigError(f"{path}: {label} not found; check the path (Custom config file not found)")
-    if is_dir:
-        raise ConfigError(f"{path}: is a directory, not a {label}; give the path of a .toml file")
-    try:
-        raw = _read_regular(path, label)
-    except PermissionError:
-        raise ConfigError(denied) from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {label}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-                          "save the file as UTF-8") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}; fix the syntax there") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
-    deepest = _depth(doc)
-    if deepest > MAX_DEPTH:
-        raise ConfigError(f"{path}: tables or arrays nested more than {MAX_DEPTH} levels deep, the most "
-                          "accepted; flatten the configuration")
-    return doc
-
-
-def _read_regular(path: Path, label: str) -> bytes:
-    """The bytes of a regular file of at most :data:`MAX_CONFIG_BYTES` (never a FIFO or a device,
-    which could block or never end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: not a regular file (a FIFO, a device or a socket); give the path of "
-                              f"a .toml file as the {label}")
-        data = os.read(fd, MAX_CONFIG_BYTES + 1)
-        chunks = [data]
-        while data and sum(map(len, chunks)) <= MAX_CONFIG_BYTES:
-            data = os.read(fd, MAX_CONFIG_BYTES + 1)
-            chunks.append(data)
-        raw = b"".join(chunks)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB, the most a {label} may hold; "
-                          "give the configuration file itself")
-    return raw
-
-
-def _depth(doc: Any) -> int:
-    """How deep tables and arrays nest in a parsed document (iterative: any depth is safe)."""
-    deepest, stack = 0, [(doc, 0)]
-    while stack:
-        value, d = stack.pop()
-        if isinstance(value, Mapping):
-            children: Iterable[Any] = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        deepest = max(deepest, d)
-        if d > MAX_DEPTH:
-            return d
-        stack.extend((c, d + 1) for c in children)
-    return deepest
-
-
-def _merge(base: dict[str, Any], top: Mapping[str, Any], source: str, origin: dict[str, str],
-           prefix: str = "") -> None:
-    for key, value in top.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            origin.setdefault(dotted, source)
-            _merge(base[key], value, source, origin, dotted + ".")
-        else:
-            base[key] = thaw(value) if isinstance(value, (Mapping, list)) else value
-            origin[dotted] = source
-            _mark(value, source, origin, dotted + ".")
-
-
-def _mark(value: Any, source: str, origin: dict[str, str], prefix: str) -> None:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            origin[f"{prefix}{k}"] = source
-            _mark(v, source, origin, f"{prefix}{k}.")
-
-
-def _check_keys(layer: Mapping[str, Any], source: str, sections: tuple[str, ...] = ()) -> None:
-    known = TOP_LEVEL_KEYS + tuple(s for s in sections if s not in TOP_LEVEL_KEYS)
-    for key in layer:
-        if key not in known:
-            hint = close_matches(key, known)
-            did = f"did you mean {', '.join(repr(h) for h in hint)}?" if hint else \
-                "see docs/configuration.md for the valid keys"
-            raise ConfigError(f"{source}: unknown top-level key '{key}'; {did}")
-
-
-def _check_scalars(data: Mapping[str, Any], origin: Mapping[str, str]) -> None:
-    for key, (ok, rule) in _SCALARS.items():
-        if key not in data:
-            continue
-        value = data[key]
-        if not ok(value):
-            raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be {rule}, got {value!r}; "
-                              f"fix '{key}'")
-    for key in data:
-        if key not in _SCALARS and not isinstance(data[key], Mapping):
-            raise ConfigError(f"{origin.get(key, '<defaults>')}: '{key}' must be a table, got {data[key]!r}; "
-                              f"write [{key}]")
-    for table, spec in _TABLES.items():
-        for key, value in data.get(table, {}).items():
-            where = origin.get(f"{table}.{key}", origin.get(table, "<defaults>"))
-            if key not in spec:
-                if table in _STRICT_TABLES:
-                    hint = close_matches(str(key), tuple(spec))
-                    did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(spec)}"
-                    raise ConfigError(f"{where}: unknown key '{key}' in [{table}]; {did}")
-                continue
-            ok, rule = spec[key]
-            if not ok(value):
-                raise ConfigError(f"{where}: [{table}] '{key}' must be {rule}, got {value!r}; fix '{key}'")
 
 
 def load_settings(
@@ -487,7 +256,7 @@ def load_settings(
     notes: list[str] = []
     for source, layer in layers:
         refuse_no_equivalent(layer, source)
-        _check_keys(layer, source, extra)
+        check_keys(layer, source, extra)
         mapped = map_health_check(layer, source)
         if mapped != layer:
             notes.append(f"{source}: [health_check.*_errors.*_patterns] (the original tool's spelling) read as "
@@ -496,8 +265,8 @@ def load_settings(
         notes += moved
         if source != str(DEFAULTS_PATH):
             mapped = resolve_launch_paths(mapped, Path(source).parent)
-        _merge(data, mapped, source, origin)
-    _check_scalars(data, origin)
+        merge(data, mapped, source, origin)
+    check_scalars(data, origin)
     _apply_slo(data, origin, conflicts=True)
     apply_workload(data, origin, str(DEFAULTS_PATH))
 
@@ -533,64 +302,11 @@ def load_settings(
               "dropped --request-rate for a rate <= 0" for d in fields
               if d.name == "REQUESTRATE" and d.dtype in ("int", "float") and d.max <= 0]
     data["engine"] = eng
-    settings = Settings(_freeze(data), eng, fields, tuple(s for s, _ in layers),
+    settings = Settings(freeze(data), eng, fields, tuple(s for s, _ in layers),
                         str(cpath) if cpath else None, MappingProxyType(origin), tuple(notes))
     SearchSpace(fields)  # the field model checks itself now, not during the search
     settings.config  # noqa: B018  the typed configuration, built once, after every check above
     return settings
-
-
-def _relative(value: Any) -> bool:
-    """A path a server would read against its own working directory: relative, no ``~`` (the
-    home, expanded where it is launched), no ``{FIELD}`` placeholder (a value known per launch)."""
-    return (isinstance(value, str) and value != "" and not os.path.isabs(value) and not value.startswith("~")
-            and "{" not in value)
-
-
-def _explicit(value: Any) -> bool:
-    return _relative(value) and (value.startswith(("./", "../")) or value in (".", ".."))
-
-
-def resolve_launch_paths(layer: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """``layer`` with the relative paths a launch hands to a program resolved against ``base``
-    (the directory of the file that sets them), as ``[workload] trace`` is: each server and
-    benchmark runs in its evaluation's own work directory, where a path written relative to the
-    configuration file would name nothing.
-
-    In every table's ``command`` table: ``executable``'s first item when it holds a ``/`` (a shell
-    reads such a name as a path, any other as a program on ``PATH``) and any later item starting
-    with ``./`` or ``../``; ``model`` when it starts with ``./`` or ``../``, or when it names a
-    directory or file that exists under ``base`` (otherwise, such as ``Qwen/Qwen3-8B``, it is a
-    Hugging Face id and stays as written). In every table: ``config_path`` (MindIE's config.json).
-    """
-    def resolve(value: str) -> str:
-        return os.path.normpath(base / value)
-
-    out: dict[str, Any] = dict(layer)
-    for name, table in layer.items():
-        if not isinstance(table, Mapping):
-            continue
-        new = dict(table)
-        if _relative(table.get("config_path")):
-            new["config_path"] = resolve(table["config_path"])
-        cmd = table.get("command")
-        if isinstance(cmd, Mapping):
-            cmd = dict(cmd)
-            exe = cmd.get("executable")
-            if isinstance(exe, str):
-                exe = [exe]
-                if _relative(exe[0]) and "/" in exe[0]:
-                    cmd["executable"] = resolve(exe[0])
-            elif isinstance(exe, list) and exe:
-                cmd["executable"] = [resolve(x) if _explicit(x) or (i == 0 and _relative(x) and "/" in x) else x
-                                     for i, x in enumerate(exe)]
-            model = cmd.get("model")
-            if isinstance(model, str) and (_explicit(model) or (_relative(model) and (base / model).exists())):
-                cmd["model"] = resolve(model)
-            new["command"] = cmd
-        if new != table:
-            out[name] = new
-    return out
 
 
 #: The original tool's default engine and benchmark (msserviceprofiler@9582f434 optimizer/optimizer.py arg_parse).
@@ -708,29 +424,3 @@ def _place_wait_start_time(data: dict[str, Any], origin: dict[str, str], engine:
     if "wait_start_time" not in section:
         section["wait_start_time"] = value
         origin[f"{engine}.wait_start_time"] = origin.get("wait_start_time", "<defaults>")
-
-
-# -- the effective configuration as TOML ------------------------------------------------------
-def dump_toml(data: Mapping[str, Any]) -> str:
-    """TOML text of nested mappings, written by tomli-w (any key, any string, datetimes).
-
-    Raises:
-        ConfigError: a value TOML cannot hold (None, an object), naming it.
-    """
-    try:
-        return tomli_w.dumps(thaw(data))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"cannot write the effective configuration as TOML: {exc}") from None
-
-
-def same_toml(a: Any, b: Any) -> bool:
-    """Whether two parsed TOML documents are equal (NaN equal to NaN, int 1 unequal to float 1.0)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(same_toml(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_toml(x, y) for x, y in zip(a, b))
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    return bool(a == b)

@@ -3,9 +3,10 @@
 :class:`RunConfig` holds the top-level scalars a run reads and :class:`ClusterConfig` the
 ``[cluster]`` table, each key once, with its one default: the packaged ``defaults.toml`` (every
 Settings merges it, so those keys are always present), or, for the few keys it leaves unset,
-:data:`UNSET_DEFAULTS` here. Both are frozen, picklable dataclasses: a Settings carries its
-:class:`Config` (``settings.config``) to the Ray actors, which read these fields instead of raw
-keys. The workload (prompts, load) is the benchmark's to say: :mod:`msopt.evaluate.workload`.
+:data:`msopt.config.keys.UNSET_DEFAULTS`, where each checked key is declared. Both are frozen,
+picklable dataclasses: a Settings carries its :class:`Config` (``settings.config``) to the Ray actors,
+which read these fields instead of raw keys. The workload (prompts, load) is the benchmark's to say:
+:mod:`msopt.evaluate.workload`.
 """
 
 from __future__ import annotations
@@ -15,23 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msopt.checks import port_range
+from msopt.config.keys import UNSET_DEFAULTS
 from msopt.slo import Slos, parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl
 
-__all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "EngineConfig", "PriorConfig", "RunConfig", "Section",
-           "Table", "build_config", "slos", "top_level"]
-
-#: Keys defaults.toml leaves unset, and what that means (docs/configuration.md documents each).
-UNSET_DEFAULTS: Mapping[str, Any] = {
-    "max_launches": 0,             # no launch budget
-    "backup": False,               # --backup off
-    "search.searcher": "auto",     # the swarm with a prior, TPE without (search.resolve_searcher)
-    "search.prior_picks": None,          # every particle besides the baseline
-    "cluster.devices_per_trial": None,   # the ternary_factories product, else 1 (ClusterConfig.trial_devices)
-    "cluster.devices_per_node": None,    # the cluster's largest node; simulated: the hardware's
-    "cluster.ports": None,               # the OS picks any free port
-}
+__all__ = ["ClusterConfig", "Config", "EngineConfig", "PriorConfig", "RunConfig", "Section", "Table", "TrialShape",
+           "build_config", "slos", "top_level"]
 
 
 @dataclass(frozen=True)
@@ -83,15 +74,39 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class TrialShape:
+    """``[cluster] devices_per_trial``, resolved once: what every part of a run reads of it.
+
+    Attributes:
+        devices: the devices (cores for ``accelerator = "cpu"``) one trial holds, what the pool reserves:
+            the key, else the ternary_factories product, else 1.
+        explicit: the key is set; only then does a trial span nodes, name device ids for the
+            driver's pre-checks and simulated launches, or check PD instances against it.
+    """
+
+    devices: int
+    explicit: bool
+
+    @classmethod
+    def of(cls, value: int | None, fields: tuple[FieldDecl, ...]) -> TrialShape:
+        """The shape of ``devices_per_trial = value`` (None: unset) for a search space of ``fields``."""
+        if value is not None:
+            return cls(int(value), True)
+        products = SearchSpace(fields).ternary_products()
+        return cls(int(products[0]) if products else 1, False)
+
+    def device_ids(self) -> list[str]:
+        """``0 .. devices-1`` as strings where the key is set (empty where it is unset or 0)."""
+        return [str(i) for i in range(self.devices)] if self.explicit else []
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """``[cluster]``, validated at load time.
 
     Attributes:
         accelerator: "NPU", "GPU", "cpu" or "none", as written.
-        devices_per_trial: the key as set (None: unset); only an explicit value spans nodes, names
-            device ids for the driver's pre-checks or checks PD instances against it.
-        trial_devices: the devices (cores for "cpu") one trial holds, what the pool reserves: the
-            key, else the ternary_factories product, else 1.
+        trial: ``devices_per_trial``, resolved.
         devices_per_node: the key as set (None: the cluster's largest node; simulated: the hardware's).
         max_concurrent_trials: 0 for no cap.
         ports: the ``ports`` range as (low, high), None when unset.
@@ -99,8 +114,7 @@ class ClusterConfig:
     """
 
     accelerator: str
-    devices_per_trial: int | None
-    trial_devices: int
+    trial: TrialShape
     devices_per_node: int | None
     max_concurrent_trials: int
     ports: tuple[int, int] | None
@@ -116,14 +130,11 @@ class ClusterConfig:
         """vLLM's CPU build: ``devices_per_trial`` counts cores."""
         return self.accelerator.lower() == "cpu"
 
-    def device_ids(self) -> list[str]:
-        """``0 .. devices_per_trial-1`` as strings (empty when the key is unset or 0)."""
-        return [str(i) for i in range(self.devices_per_trial or 0)]
-
 
 @dataclass(frozen=True)
 class PriorConfig:
-    """The simulator prior's ``[search]`` keys, validated at load time (defaults: defaults.toml).
+    """The simulator prior's ``[search]`` keys, validated at load time (defaults: defaults.toml, and
+    :data:`~msopt.config.keys.UNSET_DEFAULTS` for ``prior_picks``).
 
     Attributes:
         mode: ``prior``: "auto", "simulator" or "none".
@@ -142,13 +153,13 @@ class PriorConfig:
             where that lowers the error on launches the fit did not see.
     """
 
-    mode: str = "auto"
-    evaluations: int = 600
-    picks: int | None = None
-    screen: int = 4
-    explore: float = 0.25
-    refit: bool = True
-    correct: bool = True
+    mode: str
+    evaluations: int
+    picks: int | None
+    screen: int
+    explore: float
+    refit: bool
+    correct: bool
 
 
 class Table(Mapping[str, Any]):
@@ -328,12 +339,6 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
         pso_top_k=int(_table(data, "data_storage")["pso_top_k"] or 0), searcher=str(_get(data, "search.searcher")),
         slos=slos(data))
     cluster = _table(data, "cluster")
-    k = _get(data, "cluster.devices_per_trial")
-    if k is None:
-        products = SearchSpace(fields).ternary_products()
-        trial = int(products[0]) if products else 1
-    else:
-        trial = int(k)
     per_node = _get(data, "cluster.devices_per_node")
     picks = _get(data, "search.prior_picks")
     prior = PriorConfig(mode=str(_get(data, "search.prior")), evaluations=int(_get(data, "search.prior_evaluations")),
@@ -345,7 +350,7 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
         return section(data, name, origin, sources, defaults)
 
     return Config(run, ClusterConfig(
-        accelerator=str(cluster["accelerator"]), devices_per_trial=None if k is None else int(k), trial_devices=trial,
+        accelerator=str(cluster["accelerator"]), trial=TrialShape.of(_get(data, "cluster.devices_per_trial"), fields),
         devices_per_node=int(per_node) if per_node else None,
         max_concurrent_trials=int(cluster["max_concurrent_trials"] or 0),
         ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])), prior,

@@ -232,7 +232,7 @@ def _trial_devices(config: Config) -> tuple[tuple[int, str] | None, str]:
         return None, ""
     n, where = found
     cluster = config.cluster
-    if cluster.devices_per_trial is not None:
+    if cluster.trial.explicit:
         by = "[cluster] devices_per_trial"
     elif SearchSpace(config.engine.fields).ternary_products():
         by = "the ternary_factories field's product"
@@ -241,7 +241,7 @@ def _trial_devices(config: Config) -> tuple[tuple[int, str] | None, str]:
     else:
         return (n, where), f"devices per trial = {n}: {where} (the installed deployment's; set [cluster] " \
                            "devices_per_trial to change it)"
-    return None, f"devices per trial = {cluster.trial_devices}: {by} (the installed {where})"
+    return None, f"devices per trial = {cluster.trial.devices}: {by} (the installed {where})"
 
 
 def _absent(decl: FieldDecl, adapter: EngineAdapter) -> str:

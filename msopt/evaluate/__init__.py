@@ -6,10 +6,11 @@ or :class:`SimRunner` (the embedded simulator) — behind the :class:`Runner` pr
 
 from __future__ import annotations
 
-from msopt.evaluate.evaluator import MAX_ATTEMPTS, Evaluator
+from msopt.evaluate.evaluator import MAX_ATTEMPTS, Evaluator, Parsed
 from msopt.evaluate.objective import Objective, make_objective
 from msopt.evaluate.results import METRICS, PHASES, EvalRequest, EvaluationResult
 from msopt.evaluate.workload import WorkloadConfig, configured_num_prompts, search_num_prompts, workload_config
 
 __all__ = ["MAX_ATTEMPTS", "METRICS", "PHASES", "EvalRequest", "EvaluationResult", "Evaluator", "Objective",
-           "WorkloadConfig", "configured_num_prompts", "make_objective", "search_num_prompts", "workload_config"]
+           "Parsed", "WorkloadConfig", "configured_num_prompts", "make_objective", "search_num_prompts",
+           "workload_config"]

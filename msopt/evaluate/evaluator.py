@@ -10,6 +10,7 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from msopt.engines import get_engine
 from msopt.engines.launch import TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EngineCrashError, EvaluationError, RefusedError, RetryableError
+from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, run_objective
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import (
@@ -30,12 +32,27 @@ from msopt.evaluate.results import (
     fault_result,
 )
 from msopt.evaluate.runner import NodeLauncher, Runner, RunnerContext
-from msopt.evaluate.simulated import SimRunner
+from msopt.evaluate.simulated import SimRunner, SimulatorSetup
 from msopt.evaluate.workload import configured_num_prompts, search_num_prompts  # noqa: F401  (re-exported)
 from msopt.space import SearchSpace
 
 #: Launches of one evaluation, every retrying layer together (:data:`RETRY`).
 MAX_ATTEMPTS = RETRY.attempts
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The sections an evaluator reads, parsed once per run (:func:`msopt.run.validate.validate`) and handed
+    to every evaluator of the run, the Ray actors' included (it pickles), as Ray Tune hands each trial its
+    built config.
+
+    Attributes:
+        simulator: ``[simulator]`` (None: a real run, which does not read it).
+        health: ``[health_check]``, with the engine's own patterns.
+    """
+
+    simulator: SimulatorSetup | None
+    health: HealthCheck
 
 
 class Evaluator:
@@ -51,6 +68,7 @@ class Evaluator:
             each device as ``<node id>:<device>``.
         launcher: starts the servers of the other nodes (see :class:`NodeLauncher`).
         processes: the pool's registry of started servers (see :class:`ProcessRegistry`).
+        parsed: the run's parsed sections (None: parsed here, from ``config``).
     """
 
     def __init__(
@@ -64,6 +82,7 @@ class Evaluator:
         nodes: Sequence[TrialNode] = (),
         launcher: NodeLauncher | None = None,
         processes: ProcessRegistry | None = None,
+        parsed: Parsed | None = None,
     ) -> None:
         if run_dir is not None and not os.path.isabs(run_dir):
             # an evaluator runs in another working directory than the driver (a Ray worker's), and hands
@@ -83,7 +102,9 @@ class Evaluator:
         self.runner_context = RunnerContext(self.run_dir, tuple(str(d) for d in devices),
                                             tuple(nodes) if len(nodes) > 1 else (), launcher,
                                             processes)
-        self.runner: Runner = (SimRunner if self.simulate else RealRunner)(config, self.engine, self.runner_context)
+        self.runner: Runner = (
+            SimRunner(config, self.engine, self.runner_context, parsed.simulator if parsed else None) if self.simulate
+            else RealRunner(config, self.engine, self.runner_context, parsed.health if parsed else None))
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:

@@ -45,7 +45,7 @@ def virtual_nodes(config: Config) -> tuple[TrialNode, ...]:
 
     Only an explicit ``[cluster] devices_per_trial`` spans nodes here.
     """
-    k = config.cluster.devices_per_trial
+    k = config.cluster.trial.devices if config.cluster.trial.explicit else 0
     if not k:
         return ()
     n, per = split_trial(k, simulated_devices_per_node(config))
@@ -60,7 +60,7 @@ def planned_nodes(config: Config, addresses: list[str] | None = None) -> tuple[T
     The split comes from ``[cluster] devices_per_trial`` and ``devices_per_node`` (a simulated run:
     the hardware's); node ``r``'s address is ``addresses[r]`` when given, else ``NODE<r>_IP``.
     """
-    k = config.cluster.devices_per_trial
+    k = config.cluster.trial.devices if config.cluster.trial.explicit else 0
     per_node = config.cluster.devices_per_node
     if not per_node and config.run.simulate:
         per_node = simulated_devices_per_node(config)

@@ -72,13 +72,16 @@ class RealRunner(EngineRunner):
         config: the effective config (``benchmark``, ``particles_time_out``, ``[health_check]``).
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
+        health: ``[health_check]`` as the run parsed it once (None: parsed here, from ``config``).
     """
 
-    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
+    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext,
+                 health: HealthCheck | None = None) -> None:
         super().__init__(config, engine, ctx)
         self.benchmark_name = config.run.benchmark
         self.benchmark = get_benchmark(self.benchmark_name)
-        self.health = HealthCheck.from_config(config.health_check, config.engine.name)
+        self.health = health if health is not None else HealthCheck.from_config(config.health_check,
+                                                                                 config.engine.name)
         self.kept: _Kept | None = None
         self._port_facts: NodeFacts | None = None
 
@@ -334,7 +337,7 @@ class RealRunner(EngineRunner):
         cluster = self.config.cluster
         if not cluster.cpu:
             return
-        check_cpu_trial(spec, cluster.trial_devices, CpuFacts.here(), {**os.environ, **spec.env})
+        check_cpu_trial(spec, cluster.trial.devices, CpuFacts.here(), {**os.environ, **spec.env})
 
     @staticmethod
     def _followers_ok(launcher: NodeLauncher | None) -> None:

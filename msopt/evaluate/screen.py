@@ -46,7 +46,7 @@ class CandidateScreen:
         self.config = config
         self.engine = get_engine(config.engine.name)
         self.section: Mapping[str, Any] = config.engine.section.table
-        self.devices = config.cluster.device_ids()
+        self.devices = config.cluster.trial.device_ids()
         self.nodes = virtual_nodes(config)
         sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None

@@ -241,19 +241,21 @@ class SimRunner(EngineRunner):
     """Renders the engine's launch and runs it on the embedded simulator.
 
     Args:
-        config: the effective config (``[simulator]`` is read once, here).
+        config: the effective config.
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
+        sim: ``[simulator]`` as the run parsed it once (None: parsed here, from ``config``).
 
     Like the real runner it keeps its (simulated) server for the next evaluation with the same
     server key: that one is journaled ``reused``, the others ``started`` with the simulated
     start-up time (:func:`simulated_start_s`).
     """
 
-    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext) -> None:
+    def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext,
+                 sim: SimulatorSetup | None = None) -> None:
         super().__init__(config, engine, ctx)
         self.engine_section = engine.simulation_section(self.engine_section)  # no installed engine needed
-        self.sim = SimulatorSetup.from_config(config.simulator, config.run.seed)
+        self.sim = sim if sim is not None else SimulatorSetup.from_config(config.simulator, config.run.seed)
         self.benchmark = get_benchmark(config.run.benchmark)
         self.model_facts = self._model_facts()
         self._kept: str | None = None
@@ -370,7 +372,7 @@ def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], config: Co
     Raises:
         EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
     """
-    default = [str(d) for d in range(config.cluster.devices_per_trial or 0)]
+    default = config.cluster.trial.device_ids()
     return engine.render_pd(values, config.engine.fields, section, ports=[0] * 1024, devices=list(devices) or default,
                             workdir=workdir, nodes=nodes)
 

@@ -112,6 +112,7 @@ class SimulatorPrior:
         space: the run's search space.
         screen: the start-up rules (refused candidates are predicted as failures).
         simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
+        setup: the run's ``[simulator]`` as validate parsed it, for ``simulator`` None (None: parsed here).
         options: the ``[search]`` options (default: read from ``config``).
         memo: simulations shared between priors of the same config and simulator (repeated
             runs of one problem, as in scripts/benchmarks/bench_search): a configuration found there is not
@@ -120,15 +121,16 @@ class SimulatorPrior:
 
     def __init__(self, config: Config, space: SearchSpace, screen: CandidateScreen | None = None,
                  simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None,
-                 memo: dict[str, Prediction] | None = None) -> None:
+                 memo: dict[str, Prediction] | None = None, setup: SimulatorSetup | None = None) -> None:
         self.config = config
         self.options = options if options is not None else config.prior
         self.searched = False
         self.space = space
         self.engine = get_engine(config.engine.name)
         self.section = self.engine.simulation_section(config.engine.section.table)
-        setup = SimulatorSetup.from_config(config.simulator, config.run.seed) if simulator is None else None
-        table = thaw(setup.table) if setup is not None else thaw(simulator)
+        if simulator is None:
+            simulator = (setup or SimulatorSetup.from_config(config.simulator, config.run.seed)).table
+        table = thaw(simulator)
         self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table)
         self.table = table
         self.objective = run_objective(config)
@@ -165,7 +167,7 @@ class SimulatorPrior:
         #: measured acceptance lengths by draft method: (draft tokens in the chain, acceptance length)
         self._accepts: dict[str, list[tuple[int, float]]] = {}
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
-        self.devices = config.cluster.device_ids()
+        self.devices = config.cluster.trial.device_ids()
         self.nodes = virtual_nodes(config)
         self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
@@ -587,8 +589,8 @@ def correction_text(found: Correction, entry: str) -> str:
             f"them better ({found.errors()}); the prior uses {entry} as catalogued")
 
 
-def make_prior(config: Config, space: SearchSpace | None = None,
-               simulator: Mapping[str, Any] | None = None) -> SimulatorPrior | None:
+def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapping[str, Any] | None = None,
+               setup: SimulatorSetup | None = None) -> SimulatorPrior | None:
     """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
 
     Args:
@@ -596,6 +598,7 @@ def make_prior(config: Config, space: SearchSpace | None = None,
         space: its search space (default: built from ``config``).
         simulator: the ``[simulator]`` table the prior models (a real run's, found by
             :func:`msopt.prior.source.prior_source`); None: the run's own table.
+        setup: the run's own table as :func:`msopt.run.validate.validate` parsed it (None: parsed again).
 
     Raises:
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
@@ -606,7 +609,7 @@ def make_prior(config: Config, space: SearchSpace | None = None,
         return None
     try:
         return SimulatorPrior(config, space if space is not None else SearchSpace(config.engine.fields),
-                              simulator=simulator, options=options)
+                              simulator=simulator, options=options, setup=setup)
     except ConfigError:
         if options.mode == "simulator":
             raise

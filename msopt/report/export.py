@@ -171,7 +171,7 @@ def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, 
     section = config.engine.section.table
     if "pd" not in section:
         return []
-    devices = config.cluster.device_ids()
+    devices = config.cluster.trial.device_ids()
     nodes = planned_nodes(config)
     names = [n.address for n in nodes]
     # the router on the launch port, instances on the ports after it, bootstrap ports after those

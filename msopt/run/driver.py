@@ -422,14 +422,14 @@ class Driver:
             out.update(self.guide.records())
         if self.capacity:
             out["capacity.json"] = capacity_record(self.capacity, self.capacity_options, slos,
-                                                     self.config.cluster.trial_devices)
+                                                     self.config.cluster.trial.devices)
         if best is not None:
             mean = self.mean_fitness(best) if best.phase == "refine" else None
             record = best_record(best, self.config.engine.name, mean)
             record["counts"] = self.counts()
             if self.capacity:
                 record["capacity"] = capacity_record(self.capacity, self.capacity_options, slos,
-                                                     self.config.cluster.trial_devices)
+                                                     self.config.cluster.trial.devices)
             out["best.json"] = record
         return out
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from msopt.config import Config
 from msopt.engines.process import ProcessRegistry
-from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator
+from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator, Parsed
 from msopt.evaluate.results import describe_fault, fault_result
 
 
@@ -157,15 +157,16 @@ class InProcessPool:
         size: worker threads.
         run_dir: the run directory for logs.
         evaluator_factory: builds the evaluator of worker ``k`` (default: :class:`Evaluator`).
+        parsed: the sections the run parsed once, for the default evaluators (None: each parses its own).
     """
 
     def __init__(self, config: Config, *, size: int = 1, run_dir: str | None = None,
-                 evaluator_factory: Callable[[int], Evaluating] | None = None) -> None:
+                 evaluator_factory: Callable[[int], Evaluating] | None = None, parsed: Parsed | None = None) -> None:
         self._size = max(1, int(size))
         self.processes = ProcessRegistry()
         factory = evaluator_factory or (
             lambda k: Evaluator(config, run_dir=run_dir, actor=f"worker-{k}", devices=[],
-                                processes=self.processes))
+                                processes=self.processes, parsed=parsed))
         self._evaluators: list[Evaluating] = [factory(k) for k in range(self._size)]
         self._lock = threading.Lock()
         self._pending: list[EvalRequest] = []

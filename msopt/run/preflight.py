@@ -205,7 +205,7 @@ def _numa(config: Config, spec: LaunchSpec) -> Check:
     facts = CpuFacts.here()
     total, local = workers(spec)
     try:
-        check_cpu_trial(spec, config.cluster.trial_devices or facts.cores, facts, {**os.environ, **spec.env})
+        check_cpu_trial(spec, config.cluster.trial.devices or facts.cores, facts, {**os.environ, **spec.env})
     except RefusedError as exc:
         return Check("numa", False, f"the baseline would be refused: {exc}")
     return Check("numa", True, f"{len(facts.numa_nodes)} NUMA node(s) {list(facts.numa_nodes)}, {facts.cores} "
@@ -213,7 +213,7 @@ def _numa(config: Config, spec: LaunchSpec) -> Check:
 
 
 def _devices(config: Config, devices: int | None) -> Check:
-    key, k = config.cluster.accelerator_key, config.cluster.trial_devices
+    key, k = config.cluster.accelerator_key, config.cluster.trial.devices
     if key is None or k == 0:
         return Check("devices", True, "no accelerators requested ([cluster] accelerator / devices_per_trial)")
     have = count_devices(key) if devices is None else devices
@@ -233,7 +233,7 @@ def _devices(config: Config, devices: int | None) -> Check:
 def _device_ips(config: Config, devices: int | None) -> Check | None:
     """Every NPU's RoCE address on this node, read as a trial's node reads it
     (:func:`msopt.engines.hccn.read_device_ips`), where the engine's trials that span nodes need them."""
-    key, k = config.cluster.accelerator_key, config.cluster.trial_devices
+    key, k = config.cluster.accelerator_key, config.cluster.trial.devices
     per_node = config.cluster.devices_per_node
     if key != "NPU" or not get_engine(config.engine.name).needs_device_ips or not per_node or k <= per_node:
         return None
@@ -255,7 +255,7 @@ def _device_ips(config: Config, devices: int | None) -> Check | None:
 def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
     """Which HCCL port variables the first trial's launch on this node has, and where each comes from
     (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
-    key, k = config.cluster.accelerator_key, config.cluster.trial_devices
+    key, k = config.cluster.accelerator_key, config.cluster.trial.devices
     if key != "NPU":
         return None
     per_node = config.cluster.devices_per_node

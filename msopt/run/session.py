@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from msopt.config import Config
 from msopt.errors import FaultError, MsoptError, Terminated
+from msopt.evaluate.evaluator import Parsed
 from msopt.evaluate.results import EvaluationResult
 from msopt.prior import PriorGuide, PriorSearch, make_prior, real_prior_table
 from msopt.run.driver import optimize
@@ -63,8 +64,9 @@ class PoolLauncher(Protocol):
     def announce(self, say: Callable[[str], None]) -> None:
         """Say what a slow start is about to do (before the prior's search reports)."""
 
-    def start(self, config: Config, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
-        """Start the pool (in the main thread: Ray ties its processes to the thread that started them)."""
+    def start(self, config: Config, parsed: Parsed, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
+        """Start the pool (in the main thread: Ray ties its processes to the thread that started them); its
+        evaluators take ``parsed``, the sections the run parsed once."""
 
     def hardware(self, say: Callable[[str], None]) -> Probes | None:
         """What each node's hardware is, for a real run's prior (None: it could not be probed)."""
@@ -88,9 +90,9 @@ class Threads:
     def announce(self, say: Callable[[str], None]) -> None:
         """Nothing to say: the threads start at once."""
 
-    def start(self, config: Config, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
+    def start(self, config: Config, parsed: Parsed, run_dir: Path, say: Callable[[str], None]) -> EvaluatorPool:
         """The pool of threads."""
-        return InProcessPool(config, size=self.size, run_dir=str(run_dir))
+        return InProcessPool(config, size=self.size, run_dir=str(run_dir), parsed=parsed)
 
     def hardware(self, say: Callable[[str], None]) -> Probes | None:
         """This machine's hardware."""
@@ -242,14 +244,14 @@ class RunSession:
         term_before = signal.signal(signal.SIGTERM, on_term) if main else None
         try:
             simulated = config.run.simulate
-            prior = make_prior(config, checked.space) if simulated else None
+            prior = make_prior(config, checked.space, setup=checked.simulator) if simulated else None
             if prior is not None:  # its search takes a while before the first launch: say how far it is
                 prior.report = self.say
             self.pools.announce(self.say)
             if prior is not None and self.pools.slow:  # searched while the pool starts
                 search = PriorSearch(prior, checked.swarm.seed)
             try:
-                pool = self.pools.start(config, store.run_dir, self.say)
+                pool = self.pools.start(config, checked.parsed, store.run_dir, self.say)
             except MsoptError:
                 _discard_if_empty(store, previous)
                 raise

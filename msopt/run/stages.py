@@ -496,7 +496,7 @@ class Capacity:
         else:
             self._rounds(loop, configs, searches)
         loop.events.on_event(TotalChanged(loop.evaluations))
-        per_replica = loop.config.cluster.trial_devices
+        per_replica = loop.config.cluster.trial.devices
         return [{"rank": rank, "eval_id": r.eval_id, "fitness": finite(r.fitness), "values": dict(r.values),
                  **s.result(), **sizing(s.result(), opts, per_replica)}
                 for rank, (r, s) in enumerate(zip(configs, searches))]

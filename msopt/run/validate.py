@@ -31,6 +31,7 @@ from msopt.config import Config, load_settings, split
 from msopt.engines import ENGINES, EngineAdapter, get_engine
 from msopt.engines.launch import check_launch
 from msopt.errors import ConfigError, MsoptError
+from msopt.evaluate.evaluator import Parsed
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
@@ -57,6 +58,7 @@ class Validated:
         engine: the engine adapter.
         benchmark: the benchmark adapter (None for a simulated run).
         simulator: the ``[simulator]`` table, checked (None for a real run).
+        health: the ``[health_check]`` patterns, compiled with the engine's.
         produces: the metrics the run's measurements report.
         workload: the prompts and load of an evaluation (:mod:`msopt.evaluate.workload`).
         trace: the ``[workload] trace``'s summary (every row checked), or None without one.
@@ -72,10 +74,16 @@ class Validated:
     engine: EngineAdapter
     benchmark: BenchmarkAdapter | None
     simulator: SimulatorSetup | None
+    health: HealthCheck
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
     trace: TraceSummary | None = None
     notes: tuple[str, ...] = ()
+
+    @property
+    def parsed(self) -> Parsed:
+        """What every evaluator of the run reads, parsed here once (:class:`msopt.evaluate.Parsed`)."""
+        return Parsed(self.simulator, self.health)
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -153,8 +161,8 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         check_launch(section, fields, name, engine.default_executable or ("server",))
     except ConfigError as exc:
         raise ConfigError(f"{config.engine.section.source}: {exc}") from None
-    # a bad pattern fails here, not in every actor
-    HealthCheck.from_config(config.health_check, name)
+    # a bad pattern fails here, not in every actor; the evaluators get this one (Validated.parsed)
+    health = HealthCheck.from_config(config.health_check, name)
     taken = set(METRICS) | set(TAIL_COLUMNS) | set(MEASURED_COLUMNS)
     for decl in fields:
         if decl.name in taken:
@@ -194,7 +202,7 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
     _check_slo_statistics(config, produces, produced_by)  # then which statistic of them the SLOs can hold
     objective_metrics()
     notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
-    return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, produces,
+    return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, health, produces,
                      workload_config(config), trace, tuple(n for n in notes if n))
 
 

@@ -69,8 +69,8 @@ def test_the_prior_searched_while_ray_starts_gives_the_run_it_gives_without_ray(
         seen.append(searching())
         return False
 
-    def pool(config: Any, *, simulate: bool, run_dir: str, max_concurrent: int) -> InProcessPool:
-        return InProcessPool(config, size=max_concurrent, run_dir=run_dir)
+    def pool(config: Any, *, simulate: bool, run_dir: str, max_concurrent: int, parsed: Any) -> InProcessPool:
+        return InProcessPool(config, size=max_concurrent, run_dir=run_dir, parsed=parsed)
 
     monkeypatch.setattr(launcher_mod, "init_ray", slow_start)
     monkeypatch.setattr(launcher_mod, "RayPool", pool)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from msopt.config import DEFAULTS_PATH, load_settings, read_toml
-from msopt.config.typed import UNSET_DEFAULTS, PriorConfig
+from msopt.config.keys import SCALARS, TABLES, UNSET_DEFAULTS
+from msopt.config.typed import PriorConfig, TrialShape
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load, workload_config
 from msopt.slo import Slos
@@ -28,18 +29,20 @@ def test_defaults_come_from_defaults_toml(write_toml):
     # what defaults.toml leaves unset has its one default in UNSET_DEFAULTS
     assert run.max_launches == UNSET_DEFAULTS["max_launches"] and run.backup is UNSET_DEFAULTS["backup"]
     assert run.searcher == UNSET_DEFAULTS["search.searcher"]
-    assert cluster.devices_per_trial is None and cluster.ports is None
+    assert not cluster.trial.explicit and cluster.ports is None
 
 
-def test_trial_devices_resolved_once(write_toml):
+def test_trial_shape_resolved_once(write_toml):
     s = load_settings(str(write_toml(TP_PP_DP)), environ={})
-    assert s.config.cluster.devices_per_trial is None
-    assert s.config.cluster.trial_devices == 8          # the ternary_factories product
-    assert s.config.cluster.device_ids() == []          # only an explicit key names device ids
+    assert s.config.cluster.trial == TrialShape(8, explicit=False)  # the ternary_factories product
+    assert s.config.cluster.trial.device_ids() == []                # only an explicit key names device ids
     s = load_settings(str(write_toml("[cluster]\ndevices_per_trial = 4\nports = \"20000-20010\"\n" + TP_PP_DP)),
                       environ={})
-    assert s.config.cluster.trial_devices == 4 and s.config.cluster.device_ids() == ["0", "1", "2", "3"]
+    assert s.config.cluster.trial == TrialShape(4, explicit=True)
+    assert s.config.cluster.trial.device_ids() == ["0", "1", "2", "3"]
     assert s.config.cluster.ports == (20000, 20010)
+    s = load_settings(str(write_toml("[cluster]\ndevices_per_trial = 0\n" + TP_PP_DP)), environ={})
+    assert s.config.cluster.trial == TrialShape(0, explicit=True) and s.config.cluster.trial.device_ids() == []
 
 
 def test_prior_keys_come_once_from_defaults_toml(write_toml):
@@ -113,6 +116,20 @@ def test_configuration_md_names_the_keys_defaults_toml_leaves_unset():
         table, _, key = dotted.rpartition(".")
         assert f"{key}`" in layer, dotted
         assert key not in (defaults.get(table, {}) if table else defaults), dotted
+
+
+def test_each_checked_key_has_its_default_in_one_place():
+    """A key loading checks (msopt/config/keys.py) has its default in defaults.toml or says there what
+    unset means (UNSET_DEFAULTS), never both and never neither; two optional keys are their readers' to default."""
+    defaults = read_toml(DEFAULTS_PATH)
+    optional = {"wait_start_time", "use_request_rate_calibration"}  # the engine's section, optix's mapping
+    for name, key in SCALARS.items():
+        assert name in optional or (name in defaults) != bool(key.unset), name
+    for table, keys in TABLES.items():
+        for name, key in keys.items():
+            assert (name in defaults[table]) != bool(key.unset), f"{table}.{name}"
+    assert set(UNSET_DEFAULTS) == {n for n, k in SCALARS.items() if k.unset} | {
+        f"{t}.{n}" for t, keys in TABLES.items() for n, k in keys.items() if k.unset}
 
 
 def test_no_stale_defaults_path():

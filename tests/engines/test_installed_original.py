@@ -239,7 +239,7 @@ def test_the_installed_world_size_is_the_trials_devices(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(FIELDS.format(conf=conf).replace('accelerator = "none"', 'accelerator = "NPU"'))
     settings, lines = apply_installed(load_settings(path))
-    assert settings.config.cluster.trial_devices == 4
+    assert settings.config.cluster.trial.devices == 4
     assert lines[-1] == (f"devices per trial = 4: ModelConfig[0].worldSize 4 x modelInstanceNumber 1 (npuDeviceIds "
                          f"[[0, 1, 2, 3]]) of {conf} (the installed deployment's; set [cluster] devices_per_trial "
                          "to change it)")
@@ -249,14 +249,14 @@ def test_the_installed_world_size_is_the_trials_devices(tmp_path: Path) -> None:
     # two instances of 2: 4 devices, rendered as two subsets
     conf.write_text(json.dumps(_doc(2, instances=2)))
     settings, _ = apply_installed(load_settings(path))
-    assert settings.config.cluster.trial_devices == 4
+    assert settings.config.cluster.trial.devices == 4
     spec = mindie_mod.MindieAdapter().render({}, [], {"config_path": str(conf)}, port=1025, devices=list("0123"))
     backend = spec.files[next(iter(spec.files))]["BackendConfig"]
     assert backend["npuDeviceIds"] == [[0, 1], [2, 3]] and backend["ModelDeployConfig"]["ModelConfig"][0]["worldSize"] == 2
     # the user's [cluster] devices_per_trial wins, and the line says so
     path.write_text(path.read_text().replace('accelerator = "NPU"', 'accelerator = "NPU"\ndevices_per_trial = 8'))
     settings, lines = apply_installed(load_settings(path))
-    assert settings.config.cluster.trial_devices == 8
+    assert settings.config.cluster.trial.devices == 8
     assert lines[-1].startswith("devices per trial = 8: [cluster] devices_per_trial (the installed ")
 
 
@@ -273,7 +273,7 @@ def test_validate_and_the_run_say_the_trials_devices(tmp_path: Path, capsys: pyt
     from msopt.cli.main import build_parser
     from msopt.cli.optimize import _load
     checked, _ = _load(build_parser().parse_args(["optimizer", "-c", str(layer)]))
-    assert checked.config.cluster.trial_devices == 4
+    assert checked.config.cluster.trial.devices == 4
     assert line.removeprefix("installed: ") in capsys.readouterr().out.splitlines()
     main(["preflight", "-c", str(layer)])  # checks this node for the 4 NPUs a trial holds
     assert any(x.endswith("a trial needs [cluster] devices_per_trial = 4; use a node with more or lower "

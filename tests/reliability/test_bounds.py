@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from msopt.config.settings import MAX_CONFIG_BYTES, MAX_DEPTH, read_toml
+from msopt.config.layers import MAX_CONFIG_BYTES, MAX_DEPTH, read_toml
 from msopt.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

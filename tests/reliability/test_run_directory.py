@@ -13,7 +13,7 @@ import pytest
 
 from msopt.cli.main import main
 from msopt.config import dump_toml, load_settings
-from msopt.config.settings import same_toml
+from msopt.config.layers import same_toml
 
 SMALL = """
 simulate = true

@@ -120,7 +120,7 @@ def test_the_capacity_stage_scales_the_traces_rate_and_sizes_the_target(tmp_path
     assert len(out.capacity) == 2
     probes = [r for r in out.results if r.phase == "capacity"]
     assert probes and all(set(r.load) == {"request_rate"} for r in probes)
-    per_replica = settings.config.cluster.trial_devices
+    per_replica = settings.config.cluster.trial.devices
     for c in out.capacity:
         assert c["start_load"] == pytest.approx(4.0)                           # the trace at time_scale 2
         assert c["trace_multiple"] == pytest.approx(c["sustainable_load"] / 2.0)
@@ -129,7 +129,7 @@ def test_the_capacity_stage_scales_the_traces_rate_and_sizes_the_target(tmp_path
             assert c["devices"] == c["replicas"] * per_replica
         assert "x the trace's rate" in capacity_line(c)
     record = capacity_record(out.capacity, checked.capacity, settings.config.run.slos,
-                             settings.config.cluster.trial_devices)
+                             settings.config.cluster.trial.devices)
     assert record["trace_rate"] == pytest.approx(2.0) and record["sizing"]["target_rate"] == pytest.approx(80.0)
     pick = sizing_pick(out.capacity)
     assert record["sizing"]["pick"] == (None if pick is None else pick["rank"])

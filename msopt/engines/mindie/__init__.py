@@ -130,7 +130,7 @@ class MindieAdapter(EngineAdapter):
         if config_env(section) is not None or config.run.simulate:
             return
         cluster = config.cluster
-        per_trial = max(1, cluster.trial_devices)
+        per_trial = max(1, cluster.trial.devices)
         per_node = cluster.devices_per_node
         if cluster.max_concurrent_trials == 1 or (per_node and per_node < 2 * per_trial):
             return

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msopt._version import __version__
-from msopt.config.settings import same_toml
+from msopt.config.layers import same_toml
 from msopt.evaluate.results import EvaluationResult
 from msopt.run.store._files import (
     BEST,

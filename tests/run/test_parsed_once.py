@@ -1,0 +1,69 @@
+"""Each section an evaluator reads is parsed once per run (msopt/run/validate.py ``Validated.parsed``) and the
+parsed object handed to the prior and to every evaluator, as Ray Tune hands each trial its built config."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msopt.evaluate.health import HealthCheck
+from msopt.evaluate.simulated import SimulatorSetup
+from msopt.run.pool import InProcessPool
+from msopt.run.session import RunSession, Threads
+from msopt.run.validate import load
+from tests.run.test_session import small_quickstart
+from tests.support.fields_toml import TP_PP_DP
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How often ``SimulatorSetup.from_config`` and ``HealthCheck.from_config`` ran (each still builds)."""
+    calls: Counter[str] = Counter()
+    for cls in (SimulatorSetup, HealthCheck):
+        original = cls.__dict__["from_config"].__func__
+
+        def counted(klass: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            calls[klass.__name__] += 1
+            return _original(klass, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_config", classmethod(counted))
+    return calls
+
+
+def test_a_simulated_run_parses_simulator_and_health_check_once(tmp_path: Path, builds: Counter[str]) -> None:
+    checked = load(str(small_quickstart(tmp_path)), None,
+                   overrides={"n_particles": 2, "iters": 1, "output": str(tmp_path / "out")})
+    assert builds == {"SimulatorSetup": 1, "HealthCheck": 1}  # by validate
+    result = RunSession(checked, pools=Threads(2), say=lambda _line: None).run()  # the prior, two evaluators
+    assert result.outcome is not None and result.outcome.evaluations > 2
+    assert any(r["predicted"] for r in _rows(result.run_dir))  # the prior ran, on the same setup
+    assert builds == {"SimulatorSetup": 1, "HealthCheck": 1}
+
+
+def test_real_evaluators_take_the_health_check_validate_built(tmp_path: Path, write_toml: Any,
+                                                              builds: Counter[str]) -> None:
+    checked = load(str(write_toml("simulate = false\n" + TP_PP_DP)), None, environ={})
+    assert checked.simulator is None and builds == {"HealthCheck": 1}
+    pool = InProcessPool(checked.config, size=3, run_dir=str(tmp_path), parsed=checked.parsed)
+    try:
+        assert all(e.runner.health is checked.health for e in pool._evaluators)  # type: ignore[attr-defined]
+    finally:
+        pool.close()
+    assert builds == {"HealthCheck": 1}
+    assert pickle.loads(pickle.dumps(checked.parsed)) == checked.parsed  # what a Ray actor receives
+
+
+def test_an_evaluator_without_the_parsed_sections_parses_its_own(tmp_path: Path, builds: Counter[str]) -> None:
+    checked = load(str(small_quickstart(tmp_path)), None, overrides={"output": str(tmp_path / "out")})
+    pool = InProcessPool(checked.config, size=2, run_dir=str(tmp_path))
+    pool.close()
+    assert builds == {"SimulatorSetup": 1 + 2, "HealthCheck": 1}  # validate's, then each evaluator's own
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
