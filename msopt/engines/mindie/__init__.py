@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.checks import is_int
 from msopt.engines.base import ENGINES, EngineAdapter
 from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
+from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import (
     LaunchSpec,
@@ -202,6 +202,7 @@ class MindieAdapter(EngineAdapter):
                        "inherited value moves no address and loads no rank table (server_config.cpp:618-636, "
                        "atb_llm/utils/env.py:74); a trial over nodes sets them per node"
                        + (f"; this environment has {', '.join(here)}" if here else ""))
+        out.append(inherited_note(self.name))
         found = find_install()
         out.append(f"MindIE here: {found.layout} layout, {found.executable}" if found is not None else
                    "MindIE here: none found ('msopt preflight' checks the nodes)")
