@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -327,6 +327,9 @@ class SimRunner(EngineRunner):
         nodes = self.ctx.nodes or self.virtual
         launch = render_pd_trial(self.engine, values, self.config, self.engine_section, self.ctx.devices, nodes,
                                  workdir=self.ctx.run_dir)
+        planned = self.plan_ports([*launch.prefill, *launch.decode])  # the HCCL port plan, as the real path's
+        launch = replace(launch, prefill=tuple(planned[:len(launch.prefill)]),
+                         decode=tuple(planned[len(launch.prefill):]))
         inner = without_pd(self.engine_section)
         self.last_server = None
         for spec in (*launch.prefill, *launch.decode):

@@ -135,3 +135,69 @@ def test_an_inherited_range_is_unset_where_cann_forbids_it(tmp_path: Path, monke
     assert f"this environment has {HOST_RANGE}=40000-40031, {NPU_RANGE}=41000-41031" in out
     assert "unsets both where CANN does not allow them" in out and "hcclenvref_07_0020/0021" in out
 
+
+SGLANG_ASCEND_PD = """
+simulate = true
+engine = "sglang"
+benchmark = "vllm_benchmark"
+n_particles = 1
+iters = 1
+[cluster]
+accelerator = "NPU"
+devices_per_trial = 8
+[simulator]
+hardware = "atlas-800i-a2"
+model = "qwen3-30b-a3b"
+weight_dtype = "bf16"
+[simulator.workload]
+input_len = 512
+output_len = 32
+num_prompts = 8
+concurrency = 4
+[sglang]
+platform = "ascend"
+[sglang.command]
+executable = ["python", "-m", "sglang.launch_server"]
+model = "Qwen/Qwen3-30B-A3B"
+[sglang.pd]
+prefill_instances = 1
+decode_instances = 1
+visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+[[sglang.target_field]]
+name = "decode_tp"
+config_position = "decode:--tp-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [2, 4]
+value = 4
+[[sglang.target_field]]
+name = "prefill_tp"
+config_position = "prefill:--tp-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [2, 4]
+value = 4
+"""
+
+
+def test_a_simulated_pd_trial_follows_the_port_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated PD path plans its instances' HCCL ports as the real one does (msopt/evaluate/real.py
+    ``_measure_pd``): an MoE model (Qwen3-30B-A3B) on Atlas A2 keeps HCCL_IF_BASE_PORT per instance and
+    neither range variable, and unsets the inherited ones (CANN 9.0 hcclenvref_07_0020/0021, "使用约束")."""
+    from msopt.evaluate.results import EvalRequest
+    from msopt.space import SearchSpace
+
+    monkeypatch.setenv(HOST_RANGE, "40000-40031")
+    path = tmp_path / "pd.toml"
+    path.write_text(SGLANG_ASCEND_PD)
+    config = load_settings(path).config
+    runner = SimRunner(config, get_engine("sglang"), RunnerContext(run_dir=tmp_path))
+    space = SearchSpace(config.engine.fields)
+    values = dict(space.decode(space.default_position()).values)
+    runner.measure(values, EvalRequest(0, "baseline", None, 0, (), num_prompts=8), 0)
+    log = (tmp_path / "logs" / "eval-00000-server-a0.log").read_text().splitlines()
+    launches = [ln for ln in log if ln.startswith("$ [prefill") or ln.startswith("$ [decode")]
+    assert len(launches) == 2
+    assert all("HCCL_IF_BASE_PORT=" in ln and HOST_RANGE not in ln and NPU_RANGE not in ln for ln in launches)
