@@ -337,7 +337,8 @@ class SimRunner(EngineRunner):
         self._start(values, False)
         self.backup(req, attempt, [*[(f"prefill{i}", s) for i, s in enumerate(launch.prefill)],
                                    *[(f"decode{i}", s) for i, s in enumerate(launch.decode)],
-                                   ("router", launch.router)])
+                                   ("router", launch.router),
+                                   *([("controller", launch.controller)] if launch.controller else [])])
         t0 = time.monotonic()
         res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,
                               field_load=field_load_of(self.benchmark, values, req))
@@ -348,7 +349,8 @@ class SimRunner(EngineRunner):
             cmds = [f"$ [{name}{f' node {launch.nodes[j]}' if len(nodes) > 1 else ''}] "
                     + " ".join(f"{k}={v}" for k, v in s.env.items()) + " " + " ".join(s.argv)
                     for j, (name, s) in enumerate(roles)]
-            cmds.append("$ [router] " + " ".join(launch.router.argv))
+            cmds += [f"$ [{name}] " + " ".join([*(f"{k}={v}" for k, v in s.env.items()), *s.argv])
+                     for name, s in (("router", launch.router), ("controller", launch.controller)) if s is not None]
             log.write_text("\n".join([*cmds, *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)
         if res.error:
