@@ -156,3 +156,44 @@ def test_sglangs_pd_keys_are_refused_for_mindie() -> None:
         engine.check([], {"pd": {"prefill_instances": 1, "transfer_backend": "mooncake"}})
     with pytest.raises(ConfigError, match=r"\[mindie.pd.controller\]: unknown key\(s\) \['port'\]"):
         engine.check([], {"pd": {"controller": {"port": 1}}})
+
+
+ORIGINAL_RATES = '''
+[[mindie.target_field]]
+name = "default_p_rate"
+config_position = "none"
+min = 1
+max = 3
+dtype = "int"
+value = 1
+[[mindie.target_field]]
+name = "default_d_rate"
+config_position = "none"
+min = 1
+max = 3
+dtype = "share"
+dtype_param = "default_p_rate"
+'''
+
+
+def test_the_originals_two_rate_fields_become_the_instance_counts(tmp_path: Path) -> None:
+    """docs/migrating.md, MindIE PD: the original's default_p_rate / default_d_rate fields (its manual's, as
+    tests/config/test_original_config.py has them) with config_position "none", named by [mindie.pd], are
+    ms_controller.json's two rates (ms_controller.json:30-31) and the instance counts."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    text = text.replace('prefill_instances = "n_prefill"', 'prefill_instances = "default_p_rate"')
+    text = text.replace('decode_instances = "n_decode"', 'decode_instances = "default_d_rate"')
+    start, end = text.index("[[mindie.target_field]]\nname = \"n_prefill\""), text.index("[[mindie.target_field]]\n"
+                                                                                          "name = \"prefill_tp\"")
+    path = tmp_path / "original_rates.toml"
+    path.write_text(text[:start] + ORIGINAL_RATES.lstrip() + "\n" + text[end:], encoding="utf-8")
+    config = load_settings(path).config
+    engine = get_engine("mindie")
+    values = {k: v for k, v in VALUES.items() if not k.startswith("n_")} | {
+        "default_p_rate": 1, "default_d_rate": 3, "decode_tp": 2, "decode_world": 2}  # 2 + 3 x 2 NPUs: the node's 8
+    launch = render_pd_trial(engine, values, config, config.engine.section.table, [], (), workdir=tmp_path)
+    assert launch.counts == (1, 3)
+    ctl = launch.controller
+    assert ctl is not None
+    conf = ctl.files[ctl.env["MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH"]]
+    assert (conf["default_p_rate"], conf["default_d_rate"]) == (1, 3)
