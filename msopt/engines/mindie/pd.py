@@ -40,9 +40,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msopt.checks import is_int
+from msopt.engines.base import EngineAdapter
 from msopt.engines.launch import LaunchSpec, TrialNode, command_str, executable
 from msopt.engines.mindie.config_doc import (
     DEVICE_IDS,
@@ -60,9 +61,6 @@ from msopt.engines.mindie.rank_table import device_ip_table
 from msopt.engines.pd import PdLaunch, count, pd_table, role_fields, without_pd
 from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
-
-if TYPE_CHECKING:
-    from msopt.engines.mindie import MindieAdapter
 
 #: The one line a real MindIE PD run gets (the launch that needs hardware msopt cannot drive).
 REAL_LAUNCH_REFUSED = (
@@ -130,7 +128,7 @@ def rate_problem(n_p: int, n_d: int) -> str | None:
     return None
 
 
-def _world(adapter: MindieAdapter, values: Mapping[str, Any], fields: Sequence[FieldDecl],
+def _world(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequence[FieldDecl],
            section: Mapping[str, Any]) -> int:
     """The NPUs one instance of a role takes: its config.json's ``ModelConfig[0].worldSize`` (a field's or
     the file's) x ``modelInstanceNumber``, rendered without devices."""
@@ -206,7 +204,7 @@ def coordinator_config(host: str, port: int) -> dict[str, Any]:
             "digs_scheduler_config": {"deploy_mode": "pd_separate"}, "tls_config": tls}
 
 
-def render_pd(adapter: MindieAdapter, values: Mapping[str, Any], fields: Sequence[FieldDecl],
+def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequence[FieldDecl],
               section: Mapping[str, Any], *, ports: Sequence[int], devices: Sequence[str] = (),
               workdir: Path | None = None, nodes: Sequence[TrialNode] = ()) -> PdLaunch:
     """Every process of a MindIE PD trial: each instance's config.json (its role's fields, ``inferMode``
