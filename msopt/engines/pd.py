@@ -42,6 +42,8 @@ class PdLaunch:
         nodes: the node rank of each instance, prefill ones first (all 0 on one node).
         controller: the process that assigns the instances their roles, where the engine has one
             (MindIE-MS's controller, :mod:`msopt.engines.mindie.pd`), else None.
+        note: how the engine's own deployment runs these processes, where one host cannot ("": it can);
+            the exported best_command.sh says it.
     """
 
     prefill: tuple[LaunchSpec, ...]
@@ -49,6 +51,7 @@ class PdLaunch:
     router: LaunchSpec
     nodes: tuple[int, ...] = ()
     controller: LaunchSpec | None = None
+    note: str = ""
 
     @property
     def counts(self) -> tuple[int, int]:

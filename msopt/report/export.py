@@ -146,6 +146,8 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
     used = [n for n in names if n in " ".join(str(a) for s in (*launch.prefill, *launch.decode, launch.router)
                                              for a in s.argv)]
     lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
+    if launch.note:  # the engine's deployment cannot run on one host: say so, and stop before any launch
+        lines += [_comment(launch.note), 'echo "see the comment at the top of $0" >&2', "exit 2"]
     lines.append("trap 'kill 0' EXIT INT TERM")
     where = launch.nodes or tuple(0 for _ in (*launch.prefill, *launch.decode))
     roles = [("prefill", i, s) for i, s in enumerate(launch.prefill)]
@@ -158,8 +160,12 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
         lines.append(_comment(f"{role} instance {i}"))
         lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + " &")
     if node == 0:
-        lines.append(_comment("the router: clients and benchmarks talk to it"))
-        lines.append(" ".join(_quote(str(a), names) for a in launch.router.argv))
+        extra = [("the controller: assigns the instances their roles", launch.controller, " &")] \
+            if launch.controller is not None else []
+        for what, spec, tail in (*extra, ("the router: clients and benchmarks talk to it", launch.router, "")):
+            env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
+            lines.append(_comment(what))
+            lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + tail)
     else:
         lines.append("wait")
     return "\n".join(lines) + "\n"
@@ -189,10 +195,27 @@ def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, 
               **{role: [{"argv": [str(a) for a in s.argv], "env": server_env(s.env)[0],
                          "port": s.port} for s in specs]
                  for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))},
-              "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port},
+              "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port,
+                         **({"env": server_env(launch.router.env)[0]} if launch.router.env else {})},
               "argv": [str(a) for a in launch.router.argv], "env": {}, "files": {}}
     record["nodes"] = list(launch.nodes)
     written = [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
+    roles = [*(("prefill", s) for s in launch.prefill), *(("decode", s) for s in launch.decode),
+             ("router", launch.router), *([("controller", launch.controller)] if launch.controller else [])]
+    files: dict[str, str] = {}
+    for role, spec in roles:  # each process's own files (MindIE's config.json per instance, ...), as rendered
+        for target, doc in spec.files.items():
+            rel = Path(target) if not Path(target).is_absolute() else Path(role) / Path(target).name
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(out / rel, (dumps(doc, indent=2) + "\n").encode("utf-8"))
+            files[str(target)] = str(rel)
+            written.append(out / rel)
+    record["files"] = files
+    if launch.controller is not None:
+        record["controller"] = {"argv": [str(a) for a in launch.controller.argv],
+                                "env": server_env(launch.controller.env)[0]}
+    if launch.note:
+        record["note"] = launch.note
     for r in range(max(1, len(nodes))):
         sh = out / (BEST_COMMAND_SH if r == 0 else f"best_command_node{r}.sh")
         node_notes = notes + ([f"node {r} of {len(nodes)}"] if len(nodes) > 1 else [])

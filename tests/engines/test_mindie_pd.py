@@ -197,3 +197,28 @@ def test_the_originals_two_rate_fields_become_the_instance_counts(tmp_path: Path
     assert ctl is not None
     conf = ctl.files[ctl.env["MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH"]]
     assert (conf["default_p_rate"], conf["default_d_rate"]) == (1, 3)
+
+
+def test_the_exported_best_configuration_is_mindie_ms_files_and_no_one_host_launch(tmp_path: Path) -> None:
+    """The export writes every process's rendered file (each instance's config.json, ms_controller.json,
+    ms_coordinator.json with predict_port the launch port 1025 as ms_coordinator.json:5 ships it, the global
+    rank table), and a best_command.sh that says MindIE-MS runs one pod per instance and stops before any
+    launch (every instance listens on port 1025, ms_controller.json:38)."""
+    from msopt.report.export import export_best
+
+    config = load_settings(EXAMPLE).config
+    written = export_best(config, VALUES, tmp_path, eval_id=3, fitness=1.0)
+    names = {str(p.relative_to(tmp_path)) for p in written}
+    assert {"prefill0/config.json", "prefill1/config.json", "decode0/config.json", "ms_controller.json",
+            "ms_coordinator.json", "global_ranktable.json"} <= names
+    assert json.loads((tmp_path / "decode0" / "config.json").read_text())["ServerConfig"]["inferMode"] == "dmi"
+    coordinator = json.loads((tmp_path / "ms_coordinator.json").read_text())
+    assert coordinator["http_config"]["predict_port"] == "1025"
+    script = (tmp_path / "best_command.sh").read_text().splitlines()
+    stop = script.index("exit 2")
+    assert any("Kubernetes pod" in line for line in script[:stop])
+    assert not any("mindieservice_daemon" in line for line in script[:stop])
+    assert any(line.startswith("env MINDIE_MS_CONTROLLER_CONFIG_FILE_PATH=ms_controller.json") for line in script)
+    record = json.loads((tmp_path / "best_command.json").read_text())
+    assert record["port"] == 1025 and record["controller"]["argv"] == ["mindie_motor_controller"]
+    assert record["files"]["global_ranktable.json"] == "global_ranktable.json"

@@ -67,6 +67,12 @@ REAL_LAUNCH_REFUSED = (
     "a real MindIE prefill/decode trial runs on Kubernetes, one pod per server instance (they all share "
     "ms_controller.json's mindie_server_port, MindIE-Motor config/ms_controller.json:38-40), which msopt does "
     "not launch; set simulate = true (or run msopt simulate) to tune it on the simulator")
+#: What the exported best_command.sh of a MindIE PD configuration says first.
+EXPORT_NOTE = ("MindIE-MS runs each server instance, the controller and the coordinator in a Kubernetes pod of "
+               "its own (every instance listens on port 1025): run each line below in its pod with the files "
+               "beside this script, or give the files' values to MindIE-MS's deploy_scripts/user_config.json "
+               "(p_instances_num, d_instances_num, mindie_server_prefill_config, mindie_server_decode_config); "
+               "this script does not run on one host")
 #: The keys of ``[mindie.pd]`` (SGLang's transfer_backend and bootstrap_port have no MindIE meaning).
 MINDIE_PD_KEYS = frozenset({"prefill_instances", "decode_instances", "visible_devices_env", "router", "controller"})
 #: MindIE-MS's executables (boot.sh:197, 225).
@@ -209,7 +215,7 @@ def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequenc
               workdir: Path | None = None, nodes: Sequence[TrialNode] = ()) -> PdLaunch:
     """Every process of a MindIE PD trial: each instance's config.json (its role's fields, ``inferMode``
     "dmi", its own NPUs and HCCL blocks, the ports ms_controller.json gives every server), the coordinator
-    (what the benchmark talks to, on ``ports[0]``) and the controller with the global rank table.
+    (what the benchmark talks to, on ``ports[-1]``) and the controller with the global rank table.
 
     Raises:
         EvaluationError: no ``[mindie.pd]``, the instances need more NPUs than the trial holds, or
@@ -254,7 +260,7 @@ def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequenc
     coord_path = str(base / "ms_coordinator.json") if base is not None else "ms_coordinator.json"
     ctl_path = str(base / "ms_controller.json") if base is not None else "ms_controller.json"
     table_path = str(base / "global_ranktable.json") if base is not None else "global_ranktable.json"
-    port = int(ports[0]) if ports else 0
+    port = int(ports[-1]) if ports else 0  # the last: the export gives the launch port there (instances need none)
     coordinator = LaunchSpec(
         engine=adapter.name, argv=(*executable(router, COORDINATOR_EXEC, "mindie.pd.router", values), host, host),
         env={COORDINATOR_ENV: coord_path}, files={coord_path: coordinator_config(host, port)}, port=port,
@@ -270,4 +276,4 @@ def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequenc
         files={ctl_path: controller_config(n_p, n_d, table_path), table_path: global_rank_table(placed, host, ips)},
         port=COORDINATOR_MANAGE_PORT, host=host, ready_timeout=specs[0].ready_timeout)
     return PdLaunch(tuple(specs[:n_p]), tuple(specs[n_p:]), coordinator, tuple(r for r, _ in where),
-                    controller=controller)
+                    controller=controller, note=EXPORT_NOTE)
