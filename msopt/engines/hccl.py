@@ -45,11 +45,12 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from msopt.checks import is_int
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
 from msopt.space.fields import FieldDecl
 
@@ -311,3 +312,11 @@ def plan_env(env: Mapping[str, str], section: Mapping[str, Any], fields: Sequenc
         return dict(env)
     mine = user_set(section, fields)
     return {k: v for k, v in env.items() if k not in (HOST_RANGE, NPU_RANGE) or k in mine}
+
+
+def plan_specs(specs: Sequence[LaunchSpec], section: Mapping[str, Any], fields: Sequence[FieldDecl],
+               facts: NodeFacts) -> list[LaunchSpec]:
+    """``specs`` as a trial with ``facts`` launches them: :func:`plan_env` and :func:`plan_unset` applied."""
+    unset = plan_unset(section, fields, facts)
+    return [replace(s, env=plan_env(s.env, section, fields, facts),
+                    unset_env=tuple(dict.fromkeys((*s.unset_env, *unset)))) for s in specs]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from msopt.benchmarks import get_benchmark
 from msopt.config import Config
 from msopt.engines import EngineAdapter
-from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_env, plan_unset
+from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_specs
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.errors import EvaluationError
@@ -122,11 +122,8 @@ class EngineRunner:
         if not any(v in s.env for s in specs for v in VARIABLES) and not any(v in os.environ
                                                                            for v in (HOST_RANGE, NPU_RANGE)):
             return list(specs)
-        facts = self.port_facts(specs[0])
-        fields, section = self.config.engine.fields, self.engine_section
-        unset = plan_unset(section, fields, facts)  # an inherited range CANN forbids is removed, not kept
-        return [replace(s, env=plan_env(s.env, section, fields, facts),
-                        unset_env=tuple(dict.fromkeys((*s.unset_env, *unset)))) for s in specs]
+        # an inherited range CANN forbids is removed, not kept
+        return plan_specs(specs, self.engine_section, self.config.engine.fields, self.port_facts(specs[0]))
 
     def close(self) -> None:
         """Stop a server kept running (nothing by default); never raises."""
