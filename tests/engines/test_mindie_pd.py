@@ -222,3 +222,16 @@ def test_the_exported_best_configuration_is_mindie_ms_files_and_no_one_host_laun
     record = json.loads((tmp_path / "best_command.json").read_text())
     assert record["port"] == 1025 and record["controller"]["argv"] == ["mindie_motor_controller"]
     assert record["files"]["global_ranktable.json"] == "global_ranktable.json"
+
+
+def test_the_originals_pd_flag_is_accepted_with_a_mindie_pd_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """``msopt optimizer --pd disaggregation`` (the original's flag, msserviceprofiler@9582f434
+    optimizer/optimizer.py arg_parse) means what a [mindie.pd] table does: accepted with one, refused in one
+    line without (tests/config/test_original_config.py)."""
+    from msopt.cli.main import build_parser
+    from msopt.cli.optimize import _load
+
+    args = build_parser().parse_args(["optimizer", "-c", str(EXAMPLE), "--pd", "disaggregation", "--no-ray"])
+    checked, store = _load(args)
+    assert store is None and checked.config.engine.name == "mindie" and "pd" in checked.config.engine.section.table
+    capsys.readouterr()
