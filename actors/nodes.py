@@ -75,7 +75,7 @@ class NodeAgent:
         stack = contextlib.ExitStack()
         try:
             stack.enter_context(staged_files(spec.files))
-            self._proc = start_process(spec.argv, dict(spec.env), log_path, cwd=workdir)
+            self._proc = start_process(spec.argv, dict(spec.env), log_path, cwd=workdir, unset=spec.unset_env)
             self._grace = spec.stop_grace
         except BaseException:
             stack.close()

@@ -91,7 +91,7 @@ def register(sub: Any) -> None:
 
 def _original_flags(args: argparse.Namespace) -> None:
     """Refuse the original tool's flags msopt has another way for (docs/migrating.md); accept
-    ``-d single`` and ``--pd competition``, which are what msopt does."""
+    ``-d single`` and ``--pd competition``, which are what msopt does (``--pd disaggregation``: :func:`_load`)."""
     if args.load_breakpoint:
         raise ConfigError("-lb/--load_breakpoint: msopt continues a named run: msopt optimize --resume RUN_DIR "
                           "(run directories are under -o/output, the newest sorts last)")
@@ -99,8 +99,6 @@ def _original_flags(args: argparse.Namespace) -> None:
         raise ConfigError("-d/--deploy_policy multiple: msopt needs no master/slave processes; run the trials on a "
                           "Ray cluster (--address auto) and let one trial span nodes with [cluster] devices_per_trial "
                           "above devices_per_node (docs/engines.md, 'Trials that span nodes')")
-    if args.pd == "disaggregation":
-        raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,6 +155,9 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     settings = load_settings(args.config, engine, sections=registered_sections())
     settings = settings.replace(**overrides) if overrides else settings
     checked = validate(*split(settings))
+    if getattr(args, "pd", None) == "disaggregation" and "pd" not in checked.config.engine.section.table:
+        # with a [<engine>.pd] table the file is disaggregated already; without one, say how to make it so
+        raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
     got = installed_changes(checked.config)
     checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
         else checked

@@ -31,6 +31,10 @@ the node's :class:`NodeFacts`):
   16666 on each NPU's own address, and trials hold disjoint NPUs).
 - Before CANN 8.1.RC1 neither range variable is documented (CANN 8.0.0 envref_07_0074 has
   HCCL_IF_BASE_PORT alone), so neither is set.
+
+Where a trial must not have them, a value inherited from the user's shell would reach the server all the
+same (a child inherits the environment), so such a trial also removes both from the environment it
+inherits (:func:`plan_unset`, ``LaunchSpec.unset_env``); only ``[<engine>.env]`` or an env field keeps one.
 """
 
 from __future__ import annotations
@@ -41,11 +45,12 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from msopt.checks import is_int
+from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
 from msopt.space.fields import FieldDecl
 
@@ -148,12 +153,17 @@ def lease_blocks(env: Mapping[str, str], lease: Any) -> None:
             lease.hold(int(lo), int(hi), f"{var}={value}", bound_here=here)
 
 
-def in_force(spec_env: Mapping[str, str], inherited: Mapping[str, str] | None = None) -> str:
-    """One line for ``msopt preflight``: which HCCL port variables a launch has, and where from."""
+def in_force(spec_env: Mapping[str, str], inherited: Mapping[str, str] | None = None,
+             unset: Sequence[str] = ()) -> str:
+    """One line for ``msopt preflight``: which HCCL port variables a launch has, and where from (``unset``:
+    the ones it removes from the environment it inherits, :func:`plan_unset`)."""
     inherited = os.environ if inherited is None else inherited
     parts = []
     for var in VARIABLES:
-        if var in spec_env:
+        if var in unset and var not in spec_env:
+            if var in inherited:
+                parts.append(f"{var} unset (this environment has {inherited[var]!r}, which CANN does not allow here)")
+        elif var in spec_env:
             was = inherited.get(var)
             parts.append(f"{var}={spec_env[var]}" + (f" (replaces {was!r} from this environment)"
                                                       if was is not None and was != spec_env[var] else ""))
@@ -272,6 +282,27 @@ def range_plan(facts: NodeFacts) -> tuple[bool, str]:
     return True, f"{where}, {what}, CANN {facts.cann or 'not found'}: both range variables per trial"
 
 
+def plan_unset(section: Mapping[str, Any], fields: Sequence[FieldDecl], facts: NodeFacts) -> tuple[str, ...]:
+    """The range variables a trial with ``facts`` removes from the environment it inherits: both where
+    :func:`range_plan` forbids them (CANN 9.0 hcclenvref_07_0020/0021, "使用约束": "不支持配置此环境变量"),
+    except one the user sets (``[<engine>.env]`` or an env field); none elsewhere."""
+    if range_plan(facts)[0]:
+        return ()
+    mine = user_set(section, fields)
+    return tuple(v for v in (HOST_RANGE, NPU_RANGE) if v not in mine)
+
+
+def inherited_note(engine: str, inherited: Mapping[str, str] | None = None) -> str:
+    """One line for ``msopt validate``: what becomes of the range variables this environment holds."""
+    inherited = os.environ if inherited is None else inherited
+    here = [f"{v}={inherited[v]}" for v in (HOST_RANGE, NPU_RANGE) if v in inherited]
+    what = f"this environment has {', '.join(here)}" if here else "this environment has neither"
+    return (f"HCCL port ranges: {what}; a trial replaces an inherited range with its own block (an inherited "
+            "'auto' is kept), and unsets both where CANN does not allow them: Atlas A2 with MC² operators (an MoE "
+            "model) or CANN before 8.1.RC1 (CANN 9.0 hcclenvref_07_0020/0021); "
+            f"[{engine}.env] keeps the user's own; 'msopt preflight' says which rule a node follows")
+
+
 def plan_env(env: Mapping[str, str], section: Mapping[str, Any], fields: Sequence[FieldDecl],
              facts: NodeFacts) -> dict[str, str]:
     """``env`` without the range variables msopt set (not the user's: ``[<engine>.env]`` or an env field)
@@ -281,3 +312,11 @@ def plan_env(env: Mapping[str, str], section: Mapping[str, Any], fields: Sequenc
         return dict(env)
     mine = user_set(section, fields)
     return {k: v for k, v in env.items() if k not in (HOST_RANGE, NPU_RANGE) or k in mine}
+
+
+def plan_specs(specs: Sequence[LaunchSpec], section: Mapping[str, Any], fields: Sequence[FieldDecl],
+               facts: NodeFacts) -> list[LaunchSpec]:
+    """``specs`` as a trial with ``facts`` launches them: :func:`plan_env` and :func:`plan_unset` applied."""
+    unset = plan_unset(section, fields, facts)
+    return [replace(s, env=plan_env(s.env, section, fields, facts),
+                    unset_env=tuple(dict.fromkeys((*s.unset_env, *unset)))) for s in specs]

@@ -45,6 +45,8 @@ class LaunchSpec:
             adapter's :attr:`EngineAdapter.stop_grace`).
         rank_header_ranks: the data-parallel replicas behind this endpoint that a request may name
             with an ``X-Data-Parallel-Rank`` header (a client keeps a session on one); 1: none.
+        unset_env: variables removed from the inherited environment (one the trial must not have,
+            such as an HCCL port range CANN forbids: :func:`msopt.engines.hccl.plan_unset`).
     """
 
     engine: str
@@ -59,6 +61,7 @@ class LaunchSpec:
     ready_timeout: float = DEFAULT_WAIT_START_TIME
     stop_grace: float = DEFAULT_STOP_GRACE
     rank_header_ranks: int = 1
+    unset_env: tuple[str, ...] = ()
 
     @property
     def base_url(self) -> str:

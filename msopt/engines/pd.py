@@ -40,12 +40,18 @@ class PdLaunch:
         prefill, decode: the instances' launches.
         router: the router's launch (what the benchmark talks to).
         nodes: the node rank of each instance, prefill ones first (all 0 on one node).
+        controller: the process that assigns the instances their roles, where the engine has one
+            (MindIE-MS's controller, :mod:`msopt.engines.mindie.pd`), else None.
+        note: how the engine's own deployment runs these processes, where one host cannot ("": it can);
+            the exported best_command.sh says it.
     """
 
     prefill: tuple[LaunchSpec, ...]
     decode: tuple[LaunchSpec, ...]
     router: LaunchSpec
     nodes: tuple[int, ...] = ()
+    controller: LaunchSpec | None = None
+    note: str = ""
 
     @property
     def counts(self) -> tuple[int, int]:
@@ -53,8 +59,9 @@ class PdLaunch:
         return len(self.prefill), len(self.decode)
 
 
-def pd_table(section: Mapping[str, Any], engine: str) -> Mapping[str, Any] | None:
-    """The ``[<engine>.pd]`` table, None when the deployment is not disaggregated.
+def pd_table(section: Mapping[str, Any], engine: str, keys: frozenset[str] = PD_KEYS) -> Mapping[str, Any] | None:
+    """The ``[<engine>.pd]`` table (``keys``: the engine's valid ones), None when the deployment is not
+    disaggregated.
 
     Raises:
         ConfigError: an unknown key or a malformed value.
@@ -64,9 +71,9 @@ def pd_table(section: Mapping[str, Any], engine: str) -> Mapping[str, Any] | Non
         return None
     if not isinstance(pd, Mapping):
         raise ConfigError(f"[{engine}] 'pd' must be a table; write [{engine}.pd]")
-    unknown = set(pd) - PD_KEYS
+    unknown = set(pd) - keys
     if unknown:
-        raise ConfigError(f"[{engine}.pd]: unknown key(s) {sorted(unknown)}; valid keys: {sorted(PD_KEYS)}")
+        raise ConfigError(f"[{engine}.pd]: unknown key(s) {sorted(unknown)}; valid keys: {sorted(keys)}")
     for key in ("prefill_instances", "decode_instances"):
         v = pd.get(key, 1)
         if not (isinstance(v, str) and v) and not (is_int(v) and v >= 1):

@@ -334,11 +334,12 @@ def start_process(
     *,
     cwd: str | os.PathLike[str] | None = None,
     registry: ProcessRegistry | None = None,
+    unset: Sequence[str] = (),
 ) -> ManagedProcess:
     """Start ``argv`` (a list, never a shell) in its own process group, output to ``log_path``.
 
-    The child gets the parent's environment plus ``env`` (the actor's device variables, set by
-    Ray, are inherited this way); on Linux its whole group dies with this process (the watcher,
+    The child gets the parent's environment without ``unset``'s variables, plus ``env`` (the actor's
+    device variables, set by Ray, are inherited this way); on Linux its whole group dies with this process (the watcher,
     see the module docstring).
 
     Raises:
@@ -351,7 +352,7 @@ def start_process(
     if registry is not None:
         registry.check_open()
     changed = {str(k): str(v) for k, v in (env or {}).items()}
-    full_env = dict(os.environ)
+    full_env = {k: v for k, v in os.environ.items() if k not in unset}
     full_env.update(changed)
     workdir = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     fd = open_log(log_path)
@@ -692,7 +693,8 @@ def launched(
             the files are restored before this propagates).
     """
     with staged_files(spec.files):
-        proc = start_process(spec.argv, {**spec.env, **(extra_env or {})}, log_path, cwd=cwd, registry=registry)
+        proc = start_process(spec.argv, {**spec.env, **(extra_env or {})}, log_path, cwd=cwd, registry=registry,
+                             unset=spec.unset_env)
         proc.grace = float(getattr(spec, "stop_grace", 10.0)) if grace is None else grace
         try:
             wait_ready(spec.host, spec.port, spec.health_path,

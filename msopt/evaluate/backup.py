@@ -76,7 +76,8 @@ def write_backup(run_dir: Path, req: EvalRequest, attempt: int,
             if path.is_absolute() and run_root not in path.resolve().parents:
                 _keep_original(run_dir, path)
         record.append({"role": role, "engine": spec.engine, "argv": list(spec.argv), "env": dict(spec.env),
-                       "host": spec.host, "port": spec.port, "files": files})
+                       "host": spec.host, "port": spec.port, "files": files,
+                       **({"unset": list(spec.unset_env)} if spec.unset_env else {})})
     doc = {"eval_id": req.eval_id, "attempt": attempt, "launches": record}
     write_atomic(out / "launch.json", (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return out

@@ -7,15 +7,16 @@ embedded simulator. Both take the same :class:`RunnerContext`, so the evaluator 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from msopt.benchmarks import get_benchmark
 from msopt.config import Config
 from msopt.engines import EngineAdapter
-from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, NodeFacts, plan_env
+from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_specs
 from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.process import ProcessRegistry
 from msopt.errors import EvaluationError
@@ -116,12 +117,13 @@ class EngineRunner:
 
     def plan_ports(self, specs: Sequence[LaunchSpec]) -> list[LaunchSpec]:
         """``specs`` without the HCCL range variables msopt set where CANN does not allow them on this
-        trial's hardware, CANN version and model (:func:`msopt.engines.hccl.plan_env`)."""
-        if not any(v in s.env for s in specs for v in (HOST_RANGE, NPU_RANGE)):
+        trial's hardware, CANN version and model (:func:`msopt.engines.hccl.plan_env`), and there also
+        unsetting the ones the server would inherit (:func:`msopt.engines.hccl.plan_unset`)."""
+        if not any(v in s.env for s in specs for v in VARIABLES) and not any(v in os.environ
+                                                                           for v in (HOST_RANGE, NPU_RANGE)):
             return list(specs)
-        facts = self.port_facts(specs[0])
-        fields, section = self.config.engine.fields, self.engine_section
-        return [replace(s, env=plan_env(s.env, section, fields, facts)) for s in specs]
+        # an inherited range CANN forbids is removed, not kept
+        return plan_specs(specs, self.engine_section, self.config.engine.fields, self.port_facts(specs[0]))
 
     def close(self) -> None:
         """Stop a server kept running (nothing by default); never raises."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +338,9 @@ class SimRunner(EngineRunner):
         nodes = self.ctx.nodes or self.virtual
         launch = render_pd_trial(self.engine, values, self.config, self.engine_section, self.ctx.devices, nodes,
                                  workdir=self.ctx.run_dir)
+        planned = self.plan_ports([*launch.prefill, *launch.decode])  # the HCCL port plan, as the real path's
+        launch = replace(launch, prefill=tuple(planned[:len(launch.prefill)]),
+                         decode=tuple(planned[len(launch.prefill):]))
         inner = without_pd(self.engine_section)
         self.last_server = None
         for spec in (*launch.prefill, *launch.decode):
@@ -345,7 +348,8 @@ class SimRunner(EngineRunner):
         self._start(values, False)
         self.backup(req, attempt, [*[(f"prefill{i}", s) for i, s in enumerate(launch.prefill)],
                                    *[(f"decode{i}", s) for i, s in enumerate(launch.decode)],
-                                   ("router", launch.router)])
+                                   ("router", launch.router),
+                                   *([("controller", launch.controller)] if launch.controller else [])])
         t0 = time.monotonic()
         res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,
                               field_load=field_load_of(self.benchmark, values, req))
@@ -356,7 +360,8 @@ class SimRunner(EngineRunner):
             cmds = [f"$ [{name}{f' node {launch.nodes[j]}' if len(nodes) > 1 else ''}] "
                     + " ".join(f"{k}={v}" for k, v in s.env.items()) + " " + " ".join(s.argv)
                     for j, (name, s) in enumerate(roles)]
-            cmds.append("$ [router] " + " ".join(launch.router.argv))
+            cmds += [f"$ [{name}] " + " ".join([*(f"{k}={v}" for k, v in s.env.items()), *s.argv])
+                     for name, s in (("router", launch.router), ("controller", launch.controller)) if s is not None]
             log.write_text("\n".join([*cmds, *res.log_lines]) + "\n", encoding="utf-8")
         self.sim.emulate_wall_time(res, time.monotonic() - t0)
         if res.error:

@@ -11,13 +11,18 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Config
 from msopt.engines import get_engine
+from msopt.engines.hccl import VARIABLES, node_facts, plan_specs
+from msopt.engines.launch import LaunchSpec
 from msopt.evaluate.placement import planned_nodes
+from msopt.evaluate.runner import RunnerContext
+from msopt.evaluate.simulated import SimRunner
 from msopt.metrics import fitness_text
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
 from msopt.run.store import atomic_write, dumps
@@ -39,6 +44,17 @@ def _load_note(load: Mapping[str, str]) -> list[str]:
             "the client, e.g. vllm bench serve --max-concurrency / --request-rate)"] if load else []
 
 
+def planned(config: Config, specs: Sequence[LaunchSpec]) -> list[LaunchSpec]:
+    """``specs`` with the HCCL port plan a trial of this run applies (msopt/engines/hccl.py): the simulated
+    hardware and model's facts, else this node's (npu-smi, the CANN toolkit, the model's config.json)."""
+    if not any(v in s.env for s in specs for v in VARIABLES):
+        return list(specs)
+    engine = get_engine(config.engine.name)
+    facts = (SimRunner(config, engine, RunnerContext()).port_facts(specs[0]) if config.run.simulate
+             else node_facts(specs[0].model))
+    return plan_specs(specs, config.engine.section.table, config.engine.fields, facts)
+
+
 def launch_port(config: Config) -> int:
     """The port a user's server should listen on, as the engine adapter reads it from its section."""
     return get_engine(config.engine.name).launch_port(config.engine.section.table)
@@ -49,7 +65,8 @@ def _comment(text: str) -> str:
     return "# " + "".join(c if c.isprintable() else " " for c in text)
 
 
-def shell_script(argv: Sequence[str], env: Mapping[str, str], *, notes: Sequence[str] = ()) -> str:
+def shell_script(argv: Sequence[str], env: Mapping[str, str], *, notes: Sequence[str] = (),
+                 unset: Sequence[str] = ()) -> str:
     """A ``#!/bin/sh`` script that exports ``env`` and execs ``argv``, every item shell-quoted.
 
     Variables whose names a shell cannot export are left out (they are in best_command.json).
@@ -59,6 +76,7 @@ def shell_script(argv: Sequence[str], env: Mapping[str, str], *, notes: Sequence
     if skipped:
         lines.append(_comment(f"{len(skipped)} environment variable(s) whose names sh cannot export "
                               f"are listed in {BEST_COMMAND_JSON}"))
+    lines += [f"unset {v}" for v in unset if _ENV_NAME.fullmatch(v)]
     for k, v in env.items():
         if _ENV_NAME.fullmatch(k):
             lines.append(f"export {k}={shlex.quote(str(v))}")
@@ -70,12 +88,14 @@ def shell_script(argv: Sequence[str], env: Mapping[str, str], *, notes: Sequence
 EXPORT_RENDEZVOUS_PORT = 29501
 
 
-def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[str], notes: Sequence[str]) -> str:
+def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[str], notes: Sequence[str],
+                 unset: Sequence[str] = ()) -> str:
     """:func:`shell_script` where the node addresses ``names`` become ``$NODE<r>_IP`` variables the
     user sets (the script refuses to run without them)."""
     used = [n for n in names if any(n in str(a) for a in [*argv, *env.values()])]
     lines = ["#!/bin/sh", *(_comment(n) for n in notes)]
     lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
+    lines += [f"unset {v}" for v in unset if _ENV_NAME.fullmatch(v)]
     lines += [f"export {k}={_quote(str(v), names)}" for k, v in env.items() if _ENV_NAME.fullmatch(k)]
     lines.append("exec " + " ".join(_quote(str(a), names) for a in argv))
     return "\n".join(lines) + "\n"
@@ -90,8 +110,8 @@ def _export_nodes(config: Config, values: Mapping[str, Any], out: Path, port: in
     if not nodes:
         return []
     adapter = get_engine(engine)
-    specs = adapter.render_nodes(values, config.engine.fields, section, port=port, nodes=nodes,
-                                 rendezvous_port=EXPORT_RENDEZVOUS_PORT, workdir=Path("."))
+    specs = planned(config, adapter.render_nodes(values, config.engine.fields, section, port=port, nodes=nodes,
+                                                 rendezvous_port=EXPORT_RENDEZVOUS_PORT, workdir=Path(".")))
     names = [n.address for n in nodes if n.address.startswith("NODE")]
     written: list[Path] = []
     record_nodes = []
@@ -117,10 +137,12 @@ def _export_nodes(config: Config, values: Mapping[str, Any], out: Path, port: in
                              "(and add each NPU's device_ip, hccn_tool -i N -ip -g, or set [mindie] device_ips)")
         env, load = server_env(spec.env)
         notes += _load_note(load)
-        atomic_write(sh, _node_script([str(a) for a in spec.argv], env, names, notes).encode("utf-8"), mode=0o755)
+        atomic_write(sh, _node_script([str(a) for a in spec.argv], env, names, notes, spec.unset_env).encode("utf-8"),
+                     mode=0o755)
         written.append(sh)
         record_nodes.append({"rank": node.rank, "address": node.address, "devices": list(node.devices),
-                             "argv": [str(a) for a in spec.argv], "env": env, "files": files, "script": sh.name})
+                             "argv": [str(a) for a in spec.argv], "env": env, "files": files, "script": sh.name,
+                             **({"unset": list(spec.unset_env)} if spec.unset_env else {})})
     record = {"engine": engine, "port": port, "values": dict(values), "nodes": record_nodes,
               "rendezvous_port": EXPORT_RENDEZVOUS_PORT, "argv": record_nodes[0]["argv"],
               "env": record_nodes[0]["env"], "files": record_nodes[0]["files"]}
@@ -146,6 +168,8 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
     used = [n for n in names if n in " ".join(str(a) for s in (*launch.prefill, *launch.decode, launch.router)
                                              for a in s.argv)]
     lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
+    if launch.note:  # the engine's deployment cannot run on one host: say so, and stop before any launch
+        lines += [_comment(launch.note), 'echo "see the comment at the top of $0" >&2', "exit 2"]
     lines.append("trap 'kill 0' EXIT INT TERM")
     where = launch.nodes or tuple(0 for _ in (*launch.prefill, *launch.decode))
     roles = [("prefill", i, s) for i, s in enumerate(launch.prefill)]
@@ -153,13 +177,18 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
     for (role, i, spec), r in zip(roles, where, strict=True):
         if r != node:
             continue
-        env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in server_env(spec.env)[0].items()
-                       if _ENV_NAME.fullmatch(k))
+        env = " ".join([*(f"-u {v}" for v in spec.unset_env if _ENV_NAME.fullmatch(v)),
+                        *(f"{k}={_quote(str(v), names)}" for k, v in server_env(spec.env)[0].items()
+                          if _ENV_NAME.fullmatch(k))])
         lines.append(_comment(f"{role} instance {i}"))
         lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + " &")
     if node == 0:
-        lines.append(_comment("the router: clients and benchmarks talk to it"))
-        lines.append(" ".join(_quote(str(a), names) for a in launch.router.argv))
+        extra = [("the controller: assigns the instances their roles", launch.controller, " &")] \
+            if launch.controller is not None else []
+        for what, spec, tail in (*extra, ("the router: clients and benchmarks talk to it", launch.router, "")):
+            env = " ".join(f"{k}={_quote(str(v), names)}" for k, v in spec.env.items() if _ENV_NAME.fullmatch(k))
+            lines.append(_comment(what))
+            lines.append((f"env {env} " if env else "") + " ".join(_quote(str(a), names) for a in spec.argv) + tail)
     else:
         lines.append("wait")
     return "\n".join(lines) + "\n"
@@ -183,16 +212,35 @@ def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, 
         ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
         launch = get_engine(engine).render_pd(values, config.engine.fields, section, ports=ports, devices=devices,
                                               workdir=Path("."), nodes=nodes)
+    both = planned(config, [*launch.prefill, *launch.decode])  # the HCCL port plan, as a trial's
+    launch = replace(launch, prefill=tuple(both[:len(launch.prefill)]), decode=tuple(both[len(launch.prefill):]))
     notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
              f"instance(s) and the router on port {launch.router.port}"]
     record = {"engine": engine, "deployment": "pd", "port": launch.router.port, "values": dict(values),
               **{role: [{"argv": [str(a) for a in s.argv], "env": server_env(s.env)[0],
-                         "port": s.port} for s in specs]
+                         "port": s.port, **({"unset": list(s.unset_env)} if s.unset_env else {})} for s in specs]
                  for role, specs in (("prefill", launch.prefill), ("decode", launch.decode))},
-              "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port},
+              "router": {"argv": [str(a) for a in launch.router.argv], "port": launch.router.port,
+                         **({"env": server_env(launch.router.env)[0]} if launch.router.env else {})},
               "argv": [str(a) for a in launch.router.argv], "env": {}, "files": {}}
     record["nodes"] = list(launch.nodes)
     written = [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
+    roles = [*(("prefill", s) for s in launch.prefill), *(("decode", s) for s in launch.decode),
+             ("router", launch.router), *([("controller", launch.controller)] if launch.controller else [])]
+    files: dict[str, str] = {}
+    for role, spec in roles:  # each process's own files (MindIE's config.json per instance, ...), as rendered
+        for target, doc in spec.files.items():
+            rel = Path(target) if not Path(target).is_absolute() else Path(role) / Path(target).name
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(out / rel, (dumps(doc, indent=2) + "\n").encode("utf-8"))
+            files[str(target)] = str(rel)
+            written.append(out / rel)
+    record["files"] = files
+    if launch.controller is not None:
+        record["controller"] = {"argv": [str(a) for a in launch.controller.argv],
+                                "env": server_env(launch.controller.env)[0]}
+    if launch.note:
+        record["note"] = launch.note
     for r in range(max(1, len(nodes))):
         sh = out / (BEST_COMMAND_SH if r == 0 else f"best_command_node{r}.sh")
         node_notes = notes + ([f"node {r} of {len(nodes)}"] if len(nodes) > 1 else [])
@@ -227,7 +275,7 @@ def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, 
     multi = _export_pd(config, values, out, port, head) or _export_nodes(config, values, out, port, head)
     if multi:  # a trial spans nodes: one script (and config) per node, node 0's under the usual names
         return multi
-    spec = adapter.render(values, config.engine.fields, config.engine.section.table, port=port)
+    (spec,) = planned(config, [adapter.render(values, config.engine.fields, config.engine.section.table, port=port)])
     argv = [str(a) for a in spec.argv]
     env, load = server_env(spec.env)
     written: list[Path] = []
@@ -244,9 +292,11 @@ def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, 
                      "there (back up the original) before running this script")
     notes += _load_note(load)
     record = {"engine": engine, "argv": argv, "env": env, "benchmark_load": load, "port": port, "values": dict(values),
+              **({"unset": list(spec.unset_env)} if spec.unset_env else {}),
               "files": {t: BEST_CONFIG_JSON for t in list(files)[:1]}, "eval_id": eval_id,
               "fitness": fitness}
-    atomic_write(out / BEST_COMMAND_SH, shell_script(argv, env, notes=notes).encode("utf-8"), mode=0o755)
+    atomic_write(out / BEST_COMMAND_SH, shell_script(argv, env, notes=notes, unset=spec.unset_env).encode("utf-8"),
+                 mode=0o755)
     atomic_write(out / BEST_COMMAND_JSON, (dumps(record, indent=2) + "\n").encode("utf-8"))
     written[:0] = [out / BEST_COMMAND_SH, out / BEST_COMMAND_JSON]
     return written

@@ -25,7 +25,7 @@ from typing import Any
 
 from msopt.config import Config, thaw
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.hccl import VARIABLES, in_force, node_facts, plan_env, range_plan
+from msopt.engines.hccl import VARIABLES, in_force, node_facts, plan_env, plan_unset, range_plan
 from msopt.engines.hccn import read_device_ips
 from msopt.engines.launch import LaunchSpec, flag_name
 from msopt.engines.process import port_free
@@ -270,7 +270,9 @@ def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
         return None
     facts = node_facts(spec.model)
     env = plan_env(spec.env, section, config.engine.fields, facts)
-    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(env)} (each trial's blocks "
+    unset = plan_unset(section, config.engine.fields, facts)
+    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(env, unset=unset)} (each "
+                 "trial's blocks "
                  f"start 32 ports further per first device id; {range_plan(facts)[1]})")
 
 

@@ -119,7 +119,9 @@ def simulate_pd(
     replica = np.zeros(n, np.int64)
     preemptions = 0
     rounds = ROUNDS if conc is not None and conc < n else 1
-    for _ in range(rounds):
+    for round_ in range(rounds):
+        if round_:  # the sends the last round's finishes allow; never after the last round, whose times they are
+            send = closed_loop_sends(np.where(ok, finish, np.nan), arrival, int(conc))  # type: ignore[arg-type]
         p_done = np.full(n, np.nan)
         ok[:] = True
         preemptions = 0
@@ -146,8 +148,6 @@ def simulate_pd(
                     replica[idx] = r
                 ok[idx] &= trace.ok
                 preemptions += trace.preemptions
-        if rounds > 1:
-            send = closed_loop_sends(np.where(ok, finish, np.nan), arrival, int(conc))  # type: ignore[arg-type]
     rejected = int((~ok).sum())
     if rejected:
         log.append(f"ERROR {rejected} requests rejected by the prefill or decode instances")

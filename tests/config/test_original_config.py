@@ -238,8 +238,10 @@ def test_mindie_pd_ratio_fields_get_one_line_exit_2(tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     (line,) = out.stderr.splitlines()
     assert line == (f"msopt: error: {cfg}: [mindie.target_field] 'default_p_rate': config_position 'default_p_rate' "
-                    f"is a MindIE PD ratio of the original tool (MindIE-MS ms_controller.json): {MINDIE_PD_UNSUPPORTED}")
-    assert "SGLang's PD disaggregation" in line and "docs/engines.md" in line
+                    "is a MindIE PD ratio of the original tool (MindIE-MS ms_controller.json), which msopt writes from "
+                    "[mindie.pd] prefill_instances and decode_instances: set config_position = \"none\" and name the "
+                    f"field there; {MINDIE_PD_UNSUPPORTED}")
+    assert "configs/mindie_pd_atlas_a2.toml" in line and "docs/engines.md" in line
     # the same file searched for vLLM never reads [mindie]
     assert msopt("validate", "-c", str(cfg), "-e", "vllm").returncode == 0
 

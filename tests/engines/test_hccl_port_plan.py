@@ -7,7 +7,10 @@ before CANN 8.1.RC1 (CANN 8.0.0 envref_07_0074 has HCCL_IF_BASE_PORT alone)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
@@ -22,6 +25,7 @@ from msopt.engines.hccl import (
     model_has_experts,
     node_facts,
     plan_env,
+    plan_unset,
     range_plan,
 )
 from msopt.evaluate.runner import RunnerContext
@@ -93,3 +97,107 @@ def test_the_deepseek_v3_atlas_a2_config_renders_no_range_variables() -> None:
     assert all(HOST_RANGE in s.env for s in specs)  # what msopt rendered before the plan
     planned = runner.plan_ports(specs)
     assert all(HOST_RANGE not in s.env and NPU_RANGE not in s.env and IF_BASE in s.env for s in planned)
+
+
+def test_an_inherited_range_is_unset_where_cann_forbids_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """CANN 9.0 hcclenvref_07_0020 (HCCL_HOST_SOCKET_PORT_RANGE) and hcclenvref_07_0021
+    (HCCL_NPU_SOCKET_PORT_RANGE), "使用约束": on Atlas A2 with MC² fused operators "不支持配置此环境变量" (it
+    must not be configured). A range the user's shell exports would reach the server by inheritance: the
+    DeepSeek-V3 Atlas A2 trial removes both from the environment its server inherits, a dense model on A3
+    keeps the variables msopt sets, and validate says what becomes of the inherited ones."""
+    from msopt.cli.main import main
+    from msopt.engines.launch import TrialNode
+    from msopt.engines.process import start_process
+    from msopt.space import SearchSpace
+
+    monkeypatch.setenv(HOST_RANGE, "40000-40031")
+    monkeypatch.setenv(NPU_RANGE, "41000-41031")
+    config = load_settings(ROOT / "configs" / "deepseek_v3_atlas_multinode.toml").config
+    runner = SimRunner(config, get_engine(config.engine.name), RunnerContext())
+    space = SearchSpace(config.engine.fields)
+    values = dict(space.decode(space.default_position()).values)
+    nodes = (TrialNode(0, "10.0.0.1", tuple(str(i) for i in range(8))),
+             TrialNode(1, "10.0.0.2", tuple(str(i) for i in range(8))))
+    specs = runner.plan_ports(runner.engine.render_nodes(values, config.engine.fields, runner.engine_section,
+                                                         port=0, nodes=nodes, rendezvous_port=0))
+    assert all(s.unset_env == (HOST_RANGE, NPU_RANGE) for s in specs)
+    log = tmp_path / "server.log"
+    proc = start_process([sys.executable, "-c", "import os; print(sorted(k for k in os.environ if 'SOCKET' in k))"],
+                         specs[0].env, log, unset=specs[0].unset_env)
+    assert proc.wait(30) == 0
+    assert log.read_text().splitlines()[-1] == "[]"  # the server sees neither inherited range
+    # where CANN allows them (Atlas A3), each trial's own blocks replace the inherited ones and nothing is unset
+    assert plan_unset({}, [], NodeFacts("A3", "9.0.0", True)) == ()
+    assert plan_unset({"env": {NPU_RANGE: "50000-50031"}}, [], NodeFacts("A2", "9.0.0", True)) == (HOST_RANGE,)
+    assert main(["validate", "-c", str(ROOT / "configs" / "deepseek_v3_atlas_multinode.toml")]) == 0
+    out = capsys.readouterr().out
+    assert f"this environment has {HOST_RANGE}=40000-40031, {NPU_RANGE}=41000-41031" in out
+    assert "unsets both where CANN does not allow them" in out and "hcclenvref_07_0020/0021" in out
+
+
+SGLANG_ASCEND_PD = """
+simulate = true
+engine = "sglang"
+benchmark = "vllm_benchmark"
+n_particles = 1
+iters = 1
+[cluster]
+accelerator = "NPU"
+devices_per_trial = 8
+[simulator]
+hardware = "atlas-800i-a2"
+model = "qwen3-30b-a3b"
+weight_dtype = "bf16"
+[simulator.workload]
+input_len = 512
+output_len = 32
+num_prompts = 8
+concurrency = 4
+[sglang]
+platform = "ascend"
+[sglang.command]
+executable = ["python", "-m", "sglang.launch_server"]
+model = "Qwen/Qwen3-30B-A3B"
+[sglang.pd]
+prefill_instances = 1
+decode_instances = 1
+visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+[[sglang.target_field]]
+name = "decode_tp"
+config_position = "decode:--tp-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [2, 4]
+value = 4
+[[sglang.target_field]]
+name = "prefill_tp"
+config_position = "prefill:--tp-size"
+min = 0
+max = 1
+dtype = "enum"
+dtype_param = [2, 4]
+value = 4
+"""
+
+
+def test_a_simulated_pd_trial_follows_the_port_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated PD path plans its instances' HCCL ports as the real one does (msopt/evaluate/real.py
+    ``_measure_pd``): an MoE model (Qwen3-30B-A3B) on Atlas A2 keeps HCCL_IF_BASE_PORT per instance and
+    neither range variable, and unsets the inherited ones (CANN 9.0 hcclenvref_07_0020/0021, "使用约束")."""
+    from msopt.evaluate.results import EvalRequest
+    from msopt.space import SearchSpace
+
+    monkeypatch.setenv(HOST_RANGE, "40000-40031")
+    path = tmp_path / "pd.toml"
+    path.write_text(SGLANG_ASCEND_PD)
+    config = load_settings(path).config
+    runner = SimRunner(config, get_engine("sglang"), RunnerContext(run_dir=tmp_path))
+    space = SearchSpace(config.engine.fields)
+    values = dict(space.decode(space.default_position()).values)
+    runner.measure(values, EvalRequest(0, "baseline", None, 0, (), num_prompts=8), 0)
+    log = (tmp_path / "logs" / "eval-00000-server-a0.log").read_text().splitlines()
+    launches = [ln for ln in log if ln.startswith("$ [prefill") or ln.startswith("$ [decode")]
+    assert len(launches) == 2
+    assert all("HCCL_IF_BASE_PORT=" in ln and HOST_RANGE not in ln and NPU_RANGE not in ln for ln in launches)

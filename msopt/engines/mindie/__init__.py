@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from msopt.checks import is_int
 from msopt.engines.base import ENGINES, EngineAdapter
 from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
+from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import (
     LaunchSpec,
@@ -71,9 +71,12 @@ from msopt.engines.mindie.install import (
     installed_config,
 )
 from msopt.engines.mindie.original import refuse_mindie_pd
+from msopt.engines.mindie.pd import REAL_LAUNCH_REFUSED, check_pd, pd_notes
+from msopt.engines.mindie.pd import render_pd as render_mindie_pd
 from msopt.engines.mindie.rank_table import device_ip_table, rank_table
 from msopt.engines.mindie.rules import RULES as MINDIE_RULES
 from msopt.engines.mindie.template import write_init as write_mindie_init
+from msopt.engines.pd import ROLES, PdLaunch, check_fields, role_fields, without_pd
 from msopt.errors import ConfigError
 from msopt.space.fields import FieldDecl
 
@@ -101,6 +104,8 @@ class MindieAdapter(EngineAdapter):
     leader_ports = 1
     #: Its rank table needs every device's ``device_ip`` (ranktable_config.cpp:189, 293-297).
     needs_device_ips = True
+    #: MindIE-MS's prefill/decode deployment, rendered and simulated (msopt/engines/mindie/pd.py).
+    supports_pd = True
 
     #: The chat route, as msopt init has written for MindIE since its first version.
     init_endpoint = "/v1/chat/completions"
@@ -127,6 +132,8 @@ class MindieAdapter(EngineAdapter):
         ``config_env = false`` (one config.json edited in place) with room for two trials on a node is refused."""
         refuse_mindie_pd(config)
         section = config.engine.section.table
+        if self.is_disaggregated(section) and not config.run.simulate:
+            raise ConfigError(f"{config.engine.section.where('pd')}: {REAL_LAUNCH_REFUSED}")
         if config_env(section) is not None or config.run.simulate:
             return
         cluster = config.cluster
@@ -146,14 +153,21 @@ class MindieAdapter(EngineAdapter):
     def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
         """Check paths against the original config.json (or the template) without rendering:
         known keys only, and no field that can give a fraction where MindIE wants an integer."""
-        if self.is_disaggregated(section):
-            raise ConfigError("[mindie.pd]: msopt has no prefill/decode-disaggregated MindIE launch yet (its PD "
-                              "roles run through ms_controller); drop the table")
+        pd = check_pd(section)
+        if pd is not None:  # each role's fields against the same config.json (msopt/engines/mindie/pd.py)
+            check_fields(fields, pd, self.name)
+            for role in ROLES:
+                self._check(role_fields(fields, role), without_pd(section), disaggregated=True)
+            return
+        self._check(fields, section, disaggregated=False)
+
+    def _check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any], *, disaggregated: bool) -> None:
+        """:meth:`check` of one server's fields (one PD role's: its file may have inferMode "dmi")."""
         device_ip_table(section.get("device_ips"))
         config_env(section)
         check_hccl(section, self.name)
         doc, src = load_config(section, missing_ok=True)
-        if str(get_path(doc, INFER_MODE, "standard")).lower() == "dmi":
+        if not disaggregated and str(get_path(doc, INFER_MODE, "standard")).lower() == "dmi":
             raise ConfigError(f"[mindie] config_path {src}: ServerConfig.inferMode is \"dmi\", MindIE's "
                               "prefill/decode role (it binds the fixed interCommPort, endpoint.cpp:91-92), which "
                               "msopt does not launch; point config_path at a config.json with inferMode "
@@ -191,8 +205,12 @@ class MindieAdapter(EngineAdapter):
             out.append("ServerConfig.httpsEnabled: false (plain HTTP)")
         out.append("BackendConfig.npuDeviceIds and ModelConfig[0].worldSize: set from the trial's devices "
                    "(worldSize from a field when one sets it)")
-        out.append("ServerConfig.port, managementPort and metricsPort: the trial's own port, managementIpAddress = "
-                   "ipAddress (MindIE's single-port mode: trials on one node share no port)")
+        pd = check_pd(section)
+        if pd is not None:
+            out += pd_notes(pd)
+        else:
+            out.append("ServerConfig.port, managementPort and metricsPort: the trial's own port, managementIpAddress = "
+                       "ipAddress (MindIE's single-port mode: trials on one node share no port)")
         given = section.get("env", {})
         given = given if isinstance(given, Mapping) else {}
         cleared = [n for n in CLEARED_ENV if n not in given]
@@ -202,6 +220,7 @@ class MindieAdapter(EngineAdapter):
                        "inherited value moves no address and loads no rank table (server_config.cpp:618-636, "
                        "atb_llm/utils/env.py:74); a trial over nodes sets them per node"
                        + (f"; this environment has {', '.join(here)}" if here else ""))
+        out.append(inherited_note(self.name))
         found = find_install()
         out.append(f"MindIE here: {found.layout} layout, {found.executable}" if found is not None else
                    "MindIE here: none found ('msopt preflight' checks the nodes)")
@@ -357,6 +376,13 @@ class MindieAdapter(EngineAdapter):
             stop_grace=self.stop_grace,
         )
 
+    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
+                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
+                  nodes: Sequence[TrialNode] = ()) -> PdLaunch:
+        """MindIE-MS's PD deployment of one trial (:func:`msopt.engines.mindie.pd.render_pd`)."""
+        return render_mindie_pd(self, values, fields, section, ports=ports, devices=devices, workdir=workdir,
+                                nodes=nodes)
+
     def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
                          environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         """As every engine, plus each dotted field's value in the config.json ``config_path`` names,
@@ -408,7 +434,7 @@ class MindieAdapter(EngineAdapter):
         ``npuDeviceIds`` lists, one subset of worldSize ids per instance: backend_config.cpp), one node's."""
         doc, path = load_config(section, missing_ok=True)
         world = get_path(doc, (*MODEL_CONFIG, "worldSize"))
-        if path is None or not is_int(world) or world < 1:
+        if path is None or not is_int(world) or world < 1 or self.is_disaggregated(section):
             return None
         instances = get_path(doc, INSTANCES, 1)
         instances = instances if is_int(instances) and instances > 0 else 1

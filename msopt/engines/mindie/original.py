@@ -11,12 +11,13 @@ if TYPE_CHECKING:
     from msopt.config import Config
 
 #: What a user of the original tool's MindIE PD path reads instead.
-MINDIE_PD_UNSUPPORTED = ("MindIE prefill/decode (PD) deployment is not supported by msopt; drop it and tune "
-                         "MindIE without PD, or use SGLang's PD disaggregation ([sglang.pd], docs/engines.md)")
+MINDIE_PD_UNSUPPORTED = ("msopt tunes a MindIE prefill/decode (PD) deployment through [mindie.pd] on the simulator "
+                         "(instance counts and prefill:/decode: fields, configs/mindie_pd_atlas_a2.toml, "
+                         "docs/engines.md); its real launch runs on Kubernetes, which msopt does not start")
 
 
 def refuse_mindie_pd(config: Config) -> None:
-    """Refuse the original tool's MindIE PD inputs in one line: the PD-ratio fields (a
+    """Refuse the original tool's MindIE PD inputs in one line, each naming msopt's way: the PD-ratio fields (a
     ``config_position`` starting with ``default``, such as ``default_p_rate`` and ``default_d_rate``,
     which its ``DisaggregationSimulator.update_config`` wrote to MindIE-MS's ms_controller.json:
     optimizer/plugins/simulate.py, msserviceprofiler@9582f434) and a ``[kubectl]
@@ -28,7 +29,9 @@ def refuse_mindie_pd(config: Config) -> None:
     for decl in config.engine.fields:
         if decl.config_position.startswith("default"):
             raise ConfigError(f"{decl.where}: config_position {decl.config_position!r} is a MindIE PD ratio of "
-                              f"the original tool (MindIE-MS ms_controller.json): {MINDIE_PD_UNSUPPORTED}")
+                              "the original tool (MindIE-MS ms_controller.json), which msopt writes from [mindie.pd] "
+                              "prefill_instances and decode_instances: set config_position = \"none\" and name "
+                              f"the field there; {MINDIE_PD_UNSUPPORTED}")
     path = config.kubectl.get("kubectl_default_path")
     if path not in (None, ""):
         raise ConfigError(f"{config.kubectl.where('kubectl_default_path')}: [kubectl] kubectl_default_path "

@@ -20,7 +20,7 @@ from typing import Any
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
+from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.engines.pd import (
@@ -200,6 +200,7 @@ class SglangAdapter(CommandLineAdapter):
             out.append("HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [sglang] "
                        "hccl_base_port (60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x "
                        "the trial's first device id (32 ports each), unless [sglang.env] sets them")
+            out.append(inherited_note(self.name))
         if "--speculative-algorithm" in flags and "--enable-metrics" not in flags:
             out.append("speculative decoding without --enable-metrics: SGLang serves no /metrics, so spec_accept_len "
                        "is not measured and the prior keeps the assumed (or [simulator] spec_accept_len) acceptance "

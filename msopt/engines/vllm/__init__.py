@@ -37,7 +37,7 @@ from typing import Any
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env
+from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.launch import (
     LaunchSpec,
@@ -352,7 +352,7 @@ class VllmAdapter(CommandLineAdapter):
                 f"msopt/engines/vllm/flags/vllm-{version}.txt",
                 "HCCL ports: per trial, HCCL_IF_BASE_PORT and HCCL_HOST_SOCKET_PORT_RANGE from [vllm] hccl_base_port "
                 "(60000) and HCCL_NPU_SOCKET_PORT_RANGE from hccl_npu_base_port (16666), + 32 x the trial's first "
-                "device id (32 ports each), unless [vllm.env] sets them"]
+                "device id (32 ports each), unless [vllm.env] sets them", inherited_note(self.name)]
 
 
 def _paths(table: Mapping[str, Any], prefix: str = "") -> list[str]:
