@@ -135,7 +135,7 @@ def hccl_env(env: Mapping[str, str], section: Mapping[str, Any], devices: Sequen
 
 def lease_blocks(env: Mapping[str, str], lease: Any) -> None:
     """Hold the host and NPU blocks ``env`` names (``a-b`` ranges msopt rendered) in the trial's
-    port ``lease`` (:meth:`msopt.engines.process.PortLease.hold`), so two trials can never run on one
+    port ``lease`` (:meth:`msopt.launch.ports.PortLease.hold`), so two trials can never run on one
     block: the host block must also be free here; NPU-side ports are bound on the NPUs' own network.
 
     Raises:

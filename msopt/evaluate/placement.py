@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from msopt.config import Config
-from msopt.engines.launch import TrialNode
 from msopt.errors import ConfigError, MsoptError
+from msopt.launch.render import TrialNode
 from msopt.sim.specs import load_hardware
 
 

@@ -14,7 +14,7 @@ from msopt.errors import SimulationError
 
 
 class Launch(Protocol):
-    """What the simulator reads of a rendered launch (:class:`msopt.engines.launch.LaunchSpec` is one;
+    """What the simulator reads of a rendered launch (:class:`msopt.launch.render.LaunchSpec` is one;
     the simulator sits below the engines and does not import them)."""
 
     @property

@@ -80,7 +80,7 @@ def test_the_deepseek_v3_atlas_a2_config_renders_no_range_variables() -> None:
     settings = load_settings(ROOT / "configs" / "deepseek_v3_atlas_multinode.toml")
     config = settings.config
     runner = SimRunner(config, get_engine(config.engine.name), RunnerContext())
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     nodes = (TrialNode(0, "10.0.0.1", tuple(str(i) for i in range(8))),
              TrialNode(1, "10.0.0.2", tuple(str(i) for i in range(8))))

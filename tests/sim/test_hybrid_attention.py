@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
+from msopt.launch.render import LaunchSpec
 from msopt.sim.hf_config import architecture, model_from_config
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost, plan_memory

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
+from msopt.launch.render import LaunchSpec
 from msopt.sim import EngineKnobs, knobs_from_launch
 from msopt.sim.moe import MoeLayout, layout_of, layout_problem
 from msopt.sim.simulator import simulate

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import RefusedError
+from msopt.launch.render import LaunchSpec
 from msopt.space.fields import FieldDecl
 
 
