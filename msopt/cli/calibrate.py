@@ -38,11 +38,11 @@ from msopt.sim.calibrate import (
     mape,
     simulate_measurements,
 )
+from msopt.sim.catalog_load import entry_path, hardware_toml, load_hardware
 from msopt.sim.hf_config import config_path
 from msopt.sim.knobs import benchmark_overrides
 from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
 from msopt.sim.personality import knobs_from_launch
-from msopt.sim.specs import entry_path, hardware_toml, load_hardware
 from msopt.sim.workload import workload_from_mapping
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from msopt.config import Config
 from msopt.errors import ConfigError, MsoptError
 from msopt.launch.render import TrialNode
-from msopt.sim.specs import load_hardware
+from msopt.sim.catalog_load import load_hardware
 
 
 def split_trial(k: int, per_node: int | None) -> tuple[int, int]:

@@ -44,9 +44,9 @@ from msopt.metrics import (
 )
 from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
-from msopt.sim.parts import catalog_part
+from msopt.sim.catalog_parts import catalog_part
+from msopt.sim.catalog_types import DTYPE_BYTES
 from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
-from msopt.sim.spec_types import DTYPE_BYTES
 from msopt.space.fields import FieldDecl
 
 _WALL_KEYS = ("emulate_wall_time", "time_scale", "eval_seconds")

@@ -30,11 +30,11 @@ from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.sim import load_hardware, load_model, workload_from_mapping
 from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
+from msopt.sim.catalog_load import entry_path
 from msopt.sim.knobs import load_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
-from msopt.sim.spec import chain_accept_len, chain_accept_rate
-from msopt.sim.specs import entry_path
+from msopt.sim.speculative import chain_accept_len, chain_accept_rate
 from msopt.space import SearchSpace
 from msopt.space.derived import TernaryFactoriesType
 
@@ -58,7 +58,7 @@ _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
 
 def _chain_steps(knobs: EngineKnobs) -> int:
-    """The drafted tokens a verify step can accept (:func:`msopt.sim.spec.speculation_of`'s chain)."""
+    """The drafted tokens a verify step can accept (:func:`msopt.sim.speculative.speculation_of`'s chain)."""
     verify = knobs.spec_verify_tokens or knobs.spec_tokens + 1
     return min(knobs.spec_tokens, verify - 1)
 
@@ -251,7 +251,7 @@ class SimulatorPrior:
         """The acceptance length this run measured (the ``spec_accept_len`` metric, the server's own
         counters) for ``knobs``' draft method and number of draft tokens: their mean where that number
         was measured, else the chain of the mean per-token rate the measurements of other numbers
-        give (:func:`msopt.sim.spec.chain_accept_rate`); None where the method was not measured."""
+        give (:func:`msopt.sim.speculative.chain_accept_rate`); None where the method was not measured."""
 
         rows = self._accepts.get(knobs.spec_method) if knobs.spec_method else None
         if not rows:

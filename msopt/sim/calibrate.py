@@ -20,13 +20,13 @@ import numpy as np
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.registry import Registry
+from msopt.sim.catalog_load import list_models, load_hardware, load_model
+from msopt.sim.catalog_types import ENGINE_KEYS, Hardware, ModelSpec
 from msopt.sim.hf_config import config_path
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.personality import PERSONALITIES, get_personality, known
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate
-from msopt.sim.spec_types import ENGINE_KEYS, Hardware, ModelSpec
-from msopt.sim.specs import list_models, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 METRICS = ("ttft", "tpot", "tokens_per_s")

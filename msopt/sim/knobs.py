@@ -68,7 +68,7 @@ class EngineKnobs:
         nnodes: nodes one instance spans (vLLM ``--nnodes`` or DP ranks over nodes, SGLang
             ``--nnodes``, MindIE ``multiNodesInferEnabled`` with a rank table).
         spec_method: speculative decoding's draft, "mtp", "eagle" or "ngram" ("": off; see
-            :mod:`msopt.sim.spec`).
+            :mod:`msopt.sim.speculative`).
         spec_tokens: draft tokens proposed per step (vLLM ``num_speculative_tokens``, SGLang
             ``--speculative-num-steps``).
         spec_verify_tokens: tokens verified per sequence and step (SGLang

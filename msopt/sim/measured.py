@@ -9,7 +9,7 @@ ttft_mean_ms, ttft_p99_ms, tpot_mean_ms, itl_mean_ms, output_tok_s, req_s, notes
 
 :func:`load_measured_csv` maps each row onto the simulator: the engine onto a personality, the model
 onto the catalog entry of its architecture (``hf_id`` / ``aliases``), the hardware name onto a
-catalog entry (:func:`msopt.sim.parts.catalog_part`), the layout and scheduler cells onto the
+catalog entry (:func:`msopt.sim.catalog_parts.catalog_part`), the layout and scheduler cells onto the
 engine's own flags. A row the simulator cannot reproduce is returned as :class:`Skipped` with the
 reason, never guessed at.
 """
@@ -26,9 +26,9 @@ from typing import Any
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.sim.calibrate import Measurement
+from msopt.sim.catalog_load import load_hardware, load_model
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.personality import PERSONALITIES, MeasuredLayout, get_personality
-from msopt.sim.spec_types import ModelSpec
-from msopt.sim.specs import load_hardware, load_model
 
 #: the schema's required columns (its README, "Schema"), in order
 SCHEMA_COLUMNS = ("source", "source_ref", "engine", "engine_version", "model", "dtype", "hardware", "n_devices",

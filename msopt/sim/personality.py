@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 from msopt.errors import SimulationError
 from msopt.registry import Registry
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.memory import MemoryPlan
-from msopt.sim.spec_types import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from typing import Any
 
 from msopt.checks import is_int
 from msopt.errors import MsoptError
+from msopt.sim.catalog_load import list_models, load_hardware, load_model
 from msopt.sim.perf import StepCost
 from msopt.sim.personality import knobs_from_argv
 from msopt.sim.rendezvous import Placement, follow, lead, placement
-from msopt.sim.specs import list_models, load_hardware, load_model
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 

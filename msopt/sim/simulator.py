@@ -10,6 +10,8 @@ import numpy as np
 
 from msopt.checks import is_int, is_number
 from msopt.errors import ConfigError, SimulationError
+from msopt.sim.catalog_load import load_hardware, load_model
+from msopt.sim.catalog_types import DTYPE_BYTES, Hardware, ModelSpec
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import EngineKnobs, Launch, benchmark_overrides, load_overrides
 from msopt.sim.memory import MemoryPlan
@@ -18,9 +20,7 @@ from msopt.sim.pd import Pool, simulate_pd
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, get_personality, knobs_from_launch, known, resolved
 from msopt.sim.result import SimResult, failed, summarize
-from msopt.sim.spec import SpecStepCost, draft_log, draft_refusal, speculation_of
-from msopt.sim.spec_types import DTYPE_BYTES, Hardware, ModelSpec
-from msopt.sim.specs import load_hardware, load_model
+from msopt.sim.speculative import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.workload import Workload, workload_from_mapping
 from msopt.workload.replay import session_rank
 

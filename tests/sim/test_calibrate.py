@@ -21,7 +21,7 @@ from msopt.sim.calibrate import (
     mape,
     simulate_measurements,
 )
-from msopt.sim.specs import hardware_toml
+from msopt.sim.catalog_load import hardware_toml
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data"
 SGLANG_CSV = REFERENCE / "sglang_measured_qwen3_32b_h100.csv"
