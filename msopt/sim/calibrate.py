@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from msopt.errors import ConfigError, MsoptError
-from msopt.registry import Registry
 from msopt.sim.catalog_load import list_models, load_hardware, load_model
 from msopt.sim.catalog_types import ENGINE_KEYS, Hardware, ModelSpec
 from msopt.sim.hf_config import config_path
 from msopt.sim.knobs import EngineKnobs
-from msopt.sim.personality import PERSONALITIES, get_personality, known
+from msopt.sim.launch_rules import DEFAULT_LAUNCH_RULE, LAUNCH_RULES, row_knobs
+from msopt.sim.personality import PERSONALITIES, known
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate
 from msopt.sim.workload import Workload, workload_from_mapping
@@ -56,44 +56,6 @@ ENGINE_PARAMS: tuple[tuple[str, str, float], ...] = (
     ("client_think_ms", "add", 3.0),
     ("frontend_us_per_output_token", "add", 20.0),
 )
-#: A launch rule: the server flags a measured row was launched with, from its load
-#: ``(engine, input_len, output_len, concurrency)``, for rows that do not record their flags.
-LaunchRule = Callable[[str, int, int, int], list[str]]
-LAUNCH_RULES: Registry[LaunchRule] = Registry("launch rule")
-#: the rule ``load_measurements_csv`` and ``msopt calibrate`` apply by default
-DEFAULT_LAUNCH_RULE = "aiconfigurator"
-
-
-@LAUNCH_RULES.register("engine-defaults")
-def _engine_defaults(engine: str, input_len: int, output_len: int, concurrency: int) -> list[str]:
-    """No flags beyond the layout: the engine's own defaults (``vllm serve MODEL -tp N``)."""
-    return []
-
-
-@LAUNCH_RULES.register("aiconfigurator")
-def _aiconfigurator(engine: str, input_len: int, output_len: int, concurrency: int) -> list[str]:
-    """The flags NVIDIA aiconfigurator's generator sets for an aggregated run of batch size ``c``.
-
-    The reference CSVs are rows of aiconfigurator's ``silicon_sample.csv``; its generator renders each engine's
-    flags from the batch size, ISL and OSL (aiconfigurator 0.5.0 to 0.12.0, ``generator/rule_plugin/*.rule``,
-    ``backend_config_mapping.yaml``): each personality's :meth:`~msopt.sim.personality.Personality.aiconfigurator_argv`
-    says how (vLLM's and SGLang's in their engine folders).
-    """
-    return get_personality(engine).aiconfigurator_argv(int(concurrency), int(input_len), int(output_len))
-
-
-def row_knobs(engine: str, tp: int, pp: int, argv: Sequence[str]) -> EngineKnobs:
-    """The knobs of one measured row: its layout plus the server flags it was launched with.
-
-    Raises:
-        MsoptError: a flag value the engine would refuse to parse.
-    """
-    knobs = get_personality(engine).knobs_from_argv(list(argv))
-    if knobs is None:  # an engine whose knobs do not come from a command line (MindIE): the layout alone
-        return EngineKnobs(engine=engine, tp=tp, pp=pp)
-    return replace(knobs, tp=tp, pp=pp)
-
-
 _CSV_COLUMNS = ("model", "hardware", "engine", "weight_dtype", "input_len", "output_len", "concurrency",
                 "tp", "pp", "ttft_ms", "tpot_ms")
 
@@ -595,9 +557,7 @@ def _search(rows: Sequence[Measurement], start: Hardware, reg: float, rounds: in
 
 
 __all__ = [
-    "DEFAULT_LAUNCH_RULE",
     "ENGINE_KEYS",
-    "LAUNCH_RULES",
     "Calibration",
     "Measurement",
     "Simulations",
@@ -607,7 +567,6 @@ __all__ = [
     "load_measurements_csv",
     "mape",
     "on_hardware",
-    "row_knobs",
     "simulate_measurements",
     "simulate_memo",
     "simulation_key",
