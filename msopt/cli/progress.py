@@ -84,13 +84,24 @@ class Progress:
 
 
 
-class PlainLog(Progress):
+class _Tracked(Progress):
+    """A display of what a :class:`_Tracker` records, under a lock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._lock = threading.Lock()
+        self._t = _Tracker(clock)
+
+    def set_total(self, total: int) -> None:
+        with self._lock:
+            self._t.total = max(int(total), self._t.finished)
+
+
+class PlainLog(_Tracked):
     """One plain, flushed line per event: for pipes, CI and ``ray job submit`` logs."""
 
     def __init__(self, stream: IO[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
         self._stream = stream
-        self._lock = threading.Lock()
-        self._t = _Tracker(clock)
         self._closed = False
 
     @property
@@ -112,10 +123,6 @@ class PlainLog(Progress):
             dims = ", ".join(self._t.dimensions) or "none"
             what = f"at most {launches} launch{'es' if launches != 1 else ''}" if launches else f"{total} evaluations"
             self._emit(f"run {run_dir}: {what}, {n_particles} particles, dimensions: {dims}")
-
-    def set_total(self, total: int) -> None:
-        with self._lock:
-            self._t.total = max(int(total), self._t.finished)
 
     def update(self, event: ProgressEvent) -> None:
         with self._lock:
@@ -201,7 +208,7 @@ def _event_notes(ev: ProgressEvent) -> list[str]:
     return parts
 
 
-class LiveTable(Progress):
+class LiveTable(_Tracked):
     """A rich live table, one row per particle plus one per non-swarm stage.
 
     Rendering happens in rich's refresh thread (``refresh_per_second``, default 4 Hz);
@@ -218,8 +225,7 @@ class LiveTable(Progress):
             key = "ttft" if name.startswith(("ttft", "time_to_first")) else "tpot"
             self._metric[key] = name
         self._refresh = min(max(float(refresh_per_second), 0.5), 4.0)
-        self._lock = threading.Lock()
-        self._t = _Tracker(clock)
+        super().__init__(clock)
         self._live: Live | None = None
 
     def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
@@ -231,10 +237,6 @@ class LiveTable(Progress):
                               refresh_per_second=self._refresh, transient=False,
                               vertical_overflow="ellipsis")
             self._live.start()
-
-    def set_total(self, total: int) -> None:
-        with self._lock:
-            self._t.total = max(int(total), self._t.finished)
 
     def update(self, event: ProgressEvent) -> None:
         with self._lock:
