@@ -39,7 +39,6 @@ COMPLEX_FUNCTIONS = {
     "msopt/evaluate/simulated.py:from_config": 20,
     "msopt/run/validate.py:validate": 17,
     "msopt/run/capacity_stage.py:_by_server": 17,
-    "msopt/engines/sglang/knobs.py:knobs_sglang": 17,
     "msopt/config/optix.py:map_optix": 17,
 }
 
