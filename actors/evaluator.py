@@ -10,9 +10,9 @@ import ray
 
 from actors.nodes import RayNodeLauncher, node_address, own_device_ips
 from msopt.config import Config
-from msopt.engines.launch import TrialNode
 from msopt.evaluate.evaluator import Evaluator, Parsed
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.launch.render import TrialNode
 
 
 @ray.remote(num_cpus=0, max_restarts=0)

@@ -8,7 +8,7 @@ it and the guard reads EOF. Meanwhile the guard records the driver's descendants
 recorded process still alive and, round by round, their descendants, so that none can start
 another, then kills them all (SIGKILL). Nothing else is touched. The servers the actors started
 die with their actors: each server's process group holds a watcher that kills the group when its
-actor is gone (msopt/engines/process.py), including workers already orphaned.
+actor is gone (msopt/launch/process.py), including workers already orphaned.
 
 Run as ``python -m actors.guard DRIVER_PID`` with the pipe's read end on stdin; it imports no Ray.
 """

@@ -20,9 +20,10 @@ import ray
 from ray.exceptions import GetTimeoutError, RayError
 
 from msopt.engines.hccn import read_device_ips
-from msopt.engines.launch import LaunchSpec
-from msopt.engines.process import ManagedProcess, staged_files, start_process
 from msopt.errors import EvaluationError
+from msopt.launch.files import staged_files
+from msopt.launch.process import ManagedProcess, start_process
+from msopt.launch.render import LaunchSpec
 
 #: Seconds a follower gets to answer a start, poll or stop.
 CALL_TIMEOUT = 120.0

@@ -30,8 +30,8 @@ VULTURE_USED_ELSEWHERE = {
     "RetainingPool": "a Protocol: the shape of the pools that keep servers, named in msopt/run/dispatcher.py's docs",
     "infer_relative_search_space": "Optuna calls it on a sampler (msopt/search/tpe.py)",
     "pytest_*": "pytest's hooks (tests/conftest.py)",
-    "do_GET": "http.server calls it (tests/engines/test_process.py)",
-    "log_message": "http.server calls it (tests/engines/test_process.py)",
+    "do_GET": "http.server calls it (tests/launch/test_process.py)",
+    "log_message": "http.server calls it (tests/launch/test_process.py)",
 }
 
 

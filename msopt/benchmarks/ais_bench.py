@@ -78,7 +78,9 @@ from msopt.benchmarks.base import (
     server_values,
 )
 from msopt.checks import is_int
-from msopt.engines.launch import (
+from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.files import write_atomic
+from msopt.launch.render import (
     LaunchSpec,
     check_repeated_flags,
     command_table,
@@ -87,8 +89,6 @@ from msopt.engines.launch import (
     format_value,
     split_others,
 )
-from msopt.engines.process import write_atomic
-from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 

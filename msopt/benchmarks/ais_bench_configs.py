@@ -12,13 +12,13 @@ from types import MappingProxyType
 from typing import Any
 
 from msopt.checks import is_int
-from msopt.engines.launch import (
+from msopt.errors import ConfigError
+from msopt.launch.render import (
     LaunchSpec,
     command_table,
     plain,
     substitute,
 )
-from msopt.errors import ConfigError
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")
 _SCALE_TO_SECONDS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # AISBench latencies are ms

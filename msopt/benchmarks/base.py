@@ -10,9 +10,10 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.checks import is_int, is_number
-from msopt.engines.launch import LaunchSpec, format_value, plain
-from msopt.engines.process import exit_report, start_process, tail
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.logs import exit_report, tail
+from msopt.launch.process import start_process
+from msopt.launch.render import LaunchSpec, format_value, plain
 from msopt.metrics import METRICS
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
@@ -97,7 +98,7 @@ class BenchmarkAdapter:
     """Base of the benchmark adapters; one instance per benchmark, stateless.
 
     A subclass renders a command line (``render``) and reads its results (``parse``); ``run``
-    starts the command with :mod:`msopt.engines.process`, waits and parses. An in-process benchmark
+    starts the command with :mod:`msopt.launch.process`, waits and parses. An in-process benchmark
     overrides ``run`` instead.
     """
 

@@ -41,8 +41,8 @@ from msopt.benchmarks.base import (
 from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_report
 from msopt.checks import is_int, is_number
 from msopt.config import thaw
-from msopt.engines.launch import LaunchSpec, env_fields
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import LaunchSpec, env_fields
 from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_PREFIX,

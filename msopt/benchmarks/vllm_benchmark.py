@@ -32,7 +32,8 @@ from msopt.benchmarks.base import (
 )
 from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_report
 from msopt.checks import is_number
-from msopt.engines.launch import (
+from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import (
     LaunchSpec,
     check_repeated_flags,
     command_str,
@@ -42,7 +43,6 @@ from msopt.engines.launch import (
     format_value,
     split_others,
 )
-from msopt.errors import ConfigError, EvaluationError
 from msopt.metrics import (
     METRICS,
     PERCENTILES,

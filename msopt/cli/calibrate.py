@@ -29,7 +29,6 @@ from msopt.prior.source import user_set
 from msopt.run.store import CONFIG, JOURNAL, RunStore, atomic_write
 from msopt.run.validate import load
 from msopt.sim.calibrate import (
-    LAUNCH_RULES,
     PROMPTS_PER_SLOT,
     Measurement,
     fit_hardware,
@@ -38,11 +37,12 @@ from msopt.sim.calibrate import (
     mape,
     simulate_measurements,
 )
+from msopt.sim.catalog_load import entry_path, hardware_toml, load_hardware
 from msopt.sim.hf_config import config_path
 from msopt.sim.knobs import benchmark_overrides, load_overrides
+from msopt.sim.launch_rules import LAUNCH_RULES
 from msopt.sim.measured import SIDECAR_SUFFIX, is_measured_schema, load_measured_csv
 from msopt.sim.personality import knobs_from_launch
-from msopt.sim.specs import entry_path, hardware_toml, load_hardware
 from msopt.sim.workload import workload_from_mapping
 
 

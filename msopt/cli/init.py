@@ -48,10 +48,10 @@ from msopt.engines.init_doc import (
 from msopt.errors import ConfigError
 from msopt.run.preflight import hardware_probe
 from msopt.run.validate import load, registered_sections, validate
+from msopt.sim.catalog_load import list_models, load_hardware, load_model, read_config_model
+from msopt.sim.catalog_types import DTYPE_BYTES
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.sim.hf_config import config_path
-from msopt.sim.spec_types import DTYPE_BYTES
-from msopt.sim.specs import list_models, load_hardware, load_model, read_config_model
 from msopt.slo import parse_slo, slo_table_text
 from msopt.workload import Trace
 

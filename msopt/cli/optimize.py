@@ -16,10 +16,10 @@ from msopt.cli.progress import ProgressCallback, make_progress
 from msopt.config import DEFAULTS_PATH, load_settings, split
 from msopt.config.settings import file_engine
 from msopt.engines.installed import installed_changes
-from msopt.engines.launch import command_table, split_others
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
 from msopt.evaluate.workload import replay_lines
+from msopt.launch.render import command_table, split_others
 from msopt.metrics import fitness_text
 from msopt.report.outputs import write_outputs
 from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store

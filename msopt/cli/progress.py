@@ -84,13 +84,24 @@ class Progress:
 
 
 
-class PlainLog(Progress):
+class _Tracked(Progress):
+    """A display of what a :class:`_Tracker` records, under a lock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._lock = threading.Lock()
+        self._t = _Tracker(clock)
+
+    def set_total(self, total: int) -> None:
+        with self._lock:
+            self._t.total = max(int(total), self._t.finished)
+
+
+class PlainLog(_Tracked):
     """One plain, flushed line per event: for pipes, CI and ``ray job submit`` logs."""
 
     def __init__(self, stream: IO[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
         self._stream = stream
-        self._lock = threading.Lock()
-        self._t = _Tracker(clock)
         self._closed = False
 
     @property
@@ -113,10 +124,6 @@ class PlainLog(Progress):
             what = f"at most {launches} launch{'es' if launches != 1 else ''}" if launches else f"{total} evaluations"
             self._emit(f"run {run_dir}: {what}, {n_particles} particles, dimensions: {dims}")
 
-    def set_total(self, total: int) -> None:
-        with self._lock:
-            self._t.total = max(int(total), self._t.finished)
-
     def update(self, event: ProgressEvent) -> None:
         with self._lock:
             self._t.record(event)
@@ -130,42 +137,13 @@ class PlainLog(Progress):
             return ev.text or ""
         if ev.kind == "pick":
             return self._t.best_text(40, ev, "recommended so far")
-        head = [f"eval {ev.eval_id}" if ev.eval_id is not None else "eval -"]
-        if ev.phase:
-            head.append(ev.phase)
-        if ev.phase == "capacity":
-            if ev.particle is not None:
-                head.append(f"#{ev.particle}")
-            if ev.iteration is not None:
-                head.append(f"probe{ev.iteration}")
-        else:
-            if ev.particle is not None:
-                head.append(f"p{ev.particle}")
-            if ev.iteration is not None and ev.particle is not None:
-                head.append(f"it{ev.iteration}")
-        head.append(ev.kind)
-        parts = [" ".join(head)]
-        if ev.kind in ("done", "reused", "failed"):
-            if ev.kind != "failed" or is_finite(ev.fitness):
-                parts.append(f"fitness={fitness_text(ev.fitness, '.4f')}")
-            m = ev.metrics
-            if any(m.get(k) is not None for k in ("generate_speed", "time_to_first_token", "time_per_output_token")):
-                parts.append(f"gen={_num(m.get('generate_speed'), '.1f')} tok/s "
-                             f"ttft={_num(m.get('time_to_first_token'), '.3f')}s "
-                             f"tpot={_num(m.get('time_per_output_token'), '.3f')}s")
+        parts = [_event_head(ev), *_event_metrics(ev)]
         if ev.replayed:
             parts.append("(replayed from the journal)")
         if ev.kind != "running" or ev.values:
             parts.extend(f"{k}={show_value(v, self._t.steps.get(k)) if isinstance(v, (bool, float)) else _value(v, 40)}"
                          for k, v in ev.values.items())
-        if ev.devices:
-            parts.append("devices=" + ",".join(str(d) for d in ev.devices))
-        if ev.kind == "failed" and ev.error:
-            parts.append(f"error={_first_line(ev.error)}")
-        if ev.phase == "capacity" and ev.text:
-            parts.append(ev.text)
-        if ev.kind == "reused" and ev.text:
-            parts.append(f"({_short(ev.text, 80)})")
+        parts.extend(_event_notes(ev))
         if ev.kind == "done" and self._t.best is ev:
             parts.append("(new best)")
         return " ".join(p for p in parts if p)
@@ -180,7 +158,57 @@ class PlainLog(Progress):
                 self._emit(line)
 
 
-class LiveTable(Progress):
+def _event_head(ev: ProgressEvent) -> str:
+    """``eval 7 search p2 it1 done``: the evaluation, its stage, particle (a capacity configuration's rank
+    and probe) and the event's kind."""
+    head = [f"eval {ev.eval_id}" if ev.eval_id is not None else "eval -"]
+    if ev.phase:
+        head.append(ev.phase)
+    if ev.phase == "capacity":
+        if ev.particle is not None:
+            head.append(f"#{ev.particle}")
+        if ev.iteration is not None:
+            head.append(f"probe{ev.iteration}")
+    else:
+        if ev.particle is not None:
+            head.append(f"p{ev.particle}")
+        if ev.iteration is not None and ev.particle is not None:
+            head.append(f"it{ev.iteration}")
+    head.append(ev.kind)
+    return " ".join(head)
+
+
+def _event_metrics(ev: ProgressEvent) -> list[str]:
+    """A finished evaluation's fitness (a failure's only when finite) and its throughput, TTFT and TPOT."""
+    if ev.kind not in ("done", "reused", "failed"):
+        return []
+    parts = []
+    if ev.kind != "failed" or is_finite(ev.fitness):
+        parts.append(f"fitness={fitness_text(ev.fitness, '.4f')}")
+    m = ev.metrics
+    if any(m.get(k) is not None for k in ("generate_speed", "time_to_first_token", "time_per_output_token")):
+        parts.append(f"gen={_num(m.get('generate_speed'), '.1f')} tok/s "
+                     f"ttft={_num(m.get('time_to_first_token'), '.3f')}s "
+                     f"tpot={_num(m.get('time_per_output_token'), '.3f')}s")
+    return parts
+
+
+def _event_notes(ev: ProgressEvent) -> list[str]:
+    """What follows an evaluation's values: its devices, a failure's first error line, a capacity probe's
+    text, where a reused result came from."""
+    parts = []
+    if ev.devices:
+        parts.append("devices=" + ",".join(str(d) for d in ev.devices))
+    if ev.kind == "failed" and ev.error:
+        parts.append(f"error={_first_line(ev.error)}")
+    if ev.phase == "capacity" and ev.text:
+        parts.append(ev.text)
+    if ev.kind == "reused" and ev.text:
+        parts.append(f"({_short(ev.text, 80)})")
+    return parts
+
+
+class LiveTable(_Tracked):
     """A rich live table, one row per particle plus one per non-swarm stage.
 
     Rendering happens in rich's refresh thread (``refresh_per_second``, default 4 Hz);
@@ -197,8 +225,7 @@ class LiveTable(Progress):
             key = "ttft" if name.startswith(("ttft", "time_to_first")) else "tpot"
             self._metric[key] = name
         self._refresh = min(max(float(refresh_per_second), 0.5), 4.0)
-        self._lock = threading.Lock()
-        self._t = _Tracker(clock)
+        super().__init__(clock)
         self._live: Live | None = None
 
     def start(self, *, total: int, n_particles: int, dimensions: Sequence[str], run_dir: str,
@@ -210,10 +237,6 @@ class LiveTable(Progress):
                               refresh_per_second=self._refresh, transient=False,
                               vertical_overflow="ellipsis")
             self._live.start()
-
-    def set_total(self, total: int) -> None:
-        with self._lock:
-            self._t.total = max(int(total), self._t.finished)
 
     def update(self, event: ProgressEvent) -> None:
         with self._lock:

@@ -227,17 +227,33 @@ class _Tracker:
         now = self.clock()
         if ev.kind == "done" and isinstance(ev.fitness, float) and not math.isfinite(ev.fitness):
             ev = replace(ev, kind="failed")  # an infinite fitness is a failure, whatever the sender said
-        if ev.kind == "phase":
-            self.phase = ev.phase or ev.text or self.phase
-            return
-        if ev.kind == "message":
-            self.messages = (self.messages + [ev.text or ""])[-3:]
-            return
-        if ev.kind == "pick":
-            self.best, self.picked = ev, True
+        if self._note(ev):
             return
         if ev.phase and (self.phase is None or ev.kind in ("queued", "running")):
             self.phase = ev.phase
+        row = self._row_of(ev)
+        if ev.kind == "running" and ev.eval_id is not None:
+            self.started_at[ev.eval_id] = now
+            self.running.add(ev.eval_id)
+            self.last_concurrency = len(self.running)
+        elif ev.kind in FINISHED_KINDS:
+            self._finished(ev, row, now)
+
+    def _note(self, ev: ProgressEvent) -> bool:
+        """Record an event about the run rather than an evaluation (a phase, a message, the driver's pick);
+        False for an evaluation's."""
+        if ev.kind == "phase":
+            self.phase = ev.phase or ev.text or self.phase
+        elif ev.kind == "message":
+            self.messages = (self.messages + [ev.text or ""])[-3:]
+        elif ev.kind == "pick":
+            self.best, self.picked = ev, True
+        else:
+            return False
+        return True
+
+    def _row_of(self, ev: ProgressEvent) -> _Row:
+        """The row of ``ev`` (made on its first event), updated with what ``ev`` says of it."""
         key = self.row_key(ev)
         row = self.rows.get(key)
         if row is None:
@@ -258,41 +274,39 @@ class _Tracker:
             row.devices = [str(d) for d in ev.devices]
         if ev.values:
             row.values = dict(ev.values)
+        return row
 
-        if ev.kind == "running" and ev.eval_id is not None:
-            self.started_at[ev.eval_id] = now
-            self.running.add(ev.eval_id)
-            self.last_concurrency = len(self.running)
-        elif ev.kind in FINISHED_KINDS:
-            row.metrics = dict(ev.metrics)
-            row.fitness = ev.fitness
-            row.error = ev.error
-            self.finished += 1
-            began = self.started_at.pop(ev.eval_id, None) if ev.eval_id is not None else None
-            self.running.discard(ev.eval_id)  # type: ignore[arg-type]
-            self.failures += ev.kind == "failed" or (ev.kind == "reused" and isinstance(ev.fitness, float)
-                                                     and not math.isfinite(ev.fitness))  # a failure reused
-            self.launches += ev.launched
-            if ev.kind != "reused":
-                self.servers.add(ev.server)
-            if ev.kind == "reused" or ev.replayed:
-                self.reused += ev.kind == "reused"  # no run: its duration would bias the ETA
-            else:
-                duration = ev.duration
-                if duration is None and began is not None:
-                    duration = now - began
-                if duration is not None and math.isfinite(duration) and duration >= 0:
-                    self.duration_sum += duration
-                    self.duration_n += 1
-            fit = ev.fitness
-            if ev.phase == "capacity":
-                pass  # fitness at a varied load is not comparable with the search's
-            elif self.picked:
-                pass  # the recommendation is the driver's pick now, not the luckiest measurement
-            elif is_finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
-                self.best = ev
-            if self.total and self.finished > self.total:
-                self.total = self.finished
+    def _finished(self, ev: ProgressEvent, row: _Row, now: float) -> None:
+        """An evaluation finished: its row's result, the counts, its duration, the best so far."""
+        row.metrics = dict(ev.metrics)
+        row.fitness = ev.fitness
+        row.error = ev.error
+        self.finished += 1
+        began = self.started_at.pop(ev.eval_id, None) if ev.eval_id is not None else None
+        self.running.discard(ev.eval_id)  # type: ignore[arg-type]
+        self.failures += ev.kind == "failed" or (ev.kind == "reused" and isinstance(ev.fitness, float)
+                                                 and not math.isfinite(ev.fitness))  # a failure reused
+        self.launches += ev.launched
+        if ev.kind != "reused":
+            self.servers.add(ev.server)
+        if ev.kind == "reused" or ev.replayed:
+            self.reused += ev.kind == "reused"  # no run: its duration would bias the ETA
+        else:
+            self._add_duration(ev.duration if ev.duration is not None or began is None else now - began)
+        fit = ev.fitness
+        if ev.phase == "capacity":
+            pass  # fitness at a varied load is not comparable with the search's
+        elif self.picked:
+            pass  # the recommendation is the driver's pick now, not the luckiest measurement
+        elif is_finite(fit) and (self.best is None or fit < self.best.fitness):  # type: ignore[operator]
+            self.best = ev
+        if self.total and self.finished > self.total:
+            self.total = self.finished
+
+    def _add_duration(self, duration: float | None) -> None:
+        if duration is not None and math.isfinite(duration) and duration >= 0:
+            self.duration_sum += duration
+            self.duration_n += 1
 
     def mean_duration(self) -> float | None:
         return self.duration_sum / self.duration_n if self.duration_n else None

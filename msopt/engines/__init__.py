@@ -10,7 +10,7 @@ from msopt.engines import mindie as _mindie  # noqa: F401  (registers "mindie")
 from msopt.engines import sglang as _sglang  # noqa: F401  (registers "sglang")
 from msopt.engines import vllm as _vllm  # noqa: F401  (registers "vllm")
 from msopt.engines.base import ENGINES, EngineAdapter
-from msopt.engines.launch import LaunchSpec
+from msopt.launch.render import LaunchSpec
 
 
 def get_engine(name: str) -> EngineAdapter:

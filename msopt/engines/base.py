@@ -1,6 +1,6 @@
 """Engine adapters: render a candidate's values into the launch of one server (:class:`EngineAdapter`,
 the registry :data:`ENGINES`); what a launch is and the helpers that build one are in
-:mod:`msopt.engines.launch`."""
+:mod:`msopt.launch.render`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from msopt.engines.init_doc import InitContext
-from msopt.engines.launch import DEFAULT_STOP_GRACE, LaunchSpec, TrialNode, valid_port
 from msopt.engines.pd import PdLaunch
 from msopt.engines.rules import Advisory, Rule
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import DEFAULT_STOP_GRACE, LaunchSpec, TrialNode, valid_port
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
 

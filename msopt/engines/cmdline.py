@@ -9,7 +9,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.engines.base import EngineAdapter
-from msopt.engines.launch import (
+from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import (
     LaunchSpec,
     TrialNode,
     check_flag_positions,
@@ -25,7 +26,6 @@ from msopt.engines.launch import (
     substitute,
     wait_start_time,
 )
-from msopt.errors import ConfigError, EvaluationError
 from msopt.space.fields import FieldDecl
 
 

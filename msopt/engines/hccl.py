@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from msopt.checks import is_int
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
+from msopt.launch.render import LaunchSpec
 from msopt.space.fields import FieldDecl
 
 #: Ports one trial's block spans (CANN >= 8.2: HCCL_IF_BASE_PORT reserves 32).
@@ -140,7 +140,7 @@ def hccl_env(env: Mapping[str, str], section: Mapping[str, Any], devices: Sequen
 
 def lease_blocks(env: Mapping[str, str], lease: Any) -> None:
     """Hold the host and NPU blocks ``env`` names (``a-b`` ranges msopt rendered) in the trial's
-    port ``lease`` (:meth:`msopt.engines.process.PortLease.hold`), so two trials can never run on one
+    port ``lease`` (:meth:`msopt.launch.ports.PortLease.hold`), so two trials can never run on one
     block: the host block must also be free here; NPU-side ports are bound on the NPUs' own network.
 
     Raises:

@@ -163,7 +163,7 @@ class InitContext:
         doc: the document being written.
         choice: the layout chosen so far (tp and pp candidates); the template notes what it adds or leaves out.
         engine: the name ``msopt init --engine`` got ("vllm-ascend" is vLLM's section on NPUs).
-        spec: the model (:class:`msopt.sim.spec_types.ModelSpec`).
+        spec: the model (:class:`msopt.sim.catalog_types.ModelSpec`).
         machine: the devices of one trial.
         served: what the engine serves (the model directory, or a hub id).
         name: the served model's name.

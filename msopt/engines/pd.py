@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from msopt.checks import is_int
-from msopt.engines.launch import LaunchSpec, TrialNode, command_str, executable, int_flag, plain, split_others
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import LaunchSpec, TrialNode, command_str, executable, int_flag, plain, split_others
 from msopt.space.fields import FieldDecl
 
 ROLES = ("prefill", "decode")

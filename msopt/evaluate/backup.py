@@ -24,15 +24,15 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from msopt.engines.launch import LaunchSpec
-from msopt.engines.process import BACKUP_SUFFIX, write_atomic
 from msopt.evaluate.results import EvalRequest
+from msopt.launch.files import BACKUP_SUFFIX, write_atomic
+from msopt.launch.render import LaunchSpec
 
 BACKUP_DIR = "backup"
 
 
 def _file_bytes(doc: object) -> bytes:
-    """A LaunchSpec file's bytes, as :func:`msopt.engines.process.staged_files` writes them."""
+    """A LaunchSpec file's bytes, as :func:`msopt.launch.files.staged_files` writes them."""
     if isinstance(doc, bytes):
         return doc
     return (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")

@@ -16,8 +16,6 @@ from typing import Any
 
 from msopt.config import Config
 from msopt.engines import get_engine
-from msopt.engines.launch import TrialNode
-from msopt.engines.process import ProcessRegistry
 from msopt.errors import DecodeError, EngineCrashError, EvaluationError, RefusedError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, run_objective
@@ -34,6 +32,8 @@ from msopt.evaluate.results import (
 from msopt.evaluate.runner import NodeLauncher, Runner, RunnerContext
 from msopt.evaluate.simulated import SimRunner, SimulatorSetup
 from msopt.evaluate.workload import configured_num_prompts, search_num_prompts  # noqa: F401  (re-exported)
+from msopt.launch.process import ProcessRegistry
+from msopt.launch.render import TrialNode
 from msopt.space import SearchSpace
 
 #: Launches of one evaluation, every retrying layer together (:data:`RETRY`).

@@ -27,8 +27,8 @@ from msopt.checks import is_int
 from msopt.config import DEFAULTS_PATH, read_toml
 from msopt.engines import ENGINES
 from msopt.engines.health_sources import PatternSource
-from msopt.engines.process import LOG_HEADER, tail
 from msopt.errors import ConfigError
+from msopt.launch.logs import LOG_HEADER, tail
 from msopt.registry import close_matches
 
 if TYPE_CHECKING:

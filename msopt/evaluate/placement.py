@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from msopt.config import Config
-from msopt.engines.launch import TrialNode
 from msopt.errors import ConfigError, MsoptError
-from msopt.sim.specs import load_hardware
+from msopt.launch.render import TrialNode
+from msopt.sim.catalog_load import load_hardware
 
 
 def split_trial(k: int, per_node: int | None) -> tuple[int, int]:

@@ -30,13 +30,14 @@ from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.crash import EngineCrash, read_log_tail
 from msopt.engines.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.engines.pd import without_pd
-from msopt.engines.process import ManagedProcess, PortLease, launched, wait_ready
 from msopt.engines.rules import check_rules
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
 from msopt.errors import EngineCrashError, EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
+from msopt.launch.ports import PortLease
+from msopt.launch.process import ManagedProcess, launched, wait_ready
 from msopt.metrics import SPEC_ACCEPT_LEN
 
 

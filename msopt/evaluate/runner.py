@@ -17,11 +17,11 @@ from msopt.benchmarks import get_benchmark
 from msopt.config import Config
 from msopt.engines import EngineAdapter
 from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_specs
-from msopt.engines.launch import LaunchSpec, TrialNode
-from msopt.engines.process import ProcessRegistry
 from msopt.errors import EvaluationError
 from msopt.evaluate.backup import write_backup
 from msopt.evaluate.results import EvalRequest
+from msopt.launch.process import ProcessRegistry
+from msopt.launch.render import LaunchSpec, TrialNode
 
 
 class NodeLauncher(Protocol):

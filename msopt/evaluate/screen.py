@@ -10,13 +10,13 @@ from typing import Any
 from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.base import EngineAdapter
-from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.simulated import render_pd_trial
+from msopt.launch.render import LaunchSpec, TrialNode
 from msopt.sim import load_model
 
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]

@@ -27,13 +27,13 @@ from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
 from msopt.engines.base import EngineAdapter, sim_personality_of
 from msopt.engines.hccl import NodeFacts
-from msopt.engines.launch import LaunchSpec, TrialNode
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
+from msopt.launch.render import LaunchSpec, TrialNode
 from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_REFUSED,
@@ -47,9 +47,9 @@ from msopt.metrics import (
 )
 from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
-from msopt.sim.parts import catalog_part
+from msopt.sim.catalog_parts import catalog_part
+from msopt.sim.catalog_types import DTYPE_BYTES
 from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
-from msopt.sim.spec_types import DTYPE_BYTES
 from msopt.space.fields import FieldDecl
 
 _WALL_KEYS = ("emulate_wall_time", "time_scale", "eval_seconds")

@@ -29,12 +29,13 @@ from msopt.evaluate.screen import CandidateScreen, pd_launch
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.sim import load_hardware, load_model, workload_from_mapping
-from msopt.sim.calibrate import Correction, Measurement, correct_hardware, fit_hardware, simulate_memo
+from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
+from msopt.sim.catalog_load import entry_path
+from msopt.sim.correct import Correction, correct_hardware
 from msopt.sim.knobs import load_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
-from msopt.sim.spec import chain_accept_len, chain_accept_rate
-from msopt.sim.specs import entry_path
+from msopt.sim.speculative import chain_accept_len, chain_accept_rate
 from msopt.space import SearchSpace
 from msopt.space.derived import TernaryFactoriesType
 
@@ -61,7 +62,7 @@ CORRECT_ROWS = 8
 
 
 def _chain_steps(knobs: EngineKnobs) -> int:
-    """The drafted tokens a verify step can accept (:func:`msopt.sim.spec.speculation_of`'s chain)."""
+    """The drafted tokens a verify step can accept (:func:`msopt.sim.speculative.speculation_of`'s chain)."""
     verify = knobs.spec_verify_tokens or knobs.spec_tokens + 1
     return min(knobs.spec_tokens, verify - 1)
 
@@ -270,7 +271,7 @@ class SimulatorPrior:
         """The acceptance length this run measured (the ``spec_accept_len`` metric, the server's own
         counters) for ``knobs``' draft method and number of draft tokens: their mean where that number
         was measured, else the chain of the mean per-token rate the measurements of other numbers
-        give (:func:`msopt.sim.spec.chain_accept_rate`); None where the method was not measured."""
+        give (:func:`msopt.sim.speculative.chain_accept_rate`); None where the method was not measured."""
 
         rows = self._accepts.get(knobs.spec_method) if knobs.spec_method else None
         if not rows:
@@ -420,7 +421,7 @@ class SimulatorPrior:
 
     def correct(self, max_rows: int = CORRECT_ROWS) -> Correction | None:
         """Correct the catalog entry to the configurations measured on the real engine
-        (:func:`msopt.sim.calibrate.correct_hardware`: two time scales, the serial frontend's and an
+        (:func:`msopt.sim.correct.correct_hardware`: two time scales, the serial frontend's and an
         engine step's, fitted to the ``max_rows`` that measured best) and predict with the corrected
         entry from then on, the refit starting from it, only where the correction lowers the error
         on the rows it did not fit (leave-one-out from three rows); otherwise the catalog entry.
@@ -575,7 +576,7 @@ class SimulatorPrior:
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
 
-#: each correction scale (:data:`msopt.sim.calibrate.CORRECTION_GROUPS`) in the run's line
+#: each correction scale (:data:`msopt.sim.correct.CORRECTION_GROUPS`) in the run's line
 _SCALE_WORDS = {"frontend": "serial frontend", "engine": "engine step"}
 
 

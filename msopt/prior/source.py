@@ -20,9 +20,9 @@ from typing import Any
 from msopt.config import Config, Section, thaw
 from msopt.engines import get_engine
 from msopt.errors import MsoptError
+from msopt.sim.catalog_load import hardware_toml, load_hardware, read_config_model
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.sim.hf_config import config_path
-from msopt.sim.specs import hardware_toml, load_hardware, read_config_model
 
 __all__ = ["PRIOR_HARDWARE_FILE", "PriorSource", "prior_source", "real_prior_table", "user_set"]
 

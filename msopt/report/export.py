@@ -19,10 +19,10 @@ from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.hccl import VARIABLES, node_facts, plan_specs
-from msopt.engines.launch import LaunchSpec
 from msopt.evaluate.placement import planned_nodes
 from msopt.evaluate.runner import RunnerContext
 from msopt.evaluate.simulated import SimRunner
+from msopt.launch.render import LaunchSpec
 from msopt.metrics import fitness_text
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
 from msopt.run.store import atomic_write, dumps

@@ -116,7 +116,7 @@ class BudgetPlan:
                        f"beside them ({self.picks + self.baseline}), the two best again and the baseline as often "
                        f"as the recommendation ({self.extra})")
         if self.capacity:
-            # the capacity stage probes with every launch still left (msopt.run.stages.Capacity): what the
+            # the capacity stage probes with every launch still left (msopt.run.capacity_stage.Capacity): what the
             # stages before leave unspent too, and less than its share when the search's one launch overdraws
             floor = max(0, self.budget - self.search - self.picks - self.extra - self.baseline)
             out.append(f"  then the capacity stage, with every launch still left: {floor} when the stages before "

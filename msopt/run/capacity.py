@@ -16,7 +16,7 @@ the trace's rate) each configuration's result says how many replicas, and device
 
 This module holds the options, the pass test and the per-configuration search as a small
 state machine (:class:`CapacitySearch`); the driver runs the searches of all configurations
-through its pool (:class:`msopt.run.stages.Capacity`: in rounds, or server key by server key with fewer
+through its pool (:class:`msopt.run.capacity_stage.Capacity`: in rounds, or server key by server key with fewer
 workers than keys), with eval ids that do not depend on timing, so resume is deterministic.
 """
 

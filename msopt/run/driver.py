@@ -51,6 +51,7 @@ from msopt.evaluate.workload import workload_config
 from msopt.run import stages
 from msopt.run.callbacks import RunRecord, StoreCallback
 from msopt.run.capacity import CapacityOptions, capacity_options
+from msopt.run.capacity_stage import Capacity
 from msopt.run.crashes import CrashWatch
 from msopt.run.dispatcher import Dispatcher, was_launched
 from msopt.run.events import (
@@ -368,7 +369,7 @@ class Driver:
     def plan(self) -> list[stages.Stage]:
         """The stages of this run, in order."""
         search: stages.Stage = stages.AsyncSearch() if self.mode == "async" else stages.SyncSearch()
-        return [stages.Baseline(), search, stages.Refine(), stages.Capacity()]
+        return [stages.Baseline(), search, stages.Refine(), Capacity()]
 
     # -- ranking (the leaderboard's) ----------------------------------------------------------
     def mean_fitness(self, r: EvaluationResult) -> tuple[float, int]:
@@ -398,7 +399,7 @@ class Driver:
         for stage in self.plan():
             self.stage = stage.name  # the kept servers the rest of the run may use follow it
             got = stage.run(self)
-            if isinstance(stage, stages.Capacity):
+            if isinstance(stage, Capacity):
                 self.capacity = got
         best = self.best()
         self.checkpoint("done")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from msopt.config import Config
-from msopt.engines.process import ProcessRegistry
 from msopt.evaluate import EvalRequest, EvaluationResult, Evaluator, Parsed
 from msopt.evaluate.results import describe_fault, fault_result
+from msopt.launch.process import ProcessRegistry
 
 
 class LaunchCosts:

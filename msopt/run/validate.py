@@ -29,13 +29,13 @@ from typing import Any
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
 from msopt.config import Config, load_settings, split
 from msopt.engines import ENGINES, EngineAdapter, get_engine
-from msopt.engines.launch import check_launch
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import Parsed
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
+from msopt.launch.render import check_launch
 from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS

@@ -7,12 +7,12 @@ the failure a real server would show. It does not import Ray.
 
 from __future__ import annotations
 
+from msopt.sim.catalog_load import list_hardware, list_models, load_hardware, load_model
+from msopt.sim.catalog_types import Hardware, ModelSpec
 from msopt.sim.knobs import EngineKnobs, benchmark_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate, simulate_launch
-from msopt.sim.spec_types import Hardware, ModelSpec
-from msopt.sim.specs import list_hardware, list_models, load_hardware, load_model
 from msopt.sim.workload import Workload, workload_from_mapping
 
 __all__ = [

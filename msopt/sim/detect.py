@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from msopt.sim.parts import CATALOG_PARTS
-from msopt.sim.spec_types import Hardware
-from msopt.sim.specs import list_hardware, load_hardware
+from msopt.sim.catalog_load import list_hardware, load_hardware
+from msopt.sim.catalog_parts import CATALOG_PARTS
+from msopt.sim.catalog_types import Hardware
 
 __all__ = ["DATASHEETS", "Detected", "HardwareChoice", "detect_devices", "hardware_for", "parse_lscpu",
            "parse_meminfo", "parse_npu_smi", "parse_nvidia_smi"]

@@ -7,7 +7,7 @@ such a step's time is affine in the total context length.
 
 A step costs O(1) in the number of running decodes, not O(n): every decode advances by one token
 together, so a decode's context and tokens left are kept relative to one shared counter
-(:class:`_Decodes`), with the sum of their contexts, a heap of when each finishes and the decodes
+(:class:`~msopt.sim.decodes.Decodes`), with the sum of their contexts, a heap of when each finishes and the decodes
 grouped by the counter value at which each next fills its last KV block. Only events (a prompt
 done, a finish, a preemption, a decode that has to wait a step) touch single requests. The
 traces equal those of the plain per-request loop (tests/sim/reference_engine.py) bit for bit.
@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict, deque
-from collections.abc import Sequence, Set
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from msopt.errors import SimulationError
+from msopt.sim.decodes import Decodes
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost
 from msopt.sim.personality import get_personality
+from msopt.sim.prefix_cache import PrefixCache
 
 
 @dataclass
@@ -86,7 +88,7 @@ def run_replica(
         stream_tok_s: API-server time per streamed output token, on one serial resource that
             every stream shares: the client sees a token when the frontend has sent it.
         prefixes: with prefix caching on, each request's prompt block ids (equal ids: equal
-            tokens), ``prefix_block`` tokens each (:class:`_PrefixCache`); None: no cache.
+            tokens), ``prefix_block`` tokens each (:class:`~msopt.sim.prefix_cache.PrefixCache`); None: no cache.
         prefix_partial: the cache keeps prompts to the token, not to the trace block (SGLang's radix tree).
     """
     client = _Client(arrival=arrival, concurrency=concurrency, api_overhead_s=api_overhead_s,
@@ -138,249 +140,6 @@ class _Limits:
         self.input_cap = int(knobs.max_prefill_tokens or cap) if cap else 0
 
 
-_NONE: frozenset[int] = frozenset()
-
-
-class _PrefixCache:
-    """Block-level prefix caching (vLLM's): prompt blocks keyed by their id (a prefix hash).
-
-    A block a running request holds is pinned; once no request holds it, it stays cached in the
-    free KV blocks until they are needed: the least recently used unpinned block is evicted first
-    (vllm 0.32.0 v1/core/block_pool.py, the free block queue in LRU order). A prompt's hit is its
-    leading run of cached blocks, capped at the prompt less one token (the last is computed to
-    sample from) and aligned to the engine's KV block (v1/core/kv_cache_manager.py:290-298). A
-    request holds the KV of its hit like any other (shared blocks are counted for each holder).
-
-    ``partial``: the cache keeps each prompt's tokens to the token (SGLang's radix tree,
-    :attr:`msopt.sim.personality.Personality.prefix_cache_partial`): a trace block is cached as far
-    as the longest prompt that held it filled it, and a match runs on through its cached blocks,
-    ending after one cached only in part. Without it a trace block a prompt held at all counts whole.
-    """
-
-    def __init__(self, prefixes: Sequence[tuple[int, ...]], block: int, kv_block: int,
-                 partial: bool = False) -> None:
-        self.prefixes = prefixes
-        self.block = block
-        self.kv_block = kv_block
-        self.partial = partial
-        self.filled: dict[int, int] = {}  # partial: cached block id -> its tokens cached
-        self.prompt: dict[int, int] = {}  # partial: request -> its prompt tokens
-        self.refs: dict[int, int] = {}  # cached block id -> requests holding it
-        self.idle: OrderedDict[int, None] = OrderedDict()  # unpinned cached blocks, least recent first
-        self.held: dict[int, tuple[int, ...]] = {}  # request -> the block ids it pins
-        self.hit_tokens = 0
-        self.query_tokens = 0
-
-    def hit(self, i: int, prompt: int, free_blocks: int) -> tuple[int, int]:
-        """(cached prompt tokens of request ``i``, blocks matched), after evicting what ``free_blocks``
-        KV blocks cannot keep."""
-        keep = free_blocks * self.kv_block // self.block
-        idle = self.idle
-        while len(idle) > keep:
-            h = idle.popitem(last=False)[0]
-            del self.refs[h]
-            self.filled.pop(h, None)
-        k = 0
-        refs = self.refs
-        if self.partial:
-            tokens = 0
-            for h in self.prefixes[i]:
-                if h not in refs:
-                    break
-                k += 1
-                tokens += self.filled[h]
-                if self.filled[h] < self.block:
-                    break
-            tokens = min(tokens, prompt - 1)
-        else:
-            for h in self.prefixes[i]:
-                if h not in refs:
-                    break
-                k += 1
-            tokens = min(k * self.block, prompt - 1)
-        return max(0, tokens - tokens % self.kv_block), k
-
-    def admit(self, i: int, prompt: int, tokens: int, k: int) -> None:
-        """Request ``i`` is admitted with ``tokens`` cached: it pins its ``k`` matched blocks."""
-        self.query_tokens += prompt
-        self.hit_tokens += tokens
-        if self.partial:
-            self.prompt[i] = prompt
-        self._pin(i, self.prefixes[i][:k])
-
-    def prompt_done(self, i: int) -> None:
-        """Request ``i``'s prompt is in the KV cache: its blocks are cached (and pinned)."""
-        have = len(self.held.get(i, ()))
-        self._pin(i, self.prefixes[i][have:])
-        if self.partial:
-            prompt, block, filled = self.prompt.get(i, 0), self.block, self.filled
-            for j, h in enumerate(self.prefixes[i]):
-                filled[h] = max(filled.get(h, 0), min(block, prompt - j * block))
-
-    def release(self, i: int) -> None:
-        """Request ``i`` finished or was preempted: its blocks stay cached, unpinned."""
-        for h in self.held.pop(i, ()):
-            n = self.refs[h] - 1
-            self.refs[h] = n
-            if n == 0:
-                self.idle[h] = None
-
-    def _pin(self, i: int, blocks: tuple[int, ...]) -> None:
-        refs, idle = self.refs, self.idle
-        for h in blocks:
-            n = refs.get(h, 0)
-            if n == 0 and h in idle:
-                del idle[h]
-            refs[h] = n + 1
-        self.held[i] = self.held.get(i, ()) + blocks
-
-
-
-class _Decodes:
-    """The running decodes of one replica, which sample their tokens together.
-
-    Decode ``i`` has ``c0[i] + g`` tokens in the KV cache and ``o0[i] - g`` left to sample, ``g``
-    counting the tokens every decode sampled, and holds ``max(bj[i], ceil(ctx / bs))`` KV blocks
-    (``bj[i]``: its blocks when its prompt was done). ``need[x]`` holds the decodes whose last
-    block is full once ``g == x``: each needs a new block to sample its next token.
-    """
-
-    def __init__(self, n: int, bs: int) -> None:
-        self.bs = bs
-        self.g = 0
-        self.members: set[int] = set()
-        self.c0 = [0] * n
-        self.o0 = [0] * n
-        self.bj = [0] * n
-        self.base = 0  # the sum of c0 over the members
-        self.need: dict[int, set[int]] = {}
-        self.ends: list[tuple[int, int]] = []  # (o0, request): a heap; stale entries are skipped
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def __contains__(self, i: int) -> bool:
-        return i in self.members
-
-    def ctx_sum(self) -> int:
-        """Tokens in the KV cache over all decodes."""
-        return self.base + len(self.members) * self.g
-
-    def ctx(self, i: int) -> int:
-        return self.c0[i] + self.g
-
-    def blocks(self, i: int) -> int:
-        b, bj = -(-(self.c0[i] + self.g) // self.bs), self.bj[i]
-        return b if b > bj else bj
-
-    def _next_need(self, i: int) -> int:
-        return self.g + self.blocks(i) * self.bs - self.ctx(i)
-
-    def _file(self, x: int, i: int) -> None:
-        s = self.need.get(x)
-        if s is None:
-            self.need[x] = {i}
-        else:
-            s.add(i)
-
-    def _unfile(self, x: int, i: int) -> None:
-        s = self.need[x]
-        s.discard(i)
-        if not s:
-            del self.need[x]
-
-    def _merge(self, x: int, s: set[int]) -> None:
-        t = self.need.get(x)
-        if t is None:
-            self.need[x] = s
-        else:
-            t |= s
-
-    def needy(self) -> Set[int]:
-        """The decodes that need a new KV block for their next token."""
-        return self.need.get(self.g) or _NONE
-
-    def add(self, i: int, ctx: int, out_left: int, blocks: int) -> None:
-        """Request ``i`` starts decoding."""
-        g = self.g
-        self.c0[i] = c0 = ctx - g
-        self.o0[i] = o0 = out_left + g
-        self.bj[i] = blocks
-        self.base += c0
-        self.members.add(i)
-        heapq.heappush(self.ends, (o0, i))
-        self._file(g + blocks * self.bs - ctx, i)
-
-    def remove(self, i: int) -> tuple[int, int, int]:
-        """Request ``i`` stops decoding; returns its (context, tokens left, blocks)."""
-        ctx, blocks = self.ctx(i), self.blocks(i)
-        self._unfile(self.g + blocks * self.bs - ctx, i)
-        self.members.discard(i)
-        self.base -= self.c0[i]
-        return ctx, self.o0[i] - self.g, blocks
-
-    def min_left(self) -> int:
-        """The fewest tokens any decode has left to sample (there is one)."""
-        ends, o0, members = self.ends, self.o0, self.members
-        while True:
-            o, i = ends[0]
-            if i in members and o0[i] == o:
-                return o - self.g
-            heapq.heappop(ends)
-
-    def pop_finished(self) -> list[tuple[int, int]]:
-        """Remove the decodes with nothing left to sample; returns (request, blocks) of each."""
-        ends, o0, members, out = self.ends, self.o0, self.members, []
-        while ends and ends[0][0] <= self.g:
-            o, i = heapq.heappop(ends)
-            if i in members and o0[i] == o:
-                out.append((i, self.remove(i)[2]))
-        return out
-
-    def extra(self, k: int) -> int:
-        """KV blocks the decodes take to sample ``k`` tokens each."""
-        end, bs = self.g + k, self.bs
-        return sum(len(s) * (1 + (end - 1 - x) // bs) for x, s in self.need.items() if x < end)
-
-    def advance(self, k: int, held: list[int]) -> int:
-        """Every decode but ``held`` (only with ``k == 1``) samples ``k`` tokens; returns the KV
-        blocks they took."""
-        bs, need, g = self.bs, self.need, self.g
-        if k == 1 and not held:  # the common step
-            self.g = g + 1
-            s = need.pop(g, None)
-            if s is None:
-                return 0
-            self._merge(g + bs, s)
-            return len(s)
-        moved = []
-        for i in held:  # its context stays: one token less relative to the counter
-            x = self._next_need(i)
-            self._unfile(x, i)
-            moved.append((x + 1, i))
-            self.c0[i] -= 1
-            self.o0[i] += 1
-            heapq.heappush(self.ends, (self.o0[i], i))
-        self.base -= len(held)
-        end = g + k
-        taken = 0
-        if k == 1:
-            s = need.pop(g, None)
-            if s:
-                taken = len(s)
-                self._merge(g + bs, s)
-        else:
-            for x in [x for x in need if x < end]:
-                s = need.pop(x)
-                m = 1 + (end - 1 - x) // bs
-                taken += len(s) * m
-                self._merge(x + m * bs, s)
-        self.g = end
-        for x, i in moved:
-            self._file(x, i)
-        return taken
-
-
 class _Step:
     """What one scheduler step carries: decodes, prefill chunks, and why admission stopped."""
 
@@ -401,7 +160,7 @@ class ReplicaScheduler:
 
     Build it with the replica's requests and call :meth:`run` once (see :func:`run_replica`).
     Requests waiting or prefilling keep their state in plain lists; decoding ones in
-    :class:`_Decodes`.
+    :class:`Decodes`.
     """
 
     def __init__(self, knobs: EngineKnobs, cost: StepCost, num_blocks: int, in_len: np.ndarray,
@@ -410,7 +169,7 @@ class ReplicaScheduler:
                  prefixes: Sequence[tuple[int, ...]] | None = None, prefix_block: int = 0,
                  prefix_partial: bool = False) -> None:
         self.lim = lim = _Limits(knobs)
-        self.cache = (_PrefixCache(prefixes, prefix_block, lim.bs, prefix_partial)
+        self.cache = (PrefixCache(prefixes, prefix_block, lim.bs, prefix_partial)
                       if prefixes is not None and prefix_block > 0 and not prefilled else None)
         self.cost = cost
         self.coeffs: dict[int, tuple[float, float]] = {}  # cost.decode_coeffs by batch size
@@ -444,7 +203,7 @@ class ReplicaScheduler:
         self.free = int(num_blocks)
         self.running: list[int] = []
         self.partial: list[int] = []  # the running requests still prefilling, in running order
-        self.dec = _Decodes(n, lim.bs)  # the running requests past their prompt
+        self.dec = Decodes(n, lim.bs)  # the running requests past their prompt
         self.waiting: deque[int] = deque()
         self.sent = 0
         self.last_srv = -math.inf

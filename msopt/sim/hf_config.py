@@ -1,7 +1,7 @@
 """A simulator model spec from a Hugging Face model directory's ``config.json``.
 
 Any decoder-only model whose config.json names its architecture in the usual Hugging Face keys
-becomes a :class:`~msopt.sim.spec_types.ModelSpec`: ``num_hidden_layers``, ``hidden_size``,
+becomes a :class:`~msopt.sim.catalog_types.ModelSpec`: ``num_hidden_layers``, ``hidden_size``,
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
 ``vocab_size``, ``max_position_embeddings``, ``tie_word_embeddings``; mixture-of-experts keys of
 Qwen-MoE (``num_experts``, ``moe_intermediate_size``, ``shared_expert_intermediate_size``,
@@ -10,8 +10,8 @@ Qwen-MoE (``num_experts``, ``moe_intermediate_size``, ``shared_expert_intermedia
 a multimodal config's ``text_config``. The weights' dtype comes from ``quantization_config``
 or ``torch_dtype`` (``dtype`` in newer transformers).
 
-A config whose architecture equals a catalog entry's is that entry (:func:`msopt.sim.specs.match_catalog`, which reads
-it with :func:`architecture`), so a
+A config whose architecture equals a catalog entry's is that entry
+(:func:`msopt.sim.catalog_load.match_catalog`, which reads it with :func:`architecture`), so a
 local copy of a catalog model simulates exactly as the catalog name does.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt.errors import ConfigError
-from msopt.sim.spec_types import ModelSpec
+from msopt.sim.catalog_types import ModelSpec
 
 __all__ = ["ConfigModel", "architecture", "config_path", "hub_cache_config", "model_from_config", "weight_dtype_of"]
 
@@ -150,7 +150,7 @@ def weight_dtype_of(doc: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
 
 
 def model_from_config(path: str | Path, name: str | None = None) -> tuple[Any, str, tuple[str, ...]]:
-    """The :class:`~msopt.sim.spec_types.ModelSpec` a config.json describes, its weight dtype and notes.
+    """The :class:`~msopt.sim.catalog_types.ModelSpec` a config.json describes, its weight dtype and notes.
 
     Raises:
         ConfigError: the file is unreadable or lacks an architecture key (named).

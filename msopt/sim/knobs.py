@@ -14,7 +14,7 @@ from msopt.errors import SimulationError
 
 
 class Launch(Protocol):
-    """What the simulator reads of a rendered launch (:class:`msopt.engines.launch.LaunchSpec` is one;
+    """What the simulator reads of a rendered launch (:class:`msopt.launch.render.LaunchSpec` is one;
     the simulator sits below the engines and does not import them)."""
 
     @property
@@ -68,7 +68,7 @@ class EngineKnobs:
         nnodes: nodes one instance spans (vLLM ``--nnodes`` or DP ranks over nodes, SGLang
             ``--nnodes``, MindIE ``multiNodesInferEnabled`` with a rank table).
         spec_method: speculative decoding's draft, "mtp", "eagle" or "ngram" ("": off; see
-            :mod:`msopt.sim.spec`).
+            :mod:`msopt.sim.speculative`).
         spec_tokens: draft tokens proposed per step (vLLM ``num_speculative_tokens``, SGLang
             ``--speculative-num-steps``).
         spec_verify_tokens: tokens verified per sequence and step (SGLang

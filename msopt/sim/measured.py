@@ -9,7 +9,7 @@ ttft_mean_ms, ttft_p99_ms, tpot_mean_ms, itl_mean_ms, output_tok_s, req_s, notes
 
 :func:`load_measured_csv` maps each row onto the simulator: the engine onto a personality, the model
 onto the catalog entry of its architecture (``hf_id`` / ``aliases``), the hardware name onto a
-catalog entry (:func:`msopt.sim.parts.catalog_part`), the layout and scheduler cells onto the
+catalog entry (:func:`msopt.sim.catalog_parts.catalog_part`), the layout and scheduler cells onto the
 engine's own flags. A row the simulator cannot reproduce is returned as :class:`Skipped` with the
 reason, never guessed at.
 """
@@ -26,9 +26,9 @@ from typing import Any
 
 from msopt.errors import ConfigError, MsoptError
 from msopt.sim.calibrate import Measurement
+from msopt.sim.catalog_load import load_hardware, load_model
+from msopt.sim.catalog_types import Hardware, ModelSpec
 from msopt.sim.personality import PERSONALITIES, MeasuredLayout, get_personality
-from msopt.sim.spec_types import ModelSpec
-from msopt.sim.specs import load_hardware, load_model
 
 #: the schema's required columns (its README, "Schema"), in order
 SCHEMA_COLUMNS = ("source", "source_ref", "engine", "engine_version", "model", "dtype", "hardware", "n_devices",
@@ -207,6 +207,31 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
     in_len, out_len = _int(row["input_len"]), _int(row["output_len"])
     if not in_len or not out_len:
         raise _Skip("input or output length not published")
+    hw, spec = _entries(row, models)
+    dtype, dtype_note = weight_dtype_of(row["dtype"])
+    if hw.tflops.get({"int4": "int8", "fp16": "bf16"}.get(dtype, dtype), 0.0) <= 0:
+        raise _Skip(f"{dtype} weights: {hw.name} has no {dtype} compute")
+    notes = row.get("notes", "")
+    knobs, assumed = _knobs(engine, row, spec, hw, notes)
+    conc = _int(row["concurrency"])
+    rate = _float(row["request_rate"]) if row["request_rate"].strip() else math.inf
+    n = _int(row["num_prompts"]) or (10 * conc if conc else None)
+    if n is None:
+        raise _Skip("neither num_prompts nor concurrency published")
+    if dtype_note:
+        assumed.append(dtype_note)
+    table = _workload(row, in_len, out_len, n, conc, rate, lengths, notes, assumed)
+    if hw.efficiency_from:
+        assumed.append(f"{hw.name}: efficiencies of {hw.efficiency_from}")
+    return Measurement(
+        knobs=knobs, model=spec.name, input_len=in_len, output_len=out_len, concurrency=conc or 0,
+        ttft_s=ttft, tpot_s=tpot, tokens_per_s=tok, weight_dtype=dtype, num_prompts=n,
+        source=f"{path}:{line}", workload=table, hardware=hw.name,
+        group=f"{row['engine'].split(' (')[0]} {spec.name} {hw.name}", assumed=tuple(assumed))
+
+
+def _entries(row: dict[str, str], models: dict[str, ModelSpec]) -> tuple[Hardware, ModelSpec]:
+    """The catalog's hardware and model of a row (a model loaded once per id into ``models``)."""
     hw_name = row["hardware"]
     try:
         hw = load_hardware(hw_name)
@@ -218,11 +243,12 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
             models[model_id] = load_model(model_id)
         except ConfigError:
             raise _Skip(f"model {model_id!r}: no catalog entry of its architecture") from None
-    spec = models[model_id]
-    dtype, dtype_note = weight_dtype_of(row["dtype"])
-    if hw.tflops.get({"int4": "int8", "fp16": "bf16"}.get(dtype, dtype), 0.0) <= 0:
-        raise _Skip(f"{dtype} weights: {hw.name} has no {dtype} compute")
-    notes = row.get("notes", "")
+    return hw, models[model_id]
+
+
+def _knobs(engine: str, row: dict[str, str], spec: ModelSpec, hw: Hardware, notes: str) -> tuple[Any, list[str]]:
+    """The knobs of a row's server (its layout, the speculative decoding its notes name, the memory fix its
+    engine needs on ``hw``) and what they assume."""
     sd = spec_of(notes)
     argv, assumed = _argv(engine, row, spec, hw.devices_per_node)
     if sd is not None:
@@ -244,11 +270,13 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
         raise _Skip(f"server flags {' '.join(argv)}: {exc}") from None
     if sd is not None and sd[3] is not None:
         knobs = replace(knobs, spec_accept_len=sd[3])
-    conc = _int(row["concurrency"])
-    rate = _float(row["request_rate"]) if row["request_rate"].strip() else math.inf
-    n = _int(row["num_prompts"]) or (10 * conc if conc else None)
-    if n is None:
-        raise _Skip("neither num_prompts nor concurrency published")
+    return knobs, assumed
+
+
+def _workload(row: dict[str, str], in_len: int, out_len: int, n: int, conc: int | None, rate: float,
+              lengths: Lengths | None, notes: str, assumed: list[str]) -> dict[str, Any]:
+    """The ``[simulator.workload]`` table of a row: its lengths (the run's own request lengths where they are
+    known), prompts and load; what it assumes goes to ``assumed``."""
     table: dict[str, Any] = {"input_len": in_len, "output_len": out_len, "num_prompts": n}
     if conc:
         table["concurrency"] = conc
@@ -256,8 +284,6 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
         table["request_rate"] = rate
     elif not conc:
         table["request_rate"] = math.inf
-    if dtype_note:
-        assumed.append(dtype_note)
     replay = _replay(row, lengths or {})
     if replay is not None:
         table["input_len"] = {"dist": "list", "values": [i for i, _ in replay]}
@@ -265,13 +291,7 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
         table["num_prompts"] = len(replay)
     elif re.search(r"\bmeans?\b.*over|dataset averages", notes):
         assumed.append("input/output lengths are the run's means, simulated as fixed lengths")
-    if hw.efficiency_from:
-        assumed.append(f"{hw.name}: efficiencies of {hw.efficiency_from}")
-    return Measurement(
-        knobs=knobs, model=spec.name, input_len=in_len, output_len=out_len, concurrency=conc or 0,
-        ttft_s=ttft, tpot_s=tpot, tokens_per_s=tok, weight_dtype=dtype, num_prompts=n,
-        source=f"{path}:{line}", workload=table, hardware=hw.name,
-        group=f"{row['engine'].split(' (')[0]} {spec.name} {hw.name}", assumed=tuple(assumed))
+    return table
 
 
 def get_knobs(engine: str, argv: Sequence[str]) -> Any:

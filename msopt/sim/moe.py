@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msopt.sim.catalog_types import Hardware, ModelSpec, dtype_bytes
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.personality import get_personality
-from msopt.sim.spec_types import Hardware, ModelSpec, dtype_bytes
 
 
 @dataclass(frozen=True)

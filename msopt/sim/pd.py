@@ -2,7 +2,7 @@
 
 Each request is prefilled on one of ``P`` prefill instances (round robin, one token sampled), its
 KV cache is sent to one of ``D`` decode instances, which admits it without prompt compute and
-decodes the remaining tokens (speculatively where its launch drafts, :mod:`msopt.sim.spec`); the
+decodes the remaining tokens (speculatively where its launch drafts, :mod:`msopt.sim.speculative`); the
 client's first token arrives from the decode instance (as
 through SGLang's router or vLLM's proxy). The transfer of ``kv_bytes_per_token x prompt`` bytes
 runs over the scale-out network, one link per device of the sending prefill instance.
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msopt.sim.catalog_types import Hardware, ModelSpec
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.result import SimResult, failed, summarize
-from msopt.sim.spec import SpecStepCost, draft_log, draft_refusal, speculation_of
-from msopt.sim.spec_types import Hardware, ModelSpec
+from msopt.sim.speculative import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.workload import Workload
 
 #: Fixed-point rounds of a closed loop.

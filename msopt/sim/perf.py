@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
+from msopt.sim.catalog_types import Hardware, ModelSpec, dtype_bytes
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.moe import MoeCost, layout_of
 from msopt.sim.personality import get_personality
-from msopt.sim.spec_types import Hardware, ModelSpec, dtype_bytes
 
 GIB = float(1 << 30)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 from msopt.errors import SimulationError
 from msopt.registry import Registry
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.memory import MemoryPlan
-from msopt.sim.spec_types import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Personality:
 
     def aiconfigurator_argv(self, concurrency: int, input_len: int, output_len: int) -> list[str]:
         """The flags NVIDIA aiconfigurator's generator sets for an aggregated run of batch size ``concurrency``
-        (the ``aiconfigurator`` launch rule of :mod:`msopt.sim.calibrate`); none for an engine it does not
+        (the ``aiconfigurator`` launch rule of :mod:`msopt.sim.launch_rules`); none for an engine it does not
         generate."""
         return []
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from msopt.launch.render import flag_value
+
 #: Flags that differ between the nodes of one instance (with a value unless listed in _BARE).
 PER_NODE = ("--node-rank", "-r", "--headless", "--data-parallel-start-rank", "-dpr")
 _BARE = ("--headless",)
@@ -33,19 +35,8 @@ class Placement:
     port: int
 
 
-def _value(argv: Sequence[str], *names: str) -> str | None:
-    found = None
-    for i, item in enumerate(argv):
-        for name in names:
-            if item == name and i + 1 < len(argv):
-                found = argv[i + 1]
-            elif item.startswith(name + "="):
-                found = item.split("=", 1)[1]
-    return found
-
-
 def _int(argv: Sequence[str], default: int, *names: str) -> int:
-    text = _value(argv, *names)
+    text = flag_value(argv, *names)
     try:
         return int(text) if text is not None else default
     except ValueError:
@@ -63,13 +54,13 @@ def _split(addr: str) -> tuple[str, int]:
 def placement(argv: Sequence[str]) -> Placement | None:
     """The multi-node placement a command line asks for, None for a one-node server."""
     argv = list(argv)
-    dist = _value(argv, "--dist-init-addr", "--nccl-init-addr")
+    dist = flag_value(argv, "--dist-init-addr", "--nccl-init-addr")
     nnodes = _int(argv, 1, "--nnodes", "-n")
     if dist is not None and nnodes > 1:
         host, port = _split(dist)
         return Placement(nnodes, _int(argv, 0, "--node-rank"), host, port)
-    local = _value(argv, "--data-parallel-size-local", "-dpl")
-    dp_addr = _value(argv, "--data-parallel-address", "-dpa")
+    local = flag_value(argv, "--data-parallel-size-local", "-dpl")
+    dp_addr = flag_value(argv, "--data-parallel-address", "-dpa")
     if local is not None and dp_addr is not None:
         local_n = _int(argv, 1, "--data-parallel-size-local", "-dpl")
         dp = _int(argv, 1, "--data-parallel-size", "-dp")
@@ -81,7 +72,7 @@ def placement(argv: Sequence[str]) -> Placement | None:
             return Placement(dp // local_n, start // local_n, dp_addr,
                              _int(argv, 29550, "--data-parallel-rpc-port", "-dpp"))
     if nnodes > 1:
-        return Placement(nnodes, _int(argv, 0, "--node-rank", "-r"), _value(argv, "--master-addr") or "127.0.0.1",
+        return Placement(nnodes, _int(argv, 0, "--node-rank", "-r"), flag_value(argv, "--master-addr") or "127.0.0.1",
                          _int(argv, 29501, "--master-port"))
     return None
 

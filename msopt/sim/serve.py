@@ -32,10 +32,10 @@ from typing import Any
 
 from msopt.checks import is_int
 from msopt.errors import MsoptError
+from msopt.sim.catalog_load import list_models, load_hardware, load_model
 from msopt.sim.perf import StepCost
 from msopt.sim.personality import knobs_from_argv
 from msopt.sim.rendezvous import Placement, follow, lead, placement
-from msopt.sim.specs import list_models, load_hardware, load_model
 
 ARGV_FILE_ENV = "MSOPT_SIM_SERVE_ARGV_FILE"
 
@@ -261,6 +261,21 @@ class SimServer:
         return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
                                   "code": status}, status=status)
 
+    def _sizes(self, body: dict[str, Any], chat: bool) -> tuple[int, int, tuple[int, str] | None]:
+        """A request's prompt tokens and ``max_tokens``, and the status and message it is refused with (None:
+        served)."""
+        if body.get("model") not in (None, self.opts.served_model_name, self.opts.model):
+            return 0, 0, (404, f"The model `{body.get('model')}` does not exist.")
+        prompt_tokens = _count_tokens(body, chat)
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
+        if not is_int(max_tokens) or max_tokens < 1:
+            return prompt_tokens, 0, (400, f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if prompt_tokens + max_tokens > self.opts.max_model_len:
+            return prompt_tokens, max_tokens, (400, f"This model's maximum context length is "
+                                                    f"{self.opts.max_model_len} tokens; the request asks for "
+                                                    f"{prompt_tokens + max_tokens}")
+        return prompt_tokens, max_tokens, None
+
     async def complete(self, request: Any, *, chat: bool) -> Any:
         """Serve one completion, streaming SSE chunks when ``stream`` is true."""
         from aiohttp import web
@@ -268,15 +283,9 @@ class SimServer:
         body, problem = _read_body(await request.read(), request.charset, chat)
         if problem is not None:
             return self._error(400, problem)
-        if body.get("model") not in (None, self.opts.served_model_name, self.opts.model):
-            return self._error(404, f"The model `{body.get('model')}` does not exist.")
-        prompt_tokens = _count_tokens(body, chat)
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
-        if not is_int(max_tokens) or max_tokens < 1:
-            return self._error(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if prompt_tokens + max_tokens > self.opts.max_model_len:
-            return self._error(400, f"This model's maximum context length is {self.opts.max_model_len} "
-                                    f"tokens; the request asks for {prompt_tokens + max_tokens}")
+        prompt_tokens, max_tokens, refused = self._sizes(body, chat)
+        if refused is not None:
+            return self._error(*refused)
         stream = bool(body.get("stream", False))
         usage_wanted = bool((body.get("stream_options") or {}).get("include_usage", False))  # checked above
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from msopt.checks import is_int, is_number
 from msopt.errors import ConfigError, SimulationError
+from msopt.sim.catalog_load import load_hardware, load_model
+from msopt.sim.catalog_types import DTYPE_BYTES, Hardware, ModelSpec
 from msopt.sim.engine import run_replica
 from msopt.sim.knobs import EngineKnobs, Launch, benchmark_overrides, load_overrides
 from msopt.sim.memory import MemoryPlan
@@ -18,9 +20,7 @@ from msopt.sim.pd import Pool, simulate_pd
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.personality import PERSONALITIES, get_personality, knobs_from_launch, known, resolved
 from msopt.sim.result import SimResult, failed, summarize
-from msopt.sim.spec import SpecStepCost, draft_log, draft_refusal, speculation_of
-from msopt.sim.spec_types import DTYPE_BYTES, Hardware, ModelSpec
-from msopt.sim.specs import load_hardware, load_model
+from msopt.sim.speculative import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.workload import Workload, workload_from_mapping
 from msopt.workload.replay import session_rank
 
@@ -158,6 +158,154 @@ def context_limit(spec: Launch, sim_table: Mapping[str, Any] | None = None,
     return p.default_max_model_len(model), f"{knobs.engine}'s default for {model.name} (no {p.context_key} set)"
 
 
+@dataclass(frozen=True)
+class _Draws:
+    """What the seed draws for one run: the requests' lengths and arrivals, the run's step-time factor,
+    and each request's client jitter and think time (None: the hardware entry has none)."""
+
+    in_len: np.ndarray
+    out_len: np.ndarray
+    arrival: np.ndarray
+    scale: float
+    jitter: np.ndarray | None
+    think: np.ndarray | None
+
+    @classmethod
+    def sample(cls, wl: Workload, hw: Hardware, seed: int, noise: float) -> _Draws:
+        seq = np.random.SeedSequence(seed)
+        rng_len, rng_arr, rng_noise, rng_jit = (np.random.default_rng(s) for s in seq.spawn(4))
+        in_len, out_len = wl.sample_lengths(rng_len)
+        arrival = wl.sample_arrivals(rng_arr)
+        scale = 1.0
+        if noise > 0:
+            scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal()))
+        jitter = rng_jit.exponential(hw.api_jitter_ms * 1e-3, size=wl.num_prompts) if hw.api_jitter_ms > 0 else None
+        think = (rng_jit.exponential(hw.client_think_ms * 1e-3, size=wl.num_prompts)
+                 if hw.client_think_ms > 0 else None)
+        return cls(in_len, out_len, arrival, scale, jitter, think)
+
+
+@dataclass
+class _Served:
+    """Every request's times over all replicas, and what the replicas counted."""
+
+    send: np.ndarray
+    first: np.ndarray
+    finish: np.ndarray
+    ok: np.ndarray
+    replica: np.ndarray
+    preemptions: int = 0
+    hit_tokens: int = 0
+    query_tokens: int = 0
+
+    @classmethod
+    def empty(cls, n: int) -> _Served:
+        return cls(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, bool),
+                   np.zeros(n, np.int64))
+
+
+def _checked_dtypes(weight_dtype: str, kv_dtype: str | None, noise: float) -> str:
+    """The KV dtype (None: fp16 with fp16 weights, else bf16), once both dtypes and the noise are valid.
+
+    Raises:
+        ConfigError: an unknown dtype or a negative noise.
+    """
+    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
+    for what, dt in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+        if dt not in DTYPE_BYTES:
+            raise ConfigError(f"simulator.{what} = {dt!r}: use one of {sorted(DTYPE_BYTES)}")
+    if not noise >= 0:
+        raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
+    return kv_dtype
+
+
+def _start_log(knobs: EngineKnobs, hw: Hardware, spec: ModelSpec, weight_dtype: str, kv_dtype: str) -> list[str]:
+    """The server log's first lines: what serves what on which devices, the MoE layout, the knobs ignored."""
+    log = [
+        f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
+        f"dp={knobs.dp} x tp={knobs.tp} x pp={knobs.pp} {hw.name} ({hw.memory_kind} devices)",
+    ]
+    if spec.is_moe:
+        lay = layout_of(knobs, spec)
+        log.append(f"INFO [msopt.sim] MoE: {spec.experts} experts (top-{spec.experts_per_token}) over "
+                   f"{lay.world} devices per group: ep={lay.ep} x moe_tp={lay.moe_tp}, "
+                   f"{lay.group} attention DP rank(s) of tp={lay.tp}"
+                   + (f", {knobs.nnodes} nodes" if knobs.nnodes > 1 else ""))
+    if knobs.ignored:
+        log.append(f"INFO [msopt.sim] not modelled, ignored: {' '.join(knobs.ignored)}")
+    return log
+
+
+def _fit_memory(knobs: EngineKnobs, hw: Hardware, spec: ModelSpec, mem: MemoryPlan, max_model_len: int,
+                log: list[str]) -> tuple[EngineKnobs, int]:
+    """The knobs and context limit the memory plan leaves (a hybrid model's state slots cap the running
+    requests; an engine that caps the context to the KV cache does so), with the log's KV cache lines."""
+    personality = get_personality(knobs.engine)
+    if spec.is_hybrid:
+        # every running request holds one state slot: no more run at once than the pool has
+        log.append(f"INFO [msopt.sim] hybrid attention: {spec.kv_layers} of {spec.layers} layers keep a KV cache; "
+                   f"linear-attention state {mem.state_gib:.2f} GiB for {mem.state_slots} requests")
+        knobs = replace(knobs, max_num_seqs=min(int(knobs.max_num_seqs or mem.state_slots), mem.state_slots))
+    if personality.caps_context_to_kv and mem.kv_tokens < max_model_len:
+        log.append(personality.kv_cap_warning(mem, max_model_len))
+        max_model_len = max(1, mem.kv_tokens - 1)
+    log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
+    log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
+    log.append(f"INFO Maximum concurrency for {max_model_len:,} tokens per request: "
+               f"{mem.kv_tokens / max_model_len:.2f}x")
+    return knobs, max_model_len
+
+
+def _serve(knobs: EngineKnobs, cost: StepCost, num_blocks: int, hw: Hardware, wl: Workload, draws: _Draws,
+           run_out: np.ndarray, max_model_len: int) -> tuple[_Served, bool]:
+    """Every data-parallel replica serving its share of the requests; also whether prefixes were cached."""
+    personality = get_personality(knobs.engine)
+    caching = knobs.prefix_caching if knobs.prefix_caching is not None else personality.prefix_caching
+    prefixes = wl.sample_prefixes() if caching else None
+    n = wl.num_prompts
+    out = _Served.empty(n)
+    conc = wl.concurrency
+    replicas = knobs.dp if conc is None else min(knobs.dp, conc)
+    sessions = wl.sample_sessions() if wl.pin_sessions and personality.dp_rank_header and replicas > 1 else None
+    routed = route(n, replicas, sessions)
+    for r in range(replicas):
+        idx = np.flatnonzero(routed == r)
+        if not len(idx):
+            continue
+        c_r = None if conc is None else conc // replicas + (r < conc % replicas)
+        trace = run_replica(knobs, cost, num_blocks, draws.in_len[idx], run_out[idx], draws.arrival[idx], c_r,
+                            max_model_len, hw.api_overhead_ms * 1e-3, draws.scale,
+                            hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
+                            None if draws.jitter is None else draws.jitter[idx],
+                            None if draws.think is None else draws.think[idx],
+                            stream_tok_s=hw.frontend_us_per_output_token * 1e-6,
+                            prefixes=None if prefixes is None else [prefixes[0][j] for j in idx.tolist()],
+                            prefix_block=0 if prefixes is None else prefixes[1],
+                            prefix_partial=personality.prefix_cache_partial)
+        out.hit_tokens += trace.prefix_hit_tokens
+        out.query_tokens += trace.prefix_query_tokens
+        out.send[idx], out.first[idx], out.finish[idx], out.ok[idx] = (trace.send, trace.first_token, trace.finish,
+                                                                       trace.ok)
+        out.replica[idx] = r
+        out.preemptions += trace.preemptions
+    return out, prefixes is not None
+
+
+def _end_log(log: list[str], served: _Served, cached: bool, max_model_len: int) -> None:
+    """The server log's last lines: the prefix cache's hit rate, preemptions, rejected requests."""
+    hit, query = served.hit_tokens, served.query_tokens
+    if cached:
+        log.append(f"INFO [msopt.sim] prefix cache hit rate: {hit / max(query, 1):.1%} of "
+                   f"{query:,} prompt tokens queried ({hit:,} hit)")
+    if served.preemptions:
+        log.append(f"WARNING {served.preemptions} preemptions (recompute): the KV cache ran out; fewer "
+                   "concurrent sequences or more KV memory would avoid them")
+    rejected = int((~served.ok).sum())
+    if rejected:
+        log.append(f"ERROR {rejected} requests rejected: prompt + output tokens exceed max_model_len "
+                   f"({max_model_len}) or the prefill token budget")
+
+
 def simulate(
     knobs: EngineKnobs,
     hardware: Hardware | str,
@@ -192,12 +340,7 @@ def simulate(
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     wl = workload if isinstance(workload, Workload) else workload_from_mapping(workload)
-    kv_dtype = kv_dtype or ("fp16" if weight_dtype == "fp16" else "bf16")
-    for what, dt in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
-        if dt not in DTYPE_BYTES:
-            raise ConfigError(f"simulator.{what} = {dt!r}: use one of {sorted(DTYPE_BYTES)}")
-    if not noise >= 0:
-        raise ConfigError(f"simulator.noise = {noise!r}: must be >= 0 (a relative standard deviation)")
+    kv_dtype = _checked_dtypes(weight_dtype, kv_dtype, noise)
     hw.peak_flops(weight_dtype)  # unsupported precision on this hardware -> SimulationError
     knobs = resolved(knobs, hw.hbm_gib, hw.memory_kind)
     hw = hw.for_engine(knobs.engine)
@@ -206,57 +349,26 @@ def simulate(
         max_model_len = int(knobs.max_model_len)
     else:
         max_model_len = get_personality(knobs.engine).default_max_model_len(spec)
-    devices = knobs.tp * knobs.pp
-    log = [
-        f"INFO [msopt.sim] {knobs.engine} serving {spec.name} ({weight_dtype} weights, {kv_dtype} KV) on "
-        f"dp={knobs.dp} x tp={knobs.tp} x pp={knobs.pp} {hw.name} ({hw.memory_kind} devices)",
-    ]
-    if spec.is_moe:
-        lay = layout_of(knobs, spec)
-        log.append(f"INFO [msopt.sim] MoE: {spec.experts} experts (top-{spec.experts_per_token}) over "
-                   f"{lay.world} devices per group: ep={lay.ep} x moe_tp={lay.moe_tp}, "
-                   f"{lay.group} attention DP rank(s) of tp={lay.tp}"
-                   + (f", {knobs.nnodes} nodes" if knobs.nnodes > 1 else ""))
-    if ignored:
-        log.append(f"INFO [msopt.sim] not modelled, ignored: {' '.join(ignored)}")
+    log = _start_log(knobs, hw, spec, weight_dtype, kv_dtype)
     problem = _startup_problem(knobs, hw, spec, max_model_len)
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
     mem = plan_memory(hw, spec, knobs, weight_dtype, kv_dtype)
-    log.append(f"INFO Model loading took {mem.weights_gib:.2f} GiB per device ({devices} devices per replica)")
+    log.append(f"INFO Model loading took {mem.weights_gib:.2f} GiB per device ({knobs.tp * knobs.pp} devices "
+               "per replica)")
     problem = _memory_problem(knobs, hw, mem, max_model_len, spec)
     if not problem and spec.is_hybrid and mem.state_slots <= 0:
         problem = get_personality(knobs.engine).no_state_memory(knobs, mem)
     if problem:
         log.append(f"ERROR {problem}")
         return failed(problem, log, ignored, wl.num_prompts)
-    if spec.is_hybrid:
-        # every running request holds one state slot: no more run at once than the pool has
-        log.append(f"INFO [msopt.sim] hybrid attention: {spec.kv_layers} of {spec.layers} layers keep a KV cache; "
-                   f"linear-attention state {mem.state_gib:.2f} GiB for {mem.state_slots} requests")
-        knobs = replace(knobs, max_num_seqs=min(int(knobs.max_num_seqs or mem.state_slots), mem.state_slots))
-    if get_personality(knobs.engine).caps_context_to_kv and mem.kv_tokens < max_model_len:
-        log.append(get_personality(knobs.engine).kv_cap_warning(mem, max_model_len))
-        max_model_len = max(1, mem.kv_tokens - 1)
-    log.append(f"INFO Available KV cache memory: {mem.kv_gib:.2f} GiB")
-    log.append(f"INFO {'NPU' if hw.memory_kind == 'NPU' else 'GPU'} KV cache size: {mem.kv_tokens:,} tokens")
-    log.append(f"INFO Maximum concurrency for {max_model_len:,} tokens per request: "
-               f"{mem.kv_tokens / max_model_len:.2f}x")
+    knobs, max_model_len = _fit_memory(knobs, hw, spec, mem, max_model_len, log)
 
-    seq = np.random.SeedSequence(seed)
-    rng_len, rng_arr, rng_noise, rng_jit = (np.random.default_rng(s) for s in seq.spawn(4))
-    in_len, out_len = wl.sample_lengths(rng_len)
-    arrival = wl.sample_arrivals(rng_arr)
-    scale = 1.0
-    if noise > 0:
-        scale = max(0.05, 1.0 + noise * float(rng_noise.standard_normal()))
-    jitter = rng_jit.exponential(hw.api_jitter_ms * 1e-3, size=wl.num_prompts) if hw.api_jitter_ms > 0 else None
-    think = (rng_jit.exponential(hw.client_think_ms * 1e-3, size=wl.num_prompts)
-             if hw.client_think_ms > 0 else None)
+    draws = _Draws.sample(wl, hw, seed, noise)
     cost: StepCost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
     assumed = assumed_inputs(knobs, hw)
-    run_out = out_len
+    run_out = draws.out_len
     draft = speculation_of(knobs)
     if draft is not None:
         msg = draft_refusal(knobs, draft, hw.memory_kind)
@@ -266,59 +378,18 @@ def simulate(
         cost = SpecStepCost(cost, spec, draft, hw.verify_kv_per_token)
         # a verify step keeps `accept` tokens per sequence: the scheduler runs the steps, the
         # client counts the tokens (summarize below gets the real lengths)
-        run_out = np.array([draft.decode_steps(int(o)) for o in out_len], dtype=out_len.dtype)
+        run_out = np.array([draft.decode_steps(int(o)) for o in draws.out_len], dtype=draws.out_len.dtype)
         log.append(draft_log(draft))
 
-    personality = get_personality(knobs.engine)
-    caching = knobs.prefix_caching if knobs.prefix_caching is not None else personality.prefix_caching
-    prefixes = wl.sample_prefixes() if caching else None
-    hit_tokens = query_tokens = 0
-    n = wl.num_prompts
-    send = np.full(n, np.nan)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    ok = np.zeros(n, bool)
-    replica = np.zeros(n, np.int64)
-    conc = wl.concurrency
-    replicas = knobs.dp if conc is None else min(knobs.dp, conc)
-    sessions = wl.sample_sessions() if wl.pin_sessions and personality.dp_rank_header and replicas > 1 else None
-    routed = route(n, replicas, sessions)
-    preemptions = 0
-    for r in range(replicas):
-        idx = np.flatnonzero(routed == r)
-        if not len(idx):
-            continue
-        c_r = None if conc is None else conc // replicas + (r < conc % replicas)
-        trace = run_replica(knobs, cost, mem.num_blocks, in_len[idx], run_out[idx], arrival[idx], c_r,
-                            max_model_len, hw.api_overhead_ms * 1e-3, scale,
-                            hw.frontend_ms_per_req * 1e-3, hw.frontend_us_per_token * 1e-6,
-                            None if jitter is None else jitter[idx],
-                            None if think is None else think[idx],
-                            stream_tok_s=hw.frontend_us_per_output_token * 1e-6,
-                            prefixes=None if prefixes is None else [prefixes[0][j] for j in idx.tolist()],
-                            prefix_block=0 if prefixes is None else prefixes[1],
-                            prefix_partial=personality.prefix_cache_partial)
-        hit_tokens += trace.prefix_hit_tokens
-        query_tokens += trace.prefix_query_tokens
-        send[idx], first[idx], finish[idx], ok[idx] = trace.send, trace.first_token, trace.finish, trace.ok
-        replica[idx] = r
-        preemptions += trace.preemptions
-    rejected = int((~ok).sum())
-    if prefixes is not None:
-        log.append(f"INFO [msopt.sim] prefix cache hit rate: {hit_tokens / max(query_tokens, 1):.1%} of "
-                   f"{query_tokens:,} prompt tokens queried ({hit_tokens:,} hit)")
-    if preemptions:
-        log.append(f"WARNING {preemptions} preemptions (recompute): the KV cache ran out; fewer "
-                   "concurrent sequences or more KV memory would avoid them")
-    if rejected:
-        log.append(f"ERROR {rejected} requests rejected: prompt + output tokens exceed max_model_len "
-                   f"({max_model_len}) or the prefill token budget")
-    res = summarize(send, first, finish, ok, in_len, out_len, replica, preemptions=preemptions,
-                    kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
-    if prefixes is not None:
-        res = replace(res, prefix_cache_hits=hit_tokens, prefix_cache_queries=query_tokens)
-    if rejected:  # why, by the scheduler's own rules (engine.py ReplicaScheduler): too long, else refused
-        too_long = ~ok & (in_len.astype(np.int64) + run_out.astype(np.int64) > max_model_len)
+    served, cached = _serve(knobs, cost, mem.num_blocks, hw, wl, draws, run_out, max_model_len)
+    _end_log(log, served, cached, max_model_len)
+    res = summarize(served.send, served.first, served.finish, served.ok, draws.in_len, draws.out_len, served.replica,
+                    preemptions=served.preemptions, kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
+    if cached:
+        res = replace(res, prefix_cache_hits=served.hit_tokens, prefix_cache_queries=served.query_tokens)
+    if not served.ok.all():  # why, by the scheduler's own rules (engine.py ReplicaScheduler): too long, else refused
+        ok = served.ok
+        too_long = ~ok & (draws.in_len.astype(np.int64) + run_out.astype(np.int64) > max_model_len)
         res = replace(res, failed_too_long=int(too_long.sum()), failed_refused=int((~ok & ~too_long).sum()),
                       context_limit=max_model_len)
     return replace(res, assumed=tuple(assumed)) if assumed else res

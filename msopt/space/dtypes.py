@@ -139,6 +139,15 @@ def as_number(decl: FieldDecl, raw: Any, key: str) -> float:
     return raw
 
 
+def _real_within(decl: FieldDecl, raw: Any, key: str) -> float:
+    """``raw`` (the declaration's ``key``) as a float, once it is a finite number and, for ``value``, within
+    [min, max]; else the field's ConfigError."""
+    v = float(as_number(decl, raw, key))
+    if key == "value" and not decl.min <= v <= decl.max:
+        raise decl.error(f"'value' = {raw!r} lies outside [min, max] = [{decl.min}, {decl.max}]",
+                         "give a value within the bounds, or widen them")
+    return v
+
 @DTYPES.register("int")
 class IntType(FieldType):
     """Integers in [min, max]; each integer owns an equal share (width 1) of the position range.
@@ -210,11 +219,7 @@ class FloatType(FieldType):
         return float(lo) if v < lo else float(hi) if v > hi else v
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        v = float(as_number(self.decl, raw, key))
-        if key == "value" and not self.decl.min <= v <= self.decl.max:
-            raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.decl.min}, {self.decl.max}]",
-                                  "give a value within the bounds, or widen them")
-        return v
+        return _real_within(self.decl, raw, key)
 
 
 @DTYPES.register("bool")
@@ -448,8 +453,4 @@ class RatioType(FieldType):
         return float(min(max(float(raw), self.decl.min), self.decl.max))
 
     def check_raw(self, raw: Any, key: str) -> Any:
-        v = float(as_number(self.decl, raw, key))
-        if key == "value" and not self.decl.min <= v <= self.decl.max:
-            raise self.decl.error(f"'value' = {raw!r} lies outside [min, max] = [{self.decl.min}, {self.decl.max}]",
-                                  "give a value within the bounds, or widen them")
-        return v
+        return _real_within(self.decl, raw, key)

@@ -38,9 +38,10 @@ if str(ROOT) not in sys.path:
 
 from msopt.benchmarks import get_benchmark  # noqa: E402
 from msopt.engines import LaunchSpec  # noqa: E402
-from msopt.engines.process import free_port, start_process, wait_ready  # noqa: E402
 from msopt.engines.vllm.knobs import vllm_launch_knobs  # noqa: E402
 from msopt.errors import ConfigError, EvaluationError  # noqa: E402
+from msopt.launch.ports import free_port  # noqa: E402
+from msopt.launch.process import start_process, wait_ready  # noqa: E402
 from msopt.sim import simulate  # noqa: E402
 from msopt.workload.replay import open_window  # noqa: E402
 

@@ -147,7 +147,7 @@ def start_entry(out: Path, names: list[str], dest: Path) -> None:
     from msopt.cli.calibrate import measurements_from_run
     from msopt.sim import load_hardware
     from msopt.sim.calibrate import mape, simulate_measurements
-    from msopt.sim.specs import hardware_toml
+    from msopt.sim.catalog_load import hardware_toml
 
     rows = [m for name in names for m in measurements_from_run(out / name, "vllm")[0]]
     base = dataclasses.replace(load_hardware("cpu-x86"), engine_overrides={})

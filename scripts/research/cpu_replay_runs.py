@@ -13,9 +13,10 @@ after each, and the repeats of ``w0-on`` and ``w2-on`` are the noise the held-ou
     python scripts/research/cpu_replay_runs.py --out DIR --score         # fit on the fit rows, score the others
 
 ``--score`` measures nothing: it simulates every measured replay on the catalog's ``cpu-x86`` (the entry as
-shipped), fits it to the ``fit`` rows twice (as the in-run refit does, ``[search] refit``: one round from the
-catalog entry; and as ``msopt calibrate`` does, three rounds), and prints, per row and per role, the error of
-mean TTFT and output tok/s against the spread of the real repeats, and the hit counts.
+shipped) and on that entry fitted to the ``fit`` rows: by the run's correction (``[search] correct``, two time
+scales), by the correction and then one refit round (what a real run does), by one refit round alone
+(``[search] refit``), and by three rounds (``msopt calibrate --rounds 3``). It prints, per row and per role,
+the error of mean TTFT and output tok/s against the spread of the real repeats, and the hit counts.
 
 Needs a quiet machine: one vLLM start (~1 min, 3.4 GB) and about half a minute of replay per row.
 """
@@ -138,17 +139,23 @@ def spread(values: Sequence[float]) -> float:
 def score(out: Path) -> str:
     """The markdown table of every measured replay against the simulator before and after the fits."""
     from msopt.sim.calibrate import fit_hardware, simulate_measurements
-    from msopt.sim.specs import load_hardware
+    from msopt.sim.catalog_load import load_hardware
+    from msopt.sim.correct import correct_hardware
 
     rows = [json.loads((out / f"{n}.json").read_text(encoding="utf-8")) for n in REPLAYS
             if (out / f"{n}.json").is_file()]
     meas = measurements(rows)
     fit_rows = [m for m, r in zip(meas, rows) if r["role"] == "fit"]
     catalog = load_hardware(SIM_HARDWARE)
+    corrected = correct_hardware(fit_rows, catalog)
+    run_entry = corrected.hardware if corrected.better else catalog
     refit = fit_hardware(fit_rows, catalog, rounds=1).hardware
+    # what a real run does: the correction ([search] correct), then one refit round toward the entry in use
+    run = fit_hardware(fit_rows, run_entry, rounds=1).hardware
     calibrated = fit_hardware(fit_rows, catalog, rounds=3).hardware
     sims = {name: simulate_measurements(meas, hw) for name, hw in
-            (("catalog", catalog), ("refit", refit), ("calibrated", calibrated))}
+            (("catalog", catalog), ("corrected", run_entry), ("corrected+refit", run), ("refit", refit),
+             ("calibrated", calibrated))}
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         base = r["role"].removeprefix("repeat of ") if r["role"].startswith("repeat of ") else r["name"]
@@ -176,7 +183,9 @@ def score(out: Path) -> str:
     lines += ["", "Noise of the real repeats (largest deviation from their mean): "
               + "; ".join(f"{k} ({len(groups[k])} runs): TTFT {a:.1%}, tok/s {b:.1%}" for k, (a, b) in noise.items())
               + "."]
-    for k, hw in (("refit", refit), ("calibrated", calibrated)):
+    lines.append(f"corrected: frontend x{corrected.scales.get('frontend', 1.0):.2f}, engine "
+                 f"x{corrected.scales.get('engine', 1.0):.2f} (used: {corrected.better})")
+    for k, hw in (("refit", refit), ("corrected+refit", run), ("calibrated", calibrated)):
         lines.append(f"{k}: " + ", ".join(f"{a} {getattr(hw, a):g}" for a in (
             "compute_eff", "memory_eff", "step_overhead_ms", "per_seq_overhead_us", "frontend_ms_per_req",
             "frontend_us_per_output_token") if hasattr(hw, a)) + f"; vllm {hw.engine_overrides.get('vllm', {})}")

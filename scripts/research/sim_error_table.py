@@ -44,8 +44,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from msopt.sim import load_hardware, load_model  # noqa: E402
 from msopt.sim.calibrate import (  # noqa: E402
-    DEFAULT_LAUNCH_RULE,
-    LAUNCH_RULES,
     PROMPTS_PER_SLOT,
     Measurement,
     fit_hardware,
@@ -54,9 +52,10 @@ from msopt.sim.calibrate import (  # noqa: E402
     on_hardware,
     simulate_measurements,
 )
+from msopt.sim.catalog_types import Hardware  # noqa: E402
+from msopt.sim.launch_rules import DEFAULT_LAUNCH_RULE, LAUNCH_RULES  # noqa: E402
 from msopt.sim.perf import StepCost  # noqa: E402
 from msopt.sim.personality import resolved  # noqa: E402
-from msopt.sim.spec_types import Hardware  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[2] / "tests" / "data"  # copies of the reference CSVs
 FILES = {"vllm": "vllm_measured_qwen3_32b_h100.csv", "sglang": "sglang_measured_qwen3_32b_h100.csv"}

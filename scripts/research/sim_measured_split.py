@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from msopt.sim.calibrate import Measurement, fit_hardware, group_errors, simulate_measurements  # noqa: E402
+from msopt.sim.catalog_load import hardware_toml, load_hardware  # noqa: E402
+from msopt.sim.catalog_types import Hardware  # noqa: E402
 from msopt.sim.measured import load_measured_csv  # noqa: E402
-from msopt.sim.spec_types import Hardware  # noqa: E402
-from msopt.sim.specs import hardware_toml, load_hardware  # noqa: E402
 
 FILES = ("sglang_ascend_best_practice", "vllm_ascend_docs", "surajssd_llm_k8s_llama33_70b_a100",
          "sglang_benchmark_dsv3_h200")

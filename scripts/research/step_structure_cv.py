@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from msopt.sim import load_hardware, load_model  # noqa: E402
 from msopt.sim.calibrate import Measurement, load_measurements_csv, mape, simulate_measurements  # noqa: E402
+from msopt.sim.catalog_types import Hardware  # noqa: E402
 from msopt.sim.moe import MoeCost  # noqa: E402
-from msopt.sim.spec_types import Hardware  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)

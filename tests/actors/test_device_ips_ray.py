@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_node_agents_read_their_own_physical_npus(ray_session, tmp_path: Path) -> None:
     from actors.nodes import NodeAgent
     from msopt.engines import get_engine
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     tool = tmp_path / "hccn_tool"
     tool.write_text(FAKE_HCCN.format(python=sys.executable))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from msopt.engines import LaunchSpec
-from msopt.engines.process import free_port, start_process, wait_ready
+from msopt.launch.ports import free_port
+from msopt.launch.process import start_process, wait_ready
 
 
 @pytest.fixture(scope="module")

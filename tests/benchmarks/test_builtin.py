@@ -21,9 +21,9 @@ from msopt.benchmarks.builtin import (
     synthetic_prompts,
 )
 from msopt.engines import LaunchSpec
-from msopt.engines.process import free_port
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.results import METRICS
+from msopt.launch.ports import free_port
 from msopt.metrics import PERCENTILES
 
 

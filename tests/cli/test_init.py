@@ -274,6 +274,6 @@ def test_a_model_directory_named_as_a_catalog_model(tmp_path, monkeypatch, capsy
     out = tmp_path / "init.toml"
     assert main(["init", "--engine", "vllm", "--model", "qwen3-32b/", "--devices", "8", "-o", str(out)]) == 0
     assert f'model = "{d}"' in out.read_text()
-    from msopt.sim.specs import read_config_model
+    from msopt.sim.catalog_load import read_config_model
     assert read_config_model("qwen3-32b").catalog == "qwen3-32b"  # the directory, matched to the catalog model
     assert main(["simulate", "-c", str(out)]) == 0

@@ -101,7 +101,7 @@ def test_a_server_that_dies_before_ready_says_why_in_the_plain_line_and_the_jour
 @pytest.mark.slow  # a run through sim-serve
 def test_every_server_port_comes_from_cluster_ports(tmp_path):
     """Issue 25, bug 9: [cluster] ports confines the ports msopt picks (here two trials at once)."""
-    from msopt.engines.process import free_port
+    from msopt.launch.ports import free_port
 
     base = free_port()
     lo, hi = (base, base + 49) if base + 49 <= 65535 else (base - 49, base)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, parse_ids, workers
 from msopt.errors import RefusedError
+from msopt.launch.render import LaunchSpec
 
 
 def spec(*flags: str) -> LaunchSpec:

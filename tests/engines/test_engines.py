@@ -12,9 +12,9 @@ import pytest
 
 from msopt.benchmarks import get_benchmark
 from msopt.engines import ENGINES, EngineAdapter, LaunchSpec, get_engine
-from msopt.engines.launch import format_value, substitute
 from msopt.engines.mindie.config_doc import CLEARED_ENV
 from msopt.errors import ConfigError, EvaluationError, RegistryError
+from msopt.launch.render import format_value, substitute
 from msopt.space.fields import FieldDecl, parse_field
 
 PRINT_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
@@ -351,7 +351,7 @@ def test_mindie_starts_from_the_backup_a_dead_run_left(tmp_path):
     import json as _json
 
     from msopt.engines import get_engine
-    from msopt.engines.process import BACKUP_SUFFIX, staged_files
+    from msopt.launch.files import BACKUP_SUFFIX, staged_files
     from msopt.space import parse_field
 
     cfg = tmp_path / "config.json"

@@ -84,7 +84,7 @@ def test_the_deepseek_v3_atlas_a2_config_renders_no_range_variables() -> None:
     settings = load_settings(ROOT / "configs" / "deepseek_v3_atlas_multinode.toml")
     config = settings.config
     runner = SimRunner(config, get_engine(config.engine.name), RunnerContext())
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     nodes = (TrialNode(0, "10.0.0.1", tuple(str(i) for i in range(8))),
              TrialNode(1, "10.0.0.2", tuple(str(i) for i in range(8))))
@@ -107,8 +107,8 @@ def test_an_inherited_range_is_unset_where_cann_forbids_it(tmp_path: Path, monke
     DeepSeek-V3 Atlas A2 trial removes both from the environment its server inherits, a dense model on A3
     keeps the variables msopt sets, and validate says what becomes of the inherited ones."""
     from msopt.cli.main import main
-    from msopt.engines.launch import TrialNode
-    from msopt.engines.process import start_process
+    from msopt.launch.process import start_process
+    from msopt.launch.render import TrialNode
     from msopt.space import SearchSpace
 
     monkeypatch.setenv(HOST_RANGE, "40000-40031")

@@ -11,8 +11,8 @@ import msopt.engines.mindie as mindie_mod
 from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.engines.hccl import hccl_env, in_force, lease_blocks
-from msopt.engines.process import PortLease
 from msopt.errors import EvaluationError
+from msopt.launch.ports import PortLease
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
 
@@ -88,8 +88,8 @@ def test_two_trials_on_one_node_each_have_their_own_config_hccl_blocks_and_maste
     MASTER_PORT even on one node), rendered as the real path renders them, with ports from two leases."""
     import json
 
-    from msopt.engines.launch import TrialNode
     from msopt.engines.rules import ModelFacts, check_rules
+    from msopt.launch.render import TrialNode
 
     doc = json.loads(TEMPLATE.read_text())
     doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0].update(backendType="torch", tp=4)
@@ -132,7 +132,7 @@ def test_two_sglang_trials_on_ascend_get_disjoint_blocks() -> None:
 def test_sglang_on_ascend_multi_node_and_pd_instances_follow_their_own_devices() -> None:
     """Issue 51 item 5: every node of a multi-node SGLang trial, and every PD instance, takes the block of
     its own first device (msopt/engines/hccl.py)."""
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     engine = get_engine("sglang")
     nodes = [TrialNode(0, "10.0.0.1", ("0", "1")), TrialNode(1, "10.0.0.2", ("2", "3"))]

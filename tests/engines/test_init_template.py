@@ -12,7 +12,7 @@ from msopt.engines import get_engine
 from msopt.engines.base import EngineAdapter
 from msopt.engines.init_doc import InitChoice, InitContext, InitDoc, Machine, TraceWorkload
 from msopt.errors import ConfigError
-from msopt.sim.specs import load_model
+from msopt.sim.catalog_load import load_model
 
 BUILT_IN = ("vllm", "sglang", "mindie")
 

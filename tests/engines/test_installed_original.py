@@ -21,9 +21,9 @@ import msopt.engines.mindie as mindie_mod
 from msopt.cli.main import main
 from msopt.config import load_settings
 from msopt.engines.installed import installed_changes
-from msopt.engines.launch import LaunchSpec
 from msopt.engines.mindie.rules import RULES
 from msopt.engines.rules import Candidate, broken_rule
+from msopt.launch.render import LaunchSpec
 from tests.support.shared_data import MINDIE_SHIPPED, ORIGINAL_CONFIG, shared
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")
@@ -287,7 +287,7 @@ def test_inherited_container_ip_and_rank_table_are_cleared_per_trial(tmp_path: P
     even on one node (atb_llm/utils/env.py:74, default ""); MindIE's manual: "单机推理建议取消该环境变量"
     (prefill_decode_mixed_deployment.md:337). A one-node trial sets them empty, [mindie.env] wins, a trial over
     nodes sets them per node, and validate says so."""
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     monkeypatch.setenv("MIES_CONTAINER_IP", "10.9.9.9")
     monkeypatch.setenv("RANK_TABLE_FILE", "/etc/old_rank_table.json")

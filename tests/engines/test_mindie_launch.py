@@ -17,11 +17,12 @@ import pytest
 
 from msopt.engines import get_engine
 from msopt.engines import mindie as mindie_mod
-from msopt.engines.launch import TrialNode
 from msopt.engines.mindie.install import find_install
-from msopt.engines.process import free_port, launched
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.health import HealthCheck
+from msopt.launch.ports import free_port
+from msopt.launch.process import launched
+from msopt.launch.render import TrialNode
 from msopt.space.fields import parse_field
 from tests.support.shared_data import MINDIE_SHIPPED, shared
 

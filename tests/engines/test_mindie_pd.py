@@ -14,7 +14,6 @@ from msopt.cli.main import main
 from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.engines.hccl import HOST_RANGE, IF_BASE
-from msopt.engines.launch import TrialNode
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.engines.mindie.pd import REAL_LAUNCH_REFUSED, rate_problem
 from msopt.engines.pd import without_pd
@@ -23,6 +22,7 @@ from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
 from msopt.evaluate.simulated import SimRunner, render_pd_trial
+from msopt.launch.render import TrialNode
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "mindie_pd_atlas_a2.toml"

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from msopt.engines.mindie.serve import config_path, listeners
-from msopt.engines.process import free_port, start_process
+from msopt.launch.ports import free_port
+from msopt.launch.process import start_process
 
 
 def test_mindie_stand_in_groups_its_http_servers_as_mindie_does() -> None:

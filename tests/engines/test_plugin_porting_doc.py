@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from msopt.benchmarks.base import BENCHMARKS, BenchmarkAdapter
-from msopt.engines import launch as engine_launch
 from msopt.engines.base import ENGINES, EngineAdapter
+from msopt.launch import render as engine_launch
 
 DOC = Path(__file__).parents[2] / "docs" / "migrating.md"
 

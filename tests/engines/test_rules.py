@@ -253,7 +253,7 @@ def test_mindie_schedule_ranges(schedule: dict, expected: str | None, message: s
 
 def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
     from msopt.engines import get_engine
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     spec = mindie_schedule({})
     spec.files["config.json"]["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["backendType"] = "torch"
@@ -316,7 +316,7 @@ def test_mindie_atb_pipeline_parallel_leases_its_master_port(tmp_path) -> None:
     """Issue 51 item 10: ATB with pp > 1 starts gloo over tcp://MASTER_IP:MASTER_PORT (atb_llm/utils/mapping.py:
     263-276, Mapping.update_pp), so two trials on one node need a MASTER_PORT each: the rendezvous port of their
     lease, and the node's own address as MASTER_IP."""
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     conf = tmp_path / "config.json"
     doc = json.loads(shared(MINDIE_SHIPPED).read_text())

@@ -15,13 +15,13 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.launch import LaunchSpec
-from msopt.engines.process import BACKUP_SUFFIX
 from msopt.errors import EvaluationError
 from msopt.evaluate.backup import write_backup
 from msopt.evaluate.real import RealRunner
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
+from msopt.launch.files import BACKUP_SUFFIX
+from msopt.launch.render import LaunchSpec
 
 TEMPLATE = Path(__file__).parents[2] / "msopt" / "engines" / "mindie" / "config.json"
 

@@ -16,8 +16,9 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.process import _alive, free_port, group_members, start_process, wait_ready
 from msopt.evaluate.results import METRICS
+from msopt.launch.ports import free_port
+from msopt.launch.process import _alive, group_members, start_process, wait_ready
 from msopt.metrics import PERCENTILES, SENT
 from msopt.sim.serve import ARGV_FILE_ENV
 from msopt.space import DecodeContext, SearchSpace

@@ -14,8 +14,8 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import LaunchSpec
 from msopt.sim.simulator import simulate_disaggregated
 from tests.support.procs import recorded, started, survivors
 
@@ -97,7 +97,7 @@ def test_optimize_simulates_the_pd_example(tmp_path):
 
 
 def test_pd_instances_never_span_nodes():
-    from msopt.engines.launch import TrialNode
+    from msopt.launch.render import TrialNode
 
     s = _settings()
     nodes = tuple(TrialNode(r, f"10.0.0.{r + 1}", tuple(str(d) for d in range(8))) for r in range(2))

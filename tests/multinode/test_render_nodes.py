@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from msopt.engines import get_engine
-from msopt.engines.launch import TrialNode
-from msopt.engines.process import free_port, start_process, wait_ready
 from msopt.errors import EvaluationError
+from msopt.launch.ports import free_port
+from msopt.launch.process import start_process, wait_ready
+from msopt.launch.render import TrialNode
 from msopt.sim.rendezvous import instance_key, placement
 from msopt.space.fields import FieldDecl
 

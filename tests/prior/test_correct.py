@@ -1,5 +1,5 @@
 """The run corrects its simulator from its own measured launches, and says that it did (issue 52 item 9,
-issue 49 part 2 item 2): msopt.sim.calibrate.correct_hardware, SimulatorPrior.correct, and runs on an engine
+issue 49 part 2 item 2): msopt.sim.correct.correct_hardware, SimulatorPrior.correct, and runs on an engine
 whose measurements are a simulation on a deliberately different hardware entry."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore
 from msopt.sim import load_hardware
-from msopt.sim.calibrate import correct_hardware, scale_hardware
-from msopt.sim.specs import hardware_toml
+from msopt.sim.catalog_load import hardware_toml
+from msopt.sim.correct import correct_hardware, scale_hardware
 from msopt.space import SearchSpace
 from tests.prior.test_simulator import CFG
 

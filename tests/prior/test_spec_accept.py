@@ -69,7 +69,7 @@ MEASURED = {"time_to_first_token": 0.05, "time_per_output_token": 0.01, "generat
 
 def test_a_measured_acceptance_length_replaces_the_assumed_and_the_given_one(tmp_path: Path) -> None:
     from msopt.engines.vllm.knobs import knobs_vllm
-    from msopt.sim.spec import chain_accept_len, chain_accept_rate
+    from msopt.sim.speculative import chain_accept_len, chain_accept_rate
 
     settings = settings_of(tmp_path, "spec_accept_len = 3.5")
     space = SearchSpace.from_settings(settings)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
-from msopt.engines.process import free_port, start_process
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
 from msopt.errors import RefusedError
+from msopt.launch.ports import free_port
+from msopt.launch.process import start_process
+from msopt.launch.render import LaunchSpec
 from tests.real_engine.conftest import VllmCpu
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]

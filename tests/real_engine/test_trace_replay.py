@@ -18,7 +18,8 @@ import pytest
 
 from msopt.benchmarks import get_benchmark
 from msopt.engines import LaunchSpec
-from msopt.engines.process import free_port, start_process, wait_ready
+from msopt.launch.ports import free_port
+from msopt.launch.process import start_process, wait_ready
 from msopt.workload.replay import open_window
 from tests.real_engine.conftest import VllmCpu
 

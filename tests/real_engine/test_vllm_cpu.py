@@ -188,6 +188,6 @@ def test_the_real_engine_logs_are_classified_as_msopt_says(tmp_path: Path, vllm_
 
 
 def free_port() -> int:
-    from msopt.engines.process import free_port as msopt_free_port
+    from msopt.launch.ports import free_port as msopt_free_port
 
     return msopt_free_port()

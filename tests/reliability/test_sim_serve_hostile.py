@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.process import free_port, start_process, wait_ready
+from msopt.launch.ports import free_port
+from msopt.launch.process import start_process, wait_ready
 from msopt.sim.serve import _read_body
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

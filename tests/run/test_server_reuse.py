@@ -20,10 +20,10 @@ from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.builtin import synthetic_prompts
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.launch import LaunchSpec
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import server_key
+from msopt.launch.render import LaunchSpec
 from msopt.run.pool import InProcessPool, route
 from msopt.space import SearchSpace
 from tests.support.procs import recorded, started, survivors

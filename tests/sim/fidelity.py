@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from msopt.sim import Hardware, ModelSpec, load_hardware, load_model, simulate
-from msopt.sim.calibrate import LAUNCH_RULES, row_knobs
+from msopt.sim.launch_rules import LAUNCH_RULES, row_knobs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_measured_qwen3_32b_h100.csv"
 #: requests per row = PROMPTS_PER_SLOT x concurrency, as msopt.sim.calibrate simulates a row
@@ -22,10 +22,10 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_measured_qwen3_32b_h
 PROMPTS_PER_SLOT = 10
 #: relative spread of output lengths (uniform +-); 0: exactly the fixed lengths that were
 #: measured. The runs were launched with the flags aiconfigurator's generator sets
-#: (msopt.sim.calibrate.LAUNCH_RULES["aiconfigurator"]), and with those flags fixed lengths
+#: (msopt.sim.launch_rules.LAUNCH_RULES["aiconfigurator"]), and with those flags fixed lengths
 #: need no spread; a spread can still be given to see its effect.
 OUTPUT_SPREAD = 0.0
-#: how the rows' servers were launched (a msopt.sim.calibrate.LAUNCH_RULES name)
+#: how the rows' servers were launched (a msopt.sim.launch_rules.LAUNCH_RULES name)
 LAUNCH_RULE = "aiconfigurator"
 
 

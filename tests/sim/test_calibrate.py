@@ -13,15 +13,9 @@ import pytest
 from msopt.cli.main import main
 from msopt.errors import ConfigError
 from msopt.sim import EngineKnobs, load_hardware, simulate
-from msopt.sim.calibrate import (
-    LAUNCH_RULES,
-    Measurement,
-    fit_hardware,
-    load_measurements_csv,
-    mape,
-    simulate_measurements,
-)
-from msopt.sim.specs import hardware_toml
+from msopt.sim.calibrate import Measurement, fit_hardware, load_measurements_csv, mape, simulate_measurements
+from msopt.sim.catalog_load import hardware_toml
+from msopt.sim.launch_rules import LAUNCH_RULES
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data"
 SGLANG_CSV = REFERENCE / "sglang_measured_qwen3_32b_h100.csv"

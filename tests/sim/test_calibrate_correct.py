@@ -1,4 +1,4 @@
-"""msopt.sim.calibrate.correct_hardware on trace replays (issue 52 item 9): the CPU entry corrected to replays
+"""msopt.sim.correct.correct_hardware on trace replays (issue 52 item 9): the CPU entry corrected to replays
 measured on a faster host, with TPOT unpublished, as scripts/research/cpu_replay_runs.py's rows are."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
+from msopt.launch.render import LaunchSpec
 from msopt.sim import load_hardware
-from msopt.sim.calibrate import Measurement, correct_hardware, scale_hardware, simulate_measurements
+from msopt.sim.calibrate import Measurement, simulate_measurements
+from msopt.sim.correct import correct_hardware, scale_hardware
 from msopt.sim.personality import knobs_from_launch
 
 

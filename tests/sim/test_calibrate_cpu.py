@@ -18,7 +18,7 @@ from msopt.cli.calibrate import measurements_from_run
 from msopt.cli.main import main
 from msopt.sim import load_hardware
 from msopt.sim.calibrate import mape, simulate_measurements
-from msopt.sim.specs import hardware_toml
+from msopt.sim.catalog_load import hardware_toml
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "vllm_cpu_runs"
 FIT = ("c01", "c03", "c05", "c07", "c09")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from msopt.sim.catalog_load import hardware_toml, load_hardware
 from msopt.sim.detect import (
     Detected,
     detect_devices,
@@ -16,7 +17,6 @@ from msopt.sim.detect import (
     parse_npu_smi,
     parse_nvidia_smi,
 )
-from msopt.sim.specs import hardware_toml, load_hardware
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hardware"
 

@@ -10,7 +10,7 @@ from msopt.sim.calibrate import mape as mape_of
 from tests.sim.fidelity import DATA, load_rows, mape, simulate_rows
 
 # the figures reached are in docs/simulator.md; the targets are 30 / 15 / 15 %. Every row
-# is launched with the flags aiconfigurator's generator set (msopt.sim.calibrate.LAUNCH_RULES),
+# is launched with the flags aiconfigurator's generator set (msopt.sim.launch_rules.LAUNCH_RULES),
 # fixed lengths, 10 x concurrency requests: 15.0 / 6.3 / 6.0 % (python -m tests.sim.fidelity).
 TTFT_MAPE = 0.20
 TPOT_MAPE = 0.08

@@ -9,7 +9,7 @@ import pytest
 
 from msopt.errors import ConfigError
 from msopt.sim import EngineKnobs, load_hardware, simulate
-from msopt.sim.specs import hardware_toml
+from msopt.sim.catalog_load import hardware_toml
 
 LOAD = {"input_len": 128, "output_len": 32, "num_prompts": 64, "concurrency": 16}
 

@@ -12,8 +12,8 @@ import json
 import pytest
 
 from msopt.errors import ConfigError
+from msopt.sim.catalog_load import load_model, read_config_model
 from msopt.sim.hf_config import model_from_config, weight_dtype_of
-from msopt.sim.specs import load_model, read_config_model
 
 LLAMA_70B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
              "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
+from msopt.launch.render import LaunchSpec
+from msopt.sim.catalog_load import load_model, match_catalog
 from msopt.sim.hf_config import architecture, model_from_config
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost, plan_memory
 from msopt.sim.simulator import simulate_launch
-from msopt.sim.specs import load_model, match_catalog
 
 #: Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (the keys the simulator reads)
 CONFIG = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "decoder_sparse_step": 1,
@@ -53,7 +53,7 @@ def test_hybrid_attention_shrinks_kv_and_the_decode_cost_per_context_token() -> 
     read per context token, and each running request pays its state's read and write once per step."""
     hybrid = load_model("qwen3-next-80b-a3b")
     dense = replace(hybrid, full_attention_interval=0)
-    from msopt.sim.specs import load_hardware
+    from msopt.sim.catalog_load import load_hardware
 
     hw = load_hardware("atlas-800i-a3")
     knobs = EngineKnobs(engine="sglang", tp=4, max_num_seqs=80, max_num_batched_tokens=8192, memory_fraction=0.8,

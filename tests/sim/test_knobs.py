@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
+from msopt.launch.render import LaunchSpec
 from msopt.sim import EngineKnobs, benchmark_overrides, knobs_from_launch
 from msopt.sim.personality import resolved
 

@@ -13,8 +13,8 @@ import pytest
 from msopt.cli.main import main
 from msopt.errors import ConfigError
 from msopt.sim.calibrate import group_errors, simulate_measurements, spearman
+from msopt.sim.catalog_load import load_hardware
 from msopt.sim.measured import SCHEMA_COLUMNS, load_measured_csv, spec_of, weight_dtype_of
-from msopt.sim.specs import load_hardware
 
 MEASURED = Path(__file__).resolve().parents[2].parent / "shared" / "measured"
 needs_measured = pytest.mark.skipif(not MEASURED.is_dir(), reason=f"{MEASURED} (the shared measurements) is absent")

@@ -9,7 +9,7 @@ import pytest
 
 from msopt.errors import ConfigError
 from msopt.sim.calibrate import load_measurements_csv
-from msopt.sim.specs import load_model
+from msopt.sim.catalog_load import load_model
 from tests.sim.test_hf_config import LLAMA_70B
 
 HEADER = "model,hardware,engine,weight_dtype,input_len,output_len,concurrency,tp,pp,ttft_ms,tpot_ms\n"

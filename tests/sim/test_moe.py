@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
+from msopt.launch.render import LaunchSpec
 from msopt.sim import EngineKnobs, knobs_from_launch
+from msopt.sim.catalog_load import load_model
 from msopt.sim.moe import MoeLayout, layout_of, layout_problem
 from msopt.sim.simulator import simulate
-from msopt.sim.specs import load_model
 
 WL = {"input_len": 512, "output_len": 128, "num_prompts": 96, "concurrency": 32}
 
@@ -94,8 +94,8 @@ def test_tp_beyond_a_node_needs_a_multi_node_instance():
 def test_decode_reads_fewer_expert_weights_with_a_small_batch():
     """A batch of one touches 8 of 256 experts per layer: decode is far faster than reading all
     expert weights; a large batch touches nearly all of them."""
+    from msopt.sim.catalog_load import load_hardware
     from msopt.sim.moe import MoeCost
-    from msopt.sim.specs import load_hardware
 
     hw = load_hardware("h200-sxm")
     cost = MoeCost(hw, load_model("deepseek-v3"), MoeLayout(1, 8, 8, 1), 1, "fp8")

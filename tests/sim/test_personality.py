@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from msopt.engines.base import sim_personality_of
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import SimulationError
+from msopt.launch.render import LaunchSpec
 from msopt.sim.personality import PERSONALITIES, MeasuredLayout, Personality, get_personality, knobs_from_launch
 
 ROOT = Path(__file__).resolve().parents[2]

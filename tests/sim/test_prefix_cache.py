@@ -1,4 +1,4 @@
-"""The simulator's prefix cache (msopt.sim.engine._PrefixCache): without shared prefixes the traces
+"""The simulator's prefix cache (msopt.sim.prefix_cache.PrefixCache): without shared prefixes the traces
 stay bit-identical to the scheduler without a cache; shared prefixes skip prefill; LRU eviction
 under KV pressure; the engine's personality and flags decide; a trace without hash ids gets no hits."""
 

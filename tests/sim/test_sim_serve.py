@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.process import _alive, free_port, start_process, wait_ready
+from msopt.launch.ports import free_port
+from msopt.launch.process import _alive, start_process, wait_ready
 from msopt.sim.serve import _pace, parse_options
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -46,7 +47,7 @@ def test_pace_follows_the_simulator() -> None:
 
 
 def test_pace_matches_the_embedded_simulator_at_batch_one() -> None:
-    from msopt.engines.launch import LaunchSpec
+    from msopt.launch.render import LaunchSpec
     from msopt.sim import knobs_from_launch, simulate
 
     argv = ["Qwen/Qwen3-8B", "--tensor-parallel-size", "2", "--max-num-seqs", "8"]

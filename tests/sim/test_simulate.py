@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import ConfigError
+from msopt.launch.render import LaunchSpec
 from msopt.sim import EngineKnobs, simulate, simulate_launch
 from msopt.sim.personality import resolved
 

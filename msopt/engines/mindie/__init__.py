@@ -22,19 +22,6 @@ from msopt.engines.base import ENGINES, EngineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
-from msopt.engines.launch import (
-    LaunchSpec,
-    TrialNode,
-    command_str,
-    command_table,
-    env_fields,
-    executable,
-    split_others,
-    substitute,
-    valid_port,
-    value_of,
-    wait_start_time,
-)
 from msopt.engines.mindie.config_doc import (
     CLEARED_ENV,
     DEVICE_IDS,
@@ -78,6 +65,19 @@ from msopt.engines.mindie.rules import RULES as MINDIE_RULES
 from msopt.engines.mindie.template import write_init as write_mindie_init
 from msopt.engines.pd import ROLES, PdLaunch, check_fields, role_fields, without_pd
 from msopt.errors import ConfigError
+from msopt.launch.render import (
+    LaunchSpec,
+    TrialNode,
+    command_str,
+    command_table,
+    env_fields,
+    executable,
+    split_others,
+    substitute,
+    valid_port,
+    value_of,
+    wait_start_time,
+)
 from msopt.space.fields import FieldDecl
 
 if TYPE_CHECKING:

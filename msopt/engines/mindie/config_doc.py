@@ -10,12 +10,12 @@ from types import MappingProxyType
 from typing import Any
 
 from msopt.checks import is_int, is_number
-from msopt.engines.launch import UNPLACED
 from msopt.engines.mindie.install import (
     installed_config,
 )
-from msopt.engines.process import BACKUP_SUFFIX
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.files import BACKUP_SUFFIX
+from msopt.launch.render import UNPLACED
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 

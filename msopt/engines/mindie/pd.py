@@ -44,7 +44,6 @@ from typing import Any
 
 from msopt.checks import is_int
 from msopt.engines.base import EngineAdapter
-from msopt.engines.launch import LaunchSpec, TrialNode, command_str, executable
 from msopt.engines.mindie.config_doc import (
     DEVICE_IDS,
     HOST_PATH,
@@ -60,6 +59,7 @@ from msopt.engines.mindie.config_doc import (
 from msopt.engines.mindie.rank_table import device_ip_table
 from msopt.engines.pd import PdLaunch, count, pd_table, role_fields, without_pd
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import LaunchSpec, TrialNode, command_str, executable
 from msopt.space.fields import FieldDecl
 
 #: The one line a real MindIE PD run gets (the launch that needs hardware msopt cannot drive).

@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 from msopt.engines.mindie.knobs import knobs_mindie
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import Personality
-from msopt.sim.spec_types import ModelSpec
 
 #: MindIE's ``ModelDeployConfig.maxSeqLen`` when config.json leaves it out.
 _MINDIE_DEFAULT_MAX_SEQ_LEN = 2560

@@ -7,8 +7,8 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.engines.launch import TrialNode
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import TrialNode
 
 
 def device_ip_table(device_ips: Any, where: str = "[mindie] device_ips") -> dict[str, dict[str, str]]:

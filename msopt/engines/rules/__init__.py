@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msopt.engines.launch import LaunchSpec
 from msopt.errors import RefusedError
+from msopt.launch.render import LaunchSpec
 from msopt.space.fields import FieldDecl
 
 
@@ -46,7 +46,7 @@ class ModelFacts:
 
     @classmethod
     def of_spec(cls, spec: Any) -> ModelFacts:
-        """The facts of a simulator catalog entry (:class:`msopt.sim.specs.ModelSpec`)."""
+        """The facts of a simulator catalog entry (:class:`msopt.sim.catalog_load.ModelSpec`)."""
         return cls(spec.heads, spec.max_position, getattr(spec, "model_type", "") or None,
                    getattr(spec, "mtp_layers", 0) or None)
 

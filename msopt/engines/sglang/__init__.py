@@ -22,7 +22,6 @@ from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
-from msopt.engines.launch import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.engines.pd import (
     ROLES,
     PdLaunch,
@@ -38,6 +37,7 @@ from msopt.engines.sglang.health import SGLANG_SOURCES
 from msopt.engines.sglang.rules import RULES as SGLANG_RULES
 from msopt.engines.sglang.template import write_init as write_sglang_init
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.space.fields import FieldDecl
 
 #: ``[sglang] platform``: "cuda" (default) or "ascend" (SGLang's NPU backend)

@@ -122,32 +122,34 @@ def _sglang_speculative(kw: dict[str, Any]) -> None:
     kw["mixed_batch"] = False
 
 
-def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
-    """SGLang's knobs from its command line."""
-    kw: dict[str, Any] = {"engine": "sglang", "mixed_batch": False}  # page size: the platform's (personality)
-    ignored: list[str] = []
-    for flag, value in split_argv(argv):
-        if flag in _SGLANG_INT:
-            kw[_SGLANG_INT[flag]] = as_int(flag, value)
-        elif flag == "--mem-fraction-static":
-            kw["memory_fraction"] = as_float(flag, value)
-        elif flag == "--enable-mixed-chunk":
-            kw["mixed_batch"] = as_bool(flag, value)
-        elif flag == "--enable-dp-attention":
-            kw["dp_attention"] = as_bool(flag, value)
-        elif flag in ("--attn-dp-size", "--attention-data-parallel-size"):
-            kw["attn_dp"] = as_int(flag, value)  # sglang 0.5.23's spelling of --dp-size N --enable-dp-attention
-        elif flag in ("--node-rank", "--dist-init-addr"):
-            pass  # where this process sits in a multi-node instance: the instance is simulated whole
-        elif flag == "--speculative-algorithm":
-            kw["spec_algorithm"] = str(value or "").upper()
-        elif flag == "--disable-radix-cache":  # sglang 0.5.23 srt/arg_groups/fields/memory.py:64-70
-            kw["prefix_caching"] = not as_bool(flag, value)
-        elif flag in _SGLANG_SPEC:
-            kw[_SGLANG_SPEC[flag]] = as_int(flag, value)
-        elif flag not in ignored:
-            ignored.append(flag)
-    _sglang_speculative(kw)
+def _read_flag(kw: dict[str, Any], flag: str, value: Any) -> bool:
+    """Put what ``flag`` says into ``kw``; False for a flag the simulator does not model."""
+    if flag in _SGLANG_INT:
+        kw[_SGLANG_INT[flag]] = as_int(flag, value)
+    elif flag == "--mem-fraction-static":
+        kw["memory_fraction"] = as_float(flag, value)
+    elif flag == "--enable-mixed-chunk":
+        kw["mixed_batch"] = as_bool(flag, value)
+    elif flag == "--enable-dp-attention":
+        kw["dp_attention"] = as_bool(flag, value)
+    elif flag in ("--attn-dp-size", "--attention-data-parallel-size"):
+        kw["attn_dp"] = as_int(flag, value)  # sglang 0.5.23's spelling of --dp-size N --enable-dp-attention
+    elif flag in ("--node-rank", "--dist-init-addr"):
+        pass  # where this process sits in a multi-node instance: the instance is simulated whole
+    elif flag == "--speculative-algorithm":
+        kw["spec_algorithm"] = str(value or "").upper()
+    elif flag == "--disable-radix-cache":  # sglang 0.5.23 srt/arg_groups/fields/memory.py:64-70
+        kw["prefix_caching"] = not as_bool(flag, value)
+    elif flag in _SGLANG_SPEC:
+        kw[_SGLANG_SPEC[flag]] = as_int(flag, value)
+    else:
+        return False
+    return True
+
+
+def _sglang_attention_dp(kw: dict[str, Any]) -> None:
+    """DP attention: ``--attn-dp-size N`` as ``--dp-size N --enable-dp-attention``, and with it each
+    attention rank's share of ``--tp-size``."""
     attn_dp = kw.pop("attn_dp", 1)
     if attn_dp > 1:
         if kw.get("dp", 1) > 1:
@@ -162,6 +164,17 @@ def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
             raise SimulationError(f"--tp-size {world} is not divisible by --dp-size {dp}: with "
                                   "--enable-dp-attention each attention rank holds tp/dp devices")
         kw["tp"] = world // dp
+
+
+def knobs_sglang(argv: Sequence[str]) -> EngineKnobs:
+    """SGLang's knobs from its command line."""
+    kw: dict[str, Any] = {"engine": "sglang", "mixed_batch": False}  # page size: the platform's (personality)
+    ignored: list[str] = []
+    for flag, value in split_argv(argv):
+        if not _read_flag(kw, flag, value) and flag not in ignored:
+            ignored.append(flag)
+    _sglang_speculative(kw)
+    _sglang_attention_dp(kw)
     if kw.get("max_num_batched_tokens", 0) == -1:  # SGLang: -1 disables chunking
         # no chunk bound: --max-prefill-tokens bounds a prefill batch, and a prompt longer than it
         # runs alone (PrefillAdder admits a batch's first request whole: sglang 0.5.23

@@ -39,7 +39,15 @@ from msopt.engines.cmdline import CommandLineAdapter
 from msopt.engines.hccl import check_section as check_hccl
 from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
-from msopt.engines.launch import (
+from msopt.engines.vllm.crash import VLLM_CRASH
+from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
+from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
+from msopt.engines.vllm.rules import RULES as VLLM_RULES
+from msopt.engines.vllm.rules import field_values
+from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
+from msopt.engines.vllm.template import write_init as write_vllm_init
+from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.render import (
     LaunchSpec,
     TrialNode,
     check_repeated_flags,
@@ -49,14 +57,6 @@ from msopt.engines.launch import (
     split_others,
     value_of,
 )
-from msopt.engines.vllm.crash import VLLM_CRASH
-from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
-from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
-from msopt.engines.vllm.rules import RULES as VLLM_RULES
-from msopt.engines.vllm.rules import field_values
-from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
-from msopt.engines.vllm.template import write_init as write_vllm_init
-from msopt.errors import ConfigError, EvaluationError
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
 

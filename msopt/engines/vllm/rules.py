@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.engines.launch import command_table, split_others
 from msopt.engines.rules import Advisory, Candidate, Rule
 from msopt.engines.vllm.target import target
+from msopt.launch.render import command_table, split_others
 from msopt.space.fields import FieldDecl
 
 # -- vLLM 0.33.0, and 0.23.0 (vllm-ascend 0.23.0.post1): the same checks and messages in both

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from msopt.engines.init_doc import InitContext, batch_ranges, executable_for, parallel_fields, prefix_field
-from msopt.sim.spec_types import DTYPE_BYTES
+from msopt.sim.catalog_types import DTYPE_BYTES
 
 
 def write_init(ctx: InitContext) -> None:

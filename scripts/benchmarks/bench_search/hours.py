@@ -84,7 +84,7 @@ class Costs:
 
     @classmethod
     def of(cls, table: Table) -> Costs:
-        from msopt.sim.specs import load_model
+        from msopt.sim.catalog_load import load_model
 
         params = load_model(table.problem.model).params_b
         start, bench = [], []

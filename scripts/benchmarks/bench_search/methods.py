@@ -95,7 +95,7 @@ def generic_hardware(hardware: str) -> str:
     from dataclasses import replace
     from pathlib import Path
 
-    from msopt.sim.specs import hardware_toml, list_hardware, load_hardware
+    from msopt.sim.catalog_load import hardware_toml, list_hardware, load_hardware
 
     own = load_hardware(hardware)
     others = [load_hardware(n) for n in list_hardware() if n != hardware]

@@ -123,7 +123,7 @@ class Gap:
     def hardware_toml(self, hardware: str) -> str:
         """The perturbed hardware entry, as a TOML file's text."""
         from msopt.config import dump_toml, read_toml
-        from msopt.sim.specs import CATALOG_DIR
+        from msopt.sim.catalog_load import CATALOG_DIR
 
         doc = read_toml(CATALOG_DIR / "hardware" / f"{hardware}.toml")
         eff, mem = doc["efficiency"], doc["memory"]

@@ -20,7 +20,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from msopt.engines import EngineAdapter, LaunchSpec
-from msopt.engines.launch import (
+from msopt.engines.rules import Candidate, Rule
+from msopt.launch.render import (
     check_flag_positions,
     command_str,
     command_table,
@@ -31,7 +32,6 @@ from msopt.engines.launch import (
     substitute,
     wait_start_time,
 )
-from msopt.engines.rules import Candidate, Rule
 from msopt.space.fields import FieldDecl
 
 TGI_SOURCE = "text-generation-inference launcher/src/main.rs"

@@ -14,10 +14,10 @@ from types import MappingProxyType
 from typing import Any
 
 from msopt.errors import SimulationError
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.memory import MemoryPlan
 from msopt.sim.personality import Personality
-from msopt.sim.spec_types import ModelSpec
 from msopt_tgi import MAX_DEFAULT
 
 #: Launcher flags the simulator models, and the knob each sets.

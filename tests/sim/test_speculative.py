@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from msopt.engines.launch import LaunchSpec
 from msopt.engines.sglang.knobs import knobs_sglang
 from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.errors import ConfigError, SimulationError
+from msopt.launch.render import LaunchSpec
 from msopt.sim import simulate, simulate_launch
-from msopt.sim.spec import default_accept_len, speculation_of
+from msopt.sim.speculative import default_accept_len, speculation_of
 
 LOAD = {"input_len": 512, "output_len": 128, "num_prompts": 8, "concurrency": 4}
 

@@ -1,6 +1,6 @@
 """What a catalog entry is: :class:`Hardware` (one accelerator type) and :class:`ModelSpec` (one
 model's architecture), with the dtypes the simulator knows. The catalog that loads them is
-:mod:`msopt.sim.specs`; a Hugging Face config.json becomes a :class:`ModelSpec` in
+:mod:`msopt.sim.catalog_load`; a Hugging Face config.json becomes a :class:`ModelSpec` in
 :mod:`msopt.sim.hf_config`."""
 
 from __future__ import annotations

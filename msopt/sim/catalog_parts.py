@@ -1,5 +1,5 @@
 """Which catalog entry a device name means, as nvidia-smi, npu-smi or a serving write-up gives it;
-read by the catalog (:mod:`msopt.sim.specs`: a hardware name that is not an entry's own) and by the
+read by the catalog (:mod:`msopt.sim.catalog_load`: a hardware name that is not an entry's own) and by the
 detection of a node's devices (:mod:`msopt.sim.detect`)."""
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from msopt.sim.catalog_types import ModelSpec
 from msopt.sim.knobs import EngineKnobs
 from msopt.sim.perf import StepCost
 from msopt.sim.personality import get_personality
-from msopt.sim.spec_types import ModelSpec
 
 #: per-token acceptance rate a default acceptance length assumes, per draft method: EAGLE-3 and
 #: DeepSeek's MTP report 0.8-0.9 for the first drafted token and less for later ones (EAGLE-3

@@ -15,9 +15,9 @@ from typing import Any
 
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
+from msopt.sim.catalog_parts import catalog_part
+from msopt.sim.catalog_types import ENGINE_KEYS, Hardware, ModelSpec
 from msopt.sim.hf_config import ConfigModel, architecture, config_path, model_from_config
-from msopt.sim.parts import catalog_part
-from msopt.sim.spec_types import ENGINE_KEYS, Hardware, ModelSpec
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 

@@ -24,33 +24,23 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import json
 import os
-import random
-import re
-import shlex
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from msopt.errors import EvaluationError
+from msopt.launch.files import staged_files
+from msopt.launch.logs import exit_report, log_header, open_log, tail
 
 _PR_SET_PDEATHSIG = 1
-LOG_MODE = 0o644
-BACKUP_SUFFIX = ".msopt-backup"
-#: Prefix of the lines msopt writes at the top of every log it starts (argv, env, cwd); health
-#: checks and crash lines skip them.
-LOG_HEADER = "[msopt] "
 
 
 def _pdeath_guard() -> Callable[[], None] | None:
@@ -316,17 +306,6 @@ class ProcessRegistry:
             t.join()
 
 
-def open_log(log_path: str | os.PathLike[str]) -> int:
-    """Open (append) a log file created 0o644 (never world-writable); return its descriptor."""
-    path = Path(log_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), LOG_MODE)
-    mode = os.fstat(fd).st_mode
-    if mode & 0o002:
-        os.fchmod(fd, mode & ~0o002 & 0o777)
-    return fd
-
-
 def start_process(
     argv: Sequence[str],
     env: Mapping[str, str] | None,
@@ -372,184 +351,6 @@ def start_process(
     if registry is not None:
         registry.add(proc)
     return proc
-
-
-def log_header(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
-    """The lines that open a log: the exact argv (JSON, and as a shell line to paste), the
-    environment msopt set on top of its own, and the working directory; one line each (the shell
-    line is left out when an item holds a line break, the JSON argv has it exactly)."""
-    command = shlex.join(argv)
-    if "\n" in command or "\r" in command:
-        command = "(see argv: an item holds a line break)"
-    return "".join(f"{LOG_HEADER}{k}: {v}\n" for k, v in (
-        ("argv", json.dumps(list(argv), ensure_ascii=False)),
-        ("command", command),
-        ("env", json.dumps(dict(env), ensure_ascii=False, sort_keys=True)),
-        ("cwd", cwd.replace("\n", "\\n"))))
-
-
-def tail(log_path: str | os.PathLike[str], n: int = 50) -> list[str]:
-    """The last ``n`` lines of a text file (empty when it does not exist)."""
-    if n <= 0:
-        return []
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max(65536, n * 512)))
-            data = f.read()
-    except OSError:
-        return []
-    lines = data.decode("utf-8", "replace").splitlines()
-    return list(deque(lines, maxlen=n))
-
-
-_CRASH_LINE = re.compile(r"(Error|Exception|error:|FATAL|Fatal|Traceback|Killed|Aborted)")
-
-
-def crash_line(lines: Sequence[str]) -> str:
-    """The line of a log's end that says why it stopped: the last one naming an error, else the last
-    non-empty one ("" for none)."""
-    kept = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(LOG_HEADER)]
-    named = [ln for ln in kept if _CRASH_LINE.search(ln) and not ln.startswith("Traceback")]
-    return named[-1] if named else (kept[-1] if kept else "")
-
-
-def exit_report(what: str, log_path: str | os.PathLike[str], lines: Sequence[str]) -> str:
-    """``what``, the log's crash line and the log's path on the first line (the one progress lines
-    and tables show), then the log's last lines (kept whole in the journal)."""
-    why = crash_line(lines)
-    head = f"{what}: {why} (log {log_path})" if why else f"{what}; its log {log_path} holds no output"
-    return head + ("\nlog ends with:\n" + "\n".join(lines) if lines else "")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (the OS picks it; each actor asks for its own)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_free(port: int, host: str = "0.0.0.0") -> bool:
-    """True when a TCP listener could bind ``port`` on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def port_listened(port: int, host: str = "0.0.0.0") -> bool:
-    """True when a TCP socket of this host listens on ``port``, as /proc/net/tcp and tcp6 list them
-    (state 0A, LISTEN); where they cannot be read, when a plain bind on ``host`` fails (:func:`port_free`).
-
-    A port that outgoing connections merely use as their local port is not counted: Linux's ephemeral range
-    (32768-60999) holds HCCL's default 60000 block, a busy node's Ray keeps loopback connections there, and a
-    plain bind on 0.0.0.0 refused HCCL blocks that no listener held (HCCL binds the NIC's own address).
-    """
-    listening = False
-    read = False
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        read = True
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 3 and cols[3] == "0A" and int(cols[1].rpartition(":")[2], 16) == port:
-                listening = True
-    return listening if read else not port_free(port, host)
-
-
-class PortLease:
-    """Ports for one trial: OS-picked ones, or, with ``[cluster] ports``, ports of that range each
-    held for the lease's lifetime.
-
-    A port of the range is taken only when it can be bound now *and* its lock is won: an exclusive
-    ``flock`` on ``<tmp>/msopt-ports-<uid>/<port>.lock``, held until :meth:`close` (or the holder's
-    death, when the kernel drops it). Threads (``--no-ray``) and actors on one node each open their
-    own lock file, so two trials running at once never get the same port, even before either
-    server has bound it.
-
-    Args:
-        ports: ``(low, high)`` of ``[cluster] ports``; None: the OS picks (:func:`free_port`).
-        host: where the servers bind.
-    """
-
-    def __init__(self, ports: tuple[int, int] | None = None, host: str = "127.0.0.1") -> None:
-        self.ports = ports
-        self.host = host
-        self._held: dict[int, int] = {}
-
-    def take(self) -> int:
-        """One more port for this trial.
-
-        Raises:
-            EvaluationError: every port of the range is in use or held by another trial.
-        """
-        if self.ports is None:
-            return free_port(self.host)
-        import fcntl
-        lo, hi = self.ports
-        where = Path(tempfile.gettempdir()) / f"msopt-ports-{os.getuid()}"
-        where.mkdir(mode=0o700, exist_ok=True)
-        start = random.SystemRandom().randrange(lo, hi + 1)  # concurrent trials start apart
-        for i in range(hi - lo + 1):
-            port = lo + (start - lo + i) % (hi - lo + 1)
-            if port in self._held or not port_free(port, self.host):
-                continue
-            fd = os.open(where / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            self._held[port] = fd
-            return port
-        raise EvaluationError(f"no free port left in [cluster] ports = \"{lo}-{hi}\" ({len(self._held)} held by "
-                              "this trial, the rest in use or held by other trials); widen the range or lower "
-                              "max_concurrent_trials")
-
-    def hold(self, lo: int, hi: int, what: str, *, bound_here: bool = True) -> None:
-        """Hold the ports ``lo..hi`` for this trial (the same locks as :meth:`take`), e.g. the HCCL
-        block its devices give it; ``bound_here``: they are bound on this host, so one in use is an error too.
-
-        Raises:
-            EvaluationError: another trial holds one, or (``bound_here``) something listens on one.
-        """
-        import fcntl
-
-        where = Path(tempfile.gettempdir()) / f"msopt-ports-{os.getuid()}"
-        where.mkdir(mode=0o700, exist_ok=True)
-        for port in range(lo, hi + 1):
-            if port in self._held:
-                continue
-            if bound_here and port_listened(port, self.host):
-                raise EvaluationError(f"{what}: port {port} of {lo}-{hi} is in use on this node; stop what holds "
-                                      "it or move the block ([<engine>] hccl_base_port / hccl_npu_base_port)")
-            fd = os.open(where / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise EvaluationError(f"{what}: port {port} of {lo}-{hi} is held by another trial on this "
-                                      "node") from None
-            self._held[port] = fd
-
-    def close(self) -> None:
-        """Give every port back."""
-        held, self._held = self._held, {}
-        for fd in held.values():
-            os.close(fd)
-
-    def __enter__(self) -> PortLease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _client_host(host: str) -> str:
@@ -606,65 +407,6 @@ def wait_ready(
         time.sleep(min(interval, max(0.0, deadline - now)))
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write a whole file or nothing: a temporary file beside ``path`` (its folder made if need be),
-    fsync, then rename over it; ``mode``: the file's permissions (default: the umask's)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
-    """Write a LaunchSpec's files (JSON) for the duration of a launch, then restore them.
-
-    The first time a file is replaced its original is copied to ``<file>.msopt-backup``; a
-    backup left by a run that died is taken as the original, so an edited file is never
-    mistaken for it. On exit the original comes back and the backup is removed.
-    """
-    done: list[tuple[Path, bytes | None, int | None, Path]] = []
-    try:
-        for raw, doc in files.items():
-            path = Path(raw)
-            backup = path.with_name(path.name + BACKUP_SUFFIX)
-            original: bytes | None = None
-            mode: int | None = None
-            if backup.exists():
-                original = backup.read_bytes()
-                mode = backup.stat().st_mode & 0o777
-            elif path.exists():
-                original = path.read_bytes()
-                mode = path.stat().st_mode & 0o777
-                write_atomic(backup, original, mode)
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            data = doc if isinstance(doc, bytes) else \
-                (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
-            done.append((path, original, mode, backup))
-            write_atomic(path, data, mode if mode is not None else 0o640)
-        yield [p for p, *_ in done]
-    finally:
-        for path, original, mode, backup in reversed(done):
-            if original is None:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-            else:
-                write_atomic(path, original, mode)
-            with contextlib.suppress(FileNotFoundError):
-                backup.unlink()
-
-
 @contextlib.contextmanager
 def launched(
     spec: Any,
@@ -679,7 +421,7 @@ def launched(
     """Stage a LaunchSpec's files, start its argv, wait until ready; stop and restore on exit.
 
     Args:
-        spec: a :class:`msopt.engines.LaunchSpec`.
+        spec: a :class:`msopt.launch.render.LaunchSpec`.
         log_path: the server's log file.
         cwd: the server's working directory.
         extra_env: more environment on top of ``spec.env``.

@@ -17,20 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from msopt.engines.process import (
-    BACKUP_SUFFIX,
-    LOG_HEADER,
-    PortLease,
-    ProcessRegistry,
-    _alive,
-    free_port,
-    group_members,
-    staged_files,
-    start_process,
-    tail,
-    wait_ready,
-)
 from msopt.errors import EvaluationError
+from msopt.launch.files import BACKUP_SUFFIX, staged_files
+from msopt.launch.logs import LOG_HEADER, tail
+from msopt.launch.ports import PortLease, free_port
+from msopt.launch.process import ProcessRegistry, _alive, group_members, start_process, wait_ready
 
 PY = sys.executable
 
@@ -146,7 +137,7 @@ def test_child_dies_with_its_parent_on_sigkill(tmp_path: Path) -> None:
     code = f"""
         import time, sys
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
-        from msopt.engines.process import start_process
+        from msopt.launch.process import start_process
         p = start_process([{PY!r}, '-c', 'import time; time.sleep(60)'], {{}}, {str(tmp_path / 'c.log')!r})
         open({str(pidfile)!r}, 'w').write(str(p.pid))
         time.sleep(60)
@@ -260,8 +251,8 @@ def test_staged_files_prefers_a_backup_left_by_a_crashed_run(tmp_path: Path) -> 
 
 
 def test_launched_stages_files_starts_waits_and_cleans_up(tmp_path: Path) -> None:
-    from msopt.engines import LaunchSpec
-    from msopt.engines.process import launched
+    from msopt.launch.process import launched
+    from msopt.launch.render import LaunchSpec
 
     conf = tmp_path / "config.json"
     conf.write_text('{"port": 1}')
@@ -316,7 +307,7 @@ def test_orphaned_workers_die_when_the_launcher_is_killed(tmp_path: Path) -> Non
     code = f"""
         import time, sys
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
-        from msopt.engines.process import start_process
+        from msopt.launch.process import start_process
         p = start_process({py(ORPHAN_KIDS)!r}, {{}}, {str(log)!r})
         open({str(pidfile)!r}, 'w').write(str(p.pid))
         time.sleep(60)
@@ -462,7 +453,7 @@ def test_a_port_an_outgoing_connection_uses_is_not_a_listened_port():
     ephemeral range, where HCCL's default block lies, made the check fail on a busy machine."""
     import socket
 
-    from msopt.engines.process import port_free, port_listened
+    from msopt.launch.ports import port_free, port_listened
 
     with socket.socket() as server, socket.socket() as client:
         server.bind(("127.0.0.1", 0))
@@ -478,8 +469,8 @@ def test_a_port_an_outgoing_connection_uses_is_not_a_listened_port():
 def test_a_block_with_a_listener_is_refused_and_one_with_a_connection_is_held():
     import socket
 
-    from msopt.engines.process import PortLease
     from msopt.errors import EvaluationError
+    from msopt.launch.ports import PortLease
 
     with socket.socket() as server, socket.socket() as client:
         server.bind(("127.0.0.1", 0))
