@@ -435,9 +435,9 @@ class Trace:
         if self.format == "burstgpt":
             return self._text(rec.get("Session ID"), line, "Session ID") or None, None, None
         if self.format == "generic":
-            session = (self._text(rec.get(s_col), line, s_col) or None) if s_col else None
+            named = (self._text(rec.get(s_col), line, s_col) or None) if s_col else None
             group = (self._text(rec.get(g_col), line, g_col) or None) if g_col else None
-            return None if session is None else str(session), None, None if group is None else str(group)
+            return None if named is None else str(named), None, None if group is None else str(group)
         return None, None, None
 
     def _servegen_raw(self) -> Iterator[tuple[int, float, int, int, tuple[int, ...], str | None, str | None,
