@@ -53,7 +53,7 @@ from msopt.sim.catalog_types import DTYPE_BYTES
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.sim.hf_config import config_path
 from msopt.slo import parse_slo, slo_table_text
-from msopt.workload import Trace
+from msopt.workload import Trace, trace_summary
 
 if TYPE_CHECKING:
     from msopt.run.validate import Validated
@@ -145,7 +145,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
         ConfigError: unreadable, not a format msopt reads, a bad row, or no request.
     """
     trace = Trace(path, where="--workload")
-    s = trace.summary()
+    s = trace_summary(trace)
     inp, out = round(s.input_pct["mean"]), round(s.output_pct["mean"])
     rate = round(s.rate, 3) if s.rate else None
     shared = s.prefix_ceiling is not None and s.prefix_ceiling >= 0.1

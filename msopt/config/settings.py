@@ -41,8 +41,8 @@ from msopt.errors import ConfigError
 from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
+from msopt.workload.summary import TraceSummary, trace_summary
 from msopt.workload.table import apply_workload, sim_trace, trace_load, with_load, workload_settings
-from msopt.workload.trace import TraceSummary
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
 #: The most ``target_field`` entries an engine section may declare.
@@ -370,7 +370,7 @@ def with_trace(settings: Settings) -> tuple[Settings, TraceSummary | None]:
     trace = wl.open_trace()
     if trace is None:
         return settings, None
-    summary = trace.summary()
+    summary = trace_summary(trace)
     return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
 
 

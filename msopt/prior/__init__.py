@@ -3,6 +3,8 @@
 - :mod:`msopt.prior.simulator`: :class:`SimulatorPrior` (predictions, the search of the space on
   the simulator, the picks, the correction of its hardware entry to the launches measured on the real
   engine and the refit to the run's measurements), its ``[search]`` options and :func:`make_prior`;
+- :mod:`msopt.prior.correction`: the run's line and record of each correction; :mod:`msopt.prior.accept`: the
+  speculative acceptance lengths the run measured, for the predictions;
 - :mod:`msopt.prior.source`: what a real run's prior models (the model's config.json, the nodes'
   hardware);
 - :mod:`msopt.prior.guide`: :class:`PriorGuide`, the prior as the driver's

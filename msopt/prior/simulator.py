@@ -28,6 +28,8 @@ from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.screen import CandidateScreen, pd_launch
 from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
 from msopt.metrics import SPEC_ACCEPT_LEN
+from msopt.prior.accept import MeasuredAccepts
+from msopt.prior.correction import CORRECT_ROWS, correction_record
 from msopt.sim import load_hardware, load_model, workload_from_mapping
 from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
 from msopt.sim.catalog_load import entry_path
@@ -35,7 +37,6 @@ from msopt.sim.correct import Correction, correct_hardware
 from msopt.sim.knobs import load_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
-from msopt.sim.speculative import chain_accept_len, chain_accept_rate
 from msopt.space import SearchSpace
 from msopt.space.derived import TernaryFactoriesType
 
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     from msopt.sim.knobs import EngineKnobs
     from msopt.sim.workload import Workload
 
-__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior",
-           "correction_text", "make_prior", "prior_applies"]
+__all__ = ["PRIOR_MODES", "REFIT_TOLERANCE", "Prediction", "PriorOptions", "SimulatorPrior", "make_prior",
+           "prior_applies"]
 
 #: ``[search] prior``: "auto" (on when the simulator describes the run), "simulator", "none".
 PRIOR_MODES = ("auto", "simulator", "none")
@@ -55,16 +56,6 @@ PRIOR_MODES = ("auto", "simulator", "none")
 REFIT_TOLERANCE = 0.05
 #: the measured metrics a refit fits, in the order of its rows (ttft, tpot, tok/s)
 _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
-#: :meth:`SimulatorPrior.correct` fits the best this many distinct measured configurations
-CORRECT_ROWS = 8
-
-
-
-
-def _chain_steps(knobs: EngineKnobs) -> int:
-    """The drafted tokens a verify step can accept (:func:`msopt.sim.speculative.speculation_of`'s chain)."""
-    verify = knobs.spec_verify_tokens or knobs.spec_tokens + 1
-    return min(knobs.spec_tokens, verify - 1)
 
 
 @dataclass(frozen=True)
@@ -165,8 +156,7 @@ class SimulatorPrior:
         #: the observed configurations measured on the real engine (:meth:`correct` fits only these)
         self._real: set[str] = set()
         self._corrected_on: tuple[tuple[str, float, float, float], ...] = ()
-        #: measured acceptance lengths by draft method: (draft tokens in the chain, acceptance length)
-        self._accepts: dict[str, list[tuple[int, float]]] = {}
+        self._accepts = MeasuredAccepts()
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
         self.devices = config.cluster.trial.device_ids()
         self.nodes = virtual_nodes(config)
@@ -272,15 +262,7 @@ class SimulatorPrior:
         counters) for ``knobs``' draft method and number of draft tokens: their mean where that number
         was measured, else the chain of the mean per-token rate the measurements of other numbers
         give (:func:`msopt.sim.speculative.chain_accept_rate`); None where the method was not measured."""
-
-        rows = self._accepts.get(knobs.spec_method) if knobs.spec_method else None
-        if not rows:
-            return None
-        steps = _chain_steps(knobs)
-        same = [a for s, a in rows if s == steps]
-        if same:
-            return float(np.mean(same))
-        return chain_accept_len(float(np.mean([chain_accept_rate(a, s) for s, a in rows])), steps)
+        return self._accepts.of(knobs)
 
     def observe(self, values: Mapping[str, Any], metrics: Mapping[str, Any], real: bool = False) -> None:
         """Remember one launched, successful measurement of ``values`` for :meth:`refit` (and, measured
@@ -308,7 +290,7 @@ class SimulatorPrior:
         knobs = self._launch_knobs(values)  # disaggregated: the decode pool drafts, the server counted its steps
         if knobs is None or not knobs.spec_method:
             return
-        self._accepts.setdefault(knobs.spec_method, []).append((_chain_steps(knobs), float(accept)))
+        self._accepts.add(knobs, float(accept))
         self._cache = {}  # every speculative prediction may change
         self._memo = None  # the shared predictions are of the assumed acceptance
 
@@ -445,8 +427,7 @@ class SimulatorPrior:
             return None
         found = correct_hardware(measurements, self.catalog_hardware, seed=int(self.table.get("seed", 0)),
                                  models={measurements[0].model: self.model_spec}, simulations=self._sims)
-        self.corrections.append({**found.record(), "hardware": self.catalog_hardware.name,
-                                 "said": correction_text(found, self.catalog_hardware.name)})
+        self.corrections.append(correction_record(found, self.catalog_hardware.name))
         base = found.hardware if found.better else self.catalog_hardware
         if base != self.base_hardware:
             self.base_hardware = self.hardware = base
@@ -575,19 +556,6 @@ class SimulatorPrior:
                 chosen.append(p)
                 taken.append(t)
         return sorted(chosen, key=lambda p: p.fitness)
-
-#: each correction scale (:data:`msopt.sim.correct.CORRECTION_GROUPS`) in the run's line
-_SCALE_WORDS = {"frontend": "serial frontend", "engine": "engine step"}
-
-
-def correction_text(found: Correction, entry: str) -> str:
-    """The run's line about a correction of the simulator's ``entry`` to its measured launches."""
-    scales = ", ".join(f"{_SCALE_WORDS.get(name, name)} time x{v:.2f}" for name, v in found.scales.items())
-    if found.better:
-        return (f"simulator corrected from {found.rows} measured launches: {found.errors()}; {entry} with "
-                f"{scales}, for the prior from now on")
-    return (f"simulator not corrected: fitted to {found.rows} measured launches ({scales}), it would not predict "
-            f"them better ({found.errors()}); the prior uses {entry} as catalogued")
 
 
 def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapping[str, Any] | None = None,

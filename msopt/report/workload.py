@@ -22,7 +22,7 @@ from typing import Any
 from msopt.errors import ConfigError
 from msopt.metrics import PREFIX_CACHE_HIT_RATE
 from msopt.report.data import RunData
-from msopt.workload import TraceSummary
+from msopt.workload import TraceSummary, trace_summary
 from msopt.workload.replay import TraceWindow, open_window
 from msopt.workload.table import sim_trace, workload_settings
 
@@ -63,7 +63,7 @@ def workload_panel(data: RunData) -> WorkloadPanel | str | None:
         trace = wl.open_trace()
         if trace is None:
             return None
-        summary = trace.summary()
+        summary = trace_summary(trace)
         window = open_window(sim_trace(wl), f"{section.where()}: [workload] trace")
     except ConfigError as exc:
         return f"the workload panel is left out: {exc}"

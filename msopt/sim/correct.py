@@ -7,8 +7,9 @@ frontend's and an engine step's) on a lattice, judged on the launches the fit le
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from msopt.sim.calibrate import (
 )
 from msopt.sim.catalog_load import load_model
 from msopt.sim.catalog_types import Hardware, ModelSpec
-from msopt.sim.workload import workload_from_mapping
+from msopt.sim.workload import Workload, workload_from_mapping
 
 #: :func:`correct_hardware`'s multiplicative time scales: (name, the factors it multiplies, the factors it
 #: divides (at most 1), its bounds in lattice steps). ``frontend``: the serial API server's costs (a
@@ -171,69 +172,96 @@ def correct_hardware(
     # one Workload per row: a trace is read once, not once per simulation
     loads = [workload_from_mapping(m.workload_table(prompts_per_slot)) for m in measurements]
     meas = np.array([m.measured() for m in measurements])
-    table: dict[tuple[int, ...], np.ndarray] = {}
+    lattice = _Lattice(measurements, hardware, specs, loads, seed, simulations)
 
-    def scales(point: tuple[int, ...]) -> dict[str, float]:
-        return {name: float(2.0 ** (k * _LATTICE)) for name, k in zip(CORRECTION_SCALES, point)}
-
-    def at(point: tuple[int, ...]) -> np.ndarray:
-        if point not in table:
-            hw = scale_hardware(hardware, **scales(point))
-            out = np.full((n, 3), np.nan)
-            for j, (m, wl) in enumerate(zip(measurements, loads)):
-                res = simulate_memo(simulations, m.knobs, hw, specs[m.model], wl, weight_dtype=m.weight_dtype,
-                                    kv_dtype=m.kv_dtype, seed=seed)
-                if res.error is None:
-                    out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
-            table[point] = out
-        return table[point]
-
-    def loss(point: tuple[int, ...], rows: np.ndarray) -> float:
-        sim, ref = at(point)[rows], meas[rows]
-        published = np.isfinite(ref) & (ref > 0)  # a metric a row does not publish is left out
-        with np.errstate(divide="ignore", invalid="ignore"):
-            err = np.abs(np.log(sim / np.where(published, ref, 1.0)))
-        err[~np.isfinite(err)] = _REFUSED_LOG_ERROR  # the simulated run failed
-        known = err[published]
-        fit = float(known.mean()) if known.size else math.inf
-        return fit + regularization * sum((k * _LATTICE) ** 2 for k in point)
+    def loss(rows: np.ndarray, point: tuple[int, ...]) -> float:
+        return _log_error(lattice.at(point)[rows], meas[rows]) + regularization * sum(
+            (k * _LATTICE) ** 2 for k in point)
 
     origin = (0,) * len(CORRECTION_GROUPS)
-
-    def search(rows: np.ndarray) -> tuple[int, ...]:
-        point, best = origin, loss(origin, rows)
-        for step in _STEPS:
-            improved = True
-            while improved:
-                improved = False
-                for axis, (*_, (low, high)) in enumerate(CORRECTION_GROUPS):
-                    for sign in (1, -1):
-                        cand = point[:axis] + (point[axis] + sign * step,) + point[axis + 1:]
-                        if not low <= cand[axis] <= high:
-                            continue
-                        value = loss(cand, rows)
-                        if value < best - 1e-12:
-                            point, best, improved = cand, value, True
-                            break
-                    if improved:
-                        break
-        return point
-
     every = np.arange(n)
-    fitted = search(every)
-    before, in_sample = mape(measurements, at(origin)), mape(measurements, at(fitted))
+    fitted = _descend(partial(loss, every))
+    before, in_sample = mape(measurements, lattice.at(origin)), mape(measurements, lattice.at(fitted))
     held: np.ndarray | None = None
     if n >= LEAVE_ONE_OUT_FROM:
         held = np.full((n, 3), np.nan)
         for k in range(n):
-            held[k] = at(search(np.delete(every, k)))[k]
+            held[k] = lattice.at(_descend(partial(loss, np.delete(every, k))))[k]
         after, judged = mape(measurements, held), "leave-one-out"
     else:
         after, judged = in_sample, "in-sample"
-    return Correction(hardware=scale_hardware(hardware, **scales(fitted)), scales=scales(fitted), rows=n,
+    return Correction(hardware=scale_hardware(hardware, **_scales(fitted)), scales=_scales(fitted), rows=n,
                       before=before, after=after, in_sample=in_sample, judged=judged,
-                      simulations=len(table) * n, held_out_sim=held)
+                      simulations=len(lattice.table) * n, held_out_sim=held)
 
+
+def _scales(point: tuple[int, ...]) -> dict[str, float]:
+    """The time scale of each of :data:`CORRECTION_GROUPS` at a lattice point."""
+    return {name: float(2.0 ** (k * _LATTICE)) for name, k in zip(CORRECTION_SCALES, point)}
+
+
+@dataclass
+class _Lattice:
+    """Each row's simulated (ttft_s, tpot_s, tokens/s) at a lattice point (NaN where the simulated run
+    failed), simulated once per point."""
+
+    measurements: Sequence[Measurement]
+    hardware: Hardware
+    specs: Mapping[str, ModelSpec]
+    loads: Sequence[Workload]
+    seed: int
+    simulations: Simulations | None
+    table: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
+
+    def at(self, point: tuple[int, ...]) -> np.ndarray:
+        """The rows' simulated metrics at ``point``, shape (rows, 3)."""
+        if point not in self.table:
+            hw = scale_hardware(self.hardware, **_scales(point))
+            out = np.full((len(self.measurements), 3), np.nan)
+            for j, (m, wl) in enumerate(zip(self.measurements, self.loads)):
+                res = simulate_memo(self.simulations, m.knobs, hw, self.specs[m.model], wl,
+                                    weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=self.seed)
+                if res.error is None:
+                    out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
+            self.table[point] = out
+        return self.table[point]
+
+
+def _log_error(sim: np.ndarray, ref: np.ndarray) -> float:
+    """The mean absolute log error of simulated against measured metrics (rows, 3), over the metrics the
+    rows publish; a simulated run that failed counts :data:`_REFUSED_LOG_ERROR` per metric."""
+    published = np.isfinite(ref) & (ref > 0)  # a metric a row does not publish is left out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err = np.abs(np.log(sim / np.where(published, ref, 1.0)))
+    err[~np.isfinite(err)] = _REFUSED_LOG_ERROR  # the simulated run failed
+    known = err[published]
+    return float(known.mean()) if known.size else math.inf
+
+
+def _neighbours(point: tuple[int, ...], step: int) -> Iterator[tuple[int, ...]]:
+    """The lattice points ``step`` away from ``point`` along one scale, within its bounds, in search order."""
+    for axis, (*_, (low, high)) in enumerate(CORRECTION_GROUPS):
+        for sign in (1, -1):
+            cand = point[:axis] + (point[axis] + sign * step,) + point[axis + 1:]
+            if low <= cand[axis] <= high:
+                yield cand
+
+
+def _descend(loss: Callable[[tuple[int, ...]], float]) -> tuple[int, ...]:
+    """The lattice point of least ``loss`` a descent from the origin finds, coarse steps to fine
+    (:data:`_STEPS`): at each step size it moves to the first neighbour that lowers the loss until none does."""
+    point = (0,) * len(CORRECTION_GROUPS)
+    best = loss(point)
+    for step in _STEPS:
+        improved = True
+        while improved:
+            improved = False
+            for cand in _neighbours(point, step):
+                value = loss(cand)
+                if value < best - 1e-12:
+                    point, best, improved = cand, value, True
+                    break
+    return point
 
 __all__ = [
     "CORRECTION_GROUPS",

@@ -138,6 +138,32 @@ def window_requests(line: int, start: float, size: float, rate: float, pattern: 
     return times, _draw(lengths[0], lengths[1], u), _draw(lengths[2], lengths[3], u)
 
 
+def _window(line: int, cells: list[str],
+            bad: Callable[[int, str, str], ConfigError]) -> tuple[float, float, str, float, float]:
+    """A trace row's window, checked: (start, rate, pattern, shape, scale)."""
+    if len(cells) != len(COLUMNS):
+        raise bad(line, "row", f"has {len(cells)} cells; a ServeGen trace row has {len(COLUMNS)}: "
+                  f"{','.join(COLUMNS)}")
+    values = []
+    for name, cell in zip(COLUMNS, cells):
+        if name == "pattern":
+            continue
+        try:
+            x = float(cell)
+        except ValueError:
+            raise bad(line, name, f"{cell!r} is not a number") from None
+        if not math.isfinite(x) or x < 0:
+            raise bad(line, name, f"{cell!r} must be a finite number >= 0")
+        values.append(x)
+    start, rate, _, shape, scale = values
+    pattern = cells[3].strip()
+    if pattern and pattern not in PATTERNS:
+        raise bad(line, "pattern", f"{pattern!r} is not a pattern ServeGen draws from ({', '.join(PATTERNS)})")
+    if pattern and rate > 0 and not (shape > 0 and scale > 0):
+        raise bad(line, "shape", f"{pattern} needs a shape and a scale above 0, got {shape:g} and {scale:g}")
+    return start, rate, pattern, shape, scale
+
+
 def requests(rows: Iterator[tuple[int, list[str]]], dataset: list[tuple[float, Lengths]],
              bad: Callable[[int, str, str], ConfigError]) -> Iterator[Request]:
     """Every request the trace rows ``(line, cells)`` generate, in arrival order; ``bad(line, column,
@@ -159,26 +185,7 @@ def requests(rows: Iterator[tuple[int, list[str]]], dataset: list[tuple[float, L
             yield line, t, i, o
 
     for line, cells in rows:
-        if len(cells) != len(COLUMNS):
-            raise bad(line, "row", f"has {len(cells)} cells; a ServeGen trace row has {len(COLUMNS)}: "
-                      f"{','.join(COLUMNS)}")
-        values = []
-        for name, cell in zip(COLUMNS, cells):
-            if name == "pattern":
-                continue
-            try:
-                x = float(cell)
-            except ValueError:
-                raise bad(line, name, f"{cell!r} is not a number") from None
-            if not math.isfinite(x) or x < 0:
-                raise bad(line, name, f"{cell!r} must be a finite number >= 0")
-            values.append(x)
-        start, rate, _, shape, scale = values
-        pattern = cells[3].strip()
-        if pattern and pattern not in PATTERNS:
-            raise bad(line, "pattern", f"{pattern!r} is not a pattern ServeGen draws from ({', '.join(PATTERNS)})")
-        if pattern and rate > 0 and not (shape > 0 and scale > 0):
-            raise bad(line, "shape", f"{pattern} needs a shape and a scale above 0, got {shape:g} and {scale:g}")
+        start, rate, pattern, shape, scale = _window(line, cells, bad)
         if prev is not None:
             if start <= prev[1]:
                 raise bad(line, "window_start_s", f"{cells[0]!r} does not come after the row before; sort the "

@@ -22,7 +22,8 @@ from typing import Any
 from msopt.checks import is_finite, is_int
 from msopt.errors import ConfigError
 from msopt.workload import trace as _trace
-from msopt.workload.trace import COLUMN_FIELDS, FORMATS, LENGTH_POLICIES, TIME_UNITS, Trace, TraceSummary
+from msopt.workload.summary import TraceSummary
+from msopt.workload.trace import COLUMN_FIELDS, FORMATS, LENGTH_POLICIES, TIME_UNITS, Trace
 
 #: the synthetic keys of ``[workload]``
 SYNTHETIC_KEYS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "concurrency", "request_rate", "warmup")

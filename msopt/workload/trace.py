@@ -36,7 +36,6 @@ the longest request in the window, so the distribution keeps its shape (a first 
 
 from __future__ import annotations
 
-import bisect
 import csv
 import gzip
 import hashlib
@@ -44,8 +43,8 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -82,9 +81,6 @@ TIME_UNITS: Mapping[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 #: ``--timed-trace-label-timestamp``, ``-input-length``, ``-output-length``, ``-hash-ids``)
 COLUMN_FIELDS: tuple[str, ...] = ("arrival_s", "input_tokens", "output_tokens", "hash_ids", "session_id",
                                   "prefix_group")
-#: a rate or a span that looks like timestamps read in the wrong unit
-_UNIT_WARN_RATE = 1000.0
-_UNIT_WARN_REQUESTS = 100
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -154,135 +150,9 @@ class TraceCounts:
     per_id: float = 0.0
 
 
-@dataclass(frozen=True)
-class TraceSummary:
-    """A trace's statistics, as ``msopt validate`` prints them.
-
-    Attributes:
-        requests: requests sent (after window, failures and length policy).
-        span_s: last arrival minus first, in replay seconds.
-        rate: mean requests per second ((requests - 1) / span), or None for a span of 0.
-        gap_cv: coefficient of variation of the gaps between arrivals (1 for Poisson), or None.
-        input_pct, output_pct: {50, 90, 99: tokens} and "mean".
-        block_size: tokens per hash id (0 when the trace records none).
-        prefix_ceiling: share of prompt blocks whose hash id repeats one seen earlier (an infinite
-            cache's reuse; a prompt without hash ids counts its blocks, none repeated), or None for a
-            trace without hash ids.
-        counts: the pass's :class:`TraceCounts`.
-        format: the trace's format.
-        cap_arrival_s: the arrival of request :data:`MAX_REQUESTS` (replay seconds), or None for a
-            trace of fewer requests: the window a run can replay ends there.
-        totals: every request's input plus output tokens as sent, sorted (:meth:`over`).
-        unit_s: seconds per unit of the file's timestamps as read (0: wall clock).
-        hashed, hash_mismatch: prompts with hash ids, and those whose count of ids is not their
-            input over ``block_size`` rounded up (a block_size that disagrees with the ids).
-        implied_block: the mean tokens per hash id of the prompts with hash ids, or None.
-        about: what the file says besides its requests (a ServeGen client's windows), a line each.
-    """
-
-    requests: int
-    span_s: float
-    rate: float | None
-    gap_cv: float | None
-    input_pct: Mapping[str, float]
-    output_pct: Mapping[str, float]
-    block_size: int
-    prefix_ceiling: float | None
-    counts: TraceCounts = field(default_factory=TraceCounts)
-    format: str = ""
-    cap_arrival_s: float | None = None
-    totals: tuple[int, ...] = field(default=(), repr=False, compare=False)
-    unit_s: float = 1.0
-    hashed: int = 0
-    hash_mismatch: int = 0
-    implied_block: float | None = None
-    about: tuple[str, ...] = ()
-
-    def warnings(self) -> list[str]:
-        """What looks like a misread trace: a rate or span of timestamps in the wrong unit, a block_size
-        the hash ids disagree with."""
-        out = []
-        unit = {1.0: "s", 1e-3: "ms", 1e-6: "us"}.get(self.unit_s, f"{self.unit_s:g} s")
-        read = f"timestamps read in {unit}" if self.unit_s else "wall-clock timestamps"
-        if self.rate is not None and self.rate > _UNIT_WARN_RATE:
-            out.append(f"{self.rate:,.0f} req/s looks like {read} that are in another unit; set [workload] "
-                       f"time_unit (s, ms or us)")
-        elif self.requests > _UNIT_WARN_REQUESTS and self.span_s < 1.0:
-            out.append(f"{self.requests:,} requests within {self.span_s:.3g} s looks like {read} that are in "
-                       "another unit; set [workload] time_unit (s, ms or us)")
-        if self.hash_mismatch > 0.1 * self.hashed and self.block_size:
-            out.append(f"block_size {self.block_size} disagrees with the hash ids: {self.hash_mismatch:,} of "
-                       f"{self.hashed:,} prompts carry other than input/{self.block_size} ids (rounded up), about "
-                       f"{self.implied_block or 0:.0f} tokens per id; set [workload] block_size")
-        return out
-
-    def over(self, limit: int) -> int:
-        """How many requests, as sent (after the length policy), are longer than ``limit`` tokens
-        (input plus output): a server of that context refuses them."""
-        return len(self.totals) - bisect.bisect_right(self.totals, limit)
-
-    def longest(self) -> int:
-        """The longest request as sent (input plus output tokens), 0 for none."""
-        return self.totals[-1] if self.totals else 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The summary as JSON-ready values."""
-        c = self.counts
-        return {"format": self.format, "requests": self.requests, "span_s": self.span_s, "rate": self.rate,
-                "gap_cv": self.gap_cv, "input_tokens": dict(self.input_pct), "output_tokens": dict(self.output_pct),
-                "block_size": self.block_size, "prefix_ceiling": self.prefix_ceiling, "about": list(self.about),
-                "rows": {"read": c.rows, "in_window": c.in_window, "failed": c.failed, "over_limit": c.over_limit,
-                         "dropped": c.dropped, "scale": c.scale}}
-
-    def lines(self) -> list[str]:
-        """The summary as lines for a terminal."""
-        def pct(p: Mapping[str, float]) -> str:
-            return f"mean {p['mean']:.0f}, p50 {p['50']:.0f}, p90 {p['90']:.0f}, p99 {p['99']:.0f}"
-
-        c = self.counts
-        rate = f"{self.rate:.3g} req/s" if self.rate is not None else "all at once"
-        cv = f"{self.gap_cv:.2f}" if self.gap_cv is not None else "n/a"
-        out = [f"requests {self.requests} over {self.span_s:.1f} s, {rate}, burstiness (CV of gaps) {cv}",
-               *self.about, f"input tokens {pct(self.input_pct)}", f"output tokens {pct(self.output_pct)}"]
-        if self.prefix_ceiling is None:
-            out.append("prefix reuse ceiling: n/a (no hash ids: never credited with prefix-cache hits)")
-        else:
-            scaled = (f", {self.block_size * self.counts.scale:.0f} tokens each once scaled"
-                      if self.counts.scale != 1.0 else "")
-            out.append(f"prefix reuse ceiling {self.prefix_ceiling:.1%} of {self.block_size}-token blocks{scaled}")
-        skipped = []
-        if c.failed:
-            skipped.append(f"{c.failed} failed (zero tokens) skipped")
-        if c.over_limit:
-            if c.dropped:
-                what = "dropped"
-            elif c.scale != 1.0:
-                what = f"every length scaled by {c.scale:.3g}"
-            else:
-                what = "clipped"
-            skipped.append(f"{c.over_limit} over max_model_len ({what})")
-        if skipped:
-            out.append("; ".join(skipped))
-        out.extend(f"warning: {w}" for w in self.warnings())
-        return out
-
-
 def _bad_text(text: str) -> bool:
     """Whether ``text`` holds a byte that was not UTF-8 (a lone surrogate of ``surrogateescape``)."""
     return any("\udc80" <= ch <= "\udcff" for ch in text)
-
-
-def _percentiles(xs: Sequence[float]) -> dict[str, float]:
-    """Linear-interpolation percentiles (numpy's default) and the mean."""
-    s = sorted(xs)
-    if not s:
-        return {"mean": 0.0, "50": 0.0, "90": 0.0, "99": 0.0}
-    out = {"mean": math.fsum(s) / len(s)}
-    for q in (50, 90, 99):
-        k = (len(s) - 1) * q / 100.0
-        lo, hi = math.floor(k), math.ceil(k)
-        out[str(q)] = s[lo] + (s[hi] - s[lo]) * (k - lo)
-    return out
 
 
 def _azure_seconds(text: str) -> float:
@@ -509,7 +379,6 @@ class Trace:
             return
         t_col, in_col, out_col = self._needed()[:3]
         h_col, s_col, g_col = self._col("hash_ids"), self._col("session_id"), self._col("prefix_group")
-        unit = self.unit
         end = self.window[1] if self.window else math.inf
         t0: float | None = None
         last = -math.inf
@@ -520,15 +389,7 @@ class Trace:
             rows = self._json_rows(f) if json_kind else self._csv_rows(f)
             try:
                 for line, rec in rows:
-                    if fmt == "azure":
-                        try:
-                            t = _azure_seconds(str(self._text(rec.get(t_col, ""), line, t_col)))
-                        except ValueError:
-                            raise self._bad(line, t_col, f"{rec.get(t_col)!r} is not a timestamp like "
-                                            "2023-11-16 18:17:03.9799600, 2024-05-10 00:00:00+00:00 or "
-                                            "2024-10-15T12:00:00.269Z") from None
-                    else:
-                        t = self._number(rec.get(t_col), line, t_col, integer=False) * unit
+                    t = self._seconds(rec, line, t_col)
                     if t < last:
                         raise self._bad(line, t_col, f"{rec.get(t_col)!r} is earlier than the row before; "
                                         "sort the trace by arrival time")
@@ -544,26 +405,40 @@ class Trace:
                     raw_h = rec.get(h_col) if h_col is not None else None
                     if raw_h is not None:
                         hashes = self._hashes(raw_h, line, str(h_col), cell=not json_kind)
-                    session = parent = group = None
-                    if fmt == "bailian":
-                        session = str(self._text(rec["chat_id"], line, "chat_id"))
-                        p = rec.get("parent_chat_id")
-                        parent = None if p in (None, -1, "-1") else str(self._text(p, line, "parent_chat_id"))
-                    elif fmt == "burstgpt":
-                        session = self._text(rec.get("Session ID"), line, "Session ID") or None
-                    elif fmt == "generic":
-                        session = (self._text(rec.get(s_col), line, s_col) or None) if s_col else None
-                        if session is not None:
-                            session = str(session)
-                        group = (self._text(rec.get(g_col), line, g_col) or None) if g_col else None
-                        if group is not None:
-                            group = str(group)
-                        if group is not None and self.block_size:
-                            hashes = group_hash_ids(group, -(-n_in // self.block_size))
+                    session, parent, group = self._who(rec, line, s_col, g_col)
+                    if group is not None and self.block_size:
+                        hashes = group_hash_ids(group, -(-n_in // self.block_size))
                     yield line, rel, n_in, n_out, hashes, session, parent, group
             except (OSError, EOFError) as exc:  # a corrupt or truncated gzip stream
                 raise ConfigError(f"{self.where} {self.path}: after row {line}: cannot be read ({exc}); "
                                   "check the file (a gzip file cut short?)") from None
+
+    def _seconds(self, rec: Mapping[str, Any], line: int, t_col: str) -> float:
+        """A row's timestamp in seconds (an Azure trace's wall clock as epoch seconds)."""
+        if self.format != "azure":
+            return self._number(rec.get(t_col), line, t_col, integer=False) * self.unit
+        try:
+            return _azure_seconds(str(self._text(rec.get(t_col, ""), line, t_col)))
+        except ValueError:
+            raise self._bad(line, t_col, f"{rec.get(t_col)!r} is not a timestamp like "
+                            "2023-11-16 18:17:03.9799600, 2024-05-10 00:00:00+00:00 or "
+                            "2024-10-15T12:00:00.269Z") from None
+
+    def _who(self, rec: Mapping[str, Any], line: int, s_col: str | None,
+             g_col: str | None) -> tuple[str | None, str | None, str | None]:
+        """A row's (session, parent, prefix group): Bailian's ``chat_id`` and ``parent_chat_id``, BurstGPT's
+        ``Session ID``, a generic CSV's ``session_id`` and ``prefix_group``; None where the format has none."""
+        if self.format == "bailian":
+            session = str(self._text(rec["chat_id"], line, "chat_id"))
+            p = rec.get("parent_chat_id")
+            return session, None if p in (None, -1, "-1") else str(self._text(p, line, "parent_chat_id")), None
+        if self.format == "burstgpt":
+            return self._text(rec.get("Session ID"), line, "Session ID") or None, None, None
+        if self.format == "generic":
+            named = (self._text(rec.get(s_col), line, s_col) or None) if s_col else None
+            group = (self._text(rec.get(g_col), line, g_col) or None) if g_col else None
+            return None if named is None else str(named), None, None if group is None else str(group)
+        return None, None, None
 
     def _servegen_raw(self) -> Iterator[tuple[int, float, int, int, tuple[int, ...], str | None, str | None,
                                               str | None]]:
@@ -682,58 +557,9 @@ class Trace:
     def __iter__(self) -> Iterator[TraceRequest]:
         return self.requests()
 
-    def summary(self) -> TraceSummary:
-        """Requests, span, rate, burstiness, length percentiles and the prefix-reuse ceiling, in one pass."""
-        counts = TraceCounts()
-        ins: list[int] = []
-        outs: list[int] = []
-        first = prev = None
-        n_gaps = 0
-        gap_sum = gap_sq = 0.0
-        seen: set[int] = set()
-        blocks = repeats = unhashed = 0
-        cap_arrival = None
-        for r in self.requests(counts):
-            if len(ins) == MAX_REQUESTS - 1:
-                cap_arrival = r.arrival_s
-            ins.append(r.input_tokens)
-            outs.append(r.output_tokens)
-            if first is None:
-                first = r.arrival_s
-            if prev is not None:
-                g = r.arrival_s - prev
-                n_gaps += 1
-                gap_sum += g
-                gap_sq += g * g
-            prev = r.arrival_s
-            if not r.hash_ids and self.block_size:
-                # a prompt without hash ids (a generic row without a prefix_group) shares nothing, but its
-                # blocks are prompt blocks all the same: the ceiling's denominator counts them
-                unhashed += -(-r.input_tokens // max(1, round(self.block_size * counts.scale)))
-            for h in r.hash_ids:
-                blocks += 1
-                if h in seen:
-                    repeats += 1
-                else:
-                    seen.add(h)
-        span = (prev or 0.0) - (first or 0.0)
-        cv = None
-        if n_gaps and gap_sum > 0:
-            mean = gap_sum / n_gaps
-            cv = math.sqrt(max(0.0, gap_sq / n_gaps - mean * mean)) / mean
-        return TraceSummary(requests=len(ins), span_s=span, rate=(len(ins) - 1) / span if span > 0 else None,
-                            gap_cv=cv, input_pct=_percentiles(ins), output_pct=_percentiles(outs),
-                            block_size=self.block_size if blocks else 0,
-                            prefix_ceiling=repeats / (blocks + unhashed) if blocks else None, counts=counts,
-                            format=self.format, cap_arrival_s=cap_arrival,
-                            totals=tuple(sorted(i + o for i, o in zip(ins, outs, strict=True))),
-                            unit_s=0.0 if self.format == "azure" else self.unit, hashed=counts.hashed,
-                            hash_mismatch=counts.hash_mismatch,
-                            implied_block=counts.per_id / counts.hashed if counts.hashed else None,
-                            about=self._about())
-
-    def _about(self) -> tuple[str, ...]:
-        """What the summary says of the file besides its requests: a ServeGen client's windows."""
+    def about(self) -> tuple[str, ...]:
+        """What the file says besides its requests, a line each (a ServeGen client's windows; empty for the
+        other formats), as :func:`msopt.workload.summary.trace_summary` shows it."""
         if self.format != "servegen":
             return ()
         with self._open() as f:
@@ -746,5 +572,5 @@ def read_requests(path: str | os.PathLike[str], **options: Any) -> list[TraceReq
 
 
 __all__: list[str] = ["COLUMN_FIELDS", "DEFAULT_BLOCK_SIZE", "FORMATS", "LENGTH_POLICIES", "MAX_REQUESTS",
-                      "TIME_UNITS", "Trace", "TraceCounts", "TraceRequest", "TraceSummary", "formats_line",
+                      "TIME_UNITS", "Trace", "TraceCounts", "TraceRequest", "formats_line",
                       "group_hash_ids", "read_requests"]

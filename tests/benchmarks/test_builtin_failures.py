@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from msopt.benchmarks import get_benchmark
-from msopt.benchmarks.builtin import HttpError, failure_cause
+from msopt.benchmarks.failures import HttpError, failure_cause
 from msopt.engines import LaunchSpec
 from msopt.launch.ports import free_port
 

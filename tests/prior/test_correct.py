@@ -12,7 +12,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.evaluate.evaluator import Evaluator
 from msopt.prior import PriorGuide, SimulatorPrior, make_prior
-from msopt.prior.simulator import correction_text
+from msopt.prior.correction import correction_text
 from msopt.run.driver import Driver
 from msopt.run.pool import InProcessPool
 from msopt.run.store import RunStore

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from msopt.errors import ConfigError
-from msopt.workload import FORMATS, Trace, formats_line, read_requests
+from msopt.workload import FORMATS, Trace, formats_line, read_requests, trace_summary
 from msopt.workload.servegen import dataset_path
 
 
@@ -51,7 +51,7 @@ def test_a_window_of_the_trace_and_the_summary_of_its_windows(tmp_path):
     path = client(tmp_path, ROWS)
     late = read_requests(path, window=(1000, 2000))
     assert 295 <= len(late) <= 300 and all(r.row == 3 for r in late)
-    s = Trace(path).summary()
+    s = trace_summary(Trace(path))
     assert s.format == "servegen" and s.prefix_ceiling is None
     # as compute_stats.py of the shared traces summarises a ServeGen client
     assert s.lines()[1] == ("ServeGen client: 3 windows, 2 active; window rate mean 0.750 req/s (p50 0.750, max "

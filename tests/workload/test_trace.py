@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from msopt.errors import ConfigError
-from msopt.workload import FORMATS, Trace, TraceCounts, read_requests
+from msopt.workload import FORMATS, Trace, TraceCounts, read_requests, trace_summary
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
@@ -44,7 +44,7 @@ def test_mooncake(tmp_path):
     assert [(r.input_tokens, r.output_tokens, r.hash_ids) for r in rs] == [(600, 20, (0, 1)), (700, 30, (0, 2)),
                                                                            (10, 5, ())]
     assert [r.row for r in rs] == [1, 2, 3]
-    s = t.summary()
+    s = trace_summary(t)
     # 1 of the 4 hashed blocks repeats; the 10-token prompt without hash ids is one more block, unshared
     assert (s.requests, s.span_s, s.rate, s.prefix_ceiling, s.block_size) == (3, 2.0, 1.0, 0.2, 512)
 
@@ -61,7 +61,7 @@ def test_bailian(tmp_path):
     a, b = t
     assert (a.arrival_s, a.session_id, a.parent_id) == (0.0, "7", None)
     assert (b.arrival_s, b.session_id, b.parent_id, b.hash_ids) == (1.5, "9", "7", (1, 2, 3, 4, 5))
-    assert t.summary().prefix_ceiling == pytest.approx(3 / 8)
+    assert trace_summary(t).prefix_ceiling == pytest.approx(3 / 8)
 
 
 @pytest.mark.parametrize("stamps", [
@@ -78,7 +78,7 @@ def test_azure_timestamp_forms(tmp_path, stamps):
     rs = list(t)
     assert [round(r.arrival_s, 6) for r in rs] == [0.0, 0.052, 2.0]
     assert [(r.input_tokens, r.output_tokens, r.hash_ids) for r in rs] == [(100, 10, ()), (101, 11, ()), (102, 12, ())]
-    assert t.summary().prefix_ceiling is None      # no hash ids: never credited with hits
+    assert trace_summary(t).prefix_ceiling is None      # no hash ids: never credited with hits
 
 
 def test_azure_zone_offset_is_honoured(tmp_path):
@@ -101,7 +101,7 @@ def test_burstgpt_by_column_name_and_failures(tmp_path, header, row):
     rs = list(t.requests(counts))
     assert [(r.arrival_s, r.input_tokens, r.output_tokens) for r in rs] == [(0.0, 300, 40), (4.0, 100, 20)]
     assert (counts.rows, counts.failed) == (3, 1)
-    assert t.summary().lines()[-1] == "1 failed (zero tokens) skipped"
+    assert trace_summary(t).lines()[-1] == "1 failed (zero tokens) skipped"
 
 
 def test_generic(tmp_path):
@@ -139,7 +139,7 @@ def test_window_and_time_scale(tmp_path):
     rs = list(Trace(_ramp(tmp_path), window=(2, 5), time_scale=2.0))
     assert [r.arrival_s for r in rs] == [0.0, 0.5, 1.0, 1.5]     # rows 2..5 s, from the window's start, 2x faster
     assert [r.input_tokens for r in rs] == [300, 400, 500, 600]
-    s = Trace(_ramp(tmp_path), window=(2, 5), time_scale=2.0).summary()
+    s = trace_summary(Trace(_ramp(tmp_path), window=(2, 5), time_scale=2.0))
     assert (s.requests, s.span_s, s.rate) == (4, 1.5, 2.0)
 
 
@@ -169,8 +169,8 @@ def test_length_policy(tmp_path, policy, sent, over, dropped):
     if policy == "scale":   # one factor for all: 700 / 1100
         assert counts.scale == pytest.approx(700 / 1100)
         assert (rs[0].input_tokens, rs[-1].input_tokens) == (63, 636)
-        assert "every length scaled by 0.636" in Trace(_ramp(tmp_path), max_model_len=700,
-                                                       length_policy=policy).summary().lines()[-1]
+        assert "every length scaled by 0.636" in trace_summary(Trace(_ramp(tmp_path), max_model_len=700,
+                                                                     length_policy=policy)).lines()[-1]
 
 
 def test_clip_keeps_the_blocks_the_prompt_still_covers(tmp_path):
@@ -199,7 +199,7 @@ def _sample(name: str) -> Path:
 ])
 def test_shared_samples_match_their_readme(name, fmt, n, rate, cv, inp, out, ceiling):
     t = Trace(_sample(name))
-    s = t.summary()
+    s = trace_summary(t)
     assert t.format == fmt and s.requests == n
     assert s.rate == pytest.approx(rate, abs=0.005) and s.gap_cv == pytest.approx(cv, abs=0.005)
     assert (round(s.input_pct["mean"]), round(s.input_pct["50"]), round(s.input_pct["99"])) == inp
@@ -280,4 +280,4 @@ def test_generic_prefix_ceiling_counts_rows_without_a_group(tmp_path):
     # 4 rows of 32 tokens (2 blocks of 16): two share group g (2 of their 4 blocks repeat), two have no group.
     # The rule: repeated blocks over all prompt blocks, 2 / 8, not 2 / 4 (rows without a group left out).
     body = "arrival_s,input_tokens,output_tokens,prefix_group\n0,32,4,g\n1,32,4,g\n2,32,4,\n3,32,4,\n"
-    assert Trace(text(tmp_path / "g.csv", body)).summary().prefix_ceiling == pytest.approx(2 / 8)
+    assert trace_summary(Trace(text(tmp_path / "g.csv", body))).prefix_ceiling == pytest.approx(2 / 8)

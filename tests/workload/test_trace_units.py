@@ -14,7 +14,7 @@ import pytest
 
 from msopt.errors import ConfigError
 from msopt.run.validate import load
-from msopt.workload import Trace
+from msopt.workload import Trace, trace_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +32,11 @@ def seconds_mooncake(tmp_path: Path, n: int = 150) -> Path:
 
 def test_a_unit_error_is_warned_and_time_unit_fixes_it(tmp_path):
     p = seconds_mooncake(tmp_path)
-    s = Trace(p).summary()
+    s = trace_summary(Trace(p))
     assert s.rate == pytest.approx(2000.0)
     assert ("warning: 2,000 req/s looks like timestamps read in ms that are in another unit; set [workload] "
             "time_unit (s, ms or us)") in s.lines()
-    fixed = Trace(p, time_unit="s").summary()
+    fixed = trace_summary(Trace(p, time_unit="s"))
     assert fixed.rate == pytest.approx(2.0) and fixed.warnings() == []
     us = Trace(jsonl(tmp_path / "u.jsonl", [{"timestamp": 250_000 * i, "input_length": 10, "output_length": 2}
                                             for i in range(5)]), time_unit="us")
@@ -47,7 +47,8 @@ def test_a_short_span_of_many_requests_is_warned(tmp_path):
     p = tmp_path / "g.csv"
     p.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i * 0.001:.3f},10,2\n" for i in range(120))
                  + "0.5,10,2\n", encoding="utf-8")
-    assert any("121 requests within 0.5 s looks like timestamps read in s" in w for w in Trace(p).summary().warnings())
+    assert any("121 requests within 0.5 s looks like timestamps read in s" in w
+               for w in trace_summary(Trace(p)).warnings())
 
 
 def test_azure_has_no_time_unit(tmp_path):
@@ -79,16 +80,16 @@ def test_a_json_lines_file_of_any_layout_is_read_through_its_column_mapping(tmp_
     t = Trace(p, block_size=512, columns={"arrival_s": "t", "input_tokens": "in", "output_tokens": "out",
                                            "hash_ids": "blk"})
     assert [(r.arrival_s, r.input_tokens, r.hash_ids) for r in t] == [(0.0, 600, (5, 6)), (2.0, 520, (5, 7))]
-    assert t.summary().prefix_ceiling == 0.25
+    assert trace_summary(t).prefix_ceiling == 0.25
 
 
 def test_a_block_size_the_hash_ids_disagree_with_is_warned(tmp_path):
     p = jsonl(tmp_path / "m.jsonl", [{"timestamp": 1000 * i, "input_length": 160, "output_length": 5,
                                       "hash_ids": list(range(10 * i, 10 * i + 10))} for i in range(5)])
-    s = Trace(p).summary()      # Mooncake's 512-token blocks: these are 16
+    s = trace_summary(Trace(p))      # Mooncake's 512-token blocks: these are 16
     assert ("warning: block_size 512 disagrees with the hash ids: 5 of 5 prompts carry other than input/512 ids "
             "(rounded up), about 16 tokens per id; set [workload] block_size") in s.lines()
-    assert Trace(p, block_size=16).summary().warnings() == []
+    assert trace_summary(Trace(p, block_size=16)).warnings() == []
 
 
 def test_a_header_with_spaces_after_the_commas(tmp_path):
