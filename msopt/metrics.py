@@ -61,6 +61,9 @@ FAILED_OTHER = "failed_other"
 #: The server's context limit (tokens) a measurement's too-long requests were refused at, where it is known
 #: (the server's message, the simulated launch); journaled only beside ``failed_too_long``.
 CONTEXT_LIMIT = "context_limit"
+#: Requests the server answered with fewer output tokens than asked, their output cut to the context left
+#: (vLLM's ``max_tokens`` clamp): journaled where the simulator predicts any, as a count.
+OUTPUTS_CUT = "outputs_cut"
 
 
 def failure_counts(metrics: Any) -> dict[str, int]:

@@ -38,6 +38,7 @@ from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_REFUSED,
     FAILED_TOO_LONG,
+    OUTPUTS_CUT,
     PREFIX_CACHE_HIT_RATE,
     SENT_INPUT_MEAN,
     SENT_OUTPUT_MEAN,
@@ -75,6 +76,8 @@ def metrics_of(res: Any) -> dict[str, float | None]:
             out[key] = float(getattr(res, key))
     if getattr(res, FAILED_TOO_LONG, 0):
         out[CONTEXT_LIMIT] = float(res.context_limit)
+    if getattr(res, OUTPUTS_CUT, 0):
+        out[OUTPUTS_CUT] = float(res.outputs_cut)
     reqs = getattr(res, "requests", None) or {}
     send = np.asarray(reqs.get("send", ()), dtype=float)
     sent = send[np.isfinite(send)]

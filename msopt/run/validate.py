@@ -227,23 +227,30 @@ def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, tr
         return None
     if found is None:
         return None
-    limit, why = found
-    over = trace.over(limit)
+    limit, why, cuts = found
+    longer = trace.over(limit)
+    # an engine that cuts outputs refuses only a prompt that fills the context (vLLM: sim personality's
+    # cuts_output_to_context); the others refuse any request longer than it, input plus output
+    over = trace.prompts_over(limit) if cuts else longer
     wl = config.workload
     if over:
+        over_what = (f"have prompts of at least {why} {limit}, which leave no room for output (the longest "
+                     f"request {trace.longest():,} tokens)" if cuts else f"are longer than {why} {limit} (input + "
+                     f"output tokens; the longest {trace.longest():,})")
         raise ConfigError(f"{wl.where('trace')}: [workload] trace {wl.get('trace')}: {over:,} of {trace.requests:,} "
-                          f"requests are longer than {why} {limit} (input + output tokens; the longest "
-                          f"{trace.longest():,}), and the server would fail them; set [workload] max_model_len = "
+                          f"requests {over_what}, and the server would fail them; set [workload] max_model_len = "
                           f"{limit} with length_policy = \"clip\" (cut their prompts), \"drop\" (leave them out) or "
                           f"\"scale\" (shrink every length by one factor), or raise the limit")
     c = trace.counts
+    cut = (f"; {longer:,} request(s) fit only with their output cut to the context left: the server answers "
+           f"them with fewer output tokens than the trace asks" if longer else "")
     if not c.over_limit:
-        return f"context: {why} {limit}; every request fits"
+        return f"context: {why} {limit}; " + (cut[2:] if cut else "every request fits")
     policy = wl.get("length_policy", "clip")
     what = {"clip": "clipped to it", "drop": "dropped", "scale": f"fit by scaling every length by {c.scale:.3g}"}
     return (f"context: {why} {limit}; {c.over_limit:,} request(s) longer than [workload] max_model_len "
             f"{wl.get('max_model_len')}: {what.get(str(policy), str(policy))} "
-            f"([workload] length_policy = \"{policy}\")")
+            f"([workload] length_policy = \"{policy}\")" + cut)
 
 
 def _refuse_unreplayable(config: Config) -> None:

@@ -92,6 +92,11 @@ class Personality:
     #: ``maxPreemptCount`` 0 (which any personality gets from that knob) and SGLang always does for
     #: fixed-length requests.
     reserves_whole_output: bool = False
+    #: A request whose prompt fits the context but whose prompt and output do not is served, its output cut
+    #: to the context left (vLLM's ``max_tokens`` clamp); otherwise the engine refuses it, as SGLang does
+    #: (sglang 0.5.23 srt/managers/tokenizer_manager.py:1353-1377, ``validate_total_tokens``). A prompt that
+    #: fills the context is refused either way.
+    cuts_output_to_context: bool = False
     #: The engine holds a batch back up to ``max_queue_delay_s`` (MindIE ``maxQueueDelayMicroseconds``);
     #: otherwise that knob means nothing.
     holds_queue_delay: bool = False

@@ -40,6 +40,8 @@ class SimResult:
         failed_too_long, failed_refused: requests the engine refused, as longer than ``context_limit``
             (its max_model_len) and for its prefill token budget or KV cache; 0 where none failed.
         context_limit: the context the engine refused requests at (0 where it refused none).
+        outputs_cut: requests served with their output cut to the context left, by an engine that cuts
+            rather than refuses (:attr:`~msopt.sim.personality.Personality.cuts_output_to_context`).
     """
 
     generate_speed: float = 0.0
@@ -69,6 +71,7 @@ class SimResult:
     failed_too_long: int = 0
     failed_refused: int = 0
     context_limit: int = 0
+    outputs_cut: int = 0
 
     @property
     def ok(self) -> bool:

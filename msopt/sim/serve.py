@@ -263,18 +263,28 @@ class SimServer:
 
     def _sizes(self, body: dict[str, Any], chat: bool) -> tuple[int, int, tuple[int, str] | None]:
         """A request's prompt tokens and ``max_tokens``, and the status and message it is refused with (None:
-        served)."""
+        served). As vLLM 0.32.0: a prompt that fills the context is refused (vllm/renderers/params.py:516-532,
+        vllm/v1/engine/input_processor.py:592-603); a shorter one is served with ``max_tokens`` cut to the
+        context left (vllm/entrypoints/serve/utils/api_utils.py:169-205 get_max_tokens)."""
         if body.get("model") not in (None, self.opts.served_model_name, self.opts.model):
             return 0, 0, (404, f"The model `{body.get('model')}` does not exist.")
         prompt_tokens = _count_tokens(body, chat)
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
         if not is_int(max_tokens) or max_tokens < 1:
             return prompt_tokens, 0, (400, f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if prompt_tokens + max_tokens > self.opts.max_model_len:
-            return prompt_tokens, max_tokens, (400, f"This model's maximum context length is "
-                                                    f"{self.opts.max_model_len} tokens; the request asks for "
-                                                    f"{prompt_tokens + max_tokens}")
-        return prompt_tokens, max_tokens, None
+        limit = self.opts.max_model_len
+        if prompt_tokens > limit:
+            return prompt_tokens, max_tokens, (400, f"This model's maximum context length is {limit} tokens. "
+                                                    f"However, your prompt contains {prompt_tokens} input tokens, "
+                                                    "which exceeds this limit even without any output tokens. "
+                                                    "Please reduce the length of the input prompt.")
+        if prompt_tokens == limit:
+            return prompt_tokens, max_tokens, (400, f"The decoder prompt (length {prompt_tokens}) plus the number "
+                                                    "of requested output tokens (at least 1) is longer than the "
+                                                    f"maximum model length of {limit}. Make sure that "
+                                                    "`max_model_len` is no smaller than the number of text tokens "
+                                                    "(prompt + requested output tokens).")
+        return prompt_tokens, min(max_tokens, limit - prompt_tokens), None
 
     async def complete(self, request: Any, *, chat: bool) -> Any:
         """Serve one completion, streaming SSE chunks when ``stream`` is true."""

@@ -18,7 +18,7 @@ from msopt.sim.memory import MemoryPlan
 from msopt.sim.moe import layout_of, layout_problem
 from msopt.sim.pd import Pool, simulate_pd
 from msopt.sim.perf import StepCost, plan_memory
-from msopt.sim.personality import PERSONALITIES, get_personality, knobs_from_launch, known, resolved
+from msopt.sim.personality import PERSONALITIES, Personality, get_personality, knobs_from_launch, known, resolved
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.speculative import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.workload import Workload, workload_from_mapping
@@ -142,20 +142,38 @@ def cache_block(spec: Launch, sim_table: Mapping[str, Any], personality: str | N
 
 
 def context_limit(spec: Launch, sim_table: Mapping[str, Any] | None = None,
-                  personality: str | None = None) -> tuple[int, str] | None:
-    """The longest request (input plus output tokens) the server of ``spec`` accepts, and where that
-    comes from: the launch's own limit (vLLM ``--max-model-len``, SGLang ``--context-length``, MindIE
-    ``maxSeqLen``), else, with a ``[simulator]`` table, the engine's default for its model; None when
-    neither is known."""
+                  personality: str | None = None) -> tuple[int, str, bool] | None:
+    """The server of ``spec``'s context (tokens), where that comes from, and whether the engine serves a
+    request whose prompt fits but whose output does not, its output cut (``cuts_output_to_context``; else
+    it refuses one longer than the context, input plus output). The limit is the launch's own (vLLM
+    ``--max-model-len``, SGLang ``--context-length``, MindIE ``maxSeqLen``), else, with a ``[simulator]``
+    table, the engine's default for its model; None when neither is known."""
     knobs = knobs_from_launch(spec, personality)
     p = get_personality(knobs.engine)
     if knobs.max_model_len:
-        return int(knobs.max_model_len), f"the launch's {p.context_key}"
+        return int(knobs.max_model_len), f"the launch's {p.context_key}", p.cuts_output_to_context
     if sim_table is None:
         return None
     dirs = sim_table.get("catalog_dirs", ())
     model = load_model(sim_table["model"], (dirs,) if isinstance(dirs, str) else dirs)
-    return p.default_max_model_len(model), f"{knobs.engine}'s default for {model.name} (no {p.context_key} set)"
+    return (p.default_max_model_len(model), f"{knobs.engine}'s default for {model.name} (no {p.context_key} set)",
+            p.cuts_output_to_context)
+
+
+def _cut_outputs(draws: _Draws, max_model_len: int, personality: Personality, log: list[str]) -> _Draws:
+    """The requests as an engine that cuts outputs to the context serves them (``cuts_output_to_context``): a
+    prompt shorter than the context gets at most the context left; a longer one stays as sent, to be refused."""
+    if not personality.cuts_output_to_context:
+        return draws
+    in_len = draws.in_len.astype(np.int64)
+    room = np.maximum(max_model_len - in_len, 0)
+    cut = (in_len < max_model_len) & (draws.out_len.astype(np.int64) > room)
+    if not cut.any():
+        return draws
+    log.append(f"WARNING {int(cut.sum())} requests' output cut to the context left (max_model_len {max_model_len} "
+               "less the prompt): the engine serves them with max_tokens clamped")
+    out = np.where(cut, room, draws.out_len).astype(draws.out_len.dtype)
+    return replace(draws, out_len=out, outputs_cut=int(cut.sum()))
 
 
 @dataclass(frozen=True)
@@ -169,6 +187,7 @@ class _Draws:
     scale: float
     jitter: np.ndarray | None
     think: np.ndarray | None
+    outputs_cut: int = 0  # requests whose output the engine cut to the context left (_cut_outputs)
 
     @classmethod
     def sample(cls, wl: Workload, hw: Hardware, seed: int, noise: float) -> _Draws:
@@ -365,7 +384,7 @@ def simulate(
         return failed(problem, log, ignored, wl.num_prompts)
     knobs, max_model_len = _fit_memory(knobs, hw, spec, mem, max_model_len, log)
 
-    draws = _Draws.sample(wl, hw, seed, noise)
+    draws = _cut_outputs(_Draws.sample(wl, hw, seed, noise), max_model_len, get_personality(knobs.engine), log)
     cost: StepCost = StepCost(hw, spec, knobs, weight_dtype, kv_dtype)
     assumed = assumed_inputs(knobs, hw)
     run_out = draws.out_len
@@ -387,6 +406,8 @@ def simulate(
                     preemptions=served.preemptions, kv_cache_tokens=mem.kv_tokens, log_lines=log, ignored=ignored)
     if cached:
         res = replace(res, prefix_cache_hits=served.hit_tokens, prefix_cache_queries=served.query_tokens)
+    if draws.outputs_cut:
+        res = replace(res, outputs_cut=draws.outputs_cut)
     if not served.ok.all():  # why, by the scheduler's own rules (engine.py ReplicaScheduler): too long, else refused
         ok = served.ok
         too_long = ~ok & (draws.in_len.astype(np.int64) + run_out.astype(np.int64) > max_model_len)

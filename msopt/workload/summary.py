@@ -38,6 +38,7 @@ class TraceSummary:
         cap_arrival_s: the arrival of request :data:`msopt.workload.trace.MAX_REQUESTS` (replay seconds), or
             None for a trace of fewer requests: the window a run can replay ends there.
         totals: every request's input plus output tokens as sent, sorted (:meth:`over`).
+        prompts: every request's input tokens as sent, sorted (:meth:`prompts_over`).
         unit_s: seconds per unit of the file's timestamps as read (0: wall clock).
         hashed, hash_mismatch: prompts with hash ids, and those whose count of ids is not their
             input over ``block_size`` rounded up (a block_size that disagrees with the ids).
@@ -57,6 +58,7 @@ class TraceSummary:
     format: str = ""
     cap_arrival_s: float | None = None
     totals: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    prompts: tuple[int, ...] = field(default=(), repr=False, compare=False)
     unit_s: float = 1.0
     hashed: int = 0
     hash_mismatch: int = 0
@@ -83,8 +85,14 @@ class TraceSummary:
 
     def over(self, limit: int) -> int:
         """How many requests, as sent (after the length policy), are longer than ``limit`` tokens
-        (input plus output): a server of that context refuses them."""
+        (input plus output): a server of that context refuses them, unless it cuts their output
+        (:attr:`~msopt.sim.personality.Personality.cuts_output_to_context`)."""
         return len(self.totals) - bisect.bisect_right(self.totals, limit)
+
+    def prompts_over(self, limit: int) -> int:
+        """How many requests, as sent, have a prompt of at least ``limit`` tokens: one that leaves no room for
+        an output token, which even a server that cuts outputs to its context refuses."""
+        return len(self.prompts) - bisect.bisect_left(self.prompts, limit)
 
     def longest(self) -> int:
         """The longest request as sent (input plus output tokens), 0 for none."""
@@ -190,6 +198,7 @@ def trace_summary(trace: Trace) -> TraceSummary:
                         prefix_ceiling=repeats / (blocks + unhashed) if blocks else None, counts=counts,
                         format=trace.format, cap_arrival_s=cap_arrival,
                         totals=tuple(sorted(i + o for i, o in zip(ins, outs, strict=True))),
+                        prompts=tuple(sorted(ins)),
                         unit_s=0.0 if trace.format == "azure" else trace.unit, hashed=counts.hashed,
                         hash_mismatch=counts.hash_mismatch,
                         implied_block=counts.per_id / counts.hashed if counts.hashed else None,

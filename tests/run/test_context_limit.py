@@ -1,6 +1,9 @@
 """Requests longer than the server's context (issue 52 item 1): validate counts them against the launch's
 --max-model-len (or the engine's default for the model), a run refuses to start while the server would fail
-them, and says what [workload] length_policy did with them once it is told."""
+them, and says what [workload] length_policy did with them once it is told. vLLM fails only a prompt that fills
+its context and cuts the output of a shorter one (vllm 0.32.0 entrypoints/serve/utils/api_utils.py:169-205;
+tests/real_engine/test_context_rule.py checks it on the real build): validate refuses the first and names the
+second."""
 
 from __future__ import annotations
 
@@ -43,14 +46,14 @@ def test_requests_over_the_launchs_max_model_len_refuse_the_run(tmp_path):
         load(path)
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith(f"{path}: [workload] trace {tmp_path / 't.csv'}: ")
-    assert "10 of 30 requests are longer than the launch's --max-model-len 4096" in msg
-    assert "the longest 5,020" in msg
+    assert "10 of 30 requests have prompts of at least the launch's --max-model-len 4096" in msg
+    assert "the longest request 5,020 tokens" in msg
     assert 'set [workload] max_model_len = 4096 with length_policy = "clip"' in msg
     for command in ("validate", "simulate"):
         out = msopt(command, "-c", str(path))
-        assert out.returncode == 2 and "10 of 30 requests are longer" in out.stderr, out.stdout
+        assert out.returncode == 2 and "10 of 30 requests have prompts of at least" in out.stderr, out.stdout
     out = msopt("optimize", "-c", str(path), "--no-ray", "--max-launches", "2", "-o", str(tmp_path / "runs"))
-    assert out.returncode == 2 and "10 of 30 requests are longer" in out.stderr
+    assert out.returncode == 2 and "10 of 30 requests have prompts of at least" in out.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())    # nothing launched
 
 
@@ -70,12 +73,23 @@ def test_a_length_policy_says_what_to_do_and_validate_says_it(tmp_path, policy, 
 
 
 def test_a_simulated_launch_without_the_flag_is_held_to_the_models_length(tmp_path):
-    path = quick_on(tmp_path, "0,100,20\n1,40000,2000\n", others="")
+    path = quick_on(tmp_path, "0,100,20\n1,41000,2000\n", others="")
     with pytest.raises(ConfigError) as exc:
         load(path)
-    assert "1 of 2 requests are longer than vllm's default for qwen3-8b (no --max-model-len set) 40960" in str(exc.value)
+    assert ("1 of 2 requests have prompts of at least vllm's default for qwen3-8b (no --max-model-len set) 40960"
+            in str(exc.value))
 
 
 def test_requests_that_fit_are_said_to(tmp_path):
     checked = load(quick_on(tmp_path, "0,100,20\n1,3000,1000\n"))
     assert checked.notes == ("context: the launch's --max-model-len 4096; every request fits",)
+
+
+def test_a_prompt_that_fits_with_an_output_that_does_not_is_named_not_refused(tmp_path):
+    """4,000 prompt tokens and 200 output tokens: vLLM serves the request with 96 output tokens."""
+    checked = load(quick_on(tmp_path, "0,100,20\n1,4000,200\n"))
+    assert checked.notes == ("context: the launch's --max-model-len 4096; 1 request(s) fit only with their output "
+                             "cut to the context left: the server answers them with fewer output tokens than the "
+                             "trace asks",)
+    sim = msopt("simulate", "-c", str(tmp_path / "c.toml"))
+    assert sim.returncode == 0 and "success_rate: 1\n" in sim.stdout

@@ -127,8 +127,14 @@ def test_http_surface_and_clean_shutdown(tmp_path: Path) -> None:
         assert _post(base + "/v1/completions", None, raw=b"{no")[0] == 400
         assert _post(base + "/v1/completions", {"model": "nope", "prompt": "x"})[0] == 404
         assert _post(base + "/v1/completions", {"prompt": "x", "max_tokens": 0})[0] == 400
+        # as vLLM 0.32.0: a prompt that fits is served with max_tokens cut to the context left
+        # (vllm/entrypoints/serve/utils/api_utils.py:169-205); a prompt that fills the context is refused
         code, body = _post(base + "/v1/completions", {"prompt": "x", "max_tokens": 200})
-        assert code == 400 and b"maximum context length" in body
+        usage = json.loads(body)["usage"]
+        assert code == 200 and usage["completion_tokens"] == 100 - usage["prompt_tokens"] < 200
+        for words in (100, 150):
+            code, body = _post(base + "/v1/completions", {"prompt": " ".join(["x"] * words), "max_tokens": 1})
+            assert code == 400 and (b"maximum context length is 100" in body or b"maximum model length of 100" in body)
 
         proc.popen.send_signal(signal.SIGTERM)
         assert proc.wait(10) is not None

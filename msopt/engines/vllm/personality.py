@@ -31,6 +31,12 @@ class VllmPersonality(Personality):
     # data_parallel_rank; v1/engine/core_client.py:1642-1680 (DPLBAsyncMPClient) sends it to that engine, the
     # others to the least loaded, "exact round-robin" while the engines' KV caches are under half full
     dp_rank_header = True
+    # vllm 0.32.0 refuses only a prompt that fills the context: renderers/params.py:209-220 (max_input_tokens is
+    # max_model_len, "max_output_tokens is *not* subtracted"), v1/engine/input_processor.py:574-604 (a prompt of
+    # max_model_len leaves no output token); a longer prompt + max_tokens is served with max_tokens cut to
+    # max_model_len - prompt (entrypoints/serve/utils/api_utils.py:169-205 get_max_tokens, called by
+    # openai/completion/serving.py:157 and chat_completion/serving.py:343)
+    cuts_output_to_context = True
     measured_names = ("vllm",)  # vLLM, and vllm-ascend (vLLM's scheduler with the Ascend plugin)
 
     def knobs_from_argv(self, argv: Sequence[str]) -> EngineKnobs:
