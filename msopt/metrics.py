@@ -62,7 +62,8 @@ FAILED_OTHER = "failed_other"
 #: (the server's message, the simulated launch); journaled only beside ``failed_too_long``.
 CONTEXT_LIMIT = "context_limit"
 #: Requests the server answered with fewer output tokens than asked, their output cut to the context left
-#: (vLLM's ``max_tokens`` clamp): journaled where the simulator predicts any, as a count.
+#: (vLLM's ``max_tokens`` clamp): journaled as a count where the simulator predicts any or the builtin benchmark,
+#: which asks for a fixed output (``ignore_eos``), got any.
 OUTPUTS_CUT = "outputs_cut"
 
 

@@ -47,6 +47,7 @@ from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_PREFIX,
     METRICS,
+    OUTPUTS_CUT,
     PERCENTILES,
     PREFIX_CACHE_HIT_RATE,
     SEND_LATE_P50,
@@ -69,7 +70,7 @@ REQUESTS_FILE = "requests.jsonl"
 
 def _extra(summary: Mapping[str, Any]) -> tuple[str, ...]:
     """What goes into the journal: :data:`_EXTRA` and the failed requests by cause where any failed."""
-    return (*_EXTRA, *(k for k in summary if k.startswith(FAILED_PREFIX)), CONTEXT_LIMIT)
+    return (*_EXTRA, *(k for k in summary if k.startswith(FAILED_PREFIX)), CONTEXT_LIMIT, OUTPUTS_CUT)
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
 # Short common words: each is about one token for BPE tokenizers when preceded by a space.
@@ -115,6 +116,7 @@ class RequestRecord:
     latency: float | None = None
     tpot: float | None = None
     output_tokens: int = 0
+    asked: int | None = None  # the max_tokens sent
     success: bool = False
     error: str | None = None
     cause: str | None = None
@@ -242,8 +244,10 @@ async def _one(session: Any, p: LoadParams, rec: RequestRecord, prompt: str, t0:
     usage_tokens: int | None = None
     first: float | None = None
     done = not p.stream
+    body = _body(p, prompt, max_tokens)
+    rec.asked = body["max_tokens"]
     try:
-        async with session.post(p.url + p.endpoint, json=_body(p, prompt, max_tokens), headers=headers) as resp:
+        async with session.post(p.url + p.endpoint, json=body, headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:300]
                 raise HttpError(resp.status, text)
@@ -423,6 +427,11 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
         "p99_ttft": float(np.percentile([r.ttft for r in ok], 99)) if ok else None,
         **failure_metrics(records),
     }
+    if p is not None and p.ignore_eos:  # answered with fewer tokens than asked: the server cut the output to its
+        # context (vllm 0.32.0 entrypoints/serve/utils/api_utils.py:169-205); journaled only where any was
+        cut = sum(1 for r in ok if r.asked is not None and r.output_tokens < r.asked)
+        if cut:
+            summary[OUTPUTS_CUT] = float(cut)
     for column in PERCENTILES:  # ttft_p99, ...: what an SLO's percentile holds
         metric, _, stat = column.partition("_")
         values = [float(v) for v in ([r.ttft for r in ok] if metric == "ttft" else tpots) if v is not None]

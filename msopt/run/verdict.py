@@ -25,7 +25,15 @@ from msopt.engines.crash import EngineCrash
 from msopt.errors import MsoptError
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
-from msopt.metrics import CONTEXT_LIMIT, GENERATE_SPEED, SENT_REQUESTS, SUCCESS_RATE, failure_counts, fitness_text
+from msopt.metrics import (
+    CONTEXT_LIMIT,
+    GENERATE_SPEED,
+    OUTPUTS_CUT,
+    SENT_REQUESTS,
+    SUCCESS_RATE,
+    failure_counts,
+    fitness_text,
+)
 from msopt.run.leaderboard import is_measurement, measurement_weight, values_key
 from msopt.sim.personality import get_personality
 from msopt.slo import BROKEN, SloCheck
@@ -311,6 +319,8 @@ class VerdictTally:
         self.failed_evals = 0  # measurements that counted a failed request
         self.unexplained = 0  # failed requests of no recorded cause
         self.limits: set[int] = set()  # the context limits too-long requests were refused at
+        self.cut = 0  # requests answered with their output cut to the context left, over every measurement
+        self.cut_evals = 0
         self.crashes: dict[str, int] = {}  # the engine's death, as one line -> evaluations it ended
 
     def add(self, r: EvaluationResult) -> None:
@@ -345,6 +355,10 @@ class VerdictTally:
                 line = (r.error or "the engine died").splitlines()[0]
             self.crashes[line] = self.crashes.get(line, 0) + 1
             return
+        cut = r.metrics.get(OUTPUTS_CUT)
+        if isinstance(cut, (int, float)) and math.isfinite(cut) and cut > 0:
+            self.cut += int(cut)
+            self.cut_evals += 1
         rate = r.metrics.get(SUCCESS_RATE)
         if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate >= 1:
             return
@@ -390,7 +404,13 @@ class VerdictTally:
             (first, _), *more = sorted(self.crashes.items(), key=lambda kv: -kv[1])
             parts.append(f"{n} evaluation(s) ended when the engine died: {first}"
                          + (f" (and {len(more)} other death(s); see the report)" if more else ""))
-        return "failed requests: " + "; ".join(parts) if parts else ""
+        text = "failed requests: " + "; ".join(parts) if parts else ""
+        if self.cut:  # served, not failed: but measured on shorter outputs than the workload's
+            text += ("; " if text else "") + (
+                f"outputs cut: {self.cut:,} request(s) in {self.cut_evals} of {self.evaluations} evaluations were "
+                "answered with their output cut to the context left, shorter than the workload asks (the server "
+                "clamps max_tokens; set [workload] max_model_len with a length_policy to send them as they fit)")
+        return text
 
     def spread(self, of: EvaluationResult) -> Spread | None:
         """generate_speed of every measurement (:func:`msopt.run.leaderboard.is_measurement`) of ``of``'s

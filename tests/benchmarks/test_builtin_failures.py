@@ -55,3 +55,12 @@ def test_other_failures_by_kind():
     assert failure_cause(TimeoutError()) == ("timeout", None)
     assert failure_cause(ConnectionResetError()) == ("connection", None)
     assert failure_cause(ValueError("bad JSON")) == ("other", None)
+
+
+def test_a_response_with_fewer_output_tokens_than_asked_is_counted_as_cut(sim_server: LaunchSpec, tmp_path):
+    """sim-serve answers as vLLM 0.32.0 does (tests/real_engine/test_context_rule.py checks the real build): a prompt
+    that fits with an output that does not is served, its max_tokens cut to the context left."""
+    m = run(sim_server, tmp_path, {"input_len": 32700, "output_len": 100}, 2)
+    assert m["success_rate"] == 1.0 and m["outputs_cut"] == 2 and "failed_too_long" not in m
+    m = run(sim_server, tmp_path / "fits", {"input_len": 100, "output_len": 10}, 2)
+    assert m["success_rate"] == 1.0 and "outputs_cut" not in m

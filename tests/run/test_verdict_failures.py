@@ -88,3 +88,17 @@ def test_a_run_without_failed_requests_says_nothing_of_them():
     runs = [result(0, 1.0, phase="baseline"), result(1, 1.0)]
     v = make_verdict(SETTINGS.config, runs, runs[1])
     assert v.failures == "" and not any("failed" in line for line in v.lines())
+
+
+def test_requests_answered_with_their_output_cut_are_named_apart_from_the_failed_ones():
+    """vLLM serves a prompt that fits with its output cut to the context left (vllm 0.32.0
+    entrypoints/serve/utils/api_utils.py:169-205): no request failed, but the measurement is of shorter outputs."""
+    runs = [result(0, 1.0, phase="baseline", outputs_cut=7), result(1, 1.0, outputs_cut=5), result(2, 1.0)]
+    v = make_verdict(SETTINGS.config, runs, runs[2])
+    assert v.failures == ("outputs cut: 12 request(s) in 2 of 3 evaluations were answered with their output cut to "
+                          "the context left, shorter than the workload asks (the server clamps max_tokens; set "
+                          "[workload] max_model_len with a length_policy to send them as they fit)")
+    both = [result(0, 0.9, phase="baseline", failed_too_long=10, context_limit=4096, outputs_cut=3)]
+    assert make_verdict(SETTINGS.config, both, both[0]).failures.startswith(
+        "failed requests: 10 in 1 of 1 evaluations: 10 longer than --max-model-len 4096 were refused by the server; "
+        "outputs cut: 3 request(s) in 1 of 1 evaluations")
