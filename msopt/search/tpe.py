@@ -217,6 +217,10 @@ class TPESearcher:
         count = self._counts[lane]
         return Trial(int(t.number), self.position(t.params), self._setup.context(lane, count), lane, count)
 
+    def ask_one(self, lane: int) -> Trial:
+        """A trial for ``lane`` now, whatever else is in flight (a portfolio's lane)."""
+        return self._trial(lane)
+
     def ask(self) -> list[Trial]:  # noqa: D102
         busy = {lane for lane, _ in self._pending.values()}
         if self.mode == "sync":
@@ -232,6 +236,15 @@ class TPESearcher:
         value = float(fitness)
         self._study.tell(t, value if math.isfinite(value) else math.inf)
         self._counts[lane] += 1
+
+    def observe(self, position: Sequence[float], fitness: float) -> None:
+        """Add a result another searcher proposed (``Study.add_trial``): the evaluated ``position``
+        (its nearest parameters) and its fitness, ``inf`` for a failure. The lanes' counts stay."""
+        optuna = require_optuna()
+        value = float(fitness)
+        self._study.add_trial(optuna.trial.create_trial(
+            params=self.params(np.asarray(position, dtype=float)), distributions=self._space,
+            value=value if math.isfinite(value) else math.inf))
 
     @property
     def best_fitness(self) -> float:
