@@ -26,7 +26,7 @@ __all__ = ["UNSET_DEFAULTS", "ClusterConfig", "Config", "EngineConfig", "PriorCo
 UNSET_DEFAULTS: Mapping[str, Any] = {
     "max_launches": 0,             # no launch budget
     "backup": False,               # --backup off
-    "search.searcher": "auto",     # the swarm with a prior, TPE without (search.resolve_searcher)
+    "search.searcher": "auto",     # the portfolio with a prior, TPE without (search.resolve_searcher)
     "search.prior_picks": None,          # every particle besides the baseline
     "cluster.devices_per_trial": None,   # the ternary_factories product, else 1 (ClusterConfig.trial_devices)
     "cluster.devices_per_node": None,    # the cluster's largest node; simulated: the hardware's

@@ -6,16 +6,21 @@ predictions); Optuna's TPE (:class:`~msopt.search.tpe.TPESearcher`) knows only t
 Both are told every result, whichever proposed it: the swarm each lane's evaluated position
 (write-back: a lane TPE proposed moves the swarm's particle there), TPE the others' results as
 finished trials (``Study.add_trial``). Each generation's lanes are split between them by the
-prior's trust at the time of the ask (the screen's ``trust``,
-:meth:`~msopt.prior.PriorGuide.trust`): TPE takes ``lanes × (1 - trust)`` of them, the
-fraction rounded up with that probability by the searcher's own seeded RNG, and takes the
-particles of the worst personal bests, so the best particles keep following the prior. At full
-trust the run is the swarm's; at none it is TPE fed with every measurement so far, the prior's
-first generation included. The first generation (the baseline and the prior's picks) is always
-the swarm's. Without a screen (``[search] screen`` <= 1) there is no trust to read: the swarm
-takes every lane.
+prior's trust (the screen's ``trust``, :meth:`~msopt.prior.PriorGuide.trust`), the lowest the run
+has judged so far: TPE takes ``lanes × TPE_SHARE × (1 - trust / TRUST_FULL)`` of them (none at
+:data:`TRUST_FULL` or above, :data:`TPE_SHARE` of them at trust 0), the fraction rounded up with
+that probability by the searcher's own seeded RNG, and takes the particles of the worst personal
+bests, so the best particles keep following the prior. Where the prior earns its trust the run is
+the swarm's; where it has none, half of each generation is TPE's, fed with every measurement so
+far, the prior's first generation included, and half the swarm's, released from the prior's
+starts. The first generation (the baseline and the prior's picks) is always the swarm's. TPE's
+own first :data:`~msopt.search.tpe.STARTUP_TRIALS` proposals are drawn at random (the first
+generation's measurements sit where the prior pointed), and it lies about its trials in flight
+(Optuna's ``constant_liar``), since a generation's are asked together. Without a screen
+(``[search] screen`` <= 1) there is no trust to read: the swarm takes every lane.
 
-Async: each lane, once told, is asked again, TPE's with probability ``1 - trust``.
+Async: the lanes free at an ask are split the same way (one free lane: TPE's with that
+probability).
 
 Deterministic for a seed and a sequence of asks, tells and constraint answers (the trust is
 a function of the results told), so ``--resume`` rebuilds it by replay.
@@ -34,9 +39,16 @@ from msopt.errors import ConfigError
 from msopt.search.options import SwarmOptions
 from msopt.search.searcher import SEARCHERS, Searcher, SearcherSetup, Trial
 from msopt.search.swarm import Swarm
-from msopt.search.tpe import TPESearcher, require_optuna
+from msopt.search.tpe import STARTUP_TRIALS, TPESearcher, require_optuna
 
-__all__ = ["PortfolioSearcher"]
+__all__ = ["TPE_SHARE", "TRUST_FULL", "PortfolioSearcher"]
+
+#: At this trust or above the swarm takes every lane; below, TPE's share grows linearly to
+#: :data:`TPE_SHARE` at trust 0.
+TRUST_FULL = 0.5
+#: The share of the lanes TPE takes once the prior has no trust left; the released swarm
+#: (``Swarm._release``) keeps the rest.
+TPE_SHARE = 0.5
 
 
 @dataclass
@@ -63,11 +75,16 @@ class PortfolioSearcher:
         self._setup = setup
         self.swarm = Swarm(setup.low, setup.high, options, steps=setup.steps, init_positions=setup.init_positions,
                            constraint=setup.constraint)
-        self.tpe = TPESearcher(replace(setup, init_positions=None))  # the starts are the swarm's first lanes
+        # the starts are the swarm's first lanes (told to TPE, not enqueued); TPE's lanes of a generation
+        # are asked together, so it lies about those in flight; its own first STARTUP_TRIALS are drawn at
+        # random beside the first generation, whose measurements sit where the prior pointed
+        self.tpe = TPESearcher(replace(setup, init_positions=None), constant_liar=True,
+                               startup=STARTUP_TRIALS + setup.concurrency)
         self._rng = np.random.default_rng(np.random.SeedSequence([int(setup.seed or 0), 0x9F0]))
         self._counts = [0] * setup.concurrency
         self._pending: dict[int, _Asked] = {}
         self._told: dict[int, tuple[float, _Asked]] = {}  # sync: lane -> told, this generation
+        self._lowest = 1.0
         self.split: list[tuple[float, tuple[int, ...]]] = []  # per ask round: (trust, the lanes TPE took)
 
     @property
@@ -78,18 +95,21 @@ class PortfolioSearcher:
         return self._counts[lane]
 
     def trust(self) -> float:
-        """The prior's trust now, 0..1 (1 without a screen to read it from)."""
+        """The lowest trust the run has judged the prior at so far, 0..1 (1 without a screen to read
+        it from): once the prior has ranked the measurements wrongly, its agreement over the poorer
+        configurations the search goes on to measure, which it ranks rightly, does not win it back."""
         screen = self._setup.constraint.screen
         if screen is None or screen.trust is None:
             return 1.0
-        return min(1.0, max(0.0, float(screen.trust())))
+        self._lowest = min(self._lowest, max(0.0, float(screen.trust())))
+        return self._lowest
 
     def _tpe_lanes(self, lanes: list[int]) -> set[int]:
         """Which of ``lanes`` TPE proposes for now: ``len(lanes) × (1 - trust)``, rounded with the
         RNG, the particles of the worst personal bests first (a lane's first evaluation: the swarm's)."""
         trust = self.trust()
         free = [i for i in lanes if self._counts[i] > 0]
-        share = len(free) * (1.0 - trust)
+        share = len(free) * TPE_SHARE * max(0.0, 1.0 - trust / TRUST_FULL)
         k = min(len(free), math.floor(share) + int(self._rng.random() < share - math.floor(share)))
         pbest = self.swarm.personal_best_fitness
         worst_first = sorted(free, key=lambda i: (-pbest[i], i))

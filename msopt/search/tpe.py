@@ -160,7 +160,7 @@ class TPESearcher:
 
     name = "tpe"
 
-    def __init__(self, setup: SearcherSetup) -> None:
+    def __init__(self, setup: SearcherSetup, constant_liar: bool = False, startup: int = STARTUP_TRIALS) -> None:
         if setup.mode not in ("sync", "async"):
             raise ConfigError(f"mode must be 'sync' or 'async', got {setup.mode!r}")
         optuna = require_optuna()
@@ -171,8 +171,8 @@ class TPESearcher:
         seeds = np.random.SeedSequence([int(setup.seed or 0), 0x79E]).generate_state(3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            inner = optuna.samplers.TPESampler(seed=int(seeds[0]), multivariate=True, constant_liar=False,
-                                               n_startup_trials=STARTUP_TRIALS)
+            inner = optuna.samplers.TPESampler(seed=int(seeds[0]), multivariate=True, constant_liar=constant_liar,
+                                               n_startup_trials=startup)
         random = optuna.samplers.RandomSampler(seed=int(seeds[1]))
         sampler = _sampler(optuna, inner, random, self._space, _exact(setup.constraint, self._dims), self.position,
                            np.random.default_rng(int(seeds[2])))

@@ -186,7 +186,7 @@ class _Blind(PriorGuide):
         return 1.0
 
 
-@pytest.mark.parametrize(("searcher", "budget"), [("portfolio", 60), ("swarm", 100), ("tpe", 60)])
+@pytest.mark.parametrize(("searcher", "budget"), [("portfolio", 100), ("swarm", 100), ("tpe", 60)])
 def test_a_prior_that_ranks_in_reverse_loses_the_run_s_trust_and_the_run_finds_the_optimum(write_toml, searcher,
                                                                                           budget):
     """The portfolio ("auto" with a prior), the swarm and TPE, whose first generation starts at the

@@ -52,13 +52,14 @@ def test_auto_with_a_prior_is_the_portfolio():
     assert resolve_searcher("swarm", True, 50) == "swarm" and resolve_searcher("tpe", True, 50) == "tpe"
 
 
-@pytest.mark.parametrize(("trust", "tpe_lanes"), [(1.0, {0}), (0.0, {N}), (0.5, {5}), (0.35, {6, 7})])
-def test_the_split_follows_the_trust_and_the_first_generation_is_the_swarm_s(write_toml, trust, tpe_lanes):
+@pytest.mark.parametrize(("trust", "tpe_lanes"), [(1.0, {0}), (0.5, {0}), (0.0, {N // 2}), (0.25, {2, 3}),
+                                                  (0.35, {1, 2})])
+def test_the_split_follows_the_trust(write_toml, trust, tpe_lanes):
+    """TPE takes lanes × TPE_SHARE × (1 - trust / TRUST_FULL) of each generation, rounded by the RNG."""
     t = _Trust()
     s = _searcher(write_toml, t)
-    t.value = 0.0
-    _generation(s)  # the starts: the swarm's, whatever the trust
-    assert s.split == [(0.0, ())]
+    _generation(s)  # the starts: the swarm's
+    assert s.split == [(1.0, ())]
     t.value = trust
     for _ in range(4):
         _generation(s)
@@ -71,11 +72,22 @@ def test_the_split_follows_the_trust_and_the_first_generation_is_the_swarm_s(wri
     assert len(trials) == 5 * N and all(tr.state.is_finished() for tr in trials)
 
 
+def test_the_first_generation_is_the_swarm_s_and_lost_trust_is_not_won_back(write_toml):
+    t = _Trust()
+    t.value = 0.0
+    s = _searcher(write_toml, t)
+    _generation(s)
+    assert s.split == [(0.0, ())]  # the baseline and the prior's picks start the swarm, whatever the trust
+    t.value = 0.9  # the prior ranks the poor configurations the search measured next rightly
+    _generation(s)
+    assert s.split[-1][0] == 0.0 and len(s.split[-1][1]) == N // 2
+
+
 def test_tpe_takes_the_particles_of_the_worst_personal_bests(write_toml):
     t = _Trust()
     s = _searcher(write_toml, t)
     _generation(s)
-    t.value = 0.7  # 3 of 10 lanes
+    t.value = 0.2  # 3 of 10 lanes: 10 × 0.5 × (1 - 0.2 / 0.5)
     pbest = s.swarm.personal_best_fitness
     trials = s.ask()
     swarm = s.swarm.positions
@@ -92,7 +104,7 @@ def test_every_result_reaches_both_searchers(write_toml, mode):
     s = _searcher(write_toml, t, mode=mode)
     told = 0
     for g in range(5):
-        t.value = [1.0, 0.6, 0.0, 0.3, 1.0][g]
+        t.value = [1.0, 0.4, 0.2, 0.0, 1.0][g]
         for tr in s.ask():
             s.tell(tr.id, _fitness(tr.position), tr.position)
             told += 1
@@ -112,7 +124,7 @@ def test_the_same_seed_and_results_give_the_same_run(write_toml):
         s = _searcher(write_toml, t, seed=seed)
         asked = []
         for g in range(6):
-            t.value = [1.0, 0.45, 0.45, 0.1, 0.0, 0.55][g]
+            t.value = [1.0, 0.45, 0.3, 0.3, 0.1, 0.55][g]
             asked.append([tuple(tr.position) for tr in _generation(s)])
         runs.append((asked, s.split, s.to_state()))
     assert runs[0] == runs[1]
@@ -147,7 +159,7 @@ def test_a_resumed_portfolio_run_gives_the_uninterrupted_result(write_toml, cut)
     full_driver, full = _driver_run(write_toml)
     assert full_driver.searcher.name == "portfolio"
     split = full_driver.searcher.split
-    assert split[0][1] == () and any(len(lanes) == full_driver.searcher.lanes for _, lanes in split[1:])
+    assert split[0][1] == () and any(len(lanes) == full_driver.searcher.lanes // 2 for _, lanes in split[1:])
     driver, resumed = _driver_run(write_toml, previous=full.results[:cut])
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, str(sorted(r.values.items())), r.fitness)  # noqa: E731
     assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
