@@ -237,7 +237,7 @@ class TPESearcher:
         self._study.tell(t, value if math.isfinite(value) else math.inf)
         self._counts[lane] += 1
 
-    def observe(self, position: Sequence[float], fitness: float) -> None:
+    def observe(self, position: Sequence[float] | np.ndarray, fitness: float) -> None:
         """Add a result another searcher proposed (``Study.add_trial``): the evaluated ``position``
         (its nearest parameters) and its fitness, ``inf`` for a failure. The lanes' counts stay."""
         optuna = require_optuna()
