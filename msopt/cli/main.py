@@ -74,7 +74,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                         f"{len(space.derived)} derived field(s)"]
     searcher = config.run.searcher
     if searcher == "auto":
-        searcher = "auto (the swarm; tpe where no prior can be built and a launch budget is set)"
+        searcher = ("auto (the swarm and tpe, split by the trust the prior earns; tpe where no prior can be built and "
+                    "a launch budget is set)")
     lines.append(f"searcher: {searcher}, {config.run.n_particles} evaluation(s) in flight ({config.run.mode})")
     slos = [f"{c.metric} {c.bound}" for c in slo_checks(config.run.slos, {})]
     lines.append("SLOs: " + ", ".join(slos))

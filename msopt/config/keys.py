@@ -122,7 +122,7 @@ TABLES: Mapping[str, Mapping[str, Key]] = {
     },
     "search": {
         "searcher": _name("a searcher name such as \"swarm\"",
-                          unset="the swarm with a prior, TPE without (search.resolve_searcher)", default="auto"),
+                          unset="the portfolio with a prior, TPE without (search.resolve_searcher)", default="auto"),
         "prior": _one_of("auto", "simulator", "none"),
         "prior_evaluations": _ints(0, 1_000_000),
         "prior_picks": _ints(0, 100_000, unset="every particle besides the baseline"),

@@ -258,7 +258,9 @@ SEARCHERS.register("swarm", make_swarm_searcher)
 def resolve_searcher(name: str, has_prior: bool, max_launches: int = 0) -> str:
     """The searcher ``[search] searcher = name`` stands for in a run with or without a prior.
 
-    ``"auto"`` is the swarm where a prior seeds and screens it. Where none can be built (no
+    ``"auto"`` is the portfolio where a prior seeds and screens the swarm: the swarm and TPE, the
+    lanes of each generation split between them by the trust the prior earned
+    (:mod:`msopt.search.portfolio`; issue 49, docs/searchers.md). Where none can be built (no
     config.json, unknown hardware, ``prior = "none"``) it is Optuna's TPE at every launch budget,
     which the driver then runs one trial per worker with the budget's launches on the search
     (:mod:`msopt.run.budget`, the unguided plan): on the search bench's independent reality
@@ -269,7 +271,9 @@ def resolve_searcher(name: str, has_prior: bool, max_launches: int = 0) -> str:
     """
     if name != "auto":
         return name
-    return "swarm" if has_prior or max_launches <= 0 else "tpe"
+    if has_prior:
+        return "portfolio"
+    return "swarm" if max_launches <= 0 else "tpe"
 
 
 def make_searcher(name: str, setup: SearcherSetup) -> Searcher:

@@ -160,7 +160,7 @@ class TPESearcher:
 
     name = "tpe"
 
-    def __init__(self, setup: SearcherSetup) -> None:
+    def __init__(self, setup: SearcherSetup, constant_liar: bool = False, startup: int = STARTUP_TRIALS) -> None:
         if setup.mode not in ("sync", "async"):
             raise ConfigError(f"mode must be 'sync' or 'async', got {setup.mode!r}")
         optuna = require_optuna()
@@ -171,8 +171,8 @@ class TPESearcher:
         seeds = np.random.SeedSequence([int(setup.seed or 0), 0x79E]).generate_state(3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            inner = optuna.samplers.TPESampler(seed=int(seeds[0]), multivariate=True, constant_liar=False,
-                                               n_startup_trials=STARTUP_TRIALS)
+            inner = optuna.samplers.TPESampler(seed=int(seeds[0]), multivariate=True, constant_liar=constant_liar,
+                                               n_startup_trials=startup)
         random = optuna.samplers.RandomSampler(seed=int(seeds[1]))
         sampler = _sampler(optuna, inner, random, self._space, _exact(setup.constraint, self._dims), self.position,
                            np.random.default_rng(int(seeds[2])))
@@ -217,6 +217,10 @@ class TPESearcher:
         count = self._counts[lane]
         return Trial(int(t.number), self.position(t.params), self._setup.context(lane, count), lane, count)
 
+    def ask_one(self, lane: int) -> Trial:
+        """A trial for ``lane`` now, whatever else is in flight (a portfolio's lane)."""
+        return self._trial(lane)
+
     def ask(self) -> list[Trial]:  # noqa: D102
         busy = {lane for lane, _ in self._pending.values()}
         if self.mode == "sync":
@@ -232,6 +236,15 @@ class TPESearcher:
         value = float(fitness)
         self._study.tell(t, value if math.isfinite(value) else math.inf)
         self._counts[lane] += 1
+
+    def observe(self, position: Sequence[float] | np.ndarray, fitness: float) -> None:
+        """Add a result another searcher proposed (``Study.add_trial``): the evaluated ``position``
+        (its nearest parameters) and its fitness, ``inf`` for a failure. The lanes' counts stay."""
+        optuna = require_optuna()
+        value = float(fitness)
+        self._study.add_trial(optuna.trial.create_trial(
+            params=self.params(np.asarray(position, dtype=float)), distributions=self._space,
+            value=value if math.isfinite(value) else math.inf))
 
     @property
     def best_fitness(self) -> float:

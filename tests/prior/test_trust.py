@@ -187,13 +187,14 @@ class _Blind(PriorGuide):
         return 1.0
 
 
-@pytest.mark.parametrize(("searcher", "budget"), [("swarm", 100), ("tpe", 60)])
+@pytest.mark.parametrize(("searcher", "budget"), [("portfolio", 100), ("swarm", 100), ("tpe", 60)])
 def test_a_prior_that_ranks_in_reverse_loses_the_run_s_trust_and_the_run_finds_the_optimum(write_toml, searcher,
                                                                                           budget):
-    """The swarm ("auto" with a prior) and TPE, whose first generation starts at the prior's picks
-    (here the worst configurations): the trust falls to 0 after it, the screen stops ranking, the
-    swarm's particles leave the picks' starts (Swarm._release), and every seed finds the optimum;
-    the guide that keeps trusting the prior does not."""
+    """The portfolio ("auto" with a prior), the swarm and TPE, whose first generation starts at the
+    prior's picks (here the worst configurations): the trust falls to 0 after it, the screen stops
+    ranking, the swarm's particles leave the picks' starts (Swarm._release), the portfolio gives
+    every lane to TPE, and every seed finds the optimum; the guide that keeps trusting the prior
+    does not."""
     best = 1.0  # _true's optimum
     found, blind = [], []
     for seed in range(4):

@@ -45,9 +45,9 @@ def _settings(write_toml, search=""):
     return load_settings(str(write_toml(SETTINGS.format(search=search) + TP_PP_DP + KNOBS)), environ={})
 
 
-def test_auto_resolves_to_the_swarm_with_a_prior_and_tpe_without_at_every_budget():
+def test_auto_resolves_to_the_portfolio_with_a_prior_and_tpe_without_at_every_budget():
     for launches in (0, 6, 10, 20, 50):
-        assert resolve_searcher("auto", True, launches) == "swarm"
+        assert resolve_searcher("auto", True, launches) == "portfolio"  # the swarm and TPE (issue 49)
         assert resolve_searcher("auto", False, launches) == ("tpe" if launches else "swarm")  # 0: no budget
     assert resolve_searcher("swarm", False, 6) == "swarm" and resolve_searcher("tpe", True) == "tpe"
 
@@ -60,7 +60,7 @@ def test_auto_is_the_default_a_registered_name_and_no_searcher_of_its_own(write_
     validate(*split(settings))
     with pytest.raises(ValueError, match="resolve_searcher"):
         make_searcher("auto", None)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="valid: auto, swarm, tpe"):
+    with pytest.raises(ConfigError, match="valid: auto, portfolio, swarm, tpe"):
         check_searcher("nope")
 
 

@@ -1,0 +1,194 @@
+"""The swarm and TPE as one searcher, its lanes split by the trust in the prior
+(``[search] searcher = "auto"`` with a prior, or ``"portfolio"``; issue 49 part 2 item 2).
+
+The swarm is led by the prior (it starts at its picks and its moves are screened by its
+predictions); Optuna's TPE (:class:`~msopt.search.tpe.TPESearcher`) knows only the measurements.
+Both are told every result, whichever proposed it: the swarm each lane's evaluated position
+(write-back: a lane TPE proposed moves the swarm's particle there), TPE the others' results as
+finished trials (``Study.add_trial``). Each generation's lanes are split between them by the
+prior's trust (the screen's ``trust``, :meth:`~msopt.prior.PriorGuide.trust`), the lowest the run
+has judged so far: TPE takes ``lanes × TPE_SHARE × (1 - trust / TRUST_FULL)`` of them (none at
+:data:`TRUST_FULL` or above, :data:`TPE_SHARE` of them at trust 0), the fraction rounded up with
+that probability by the searcher's own seeded RNG, and takes the particles of the worst personal
+bests, so the best particles keep following the prior. Where the prior earns its trust the run is
+the swarm's; where it has none, half of each generation is TPE's, fed with every measurement so
+far, the prior's first generation included, and half the swarm's, released from the prior's
+starts. The first generation (the baseline and the prior's picks) is always the swarm's. TPE's
+own first :data:`~msopt.search.tpe.STARTUP_TRIALS` proposals are drawn at random (the first
+generation's measurements sit where the prior pointed), and it lies about its trials in flight
+(Optuna's ``constant_liar``), since a generation's are asked together. Without a screen
+(``[search] screen`` <= 1) there is no trust to read: the swarm takes every lane.
+
+Async: the lanes free at an ask are split the same way (one free lane: TPE's with that
+probability).
+
+Deterministic for a seed and a sequence of asks, tells and constraint answers (the trust is
+a function of the results told), so ``--resume`` rebuilds it by replay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from msopt.errors import ConfigError
+from msopt.search.options import SwarmOptions
+from msopt.search.searcher import SEARCHERS, Searcher, SearcherSetup, Trial
+from msopt.search.swarm import Swarm
+from msopt.search.tpe import STARTUP_TRIALS, TPESearcher, require_optuna
+
+__all__ = ["TPE_SHARE", "TRUST_FULL", "PortfolioSearcher"]
+
+#: At this trust or above the swarm takes every lane; below, TPE's share grows linearly to
+#: :data:`TPE_SHARE` at trust 0.
+TRUST_FULL = 0.5
+#: The share of the lanes TPE takes once the prior has no trust left; the released swarm
+#: (``Swarm._release``) keeps the rest.
+TPE_SHARE = 0.5
+
+
+@dataclass
+class _Asked:
+    lane: int
+    count: int
+    tpe: int | None  # TPE's trial number where TPE proposed it
+    position: np.ndarray
+
+
+class PortfolioSearcher:
+    """The prior-led swarm and TPE over the same lanes, split by the trust (see the module)."""
+
+    name = "portfolio"
+
+    def __init__(self, setup: SearcherSetup) -> None:
+        if setup.mode not in ("sync", "async"):
+            raise ConfigError(f"mode must be 'sync' or 'async', got {setup.mode!r}")
+        options = setup.options if setup.options is not None else SwarmOptions(setup.concurrency, 1, seed=setup.seed)
+        if options.n_particles != setup.concurrency:
+            raise ValueError(f"swarm options have {options.n_particles} particles for a concurrency of "
+                             f"{setup.concurrency}")
+        self.mode = setup.mode
+        self._setup = setup
+        self.swarm = Swarm(setup.low, setup.high, options, steps=setup.steps, init_positions=setup.init_positions,
+                           constraint=setup.constraint)
+        # the starts are the swarm's first lanes (told to TPE, not enqueued); TPE's lanes of a generation
+        # are asked together, so it lies about those in flight; its own first STARTUP_TRIALS are drawn at
+        # random beside the first generation, whose measurements sit where the prior pointed
+        self.tpe = TPESearcher(replace(setup, init_positions=None), constant_liar=True,
+                               startup=STARTUP_TRIALS + setup.concurrency)
+        self._rng = np.random.default_rng(np.random.SeedSequence([int(setup.seed or 0), 0x9F0]))
+        self._counts = [0] * setup.concurrency
+        self._pending: dict[int, _Asked] = {}
+        self._told: dict[int, tuple[float, _Asked]] = {}  # sync: lane -> told, this generation
+        self._lowest = 1.0
+        self.split: list[tuple[float, tuple[int, ...]]] = []  # per ask round: (trust, the lanes TPE took)
+
+    @property
+    def lanes(self) -> int:  # noqa: D102
+        return self._setup.concurrency
+
+    def lane_count(self, lane: int) -> int:  # noqa: D102
+        return self._counts[lane]
+
+    def trust(self) -> float:
+        """The lowest trust the run has judged the prior at so far, 0..1 (1 without a screen to read
+        it from): once the prior has ranked the measurements wrongly, its agreement over the poorer
+        configurations the search goes on to measure, which it ranks rightly, does not win it back."""
+        screen = self._setup.constraint.screen
+        if screen is None or screen.trust is None:
+            return 1.0
+        self._lowest = min(self._lowest, max(0.0, float(screen.trust())))
+        return self._lowest
+
+    def _tpe_lanes(self, lanes: list[int]) -> set[int]:
+        """Which of ``lanes`` TPE proposes for now: ``len(lanes) × (1 - trust)``, rounded with the
+        RNG, the particles of the worst personal bests first (a lane's first evaluation: the swarm's)."""
+        trust = self.trust()
+        free = [i for i in lanes if self._counts[i] > 0]
+        share = len(free) * TPE_SHARE * max(0.0, 1.0 - trust / TRUST_FULL)
+        k = min(len(free), math.floor(share) + int(self._rng.random() < share - math.floor(share)))
+        pbest = self.swarm.personal_best_fitness
+        worst_first = sorted(free, key=lambda i: (-pbest[i], i))
+        self.split.append((trust, tuple(sorted(worst_first[:k]))))
+        return set(worst_first[:k])
+
+    def _ask(self, lane: int, by_tpe: bool) -> Trial:
+        count = self._counts[lane]
+        tid = count * self.lanes + lane
+        if by_tpe:
+            t = self.tpe.ask_one(lane)
+            asked = _Asked(lane, count, t.id, t.position)
+        else:
+            asked = _Asked(lane, count, None, self.swarm.ask_one(lane))
+        self._pending[tid] = asked
+        return Trial(tid, asked.position.copy(), self._setup.context(lane, count), lane, count)
+
+    def ask(self) -> list[Trial]:  # noqa: D102
+        if self.mode == "sync":
+            if self._pending or self._told:
+                return []
+            lanes = list(range(self.lanes))
+        else:
+            busy = {a.lane for a in self._pending.values()}
+            lanes = [i for i in range(self.lanes) if i not in busy]
+        if not lanes:
+            return []
+        by_tpe = self._tpe_lanes(lanes)
+        return [self._ask(i, i in by_tpe) for i in lanes]
+
+    def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:  # noqa: D102
+        if trial_id not in self._pending:
+            raise KeyError(f"trial {trial_id} was not asked or was already told")
+        asked = self._pending.pop(trial_id)
+        if position is not None:
+            asked.position = np.asarray(position, dtype=float)
+        self._counts[asked.lane] += 1
+        if self.mode == "async":
+            self._learn([(float(fitness), asked)])
+            return
+        self._told[asked.lane] = (float(fitness), asked)
+        if len(self._told) < self.lanes:
+            return
+        told = [self._told[i] for i in range(self.lanes)]
+        self._told = {}
+        self._learn(told)
+
+    def _learn(self, told: list[tuple[float, _Asked]]) -> None:
+        """Tell both searchers every result: the swarm moves its particles of these lanes, TPE
+        gets its own trials' values and the swarm's results as finished trials."""
+        rows = [a.lane for _, a in told]
+        self.swarm.tell([f for f, _ in told], np.array([a.position for _, a in told], dtype=float),
+                        rows=None if self.mode == "sync" else rows)
+        for f, a in told:
+            if a.tpe is not None:
+                self.tpe.tell(a.tpe, f)
+            else:
+                self.tpe.observe(a.position, f)
+
+    @property
+    def best_fitness(self) -> float:
+        """The best fitness told so far (``inf`` while none)."""
+        return self.swarm.best_fitness
+
+    def to_state(self) -> dict[str, Any]:  # noqa: D102
+        return {"searcher": self.name, "mode": self.mode, "split": [[t, list(lanes)] for t, lanes in self.split],
+                "swarm": self.swarm.to_state(), "tpe": self.tpe.to_state()}
+
+
+class _PortfolioFactory:
+    """The swarm and TPE split by the trust (:class:`PortfolioSearcher`; Optuna is a dependency)."""
+
+    def __call__(self, setup: SearcherSetup) -> Searcher:
+        return PortfolioSearcher(setup)
+
+    @staticmethod
+    def available() -> None:
+        """Raise ConfigError when Optuna is missing."""
+        require_optuna()
+
+
+SEARCHERS.register("portfolio", _PortfolioFactory())
