@@ -4,6 +4,7 @@ are generated from it and defaults.toml, defaults.toml comments each, and a test
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,40 @@ def test_every_key_of_defaults_toml_is_documented():
                if not dotted.startswith("health_check.service.") and not dotted.startswith("health_check.benchmark.")
                and f"`{dotted.rpartition('.')[2]}`" not in docs and f"{dotted.rpartition('.')[2]} =" not in docs]
     assert missing == []
+
+
+def _stated_defaults(text: str) -> list[tuple[str, str, str]]:
+    """(section, key, default cell) of each configuration.md table row naming keys and their defaults, the
+    section from the `### [section]` heading above it ("" under a `##` heading)."""
+    out, section = [], ""
+    for line in text.splitlines():
+        head = re.match(r"#{2,3} (\[([^\]]+)\])?", line)
+        if head:
+            section = head.group(2) or ""
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")] if line.startswith("| `") else []
+        names = re.findall(r"`([a-z_0-9]+)`", cells[0]) if len(cells) > 2 else []
+        values = [v.strip() for v in cells[1].split(",")] if names else []
+        out += [(section, n, v) for n, v in zip(names, values, strict=False) if len(values) == len(names)]
+    return out
+
+
+def test_every_default_configuration_md_states_is_defaults_toml_s():
+    """Beyond the generated tables ([pso_options], [capacity], [simulator], ...): a
+    default the page states as a value, for a key defaults.toml sets, is the value defaults.toml sets."""
+    defaults = read_toml(DEFAULTS_PATH)
+    compared, differ = 0, []
+    for section, name, cell in _stated_defaults(PAGE.read_text(encoding="utf-8")):
+        values: Any = defaults
+        for part in section.split(".") if section else ():
+            values = values.get(part, {}) if isinstance(values, dict) else {}
+        try:
+            stated = tomllib.loads(f"x = {cell.strip('`')}")["x"]
+        except tomllib.TOMLDecodeError:
+            continue  # prose ("the workload's", "1 simulated, 2 on real engines")
+        if isinstance(values, dict) and name in values:
+            compared += 1
+            if (stated, type(stated)) != (values[name], type(values[name])):
+                differ.append(f"[{section}] {name}: {cell} in the page, {values[name]!r} in defaults.toml")
+    assert differ == []
+    assert compared >= 40  # the rows it reads: the check cannot pass by reading none
