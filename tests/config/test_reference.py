@@ -146,3 +146,20 @@ def test_every_default_configuration_md_states_is_defaults_toml_s():
                 differ.append(f"[{section}] {name}: {cell} in the page, {values[name]!r} in defaults.toml")
     assert differ == []
     assert compared >= 40  # the rows it reads: the check cannot pass by reading none
+
+
+def test_defaults_toml_comment_names_each_value_a_choice_key_accepts():
+    """A checked key whose rule lists the values it accepts ("sync" or "async") has a defaults.toml comment that
+    names each of them, so the comment cannot fall behind the check (accelerator's left out "cpu")."""
+    lines = _section_lines(DEFAULTS_PATH.read_text(encoding="utf-8"))
+    checked = 0
+    for section in SECTIONS:
+        for name, key in (SCALARS if section == "" else TABLES[section]).items():
+            choices = re.findall(r'"([^"]+)"', key.rule)
+            found = [x for x in lines[section] if re.match(rf"{name}\s*=", x)]
+            if not choices or "such as" in key.rule or not found:
+                continue
+            comment = found[0].partition("#")[2]
+            assert all(f'"{c}"' in comment for c in choices), f"defaults.toml: '{name}' comment, {key.rule}"
+            checked += 1
+    assert checked >= 4  # mode, duplicate_policy, [search] prior, [cluster] accelerator
