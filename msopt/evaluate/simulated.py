@@ -26,13 +26,13 @@ from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
 from msopt.engines.base import EngineAdapter, sim_personality_of
-from msopt.engines.hccl import NodeFacts
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, SimulationError
 from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
+from msopt.launch.hccl import NodeFacts
 from msopt.launch.render import LaunchSpec, TrialNode
 from msopt.metrics import (
     CONTEXT_LIMIT,

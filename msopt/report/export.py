@@ -18,10 +18,10 @@ from typing import Any
 from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Config
 from msopt.engines import get_engine
-from msopt.engines.hccl import VARIABLES, node_facts, plan_specs
 from msopt.evaluate.placement import planned_nodes
 from msopt.evaluate.runner import RunnerContext
 from msopt.evaluate.simulated import SimRunner
+from msopt.launch.hccl import VARIABLES, node_facts, plan_specs
 from msopt.launch.render import LaunchSpec
 from msopt.metrics import fitness_text
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
@@ -45,7 +45,7 @@ def _load_note(load: Mapping[str, str]) -> list[str]:
 
 
 def planned(config: Config, specs: Sequence[LaunchSpec]) -> list[LaunchSpec]:
-    """``specs`` with the HCCL port plan a trial of this run applies (msopt/engines/hccl.py): the simulated
+    """``specs`` with the HCCL port plan a trial of this run applies (msopt/launch/hccl.py): the simulated
     hardware and model's facts, else this node's (npu-smi, the CANN toolkit, the model's config.json)."""
     if not any(v in s.env for s in specs for v in VARIABLES):
         return list(specs)
