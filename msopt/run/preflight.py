@@ -27,9 +27,9 @@ from msopt.config import Config, thaw
 from msopt.engines import ENGINES, get_engine
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, workers
 from msopt.errors import MsoptError, RefusedError
-from msopt.evaluate.placement import split_trial
 from msopt.launch.hccl import VARIABLES, in_force, node_facts, plan_env, plan_unset, range_plan
 from msopt.launch.hccn import read_device_ips
+from msopt.launch.placement import split_trial
 from msopt.launch.ports import port_free
 from msopt.launch.render import LaunchSpec, flag_name
 from msopt.sim.detect import detect_devices, hardware_for
