@@ -19,9 +19,9 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from msopt.engines.hccn import read_device_ips
 from msopt.errors import EvaluationError
 from msopt.launch.files import staged_files
+from msopt.launch.hccn import read_device_ips
 from msopt.launch.process import ManagedProcess, start_process
 from msopt.launch.render import LaunchSpec
 
@@ -36,7 +36,7 @@ def node_address() -> str:
 
 def own_device_ips(key: str | None, devices: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], str]:
     """The RoCE addresses of this node's ``devices`` (physical ids) and why some are missing, read
-    with ``hccn_tool`` as ``msopt preflight`` reads them (:func:`msopt.engines.hccn.read_device_ips`);
+    with ``hccn_tool`` as ``msopt preflight`` reads them (:func:`msopt.launch.hccn.read_device_ips`);
     nothing is asked off NPUs."""
     if key != "NPU" or not devices:
         return (), ""

@@ -26,8 +26,9 @@ from actors.nodes import NodeAgent
 from msopt.config import Config
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import MAX_ATTEMPTS, Parsed
-from msopt.evaluate.placement import simulated_devices_per_node, split_trial
 from msopt.evaluate.results import RETRY, EvalRequest, EvaluationResult, describe_fault, failed_result, fault_result
+from msopt.evaluate.simulated import simulated_devices_per_node
+from msopt.launch.placement import split_trial
 from msopt.run.pool import LaunchCosts, route, unneeded
 
 log = logging.getLogger("msopt.pool")

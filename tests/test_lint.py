@@ -219,3 +219,18 @@ def test_a_settings_taker_is_found() -> None:
     src = ("def a(s: Settings) -> None: ...\ndef b(x, *, s: 'Settings | None' = None): ...\n"
            "def c(s: msopt.config.Settings): ...\ndef d(w: WorkloadSettings, o: ObjectiveSettings): ...\n")
     assert settings_takers(src) == ["a(s)", "b(s)", "c(s)"]
+
+
+def test_launch_reads_counts_not_the_simulator() -> None:
+    """Issue 50 item 3: process control, rendering, HCCL/HCCN and trial placement sit in msopt/launch, which imports
+    nothing of the simulator, the configuration, the engines or the evaluators (pyproject's "launch" contract, here
+    counted by hand so a lazy import cannot hide), and the contract names the package that holds placement."""
+    banned = ("msopt.sim", "msopt.config", "msopt.engines", "msopt.benchmarks", "msopt.evaluate")
+    launch = {m for m in _modules() if m.startswith("msopt.launch.")}
+    assert {"msopt.launch.hccl", "msopt.launch.hccn", "msopt.launch.placement", "msopt.launch.process"} <= launch
+    crossing = [(a, b) for a, b, _ in import_edges()
+                if a.startswith("msopt.launch") and any(b == m or b.startswith(m + ".") for m in banned)]
+    assert crossing == []
+    contract = re.search(r'id = "launch"\n(?:.+\n)*?forbidden_modules = \[(.*)\]',
+                         (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert contract is not None and set(re.findall(r'"([\w.]+)"', contract.group(1))) == set(banned)

@@ -28,7 +28,6 @@ from msopt.benchmarks.engine_metrics import CacheCounters, read_counters, spec_r
 from msopt.config import Config
 from msopt.engines import EngineAdapter, LaunchSpec
 from msopt.engines.crash import EngineCrash, read_log_tail
-from msopt.engines.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.engines.pd import without_pd
 from msopt.engines.rules import check_rules
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
@@ -36,6 +35,7 @@ from msopt.errors import EngineCrashError, EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
+from msopt.launch.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.launch.ports import PortLease
 from msopt.launch.process import ManagedProcess, launched, wait_ready
 from msopt.metrics import SPEC_ACCEPT_LEN
@@ -103,7 +103,7 @@ class RealRunner(EngineRunner):
 
     def port_facts(self, spec: LaunchSpec) -> NodeFacts:
         """This node's Atlas generation (``npu-smi info``) and CANN version, and whether the model runs
-        MC² operators (an MoE model by its config.json), read once (:func:`msopt.engines.hccl.node_facts`)."""
+        MC² operators (an MoE model by its config.json), read once (:func:`msopt.launch.hccl.node_facts`)."""
         if self._port_facts is None:
             self._port_facts = node_facts(spec.model)
         return self._port_facts

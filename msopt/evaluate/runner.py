@@ -16,10 +16,10 @@ from typing import Any, Protocol
 from msopt.benchmarks import get_benchmark
 from msopt.config import Config
 from msopt.engines import EngineAdapter
-from msopt.engines.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_specs
 from msopt.errors import EvaluationError
 from msopt.evaluate.backup import write_backup
 from msopt.evaluate.results import EvalRequest
+from msopt.launch.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_specs
 from msopt.launch.process import ProcessRegistry
 from msopt.launch.render import LaunchSpec, TrialNode
 
@@ -111,14 +111,14 @@ class EngineRunner:
         return None
 
     def port_facts(self, spec: LaunchSpec) -> NodeFacts:
-        """What the HCCL port plan of ``spec``'s trial depends on (:func:`msopt.engines.hccl.range_plan`);
+        """What the HCCL port plan of ``spec``'s trial depends on (:func:`msopt.launch.hccl.range_plan`);
         nothing known by default."""
         return NodeFacts()
 
     def plan_ports(self, specs: Sequence[LaunchSpec]) -> list[LaunchSpec]:
         """``specs`` without the HCCL range variables msopt set where CANN does not allow them on this
-        trial's hardware, CANN version and model (:func:`msopt.engines.hccl.plan_env`), and there also
-        unsetting the ones the server would inherit (:func:`msopt.engines.hccl.plan_unset`)."""
+        trial's hardware, CANN version and model (:func:`msopt.launch.hccl.plan_env`), and there also
+        unsetting the ones the server would inherit (:func:`msopt.launch.hccl.plan_unset`)."""
         if not any(v in s.env for s in specs for v in VARIABLES) and not any(v in os.environ
                                                                            for v in (HOST_RANGE, NPU_RANGE)):
             return list(specs)

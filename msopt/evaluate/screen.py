@@ -13,9 +13,9 @@ from msopt.engines.base import EngineAdapter
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError
-from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import values_key as _key
-from msopt.evaluate.simulated import render_pd_trial
+from msopt.evaluate.simulated import explicit_devices, render_pd_trial, simulated_devices_per_node
+from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import LaunchSpec, TrialNode
 from msopt.sim import load_model
 
@@ -47,7 +47,7 @@ class CandidateScreen:
         self.engine = get_engine(config.engine.name)
         self.section: Mapping[str, Any] = config.engine.section.table
         self.devices = config.cluster.trial.device_ids()
-        self.nodes = virtual_nodes(config)
+        self.nodes = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config))
         sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:

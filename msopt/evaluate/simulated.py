@@ -26,13 +26,13 @@ from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
 from msopt.engines.base import EngineAdapter, sim_personality_of
-from msopt.engines.hccl import NodeFacts
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
-from msopt.errors import ConfigError, EvaluationError, SimulationError
-from msopt.evaluate.placement import virtual_nodes
+from msopt.errors import ConfigError, EvaluationError, MsoptError, SimulationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
+from msopt.launch.hccl import NodeFacts
+from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import LaunchSpec, TrialNode
 from msopt.metrics import (
     CONTEXT_LIMIT,
@@ -87,6 +87,26 @@ def metrics_of(res: Any) -> dict[str, float | None]:
         out[SENT_INPUT_MEAN] = float(np.mean(reqs["input_len"]))
         out[SENT_OUTPUT_MEAN] = float(np.mean(reqs["output_len"]))
     return out
+
+
+def explicit_devices(config: Config) -> int:
+    """``[cluster] devices_per_trial`` where it is set, else 0: only an explicit one spans nodes."""
+    return config.cluster.trial.devices if config.cluster.trial.explicit else 0
+
+
+def simulated_devices_per_node(config: Config) -> int | None:
+    """``[cluster] devices_per_node``, else the simulated hardware's ``devices_per_node`` (None: neither):
+    the count :mod:`msopt.launch.placement` splits a simulated trial by."""
+    configured = config.cluster.devices_per_node
+    if configured:
+        return configured
+    sim = config.simulator.table
+    try:
+        dirs = sim.get("catalog_dirs", ())
+        return load_hardware(str(sim.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs)
+                             ).devices_per_node
+    except MsoptError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -263,7 +283,7 @@ class SimRunner(EngineRunner):
         self.model_facts = self._model_facts()
         self._kept: str | None = None
         # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
-        self.virtual = virtual_nodes(config)
+        self.virtual = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config))
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""

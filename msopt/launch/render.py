@@ -46,7 +46,7 @@ class LaunchSpec:
         rank_header_ranks: the data-parallel replicas behind this endpoint that a request may name
             with an ``X-Data-Parallel-Rank`` header (a client keeps a session on one); 1: none.
         unset_env: variables removed from the inherited environment (one the trial must not have,
-            such as an HCCL port range CANN forbids: :func:`msopt.engines.hccl.plan_unset`).
+            such as an HCCL port range CANN forbids: :func:`msopt.launch.hccl.plan_unset`).
     """
 
     engine: str
@@ -84,7 +84,7 @@ class TrialNode:
         devices: the accelerator ids reserved on this node (as Ray assigned them there).
         node_id: the cluster's id of the node (for the journal).
         device_ips: ``(physical device id, RoCE address)`` pairs read on that node
-            (:func:`msopt.engines.hccn.read_device_ips`); empty where none were read.
+            (:func:`msopt.launch.hccn.read_device_ips`); empty where none were read.
         ip_error: why they could not be read there ("" when read, or not asked).
     """
 

@@ -22,11 +22,17 @@ from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError, MsoptError
 from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import run_objective
-from msopt.evaluate.placement import virtual_nodes
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.screen import CandidateScreen, pd_launch
-from msopt.evaluate.simulated import SimulatorSetup, field_load_of, metrics_of
+from msopt.evaluate.simulated import (
+    SimulatorSetup,
+    explicit_devices,
+    field_load_of,
+    metrics_of,
+    simulated_devices_per_node,
+)
+from msopt.launch.placement import virtual_nodes
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.prior.accept import MeasuredAccepts
 from msopt.prior.correction import CORRECT_ROWS, correction_record
@@ -159,7 +165,7 @@ class SimulatorPrior:
         self._accepts = MeasuredAccepts()
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
         self.devices = config.cluster.trial.device_ids()
-        self.nodes = virtual_nodes(config)
+        self.nodes = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config))
         self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}

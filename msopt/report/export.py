@@ -18,10 +18,10 @@ from typing import Any
 from msopt.benchmarks.base import CONCURRENCY_FIELD, REQUEST_RATE_FIELD
 from msopt.config import Config
 from msopt.engines import get_engine
-from msopt.engines.hccl import VARIABLES, node_facts, plan_specs
-from msopt.evaluate.placement import planned_nodes
 from msopt.evaluate.runner import RunnerContext
-from msopt.evaluate.simulated import SimRunner
+from msopt.evaluate.simulated import SimRunner, explicit_devices, simulated_devices_per_node
+from msopt.launch.hccl import VARIABLES, node_facts, plan_specs
+from msopt.launch.placement import planned_nodes
 from msopt.launch.render import LaunchSpec
 from msopt.metrics import fitness_text
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
@@ -45,7 +45,7 @@ def _load_note(load: Mapping[str, str]) -> list[str]:
 
 
 def planned(config: Config, specs: Sequence[LaunchSpec]) -> list[LaunchSpec]:
-    """``specs`` with the HCCL port plan a trial of this run applies (msopt/engines/hccl.py): the simulated
+    """``specs`` with the HCCL port plan a trial of this run applies (msopt/launch/hccl.py): the simulated
     hardware and model's facts, else this node's (npu-smi, the CANN toolkit, the model's config.json)."""
     if not any(v in s.env for s in specs for v in VARIABLES):
         return list(specs)
@@ -101,12 +101,19 @@ def _node_script(argv: Sequence[str], env: Mapping[str, str], names: Sequence[st
     return "\n".join(lines) + "\n"
 
 
+def _devices_per_node(config: Config) -> int | None:
+    """The node size an exported trial is split by: ``[cluster] devices_per_node`` (a simulated run: else
+    its hardware's)."""
+    return simulated_devices_per_node(config) if config.run.simulate else config.cluster.devices_per_node
+
+
 def _export_nodes(config: Config, values: Mapping[str, Any], out: Path, port: int, head: list[str]) -> list[Path]:
     """Per-node launch files of a configuration whose trials span nodes (none for one node)."""
     engine = config.engine.name
     section = config.engine.section.table
     ips = section.get("device_ips")
-    nodes = planned_nodes(config, [str(k) for k in ips] if isinstance(ips, Mapping) else None)
+    nodes = planned_nodes(explicit_devices(config), _devices_per_node(config),
+                          [str(k) for k in ips] if isinstance(ips, Mapping) else None)
     if not nodes:
         return []
     adapter = get_engine(engine)
@@ -201,7 +208,7 @@ def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, 
     if "pd" not in section:
         return []
     devices = config.cluster.trial.device_ids()
-    nodes = planned_nodes(config)
+    nodes = planned_nodes(explicit_devices(config), _devices_per_node(config))
     names = [n.address for n in nodes]
     # the router on the launch port, instances on the ports after it, bootstrap ports after those
     ports = [port + 1 + i for i in range(256)]

@@ -25,11 +25,11 @@ from typing import Any
 
 from msopt.config import Config, thaw
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.hccl import VARIABLES, in_force, node_facts, plan_env, plan_unset, range_plan
-from msopt.engines.hccn import read_device_ips
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, workers
 from msopt.errors import MsoptError, RefusedError
-from msopt.evaluate.placement import split_trial
+from msopt.launch.hccl import VARIABLES, in_force, node_facts, plan_env, plan_unset, range_plan
+from msopt.launch.hccn import read_device_ips
+from msopt.launch.placement import split_trial
 from msopt.launch.ports import port_free
 from msopt.launch.render import LaunchSpec, flag_name
 from msopt.sim.detect import detect_devices, hardware_for
@@ -232,7 +232,7 @@ def _devices(config: Config, devices: int | None) -> Check:
 
 def _device_ips(config: Config, devices: int | None) -> Check | None:
     """Every NPU's RoCE address on this node, read as a trial's node reads it
-    (:func:`msopt.engines.hccn.read_device_ips`), where the engine's trials that span nodes need them."""
+    (:func:`msopt.launch.hccn.read_device_ips`), where the engine's trials that span nodes need them."""
     key, k = config.cluster.accelerator_key, config.cluster.trial.devices
     per_node = config.cluster.devices_per_node
     if key != "NPU" or not get_engine(config.engine.name).needs_device_ips or not per_node or k <= per_node:
@@ -254,7 +254,7 @@ def _device_ips(config: Config, devices: int | None) -> Check | None:
 
 def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
     """Which HCCL port variables the first trial's launch on this node has, and where each comes from
-    (:mod:`msopt.engines.hccl`); None where the launch sets none and this environment has none."""
+    (:mod:`msopt.launch.hccl`); None where the launch sets none and this environment has none."""
     key, k = config.cluster.accelerator_key, config.cluster.trial.devices
     if key != "NPU":
         return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.test_device_ips import FAKE_HCCN
+from tests.launch.test_device_ips import FAKE_HCCN
 
 pytestmark = pytest.mark.slow
 

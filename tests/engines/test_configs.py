@@ -41,7 +41,7 @@ def test_config_renders_with_its_engine_and_benchmark(name: str, tmp_path: Path)
 
 
 def test_no_shipped_config_has_roce_addresses_listed_by_hand() -> None:
-    """Issue 51 item 11: every node reads its NPUs' RoCE addresses itself (hccn_tool, msopt/engines/hccn.py), so
+    """Issue 51 item 11: every node reads its NPUs' RoCE addresses itself (hccn_tool, msopt/launch/hccn.py), so
     a shipped configuration that mentions [mindie.device_ips] says it is only for nodes where hccn_tool cannot
     run, and lists none."""
     for path in sorted(CONFIGS.glob("*.toml")):

@@ -13,7 +13,6 @@ import pytest
 from msopt.cli.main import main
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.hccl import HOST_RANGE, IF_BASE
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.engines.mindie.pd import REAL_LAUNCH_REFUSED, rate_problem
 from msopt.engines.pd import without_pd
@@ -22,6 +21,7 @@ from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import RunnerContext
 from msopt.evaluate.simulated import SimRunner, render_pd_trial
+from msopt.launch.hccl import HOST_RANGE, IF_BASE
 from msopt.launch.render import TrialNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_each_instance_has_its_roles_config_json_and_npus_of_its_own(tmp_path: P
     # the decode role's batch limit and the prefill role's token budget go to their own files only
     assert docs[2]["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 64
     assert [d["BackendConfig"]["ScheduleConfig"]["maxPrefillTokens"] for d in docs[:2]] == [8192, 8192]
-    # every instance reads a private copy, and its HCCL blocks follow its own NPUs (msopt/engines/hccl.py)
+    # every instance reads a private copy, and its HCCL blocks follow its own NPUs (msopt/launch/hccl.py)
     paths = [next(iter(s.files)) for s in (*launch.prefill, *launch.decode)]
     assert len(set(paths)) == 3 and all(s.env["MIES_CONFIG_JSON_PATH"] == p
                                         for s, p in zip((*launch.prefill, *launch.decode), paths))

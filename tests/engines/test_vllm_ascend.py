@@ -18,7 +18,6 @@ import pytest
 
 from msopt.config import load_settings, split
 from msopt.engines import get_engine
-from msopt.engines.hccl import block as hccl_block
 from msopt.engines.rules import advisories
 from msopt.engines.vllm import (
     additional_config_keys,
@@ -27,6 +26,7 @@ from msopt.engines.vllm import (
 )
 from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.errors import ConfigError
+from msopt.launch.hccl import block as hccl_block
 from msopt.launch.render import TrialNode
 from msopt.run.validate import validate
 from msopt.space.fields import FieldDecl, parse_field

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from msopt.config import load_settings
-from msopt.engines.hccl import HOST_RANGE, IF_BASE, NPU_RANGE
+from msopt.launch.hccl import HOST_RANGE, IF_BASE, NPU_RANGE
 from msopt.report.export import export_best
 from msopt.space import SearchSpace
 

@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from msopt.checks import is_int
 from msopt.engines.base import ENGINES, EngineAdapter
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.mindie.config_doc import (
     CLEARED_ENV,
@@ -65,6 +63,8 @@ from msopt.engines.mindie.rules import RULES as MINDIE_RULES
 from msopt.engines.mindie.template import write_init as write_mindie_init
 from msopt.engines.pd import ROLES, PdLaunch, check_fields, role_fields, without_pd
 from msopt.errors import ConfigError
+from msopt.launch.hccl import check_section as check_hccl
+from msopt.launch.hccl import hccl_env, inherited_note
 from msopt.launch.render import (
     LaunchSpec,
     TrialNode,
@@ -349,7 +349,7 @@ class MindieAdapter(EngineAdapter):
         env = env_fields(values, fields, section, self.name)
         for name in CLEARED_ENV:  # an inherited value would move ipAddress or load a rank table (CLEARED_ENV)
             env.setdefault(name, "")
-        if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/engines/hccl.py)
+        if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/launch/hccl.py)
             env = hccl_env(env, section, devices, fields, self.name)
         private = config_env(section)
         if private and workdir is not None:

@@ -5,7 +5,7 @@ table msopt's tests check against is tests/data/engines/sglang_flags.txt).
 
 On Ascend (``[sglang] platform = "ascend"``, or ``--device npu`` in the launch: sglang 0.5.23
 srt/arg_groups/fields/device.py, ``device``) each trial gets its own HCCL host and NPU port blocks, as
-MindIE's and vllm-ascend's do (:mod:`msopt.engines.hccl`): SGLang's NPU backend communicates over HCCL
+MindIE's and vllm-ascend's do (:mod:`msopt.launch.hccl`): SGLang's NPU backend communicates over HCCL
 (sglang/srt/hardware_backend/npu), so two trials on one node would otherwise both bind 60000 and 16666.
 """
 
@@ -19,8 +19,6 @@ from typing import Any
 
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.pd import (
     ROLES,
@@ -37,6 +35,8 @@ from msopt.engines.sglang.health import SGLANG_SOURCES
 from msopt.engines.sglang.rules import RULES as SGLANG_RULES
 from msopt.engines.sglang.template import write_init as write_sglang_init
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.hccl import check_section as check_hccl
+from msopt.launch.hccl import hccl_env, inherited_note
 from msopt.launch.render import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.space.fields import FieldDecl
 

@@ -12,7 +12,7 @@ preflight`` checks them against the installed version's.
 ``--additional-config`` JSON argument (with the ``[vllm] additional_config`` table as its base);
 the keys are those vllm-ascend 0.23.0.post1 reads (msopt/engines/vllm/flags/vllm-ascend-0.23.0.post1-
 additional-config.txt, scripts/generators/ascend_config_keys.py): it ignores any other key, so msopt refuses
-it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.engines.hccl`).
+it. Each trial gets its own HCCL host and NPU port blocks (:mod:`msopt.launch.hccl`).
 
 On any platform a field whose ``config_position`` is ``speculative_config.<key>`` sets that key of the
 one ``--speculative-config`` JSON argument (with the ``[vllm] speculative_config`` table as its base),
@@ -36,8 +36,6 @@ from typing import Any
 
 from msopt.engines.base import ENGINES
 from msopt.engines.cmdline import CommandLineAdapter
-from msopt.engines.hccl import check_section as check_hccl
-from msopt.engines.hccl import hccl_env, inherited_note
 from msopt.engines.init_doc import InitContext
 from msopt.engines.vllm.crash import VLLM_CRASH
 from msopt.engines.vllm.health import VLLM_BENIGN_LINES, VLLM_SOURCES
@@ -47,6 +45,8 @@ from msopt.engines.vllm.rules import field_values
 from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
 from msopt.engines.vllm.template import write_init as write_vllm_init
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.hccl import check_section as check_hccl
+from msopt.launch.hccl import hccl_env, inherited_note
 from msopt.launch.render import (
     LaunchSpec,
     TrialNode,
@@ -339,7 +339,7 @@ class VllmAdapter(CommandLineAdapter):
 
     def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any], devices: Sequence[str],
                   fields: Sequence[FieldDecl]) -> dict[str, str]:
-        """``env`` with this trial's HCCL port blocks (:func:`msopt.engines.hccl.hccl_env`)."""
+        """``env`` with this trial's HCCL port blocks (:func:`msopt.launch.hccl.hccl_env`)."""
         return hccl_env(env, section, devices, fields, self.name)
 
     def notes(self, section: Mapping[str, Any]) -> list[str]:

@@ -10,9 +10,9 @@ import pytest
 
 from msopt.config import load_settings, split
 from msopt.engines import get_engine
-from msopt.engines.hccn import parse_ip, read_device_ips
 from msopt.engines.mindie.rank_table import rank_table
 from msopt.errors import ConfigError, EvaluationError
+from msopt.launch.hccn import parse_ip, read_device_ips
 from msopt.launch.render import TrialNode
 from msopt.run.validate import validate
 

@@ -14,7 +14,9 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.hccl import (
+from msopt.evaluate.runner import RunnerContext
+from msopt.evaluate.simulated import SimRunner
+from msopt.launch.hccl import (
     HOST_RANGE,
     IF_BASE,
     NPU_RANGE,
@@ -28,8 +30,6 @@ from msopt.engines.hccl import (
     plan_unset,
     range_plan,
 )
-from msopt.evaluate.runner import RunnerContext
-from msopt.evaluate.simulated import SimRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 HARDWARE = ROOT / "tests" / "data" / "hardware"

@@ -10,8 +10,8 @@ import pytest
 import msopt.engines.mindie as mindie_mod
 from msopt.config import load_settings
 from msopt.engines import get_engine
-from msopt.engines.hccl import hccl_env, in_force, lease_blocks
 from msopt.errors import EvaluationError
+from msopt.launch.hccl import hccl_env, in_force, lease_blocks
 from msopt.launch.ports import PortLease
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
@@ -131,7 +131,7 @@ def test_two_sglang_trials_on_ascend_get_disjoint_blocks() -> None:
 
 def test_sglang_on_ascend_multi_node_and_pd_instances_follow_their_own_devices() -> None:
     """Issue 51 item 5: every node of a multi-node SGLang trial, and every PD instance, takes the block of
-    its own first device (msopt/engines/hccl.py)."""
+    its own first device (msopt/launch/hccl.py)."""
     from msopt.launch.render import TrialNode
 
     engine = get_engine("sglang")
