@@ -142,8 +142,9 @@ TABLES: Mapping[str, Mapping[str, Key]] = {
     "search": {
         "searcher": _name("a searcher name such as \"swarm\"",
                           unset="the portfolio with a prior, TPE without (search.resolve_searcher)", default="auto",
-                          doc=("`\"auto\"` (the portfolio of the swarm and TPE where a prior can be built, else TPE under "
-                               "a launch budget), `\"portfolio\"`, `\"swarm\"`, `\"tpe\"` or a plugin's ([below](#choosing-the-searcher-searcher))")),
+                          doc=("`\"auto\"` (the portfolio of the swarm and TPE where a prior can be built, "
+                               "else TPE under a launch budget), `\"portfolio\"`, `\"swarm\"`, `\"tpe\"` or a "
+                               "plugin's ([below](#choosing-the-searcher-searcher))")),
         "prior": _one_of("auto", "simulator", "none", doc=(
             "whether the run uses the simulator prior: `\"simulator\"` always, `\"none\"` never, `\"auto\"` where "
             "the simulator models the run ([below](#turning-the-prior-on-prior))")),
