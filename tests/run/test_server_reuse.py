@@ -308,6 +308,8 @@ def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool, wo
         seq = [r["server"]["key"] for r in probes]
         assert [k for i, k in enumerate(seq) if i == 0 or seq[i - 1] != k] == list(dict.fromkeys(seq))
         assert probes[0]["server"]["start"] == "reused"  # the server kept from the re-measurements first
+        # server by server (issue 50 item 4): the least starts the stage order allows
+        assert len(starts) == least_starts([(r["phase"], r["iteration"], r["server"]["key"]) for r in launched])
     assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
     report = (run / "report.html").read_text()  # the report: the starts, their time, the starts saved and theirs
     assert f"{len(starts)} server starts (" in report and f"{len(reuses)} on a kept server (~" in report
