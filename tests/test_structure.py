@@ -35,7 +35,6 @@ COMPLEX_FUNCTIONS = {
     "msopt/run/session.py:run": 22,
     "msopt/evaluate/simulated.py:from_config": 20,
     "msopt/run/validate.py:validate": 17,
-    "msopt/run/capacity_stage.py:_by_server": 17,
     "msopt/config/optix.py:map_optix": 17,
 }
 

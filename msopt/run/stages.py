@@ -16,10 +16,17 @@ after the search (re-measurements, capacity probes) follow on contiguously from 
 search asked for (:attr:`Dispatcher.next_id`), so a budget that stops the search early leaves no
 gap there. A search stopped by a launch budget in the middle of an iteration leaves the ids of
 that iteration's unsent trials unused; and with fewer workers than server keys among the capacity
-stage's configurations, a probe's id is ``first + rank × max_probes + probe index``
+stage's configurations, a probe's id is ``first + rank × max_probes + probe index``, or server by server
+(:func:`server_by_server`) ``first + pick × max_probes + probe index`` after the re-measurements' ids
 (:class:`~msopt.run.capacity_stage.Capacity`), which leaves the ids of probes a search did not need unused:
 those are the only gaps. Resume replays by the key (phase, particle, iteration), not by the id; the ids come out
-the same because the same requests are asked for in the same order.
+the same because the same requests are asked for, whatever order they run in.
+
+Server by server. With the capacity stage on, no launch budget and fewer workers than server keys among the
+picks, the refine stage leaves the picks to the capacity stage, which re-measures each pick right before its
+probes, server key by server key, the servers the pool keeps first. With one worker and a search that ended on
+B, ``B:refine, A:refine, A:capacity, B:capacity`` becomes ``B:refine, B:capacity, A:refine, A:capacity``: a
+server start less, the least the stages allow.
 
 A launch budget (``max_launches``) counts every launch of every stage, replayed ones included
 (:attr:`Dispatcher.spent`): the baseline, the search, the re-measurements and the capacity probes
@@ -310,8 +317,21 @@ class Refine:
     name = "refine"
 
     def run(self, loop: Loop) -> list[EvaluationResult]:
-        """The re-measurements of the picks."""
+        """The re-measurements of the picks (none server by server: the capacity stage makes them)."""
+        if server_by_server(loop):
+            return []
         return refine(loop)
+
+
+def server_by_server(ctx: Loop) -> bool:
+    """Whether the capacity stage re-measures the picks, each right before its probes, server key by server key
+    (:class:`~msopt.run.capacity_stage.Capacity`): the stage is on, ``pso_top_k`` > 0, there is no launch budget
+    (whose race needs every pick re-measured first) and fewer workers than server keys among the picks. A function
+    of the board, which the search leaves the same on resume, and of the pool's size."""
+    if not ctx.capacity_options.enabled or ctx.top_k <= 0 or ctx.max_launches > 0:
+        return False
+    keys = {k for r in ctx.leaderboard.picked() if (k := ctx.server_key(r.values)) is not None}
+    return len(keys) > max(1, ctx.workers)
 
 
 def refine(ctx: Loop) -> list[EvaluationResult]:
@@ -370,16 +390,24 @@ def refine(ctx: Loop) -> list[EvaluationResult]:
         out += got
         k += len(got)
         extra -= len(got)
-    if base is not None:
-        owed = _baseline_owed(ctx, base, 0)
-        left = launches_left(ctx)
-        owed = owed if left is None else min(owed, left)
-        if owed > 0:
-            ctx.events.on_event(PhaseStarted("refine", f"the baseline {owed} more time(s), as often as the "
-                                             "recommendation"))
-            ctx.events.on_event(TotalChanged(ctx.evaluations + owed))
-            _remeasure(ctx, [], 0, [base] * owed)
+    match_baseline(ctx)
     return out
+
+
+def match_baseline(ctx: Loop) -> None:
+    """Re-measure the baseline until it has as many measurements with the full workload as the
+    recommendation, as the launches left allow (none without a baseline)."""
+    base = ctx.leaderboard.baseline
+    if base is None:
+        return
+    owed = _baseline_owed(ctx, base, 0)
+    left = launches_left(ctx)
+    owed = owed if left is None else min(owed, left)
+    if owed > 0:
+        ctx.events.on_event(PhaseStarted("refine", f"the baseline {owed} more time(s), as often as the "
+                                         "recommendation"))
+        ctx.events.on_event(TotalChanged(ctx.evaluations + owed))
+        _remeasure(ctx, [], 0, [base] * owed)
 
 
 def _refine_small(ctx: Loop) -> list[EvaluationResult]:
@@ -444,6 +472,19 @@ def _remeasure(ctx: Loop, configs: Sequence[EvaluationResult], first: int,
     listed) beside them as the baseline's next iterations; the next eval ids, in that order. With the
     capacity stage on, the baseline's are sent first, so that the servers workers keep afterwards are
     the picks', which the capacity stage probes next (the eval ids stay in the order above)."""
+    reqs = remeasure_requests(ctx, configs, first, baseline)
+    picks = reqs[:len(configs)]
+    if ctx.capacity_options.enabled:  # the picks last: their servers are the ones kept for the capacity stage
+        reqs = reqs[len(configs):] + picks
+    got = ctx.evaluate(reqs)
+    return [got[q.eval_id] for q in picks]
+
+
+def remeasure_requests(ctx: RunContext, configs: Sequence[EvaluationResult], first: int,
+                       baseline: Sequence[EvaluationResult] = ()) -> list[EvalRequest]:
+    """The requests that re-measure ``configs`` with the full workload, as refine iterations ``first``,
+    ``first + 1``, ... (the resume key), then ``baseline`` as the baseline's next iterations; the next eval ids,
+    in that order, whatever order they are sent in."""
     base = ctx.dispatcher.next_id
     reqs = [EvalRequest(eval_id=base + j, phase="refine", particle=None, iteration=first + j,
                         position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
@@ -452,8 +493,4 @@ def _remeasure(ctx: Loop, configs: Sequence[EvaluationResult], first: int,
     reqs += [EvalRequest(eval_id=base + len(configs) + j, phase="baseline", particle=None, iteration=done + j + 1,
                          position=tuple(r.position), context=None, num_prompts=ctx.full_prompts)
              for j, r in enumerate(baseline)]
-    picks = reqs[:len(configs)]
-    if ctx.capacity_options.enabled:  # the picks last: their servers are the ones kept for the capacity stage
-        reqs = reqs[len(configs):] + picks
-    got = ctx.evaluate(reqs)
-    return [got[q.eval_id] for q in picks]
+    return reqs

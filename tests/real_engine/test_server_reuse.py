@@ -3,10 +3,10 @@
 One small run (``--no-ray``, one worker: configs/vllm_cpu.toml's ``max_concurrent_trials = 1``; 2 particles,
 1 iteration, ``pso_top_k = 2``, 2 capacity probes per configuration, 8 prompts a search, 16 a re-measurement
 or probe) over two server configurations: the server starts the journal records are the vLLM servers that ran
-(recorded pids); each stage after the search goes server key by server key, so a start is only ever a change
-of configuration on the worker, and each configuration's capacity probes run back to back on one server (a
-start at most, none for the server kept from the re-measurements); each measurement on a reused server is
-seeded apart; no server process survives; every metric is vLLM's own benchmark's, and capacity.json's verdicts
+(recorded pids); after the search each configuration is re-measured and then probed on one server, server key
+by server key (issue 50 item 4), so a start is only ever a change of configuration on the worker, the server the
+search left warm serves its configuration first, and the run makes the least starts its stage order allows (3 for
+the 2 configurations); each measurement on a reused server is seeded apart; no server process survives; every metric is vLLM's own benchmark's, and capacity.json's verdicts
 are the SLOs applied to them. It needs the real engine because what is counted is vLLM processes
 started and stopped by msopt's real path (the simulated path's counts are tests/run/test_server_reuse.py's).
 """
@@ -20,6 +20,7 @@ import pytest
 
 from tests.real_engine.conftest import VllmCpu
 from tests.real_engine.test_vllm_cpu import check_against_vllm_bench, journal, optimize, write_config
+from tests.run.test_server_reuse import least_starts
 from tests.support.procs import left_behind, recorded, started, survivors
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
@@ -60,6 +61,9 @@ def test_one_worker_starts_a_server_only_on_a_change_of_configuration(tmp_path: 
         mine = [i for i, (k, _) in enumerate(probes) if k == key]
         assert mine == list(range(mine[0], mine[0] + len(mine))) and sum(probes[i][1] for i in mine) <= 1
     assert not probes[0][1]  # the server kept from the re-measurements serves its probes first
+    # issue 50 item 4: B:refine, B:capacity, A:refine, A:capacity after B's search: the least starts the stages allow
+    assert sum(starts) == least_starts([(r["phase"], r["iteration"], k) for r, k in zip(launched, keys)]) == 3
+    assert "server by server: 1 server start, 1 fewer than the 2 at least" in proc.stdout
     seed = int(_seed(run_dir, launched[0]) or 0)  # configs/vllm_cpu.toml: seed = 0
     for i, r in enumerate(launched):  # each measurement on a reused server is seeded apart
         j = i

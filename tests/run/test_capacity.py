@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -218,6 +219,51 @@ def test_resume_replays_capacity_probes(write_toml, tmp_path, mode, size):
     assert resumed.capacity == full.capacity
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.load, r.values, r.metrics)
     assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
+
+
+class _FirstPickWorse(Evaluator):
+    """The first pick's re-measurement 10 worse: the ranking by mean fitness turns the picks' order round."""
+
+    def evaluate(self, req):
+        r = super().evaluate(req)
+        return replace(r, fitness=r.fitness + 10) if req.phase == "refine" and req.iteration == 0 else r
+
+
+def test_server_by_server_resumes_with_the_same_eval_ids(write_toml, tmp_path):
+    """One worker, ``pso_top_k`` 2: each pick is re-measured and probed server by server (issue 50 item 4).
+    Interrupted anywhere after the search, a resumed run asks for the same requests under the same eval ids;
+    resumed with a worker per key (stage by stage, round by round) it probes the same configurations, since a
+    probe's resume key names its configuration by its slot (the first pick is ranked second here)."""
+    settings = settings_for(write_toml, n=2, iters=1, top_k=2, capacity="enabled = true\nmax_probes = 3")
+
+    def run_on(size, previous=(), store=None):
+        pool = InProcessPool(settings.config, size=size, evaluator_factory=lambda k: _FirstPickWorse(
+            settings.config, actor=f"worker-{k}", devices=[]))
+        try:
+            driver = Driver(settings.config, pool, previous=previous, store=store, keep_results=True)
+            return driver, driver.run()
+        finally:
+            pool.close()
+
+    store = RunStore.create(tmp_path / "runs", settings.config)
+    _, full = run_on(1, store=store)
+    store.close()
+    journal = RunStore.open(store.run_dir).load_journal()
+    post = [i for i, r in enumerate(journal) if r.phase in ("refine", "capacity")]
+    assert [journal[i].phase for i in post] == ["refine"] + ["capacity"] * 3 + ["refine"] + ["capacity"] * 3
+    slots = {r.particle: r.values for r in full.results if r.phase == "capacity"}
+    refined = {r.iteration: r.values for r in full.results if r.phase == "refine"}
+    assert slots == refined and full.capacity[0]["values"] == refined[1]  # slot 1 ranked first
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, r.load, r.values, r.metrics)
+    for cut in post:
+        driver, resumed = run_on(1, previous=journal[:cut])
+        assert driver.launched == len(journal) - cut
+        assert sorted(map(key, resumed.results)) == sorted(map(key, full.results)), cut
+        assert resumed.capacity == full.capacity
+    _, other = run_on(2, previous=journal[:post[2]])  # two of the first pick's probes replayed
+    assert all(r.values == slots[r.particle] for r in other.results if r.phase == "capacity")
+    assert [(c["values"], c["sustainable_load"]) for c in other.capacity] == \
+        [(c["values"], c["sustainable_load"]) for c in full.capacity]
 
 
 def test_run_directory_holds_the_capacity(write_toml, tmp_path):

@@ -308,6 +308,8 @@ def test_a_run_starts_one_server_per_configuration(tmp_path: Path, ray: bool, wo
         seq = [r["server"]["key"] for r in probes]
         assert [k for i, k in enumerate(seq) if i == 0 or seq[i - 1] != k] == list(dict.fromkeys(seq))
         assert probes[0]["server"]["start"] == "reused"  # the server kept from the re-measurements first
+        # server by server (issue 50 item 4): the least starts the stage order allows
+        assert len(starts) == least_starts([(r["phase"], r["iteration"], r["server"]["key"]) for r in launched])
     assert f"{len(starts)} server starts" in out.stdout and f"{len(reuses)} on a kept server" in out.stdout
     report = (run / "report.html").read_text()  # the report: the starts, their time, the starts saved and theirs
     assert f"{len(starts)} server starts (" in report and f"{len(reuses)} on a kept server (~" in report
@@ -634,3 +636,77 @@ def test_by_server_key_a_launch_budget_is_shared_between_the_configurations(writ
     for c in out.capacity:
         assert len(c["probes"]) <= left // k + (c["rank"] < left % k)
     assert any(len(c["probes"]) == left // k + (c["rank"] < left % k) for c in out.capacity)  # a share binds
+
+
+# -- stages that follow the warm server (issue 50 item 4) ----------------------------------------------------------
+
+def least_starts(launched: list[tuple[str, int, str]]) -> int:
+    """The least server starts one worker makes for the launches ``launched`` ((phase, iteration, server key), in
+    run order) that the stage order allows: the baseline's and the search's as they come (a start per change of
+    key), then one per other key the re-measurements and capacity probes need, none for the one left warm."""
+    head = [k for phase, it, k in launched if phase == "search" or (phase == "baseline" and it == 0)]
+    rest = {k for phase, it, k in launched if not (phase == "search" or (phase == "baseline" and it == 0))}
+    changes = sum(1 for i, k in enumerate(head) if i == 0 or head[i - 1] != k)
+    return changes + len(rest - set(head[-1:]))
+
+
+class _Notes:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def on_event(self, event) -> None:
+        from msopt.run.events import Note
+
+        if isinstance(event, Note):
+            self.lines.append(event.text)
+
+
+def _warm_run(write_toml, workers: int, top_k: int = 2, name: str = "warm.toml", previous=(), store=None):
+    """A simulated run (no noise) of two particles, one iteration, ``pso_top_k`` and a capacity stage of 3 probes."""
+    from msopt.run.driver import Driver
+    from tests.run.test_capacity import CFG
+
+    text = CFG.format(n=2, iters=1, top_k=top_k, ttft=0.5, noise=0.0, capacity="enabled = true\nmax_probes = 3",
+                      load="concurrency = 4", extra="")
+    settings = load_settings(write_toml(text, name), environ={})
+    notes = _Notes()
+    pool = InProcessPool(settings.config, size=workers)
+    try:
+        out = Driver(settings.config, pool, keep_results=True, callbacks=[notes], previous=previous,
+                     store=store).run()
+    finally:
+        pool.close()
+    return out, notes.lines
+
+
+def test_one_worker_re_measures_and_probes_server_by_server_with_the_least_starts(write_toml) -> None:
+    """One worker, ``pso_top_k`` 2, a capacity stage: the search ends on B's server, so B is re-measured and probed
+    on it before A's server starts again for A's: 3 starts for 2 configurations (the stage-by-stage order made 4:
+    A:baseline, B:search, B:refine, A:refine, A:capacity, B:capacity), and the run says it saved one."""
+    out, notes = _warm_run(write_toml, 1)
+    launched = [r for r in out.results if r.server and not r.reused]  # one worker: in run order
+    keys = [r.server["key"] for r in launched]
+    starts = [r.server["start"] == "started" for r in launched]
+    assert len(set(keys)) == 2 and len(out.capacity) == 2
+    assert starts == [i == 0 or keys[i - 1] != k for i, k in enumerate(keys)]  # a start only on a change of key
+    assert sum(starts) == least_starts([(r.phase, r.iteration, r.server["key"]) for r in launched]) == 3
+    post = [(r.phase, r.server["key"]) for r in launched if r.phase in ("refine", "capacity")]
+    blocks = [k for i, (_, k) in enumerate(post) if i == 0 or post[i - 1][1] != k]
+    assert blocks == list(dict.fromkeys(blocks)) == [keys[1], keys[0]]  # B's (kept from the search) first
+    for key in blocks:  # each configuration's re-measurement, then its probes on the server it left warm
+        phases = [p for p, k in post if k == key]
+        assert phases[0] == "refine" and set(phases[1:]) == {"capacity"}
+    assert any("server by server: 1 server start, 1 fewer than the 2 at least" in line for line in notes), notes
+
+
+def test_server_by_server_gives_the_capacities_of_a_worker_per_key(write_toml) -> None:
+    """The order changes nothing measured: the same capacities, by mean fitness, and the same re-measurements as
+    with a worker per server key (which goes stage by stage, round by round)."""
+    one, _ = _warm_run(write_toml, 1)
+    two, notes = _warm_run(write_toml, 2, name="two.toml")
+    assert not any("server by server" in line for line in notes)
+    assert [(c["rank"], c["values"], c["sustainable_load"]) for c in one.capacity] == \
+        [(c["rank"], c["values"], c["sustainable_load"]) for c in two.capacity]
+    refined = sorted((r.eval_id, r.phase, r.iteration, r.fitness) for r in one.results if r.phase != "capacity")
+    assert refined == sorted((r.eval_id, r.phase, r.iteration, r.fitness) for r in two.results
+                             if r.phase != "capacity")
