@@ -10,10 +10,15 @@ no install can be had, every test using it is skipped with one line saying why, 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -49,6 +54,31 @@ class VllmCpu:
     def python(self) -> str:
         """The venv's interpreter."""
         return str(Path(self.vllm).with_name("python"))
+
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], env: dict[str, str], port: int, log: Path) -> Iterator[str]:
+    """Start ``argv`` (a server on ``port``) in a session of its own, its output to ``log``; yield its base URL
+    once ``/health`` answers 200; stop its process group on leaving."""
+    inst = _installer()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env}, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        while True:
+            assert proc.poll() is None, f"{argv[0]} exited before it was ready: {log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        yield base
+    finally:
+        inst._stop_group(proc)
 
 
 def install_allowed() -> bool:

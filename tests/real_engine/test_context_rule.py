@@ -11,19 +11,14 @@ answer the same; before, both refused every request whose prompt and output were
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from msopt.sim.personality import knobs_from_argv
 from msopt.sim.simulator import simulate
-from tests.real_engine.conftest import VllmCpu, _installer
+from tests.real_engine.conftest import VllmCpu, _installer, serving
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -32,28 +27,11 @@ LIMIT = 1024  # the installer's --max-model-len
 REQUESTS = ((100, 50), (900, 200), (LIMIT, 1), (LIMIT + 76, 8))
 
 
-def _wait(proc: subprocess.Popen[bytes], base: str, log: Path) -> None:
-    while True:
-        assert proc.poll() is None, f"the server exited before it was ready: {log.read_text()[-2000:]}"
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-
-
 def answers(argv: list[str], env: dict[str, str], model: str, port: int, log: Path) -> list[tuple[int, int | None]]:
     """Start the server of ``argv``, send :data:`REQUESTS` (token ids as the prompt, ``ignore_eos``); each
     answer's HTTP status and, where served, its completion tokens."""
     inst = _installer()
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **env}, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        _wait(proc, base, log)
+    with serving(argv, env, port, log) as base:
         out: list[tuple[int, int | None]] = []
         for prompt, max_tokens in REQUESTS:
             status, body = inst._get(f"{base}/v1/completions", {
@@ -61,8 +39,6 @@ def answers(argv: list[str], env: dict[str, str], model: str, port: int, log: Pa
                 "ignore_eos": True}, timeout=300.0)
             out.append((status, json.loads(body)["usage"]["completion_tokens"] if status == 200 else None))
         return out
-    finally:
-        inst._stop_group(proc)
 
 
 def test_vllm_cuts_an_output_the_context_cannot_hold_and_refuses_a_prompt_that_fills_it(

