@@ -6,7 +6,8 @@ markers honoured), into a venv made with the oldest Python that ``requires-pytho
 ``python3.N`` on PATH or under ``~/.pyenv/versions``). The ``test`` extra comes at its newest
 versions that admit those, less ruff, mypy and import-linter (they check the source, not the dependencies) and the
 search bench's aiconfigurator and pyswarms (their tests skip without them). Then
-``pytest -q -n 0 -m "not slow"`` runs there against this checkout, in one process (tests/test_lint.py left out).
+``pytest -q -n 0 -m "not slow"`` runs there against this checkout, in one process (tests/test_lint.py and
+tests/test_structure.py, which run ruff over the source, left out).
 
 Usage::
 
@@ -33,8 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the ``test`` extra's packages not installed here: the tools that check the source, not the dependencies
-#: (ruff, mypy, import-linter: tests/test_lint.py, which is left out here), and the search bench's independent
-#: reality and the original tool's PSO (aiconfigurator 0.12.0
+#: (ruff, mypy, import-linter: tests/test_lint.py and tests/test_structure.py, left out here), and the search
+#: bench's independent reality and the original tool's PSO (aiconfigurator 0.12.0
 #: needs a newer matplotlib than msopt's minimum; the bench tests skip, saying why, without them)
 LEFT_OUT = ("ruff", "mypy", "import-linter", "aiconfigurator", "aiconfigurator-core", "pyswarms")
 SETUP_FAILED = 3
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # one process (-n 0 overrides pyproject.toml's -n auto): CI runs this beside the suite's own workers
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "not slow",
-           "--ignore=tests/test_lint.py", *args.pytest_args]
+           "--ignore=tests/test_lint.py", "--ignore=tests/test_structure.py", *args.pytest_args]
     print("min-deps: " + " ".join(cmd), flush=True)
     return 0 if subprocess.call(cmd, cwd=ROOT, env=env) == 0 else 1
 
