@@ -88,6 +88,32 @@ os.killpg(0, signal.SIGKILL)
 """
 
 
+#: The gate a server is started behind (``python -I -S -c``, argv: the gate's read end, the error pipe's write
+#: end, then the server's own argv): it waits until the launching process has armed the group's watcher, then
+#: execs the server in its place (same pid, same process group). Without it, a launching process killed between
+#: the server's start and the watcher's arming left behind any child the server had already spawned (its leader
+#: dies of ``PR_SET_PDEATHSIG``, its children do not). An exec that fails writes its reason to the error pipe,
+#: which a successful exec closes (close-on-exec).
+_GATE = """
+import os, sys
+gate, err = int(sys.argv[1]), int(sys.argv[2])
+if os.read(gate, 1) != b"1":
+    os._exit(1)
+os.close(gate)
+os.set_inheritable(err, False)
+try:
+    os.execvp(sys.argv[3], sys.argv[3:])
+except OSError as exc:
+    os.write(err, (exc.strerror or str(exc)).encode("utf-8", "replace"))
+os._exit(127)
+"""
+
+
+def _gated() -> bool:
+    """Whether a server starts behind :data:`_GATE` (where a watcher can be armed: Linux)."""
+    return sys.platform.startswith("linux") and bool(sys.executable)
+
+
 def _start_watcher(pgid: int) -> tuple[int, int] | None:
     """Start the watcher of group ``pgid``; return its pid and the pipe's write end (None: cannot)."""
     if not sys.platform.startswith("linux") or not sys.executable:
@@ -110,6 +136,17 @@ def _start_watcher(pgid: int) -> tuple[int, int] | None:
         os.close(write_end)
         return None
     return int(line), write_end
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything ``fd`` yields until EOF; closes it."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _alive(pid: int) -> bool:
@@ -335,19 +372,40 @@ def start_process(
     full_env.update(changed)
     workdir = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     fd = open_log(log_path)
+    gate = os.pipe() if _gated() else None  # (read end: the gate's, write end: ours)
+    errs = os.pipe() if gate is not None else None  # (read end: ours, write end: the gate's)
+    launched = ([sys.executable, "-I", "-S", "-c", _GATE, str(gate[0]), str(errs[1]), *args]
+                if gate is not None and errs is not None else args)
     try:
         os.write(fd, log_header(args, changed, workdir).encode("utf-8", "replace"))
         popen = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
+            launched, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=full_env,
             cwd=os.fspath(cwd) if cwd is not None else None, process_group=0,
             preexec_fn=_pdeath_guard(), close_fds=True,  # noqa: PLW1509 - the guard only calls prctl
+            pass_fds=(gate[0], errs[1]) if gate is not None and errs is not None else (),
         )
     except OSError as exc:
+        for end in (*(gate or ()), *(errs or ())):
+            os.close(end)
         raise EvaluationError(f"cannot start {args[0]!r}: {exc.strerror or exc}; check the "
                               "executable in the [<engine>.command] table and PATH") from None
     finally:
         os.close(fd)
-    proc = ManagedProcess(popen, args, Path(log_path), watcher=_start_watcher(popen.pid), registry=registry)
+    watcher = _start_watcher(popen.pid)
+    if gate is not None and errs is not None:
+        os.close(gate[0])
+        os.close(errs[1])
+        with contextlib.suppress(BrokenPipeError):  # the gate died (its parent's death, a signal): no exec
+            os.write(gate[1], b"1")
+        os.close(gate[1])
+        reason = _read_all(errs[0]).decode("utf-8", "replace")
+        if reason:
+            popen.wait()
+            if watcher is not None:
+                os.close(watcher[1])  # the watcher kills what is left of the group, itself included
+            raise EvaluationError(f"cannot start {args[0]!r}: {reason}; check the executable in the "
+                                  "[<engine>.command] table and PATH")
+    proc = ManagedProcess(popen, args, Path(log_path), watcher=watcher, registry=registry)
     if registry is not None:
         registry.add(proc)
     return proc

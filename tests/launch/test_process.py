@@ -482,3 +482,32 @@ def test_a_block_with_a_listener_is_refused_and_one_with_a_connection_is_held():
                 with pytest.raises(EvaluationError, match=f"port {listened} of {listened}-{listened} is in use"):
                     lease.hold(listened, listened, "X")
                 lease.hold(local, local, "Y")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the watcher and the gate are Linux's")
+def test_a_server_runs_only_once_its_groups_watcher_is_armed(tmp_path: Path, monkeypatch) -> None:
+    """Before, the server was exec'd before its watcher was armed: a launching process killed in between left
+    behind whatever the server had spawned (tests/reliability/test_lifecycle.py hit it once at load 10-15). Now
+    the server waits behind a gate until the watcher is armed, and a program that cannot start still says why."""
+    import msopt.launch.process as process
+
+    seen: list[bytes] = []
+    real = process._start_watcher
+
+    def watched(pgid: int):
+        time.sleep(0.3)  # ample time for an ungated server to have exec'd
+        seen.append(Path(f"/proc/{pgid}/cmdline").read_bytes())
+        return real(pgid)
+
+    monkeypatch.setattr(process, "_start_watcher", watched)
+    server = [sys.executable, "-c", "import time; time.sleep(30)"]
+    with start_process(server, None, tmp_path / "s.log") as proc:
+        # when its watcher is started, the process is still the gate (python -I -S -c <gate> ...), not the server
+        assert seen[0].split(b"\0")[1:3] == [b"-I", b"-S"], seen[0]
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[:3] != [a.encode() for a in server]:
+            assert time.monotonic() < deadline, "the server never started"
+            time.sleep(0.05)
+        assert proc.watcher_pid is not None and _alive(proc.watcher_pid)
+    with pytest.raises(EvaluationError, match=r"cannot start '/nonexistent/server': No such file or directory"):
+        start_process(["/nonexistent/server"], None, tmp_path / "n.log")
