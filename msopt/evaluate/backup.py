@@ -25,17 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from msopt.evaluate.results import EvalRequest
-from msopt.launch.files import BACKUP_SUFFIX, write_atomic
+from msopt.launch.files import BACKUP_SUFFIX, file_bytes, write_atomic
 from msopt.launch.render import LaunchSpec
 
 BACKUP_DIR = "backup"
-
-
-def _file_bytes(doc: object) -> bytes:
-    """A LaunchSpec file's bytes, as :func:`msopt.launch.files.staged_files` writes them."""
-    if isinstance(doc, bytes):
-        return doc
-    return (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _keep_original(run_dir: Path, target: Path) -> None:
@@ -70,7 +63,7 @@ def write_backup(run_dir: Path, req: EvalRequest, attempt: int,
         files = {}
         for target, doc in spec.files.items():
             name = f"{role}-{Path(target).name}"
-            write_atomic(out / name, _file_bytes(doc))
+            write_atomic(out / name, file_bytes(doc))
             files[str(target)] = name
             path = Path(target)
             if path.is_absolute() and run_root not in path.resolve().parents:

@@ -33,6 +33,14 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
         raise
 
 
+def file_bytes(doc: object) -> bytes:
+    """A LaunchSpec file's bytes as :func:`staged_files` writes them: bytes as they are, else JSON (4-space
+    indent, a final newline)."""
+    if isinstance(doc, bytes):
+        return doc
+    return (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 @contextlib.contextmanager
 def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
     """Write a LaunchSpec's files (JSON) for the duration of a launch, then restore them.
@@ -57,8 +65,7 @@ def staged_files(files: Mapping[str, Any]) -> Iterator[list[Path]]:
                 write_atomic(backup, original, mode)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            data = doc if isinstance(doc, bytes) else \
-                (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+            data = file_bytes(doc)
             done.append((path, original, mode, backup))
             write_atomic(path, data, mode if mode is not None else 0o640)
         yield [p for p, *_ in done]

@@ -287,9 +287,7 @@ def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, 
     env, load = server_env(spec.env)
     written: list[Path] = []
     files = {str(k): v for k, v in spec.files.items()}
-    notes = [f"msopt: the best configuration of run {out.name} ({engine}"
-             + (f", eval {eval_id}" if eval_id is not None else "")
-             + (f", fitness {fitness_text(fitness, '.6g')}" if isinstance(fitness, (int, float)) else "") + ")"]
+    notes = list(head)
     if files:
         target, doc = next(iter(files.items()))
         atomic_write(out / BEST_CONFIG_JSON, (dumps(doc, indent=2) + "\n").encode("utf-8"))

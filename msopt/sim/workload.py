@@ -99,6 +99,7 @@ class Workload:
                       np.asarray([r.arrival_s for r in reqs], np.float64), window.rate,
                       [r.hash_ids for r in reqs], window.block_tokens)
             object.__setattr__(self, "_trace_cache", cached)
+            object.__setattr__(self, "_session_cache", conversation_keys(reqs))  # the same read
         return cached
 
     def sample_lengths(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +138,8 @@ class Workload:
         None: no trace, or a trace without sessions."""
         if self.trace is None:
             return None
-        keys = self.__dict__.get("_session_cache")
-        if keys is None:
-            keys = conversation_keys(open_window(self.trace, "[simulator.workload] trace").requests)
-            object.__setattr__(self, "_session_cache", keys)
+        self._trace_arrays()  # reads the window once, its conversations with it
+        keys = self.__dict__["_session_cache"]
         if not any(k is not None for k in keys):
             return None
         return [keys[i] for i in self._replay_index().tolist()]

@@ -24,7 +24,6 @@ Needs a quiet machine: one vLLM start (~1 min, 3.4 GB) and about half a minute o
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -34,14 +33,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-SIM_HARDWARE, SIM_MODEL = "cpu-x86", "llama-tiny-2l-128"  # the catalog's entries for the CPU build
-TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.sample.jsonl"
+
+# the real replay, its trace and the catalog entries for the CPU build are bench_prefix_cache's
+from scripts.benchmarks import bench_prefix_cache as bpc  # noqa: E402
+
+SIM_HARDWARE, SIM_MODEL, TRACE = bpc.SIM_HARDWARE, bpc.SIM_MODEL, bpc.DEFAULT_TRACE
 REQUESTS = 64
 
 
@@ -71,19 +72,6 @@ REPLAYS: dict[str, Replay] = {
 }
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def bench_prefix_cache() -> ModuleType:
-    """scripts/benchmarks/bench_prefix_cache.py as a module: its real replay and its simulation."""
-    return _load(ROOT / "scripts" / "benchmarks" / "bench_prefix_cache.py", "bench_prefix_cache")
-
-
 def table(replay: Replay, limit: int) -> dict[str, Any]:
     """The builtin benchmark's trace table of a replay."""
     return {"path": str(TRACE), "window": list(replay.window), "time_scale": replay.time_scale,
@@ -92,7 +80,6 @@ def table(replay: Replay, limit: int) -> dict[str, Any]:
 
 def measure(name: str, out: Path, timeout: float) -> dict[str, Any]:
     """One replay on the real build; its figures, written to ``out/<name>.json``."""
-    bpc = bench_prefix_cache()
     inst = bpc.installer()
     replay = REPLAYS[name]
     tab = table(replay, bpc.max_model_len(inst.SERVER_ARGS))
