@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from msopt._version import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
-from msopt.config import load_settings, split
-from msopt.engines.installed import installed_changes
 from msopt.engines.rules import advisories
 from msopt.errors import ConfigError, DecodeError, MsoptError
-from msopt.run.validate import load, registered_sections, validate
+from msopt.run.validate import load, load_installed
 from msopt.slo import slo_checks
 from msopt.space import DecodeContext
 
@@ -63,11 +61,8 @@ def _load(args: argparse.Namespace) -> Validated:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load and check the configuration, print the dimensions and derived fields (``--json``: the same
     notes as fields, and every line the text prints under ``lines``)."""
-    settings = load_settings(args.config, args.engine, sections=registered_sections())
-    checked = validate(*split(settings))
-    got = installed_changes(checked.config)  # what a run takes from the installed configuration
-    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
-        else checked
+    loaded = load_installed(args.config, args.engine)  # with what a run takes from the installed configuration
+    checked, got = loaded.checked, loaded.installed
     config, space = checked.config, checked.space
     lines: list[str] = [f"configuration OK: {' < '.join(config.scalars.layers)}",
                         f"engine: {config.engine.name}; {len(space.dimensions)} dimension(s), "
@@ -113,7 +108,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     engine_notes = list(checked.engine.notes(config.engine.section.table))
     bench_notes = (list(checked.benchmark.notes(config.benchmark.table))
                    if not config.run.simulate and checked.benchmark is not None else [])
-    original = list(settings.notes)
+    original = list(loaded.notes)
     devices = [line for line in got.lines if line.startswith("devices per trial")]
     installed = list(got.lines if got.changes else devices)  # every field's origin, once one is installed
     warnings = [*advisories(checked.engine.advisories, config.engine.fields, config.engine.section.table),

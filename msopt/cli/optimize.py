@@ -13,9 +13,8 @@ from msopt.benchmarks.engine_metrics import missing_metrics_warning
 from msopt.cli.init import add_model_args, init_settings
 from msopt.cli.preflight import cheap_preflight
 from msopt.cli.progress import ProgressCallback, make_progress
-from msopt.config import DEFAULTS_PATH, load_settings, split
+from msopt.config import DEFAULTS_PATH, load_settings
 from msopt.config.settings import file_engine
-from msopt.engines.installed import installed_changes
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError, Terminated
 from msopt.evaluate.workload import replay_lines
@@ -24,7 +23,7 @@ from msopt.metrics import fitness_text
 from msopt.report.outputs import write_outputs
 from msopt.run.session import PoolLauncher, RunSession, Threads, resume_store
 from msopt.run.store import RunStore
-from msopt.run.validate import registered_sections, validate
+from msopt.run.validate import load_installed, registered_sections
 from msopt.run.verdict import predicted_line
 from msopt.slo import parse_slo, slo_table_text
 
@@ -152,15 +151,14 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
                           "devices_per_trial and the benchmark's workload in the file")
     overrides = _overrides(args)
     engine, lines = _engine_and_benchmark(args, overrides)
-    settings = load_settings(args.config, engine, sections=registered_sections())
-    settings = settings.replace(**overrides) if overrides else settings
-    checked = validate(*split(settings))
-    if getattr(args, "pd", None) == "disaggregation" and "pd" not in checked.config.engine.section.table:
-        # with a [<engine>.pd] table the file is disaggregated already; without one, say how to make it so
-        raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
-    got = installed_changes(checked.config)
-    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices))) if got.changes \
-        else checked
+
+    def refuse_pd(checked: Validated) -> None:
+        if getattr(args, "pd", None) == "disaggregation" and "pd" not in checked.config.engine.section.table:
+            # with a [<engine>.pd] table the file is disaggregated already; without one, say how to make it so
+            raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
+
+    loaded = load_installed(args.config, engine, overrides=overrides, check=refuse_pd)
+    checked, got = loaded.checked, loaded.installed
     # every field's origin once one comes from the installation; else only where the trial's devices come from
     lines += got.lines if got.changes else [line for line in got.lines if line.startswith("devices per trial")]
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]

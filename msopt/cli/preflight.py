@@ -7,10 +7,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from msopt.config import load_settings, split
-from msopt.engines.installed import installed_changes
 from msopt.run.preflight import Check, PreflightError, node_checks
-from msopt.run.validate import load, registered_sections, validate
+from msopt.run.validate import load_installed
 
 if TYPE_CHECKING:
     from msopt.config import Config
@@ -57,11 +55,8 @@ def report(checks: Sequence[Check], *, failures_only: bool = False) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Run every check and print one line each; 1 when one failed."""
-    config = load(args.config, args.engine).config
-    got = installed_changes(config)  # the trial's devices as a run takes them from the installation
-    if got.devices is not None:
-        config = validate(*split(load_settings(args.config, args.engine, sections=registered_sections())
-                                 .with_installed(got.values, got.constants, got.devices))).config
+    # the trial's devices as a run takes them from the installation
+    config = load_installed(args.config, args.engine, devices_only=True).checked.config
     failed = report(run_checks(config, args.address))
     if failed:
         print(f"preflight: {failed} check(s) failed", file=sys.stderr)

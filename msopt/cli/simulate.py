@@ -17,13 +17,11 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from msopt.config import load_settings, split
 from msopt.engines import get_engine
-from msopt.engines.installed import installed_changes
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
 from msopt.metrics import fitness_text
-from msopt.run.validate import registered_sections, validate
+from msopt.run.validate import load_installed
 from msopt.sim.simulator import cache_block, launch_assumptions
 
 
@@ -107,11 +105,8 @@ def check_set(space: SearchSpace, name: str, value: Any) -> Any:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate the configuration at its values (overridden by --set)."""
-    settings = load_settings(args.config, args.engine, sections=registered_sections()).replace(simulate=True)
-    checked = validate(*split(settings), search=False)
-    got = installed_changes(checked.config)  # the baseline a run takes from the installed config.json
-    if got.changes:
-        checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices)), search=False)
+    # the baseline a run takes from the installed config.json
+    checked = load_installed(args.config, args.engine, overrides={"simulate": True}, search=False).checked
     config, space = checked.config, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter, get_benchmark
 from msopt.config import Config, load_settings, split
 from msopt.engines import ENGINES, EngineAdapter, get_engine
+from msopt.engines.installed import Installed, installed_changes
 from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate.evaluator import Parsed
 from msopt.evaluate.health import HealthCheck
@@ -86,6 +87,21 @@ class Validated:
         return Parsed(self.simulator, self.health)
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """What :func:`load_installed` found.
+
+    Attributes:
+        checked: the validated configuration a run takes (the installation's values applied).
+        installed: what the installed configuration changed, and the lines that say so.
+        notes: what loading changed to read the original tool's spellings (``msopt validate`` says them).
+    """
+
+    checked: Validated
+    installed: Installed
+    notes: tuple[str, ...]
+
+
 def registered_sections() -> tuple[str, ...]:
     """Top-level tables a configuration may hold besides the built-in ones: one per registered
     engine and benchmark, plugins (entry points) included."""
@@ -106,6 +122,36 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
     if overrides:
         settings = settings.replace(**overrides)
     return validate(*split(settings), search=search)
+
+
+def load_installed(config_path: str | os.PathLike[str] | None = None, engine: str | None = None, *,
+                   overrides: Mapping[str, Any] | None = None, search: bool = True, devices_only: bool = False,
+                   check: Callable[[Validated], None] | None = None) -> Loaded:
+    """:func:`load`, then, when a run takes anything from the installed configuration
+    (:func:`msopt.engines.installed.installed_changes`), validate the settings again with it applied.
+
+    Args:
+        config_path, engine, overrides, search: as :func:`load`'s.
+        devices_only: apply the installation only when it sets the trial's devices (``msopt preflight``).
+        check: called with the first validated configuration, before the installation is read (a command's
+            own refusal, raised before any of the installation's).
+
+    Returns:
+        The validated configuration a run takes, what the installation changed, and the loading's notes.
+
+    Raises:
+        ConfigError: one line naming the file, the key and the fix.
+    """
+    settings = load_settings(config_path, engine, sections=registered_sections())
+    if overrides:
+        settings = settings.replace(**overrides)
+    checked = validate(*split(settings), search=search)
+    if check is not None:
+        check(checked)
+    got = installed_changes(checked.config)
+    if got.devices is not None if devices_only else got.changes:
+        checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices)), search=search)
+    return Loaded(checked, got, settings.notes)
 
 
 def validate(config: Config, trace: TraceSummary | None = None, *, search: bool = True) -> Validated:
