@@ -58,6 +58,23 @@ class PdLaunch:
         """(prefill instances, decode instances)."""
         return len(self.prefill), len(self.decode)
 
+    @property
+    def instances(self) -> tuple[LaunchSpec, ...]:
+        """Every server instance, prefill ones first (the router and the controller left out)."""
+        return (*self.prefill, *self.decode)
+
+    def named(self) -> list[tuple[str, LaunchSpec]]:
+        """Every server instance with its name (``prefill0``, ..., ``decode0``, ...), prefill ones first."""
+        return [*((f"prefill{i}", s) for i, s in enumerate(self.prefill)),
+                *((f"decode{i}", s) for i, s in enumerate(self.decode))]
+
+    def with_instances(self, specs: Sequence[LaunchSpec]) -> PdLaunch:
+        """A copy whose instances are ``specs`` (as many, in :attr:`instances`' order: prefill ones first)."""
+        if len(specs) != len(self.instances):
+            raise ValueError(f"{len(specs)} instance launch(es) for {len(self.instances)} instance(s)")
+        n = len(self.prefill)
+        return replace(self, prefill=tuple(specs[:n]), decode=tuple(specs[n:]))
+
 
 def pd_table(section: Mapping[str, Any], engine: str, keys: frozenset[str] = PD_KEYS) -> Mapping[str, Any] | None:
     """The ``[<engine>.pd]`` table (``keys``: the engine's valid ones), None when the deployment is not

@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -285,22 +285,19 @@ class RealRunner(EngineRunner):
         launch = self.engine.render_pd(values, config.engine.fields, self.engine_section,
                                        ports=_pd_ports(lease), devices=list(self.ctx.devices),
                                        workdir=workdir)
-        planned = self.plan_ports([*launch.prefill, *launch.decode])
-        launch = replace(launch, prefill=tuple(planned[:len(launch.prefill)]),
-                         decode=tuple(planned[len(launch.prefill):]))
-        for spec in planned:
+        launch = launch.with_instances(self.plan_ports(launch.instances))
+        for spec in launch.instances:
             lease_blocks(spec.env, lease)  # each instance's HCCL blocks, held as the trial's other ports
         inner = without_pd(self.engine_section)
         timeout = config.run.particles_time_out
         try:
-            for spec in (*launch.prefill, *launch.decode):
+            for spec in launch.instances:
                 check_rules(spec, values, inner, rules=self.engine.startup_rules)
         except EvaluationError:
             if self.ctx.run_dir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
-        roles = [(f"prefill{i}", s) for i, s in enumerate(launch.prefill)]
-        roles += [(f"decode{i}", s) for i, s in enumerate(launch.decode)]
+        roles = launch.named()
         self.backup(req, attempt, [*roles, ("router", launch.router)])
         logs = {name: self.ctx.log_path(req, attempt, f"server-{name}") or workdir / f"server-{name}.log"
                 for name, _ in roles}

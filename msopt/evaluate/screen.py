@@ -96,7 +96,7 @@ class CandidateScreen:
                                         devices=list(self.devices), workdir=None), self.section)]
         launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
         inner = without_pd(self.section)
-        return [(spec, inner) for spec in (*launch.prefill, *launch.decode)]
+        return [(spec, inner) for spec in launch.instances]
 
 
 class LayoutError(MsoptError):

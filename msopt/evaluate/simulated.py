@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -361,17 +361,13 @@ class SimRunner(EngineRunner):
         nodes = self.ctx.nodes or self.virtual
         launch = render_pd_trial(self.engine, values, self.config, self.engine_section, self.ctx.devices, nodes,
                                  workdir=self.ctx.run_dir)
-        planned = self.plan_ports([*launch.prefill, *launch.decode])  # the HCCL port plan, as the real path's
-        launch = replace(launch, prefill=tuple(planned[:len(launch.prefill)]),
-                         decode=tuple(planned[len(launch.prefill):]))
+        launch = launch.with_instances(self.plan_ports(launch.instances))  # the HCCL port plan, as the real path's
         inner = without_pd(self.engine_section)
         self.last_server = None
-        for spec in (*launch.prefill, *launch.decode):
+        for spec in launch.instances:
             check_rules(spec, values, inner, model=self.model_facts, rules=self.engine.startup_rules)
         self._start(values, False)
-        self.backup(req, attempt, [*[(f"prefill{i}", s) for i, s in enumerate(launch.prefill)],
-                                   *[(f"decode{i}", s) for i, s in enumerate(launch.decode)],
-                                   ("router", launch.router),
+        self.backup(req, attempt, [*launch.named(), ("router", launch.router),
                                    *([("controller", launch.controller)] if launch.controller else [])])
         t0 = time.monotonic()
         res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,

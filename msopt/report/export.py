@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -172,13 +171,13 @@ def pd_script(launch: Any, notes: Sequence[str], node: int = 0, names: Sequence[
     background and, on node 0, the router in the foreground (else it waits); leaving it stops them all.
     Node addresses named in ``names`` are read from ``$NODE<r>_IP``."""
     lines = ["#!/bin/sh", *(_comment(n) for n in notes)]
-    used = [n for n in names if n in " ".join(str(a) for s in (*launch.prefill, *launch.decode, launch.router)
+    used = [n for n in names if n in " ".join(str(a) for s in (*launch.instances, launch.router)
                                              for a in s.argv)]
     lines += [f': "${{{n}:?set {n} to the IP address of node {n[4:-3]}}}"' for n in used]
     if launch.note:  # the engine's deployment cannot run on one host: say so, and stop before any launch
         lines += [_comment(launch.note), 'echo "see the comment at the top of $0" >&2', "exit 2"]
     lines.append("trap 'kill 0' EXIT INT TERM")
-    where = launch.nodes or tuple(0 for _ in (*launch.prefill, *launch.decode))
+    where = launch.nodes or tuple(0 for _ in launch.instances)
     roles = [("prefill", i, s) for i, s in enumerate(launch.prefill)]
     roles += [("decode", i, s) for i, s in enumerate(launch.decode)]
     for (role, i, spec), r in zip(roles, where, strict=True):
@@ -219,8 +218,7 @@ def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, 
         ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
         launch = get_engine(engine).render_pd(values, config.engine.fields, section, ports=ports, devices=devices,
                                               workdir=Path("."), nodes=nodes)
-    both = planned(config, [*launch.prefill, *launch.decode])  # the HCCL port plan, as a trial's
-    launch = replace(launch, prefill=tuple(both[:len(launch.prefill)]), decode=tuple(both[len(launch.prefill):]))
+    launch = launch.with_instances(planned(config, launch.instances))  # the HCCL port plan, as a trial's
     notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
              f"instance(s) and the router on port {launch.router.port}"]
     record = {"engine": engine, "deployment": "pd", "port": launch.router.port, "values": dict(values),

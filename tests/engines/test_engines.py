@@ -371,3 +371,20 @@ def test_mindie_starts_from_the_backup_a_dead_run_left(tmp_path):
         pass
     assert _json.loads(cfg.read_text()) == original  # restored at the next launch's end
     assert not (tmp_path / ("config.json" + BACKUP_SUFFIX)).exists()
+
+
+def test_pd_launch_instances_named_and_replaced() -> None:
+    """A PdLaunch lists its instances prefill first, names them, and takes new ones back in that order."""
+    from msopt.engines.pd import PdLaunch
+
+    def spec(port: int) -> LaunchSpec:
+        return LaunchSpec(engine="sglang", argv=("srv", str(port)), port=port)
+
+    launch = PdLaunch(prefill=(spec(1), spec(2)), decode=(spec(3),), router=spec(9))
+    assert [s.port for s in launch.instances] == [1, 2, 3]
+    assert [(n, s.port) for n, s in launch.named()] == [("prefill0", 1), ("prefill1", 2), ("decode0", 3)]
+    moved = launch.with_instances([spec(11), spec(12), spec(13)])
+    assert [s.port for s in moved.prefill] == [11, 12] and [s.port for s in moved.decode] == [13]
+    assert moved.router == launch.router
+    with pytest.raises(ValueError, match="2 instance launch"):
+        launch.with_instances([spec(11), spec(12)])
