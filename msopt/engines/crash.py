@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-__all__ = ["CrashPattern", "CrashReader", "EngineCrash", "read_log_tail"]
+__all__ = ["LOG_TAIL_BYTES", "CrashPattern", "CrashReader", "EngineCrash"]
 
-#: How much of the end of a server log is read for a crash (a busy server's log can be large).
+#: How much of the end of a server log is read for a crash (a busy server's log can be large;
+#: :func:`msopt.launch.logs.tail_text` reads it).
 LOG_TAIL_BYTES = 4 * 1024 * 1024
 
 
@@ -120,15 +120,3 @@ class CrashReader:
             if m is not None:
                 return int(m.group(1))
         return None
-
-
-def read_log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of ``path`` as text ("" when it cannot be read)."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""

@@ -27,7 +27,7 @@ from msopt.benchmarks.builtin import REQUESTS_FILE
 from msopt.benchmarks.engine_metrics import CacheCounters, read_counters, spec_report, summed
 from msopt.config import Config
 from msopt.engines import EngineAdapter, LaunchSpec
-from msopt.engines.crash import EngineCrash, read_log_tail
+from msopt.engines.crash import LOG_TAIL_BYTES, EngineCrash
 from msopt.engines.pd import without_pd
 from msopt.engines.rules import check_rules
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial
@@ -36,6 +36,7 @@ from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
 from msopt.launch.hccl import NodeFacts, lease_blocks, node_facts
+from msopt.launch.logs import tail_text
 from msopt.launch.ports import PortLease
 from msopt.launch.process import ManagedProcess, launched, wait_ready
 from msopt.metrics import SPEC_ACCEPT_LEN
@@ -184,7 +185,7 @@ class RealRunner(EngineRunner):
         with a non-zero code. The request in flight is the one the engine's dump names, else the
         first request the benchmark saw fail."""
         reader = self.engine.crash_reader
-        crash = reader.read(read_log_tail(server_log), str(server_log)) if reader is not None else None
+        crash = reader.read(tail_text(server_log, LOG_TAIL_BYTES), str(server_log)) if reader is not None else None
         if crash is None:
             code = proc.poll()
             if code is None or code == 0:

@@ -42,20 +42,23 @@ def log_header(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
         ("cwd", cwd.replace("\n", "\\n"))))
 
 
-def tail(log_path: str | os.PathLike[str], n: int = 50) -> list[str]:
-    """The last ``n`` lines of a text file (empty when it does not exist)."""
-    if n <= 0:
-        return []
+def tail_text(log_path: str | os.PathLike[str], limit: int) -> str:
+    """The last ``limit`` bytes of a file as text ("" when it cannot be read)."""
     try:
         with open(log_path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - max(65536, n * 512)))
-            data = f.read()
+            f.seek(max(0, size - limit))
+            return f.read().decode("utf-8", "replace")
     except OSError:
+        return ""
+
+
+def tail(log_path: str | os.PathLike[str], n: int = 50) -> list[str]:
+    """The last ``n`` lines of a text file (empty when it does not exist)."""
+    if n <= 0:
         return []
-    lines = data.decode("utf-8", "replace").splitlines()
-    return list(deque(lines, maxlen=n))
+    return list(deque(tail_text(log_path, max(65536, n * 512)).splitlines(), maxlen=n))
 
 
 _CRASH_LINE = re.compile(r"(Error|Exception|error:|FATAL|Fatal|Traceback|Killed|Aborted)")

