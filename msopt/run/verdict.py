@@ -286,13 +286,6 @@ def _context_key(config: Config) -> str:
         return "max_model_len"
 
 
-def _fitness(v: float) -> str:
-    """A fitness in a sentence: "4,192", "12.97", "0.5"; past a million, what the SLO penalty made it."""
-    if not math.isfinite(v):
-        return "inf"
-    return f"{v:,.4g}" if abs(v) < 1e6 else ">1e6 (far outside the SLOs)"
-
-
 class VerdictTally:
     """What the verdict needs of a run's results, counted as they are recorded (the run loop adds
     every result, replayed ones included), so the verdict needs no second read of the journal.
@@ -447,10 +440,11 @@ class VerdictTally:
         n_evals = sum(m[0] for m in others.values())
         parts = []
         if worse:
-            lo, hi = _fitness(min(worse)), _fitness(max(worse))
+            # a fitness in a sentence: "4,192", "12.97", "0.5"; past a million, what the SLO penalty made it
+            lo, hi = fitness_text(min(worse), ",.4g"), fitness_text(max(worse), ",.4g")
             span = lo if lo == hi else f"{lo}-{hi}"
             parts.append(f"{len(worse)} scored worse by mean fitness ({span} against the recommendation's "
-                         f"{_fitness(pick_fitness)}; lower is better)")
+                         f"{fitness_text(pick_fitness, ',.4g')}; lower is better)")
         if sample:
             whole = f"the full {self.full}" if self.full else "the full workload"
             parts.append(f"{sample} only on the search's smaller sample (never measured with {whole})")
