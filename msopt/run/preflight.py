@@ -27,7 +27,7 @@ from msopt.config import Config, thaw
 from msopt.engines import ENGINES, get_engine
 from msopt.engines.vllm.cpu import CpuFacts, check_cpu_trial, workers
 from msopt.errors import MsoptError, RefusedError
-from msopt.launch.hccl import VARIABLES, in_force, node_facts, plan_env, plan_unset, range_plan
+from msopt.launch.hccl import VARIABLES, in_force, node_facts, plan_specs, range_plan
 from msopt.launch.hccn import read_device_ips
 from msopt.launch.placement import split_trial
 from msopt.launch.ports import port_free
@@ -71,11 +71,12 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {where}{self.name}: {text}"
 
 
-def sample_launch(config: Config, section: Mapping[str, Any]) -> tuple[LaunchSpec, dict[str, Any]]:
-    """The baseline candidate (every field at its default) rendered as a trial would be."""
+def sample_launch(config: Config, section: Mapping[str, Any],
+                  devices: Sequence[str] = ()) -> tuple[LaunchSpec, dict[str, Any]]:
+    """The baseline candidate (every field at its default) rendered as a trial on ``devices`` would be."""
     space = SearchSpace(config.engine.fields)
     values = dict(space.decode(space.default_position()).values)
-    spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0)
+    spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0, devices=devices)
     return spec, values
 
 
@@ -261,17 +262,15 @@ def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
     per_node = config.cluster.devices_per_node
     devices = [str(i) for i in range(min(k, per_node) if per_node else k)]
     try:
-        space = SearchSpace(config.engine.fields)
-        values = dict(space.decode(space.default_position()).values)
-        spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0, devices=devices)
+        spec, _ = sample_launch(config, section, devices)
     except MsoptError:
         return None
     if not any(v in spec.env or v in os.environ for v in VARIABLES):
         return None
     facts = node_facts(spec.model)
-    env = plan_env(spec.env, section, config.engine.fields, facts)
-    unset = plan_unset(section, config.engine.fields, facts)
-    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: {in_force(env, unset=unset)} (each "
+    planned = plan_specs([spec], section, config.engine.fields, facts)[0]  # as the trial launches it
+    return Check("hccl", True, f"the trial on NPUs {','.join(devices)}: "
+                 f"{in_force(planned.env, unset=planned.unset_env)} (each "
                  "trial's blocks "
                  f"start 32 ports further per first device id; {range_plan(facts)[1]})")
 
