@@ -93,11 +93,15 @@ class Hardware:
         over: dict[str, Any] = dict(self.engine_overrides.get(engine) or {})
         return replace(self, **over) if over else self
 
+    def compute_tflops(self, dtype: str) -> float:
+        """Dense peak in TFLOP/s for ``dtype`` (fp16 counts as bf16, int4 as int8); 0 or less: none."""
+        return float(self.tflops.get(_COMPUTE_AS.get(dtype, dtype), 0.0))
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for ``dtype`` (fp16 counts as bf16, int4 as int8); raises if unsupported."""
-        key = _COMPUTE_AS.get(dtype, dtype)
-        value = float(self.tflops.get(key, 0.0))
+        value = self.compute_tflops(dtype)
         if value <= 0:
+            key = _COMPUTE_AS.get(dtype, dtype)
             raise SimulationError(
                 f"hardware {self.name!r} has no {dtype} compute (tflops.{key} = {value}); "
                 f"use weight_dtype one of {sorted(k for k, v in self.tflops.items() if v > 0)}"

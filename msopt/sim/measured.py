@@ -209,7 +209,7 @@ def _row(path: Path, line: int, row: dict[str, str], engine_only: str | None,
         raise _Skip("input or output length not published")
     hw, spec = _entries(row, models)
     dtype, dtype_note = weight_dtype_of(row["dtype"])
-    if hw.tflops.get({"int4": "int8", "fp16": "bf16"}.get(dtype, dtype), 0.0) <= 0:
+    if hw.compute_tflops(dtype) <= 0:
         raise _Skip(f"{dtype} weights: {hw.name} has no {dtype} compute")
     notes = row.get("notes", "")
     knobs, assumed = _knobs(engine, row, spec, hw, notes)
