@@ -9,16 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from msopt.sim.speculative import chain_accept_len, chain_accept_rate
+from msopt.sim.speculative import chain_accept_len, chain_accept_rate, chain_steps
 
 if TYPE_CHECKING:
     from msopt.sim.knobs import EngineKnobs
-
-
-def chain_steps(knobs: EngineKnobs) -> int:
-    """The drafted tokens a verify step can accept (:func:`msopt.sim.speculative.speculation_of`'s chain)."""
-    verify = knobs.spec_verify_tokens or knobs.spec_tokens + 1
-    return min(knobs.spec_tokens, verify - 1)
 
 
 class MeasuredAccepts:
@@ -46,4 +40,4 @@ class MeasuredAccepts:
         return chain_accept_len(float(np.mean([chain_accept_rate(a, s) for s, a in rows])), steps)
 
 
-__all__ = ["MeasuredAccepts", "chain_steps"]
+__all__ = ["MeasuredAccepts"]

@@ -93,6 +93,13 @@ class Speculation:
         return 1 + math.ceil(max(0, output_len - 1) / self.accept)
 
 
+def chain_steps(knobs: EngineKnobs) -> int:
+    """The drafted tokens a verify step of ``knobs`` can accept: the draft tokens, at most the verified ones less
+    the target's own."""
+    verify = knobs.spec_verify_tokens or knobs.spec_tokens + 1
+    return min(knobs.spec_tokens, verify - 1)
+
+
 def speculation_of(knobs: EngineKnobs) -> Speculation | None:
     """The knobs' speculative decoding (None: off), its acceptance length given or assumed."""
     if not knobs.spec_method:
@@ -102,7 +109,7 @@ def speculation_of(knobs: EngineKnobs) -> Speculation | None:
     if knobs.spec_accept_len is not None:
         accept, assumed = float(knobs.spec_accept_len), False
     else:
-        accept, assumed = default_accept_len(knobs.spec_method, min(steps, verify - 1)), True
+        accept, assumed = default_accept_len(knobs.spec_method, chain_steps(knobs)), True
     return Speculation(knobs.spec_method, steps, verify, min(max(1.0, accept), float(verify)), assumed)
 
 
@@ -164,4 +171,4 @@ class SpecStepCost(StepCost):
 
 
 __all__ = ["DEFAULT_ACCEPT_RATE", "METHODS", "SpecStepCost", "Speculation", "chain_accept_len", "chain_accept_rate",
-           "default_accept_len", "draft_fraction", "draft_log", "draft_refusal", "speculation_of"]
+           "chain_steps", "default_accept_len", "draft_fraction", "draft_log", "draft_refusal", "speculation_of"]
