@@ -255,14 +255,16 @@ def simulate_memo(memo: Simulations | None, knobs: EngineKnobs, hw: Hardware, mo
 def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
                           prompts_per_slot: int = PROMPTS_PER_SLOT, seed: int = 0,
                           models: Mapping[str, ModelSpec] | None = None,
-                          per_row_hardware: bool = False, memo: Simulations | None = None) -> np.ndarray:
+                          per_row_hardware: bool = False, memo: Simulations | None = None,
+                          loads: Sequence[Workload] | None = None) -> np.ndarray:
     """(n, 3) simulated (ttft_s, tpot_s, tokens/s) per measurement; NaN rows where the server fails.
 
     Each row is simulated with fixed lengths (as measured), ``prompts_per_slot x concurrency``
     requests unless the measurement gives its own count, and one seed for every row. With
     ``per_row_hardware`` a row whose ``hardware`` names another catalog entry is simulated on that
     entry with ``hw``'s factors (:func:`on_hardware`). ``memo``: simulations to look up and add to
-    (see :func:`simulate_memo`).
+    (see :func:`simulate_memo`). ``loads``: each row's workload built already (a caller that simulates
+    the rows many times reads a trace once), else built here.
     """
     cache = dict(models or {})
     devices: dict[str, Hardware] = {}
@@ -275,9 +277,9 @@ def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
             if m.hardware not in devices:
                 devices[m.hardware] = load_hardware(m.hardware)
             row_hw = on_hardware(hw, devices[m.hardware])
-        res = simulate_memo(memo, m.knobs, row_hw, cache[m.model],
-                            workload_from_mapping(m.workload_table(prompts_per_slot)),
-                            weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=seed)
+        load = loads[j] if loads is not None else workload_from_mapping(m.workload_table(prompts_per_slot))
+        res = simulate_memo(memo, m.knobs, row_hw, cache[m.model], load, weight_dtype=m.weight_dtype,
+                            kv_dtype=m.kv_dtype, seed=seed)
         if res.error is None:
             out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
     return out

@@ -21,7 +21,7 @@ from msopt.sim.calibrate import (
     Simulations,
     _objective,
     mape,
-    simulate_memo,
+    simulate_measurements,
 )
 from msopt.sim.catalog_load import load_model
 from msopt.sim.catalog_types import Hardware, ModelSpec
@@ -216,14 +216,9 @@ class _Lattice:
     def at(self, point: tuple[int, ...]) -> np.ndarray:
         """The rows' simulated metrics at ``point``, shape (rows, 3)."""
         if point not in self.table:
-            hw = scale_hardware(self.hardware, **_scales(point))
-            out = np.full((len(self.measurements), 3), np.nan)
-            for j, (m, wl) in enumerate(zip(self.measurements, self.loads)):
-                res = simulate_memo(self.simulations, m.knobs, hw, self.specs[m.model], wl,
-                                    weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, seed=self.seed)
-                if res.error is None:
-                    out[j] = res.time_to_first_token, res.time_per_output_token, res.generate_speed
-            self.table[point] = out
+            self.table[point] = simulate_measurements(
+                self.measurements, scale_hardware(self.hardware, **_scales(point)), seed=self.seed,
+                models=self.specs, memo=self.simulations, loads=self.loads)
         return self.table[point]
 
 
