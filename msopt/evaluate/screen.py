@@ -14,7 +14,7 @@ from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.results import values_key as _key
-from msopt.evaluate.simulated import explicit_devices, render_pd_trial, simulated_devices_per_node
+from msopt.evaluate.simulated import SimulatorSetup, explicit_devices, render_pd_trial, simulated_devices_per_node
 from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import LaunchSpec, TrialNode
 from msopt.sim import load_model
@@ -38,16 +38,17 @@ class CandidateScreen:
     for the ones an actor gets) and checks the engine's rules with the simulated model's facts
     (simulated run, or ``simulator``: the prior's own ``[simulator]`` table) or the model
     directory's config.json (real run). Rules on the server's
-    environment are left to the evaluator, which knows the environment the server gets.
+    environment are left to the evaluator, which knows the environment the server gets. ``setup``: the
+    run's ``[simulator]`` as it was parsed, whose hardware gives the simulated node size (None: read here).
     """
 
     def __init__(self, config: Config, *, simulate: bool | None = None,
-                 simulator: Mapping[str, Any] | None = None) -> None:
+                 simulator: Mapping[str, Any] | None = None, setup: SimulatorSetup | None = None) -> None:
         self.config = config
         self.engine = get_engine(config.engine.name)
         self.section: Mapping[str, Any] = config.engine.section.table
         self.devices = config.cluster.trial.device_ids()
-        self.nodes = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config))
+        self.nodes = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config, setup))
         sim = config.run.simulate if simulate is None else simulate
         self.model: ModelFacts | None = None
         if sim:

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from msopt.metrics import (
 from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
 from msopt.sim.catalog_parts import catalog_part
-from msopt.sim.catalog_types import DTYPE_BYTES
+from msopt.sim.catalog_types import DTYPE_BYTES, Hardware
 from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
 from msopt.space.fields import FieldDecl
 
@@ -94,14 +95,18 @@ def explicit_devices(config: Config) -> int:
     return config.cluster.trial.devices if config.cluster.trial.explicit else 0
 
 
-def simulated_devices_per_node(config: Config) -> int | None:
+def simulated_devices_per_node(config: Config, setup: SimulatorSetup | None = None) -> int | None:
     """``[cluster] devices_per_node``, else the simulated hardware's ``devices_per_node`` (None: neither):
-    the count :mod:`msopt.launch.placement` splits a simulated trial by."""
+    the count :mod:`msopt.launch.placement` splits a simulated trial by. ``setup``: ``config``'s
+    ``[simulator]`` as the caller parsed it, whose hardware is loaded once for all its callers (None: the
+    hardware TOML is read here)."""
     configured = config.cluster.devices_per_node
     if configured:
         return configured
     sim = config.simulator.table
     try:
+        if setup is not None:
+            return setup.hardware.devices_per_node
         dirs = sim.get("catalog_dirs", ())
         return load_hardware(str(sim.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs)
                              ).devices_per_node
@@ -213,6 +218,16 @@ class SimulatorSetup:
         return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv, field_load,
                                personality=sim_personality_of(spec.engine))
 
+    @cached_property
+    def hardware(self) -> Hardware:
+        """The ``[simulator] hardware`` entry, loaded at the first use and kept with this setup.
+
+        Raises:
+            ConfigError: the entry cannot be loaded.
+        """
+        dirs = self.table.get("catalog_dirs", ())
+        return load_hardware(str(self.table.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs))
+
     def run_pd(self, launch: PdLaunch, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
                seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
                field_load: Mapping[str, Any] | None = None) -> Any:
@@ -283,7 +298,7 @@ class SimRunner(EngineRunner):
         self.model_facts = self._model_facts()
         self._kept: str | None = None
         # a trial that spans nodes, simulated without a cluster (msopt simulate, --no-ray)
-        self.virtual = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config))
+        self.virtual = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config, self.sim))
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""

@@ -126,17 +126,20 @@ class SimulatorPrior:
         self.space = space
         self.engine = get_engine(config.engine.name)
         self.section = self.engine.simulation_section(config.engine.section.table)
+        own = None  # [simulator] as the run parsed it, where the prior simulates with it
         if simulator is None:
-            simulator = (setup or SimulatorSetup.from_config(config.simulator, config.run.seed)).table
+            own = setup or SimulatorSetup.from_config(config.simulator, config.run.seed)
+            simulator = own.table
         table = thaw(simulator)
-        self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table)
+        self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table,
+                                                                        setup=own)
         self.table = table
         self.objective = run_objective(config)
         self.num_prompts = search_num_prompts(config)
         self.benchmark = get_benchmark(config.run.benchmark)
         dirs = table.get("catalog_dirs", ())
         self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
-        self.catalog_hardware = load_hardware(table["hardware"], self.dirs)
+        self.catalog_hardware = own.hardware if own is not None else load_hardware(table["hardware"], self.dirs)
         #: the entry the prior predicts with and the refit starts from: the catalog's, or its
         #: correction to the run's own measured launches (:meth:`correct`)
         self.base_hardware = self.catalog_hardware
@@ -165,7 +168,7 @@ class SimulatorPrior:
         self._accepts = MeasuredAccepts()
         self._fitted_on: tuple[tuple[str, float, float, float], ...] = ()
         self.devices = config.cluster.trial.device_ids()
-        self.nodes = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config))
+        self.nodes = virtual_nodes(explicit_devices(config), simulated_devices_per_node(config, own))
         self.disaggregated = self.engine.is_disaggregated(self.section)
         self.evaluations = 0
         self._cache: dict[str, Prediction] = {}

@@ -144,7 +144,8 @@ class Driver:
         options = validated.swarm if validated is not None else swarm_options(config)
         self.guide = guide
         init = self._initial_positions(options.n_particles, options.seed)
-        checker = CandidateScreen(config) if screen else None
+        checker = CandidateScreen(config, setup=validated.simulator if validated is not None else None) \
+            if screen else None
         self.checker = checker
         self.refused_keys: set[str] = set()  # values keys of configurations refused (rules or at launch)
         # every searcher is held to it: known refusals (this very set), the start-up rules, the guide's screen

@@ -67,3 +67,25 @@ def test_an_evaluator_without_the_parsed_sections_parses_its_own(tmp_path: Path,
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+
+
+def test_a_simulated_run_reads_the_hardware_toml_with_its_setup_only(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node size a simulated trial is placed by comes from the setup's hardware, loaded once with it: the
+    evaluators, the screen and the prior read no hardware TOML of their own for it."""
+    import msopt.evaluate.simulated as simulated
+
+    loads: Counter[str] = Counter()
+    original = simulated.load_hardware
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads["hardware"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(simulated, "load_hardware", counted)
+    checked = load(str(small_quickstart(tmp_path)), None,
+                   overrides={"n_particles": 2, "iters": 1, "output": str(tmp_path / "out")})
+    assert loads["hardware"] == 1  # validate's check of [simulator] hardware
+    result = RunSession(checked, pools=Threads(2), say=lambda _line: None).run()  # the prior, two evaluators
+    assert result.outcome is not None and result.outcome.evaluations > 2
+    assert loads["hardware"] == 2  # and once more, kept with the setup every part of the run shares
