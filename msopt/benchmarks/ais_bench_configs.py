@@ -20,10 +20,6 @@ from msopt.launch.render import (
     substitute,
 )
 
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")
-_SCALE_TO_SECONDS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # AISBench latencies are ms
-
-
 #: AISBench 29c363e, ais_bench/benchmark/configs/models/*/<name>.py: the stock service-API model
 #: configs msopt's generated one can mirror: (class, abbr, stream, extra keys of that file).
 MODEL_TEMPLATES: Mapping[str, tuple[str, str, bool | None, tuple[str, ...]]] = MappingProxyType({
