@@ -95,6 +95,16 @@ from msopt.space.fields import FieldDecl
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")
 _SCALE_TO_SECONDS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # AISBench latencies are ms
 
+#: The ``[ais_bench.command]`` keys that may not name AISBench's stock configs: (key, those names, why not).
+_STOCK_CONFIGS: tuple[tuple[str, frozenset[str], str], ...] = (
+    ("models", STOCK_MODELS, "is AISBench's stock config, which hard-codes host_port 8080 and batch_size 1 "
+     "(configs/models at 29c363e), so it would not reach the trial's server; remove 'models' (msopt then writes "
+     "the trial's own model config, see model_template) or name a copy that reads $MSOPT_SERVER_PORT"),
+    ("datasets", STOCK_SYNTHETIC, "is AISBench's stock synthetic config: RequestCount 10 of RequestSize 10 tokens, "
+     "which --num-prompts only slices (datasets/synthetic/synthetic_config.py, cli/utils.py at 29c363e); remove "
+     "'datasets' (msopt then generates num_prompts requests of input_len/output_len)"),
+)
+
 
 _COMMAND_KEYS = ("executable", "models", "datasets", "mode", "num_prompts", "others", "max_concurrency",
                  "concurrency", "request_rate", "model_template", "dataset_type", "input_len", "output_len",
@@ -231,18 +241,10 @@ class AisBench(BenchmarkAdapter):
                 hint = close_matches(str(key), _COMMAND_KEYS)
                 raise ConfigError(f"{where}: '{key}' is not an ais_bench key; " + (
                     f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(_COMMAND_KEYS)}"))
-        for name in config_names(cmd, "models", where, {}) or []:
-            if name in STOCK_MODELS:
-                raise ConfigError(f"{where}: models = {name!r} is AISBench's stock config, which hard-codes "
-                                  "host_port 8080 and batch_size 1 (configs/models at 29c363e), so it would not reach "
-                                  "the trial's server; remove 'models' (msopt then writes the trial's own model "
-                                  "config, see model_template) or name a copy that reads $MSOPT_SERVER_PORT")
-        for name in config_names(cmd, "datasets", where, {}) or []:
-            if name in STOCK_SYNTHETIC:
-                raise ConfigError(f"{where}: datasets = {name!r} is AISBench's stock synthetic config: "
-                                  "RequestCount 10 of RequestSize 10 tokens, which --num-prompts only slices "
-                                  "(datasets/synthetic/synthetic_config.py, cli/utils.py at 29c363e); remove "
-                                  "'datasets' (msopt then generates num_prompts requests of input_len/output_len)")
+        for key, stock, why in _STOCK_CONFIGS:
+            for name in config_names(cmd, key, where, {}) or []:
+                if name in stock:
+                    raise ConfigError(f"{where}: {key} = {name!r} {why}")
         owned = {"--models": f"{where} models (or msopt's generated {MODEL_NAME})",
                  "--datasets": f"{where} datasets (or msopt's generated {DATASET_NAME})",
                  "--mode": f"{where} mode",
