@@ -37,9 +37,9 @@ import numpy as np
 
 from msopt.errors import ConfigError
 from msopt.search.options import SwarmOptions
-from msopt.search.searcher import SEARCHERS, Searcher, SearcherSetup, Trial
+from msopt.search.searcher import SEARCHERS, SearcherSetup, Trial
 from msopt.search.swarm import Swarm
-from msopt.search.tpe import STARTUP_TRIALS, TPESearcher, require_optuna
+from msopt.search.tpe import STARTUP_TRIALS, OptunaFactory, TPESearcher
 
 __all__ = ["TPE_SHARE", "TRUST_FULL", "PortfolioSearcher"]
 
@@ -179,16 +179,4 @@ class PortfolioSearcher:
                 "swarm": self.swarm.to_state(), "tpe": self.tpe.to_state()}
 
 
-class _PortfolioFactory:
-    """The swarm and TPE split by the trust (:class:`PortfolioSearcher`; Optuna is a dependency)."""
-
-    def __call__(self, setup: SearcherSetup) -> Searcher:
-        return PortfolioSearcher(setup)
-
-    @staticmethod
-    def available() -> None:
-        """Raise ConfigError when Optuna is missing."""
-        require_optuna()
-
-
-SEARCHERS.register("portfolio", _PortfolioFactory())
+SEARCHERS.register("portfolio", OptunaFactory(PortfolioSearcher))  # the swarm and TPE split by the trust

@@ -36,7 +36,7 @@ from msopt.errors import ConfigError
 from msopt.search.constraint import REFUSED_REDRAWS, Constraint, SearchDimension
 from msopt.search.searcher import SEARCHERS, Searcher, SearcherSetup, Trial
 
-__all__ = ["STARTUP_TRIALS", "TPESearcher", "require_optuna"]
+__all__ = ["STARTUP_TRIALS", "OptunaFactory", "TPESearcher", "require_optuna"]
 
 STARTUP_TRIALS = 10
 """Trials TPE draws at random before it models (Optuna's default ``n_startup_trials``); the
@@ -259,11 +259,15 @@ class TPESearcher:
                            for t in self._study.trials if t.state.is_finished()]}
 
 
-class _TPEFactory:
-    """Optuna's TPE (:class:`TPESearcher`; Optuna is a dependency of msopt)."""
+@dataclass(frozen=True)
+class OptunaFactory:
+    """A searcher factory whose searcher needs Optuna (a dependency of msopt): Optuna's TPE
+    (:class:`TPESearcher`), the portfolio of the swarm and TPE."""
+
+    make: Callable[[SearcherSetup], Searcher]
 
     def __call__(self, setup: SearcherSetup) -> Searcher:
-        return TPESearcher(setup)
+        return self.make(setup)
 
     @staticmethod
     def available() -> None:
@@ -271,4 +275,4 @@ class _TPEFactory:
         require_optuna()
 
 
-SEARCHERS.register("tpe", _TPEFactory())
+SEARCHERS.register("tpe", OptunaFactory(TPESearcher))
