@@ -18,7 +18,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from msopt.launch.render import flag_value
+from msopt.errors import EvaluationError
+from msopt.launch.render import flag_value, int_flag
 
 #: Flags that differ between the nodes of one instance (with a value unless listed in _BARE).
 PER_NODE = ("--node-rank", "-r", "--headless", "--data-parallel-start-rank", "-dpr")
@@ -36,11 +37,12 @@ class Placement:
 
 
 def _int(argv: Sequence[str], default: int, *names: str) -> int:
-    text = flag_value(argv, *names)
+    """:func:`~msopt.launch.render.int_flag`, refused as sim-serve's command line is."""
     try:
-        return int(text) if text is not None else default
-    except ValueError:
-        raise SystemExit(f"msopt sim-serve: error: {names[0]} {text!r} is not an integer") from None
+        return int_flag(argv, default, *names)
+    except EvaluationError:
+        raise SystemExit(f"msopt sim-serve: error: {names[0]} {flag_value(argv, *names)!r} is not an integer") \
+            from None
 
 
 def _split(addr: str) -> tuple[str, int]:

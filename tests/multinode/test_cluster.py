@@ -168,3 +168,9 @@ def test_pd_config_tunes_on_a_local_multi_node_cluster(tmp_path):
     (run,) = list(runs.iterdir())
     logs = "".join(p.read_text() for p in (run / "logs").glob("eval-*-server-a1.log"))
     assert "--disaggregation-mode decode" in logs and "node 1]" in logs
+
+
+def test_sim_serve_refuses_a_count_that_is_no_integer_in_one_line() -> None:
+    assert placement(["srv", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "h:5"]).rank == 1
+    with pytest.raises(SystemExit, match=r"^msopt sim-serve: error: --nnodes 'two' is not an integer$"):
+        placement(["srv", "--nnodes", "two"])
