@@ -146,6 +146,19 @@ def test_mindie_schedule_rule_messages_are_mindies_own() -> None:
         assert "config_manager_impl.cpp" in str(info.value) and "8b4871a" in str(info.value)
 
 
+def test_mindie_refuses_a_count_above_max_batch_size_in_its_own_words() -> None:
+    # MindIE-LLM 8b4871a schedule_config.cpp:256-261 and 276-281 (its own spellings of maxBatchSize)
+    cases = [({"maxPreemptCount": 300}, "The maxPreemptCount cannot be set greater than maxBatchsize, please set "
+              "'maxPreemptCount' to be not greater than 'maxBatchsize' in config.json."),
+             ({"maxN": 201}, "The maxN cannot be set greater than maxBatchSize, please set 'maxN' to be not greater "
+              "than 'maxBatchSize' in config.json.")]
+    for schedule, message in cases:
+        with pytest.raises(RefusedError) as info:
+            check_rules(mindie_schedule(schedule), {}, {}, rules=get_engine("mindie").startup_rules,
+                        model=ModelFacts(), environ={})
+        assert message in str(info.value)
+
+
 def test_model_facts_read_the_models_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 40,
                                                       "max_position_embeddings": 40960}))

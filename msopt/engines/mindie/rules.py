@@ -165,13 +165,19 @@ def _mindie_preempt_cpu_mem(c: Candidate) -> str | None:
     return None
 
 
+def _not_above_batch(c: Candidate, key: str, batch_name: str) -> str | None:
+    """MindIE's refusal of a ``scheduleParam`` ``key`` above maxBatchSize (``batch_name``: how its message spells
+    maxBatchSize)."""
+    value, batch = _mindie_schedule(c, key), _mindie_schedule(c, "maxBatchSize")
+    if value is not None and batch is not None and value > batch:
+        return (f"The {key} cannot be set greater than {batch_name}, please set '{key}' to be not greater than "
+                f"'{batch_name}' in config.json.")
+    return None
+
+
 def _mindie_preempt_batch(c: Candidate) -> str | None:
     # src/config_manager/schedule_config.cpp:276-281 (8b4871a)
-    preempt, batch = _mindie_schedule(c, "maxPreemptCount"), _mindie_schedule(c, "maxBatchSize")
-    if preempt is not None and batch is not None and preempt > batch:
-        return ("The maxPreemptCount cannot be set greater than maxBatchsize, please set 'maxPreemptCount' to be "
-                "not greater than 'maxBatchsize' in config.json.")
-    return None
+    return _not_above_batch(c, "maxPreemptCount", "maxBatchsize")
 
 
 _SCHEDULE = "src/config_manager/schedule_config.cpp"
@@ -229,11 +235,7 @@ def _mindie_schedule_ranges(c: Candidate) -> str | None:
 
 def _mindie_max_n(c: Candidate) -> str | None:
     # schedule_config.cpp:256-261 (CheckBeamSearchParam, 8b4871a)
-    n, batch = _mindie_schedule(c, "maxN"), _mindie_schedule(c, "maxBatchSize")
-    if n is not None and batch is not None and n > batch:
-        return ("The maxN cannot be set greater than maxBatchSize, please set 'maxN' to be not greater than "
-                "'maxBatchSize' in config.json.")
-    return None
+    return _not_above_batch(c, "maxN", "maxBatchSize")
 
 
 def _mindie_torch_master_port(c: Candidate) -> str | None:
