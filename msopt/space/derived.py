@@ -54,8 +54,6 @@ class ShareType(_Derived):
     def __init__(self, decl: FieldDecl) -> None:
         super().__init__(decl)
         self.target = target_of(decl, "share")
-        if self.target == decl.name:
-            raise decl.error("share names itself as its target", "name another field")
         self.deps = (self.target,)
 
     def bind(self, fields: Mapping[str, FieldType]) -> None:
@@ -82,8 +80,6 @@ class _Binary(_Derived):
             raise decl.error(f"{decl.dtype} needs a table in dtype_param, got {p!r}",
                              'write dtype_param = { target_name = "tp", product = 8, dtype = "int" }')
         self.target = target_of(decl, decl.dtype)
-        if self.target == decl.name:
-            raise decl.error(f"{decl.dtype} names itself as its target", "name another field")
         self.product = as_number(decl, p.get("product", 1), "dtype_param.product")
         self.out = p.get("dtype", "int")
         if self.out not in ("int", "float", "bool"):

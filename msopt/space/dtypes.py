@@ -406,13 +406,15 @@ class RangeType(_Choice):
 
 
 def target_of(decl: FieldDecl, dtype: str) -> str:
-    """The target field named by ``dtype_param`` (a name, or ``{target_name = ...}``)."""
+    """The target field named by ``dtype_param`` (a name, or ``{target_name = ...}``), never the field itself."""
     param = decl.dtype_param
     if isinstance(param, Mapping):
         param = param.get("target_name")
     if not isinstance(param, str) or not param:
         raise decl.error(f"{dtype} needs its target field name in dtype_param, got {decl.dtype_param!r}",
                          'write dtype_param = "max_batch_size"')
+    if param == decl.name:
+        raise decl.error(f"{dtype} names itself as its target", "name another field")
     return param
 
 
@@ -426,8 +428,6 @@ class RatioType(FieldType):
     def __init__(self, decl: FieldDecl) -> None:
         super().__init__(decl)
         self.target = target_of(decl, "ratio")
-        if self.target == decl.name:
-            raise decl.error("ratio names itself as its target", "name another field")
         self.deps = (self.target,)
 
     def decode(self, x: float) -> float:
