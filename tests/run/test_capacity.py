@@ -340,6 +340,23 @@ def test_invalid_keys_are_named(write_toml, line, key):
         capacity_options(s.config)
 
 
+@pytest.mark.parametrize("line, fix", [
+    ("enabled = \"yes\"", "enabled must be true or false, got 'yes'; e.g. enabled = true"),
+    ("max_probes = 0", "max_probes must be an integer from 1 to 1000, got 0; e.g. max_probes = 12"),
+    ("repeats = 0", "repeats must be an integer from 1 to 100, got 0; e.g. repeats = 2"),
+    ("load = \"qps\"", 'load must be "auto", "request_rate" or "concurrency", got \'qps\'; e.g. load = "request_rate"'),
+    ("min_load = -1", "min_load must be a positive number, got -1; e.g. min_load = 1"),
+    ("tolerance = 0", "tolerance must be a number in (0, 1), got 0; e.g. tolerance = 0.05"),
+])
+def test_a_bad_key_names_the_file_the_key_and_a_fix(write_toml, line, fix):
+    """Each [capacity] key is checked as msopt/config/keys.py declares it: the message names the file, the key,
+    the rule and a valid value (enabled, max_probes, repeats, load and the loads gave no fix before)."""
+    s = settings_for(write_toml, capacity=line if "enabled" in line else "enabled = true\n" + line)
+    with pytest.raises(ConfigError) as info:
+        capacity_options(s.config)
+    assert str(info.value).startswith(f"{s.config.capacity.source}: ") and str(info.value).endswith(f"[capacity] {fix}")
+
+
 @pytest.mark.slow  # whole runs in processes
 def test_cli_refuses_a_bad_key_before_the_run_and_reports_capacity(write_toml, tmp_path):
     bad = write_toml(CFG.format(n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capacity="percentile = 42",
