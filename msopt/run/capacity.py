@@ -261,13 +261,15 @@ def sizing_pick(configs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | Non
     return min(able, key=lambda c: (c["devices"], -(c.get("sustainable_load") or 0.0), c.get("rank", 0)))
 
 
-def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], source: str) -> None:
-    """A percentile needs ``ttft_pNN``/``tpot_pNN`` from the benchmark: refuse before running."""
+def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], source: str,
+                           where: str = "<config>") -> None:
+    """A percentile needs ``ttft_pNN``/``tpot_pNN`` from the benchmark: refuse before running (``where``: the
+    file that set ``[capacity] percentile``)."""
     if not options.enabled or options.percentile is None:
         return
     missing = [m for m in options.metric_names() if m not in produced]
     if missing:
-        raise ConfigError(f"[capacity] percentile = {options.percentile} needs {', '.join(missing)}, which "
+        raise ConfigError(f"{where}: [capacity] percentile = {options.percentile} needs {', '.join(missing)}, which "
                           f"{source} does not report; use percentile = \"mean\"")
 
 

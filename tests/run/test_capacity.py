@@ -12,6 +12,7 @@ import math
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -428,3 +429,17 @@ def test_builtin_reports_its_own_load(write_toml, table, load, start):
             "min = 16\nmax = 64\ndtype = \"int\"\nvalue = 32\n")
     opts = capacity_options(load_settings(str(write_toml(text)), environ={}).config)
     assert (opts.load, opts.start_load) == (load, start)
+
+
+def test_a_percentile_the_benchmark_does_not_report_names_the_file(write_toml):
+    """[capacity] percentile = 99 with ais_bench (means only) is refused naming the file that set it (the message
+    named no file before)."""
+    from msopt.run.validate import load
+
+    text = (Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml").read_text()
+    text = text.replace("simulate = true", "simulate = false").replace(
+        'benchmark = "vllm_benchmark"', 'benchmark = "ais_bench"')
+    path = write_toml(text + "\n[capacity]\nenabled = true\npercentile = 99\nstart_load = 4\n")
+    with pytest.raises(ConfigError) as info:
+        load(str(path), environ={})
+    assert str(info.value).startswith(f"{path}: [capacity] percentile = 99 needs ttft_p99, tpot_p99, which ais_bench")
