@@ -31,9 +31,7 @@ MAX_COMPLEXITY = 15
 #: Functions over MAX_COMPLEXITY (``path:name``) with their complexity when the check came. It may only fall; a
 #: function that comes down to MAX_COMPLEXITY leaves the table.
 COMPLEX_FUNCTIONS = {
-    "msopt/run/capacity.py:capacity_options": 24,
     "msopt/run/session.py:run": 22,
-    "msopt/evaluate/simulated.py:from_config": 20,
     "msopt/run/validate.py:validate": 17,
     "msopt/config/optix.py:map_optix": 17,
 }

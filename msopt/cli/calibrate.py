@@ -85,8 +85,7 @@ def register(sub: Any) -> None:
 
 def _sim_catalog(config: Config) -> tuple[str | None, str | None, tuple[str, ...]]:
     table = config.simulator.table
-    dirs = table.get("catalog_dirs", ())
-    return table.get("hardware"), table.get("model"), (dirs,) if isinstance(dirs, str) else tuple(dirs)
+    return table.get("hardware"), table.get("model"), config.catalog_dirs
 
 
 def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any], str | None]:

@@ -1,24 +1,28 @@
-"""The keys loading checks, each declared once: its check, the rule a message states, and, for the
+"""The checked keys, each declared once: its check, the rule a message states, and, for the
 few that the packaged ``defaults.toml`` leaves unset, what unset means (:data:`UNSET_DEFAULTS`).
 
+Loading checks the top-level scalars and :data:`TABLES`; the keys of :data:`SECTION_TABLES` are checked by
+their component's parser, which builds the section's object once per run (``[capacity]``:
+:func:`msopt.run.capacity.capacity_options`, ``[simulator]``: :class:`msopt.evaluate.simulated.SimulatorSetup`,
+``[pso_options]``: :class:`msopt.search.options.SwarmOptions`), each key through :func:`checked`.
 Every other default is in defaults.toml alone; :mod:`msopt.config.typed` reads both into the typed
-:class:`~msopt.config.typed.Config`. What each component makes of its own section is its own
-parser's to check (:func:`msopt.run.validate.validate`).
+:class:`~msopt.config.typed.Config`.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from msopt.checks import is_finite, is_int, port_range
+from msopt.checks import is_finite, is_int, is_number, port_range
 from msopt.config.optix import OPTIX_KEYS
 from msopt.errors import ConfigError
 from msopt.registry import close_matches
 
-__all__ = ["MSOPT_KEYS", "ORIGINAL_KEYS", "SCALARS", "STRICT_TABLES", "TABLES", "TOP_LEVEL_KEYS", "UNSET_DEFAULTS",
-           "Key", "check_keys", "check_scalars"]
+__all__ = ["DTYPES", "MSOPT_KEYS", "ORIGINAL_KEYS", "PERCENTILES", "SCALARS", "SECTION_TABLES", "STRICT_TABLES",
+           "TABLES", "TOP_LEVEL_KEYS", "UNSET_DEFAULTS", "Key", "check_keys", "check_scalars", "checked", "percentile"]
 
 #: Top-level keys of the original tool's config.toml, accepted unchanged.
 ORIGINAL_KEYS = (
@@ -47,6 +51,7 @@ class Key:
             empty: defaults.toml sets it, or the key is optional and its reader says.
         default: the value the typed configuration takes where no layer sets the key (with ``unset``).
         doc: what the key means, one line of docs/configuration.md's table (:mod:`msopt.config.reference`).
+        example: a valid value as TOML, the fix a component's message gives (``e.g. tolerance = 0.05``).
     """
 
     ok: Callable[[Any], bool]
@@ -54,6 +59,7 @@ class Key:
     unset: str = ""
     default: Any = None
     doc: str = ""
+    example: str = ""
 
 
 def _ints(low: int, high: int, rule: str = "", **unset: Any) -> Key:
@@ -77,8 +83,8 @@ def _bool(**unset: Any) -> Key:
     return Key(lambda v: isinstance(v, bool), "true or false", **unset)
 
 
-def _name(example: str, **unset: Any) -> Key:
-    return Key(lambda v: isinstance(v, str) and v != "", example, **unset)
+def _name(rule: str, **unset: Any) -> Key:
+    return Key(lambda v: isinstance(v, str) and v != "", rule, **unset)
 
 
 #: Top-level scalars, in docs/configuration.md's order.
@@ -198,6 +204,143 @@ TABLES: Mapping[str, Mapping[str, Key]] = {
     },
 }
 STRICT_TABLES = ("cluster", "search")
+
+#: Percentiles whose metrics (``ttft_pNN``, ``tpot_pNN``) the simulator and benchmarks report.
+PERCENTILES = (50, 90, 99)
+#: The weight and KV dtypes the simulator's catalog models (msopt.sim.catalog_types.DTYPE_BYTES; a test keeps
+#: the two in step, as the config package sits below the simulator).
+DTYPES = ("bf16", "fp16", "fp8", "int4", "int8")
+
+
+def percentile(value: Any) -> int | None:
+    """``[capacity] percentile`` as written: None for "mean", else 50, 90 or 99 (-1: none of them)."""
+    if value == "mean" or value is None:
+        return None
+    if isinstance(value, str) and value.lower().lstrip("p").isdigit():
+        value = int(value.lower().lstrip("p"))
+    return value if is_int(value) and value in PERCENTILES else -1
+
+
+def _number(ok: Callable[[float], bool], rule: str, test: Callable[[Any], bool] = is_finite, **doc: Any) -> Key:
+    return Key(lambda v: test(v) and ok(v), rule, **doc)
+
+
+def _whole(low: int, rule: str, **doc: Any) -> Key:
+    return Key(lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= low, rule, **doc)
+
+
+def _dirs(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, (list, tuple)) and all(isinstance(d, str) for d in v))
+
+
+_LOAD = "a positive number"
+_SECONDS = "a number from 0 to 1e6"
+
+#: Keys of the tables a component parses once per run (see the module docstring), in configuration.md's
+#: order; each parser refuses keys not listed. ``[simulator] workload`` is a table of its own (documented
+#: below the generated table), not a key here.
+SECTION_TABLES: Mapping[str, Mapping[str, Key]] = {
+    "pso_options": {
+        "c1": _number(lambda v: v >= 0, "a number >= 0", example="1.5", doc=(
+            "cognitive coefficient: the pull toward the particle's own best")),
+        "c2": _number(lambda v: v >= 0, "a number >= 0", example="2.0", doc=(
+            "social coefficient: the pull toward the swarm's best ([benchmarks](benchmarks.md))")),
+        "w": _number(lambda v: v >= 0, "a number >= 0", example="0.7", doc="inertia weight"),
+        "velocity_clamp": _number(lambda v: v > 0, "a number > 0", example="0.5", doc=(
+            "largest velocity, as a fraction of each dimension's range")),
+        "restart_patience": _whole(0, "an integer >= 0", example="3", doc=(
+            "a particle told this many evaluations in a row that did not improve its own best is re-drawn "
+            "uniformly in the box (its bests kept); 0 never restarts. See [benchmarks](benchmarks.md)")),
+        "boundary": _one_of("absorb", "reflect", example='"absorb"', doc=(
+            "a move that leaves the box stops on the bound and that velocity component becomes 0 (`\"reflect\"`: "
+            "folded back inside, velocity flipped)")),
+        "mutation": _number(lambda v: 0 <= v <= 1, "a number in [0, 1]", example="0.5", doc=(
+            "probability that a particle, after its move, takes one step along one random dimension, up or down: "
+            "one candidate of a dimension with at most 10 candidates, else a tenth of its range; 0 never. See "
+            "[benchmarks](benchmarks.md)")),
+    },
+    "capacity": {
+        "enabled": _bool(unset=("true when a `CONCURRENCY` or `REQUESTRATE` field (`config_position = \"env\"`) "
+                                "is searched, else false"), example="true", doc="run the stage"),
+        "percentile": Key(lambda v: percentile(v) != -1, '"mean" or one of 50, 90, 99', example="99", doc=(
+            "TTFT/TPOT statistic held to the SLOs: `\"mean\"` (what the SLOs hold: the statistic `[slo]` names, "
+            "else the means), `50`, `90` or `99` (metrics `ttft_pNN`, `tpot_pNN`; refused at start-up when the "
+            "benchmark does not report them)")),
+        "tolerance": _number(lambda v: 0 < v < 1, "a number in (0, 1)", example="0.05",
+                             doc="relative precision of the load found"),
+        "max_probes": _ints(1, 1000, example="12", doc="evaluations per configuration, repeats included"),
+        "repeats": _ints(1, 100, unset="1 simulated, 2 on real engines", example="2", doc=(
+            "probes of the load found, all of which must pass (at most `max_probes`)")),
+        "load": _one_of("auto", "request_rate", "concurrency", example='"request_rate"', doc=(
+            "the load varied. `auto`: the `REQUESTRATE` field, else the `CONCURRENCY` field, else `request_rate` "
+            "when the workload is open-loop (`[simulator.workload] request_rate`, or the benchmark command's "
+            "`request_rate`), else `concurrency`")),
+        "start_load": _number(lambda v: v > 0, _LOAD, unset="the workload's", example="8", doc=(
+            "load to start from when a configuration has no `REQUESTRATE`/`CONCURRENCY` value of its own; the "
+            "workload's is what the benchmark configures (`[simulator.workload]` simulated; `[builtin] "
+            "concurrency` / a finite `request_rate`; `[vllm_benchmark.command]` `max_concurrency` / "
+            "`request_rate`, likewise `[ais_bench.command]`); required when nothing configures one")),
+        "min_load": _number(lambda v: v > 0, _LOAD, unset="1 (concurrency), start / 64 (request rate)",
+                            example="1", doc="lowest load probed"),
+        "max_load": _number(lambda v: v > 0, _LOAD, unset="none", example="64", doc=(
+            "highest load probed (without it, `max_probes` bounds the doubling)")),
+        "target_rate": Key(lambda v: (is_finite(v) and v > 0) or isinstance(v, str),
+                           "requests/s above 0 or a multiple of the trace's rate such as \"3x\"", unset="none",
+                           example="20", doc=(
+                               "the rate a deployment must serve: requests/s (`20`), or a multiple of the trace's "
+                               "own rate (`\"3x\"`, needs `[workload] trace`). Turns the stage on (with "
+                               "`enabled = false` it is refused) and needs `load = \"request_rate\"` (the default "
+                               "on a trace)")),
+    },
+    "simulator": {
+        "hardware": _name("a catalog name or a TOML file path", example='"h100-sxm"', doc=(
+            "catalog name (`atlas-800i-a2`, `atlas-800i-a3`, `h100-sxm`, `h200-sxm`, `a100-sxm-40gb`, "
+            "`a100-sxm-80gb`, ...), a device name as nvidia-smi / npu-smi print it (`\"NVIDIA A100-SXM4-40GB\"`, "
+            "`\"910B3\"`, `\"Atlas 800I A3\"`) or a TOML file path")),
+        "model": _name("a catalog name or a TOML file path", example='"qwen3-8b"', doc=(
+            "catalog name (`llama-3.1-8b`, `llama-3.1-70b`, `qwen3-8b`, `qwen3-32b`, `deepseek-v3`, `kimi-k2`, "
+            "...), the Hugging Face id of one (`\"deepseek-ai/DeepSeek-R1\"`) or a TOML file path")),
+        "weight_dtype": Key(lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}", example='"bf16"', doc=(
+            "dtype of the weights (`int4`: Ascend W4A8)")),
+        "kv_dtype": Key(lambda v: v in DTYPES, f"one of {', '.join(DTYPES)}", unset="the weight dtype",
+                        example='"fp8"', doc="dtype of the KV cache"),
+        "spec_accept_len": _number(
+            lambda v: 1 <= v <= 64, "a number from 1 to 64 (tokens kept per speculative verify step, the target's "
+            "own included)", is_number, unset="a default per draft method", example="2.5", doc=(
+                "speculative decoding's acceptance length when the launch decodes speculatively (disaggregated: the "
+                "decode instances); the default per draft method is reported as assumed. In a real run the "
+                "length vLLM's or SGLang's counters measured (the `spec_accept_len` metric) replaces it in the "
+                "prior once measured (docs/simulator.md, \"Speculative decoding\")")),
+        "seed": Key(lambda v: is_int(v) and 0 <= v < 2**62, "a non-negative integer", example="0", doc=(
+            "seeds the workload and the noise: the simulator uses this seed + the eval id + the top-level `seed` "
+            "(`--seed`) × 2³², so runs with different `--seed` differ and `--seed 0` keeps this seed as it is")),
+        "noise": _number(lambda v: 0 <= v <= 10, "a number from 0 to 10 (a relative standard deviation)", is_number,
+                         example="0.02", doc="relative standard deviation of a per-run multiplicative noise"),
+        "catalog_dirs": Key(_dirs, "a directory or a list of directories", example='["my_catalog"]', doc=(
+            "more directories of hardware/model TOML files")),
+        "emulate_wall_time": _bool(example="true", doc=(
+            "an evaluation takes wall time as a real one: `eval_seconds`, else the simulated duration × "
+            "`time_scale`")),
+        "time_scale": _number(lambda v: 0 <= v <= 1e6, _SECONDS, is_number, example="1.0",
+                              doc="see `emulate_wall_time`"),
+        "eval_seconds": _number(lambda v: 0 <= v <= 1e6, _SECONDS, is_number, unset="unset", example="60",
+                                doc="see `emulate_wall_time`"),
+    },
+}
+
+
+def checked(where: str, table: str, name: str, value: Any, key: Key) -> Any:
+    """``value`` of ``[table] name``, where ``key`` accepts it.
+
+    Raises:
+        ConfigError: naming ``where`` (the file that set it; "": the caller names it), the table, the key, the
+            rule and the fix.
+    """
+    if not key.ok(value):
+        fix = f"e.g. {name} = {key.example}" if key.example else f"fix '{name}'"
+        raise ConfigError(f"{where + ': ' if where else ''}[{table}] {name} must be {key.rule}, got {value!r}; {fix}")
+    return value
+
 
 #: Keys defaults.toml leaves unset (dotted), and the value the typed configuration takes for each.
 UNSET_DEFAULTS: Mapping[str, Any] = {

@@ -1,6 +1,7 @@
 """docs/configuration.md's key tables, generated from the one declaration of each checked key.
 
-Each table lists a section's keys of :mod:`msopt.config.keys` in their declared order: the key, its default
+Each table lists a section's keys of :mod:`msopt.config.keys` (:data:`~msopt.config.keys.TABLES` and
+:data:`~msopt.config.keys.SECTION_TABLES`) in their declared order: the key, its default
 (defaults.toml's value, else what unset means), the values loading accepts (the rule its error message states)
 and what it means (the key's ``doc``). configuration.md holds each table between two markers;
 ``scripts/generators/config_reference.py`` rewrites them and tests/config/test_reference.py fails when they drift.
@@ -12,12 +13,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from msopt.config.keys import SCALARS, TABLES, Key
+from msopt.config.keys import SCALARS, SECTION_TABLES, TABLES, Key
 
-__all__ = ["BEGIN", "END", "SECTIONS", "render", "table"]
+__all__ = ["BEGIN", "END", "SECTIONS", "keys_of", "render", "table"]
 
 #: The sections that have a generated table: "" is the top-level keys.
-SECTIONS: tuple[str, ...] = ("", *TABLES)
+SECTIONS: tuple[str, ...] = ("", *TABLES, *SECTION_TABLES)
+
+
+def keys_of(section: str) -> Mapping[str, Key]:
+    """The declared keys of ``section`` ("" for the top level)."""
+    return SCALARS if section == "" else {**TABLES, **SECTION_TABLES}[section]
 BEGIN = "<!-- generated from msopt/config/keys.py: {section} -->"
 END = "<!-- end of generated table -->"
 
@@ -44,7 +50,7 @@ def _cell(text: str) -> str:
 
 def table(section: str, defaults: Mapping[str, Any]) -> str:
     """The markdown table of ``section``'s keys ("" for the top level) given the packaged defaults."""
-    keys = SCALARS if section == "" else TABLES[section]
+    keys = keys_of(section)
     values = defaults if section == "" else defaults.get(section, {})
     rows = ["| key | default | accepted | meaning |", "|---|---|---|---|"]
     rows += [f"| `{name}` | {_cell(_default(name, key, values))} | {_cell(key.rule)} | {_cell(key.doc)} |"

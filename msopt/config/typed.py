@@ -12,11 +12,11 @@ which read these fields instead of raw keys. The workload (prompts, load) is the
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from msopt.checks import port_range
-from msopt.config.keys import UNSET_DEFAULTS
+from msopt.config.keys import SECTION_TABLES, UNSET_DEFAULTS, checked
 from msopt.slo import Slos, parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl
@@ -289,6 +289,12 @@ class Config:
     #: the effective configuration as TOML text (a run directory's config.toml)
     text: str = ""
 
+    @property
+    def catalog_dirs(self) -> tuple[str, ...]:
+        """``[simulator] catalog_dirs``, a directory or a list of them as written, parsed once by
+        :func:`build_config`: the directories every catalog lookup of the run passes."""
+        return tuple(self.simulator.get("catalog_dirs", ()))
+
 
 def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = data.get(name)
@@ -349,12 +355,19 @@ def build_config(data: Mapping[str, Any], engine: str, fields: tuple[FieldDecl, 
     def part(name: str) -> Section:
         return section(data, name, origin, sources, defaults)
 
+    simulator = part("simulator")
+    if "catalog_dirs" in simulator.table:  # parsed here once: a directory or a list of them
+        dirs = checked(simulator.where("catalog_dirs"), "simulator", "catalog_dirs", simulator.get("catalog_dirs"),
+                       SECTION_TABLES["simulator"]["catalog_dirs"])
+        simulator = replace(simulator, table=Table({**simulator.table,
+                                                    "catalog_dirs": (dirs,) if isinstance(dirs, str) else dirs}))
+
     return Config(run, ClusterConfig(
         accelerator=str(cluster["accelerator"]), trial=TrialShape.of(_get(data, "cluster.devices_per_trial"), fields),
         devices_per_node=int(per_node) if per_node else None,
         max_concurrent_trials=int(cluster["max_concurrent_trials"] or 0),
         ports=port_range(_get(data, "cluster.ports")), reuse_servers=bool(cluster["reuse_servers"])), prior,
-        engine=EngineConfig(engine, fields, part(engine)), benchmark=part(run.benchmark), simulator=part("simulator"),
+        engine=EngineConfig(engine, fields, part(engine)), benchmark=part(run.benchmark), simulator=simulator,
         capacity=part("capacity"), health_check=part("health_check"), pso_options=part("pso_options"),
         pso_strategy=part("pso_strategy"), workload=part("workload"), kubectl=part("kubectl"), slo=part("slo"),
         search=part("search"), scalars=top_level(data, origin, sources, defaults))

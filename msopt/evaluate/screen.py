@@ -54,8 +54,7 @@ class CandidateScreen:
         if sim:
             self.section = self.engine.simulation_section(self.section)
             table = config.simulator.table if simulator is None else simulator
-            dirs = table.get("catalog_dirs", ())
-            m = load_model(table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+            m = load_model(table["model"], config.catalog_dirs)
             self.model = ModelFacts.of_spec(m)
         self._seen: dict[str, str | None] = {}
 

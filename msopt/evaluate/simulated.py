@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ import numpy as np
 
 from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.base import BenchmarkAdapter
-from msopt.checks import is_int, is_number
 from msopt.config import Config, Section, thaw
+from msopt.config.keys import SECTION_TABLES, checked
 from msopt.engines.base import EngineAdapter, sim_personality_of
 from msopt.engines.pd import PdLaunch, without_pd
 from msopt.engines.rules import ModelFacts, check_rules
@@ -54,7 +54,19 @@ from msopt.sim.catalog_types import DTYPE_BYTES, Hardware
 from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
 from msopt.space.fields import FieldDecl
 
-_WALL_KEYS = ("emulate_wall_time", "time_scale", "eval_seconds")
+#: ``[simulator]``'s keys besides its ``workload`` table, each declared once in :mod:`msopt.config.keys`.
+SIMULATOR_KEYS = SECTION_TABLES["simulator"]
+#: Those this module reads, not the simulator (:data:`~msopt.sim.simulator.SIM_KEYS`).
+WALL_KEYS = ("emulate_wall_time", "time_scale", "eval_seconds")
+
+
+def _catalog_entry(loader: Any, table: Mapping[str, Any], key: str, dirs: tuple[str, ...],
+                   where: Callable[[str], str]) -> Any:
+    """``[simulator] key``'s catalog entry, loaded by ``loader``; a ConfigError names the file and the key."""
+    try:
+        return loader(table[key], dirs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where(key)}: [simulator] {key}: {exc}") from None
 
 
 def _finite(x: Any) -> float | None:
@@ -103,20 +115,28 @@ def simulated_devices_per_node(config: Config, setup: SimulatorSetup | None = No
     configured = config.cluster.devices_per_node
     if configured:
         return configured
-    sim = config.simulator.table
     try:
         if setup is not None:
             return setup.hardware.devices_per_node
-        dirs = sim.get("catalog_dirs", ())
-        return load_hardware(str(sim.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs)
-                             ).devices_per_node
+        return load_hardware(str(config.simulator.get("hardware", "")), config.catalog_dirs).devices_per_node
     except MsoptError:
         return None
 
 
 @dataclass(frozen=True)
 class SimulatorSetup:
-    """The ``[simulator]`` table, validated once per evaluator."""
+    """The ``[simulator]`` table, checked once per run (each key as :mod:`msopt.config.keys` declares it).
+
+    Attributes:
+        table: the simulator's own keys (:data:`msopt.sim.simulator.SIM_KEYS`; ``catalog_dirs`` as a list).
+        emulate: ``emulate_wall_time``.
+        time_scale: ``time_scale``.
+        eval_seconds: ``eval_seconds`` (None: unset).
+        where: the file that set ``hardware``.
+        run_seed: the run's top-level ``seed``.
+        catalog_dirs: ``catalog_dirs``, a directory or a list of them as written, as a tuple: what every
+            catalog lookup of the run passes (:meth:`hardware`, :meth:`model`).
+    """
 
     table: Mapping[str, Any]
     emulate: bool
@@ -124,6 +144,7 @@ class SimulatorSetup:
     eval_seconds: float | None
     where: str
     run_seed: int = 0
+    catalog_dirs: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, section: Section, run_seed: int = 0) -> SimulatorSetup:
@@ -136,60 +157,28 @@ class SimulatorSetup:
         """
         table = thaw(section.table)
         where = section.where
-
-        emulate = table.pop("emulate_wall_time", False)
-        scale = table.pop("time_scale", 1.0)
-        secs = table.pop("eval_seconds", None)
-        if not isinstance(emulate, bool):
-            raise ConfigError(f"{where('emulate_wall_time')}: [simulator] emulate_wall_time must be true or "
-                              f"false, got {emulate!r}")
-        for key, v in (("time_scale", scale), ("eval_seconds", secs)):
-            if v is not None and (not is_number(v) or not 0 <= v <= 1e6):
-                raise ConfigError(f"{where(key)}: [simulator] {key} must be a number from 0 to 1e6, got {v!r}")
         for key in table:
-            if key not in SIM_KEYS:
-                valid = sorted(SIM_KEYS | set(_WALL_KEYS))
+            if key not in SIMULATOR_KEYS and key != "workload":
+                valid = sorted({*SIMULATOR_KEYS, "workload"})
                 hint = close_matches(str(key), valid)
                 did = f"did you mean '{hint[0]}'?" if hint else f"valid keys: {', '.join(valid)}"
                 raise ConfigError(f"{where(key)}: unknown key '{key}' in [simulator]; {did}")
-        dirs = table.get("catalog_dirs", ())
-        dirs = (dirs,) if isinstance(dirs, str) else dirs
-        if not isinstance(dirs, (list, tuple)) or not all(isinstance(d, str) for d in dirs):
-            raise ConfigError(f"{where('catalog_dirs')}: [simulator] catalog_dirs must be a directory or a "
-                              f"list of directories, got {dirs!r}")
-        dirs = tuple(dirs)
-        loaded: dict[str, Any] = {}
-        for key, loader in (("hardware", load_hardware), ("model", load_model)):
+        for key in ("hardware", "model"):
             if key not in table:
                 raise ConfigError(f"{where(key)}: [simulator] {key} is missing; name a catalog entry or a TOML file")
-            if not isinstance(table[key], str):
-                raise ConfigError(f"{where(key)}: [simulator] {key} must be a catalog name or a TOML file path, "
-                                  f"got {table[key]!r}")
-            try:
-                loaded[key] = loader(table[key], dirs)
-            except ConfigError as exc:
-                raise ConfigError(f"{where(key)}: [simulator] {key}: {exc}") from None
-        seed = table.get("seed", 0)
-        if not is_int(seed) or not 0 <= seed < 2**62:
-            raise ConfigError(f"{where('seed')}: [simulator] seed must be a non-negative integer, got {seed!r}")
-        noise = table.get("noise", 0.0)
-        if not is_number(noise) or not 0 <= noise <= 10:
-            raise ConfigError(f"{where('noise')}: [simulator] noise must be a number from 0 to 10 (a relative "
-                              f"standard deviation), got {noise!r}")
-        accept = table.get("spec_accept_len")
-        if accept is not None and (not is_number(accept) or not 1 <= accept <= 64):
-            raise ConfigError(f"{where('spec_accept_len')}: [simulator] spec_accept_len must be a number from 1 to 64 "
-                              f"(tokens kept per speculative verify step, the target's own included), got {accept!r}")
+        for key, decl in SIMULATOR_KEYS.items():
+            value = table.get(key, table.get("weight_dtype", "bf16") if key == "kv_dtype" else None)
+            if value is not None:
+                checked(where(key), "simulator", key, value, decl)
+        dirs = table.pop("catalog_dirs", ())
+        dirs = (dirs,) if isinstance(dirs, str) else tuple(dirs)
+        if dirs:
+            table["catalog_dirs"] = list(dirs)
+        hardware = _catalog_entry(load_hardware, table, "hardware", dirs, where)
+        _catalog_entry(load_model, table, "model", dirs, where)
         weight_dtype = table.get("weight_dtype", "bf16")
-        for key in ("weight_dtype", "kv_dtype"):
-            dt = table.get(key, weight_dtype)
-            if key == "kv_dtype" and dt is None:
-                continue
-            if not isinstance(dt, str) or dt not in DTYPE_BYTES:
-                raise ConfigError(f"{where(key)}: [simulator] {key} must be one of {', '.join(sorted(DTYPE_BYTES))}, "
-                                  f"got {dt!r}")
         try:
-            loaded["hardware"].peak_flops(weight_dtype)
+            hardware.peak_flops(weight_dtype)
         except SimulationError as exc:
             raise ConfigError(f"{where('weight_dtype')}: [simulator] weight_dtype: {exc}") from None
         workload = table.get("workload", {})
@@ -200,8 +189,14 @@ class SimulatorSetup:
             workload_from_mapping(workload)
         except ConfigError as exc:
             raise ConfigError(f"{section.source_of('workload')}: {exc}") from None
-        return cls(table, emulate, float(scale), float(secs) if secs is not None else None, where("hardware"),
-                   run_seed)
+        emulate, scale, secs = (table.pop(k, d) for k, d in (("emulate_wall_time", False), ("time_scale", 1.0),
+                                                              ("eval_seconds", None)))
+        return cls(table, bool(emulate), float(scale), float(secs) if secs is not None else None, where("hardware"),
+                   run_seed, dirs)
+
+    def model(self) -> Any:
+        """The ``model`` catalog entry (:class:`msopt.sim.ModelSpec`)."""
+        return load_model(str(self.table["model"]), self.catalog_dirs)
 
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,
@@ -225,8 +220,7 @@ class SimulatorSetup:
         Raises:
             ConfigError: the entry cannot be loaded.
         """
-        dirs = self.table.get("catalog_dirs", ())
-        return load_hardware(str(self.table.get("hardware", "")), (dirs,) if isinstance(dirs, str) else tuple(dirs))
+        return load_hardware(str(self.table.get("hardware", "")), self.catalog_dirs)
 
     def run_pd(self, launch: PdLaunch, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
                seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
@@ -302,8 +296,7 @@ class SimRunner(EngineRunner):
 
     def _model_facts(self) -> ModelFacts:
         """The simulated model's facts, for the engine's start-up rules."""
-        dirs = self.sim.table.get("catalog_dirs", ())
-        model = load_model(self.sim.table["model"], (dirs,) if isinstance(dirs, str) else tuple(dirs))
+        model = self.sim.model()
         self.start_s = simulated_start_s(model.params_b, str(self.sim.table.get("weight_dtype", "bf16")))
         self._is_moe = bool(model.is_moe)
         return ModelFacts.of_spec(model)

@@ -137,8 +137,7 @@ class SimulatorPrior:
         self.objective = run_objective(config)
         self.num_prompts = search_num_prompts(config)
         self.benchmark = get_benchmark(config.run.benchmark)
-        dirs = table.get("catalog_dirs", ())
-        self.dirs: tuple[str, ...] = (dirs,) if isinstance(dirs, str) else tuple(dirs)
+        self.dirs: tuple[str, ...] = config.catalog_dirs
         self.catalog_hardware = own.hardware if own is not None else load_hardware(table["hardware"], self.dirs)
         #: the entry the prior predicts with and the refit starts from: the catalog's, or its
         #: correction to the run's own measured launches (:meth:`correct`)

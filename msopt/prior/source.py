@@ -123,8 +123,7 @@ def prior_source(config: Config, probes: Sequence[tuple[str, Mapping[str, str]]]
     Never raises for what it cannot find: ``table`` is then None and ``lines`` say why.
     """
     table = thaw(config.simulator.table)
-    raw = table.get("catalog_dirs", ())
-    dirs = (raw,) if isinstance(raw, str) else tuple(raw)
+    dirs = config.catalog_dirs
     try:
         model, model_line, dtype = _model(config, dirs)
         hardware, hw_line, hw = _hardware(config, probes, run_dir, dirs, write or _replace)

@@ -29,19 +29,17 @@ from typing import Any
 
 from msopt.benchmarks import BENCHMARKS, BenchmarkAdapter
 from msopt.benchmarks.base import LOAD_KEYS
-from msopt.checks import is_finite, is_int
+from msopt.checks import is_finite
 from msopt.config import Config
+from msopt.config.keys import SECTION_TABLES, checked, percentile
 from msopt.errors import ConfigError
 from msopt.evaluate.workload import configured_load
 from msopt.slo import Slos, slo_checks
 from msopt.space import SearchSpace
 
-#: The keys of ``[capacity]``.
-CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
-                 "min_load", "max_load", "target_rate")
-
-#: Percentiles whose metrics (``ttft_pNN``, ``tpot_pNN``) the simulator and benchmarks report.
-PERCENTILES = (50, 90, 99)
+#: The keys of ``[capacity]``, each declared once (rule, default, doc) in :mod:`msopt.config.keys`.
+_DECLARED = SECTION_TABLES["capacity"]
+CAPACITY_KEYS = tuple(_DECLARED)
 
 
 def _load_fields(config: Config) -> dict[str, str]:
@@ -131,98 +129,73 @@ class CapacityOptions:
 
 
 def capacity_options(config: Config) -> CapacityOptions:
-    """Read and validate ``[capacity]``; raise ConfigError naming the key.
+    """Read and validate ``[capacity]`` once per run (each key as :mod:`msopt.config.keys` declares it); raise
+    ConfigError naming the file, the key and the fix.
 
     Default: enabled when the configuration varies a field the benchmark reads as its load
     (its adapter's ``load_field_keys``: the original tool's load fields, ``config_position =
     "env"``), else off.
     """
     section = config.capacity
-    table = section.table
+    unknown = sorted(set(section.table) - set(CAPACITY_KEYS))
+    if unknown:
+        raise ConfigError(f"{section.where()}: [capacity] unknown key(s) {unknown}; "
+                          f"valid keys: {', '.join(CAPACITY_KEYS)}")
 
     def where(key: str) -> str:
         return f"{section.where(key)}: [capacity] {key}"
 
-    unknown = sorted(set(table) - set(CAPACITY_KEYS))
-    if unknown:
-        raise ConfigError(f"{section.where()}: [capacity] unknown key(s) {unknown}; "
-                          f"valid keys: {', '.join(CAPACITY_KEYS)}")
+    def value(key: str, default: Any = None) -> Any:
+        """The key's value, checked as declared (None where neither set nor defaulted)."""
+        v = section.table.get(key, default)
+        return None if v is None else checked(section.where(key), "capacity", key, v, _DECLARED[key])
+
     trace_rate = _trace_rate(config)
-    target, multiple = _target(table.get("target_rate"), trace_rate, where("target_rate"))
-    enabled = table.get("enabled")
+    target, multiple = _target(section.table.get("target_rate"), trace_rate, where("target_rate"))
+    enabled = value("enabled")
     if enabled is None:
         enabled = bool(_varied_load_fields(config)) or target is not None
-    elif not isinstance(enabled, bool):
-        raise ConfigError(f"{where('enabled')} must be true or false, got {enabled!r}")
     if target is not None and not enabled:
         raise ConfigError(f"{where('target_rate')} sizes the deployment from the capacity stage's result, which "
                           "enabled = false turns off; remove one of them")
-
-    pct = table.get("percentile", "mean")
-    if pct == "mean" or pct is None:
-        percentile = None
-    elif isinstance(pct, str) and pct.lower().lstrip("p").isdigit():
-        percentile = int(pct.lower().lstrip("p"))
-    elif is_int(pct):
-        percentile = pct
-    else:
-        percentile = -1
-    if percentile is not None and percentile not in PERCENTILES:
-        raise ConfigError(f"{where('percentile')} must be \"mean\" or one of {', '.join(map(str, PERCENTILES))}, "
-                          f"got {pct!r}; e.g. percentile = 99")
-
-    tol = table.get("tolerance", 0.05)
-    if not is_finite(tol) or not 0 < tol < 1:
-        raise ConfigError(f"{where('tolerance')} must be a number in (0, 1), got {tol!r}; e.g. tolerance = 0.05")
-    probes = table.get("max_probes", 12)
-    if not is_int(probes) or not 1 <= probes <= 1000:
-        raise ConfigError(f"{where('max_probes')} must be an integer from 1 to 1000, got {probes!r}")
-    repeats = table.get("repeats", 1 if config.run.simulate else 2)
-    if not is_int(repeats) or not 1 <= repeats <= 100:
-        raise ConfigError(f"{where('repeats')} must be an integer from 1 to 100, got {repeats!r}")
+    pct, tolerance = percentile(value("percentile", "mean")), float(value("tolerance", 0.05))
+    probes = value("max_probes", 12)
+    repeats = value("repeats", 1 if config.run.simulate else 2)
     if repeats > probes:
         raise ConfigError(f"{where('repeats')} = {repeats} exceeds max_probes = {probes}; "
                           "raise max_probes or lower repeats")
-
-    fields = _load_fields(config)
-    varied = _varied_load_fields(config)
-    workload = configured_load(config)
-    load = table.get("load", "auto")
-    if load == "auto":
-        if fields:
-            by_var = [k for k in LOAD_KEYS if fields.get(k) in varied]
-            load = (by_var or [k for k in LOAD_KEYS if k in fields])[0]
-        elif "request_rate" in workload:  # open loop
-            load = "request_rate"
-        else:
-            load = "concurrency"
-    elif load not in LOAD_KEYS:
-        raise ConfigError(f"{where('load')} must be \"auto\", \"request_rate\" or \"concurrency\", got {load!r}")
+    fields, workload = _load_fields(config), configured_load(config)
+    load = _load(value("load", "auto"), fields, _varied_load_fields(config), workload)
     if target is not None and load != "request_rate":
         raise ConfigError(f"{where('target_rate')} is a request rate, and the capacity search varies {load}; "
                           "set [capacity] load = \"request_rate\"")
-
-    def number(key: str, default: Any) -> float | None:
-        v = table.get(key, default)
-        if v is None:
-            return None
-        if not is_finite(v) or not v > 0:
-            raise ConfigError(f"{where(key)} must be a positive number, got {v!r}")
-        return float(v)
-
     own = workload.get(load)
-    start = number("start_load", own if is_finite(own) and own > 0 else None)
-    min_load = number("min_load", None)
-    max_load = number("max_load", None)
+    start = value("start_load", own if is_finite(own) and own > 0 else None)
+    min_load, max_load = value("min_load"), value("max_load")
     if min_load is not None and max_load is not None and min_load > max_load:
         raise ConfigError(f"{where('min_load')} = {min_load} exceeds max_load = {max_load}")
     if enabled and start is None and load not in fields:
         raise ConfigError(f"{where('start_load')} is needed: the configuration sets no {load} to start "
                           f"the capacity search from; e.g. start_load = 8")
-    return CapacityOptions(enabled=enabled, percentile=percentile, tolerance=float(tol), max_probes=probes,
-                           repeats=repeats, load=load, field=fields.get(load), start_load=start,
-                           min_load=min_load, max_load=max_load, trace_rate=trace_rate, target_rate=target,
-                           target_multiple=multiple)
+    return CapacityOptions(enabled=enabled, percentile=pct, tolerance=tolerance,
+                           max_probes=probes, repeats=repeats, load=load, field=fields.get(load),
+                           start_load=_float(start), min_load=_float(min_load), max_load=_float(max_load),
+                           trace_rate=trace_rate, target_rate=target, target_multiple=multiple)
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _load(load: str, fields: Mapping[str, str], varied: Sequence[str], workload: Mapping[str, Any]) -> str:
+    """The load the search varies: ``[capacity] load``, or for "auto" the varied load field's, else any load
+    field's, else the request rate of an open-loop workload, else the concurrency."""
+    if load != "auto":
+        return load
+    if fields:
+        by_var = [k for k in LOAD_KEYS if fields.get(k) in varied]
+        return (by_var or [k for k in LOAD_KEYS if k in fields])[0]
+    return "request_rate" if "request_rate" in workload else "concurrency"
 
 
 def _trace_rate(config: Config) -> float | None:
@@ -288,13 +261,15 @@ def sizing_pick(configs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | Non
     return min(able, key=lambda c: (c["devices"], -(c.get("sustainable_load") or 0.0), c.get("rank", 0)))
 
 
-def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], source: str) -> None:
-    """A percentile needs ``ttft_pNN``/``tpot_pNN`` from the benchmark: refuse before running."""
+def check_capacity_metrics(options: CapacityOptions, produced: Sequence[str], source: str,
+                           where: str = "<config>") -> None:
+    """A percentile needs ``ttft_pNN``/``tpot_pNN`` from the benchmark: refuse before running (``where``: the
+    file that set ``[capacity] percentile``)."""
     if not options.enabled or options.percentile is None:
         return
     missing = [m for m in options.metric_names() if m not in produced]
     if missing:
-        raise ConfigError(f"[capacity] percentile = {options.percentile} needs {', '.join(missing)}, which "
+        raise ConfigError(f"{where}: [capacity] percentile = {options.percentile} needs {', '.join(missing)}, which "
                           f"{source} does not report; use percentile = \"mean\"")
 
 

@@ -226,7 +226,8 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         simulator = SimulatorSetup.from_config(config.simulator, config.run.seed)
         produces = frozenset(SIMULATED)
         produced_by = "simulator"
-        check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], produced_by)
+        check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], produced_by,
+                               config.capacity.where("percentile"))
         # checked too: dropping `simulate` must not break it
         _check_benchmark(config, benchmark_adapter)
     else:
@@ -236,7 +237,7 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         produces = frozenset(benchmark.produced(bench_section))
         note = benchmark.produced_note(bench_section)
         produced_by = f"{bench_name} ({note})" if note else bench_name
-        check_capacity_metrics(capacity, sorted(produces), produced_by)
+        check_capacity_metrics(capacity, sorted(produces), produced_by, config.capacity.where("percentile"))
     def objective_metrics() -> None:
         try:
             check_metrics_available(objective, produces, produced_by)

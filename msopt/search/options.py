@@ -11,15 +11,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msopt.checks import is_finite
+from msopt.config.keys import SECTION_TABLES, checked
 from msopt.errors import ConfigError, RegistryError
 from msopt.search.schedules import COEFFICIENTS, SCHEDULES
 
 if TYPE_CHECKING:
     from msopt.config import Config
 
-__all__ = ["BOUNDARIES", "SwarmOptions", "swarm_options"]
+__all__ = ["BOUNDARIES", "OPTION_KEYS", "SwarmOptions", "swarm_options"]
 
-_OPTION_KEYS = ("c1", "c2", "w", "velocity_clamp", "restart_patience", "boundary", "mutation")
+#: ``[pso_options]``, each key declared once (its rule, default and doc) in :mod:`msopt.config.keys`.
+_DECLARED = SECTION_TABLES["pso_options"]
+OPTION_KEYS: tuple[str, ...] = tuple(_DECLARED)
 BOUNDARIES: tuple[str, ...] = ("reflect", "absorb")
 """How a move that leaves the box is brought back (``[pso_options] boundary``)."""
 
@@ -78,30 +81,12 @@ class SwarmOptions:
         _check_int(self.iters, "iters", 1)
         object.__setattr__(self, "n_particles", int(self.n_particles))
         object.__setattr__(self, "iters", int(self.iters))
-        for key in ("c1", "c2", "w"):
-            value = _check_number(
-                getattr(self, key), f"[pso_options] {key}", ">= 0", lambda v: v >= 0
-            )
-            object.__setattr__(self, key, value)
-        clamp = _check_number(
-            self.velocity_clamp, "[pso_options] velocity_clamp", "> 0", lambda v: v > 0
-        )
-        object.__setattr__(self, "velocity_clamp", clamp)
-        mutation = _check_number(
-            self.mutation, "[pso_options] mutation", "in [0, 1]", lambda v: 0 <= v <= 1
-        )
-        object.__setattr__(self, "mutation", mutation)
+        for key in OPTION_KEYS:  # the declared checks, in configuration.md's order
+            value = checked("", "pso_options", key, getattr(self, key), _DECLARED[key])
+            object.__setattr__(self, key, value if isinstance(value, str) else
+                               int(value) if key == "restart_patience" else float(value))
         if self.seed is not None:
             object.__setattr__(self, "seed", _check_int(self.seed, "seed", 0))
-        if self.boundary not in BOUNDARIES:
-            raise ConfigError(
-                f"[pso_options] boundary must be one of {', '.join(map(repr, BOUNDARIES))}, "
-                f"got {self.boundary!r}"
-            )
-        object.__setattr__(
-            self, "restart_patience",
-            _check_int(self.restart_patience, "[pso_options] restart_patience", 0),
-        )
 
         strategy: dict[str, str] = {}
         for key, name in dict(self.strategy).items():
@@ -181,10 +166,10 @@ class SwarmOptions:
             ConfigError: naming the table and key of an invalid or unknown entry.
         """
         options = dict(pso_options or {})
-        unknown = sorted(set(options) - set(_OPTION_KEYS))
+        unknown = sorted(set(options) - set(OPTION_KEYS))
         if unknown:
             raise ConfigError(
-                f"[pso_options] has unknown key {unknown[0]!r} (valid: {', '.join(_OPTION_KEYS)})"
+                f"[pso_options] has unknown key {unknown[0]!r} (valid: {', '.join(OPTION_KEYS)})"
             )
         strategy: dict[str, Any] = {}
         ends: dict[str, Any] = {}

@@ -29,6 +29,13 @@ SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "
                       "spec_accept_len"})
 
 
+def catalog_dirs(sim_table: Mapping[str, Any]) -> tuple[str, ...]:
+    """``catalog_dirs`` of a ``[simulator]`` table given to this module's functions (a directory or a list of
+    them; a run's table has it parsed already, :attr:`msopt.config.Config.catalog_dirs`)."""
+    dirs = sim_table.get("catalog_dirs", ())
+    return (dirs,) if isinstance(dirs, str) else tuple(dirs)
+
+
 def route(n: int, replicas: int, sessions: Sequence[str | None] | None = None) -> np.ndarray:
     """The data-parallel replica of each of ``n`` requests: in turn (vLLM's balancer while the replicas
     are alike, SGLang's round robin: the personalities' ``dp_rank_header`` cites both); with
@@ -119,8 +126,7 @@ def assumed_inputs(knobs: EngineKnobs, hw: Hardware) -> list[str]:
 def launch_assumptions(spec: Launch, sim_table: Mapping[str, Any], personality: str | None = None) -> list[str]:
     """:func:`assumed_inputs` of what :func:`simulate_launch` would simulate (``[simulator]`` and
     ``personality`` as there)."""
-    dirs = sim_table.get("catalog_dirs", ())
-    hw = load_hardware(sim_table["hardware"], (dirs,) if isinstance(dirs, str) else dirs)
+    hw = load_hardware(sim_table["hardware"], catalog_dirs(sim_table))
     knobs = knobs_from_launch(spec, personality)
     accept = sim_table.get("spec_accept_len")
     if is_number(accept):
@@ -132,8 +138,7 @@ def cache_block(spec: Launch, sim_table: Mapping[str, Any], personality: str | N
     """The KV block size (tokens) the simulated prefix cache of ``spec`` keeps on the ``[simulator]``
     hardware, and why: set in the launch, or the engine's default on those devices, cited
     (:meth:`msopt.sim.personality.Personality.default_block_size`)."""
-    dirs = sim_table.get("catalog_dirs", ())
-    hw = load_hardware(sim_table["hardware"], (dirs,) if isinstance(dirs, str) else dirs)
+    hw = load_hardware(sim_table["hardware"], catalog_dirs(sim_table))
     knobs = knobs_from_launch(spec, personality)
     if knobs.block_size is not None:
         return int(knobs.block_size), "set in the launch"
@@ -154,8 +159,7 @@ def context_limit(spec: Launch, sim_table: Mapping[str, Any] | None = None,
         return int(knobs.max_model_len), f"the launch's {p.context_key}", p.cuts_output_to_context
     if sim_table is None:
         return None
-    dirs = sim_table.get("catalog_dirs", ())
-    model = load_model(sim_table["model"], (dirs,) if isinstance(dirs, str) else dirs)
+    model = load_model(sim_table["model"], catalog_dirs(sim_table))
     return (p.default_max_model_len(model), f"{knobs.engine}'s default for {model.name} (no {p.context_key} set)",
             p.cuts_output_to_context)
 
@@ -440,9 +444,7 @@ def simulate_launch(spec: Launch, sim_table: Mapping[str, Any],
     for key in ("hardware", "model"):
         if key not in sim_table:
             raise ConfigError(f"simulator.{key} is missing; set it to a catalog name or a TOML file path")
-    dirs = sim_table.get("catalog_dirs", ())
-    if isinstance(dirs, str):
-        dirs = (dirs,)
+    dirs = catalog_dirs(sim_table)
     hw = load_hardware(sim_table["hardware"], dirs)
     model = load_model(sim_table["model"], dirs)
     table = sim_table.get("workload", {})
@@ -485,8 +487,7 @@ def simulate_disaggregated(prefill: Launch, decode: Launch, counts: tuple[int, i
     unknown = set(sim_table) - SIM_KEYS
     if unknown:
         raise ConfigError(f"simulator: unknown key(s) {sorted(unknown)}; valid keys: {sorted(SIM_KEYS)}")
-    dirs = sim_table.get("catalog_dirs", ())
-    dirs = (dirs,) if isinstance(dirs, str) else dirs
+    dirs = catalog_dirs(sim_table)
     hw = load_hardware(sim_table["hardware"], dirs)
     spec = load_model(sim_table["model"], dirs)
     wl = workload_from_mapping(sim_table.get("workload", {}))

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from msopt.config import DEFAULTS_PATH, read_toml
-from msopt.config.keys import SCALARS, TABLES
-from msopt.config.reference import SECTIONS, render, table
+from msopt.config.keys import DTYPES, PERCENTILES, SECTION_TABLES, TABLES
+from msopt.config.reference import SECTIONS, keys_of, render, table
 from tests.support.scripts_load import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_each_checked_key_has_a_row_with_its_default_rule_and_doc():
     defaults = read_toml(DEFAULTS_PATH)
     text = PAGE.read_text(encoding="utf-8")
     for section in SECTIONS:
-        keys = SCALARS if section == "" else TABLES[section]
+        keys = keys_of(section)
         rows = table(section, defaults).splitlines()[2:]
         assert [r.split(" | ")[0] for r in rows] == [f"| `{name}`" for name in keys]
         for name, key in keys.items():
@@ -60,6 +60,9 @@ def test_a_drift_fails_the_check():
     text = PAGE.read_text(encoding="utf-8")
     assert render(text, {**defaults, "n_particles": 11}) != text
     assert render(text, {**defaults, "search": {**defaults["search"], "screen": 8}}) != text
+    assert render(text, {**defaults, "capacity": {**defaults["capacity"], "tolerance": 0.1}}) != text
+    simulator = {k: v for k, v in defaults["simulator"].items() if k != "time_scale"}
+    assert render(text, {**defaults, "simulator": simulator}) != text  # a key dropped from defaults.toml
     with pytest.raises(ValueError, match=r"\[cluster\]"):
         render(text.replace("msopt/config/keys.py: [cluster]", "msopt/config/keys.py"), defaults)
 
@@ -81,7 +84,7 @@ def test_defaults_toml_comments_each_checked_key():
     lines = _section_lines(DEFAULTS_PATH.read_text(encoding="utf-8"))
     defaults = read_toml(DEFAULTS_PATH)
     for section in SECTIONS:
-        keys = SCALARS if section == "" else TABLES[section]
+        keys = keys_of(section)
         values = defaults if section == "" else defaults[section]
         for name in keys:
             if name in values:
@@ -154,7 +157,7 @@ def test_defaults_toml_comment_names_each_value_a_choice_key_accepts():
     lines = _section_lines(DEFAULTS_PATH.read_text(encoding="utf-8"))
     checked = 0
     for section in SECTIONS:
-        for name, key in (SCALARS if section == "" else TABLES[section]).items():
+        for name, key in keys_of(section).items():
             choices = re.findall(r'"([^"]+)"', key.rule)
             found = [x for x in lines[section] if re.match(rf"{name}\s*=", x)]
             if not choices or "such as" in key.rule or not found:
@@ -162,4 +165,30 @@ def test_defaults_toml_comment_names_each_value_a_choice_key_accepts():
             comment = found[0].partition("#")[2]
             assert all(f'"{c}"' in comment for c in choices), f"defaults.toml: '{name}' comment, {key.rule}"
             checked += 1
-    assert checked >= 4  # mode, duplicate_policy, [search] prior, [cluster] accelerator
+    assert checked >= 7  # mode, duplicate_policy, [search] prior, [cluster] accelerator, [pso_options] boundary,
+    # [capacity] percentile and load
+
+
+def test_the_component_sections_are_generated_too():
+    """[pso_options], [capacity] and [simulator] have generated tables, and every key their parsers accept is
+    declared (keys.py), so a key added to a parser without its declaration fails here."""
+    assert {"pso_options", "capacity", "simulator"} <= set(SECTIONS)
+    from msopt.evaluate.simulated import WALL_KEYS
+    from msopt.search.options import OPTION_KEYS
+    from msopt.sim.simulator import SIM_KEYS
+
+    assert set(SECTION_TABLES["simulator"]) == (SIM_KEYS | set(WALL_KEYS)) - {"workload"}
+    assert tuple(SECTION_TABLES["pso_options"]) == OPTION_KEYS
+    assert set(TABLES).isdisjoint(SECTION_TABLES)
+
+
+def test_declared_choices_are_the_components_own():
+    """keys.py sits below the simulator and the search: its dtype, boundary and percentile lists are theirs."""
+    from msopt.search.options import BOUNDARIES
+    from msopt.sim.catalog_types import DTYPE_BYTES
+
+    assert DTYPES == tuple(sorted(DTYPE_BYTES))
+    boundary = SECTION_TABLES["pso_options"]["boundary"]
+    assert all(boundary.ok(b) for b in BOUNDARIES) and not boundary.ok("wrap")
+    percentile = SECTION_TABLES["capacity"]["percentile"]
+    assert all(percentile.ok(p) for p in (*PERCENTILES, "mean", "p99")) and not percentile.ok(95)

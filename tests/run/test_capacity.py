@@ -12,6 +12,7 @@ import math
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -340,6 +341,23 @@ def test_invalid_keys_are_named(write_toml, line, key):
         capacity_options(s.config)
 
 
+@pytest.mark.parametrize("line, fix", [
+    ("enabled = \"yes\"", "enabled must be true or false, got 'yes'; e.g. enabled = true"),
+    ("max_probes = 0", "max_probes must be an integer from 1 to 1000, got 0; e.g. max_probes = 12"),
+    ("repeats = 0", "repeats must be an integer from 1 to 100, got 0; e.g. repeats = 2"),
+    ("load = \"qps\"", 'load must be "auto", "request_rate" or "concurrency", got \'qps\'; e.g. load = "request_rate"'),
+    ("min_load = -1", "min_load must be a positive number, got -1; e.g. min_load = 1"),
+    ("tolerance = 0", "tolerance must be a number in (0, 1), got 0; e.g. tolerance = 0.05"),
+])
+def test_a_bad_key_names_the_file_the_key_and_a_fix(write_toml, line, fix):
+    """Each [capacity] key is checked as msopt/config/keys.py declares it: the message names the file, the key,
+    the rule and a valid value (enabled, max_probes, repeats, load and the loads gave no fix before)."""
+    s = settings_for(write_toml, capacity=line if "enabled" in line else "enabled = true\n" + line)
+    with pytest.raises(ConfigError) as info:
+        capacity_options(s.config)
+    assert str(info.value).startswith(f"{s.config.capacity.source}: ") and str(info.value).endswith(f"[capacity] {fix}")
+
+
 @pytest.mark.slow  # whole runs in processes
 def test_cli_refuses_a_bad_key_before_the_run_and_reports_capacity(write_toml, tmp_path):
     bad = write_toml(CFG.format(n=1, iters=1, top_k=1, ttft=0.5, noise=0.0, capacity="percentile = 42",
@@ -411,3 +429,17 @@ def test_builtin_reports_its_own_load(write_toml, table, load, start):
             "min = 16\nmax = 64\ndtype = \"int\"\nvalue = 32\n")
     opts = capacity_options(load_settings(str(write_toml(text)), environ={}).config)
     assert (opts.load, opts.start_load) == (load, start)
+
+
+def test_a_percentile_the_benchmark_does_not_report_names_the_file(write_toml):
+    """[capacity] percentile = 99 with ais_bench (means only) is refused naming the file that set it (the message
+    named no file before)."""
+    from msopt.run.validate import load
+
+    text = (Path(__file__).resolve().parents[2] / "configs" / "quickstart.toml").read_text()
+    text = text.replace("simulate = true", "simulate = false").replace(
+        'benchmark = "vllm_benchmark"', 'benchmark = "ais_bench"')
+    path = write_toml(text + "\n[capacity]\nenabled = true\npercentile = 99\nstart_load = 4\n")
+    with pytest.raises(ConfigError) as info:
+        load(str(path), environ={})
+    assert str(info.value).startswith(f"{path}: [capacity] percentile = 99 needs ttft_p99, tpot_p99, which ais_bench")

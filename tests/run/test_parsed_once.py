@@ -65,6 +65,29 @@ def test_an_evaluator_without_the_parsed_sections_parses_its_own(tmp_path: Path,
     assert builds == {"SimulatorSetup": 1 + 2, "HealthCheck": 1}  # validate's, then each evaluator's own
 
 
+def test_capacity_and_swarm_options_are_parsed_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[capacity] and [pso_options] are read by validate once; the driver takes what it built (Validated)."""
+    import msopt.run.driver as driver
+    import msopt.run.validate as validate
+
+    calls: Counter[str] = Counter()
+    for module in (driver, validate):
+        for name in ("capacity_options", "swarm_options"):
+            original = getattr(module, name)
+
+            def counted(config: Any, _original: Any = original, _name: str = name) -> Any:
+                calls[_name] += 1
+                return _original(config)
+
+            monkeypatch.setattr(module, name, counted)
+    checked = load(str(small_quickstart(tmp_path)), None,
+                   overrides={"n_particles": 2, "iters": 1, "output": str(tmp_path / "out")})
+    assert calls == {"capacity_options": 1, "swarm_options": 1}
+    result = RunSession(checked, pools=Threads(2), say=lambda _line: None).run()
+    assert result.outcome is not None and result.outcome.evaluations > 2
+    assert calls == {"capacity_options": 1, "swarm_options": 1}
+
+
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
 

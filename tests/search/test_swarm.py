@@ -323,7 +323,7 @@ def test_from_settings_reads_options_strategy_and_end_values():
 @pytest.mark.parametrize(
     "pso_options, pso_strategy, message",
     [
-        ({"c1": "x"}, {}, "[pso_options] c1 must be a number >= 0, got 'x'"),
+        ({"c1": "x"}, {}, "[pso_options] c1 must be a number >= 0, got 'x'; e.g. c1 = 1.5"),
         ({"w": -1}, {}, "[pso_options] w must be a number >= 0"),
         ({"c2": True}, {}, "[pso_options] c2 must be a number"),
         ({"c2": math.nan}, {}, "[pso_options] c2 must be a number"),
@@ -511,7 +511,8 @@ def test_async_stall_restart_and_its_state():
 
 
 def test_boundary_validated_and_round_trips():
-    with pytest.raises(ConfigError, match=r"\[pso_options\] boundary must be one of 'reflect', 'absorb'"):
+    with pytest.raises(ConfigError, match=r'\[pso_options\] boundary must be "absorb" or "reflect", got \'wrap\'; '
+                                          r'e.g. boundary = "absorb"'):
         options(boundary="wrap")
     opts = SwarmOptions.from_settings({"boundary": "absorb"}, {}, n_particles=4, iters=3, seed=1)
     assert opts.boundary == "absorb" and options().boundary == "reflect"
