@@ -18,7 +18,7 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings, thaw
 from msopt.engines import get_engine
-from msopt.engines.vllm import is_vllm_serve
+from msopt.engines.vllm.adapter import is_vllm_serve
 from msopt.errors import ConfigError
 from msopt.launch.render import flag_name
 from msopt.space import DecodeContext, SearchSpace

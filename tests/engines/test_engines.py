@@ -154,7 +154,7 @@ def test_sglang_argv_layout() -> None:
 def test_sglang_renders_dp_attention_in_its_current_spelling() -> None:
     # sglang 0.5.23 server_args.py:416-424: --enable-dp-attention is a deprecated alias of --attn-dp-size
     from msopt.engines.pd import instance_devices
-    from msopt.engines.sglang import current_dp_spelling
+    from msopt.engines.sglang.adapter import current_dp_spelling
 
     fields = [decl("tp", "--tp-size"), decl("dp", "--dp-size"), decl("attn", "--enable-dp-attention", "bool")]
     sg = get_engine("sglang")

@@ -17,6 +17,7 @@ import pytest
 
 from msopt.engines import get_engine
 from msopt.engines import mindie as mindie_mod
+from msopt.engines.mindie import adapter as mindie_adapter
 from msopt.engines.mindie.install import find_install
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.health import HealthCheck
@@ -82,7 +83,7 @@ def test_two_trials_on_one_node_run_side_by_side_and_the_old_rendering_collides(
 
     # The rendering before single-port mode: only ServerConfig.port per trial, the fixed
     # managementPort and metricsPort shared, so the second trial refuses to start.
-    monkeypatch.setattr(mindie_mod, "single_port", lambda doc, port: None)
+    monkeypatch.setattr(mindie_adapter, "single_port", lambda doc, port: None)
     old_a, old_b = render("c"), render("d")
     assert server_config(old_a)["managementPort"] == server_config(old_b)["managementPort"]
     with launched(old_a, tmp_path / "c.log", cwd=tmp_path / "c"):

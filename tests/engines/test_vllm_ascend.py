@@ -19,7 +19,7 @@ import pytest
 from msopt.config import load_settings, split
 from msopt.engines import get_engine
 from msopt.engines.rules import advisories
-from msopt.engines.vllm import (
+from msopt.engines.vllm.adapter import (
     additional_config_keys,
     flag_table,
     unknown_flags,

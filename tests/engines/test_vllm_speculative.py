@@ -201,7 +201,7 @@ def test_a_simulated_mtp_on_a_model_without_mtp_layers_is_refused(tmp_path: Path
 
 # -- the keys of --speculative-config: SpeculativeConfig's fields (pydantic, extra="forbid") -----------------------
 def test_the_key_tables_say_where_they_come_from() -> None:
-    from msopt.engines.vllm import FLAGS_DIR, SPECULATIVE_DEFAULT_VERSION, speculative_config_keys
+    from msopt.engines.vllm.adapter import FLAGS_DIR, SPECULATIVE_DEFAULT_VERSION, speculative_config_keys
     from msopt.engines.vllm.target import VLLM_VERSIONS
 
     for version in (*VLLM_VERSIONS, SPECULATIVE_DEFAULT_VERSION):
@@ -300,7 +300,7 @@ def test_msopt_validate_names_the_file_and_exits_2(tmp_path: Path, capsys: pytes
 
 
 def test_preflight_checks_the_keys_against_the_installed_vllm() -> None:
-    from msopt.engines.vllm import check_installed_speculative_config
+    from msopt.engines.vllm.adapter import check_installed_speculative_config
 
     argv = ["vllm", "serve", "M", "--speculative-config", '{"method": "medusa", "model": "/m"}']
     assert check_installed_speculative_config(argv, "0.32.0") == (
