@@ -11,7 +11,7 @@ from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.base import EngineAdapter
 from msopt.engines.pd import PdLaunch, without_pd
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.simulated import explicit_devices, render_pd_trial, simulated_devices_per_node
@@ -66,9 +66,9 @@ class CandidateScreen:
         try:
             out = None
             for spec, section in self._instances(values):
-                cand = Candidate(spec, dict(values), section,
-                                 self.model if self.model is not None else model_facts(spec.model),
-                                 _AnyEnvironment(spec.env))
+                cand = RenderedCandidate(spec, dict(values), section,
+                                         self.model if self.model is not None else model_facts(spec.model),
+                                         _AnyEnvironment(spec.env))
                 hit = broken_rule(cand, self.engine.startup_rules)
                 if hit is not None:
                     rule, message = hit

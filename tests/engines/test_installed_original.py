@@ -22,7 +22,7 @@ from msopt.cli.main import main
 from msopt.config import load_settings
 from msopt.engines.installed import installed_changes
 from msopt.engines.mindie.rules import RULES
-from msopt.engines.rules import Candidate, broken_rule
+from msopt.engines.rules import RenderedCandidate, broken_rule
 from msopt.launch.render import LaunchSpec
 from tests.support.shared_data import MINDIE_SHIPPED, ORIGINAL_CONFIG, shared
 
@@ -208,7 +208,7 @@ def test_a_simulated_run_of_the_originals_file_starts_its_baseline(tmp_path: Pat
         doc = json.loads(path.read_text())
         assert mindie_refusals(doc) == [], path
         spec = LaunchSpec(engine="mindie", argv=("mindieservice_daemon",), env={}, files={"config.json": doc}, port=1)
-        assert broken_rule(Candidate(spec, {}, {}), RULES) is None, path
+        assert broken_rule(RenderedCandidate(spec, {}, {}), RULES) is None, path
 
 
 def test_validate_says_what_the_run_takes_from_the_installation(tmp_path: Path,

@@ -11,7 +11,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import ENGINES, LaunchSpec, get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule, check_rules, model_facts
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule, check_rules, model_facts
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
@@ -35,7 +35,7 @@ def mindie(world: int, tp: int, dp: int = 1, pp: int = 1, ids: Any = None) -> La
 
 
 def refusal(spec: LaunchSpec, model: ModelFacts | None = None, env: dict | None = None) -> str | None:
-    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), env or {}), get_engine(spec.engine).startup_rules)
+    hit = broken_rule(RenderedCandidate(spec, {}, {}, model or ModelFacts(), env or {}), get_engine(spec.engine).startup_rules)
     return None if hit is None else hit[0].id
 
 
@@ -308,7 +308,7 @@ def test_mindie_context_parallel_counts_in_the_world_size() -> None:
     assert refusal(mindie_cp(8, 4, 2)) is None
     assert refusal(mindie_cp(8, 8, 2)) == "mindie.world_size"
     assert refusal(mindie_cp(8, 2, 2, dp=2)) == "mindie.dp_and_pp"
-    hit = broken_rule(Candidate(mindie_cp(8, 8, 2), {}, {}, ModelFacts(), {}), get_engine("mindie").startup_rules)
+    hit = broken_rule(RenderedCandidate(mindie_cp(8, 8, 2), {}, {}, ModelFacts(), {}), get_engine("mindie").startup_rules)
     assert hit is not None and "Attention's cp_size is 2." in hit[1]
 
 

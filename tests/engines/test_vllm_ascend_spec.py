@@ -21,7 +21,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec, get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule
 from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
@@ -34,7 +34,7 @@ TOKENS = parse_field({"name": "mtp_tokens", "config_position": "speculative_conf
 
 def refusal(section: dict[str, Any], *flags: str) -> tuple[str, str] | None:
     spec = LaunchSpec("vllm", ("vllm", "serve", "/m", "--port", "1", *flags))
-    hit = broken_rule(Candidate(spec, {}, section, ModelFacts(model_type="deepseek_v3", mtp_layers=1), {}),
+    hit = broken_rule(RenderedCandidate(spec, {}, section, ModelFacts(model_type="deepseek_v3", mtp_layers=1), {}),
                       get_engine("vllm").startup_rules)
     return None if hit is None else (hit[0].id, hit[1])
 

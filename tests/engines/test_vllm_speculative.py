@@ -16,7 +16,7 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec, get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule
 from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.errors import ConfigError
 from msopt.evaluate import Evaluator
@@ -76,7 +76,7 @@ def vllm(*flags: str) -> LaunchSpec:
 
 
 def refusal(spec: LaunchSpec, model: ModelFacts | None = None) -> tuple[str, str] | None:
-    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), {}), get_engine(spec.engine).startup_rules)
+    hit = broken_rule(RenderedCandidate(spec, {}, {}, model or ModelFacts(), {}), get_engine(spec.engine).startup_rules)
     return None if hit is None else (hit[0].id, hit[1])
 
 
