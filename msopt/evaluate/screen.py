@@ -16,7 +16,7 @@ from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.simulated import explicit_devices, render_pd_trial, simulated_devices_per_node
 from msopt.launch.placement import virtual_nodes
-from msopt.launch.render import LaunchSpec, TrialNode
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode
 from msopt.sim import load_model
 
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]
@@ -92,7 +92,7 @@ class CandidateScreen:
                 known here, so no launch is spent on it.
         """
         if not self.engine.is_disaggregated(self.section):
-            return [(self.engine.render(values, self.config.engine.fields, self.section, port=0,
+            return [(self.engine.render(Candidate(values, self.config.engine.fields, self.section), port=0,
                                         devices=list(self.devices), workdir=None), self.section)]
         launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
         inner = without_pd(self.section)

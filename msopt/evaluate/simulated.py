@@ -33,7 +33,7 @@ from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
 from msopt.launch.hccl import NodeFacts
 from msopt.launch.placement import virtual_nodes
-from msopt.launch.render import LaunchSpec, TrialNode
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode
 from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_REFUSED,
@@ -330,8 +330,8 @@ class SimRunner(EngineRunner):
         if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt)
         nodes = self.ctx.nodes or self.virtual or self.ctx.placement
-        specs = self.engine.render_nodes(values, self.config.engine.fields, self.engine_section, port=0, nodes=nodes,
-                                         rendezvous_port=0, workdir=self.ctx.run_dir)
+        specs = self.engine.render_nodes(Candidate(values, self.config.engine.fields, self.engine_section), port=0,
+                                         nodes=nodes, rendezvous_port=0, workdir=self.ctx.run_dir)
         specs = self.plan_ports(specs)
         spec = specs[0]
         self.last_server = None
@@ -401,6 +401,6 @@ def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], config: Co
         EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
     """
     default = config.cluster.trial.device_ids()
-    return engine.render_pd(values, config.engine.fields, section, ports=[0] * 1024, devices=list(devices) or default,
-                            workdir=workdir, nodes=nodes)
+    return engine.render_pd(Candidate(values, config.engine.fields, section), ports=[0] * 1024,
+                            devices=list(devices) or default, workdir=workdir, nodes=nodes)
 

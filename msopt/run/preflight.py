@@ -31,7 +31,7 @@ from msopt.launch.hccl import VARIABLES, in_force, node_facts, plan_env, plan_un
 from msopt.launch.hccn import read_device_ips
 from msopt.launch.placement import split_trial
 from msopt.launch.ports import port_free
-from msopt.launch.render import LaunchSpec, flag_name
+from msopt.launch.render import Candidate, LaunchSpec, flag_name
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.space import SearchSpace
 
@@ -75,7 +75,7 @@ def sample_launch(config: Config, section: Mapping[str, Any]) -> tuple[LaunchSpe
     """The baseline candidate (every field at its default) rendered as a trial would be."""
     space = SearchSpace(config.engine.fields)
     values = dict(space.decode(space.default_position()).values)
-    spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0)
+    spec = get_engine(config.engine.name).render(Candidate(values, config.engine.fields, section), port=0)
     return spec, values
 
 
@@ -263,7 +263,8 @@ def _hccl(config: Config, section: Mapping[str, Any]) -> Check | None:
     try:
         space = SearchSpace(config.engine.fields)
         values = dict(space.decode(space.default_position()).values)
-        spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0, devices=devices)
+        spec = get_engine(config.engine.name).render(Candidate(values, config.engine.fields, section), port=0,
+                                                     devices=devices)
     except MsoptError:
         return None
     if not any(v in spec.env or v in os.environ for v in VARIABLES):

@@ -15,6 +15,7 @@ from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule, chec
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.launch.render import Candidate
 from tests.support.shared_data import MINDIE_SHIPPED, shared
 
 
@@ -266,13 +267,13 @@ def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
     conf.write_text(json.dumps(doc))
     ports = []
     for i, devices in enumerate((tuple("0123"), tuple("4567"))):
-        (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
+        (one,) = get_engine("mindie").render_nodes(Candidate({}, [], {"config_path": str(conf)}), port=1025 + i,
                                                    nodes=(TrialNode(0, "127.0.0.1", devices),),
                                                    rendezvous_port=29600 + i, workdir=tmp_path / str(i))
         check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
         ports.append(one.env["MASTER_PORT"])
     assert ports == ["29600", "29601"]
-    atb = get_engine("mindie").render_nodes({}, [], {}, port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
+    atb = get_engine("mindie").render_nodes(Candidate({}, [], {}), port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
                                             rendezvous_port=29600)
     assert "MASTER_PORT" not in atb[0].env  # the atb backend starts no torch.distributed
 
@@ -324,7 +325,7 @@ def test_mindie_atb_pipeline_parallel_leases_its_master_port(tmp_path) -> None:
     conf.write_text(json.dumps(doc))
     envs = []
     for i, devices in enumerate((tuple("0123"), tuple("4567"))):
-        (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
+        (one,) = get_engine("mindie").render_nodes(Candidate({}, [], {"config_path": str(conf)}), port=1025 + i,
                                                    nodes=(TrialNode(0, "127.0.0.1", devices),),
                                                    rendezvous_port=29600 + i, workdir=tmp_path / str(i))
         check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})

@@ -21,6 +21,7 @@ from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.errors import ConfigError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.launch.render import Candidate
 from msopt.space.fields import FieldDecl, parse_field
 
 
@@ -34,8 +35,8 @@ TOKENS = decl("spec_tokens", "speculative_config.num_speculative_tokens")
 
 def test_a_speculative_config_field_is_one_json_value_in_one_argv_item() -> None:
     section = {"command": {"model": "/m"}, "speculative_config": {"method": "eagle3", "model": "/draft"}}
-    spec = get_engine("vllm").render({"spec_tokens": 3, "seqs": 8}, [TOKENS, decl("seqs", "--max-num-seqs")],
-                                     section, port=1)
+    spec = get_engine("vllm").render(Candidate({"spec_tokens": 3, "seqs": 8}, [TOKENS, decl("seqs", "--max-num-seqs")],
+                                     section), port=1)
     argv = list(spec.argv)
     assert argv.count("--speculative-config") == 1 and argv[argv.index("--max-num-seqs") + 1] == "8"
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
@@ -43,14 +44,14 @@ def test_a_speculative_config_field_is_one_json_value_in_one_argv_item() -> None
     assert section["speculative_config"] == {"method": "eagle3", "model": "/draft"}  # untouched
     assert knobs_vllm(argv[2:]).spec_tokens == 3 and knobs_vllm(argv[2:]).spec_method == "eagle"
     # without the field or the table nothing is rendered
-    assert "--speculative-config" not in get_engine("vllm").render({}, [], {"command": {"model": "/m"}}, port=1).argv
+    assert "--speculative-config" not in get_engine("vllm").render(Candidate({}, [], {"command": {"model": "/m"}}), port=1).argv
 
 
 def test_the_shortcut_of_another_key_may_stay_in_others() -> None:
     section = {"command": {"model": "/m", "others": "--spec-method mtp"}}
     vllm = get_engine("vllm")
     vllm.check([TOKENS], section)
-    argv = list(vllm.render({"spec_tokens": 2}, [TOKENS], section, port=1).argv)
+    argv = list(vllm.render(Candidate({"spec_tokens": 2}, [TOKENS], section), port=1).argv)
     k = knobs_vllm(argv[2:])
     assert (k.spec_method, k.spec_tokens) == ("mtp", 2)
 

@@ -66,6 +66,7 @@ from msopt.errors import ConfigError
 from msopt.launch.hccl import check_section as check_hccl
 from msopt.launch.hccl import hccl_env, inherited_note
 from msopt.launch.render import (
+    Candidate,
     LaunchSpec,
     TrialNode,
     command_str,
@@ -306,17 +307,10 @@ class MindieAdapter(EngineAdapter):
             text += f"; [mindie.command] executable {given!r} is used instead"
         return ("install", True, text)
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        port: int,
-        devices: Sequence[str] = (),
-        workdir: Path | None = None,
-    ) -> LaunchSpec:
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
         """Edit config.json with every dotted field, set the port, build the daemon's argv."""
+        values, fields, section = candidate.values, candidate.fields, candidate.section
         cmd = command_table(section, self.name)
         doc, path = load_config(section)
         if devices and isinstance(doc.get("BackendConfig"), dict):
@@ -346,7 +340,7 @@ class MindieAdapter(EngineAdapter):
         consistent_devices(doc, len(devices) or None, (*MODEL_CONFIG, "worldSize") in fields_set,
                            ids_from_field=any(p[:2] == DEVICE_IDS for p in fields_set))
 
-        env = env_fields(values, fields, section, self.name)
+        env = env_fields(candidate, self.name)
         for name in CLEARED_ENV:  # an inherited value would move ipAddress or load a rank table (CLEARED_ENV)
             env.setdefault(name, "")
         if devices:  # HCCL's host and NPU port blocks of this trial's devices (msopt/launch/hccl.py)
@@ -376,12 +370,10 @@ class MindieAdapter(EngineAdapter):
             stop_grace=self.stop_grace,
         )
 
-    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
-                  nodes: Sequence[TrialNode] = ()) -> PdLaunch:
+    def render_pd(self, candidate: Candidate, *, ports: Sequence[int], devices: Sequence[str] = (),
+                  workdir: Path | None = None, nodes: Sequence[TrialNode] = ()) -> PdLaunch:
         """MindIE-MS's PD deployment of one trial (:func:`msopt.engines.mindie.pd.render_pd`)."""
-        return render_mindie_pd(self, values, fields, section, ports=ports, devices=devices, workdir=workdir,
-                                nodes=nodes)
+        return render_mindie_pd(self, candidate, ports=ports, devices=devices, workdir=workdir, nodes=nodes)
 
     def installed_values(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
                          environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
@@ -464,18 +456,8 @@ class MindieAdapter(EngineAdapter):
         found = find_install()
         return (found.executable,) if found is not None else tuple(self.default_executable)
 
-    def render_nodes(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        port: int,
-        nodes: Sequence[TrialNode],
-        rendezvous_port: int,
-        workdir: Path | None = None,
-        leader_ports: Sequence[int] = (),
-    ) -> list[LaunchSpec]:
+    def render_nodes(self, candidate: Candidate, *, port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+                     workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
         """One config.json per node (its own npuDeviceIds, ``multiNodesInferEnabled``) and one rank table.
 
         MindIE-LLM (commit 8b4871a) docs/zh/user_guide/models/deepseek/deepseek_v3.2.md and
@@ -496,7 +478,7 @@ class MindieAdapter(EngineAdapter):
         ``leader_ports[0]`` when given, so trials whose leaders share a node do not collide.
         """
         if len(nodes) == 1:
-            spec = self.render(values, fields, section, port=port, devices=list(nodes[0].devices), workdir=workdir)
+            spec = self.render(candidate, port=port, devices=list(nodes[0].devices), workdir=workdir)
             if torch_backend(spec) and "MASTER_PORT" not in spec.env:
                 # the torch backend starts torch.distributed on MASTER_PORT even on one node
                 # (mindie_llm/runtime/utils/distributed/__init__.py:59-61): each trial its own, from its lease
@@ -506,11 +488,11 @@ class MindieAdapter(EngineAdapter):
                 # Mapping.update_pp): each trial its own port, from its lease; its ranks are all on this node
                 spec = replace(spec, env={"MASTER_IP": "127.0.0.1", **spec.env, "MASTER_PORT": str(rendezvous_port)})
             return [spec]
-        table = rank_table(nodes, section.get("device_ips"))
+        table = rank_table(nodes, candidate.section.get("device_ips"))
         table_path = str(Path(workdir) / RANK_TABLE) if workdir is not None else RANK_TABLE
         out = []
         for node in nodes:
-            spec = self.render(values, fields, section, port=port, devices=list(node.devices), workdir=workdir)
+            spec = self.render(candidate, port=port, devices=list(node.devices), workdir=workdir)
             files = {}
             for target, doc in spec.files.items():
                 doc = copy.deepcopy(doc)

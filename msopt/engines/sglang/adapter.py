@@ -36,7 +36,7 @@ from msopt.engines.sglang.template import write_init as write_sglang_init
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.hccl import check_section as check_hccl
 from msopt.launch.hccl import hccl_env, inherited_note
-from msopt.launch.render import LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
 from msopt.space.fields import FieldDecl
 
 #: ``[sglang] platform``: "cuda" (default) or "ascend" (SGLang's NPU backend)
@@ -133,25 +133,26 @@ class SglangAdapter(CommandLineAdapter):
     def write_init(self, ctx: InitContext) -> None:
         write_sglang_init(ctx)
 
-    def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-               port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
         """As every command-line engine, with the deprecated ``--enable-dp-attention`` (a field or
         ``others``) rendered in its current spelling (:func:`current_dp_spelling`)."""
-        spec = super().render(values, fields, section, port=port, devices=devices, workdir=workdir)
+        spec = super().render(candidate, port=port, devices=devices, workdir=workdir)
         spec = replace(spec, argv=tuple(current_dp_spelling(spec.argv)))
-        if devices and on_ascend(section, spec.argv):
-            spec = replace(spec, env=hccl_env(spec.env, section, devices, fields, self.name))
+        if devices and on_ascend(candidate.section, spec.argv):
+            spec = replace(spec, env=hccl_env(spec.env, candidate.section, devices, candidate.fields, self.name))
         return spec
 
-    def render_nodes(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                     port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+    def render_nodes(self, candidate: Candidate, *, port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
                      workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
         """As every command-line engine; on Ascend each node's HCCL ports follow its own devices."""
-        specs = super().render_nodes(values, fields, section, port=port, nodes=nodes,
-                                     rendezvous_port=rendezvous_port, workdir=workdir, leader_ports=leader_ports)
+        specs = super().render_nodes(candidate, port=port, nodes=nodes, rendezvous_port=rendezvous_port,
+                                     workdir=workdir, leader_ports=leader_ports)
+        section = candidate.section
         if len(nodes) == 1 or not on_ascend(section, specs[0].argv):
             return specs
-        return [replace(s, env=hccl_env(s.env, section, n.devices, fields, self.name)) for s, n in zip(specs, nodes)]
+        return [replace(s, env=hccl_env(s.env, section, n.devices, candidate.fields, self.name))
+                for s, n in zip(specs, nodes)]
 
     # sglang/srt/server_args.py 0.5.23: --nnodes, --node-rank, --dist-init-addr HOST:PORT on every node;
     # ranks >= 1 run the scheduler only (no HTTP server)
@@ -206,16 +207,16 @@ class SglangAdapter(CommandLineAdapter):
                        "length; add --enable-metrics to [sglang.command] others")
         return out
 
-    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
-                  nodes: Sequence[TrialNode] = ()) -> PdLaunch:
+    def render_pd(self, candidate: Candidate, *, ports: Sequence[int], devices: Sequence[str] = (),
+                  workdir: Path | None = None, nodes: Sequence[TrialNode] = ()) -> PdLaunch:
         """Prefill and decode servers (``--disaggregation-mode``, sglang/srt/server_args.py 0.5.23) and the
         router; ``ports`` holds at least ``2 x instances + 1`` free ports (servers, bootstrap, router)."""
-        pd = pd_table(section, self.name)
+        values, fields = candidate.values, candidate.fields
+        pd = pd_table(candidate.section, self.name)
         if pd is None:
             raise EvaluationError("render_pd needs an [sglang.pd] table")
         n_p, n_d = count(pd, "prefill_instances", values), count(pd, "decode_instances", values)
-        inner = without_pd(section)
+        inner = without_pd(candidate.section)
         backend = str(pd.get("transfer_backend", "mooncake"))
         free = list(ports)
         if len(free) < 2 * n_p + n_d + 1:
@@ -224,7 +225,7 @@ class SglangAdapter(CommandLineAdapter):
         for role, n in (("prefill", n_p), ("decode", n_d)):
             role_f = role_fields(fields, role)
             for _ in range(n):
-                spec = self.render(values, role_f, inner, port=free.pop(0), workdir=workdir)
+                spec = self.render(Candidate(values, role_f, inner), port=free.pop(0), workdir=workdir)
                 extra = ["--disaggregation-mode", role, "--disaggregation-transfer-backend", backend]
                 if role == "prefill":
                     boots.append(free.pop(0))

@@ -47,6 +47,7 @@ from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.hccl import check_section as check_hccl
 from msopt.launch.hccl import hccl_env, inherited_note
 from msopt.launch.render import (
+    Candidate,
     LaunchSpec,
     TrialNode,
     check_repeated_flags,
@@ -307,34 +308,35 @@ class VllmAdapter(CommandLineAdapter):
                                   f"(msopt/engines/vllm/flags/vllm-{version}.txt, read from its wheel); remove or "
                                   "rename it in the fields or [vllm.command] others")
 
-    def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-               port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
         """The command line; on ascend with the one ``--additional-config`` JSON item and
         ``HCCL_IF_BASE_PORT`` for this trial's devices."""
+        section = candidate.section
         platform, _ = target(section)
-        plain, extra = self._split(fields)
-        spec = super().render(values, plain, section, port=port, devices=devices, workdir=workdir)
-        spec = replace(spec, argv=spec.argv + _speculative_argv(values, fields, section))
+        plain, extra = self._split(candidate.fields)
+        spec = super().render(replace(candidate, fields=plain), port=port, devices=devices, workdir=workdir)
+        spec = replace(spec, argv=spec.argv + _speculative_argv(candidate))
         if platform != "ascend":
             return spec
         doc = copy.deepcopy(dict(section.get("additional_config", {})))
         for decl in extra:
-            value = value_of(values, decl)
+            value = value_of(candidate.values, decl)
             if value is not None:
                 _set(doc, decl.config_position[len(ADDITIONAL):].split("."), value, decl)
         argv = spec.argv + (("--additional-config", json.dumps(doc, separators=(",", ":"), sort_keys=True))
                             if doc else ())
-        return replace(spec, argv=argv, env=self._hccl_env(spec.env, section, devices, fields))
+        return replace(spec, argv=argv, env=self._hccl_env(spec.env, section, devices, candidate.fields))
 
-    def render_nodes(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                     port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+    def render_nodes(self, candidate: Candidate, *, port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
                      workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
         """As every command-line engine; on ascend each node's HCCL ports follow its own devices."""
-        specs = super().render_nodes(values, fields, section, port=port, nodes=nodes,
-                                     rendezvous_port=rendezvous_port, workdir=workdir, leader_ports=leader_ports)
-        if target(section)[0] != "ascend" or len(nodes) == 1:
+        specs = super().render_nodes(candidate, port=port, nodes=nodes, rendezvous_port=rendezvous_port,
+                                     workdir=workdir, leader_ports=leader_ports)
+        if target(candidate.section)[0] != "ascend" or len(nodes) == 1:
             return specs
-        return [replace(s, env=self._hccl_env(s.env, section, n.devices, fields)) for s, n in zip(specs, nodes)]
+        return [replace(s, env=self._hccl_env(s.env, candidate.section, n.devices, candidate.fields))
+                for s, n in zip(specs, nodes)]
 
     def _hccl_env(self, env: Mapping[str, str], section: Mapping[str, Any], devices: Sequence[str],
                   fields: Sequence[FieldDecl]) -> dict[str, str]:
@@ -522,13 +524,12 @@ def check_installed_speculative_config(argv: Sequence[str], version_text: str) -
     return True, f"every --speculative-config key is a field of the installed vLLM {version}'s SpeculativeConfig"
 
 
-def _speculative_argv(values: Mapping[str, Any], fields: Sequence[FieldDecl],
-                      section: Mapping[str, Any]) -> tuple[str, ...]:
+def _speculative_argv(candidate: Candidate) -> tuple[str, ...]:
     """``("--speculative-config", JSON)`` from ``[vllm.speculative_config]`` and the fields; () without either."""
-    spec = [d for d in fields if d.config_position.startswith(SPECULATIVE)]
-    doc = copy.deepcopy(dict(section.get("speculative_config", {})))
+    spec = [d for d in candidate.fields if d.config_position.startswith(SPECULATIVE)]
+    doc = copy.deepcopy(dict(candidate.section.get("speculative_config", {})))
     for decl in spec:
-        value = value_of(values, decl)
+        value = value_of(candidate.values, decl)
         if value is not None:
             _set(doc, decl.config_position[len(SPECULATIVE):].split("."), value, decl, "speculative_config")
     return ("--speculative-config", json.dumps(doc, separators=(",", ":"), sort_keys=True)) if doc else ()

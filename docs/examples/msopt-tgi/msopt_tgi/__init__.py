@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from msopt.engines import EngineAdapter, LaunchSpec
+from msopt.engines import Candidate, EngineAdapter, LaunchSpec
 from msopt.engines.rules import RenderedCandidate, Rule
 from msopt.launch.render import (
     check_flag_positions,
@@ -110,15 +110,16 @@ class TgiAdapter(EngineAdapter):
         command_table(section, self.name)
         wait_start_time(section, self.name)
 
-    def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-               port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
+        values, section = candidate.values, candidate.section
         cmd = command_table(section, self.name)
         model = substitute(command_str(cmd, "model", "Qwen/Qwen3-8B", self.name), values)
         host = command_str(cmd, "host", "127.0.0.1", self.name)
         argv = executable(cmd, self.default_executable, self.name, values)
         argv += ["--model-id", model, "--hostname", host, "--port", str(int(port))]
-        argv += flag_args(values, fields, negate_enable=False)
+        argv += flag_args(values, candidate.fields, negate_enable=False)
         argv += split_others(cmd.get("others", ""), values, f"[{self.name}.command]")
-        return LaunchSpec(engine=self.name, argv=tuple(argv), env=env_fields(values, fields, section, self.name),
+        return LaunchSpec(engine=self.name, argv=tuple(argv), env=env_fields(candidate, self.name),
                           port=int(port), health_path=self.health_path, host=host, served_model_name=model,
                           model=model, ready_timeout=wait_start_time(section, self.name))
