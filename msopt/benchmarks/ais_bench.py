@@ -81,6 +81,7 @@ from msopt.checks import is_int
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.files import write_atomic
 from msopt.launch.render import (
+    Candidate,
     LaunchSpec,
     check_repeated_flags,
     command_table,
@@ -298,20 +299,12 @@ class AisBench(BenchmarkAdapter):
                 f"{cmd.get('output_len', 256)}, ignore_eos {cmd.get('ignore_eos', True)}, temperature 0.01; "
                 f"{set_here}; to measure your own template file, set model_file"]
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        server: LaunchSpec,
-        num_prompts: int | None,
-        load: Mapping[str, float],
-        result_dir: Path,
-    ) -> tuple[tuple[str, ...], dict[str, str]]:
+    def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
+               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
         """The ``ais_bench`` command line; writes the evaluation's model and dataset configs under
         ``result_dir/ais_bench_configs``; the server address and load also go into the environment."""
-        section = mapped_section(section)
+        values, fields = candidate.values, candidate.fields
+        section = mapped_section(candidate.section)
         where = f"[{self.name}.command]"
         cmd = command_table(section, self.name)
         sv = server_values(server)
@@ -346,7 +339,7 @@ class AisBench(BenchmarkAdapter):
         if datasets is not None:  # a real dataset: keep its first n prompts (the generated one holds exactly n)
             argv += ["--num-prompts", str(n)]
         argv += split_others(cmd.get("others", ""), subst, where)
-        env = {**sv, **env_fields(values, fields, section, self.name)}
+        env = {**sv, **env_fields(Candidate(values, fields, section), self.name)}
         if conc is not None:
             env["MSOPT_CONCURRENCY"] = str(conc)
         if rate is not None:

@@ -13,7 +13,7 @@ from msopt.checks import is_int, is_number
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.logs import exit_report, tail
 from msopt.launch.process import start_process
-from msopt.launch.render import LaunchSpec, format_value, plain
+from msopt.launch.render import Candidate, LaunchSpec, format_value, plain
 from msopt.metrics import METRICS
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
@@ -114,18 +114,10 @@ class BenchmarkAdapter:
     #: benchmark that cannot is refused at load time, naming ``builtin``.
     replays_trace: ClassVar[bool] = False
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        server: LaunchSpec,
-        num_prompts: int | None,
-        load: Mapping[str, float],
-        result_dir: Path,
-    ) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The benchmark's argv and the environment to add."""
+    def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
+               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The benchmark's argv and the environment to add, for the candidate (its values, the fields and the
+        ``[<benchmark>]`` section)."""
         raise NotImplementedError
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
@@ -192,19 +184,8 @@ class BenchmarkAdapter:
         """Raise ConfigError for a ``[<benchmark>]`` section this benchmark cannot run; every
         command runs it at load time (:func:`msopt.run.validate.validate`)."""
 
-    def run(
-        self,
-        server: LaunchSpec,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        num_prompts: int | None,
-        load: Mapping[str, float],
-        result_dir: Path,
-        log_path: Path,
-        timeout: float,
-    ) -> dict[str, float | None]:
+    def run(self, server: LaunchSpec, candidate: Candidate, *, num_prompts: int | None, load: Mapping[str, float],
+            result_dir: Path, log_path: Path, timeout: float) -> dict[str, float | None]:
         """Run the benchmark against ``server`` and return its metrics.
 
         Raises:
@@ -215,8 +196,8 @@ class BenchmarkAdapter:
         # directory, where a relative --result-dir would name a directory inside itself
         result_dir, log_path = Path(result_dir).absolute(), Path(log_path).absolute()
         result_dir.mkdir(parents=True, exist_ok=True)
-        argv, env = self.render(values, fields, section, server=server, num_prompts=num_prompts,
-                                load=load, result_dir=result_dir)
+        argv, env = self.render(candidate, server=server, num_prompts=num_prompts, load=load,
+                                result_dir=result_dir)
         with start_process(argv, env, log_path, cwd=result_dir) as proc:
             code = proc.wait(timeout)
             if code is None:

@@ -42,7 +42,7 @@ from msopt.benchmarks.failures import HttpError, failure_cause, failure_metrics
 from msopt.checks import is_int, is_number
 from msopt.config import thaw
 from msopt.errors import ConfigError, EvaluationError
-from msopt.launch.render import LaunchSpec, env_fields
+from msopt.launch.render import Candidate, LaunchSpec, env_fields
 from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_PREFIX,
@@ -491,24 +491,16 @@ class BuiltinBenchmark(BenchmarkAdapter):
         """``[builtin] seed`` (default 0) moved ``offset`` on: it seeds the synthetic prompts."""
         return {**section, "seed": int(section.get("seed", 0)) + offset} if offset else section
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        server: LaunchSpec,
-        num_prompts: int | None,
-        load: Mapping[str, float],
-        result_dir: Path,
-    ) -> tuple[tuple[str, ...], dict[str, str]]:
+    def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
+               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
         """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``)."""
+        values, fields, section = candidate.values, candidate.fields, candidate.section
         p = params_from_section(section, server, values, fields, num_prompts, load)
         params = asdict(p)
         params["request_rate"] = p.request_rate if math.isfinite(p.request_rate) else "inf"
         params["result_dir"] = str(result_dir)
         return ((sys.executable, "-m", "msopt.benchmarks", json.dumps(params)),
-                env_fields(values, fields, section, self.name))
+                env_fields(candidate, self.name))
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
         """Read ``builtin_result.json``."""
@@ -521,20 +513,10 @@ class BuiltinBenchmark(BenchmarkAdapter):
         except (OSError, json.JSONDecodeError) as exc:
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
-    def run(
-        self,
-        server: LaunchSpec,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        num_prompts: int | None,
-        load: Mapping[str, float],
-        result_dir: Path,
-        log_path: Path,
-        timeout: float,
-    ) -> dict[str, float | None]:
+    def run(self, server: LaunchSpec, candidate: Candidate, *, num_prompts: int | None, load: Mapping[str, float],
+            result_dir: Path, log_path: Path, timeout: float) -> dict[str, float | None]:
         """Run the load in this process; a timeout is an EvaluationError."""
+        values, fields, section = candidate.values, candidate.fields, candidate.section
         p = params_from_section(section, server, values, fields, num_prompts, load)
         result_dir = Path(result_dir)
         log_path = Path(log_path)

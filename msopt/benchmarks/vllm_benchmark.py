@@ -34,6 +34,7 @@ from msopt.benchmarks.engine_metrics import cache_report, read_counters, spec_re
 from msopt.checks import is_number
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.render import (
+    Candidate,
     LaunchSpec,
     check_repeated_flags,
     command_str,
@@ -127,18 +128,10 @@ class VllmBenchmark(BenchmarkAdapter):
                                   f"remove {key} (a trace replays through vllm bench serve's timed_trace)")
         check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        server: LaunchSpec,
-        num_prompts: int | None,
-        load: Mapping[str, float],
-        result_dir: Path,
-    ) -> tuple[tuple[str, ...], dict[str, str]]:
+    def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
+               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
         """The ``vllm bench serve`` command line and the env fields."""
+        values, fields, section = candidate.values, candidate.fields, candidate.section
         where = f"[{self.name}.command]"
         cmd = command_table(section, self.name)
         sv = server_values(server)
@@ -171,17 +164,16 @@ class VllmBenchmark(BenchmarkAdapter):
         argv += ["--save-result", "--result-dir", str(result_dir), "--result-filename", RESULT_FILE]
         argv += PERCENTILE_ARGS
         argv += split_others(cmd.get("others", ""), subst, where)
-        env = env_fields(values, fields, section, self.name)
+        env = env_fields(candidate, self.name)
         return tuple(argv), env
 
-    def run(self, server: LaunchSpec, values: Mapping[str, Any], fields: Sequence[FieldDecl],
-            section: Mapping[str, Any], **kwargs: Any) -> dict[str, float | None]:
+    def run(self, server: LaunchSpec, candidate: Candidate, **kwargs: Any) -> dict[str, float | None]:
         """Run ``vllm bench serve`` (:meth:`BenchmarkAdapter.run`), reading the server's prefix-cache
         counters before and after (:mod:`msopt.benchmarks.engine_metrics`): their increase is the
         measurement's ``prefix_cache_hit_rate``, reported where the server counts anything, and with
         speculative decoding its ``spec_accept_len`` (the mean acceptance length)."""
         before = read_counters(server.base_url, engine=server.engine)
-        metrics = super().run(server, values, fields, section, **kwargs)
+        metrics = super().run(server, candidate, **kwargs)
         after = read_counters(server.base_url, engine=server.engine)
         rate = cache_report(before, after)[PREFIX_CACHE_HIT_RATE]
         if rate is not None:

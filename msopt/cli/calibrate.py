@@ -25,6 +25,7 @@ from msopt.checks import is_finite
 from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, MsoptError
+from msopt.launch.render import Candidate
 from msopt.prior.source import user_set
 from msopt.run.store import CONFIG, JOURNAL, RunStore, atomic_write
 from msopt.run.validate import load
@@ -123,12 +124,12 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
                 continue
             if not (is_finite(ttft) and is_finite(tpot) and is_finite(speed) and min(ttft, tpot, speed) > 0):
                 continue
-            spec = adapter.render(r.values, config.engine.fields, config.engine.section.table, port=0,
+            spec = adapter.render(Candidate(r.values, config.engine.fields, config.engine.section.table), port=0,
                                   devices=list(r.devices), workdir=Path(tmp))
             knobs = knobs_from_launch(spec, adapter.sim_personality)
             if engine is not None and knobs.engine != engine:
                 continue
-            argv, _ = bench.render(r.values, config.engine.fields, config.benchmark.table, server=spec,
+            argv, _ = bench.render(Candidate(r.values, config.engine.fields, config.benchmark.table), server=spec,
                                    num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp))
             # what the run sent, as the simulated path simulates it (msopt.evaluate.simulated): the
             # evaluation's own request count and load (a capacity probe's rate), whatever the benchmark's

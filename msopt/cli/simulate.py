@@ -20,6 +20,7 @@ from pathlib import Path
 from msopt.engines import get_engine
 from msopt.evaluate.evaluator import Evaluator
 from msopt.evaluate.results import EvalRequest
+from msopt.launch.render import Candidate
 from msopt.metrics import fitness_text
 from msopt.run.validate import load_installed
 from msopt.sim.simulator import cache_block, launch_assumptions
@@ -151,7 +152,8 @@ def _assumed(config: Config, values: Any) -> list[str]:
     if adapter.is_disaggregated(section):
         return []
     with tempfile.TemporaryDirectory() as tmp:
-        spec = adapter.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
+        spec = adapter.render(Candidate(dict(values), config.engine.fields, section), port=0, devices=[],
+                              workdir=Path(tmp))
     return launch_assumptions(spec, config.simulator.table, adapter.sim_personality)
 
 
@@ -165,7 +167,8 @@ def cache_block_line(config: Config, space: SearchSpace, trace_block: int) -> st
         return None
     values = space.decode(space.encode({})).values
     with tempfile.TemporaryDirectory() as tmp:
-        spec = adapter.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
+        spec = adapter.render(Candidate(dict(values), config.engine.fields, section), port=0, devices=[],
+                              workdir=Path(tmp))
     size, why = cache_block(spec, config.simulator.table, adapter.sim_personality)
     line = f"the simulated prefix cache keeps {size}-token KV blocks ({why})"
     if size != trace_block:

@@ -10,7 +10,7 @@ from msopt.engines import mindie as _mindie  # noqa: F401  (registers "mindie")
 from msopt.engines import sglang as _sglang  # noqa: F401  (registers "sglang")
 from msopt.engines import vllm as _vllm  # noqa: F401  (registers "vllm")
 from msopt.engines.base import ENGINES, EngineAdapter
-from msopt.launch.render import LaunchSpec
+from msopt.launch.render import Candidate, LaunchSpec
 
 
 def get_engine(name: str) -> EngineAdapter:
@@ -18,4 +18,4 @@ def get_engine(name: str) -> EngineAdapter:
     return ENGINES.get(name)()
 
 
-__all__ = ["ENGINES", "EngineAdapter", "LaunchSpec", "get_engine"]
+__all__ = ["ENGINES", "Candidate", "EngineAdapter", "LaunchSpec", "get_engine"]

@@ -15,7 +15,7 @@ from msopt.engines.init_doc import InitContext
 from msopt.engines.pd import PdLaunch
 from msopt.engines.rules import Advisory, Rule
 from msopt.errors import ConfigError, EvaluationError
-from msopt.launch.render import DEFAULT_STOP_GRACE, LaunchSpec, TrialNode, valid_port
+from msopt.launch.render import DEFAULT_STOP_GRACE, Candidate, LaunchSpec, TrialNode, valid_port
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 class EngineAdapter:
     """Base of the engine adapters; one instance per engine, stateless.
 
-    ``render`` turns every field's value into a :class:`LaunchSpec`: fields whose
+    ``render`` turns a :class:`~msopt.launch.render.Candidate` (every field's value, the fields, the
+    ``[<engine>]`` section) into a :class:`LaunchSpec`: fields whose
     ``config_position`` is ``env`` become environment variables (and ``$NAME`` substitutions in
     the ``[<engine>.command]`` items), flag positions (``--x``) become argv items, dotted paths
     go into the engine's JSON config where the engine has one.
@@ -132,31 +133,13 @@ class EngineAdapter:
         config.json); None: the generic reason."""
         return None
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        port: int,
-        devices: Sequence[str] = (),
-        workdir: Path | None = None,
-    ) -> LaunchSpec:
-        """Render the launch of one server with these values."""
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
+        """Render the launch of one server with the candidate's values."""
         raise NotImplementedError
 
-    def render_nodes(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        port: int,
-        nodes: Sequence[TrialNode],
-        rendezvous_port: int,
-        workdir: Path | None = None,
-        leader_ports: Sequence[int] = (),
-    ) -> list[LaunchSpec]:
+    def render_nodes(self, candidate: Candidate, *, port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+                     workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
         """Render one launch per node of a trial (``nodes[0]`` is the leader, whose server the
         benchmark talks to); with one node this is ``[render(...)]``.
 
@@ -169,14 +152,12 @@ class EngineAdapter:
                 the nodes.
         """
         if len(nodes) == 1:
-            return [self.render(values, fields, section, port=port, devices=list(nodes[0].devices),
-                                workdir=workdir)]
+            return [self.render(candidate, port=port, devices=list(nodes[0].devices), workdir=workdir)]
         raise EvaluationError(f"engine {self.name!r} has no multi-node launch; a trial of {len(nodes)} nodes "
                               "needs vllm, sglang or mindie (or lower [cluster] devices_per_trial)")
 
-    def render_pd(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                  ports: Sequence[int], devices: Sequence[str] = (), workdir: Path | None = None,
-                  nodes: Sequence[TrialNode] = ()) -> PdLaunch:
+    def render_pd(self, candidate: Candidate, *, ports: Sequence[int], devices: Sequence[str] = (),
+                  workdir: Path | None = None, nodes: Sequence[TrialNode] = ()) -> PdLaunch:
         """Render a prefill/decode-disaggregated trial when :meth:`is_disaggregated`; its instances are
         placed on ``nodes`` when the trial spans nodes.
 
@@ -224,22 +205,20 @@ class EngineAdapter:
         value = cmd.get("model", "") if isinstance(cmd, Mapping) else ""
         return value if isinstance(value, str) else ""
 
-    def server_key(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-                   load_fields: frozenset[str] = frozenset()) -> str | None:
-        """What identifies the server ``values`` start: a digest of the rendered launch (argv,
+    def server_key(self, candidate: Candidate, *, load_fields: frozenset[str] = frozenset()) -> str | None:
+        """What identifies the server the candidate starts: a digest of the rendered launch (argv,
         environment, edited files' content) at a fixed port and work directory, without the
         ``env`` fields named in ``load_fields`` (the benchmark's load, which the server never
         reads). Two evaluations with the same key can share one running server.
 
         None where a launch is not one server on one node (a ``pd`` table) or cannot be rendered
-        from these values: such an evaluation always starts its own.
+        from the candidate: such an evaluation always starts its own.
         """
-        if self.is_disaggregated(section):
+        if self.is_disaggregated(candidate.section):
             return None
-        load = {f.name for f in fields if f.config_position == "env" and f.name in load_fields}
+        load = {f.name for f in candidate.fields if f.config_position == "env" and f.name in load_fields}
         try:
-            spec = self.render(values, fields, section, port=self.launch_port(section),
-                               workdir=Path("/msopt-server-key"))
+            spec = self.render(candidate, port=self.launch_port(candidate.section), workdir=Path("/msopt-server-key"))
         except (EvaluationError, ConfigError):
             return None
         env = {str(k): str(v) for k, v in spec.env.items() if k not in load}

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from msopt.engines.base import EngineAdapter
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.render import (
+    Candidate,
     LaunchSpec,
     TrialNode,
     check_flag_positions,
@@ -92,18 +93,11 @@ class CommandLineAdapter(EngineAdapter):
         check_repeated_flags(self.owned_flags(fields, section), cmd.get("others", ""),
                              f"[{self.name}.command] 'others'", self.aliases)
 
-    def render(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        port: int,
-        devices: Sequence[str] = (),
-        workdir: Path | None = None,
-    ) -> LaunchSpec:
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
         """Render the server's command line; ``devices`` are inherited from the actor's env."""
-        self.check(fields, section)
+        values, section = candidate.values, candidate.section
+        self.check(candidate.fields, section)
         cmd = command_table(section, self.name)
         model = expand_home(substitute(command_str(cmd, "model", self.default_model, self.name), values))
         name = substitute(command_str(cmd, "served_model_name", self.default_served_model_name,
@@ -112,13 +106,13 @@ class CommandLineAdapter(EngineAdapter):
         argv = executable(cmd, self.default_executable, self.name, values)
         argv += self.model_args(argv, model)
         argv += ["--host", host, "--port", str(int(port)), "--served-model-name", name]
-        argv += flag_args(values, fields, negate_enable=self.negate_enable)
+        argv += flag_args(values, candidate.fields, negate_enable=self.negate_enable)
         argv += split_others(cmd.get("others", ""), values, f"[{self.name}.command]")
         health = section.get("health_path", self.health_path)
         return LaunchSpec(
             engine=self.name,
             argv=tuple(argv),
-            env=env_fields(values, fields, section, self.name),
+            env=env_fields(candidate, self.name),
             port=int(port),
             health_path=str(health),
             host=host,
@@ -136,20 +130,10 @@ class CommandLineAdapter(EngineAdapter):
         """The arguments that place one node's server in a multi-node instance."""
         raise EvaluationError(f"engine {self.name!r} has no multi-node launch")
 
-    def render_nodes(
-        self,
-        values: Mapping[str, Any],
-        fields: Sequence[FieldDecl],
-        section: Mapping[str, Any],
-        *,
-        port: int,
-        nodes: Sequence[TrialNode],
-        rendezvous_port: int,
-        workdir: Path | None = None,
-        leader_ports: Sequence[int] = (),
-    ) -> list[LaunchSpec]:
+    def render_nodes(self, candidate: Candidate, *, port: int, nodes: Sequence[TrialNode], rendezvous_port: int,
+                     workdir: Path | None = None, leader_ports: Sequence[int] = ()) -> list[LaunchSpec]:
         """The same command line on every node plus that node's placement arguments."""
-        base = self.render(values, fields, section, port=port, devices=list(nodes[0].devices), workdir=workdir)
+        base = self.render(candidate, port=port, devices=list(nodes[0].devices), workdir=workdir)
         if len(nodes) == 1:
             return [base]
         clash = [a.split("=", 1)[0] for a in base.argv if a.split("=", 1)[0] in self.node_flags]

@@ -39,6 +39,7 @@ from msopt.launch.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.launch.logs import tail_text
 from msopt.launch.ports import PortLease
 from msopt.launch.process import ManagedProcess, launched, wait_ready
+from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
 
 
@@ -159,7 +160,7 @@ class RealRunner(EngineRunner):
         try:
             try:
                 metrics = self.benchmark.run(
-                    kept.spec, values, self.config.engine.fields, section, num_prompts=req.num_prompts,
+                    kept.spec, Candidate(values, self.config.engine.fields, section), num_prompts=req.num_prompts,
                     load=req.load, result_dir=workdir / "result", log_path=bench_log,
                     timeout=self.config.run.particles_time_out)
             finally:
@@ -224,8 +225,9 @@ class RealRunner(EngineRunner):
         timeout = config.run.particles_time_out
         more = self.engine.leader_ports if len(nodes) > 1 else 0
         extra = {"leader_ports": [lease.take() for _ in range(more)]} if more else {}
-        specs = self.engine.render_nodes(values, config.engine.fields, self.engine_section, port=lease.take(),
-                                         nodes=nodes, rendezvous_port=lease.take(), workdir=workdir, **extra)
+        specs = self.engine.render_nodes(Candidate(values, config.engine.fields, self.engine_section),
+                                         port=lease.take(), nodes=nodes, rendezvous_port=lease.take(), workdir=workdir,
+                                         **extra)
         specs = self.plan_ports(specs)
         spec = specs[0]
         check_rules(spec, values, self.engine_section, rules=self.engine.startup_rules)
@@ -250,7 +252,7 @@ class RealRunner(EngineRunner):
             self._followers_ok(launcher)
             try:
                 metrics = self.benchmark.run(
-                    spec, values, config.engine.fields, config.benchmark.table,
+                    spec, Candidate(values, config.engine.fields, config.benchmark.table),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout)
             finally:
@@ -283,7 +285,7 @@ class RealRunner(EngineRunner):
         if len(self.ctx.nodes) > 1:
             raise EvaluationError("a disaggregated trial over several nodes runs simulated only in msopt today; "
                                   "keep [cluster] devices_per_trial within one node for a real PD run")
-        launch = self.engine.render_pd(values, config.engine.fields, self.engine_section,
+        launch = self.engine.render_pd(Candidate(values, config.engine.fields, self.engine_section),
                                        ports=_pd_ports(lease), devices=list(self.ctx.devices),
                                        workdir=workdir)
         launch = launch.with_instances(self.plan_ports(launch.instances))
@@ -310,7 +312,7 @@ class RealRunner(EngineRunner):
                 router = stack.enter_context(launched(launch.router, server_log, cwd=workdir, registry=reg))
                 before = decode_counters(launch.decode)
                 metrics = self.benchmark.run(
-                    launch.router, values, config.engine.fields, config.benchmark.table,
+                    launch.router, Candidate(values, config.engine.fields, config.benchmark.table),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout)
                 # the benchmark read the router's /metrics, which has no draft counters: the decode servers do

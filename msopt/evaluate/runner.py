@@ -21,7 +21,7 @@ from msopt.evaluate.backup import write_backup
 from msopt.evaluate.results import EvalRequest
 from msopt.launch.hccl import HOST_RANGE, NPU_RANGE, VARIABLES, NodeFacts, plan_specs
 from msopt.launch.process import ProcessRegistry
-from msopt.launch.render import LaunchSpec, TrialNode
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode
 
 
 class NodeLauncher(Protocol):
@@ -84,7 +84,7 @@ def server_key(config: Config, engine: EngineAdapter, values: Mapping[str, Any])
     if not config.cluster.reuse_servers:
         return None
     bench = get_benchmark(config.run.benchmark)
-    return engine.server_key(values, config.engine.fields, config.engine.section.table,
+    return engine.server_key(Candidate(values, config.engine.fields, config.engine.section.table),
                              load_fields=bench.load_fields(config.engine.fields))
 
 

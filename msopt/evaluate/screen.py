@@ -11,12 +11,12 @@ from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.engines.base import EngineAdapter
 from msopt.engines.pd import PdLaunch, without_pd
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule, model_facts
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule, model_facts
 from msopt.errors import EvaluationError, MsoptError
 from msopt.evaluate.results import values_key as _key
 from msopt.evaluate.simulated import SimulatorSetup, explicit_devices, render_pd_trial, simulated_devices_per_node
 from msopt.launch.placement import virtual_nodes
-from msopt.launch.render import LaunchSpec, TrialNode
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode
 from msopt.sim import load_model
 
 __all__ = ["CandidateScreen", "LayoutError", "pd_launch"]
@@ -66,9 +66,9 @@ class CandidateScreen:
         try:
             out = None
             for spec, section in self._instances(values):
-                cand = Candidate(spec, dict(values), section,
-                                 self.model if self.model is not None else model_facts(spec.model),
-                                 _AnyEnvironment(spec.env))
+                cand = RenderedCandidate(spec, dict(values), section,
+                                         self.model if self.model is not None else model_facts(spec.model),
+                                         _AnyEnvironment(spec.env))
                 hit = broken_rule(cand, self.engine.startup_rules)
                 if hit is not None:
                     rule, message = hit
@@ -92,7 +92,7 @@ class CandidateScreen:
                 known here, so no launch is spent on it.
         """
         if not self.engine.is_disaggregated(self.section):
-            return [(self.engine.render(values, self.config.engine.fields, self.section, port=0,
+            return [(self.engine.render(Candidate(values, self.config.engine.fields, self.section), port=0,
                                         devices=list(self.devices), workdir=None), self.section)]
         launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
         inner = without_pd(self.section)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
 from msopt.launch.hccl import NodeFacts
 from msopt.launch.placement import virtual_nodes
-from msopt.launch.render import LaunchSpec, TrialNode
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode
 from msopt.metrics import (
     CONTEXT_LIMIT,
     FAILED_REFUSED,
@@ -51,7 +51,7 @@ from msopt.registry import close_matches
 from msopt.sim import load_hardware, load_model, simulate_launch, workload_from_mapping
 from msopt.sim.catalog_parts import catalog_part
 from msopt.sim.catalog_types import DTYPE_BYTES, Hardware
-from msopt.sim.simulator import SIM_KEYS, simulate_disaggregated
+from msopt.sim.simulator import simulate_disaggregated
 from msopt.space.fields import FieldDecl
 
 #: ``[simulator]``'s keys besides its ``workload`` table, each declared once in :mod:`msopt.config.keys`.
@@ -338,8 +338,8 @@ class SimRunner(EngineRunner):
         if self.engine.is_disaggregated(self.engine_section):
             return self._measure_pd(values, req, attempt)
         nodes = self.ctx.nodes or self.virtual or self.ctx.placement
-        specs = self.engine.render_nodes(values, self.config.engine.fields, self.engine_section, port=0, nodes=nodes,
-                                         rendezvous_port=0, workdir=self.ctx.run_dir)
+        specs = self.engine.render_nodes(Candidate(values, self.config.engine.fields, self.engine_section), port=0,
+                                         nodes=nodes, rendezvous_port=0, workdir=self.ctx.run_dir)
         specs = self.plan_ports(specs)
         spec = specs[0]
         self.last_server = None
@@ -405,6 +405,6 @@ def render_pd_trial(engine: EngineAdapter, values: Mapping[str, Any], config: Co
         EvaluationError: the layout needs more devices than the trial holds, or cannot be rendered.
     """
     default = config.cluster.trial.device_ids()
-    return engine.render_pd(values, config.engine.fields, section, ports=[0] * 1024, devices=list(devices) or default,
-                            workdir=workdir, nodes=nodes)
+    return engine.render_pd(Candidate(values, config.engine.fields, section), ports=[0] * 1024,
+                            devices=list(devices) or default, workdir=workdir, nodes=nodes)
 

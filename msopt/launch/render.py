@@ -1,8 +1,8 @@
-"""What a launch is, and the helpers every engine adapter renders one with: :class:`LaunchSpec`,
-:class:`TrialNode`, the ``[<engine>.command]`` readers, flag and environment rendering, and the checks
-of a section every adapter shares. It sits below the adapters (:mod:`msopt.engines.base`), the start-up
-rules (:mod:`msopt.engines.rules`) and the disaggregated launch (:mod:`msopt.engines.pd`), which all
-build on it."""
+"""What a launch is, what it is rendered from, and the helpers every engine adapter renders one with:
+:class:`LaunchSpec`, :class:`Candidate`, :class:`TrialNode`, the ``[<engine>.command]`` readers, flag and
+environment rendering, and the checks of a section every adapter shares. It sits below the adapters
+(:mod:`msopt.engines.base`, :mod:`msopt.benchmarks.base`), the start-up rules (:mod:`msopt.engines.rules`)
+and the disaggregated launch (:mod:`msopt.engines.pd`), which all build on it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from msopt.checks import is_number
@@ -72,6 +73,23 @@ class LaunchSpec:
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate configuration as an adapter renders it: the engine's launch
+    (:meth:`msopt.engines.base.EngineAdapter.render`) or the benchmark's command
+    (:meth:`msopt.benchmarks.base.BenchmarkAdapter.render`).
+
+    Attributes:
+        values: every field's decoded value by field name, derived ones included.
+        fields: the field declarations (``[[<engine>.target_field]]``) the values belong to.
+        section: the adapter's own configuration table (``[<engine>]`` or ``[<benchmark>]``).
+    """
+
+    values: Mapping[str, Any]
+    fields: Sequence[FieldDecl] = ()
+    section: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -225,18 +243,17 @@ def value_of(values: Mapping[str, Any], decl: FieldDecl) -> Any:
                               "before rendering") from None
 
 
-def env_fields(values: Mapping[str, Any], fields: Sequence[FieldDecl],
-               section: Mapping[str, Any], engine: str) -> dict[str, str]:
+def env_fields(candidate: Candidate, engine: str) -> dict[str, str]:
     """Environment of the launch: the section's ``env`` table, then every ``env`` field (None: unset)."""
     env: dict[str, str] = {}
-    extra = section.get("env", {})
+    extra = candidate.section.get("env", {})
     if not isinstance(extra, Mapping):
         raise ConfigError(f"[{engine}] 'env' must be a table of NAME = value; write [{engine}.env]")
     for k, v in extra.items():
-        env[str(k)] = substitute(format_value(v), values)
-    for decl in fields:
+        env[str(k)] = substitute(format_value(v), candidate.values)
+    for decl in candidate.fields:
         if decl.config_position == "env":
-            value = value_of(values, decl)
+            value = value_of(candidate.values, decl)
             if value is not None:  # an undetermined derived value: leave the variable unset
                 env[decl.name] = format_value(value)
     return env

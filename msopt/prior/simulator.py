@@ -33,6 +33,7 @@ from msopt.evaluate.simulated import (
     simulated_devices_per_node,
 )
 from msopt.launch.placement import virtual_nodes
+from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.prior.accept import MeasuredAccepts
 from msopt.prior.correction import CORRECT_ROWS, correction_record
@@ -213,7 +214,7 @@ class SimulatorPrior:
                                      spec_accept_len=self._knobs(knobs_from_launch(
                                          launch.decode[0], self.engine.sim_personality)).spec_accept_len)
             else:
-                spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
+                spec = self.engine.render(Candidate(values, self.config.engine.fields, self.section), port=0,
                                           devices=list(self.devices), workdir=None)
                 knobs = self._knobs(knobs_from_launch(spec, self.engine.sim_personality))
                 res = simulate_memo(self._sims, knobs, self.hardware, self.model_spec, wl, **dtypes)
@@ -259,8 +260,8 @@ class SimulatorPrior:
             if self.disaggregated:
                 launch = pd_launch(self.engine, values, self.config, self.section, self.devices, self.nodes)
                 return knobs_from_launch(launch.decode[0], self.engine.sim_personality)
-            return knobs_from_launch(self.engine.render(values, self.config.engine.fields, self.section, port=0,
-                                                        devices=list(self.devices), workdir=None),
+            candidate = Candidate(values, self.config.engine.fields, self.section)
+            return knobs_from_launch(self.engine.render(candidate, port=0, devices=list(self.devices), workdir=None),
                                      self.engine.sim_personality)
         except MsoptError:
             return None
@@ -395,7 +396,7 @@ class SimulatorPrior:
         out = []
         for values, ttft, tpot, speed in rows:
             try:
-                spec = self.engine.render(values, self.config.engine.fields, self.section, port=0,
+                spec = self.engine.render(Candidate(values, self.config.engine.fields, self.section), port=0,
                                           devices=list(self.devices), workdir=None)
                 knobs = self._knobs(knobs_from_launch(spec, self.engine.sim_personality))
                 wl = self._workload_of(values)

@@ -21,7 +21,7 @@ from msopt.evaluate.runner import RunnerContext
 from msopt.evaluate.simulated import SimRunner, explicit_devices, simulated_devices_per_node
 from msopt.launch.hccl import VARIABLES, node_facts, plan_specs
 from msopt.launch.placement import planned_nodes
-from msopt.launch.render import LaunchSpec
+from msopt.launch.render import Candidate, LaunchSpec
 from msopt.metrics import fitness_text
 from msopt.report.data import BEST_COMMAND_JSON, BEST_COMMAND_SH, BEST_CONFIG_JSON, RunData
 from msopt.run.store import atomic_write, dumps
@@ -116,8 +116,9 @@ def _export_nodes(config: Config, values: Mapping[str, Any], out: Path, port: in
     if not nodes:
         return []
     adapter = get_engine(engine)
-    specs = planned(config, adapter.render_nodes(values, config.engine.fields, section, port=port, nodes=nodes,
-                                                 rendezvous_port=EXPORT_RENDEZVOUS_PORT, workdir=Path(".")))
+    specs = planned(config, adapter.render_nodes(Candidate(values, config.engine.fields, section), port=port,
+                                                 nodes=nodes, rendezvous_port=EXPORT_RENDEZVOUS_PORT,
+                                                 workdir=Path(".")))
     names = [n.address for n in nodes if n.address.startswith("NODE")]
     written: list[Path] = []
     record_nodes = []
@@ -211,13 +212,13 @@ def _export_pd(config: Config, values: Mapping[str, Any], out: Path, port: int, 
     names = [n.address for n in nodes]
     # the router on the launch port, instances on the ports after it, bootstrap ports after those
     ports = [port + 1 + i for i in range(256)]
-    launch = get_engine(engine).render_pd(values, config.engine.fields, section, ports=[*ports[:-1], port],
-                                          devices=devices, workdir=Path("."), nodes=nodes)
+    candidate = Candidate(values, config.engine.fields, section)
+    launch = get_engine(engine).render_pd(candidate, ports=[*ports[:-1], port], devices=devices, workdir=Path("."),
+                                          nodes=nodes)
     n = len(launch.prefill) + len(launch.decode)
     if launch.router.port != port:  # the router takes the first port left: give it the launch port
         ports = [port + 1 + i for i in range(n + len(launch.prefill))] + [port]
-        launch = get_engine(engine).render_pd(values, config.engine.fields, section, ports=ports, devices=devices,
-                                              workdir=Path("."), nodes=nodes)
+        launch = get_engine(engine).render_pd(candidate, ports=ports, devices=devices, workdir=Path("."), nodes=nodes)
     launch = launch.with_instances(planned(config, launch.instances))  # the HCCL port plan, as a trial's
     notes = [*head, f"prefill/decode disaggregated: {len(launch.prefill)} prefill + {len(launch.decode)} decode "
              f"instance(s) and the router on port {launch.router.port}"]
@@ -280,7 +281,8 @@ def export_best(config: Config, values: Mapping[str, Any], run_dir: str | Path, 
     multi = _export_pd(config, values, out, port, head) or _export_nodes(config, values, out, port, head)
     if multi:  # a trial spans nodes: one script (and config) per node, node 0's under the usual names
         return multi
-    (spec,) = planned(config, [adapter.render(values, config.engine.fields, config.engine.section.table, port=port)])
+    candidate = Candidate(values, config.engine.fields, config.engine.section.table)
+    (spec,) = planned(config, [adapter.render(candidate, port=port)])
     argv = [str(a) for a in spec.argv]
     env, load = server_env(spec.env)
     written: list[Path] = []

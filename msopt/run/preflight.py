@@ -31,7 +31,7 @@ from msopt.launch.hccl import VARIABLES, in_force, node_facts, plan_specs, range
 from msopt.launch.hccn import read_device_ips
 from msopt.launch.placement import split_trial
 from msopt.launch.ports import port_free
-from msopt.launch.render import LaunchSpec, flag_name
+from msopt.launch.render import Candidate, LaunchSpec, flag_name
 from msopt.sim.detect import detect_devices, hardware_for
 from msopt.space import SearchSpace
 
@@ -76,7 +76,8 @@ def sample_launch(config: Config, section: Mapping[str, Any],
     """The baseline candidate (every field at its default) rendered as a trial on ``devices`` would be."""
     space = SearchSpace(config.engine.fields)
     values = dict(space.decode(space.default_position()).values)
-    spec = get_engine(config.engine.name).render(values, config.engine.fields, section, port=0, devices=devices)
+    spec = get_engine(config.engine.name).render(Candidate(values, config.engine.fields, section), port=0,
+                                                 devices=devices)
     return spec, values
 
 

@@ -36,7 +36,7 @@ from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
 from msopt.evaluate.workload import WorkloadConfig, workload_config
-from msopt.launch.render import check_launch
+from msopt.launch.render import Candidate, check_launch
 from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
 from msopt.run.store import TAIL_COLUMNS
@@ -268,7 +268,8 @@ def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, tr
     try:
         values = space.decode(space.encode({})).values
         with tempfile.TemporaryDirectory() as tmp:
-            spec = engine.render(dict(values), config.engine.fields, section, port=0, devices=[], workdir=Path(tmp))
+            spec = engine.render(Candidate(dict(values), config.engine.fields, section), port=0, devices=[],
+                                 workdir=Path(tmp))
         found = context_limit(spec, config.simulator.table if config.run.simulate else None, engine.sim_personality)
     except MsoptError:  # a launch only the real engine can read: its own start-up says
         return None

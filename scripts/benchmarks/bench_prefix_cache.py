@@ -42,6 +42,7 @@ from msopt.engines.vllm.knobs import vllm_launch_knobs  # noqa: E402
 from msopt.errors import ConfigError, EvaluationError  # noqa: E402
 from msopt.launch.ports import free_port  # noqa: E402
 from msopt.launch.process import start_process, wait_ready  # noqa: E402
+from msopt.launch.render import Candidate  # noqa: E402
 from msopt.sim import simulate  # noqa: E402
 from msopt.workload.replay import open_window  # noqa: E402
 
@@ -111,7 +112,8 @@ def real_run(inst: ModuleType, extra: Sequence[str], table: Mapping[str, Any], n
         t0 = time.monotonic()
         wait_ready("127.0.0.1", port, "/health", 600, proc, interval=0.5)
         ready = time.monotonic() - t0
-        m = get_benchmark("builtin").run(spec, {}, [], {"trace": dict(table), "seed": 0}, num_prompts=n, load={},
+        m = get_benchmark("builtin").run(spec, Candidate({}, [], {"trace": dict(table), "seed": 0}),
+                                         num_prompts=n, load={},
                                          result_dir=work / f"bench-{name}", log_path=work / f"bench-{name}.log",
                                          timeout=timeout)
     summary = json.loads((work / f"bench-{name}" / "builtin_result.json").read_text(encoding="utf-8"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from msopt.launch.render import Candidate
 from tests.launch.test_device_ips import FAKE_HCCN
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def test_node_agents_read_their_own_physical_npus(ray_session, tmp_path: Path) -
             # keyed by the physical ids Ray gave this actor: hccn_tool -i N for N in its devices
             assert dict(ips) == {d: f"192.168.0.{int(d) + 10}" for d in info["devices"]}
             nodes.append(TrialNode(rank, f"10.0.0.{rank + 1}", tuple(info["devices"]), device_ips=ips, ip_error=error))
-        specs = get_engine("mindie").render_nodes({}, [], {}, port=1025, nodes=nodes, rendezvous_port=29555,
+        specs = get_engine("mindie").render_nodes(Candidate({}, [], {}), port=1025, nodes=nodes, rendezvous_port=29555,
                                                   workdir=tmp_path)
         table = specs[0].files[str(tmp_path / "rank_table_file.json")]
         for node, server in zip(nodes, table["server_list"]):

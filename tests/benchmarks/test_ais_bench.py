@@ -24,6 +24,7 @@ from msopt.benchmarks.ais_bench_configs import DATASET_NAME, MODEL_NAME
 from msopt.config import load_settings, split
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError
+from msopt.launch.render import Candidate
 from msopt.run.validate import validate
 from msopt.space.fields import FieldDecl, parse_field
 
@@ -54,7 +55,7 @@ def ais_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, type]]:
 
 def render(section: Mapping[str, Any], tmp_path: Path, server: LaunchSpec, *, n: int | None = 64,
            load: Mapping[str, float] | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
-    return get_benchmark("ais_bench").render({"CONCURRENCY": 32}, [decl("CONCURRENCY")], section, server=server,
+    return get_benchmark("ais_bench").render(Candidate({"CONCURRENCY": 32}, [decl("CONCURRENCY")], section), server=server,
                                              num_prompts=n, load=load or {}, result_dir=tmp_path)
 
 
@@ -148,11 +149,11 @@ def test_model_table_overrides_and_strange_values_stay_literals(ais_names, tmp_p
 def test_users_own_configs_are_named_and_num_prompts_slices_them(server_spec, tmp_path) -> None:
     section = {"command": {"models": "my_vllm_model", "datasets": ["gsm8k_gen"], "num_prompts": 3000,
                            "others": "--num-warmups 0"}}
-    argv, _ = get_benchmark("ais_bench").render({}, [], section, server=server_spec, num_prompts=None, load={},
+    argv, _ = get_benchmark("ais_bench").render(Candidate({}, [], section), server=server_spec, num_prompts=None, load={},
                                                 result_dir=tmp_path)
     assert argv == ("ais_bench", "--models", "my_vllm_model", "--datasets", "gsm8k_gen", "--mode", "perf",
                     "--work-dir", str(tmp_path), "--num-prompts", "3000", "--num-warmups", "0")
-    argv, _ = get_benchmark("ais_bench").render({}, [], {"command": {"datasets": "gsm8k_gen"}}, server=server_spec,
+    argv, _ = get_benchmark("ais_bench").render(Candidate({}, [], {"command": {"datasets": "gsm8k_gen"}}), server=server_spec,
                                                 num_prompts=5, load={}, result_dir=tmp_path)
     assert "--config-dir" in argv and argv[argv.index("--models") + 1] == MODEL_NAME
 

@@ -19,6 +19,7 @@ from msopt.benchmarks.ais_bench_configs import installed_model_file
 from msopt.cli.main import main
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError
+from msopt.launch.render import Candidate
 from tests.benchmarks.test_ais_bench import CONF, ais_names, load_generated  # noqa: F401 (a fixture)
 from tests.support.shared_data import ORIGINAL_CONFIG, shared
 
@@ -57,7 +58,7 @@ models = [
 
 
 def _render(section: dict, tmp_path: Path, concurrency: int = 48) -> tuple[str, ...]:
-    argv, _ = get_benchmark("ais_bench").render({}, [], section, server=SERVER, num_prompts=8,
+    argv, _ = get_benchmark("ais_bench").render(Candidate({}, [], section), server=SERVER, num_prompts=8,
                                                 load={"concurrency": concurrency}, result_dir=tmp_path)
     return argv
 

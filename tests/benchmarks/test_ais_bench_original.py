@@ -15,6 +15,7 @@ from msopt.benchmarks.ais_bench import mapped_section
 from msopt.config import load_settings, split
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError
+from msopt.launch.render import Candidate
 from msopt.run.validate import load, validate
 from tests.benchmarks.conftest import write
 from tests.benchmarks.test_ais_bench import ais_names, load_generated  # noqa: F401 (a fixture)
@@ -73,7 +74,7 @@ SERVER = LaunchSpec(engine="mindie", argv=("x",), port=8123, host="127.0.0.1", s
 
 
 def _generated_model(section: dict, tmp_path: Path) -> dict:
-    argv, _ = get_benchmark("ais_bench").render({}, [], section, server=SERVER, num_prompts=8, load={},
+    argv, _ = get_benchmark("ais_bench").render(Candidate({}, [], section), server=SERVER, num_prompts=8, load={},
                                                 result_dir=tmp_path)
     cdir = Path(argv[argv.index("--config-dir") + 1])
     text = (cdir / "models" / "msopt_model.py").read_text()
@@ -133,7 +134,7 @@ def test_the_originals_config_runs_with_mindie_and_ais_bench_at_its_max_out_len(
     checked = load(str(path), "mindie", environ={}, overrides={"benchmark": "ais_bench"})
     assert checked.benchmark is not None
     section = dict(checked.config.benchmark.table)
-    argv, _ = get_benchmark("ais_bench").render({}, [], section, server=SERVER, num_prompts=8, load={},
+    argv, _ = get_benchmark("ais_bench").render(Candidate({}, [], section), server=SERVER, num_prompts=8, load={},
                                                 result_dir=tmp_path / "r")
     assert argv[argv.index("--models") + 1] == "msopt_model"  # the placeholder "models" means: generate it
     model, dataset = load_generated(argv)

@@ -19,6 +19,7 @@ from msopt.benchmarks.vllm_benchmark import RESULT_FILE, parse_result
 from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError, RegistryError
 from msopt.evaluate.results import METRICS
+from msopt.launch.render import Candidate
 from msopt.metrics import PERCENTILES
 from msopt.space.fields import FieldDecl, parse_field
 
@@ -39,7 +40,7 @@ def test_contract(name: str, server_spec: LaunchSpec, tmp_path: Path) -> None:
     assert bench.produces and set(METRICS) <= bench.produces <= set(METRICS) | set(PERCENTILES)
     fields = [decl("S", dtype="enum", dtype_param=[NASTY]), decl("CONCURRENCY")]
     section = {"command": {"others": "--tag $S"}, "others": "--tag $S"}
-    argv, env = bench.render({"S": NASTY, "CONCURRENCY": 3}, fields, section, server=server_spec,
+    argv, env = bench.render(Candidate({"S": NASTY, "CONCURRENCY": 3}, fields, section), server=server_spec,
                              num_prompts=7, load={}, result_dir=tmp_path)
     assert isinstance(argv, tuple) and all(isinstance(a, str) for a in argv)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
@@ -67,7 +68,7 @@ def test_vllm_benchmark_argv(server_spec: LaunchSpec, tmp_path: Path) -> None:
     section = {"command": {"executable": ["vllm", "bench", "serve"], "num_prompts": 100,
                            "random_input_len": 512, "others": "--ignore-eos --seed ${mns}"}}
     argv, env = get_benchmark("vllm_benchmark").render(
-        {"CONCURRENCY": 16, "REQUESTRATE": 2.5, "mns": 64}, fields, section, server=server_spec,
+        Candidate({"CONCURRENCY": 16, "REQUESTRATE": 2.5, "mns": 64}, fields, section), server=server_spec,
         num_prompts=None, load={}, result_dir=tmp_path)
     assert argv == ("vllm", "bench", "serve", "--backend", "vllm", "--host", "127.0.0.1", "--port",
                     "8123", "--model", "/models/Qwen3-8B", "--served-model-name", "qwen3-8b",
@@ -81,17 +82,17 @@ def test_vllm_benchmark_argv(server_spec: LaunchSpec, tmp_path: Path) -> None:
 
 def test_vllm_benchmark_load_overrides_fields(server_spec: LaunchSpec, tmp_path: Path) -> None:
     argv, _ = get_benchmark("vllm_benchmark").render(
-        {"CONCURRENCY": 16}, [decl("CONCURRENCY")], {}, server=server_spec, num_prompts=5,
+        Candidate({"CONCURRENCY": 16}, [decl("CONCURRENCY")], {}), server=server_spec, num_prompts=5,
         load={"concurrency": 64, "request_rate": math.inf}, result_dir=tmp_path)
     assert argv[argv.index("--max-concurrency") + 1] == "64" and "--request-rate" not in argv
     argv, _ = get_benchmark("vllm_benchmark").render(
-        {}, [], {}, server=server_spec, num_prompts=5, load={"request_rate": 4}, result_dir=tmp_path)
+        Candidate({}, [], {}), server=server_spec, num_prompts=5, load={"request_rate": 4}, result_dir=tmp_path)
     assert argv[argv.index("--request-rate") + 1] == "4.0" and "--max-concurrency" not in argv
     with pytest.raises(EvaluationError, match="unknown load key"):
-        get_benchmark("vllm_benchmark").render({}, [], {}, server=server_spec, num_prompts=5,
+        get_benchmark("vllm_benchmark").render(Candidate({}, [], {}), server=server_spec, num_prompts=5,
                                                load={"qps": 1}, result_dir=tmp_path)
     with pytest.raises(ConfigError, match="concurrency"):
-        get_benchmark("vllm_benchmark").render({}, [], {}, server=server_spec, num_prompts=5,
+        get_benchmark("vllm_benchmark").render(Candidate({}, [], {}), server=server_spec, num_prompts=5,
                                                load={"concurrency": 0}, result_dir=tmp_path)
 
 
@@ -144,12 +145,12 @@ def test_default_run_starts_waits_and_parses(mode: str, server_spec: LaunchSpec,
     kw = {"num_prompts": 10, "load": {}, "result_dir": tmp_path / "res", "log_path": tmp_path / "b.log",
           "timeout": 1.0 if mode == "hang" else 30}
     if mode == "ok":
-        m = bench.run(server_spec, {}, [], section, **kw)
+        m = bench.run(server_spec, Candidate({}, [], section), **kw)
         assert m["generate_speed"] == 300.0 and "fake bench" in (tmp_path / "b.log").read_text()
         return
     t0 = time.monotonic()
     with pytest.raises(EvaluationError, match="within 1 s" if mode == "hang" else "(?s)status 4.*Connection refused"):
-        bench.run(server_spec, {}, [], section, **kw)
+        bench.run(server_spec, Candidate({}, [], section), **kw)
     assert time.monotonic() - t0 < 15
 
 
@@ -160,7 +161,7 @@ def test_relative_result_dir_and_log_are_where_the_benchmark_writes(server_spec:
     script = write(tmp_path / "fake.py", FAKE_VLLM_BENCH)
     section = {"command": {"executable": [sys.executable, str(script)]}, "env": {"FAKE_MODE": "ok"}}
     monkeypatch.chdir(tmp_path)
-    m = get_benchmark("vllm_benchmark").run(server_spec, {}, [], section, num_prompts=10, load={},
+    m = get_benchmark("vllm_benchmark").run(server_spec, Candidate({}, [], section), num_prompts=10, load={},
                                             result_dir=Path("runs/r1/work/e0/result"), log_path=Path("runs/b.log"),
                                             timeout=30)
     assert m["generate_speed"] == 300.0
@@ -191,7 +192,7 @@ def test_no_result_names_what_was_written_and_the_last_meaningful_lines(server_s
     script = write(tmp_path / "fake.py", MISPLACED_BENCH)
     section = {"command": {"executable": [sys.executable, str(script)]}}
     with pytest.raises(EvaluationError) as err:
-        get_benchmark("vllm_benchmark").run(server_spec, {}, [], section, num_prompts=10, load={},
+        get_benchmark("vllm_benchmark").run(server_spec, Candidate({}, [], section), num_prompts=10, load={},
                                             result_dir=tmp_path / "res", log_path=tmp_path / "b.log", timeout=30)
     first, *rest = str(err.value).splitlines()
     assert first.startswith(f"vllm bench serve wrote no {RESULT_FILE} into {tmp_path / 'res'}; it wrote deeper/")
@@ -209,7 +210,7 @@ def test_ais_bench_argv_and_env(server_spec: LaunchSpec, tmp_path: Path) -> None
     section = {"command": {"models": "my_vllm_api", "datasets": ["gsm8k_gen"],
                            "num_prompts": 3000, "others": "--debug --num-warmups 0"}}
     argv, env = get_benchmark("ais_bench").render(
-        {"CONCURRENCY": 32}, [decl("CONCURRENCY")], section, server=server_spec, num_prompts=None,
+        Candidate({"CONCURRENCY": 32}, [decl("CONCURRENCY")], section), server=server_spec, num_prompts=None,
         load={"request_rate": 2.0}, result_dir=tmp_path)
     assert argv == ("ais_bench", "--models", "my_vllm_api", "--datasets", "gsm8k_gen",
                     "--mode", "perf", "--work-dir", str(tmp_path), "--num-prompts", "3000", "--debug",
@@ -264,7 +265,7 @@ def test_workload_is_what_the_benchmark_sends(name: str, given: int | None, serv
     bench = get_benchmark(name)
     section: dict[str, Any] = {} if given is None else (
         {"num_prompts": given} if name == "builtin" else {"command": {"num_prompts": given}})
-    argv, _ = bench.render({}, [], section, server=server_spec, num_prompts=None, load={}, result_dir=tmp_path)
+    argv, _ = bench.render(Candidate({}, [], section), server=server_spec, num_prompts=None, load={}, result_dir=tmp_path)
     assert bench.num_prompts(section) == _sent_prompts(name, argv, tmp_path)
     if given is not None:
         assert bench.num_prompts(section) == given

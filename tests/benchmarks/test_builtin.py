@@ -24,6 +24,7 @@ from msopt.engines import LaunchSpec
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.results import METRICS
 from msopt.launch.ports import free_port
+from msopt.launch.render import Candidate
 from msopt.metrics import PERCENTILES
 
 
@@ -36,7 +37,7 @@ def test_synthetic_prompts_are_seeded_and_sized() -> None:
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
 def test_closed_loop(sim_server: LaunchSpec, tmp_path: Path, endpoint: str) -> None:
     section = {"endpoint": endpoint, "input_len": 64, "output_len": 8, "concurrency": 8}
-    m = get_benchmark("builtin").run(sim_server, {}, [], section, num_prompts=16, load={},
+    m = get_benchmark("builtin").run(sim_server, Candidate({}, [], section), num_prompts=16, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
     # and what it sent, but the prompts' token counts (the server's tokenizer's) and lateness (not a replay)
     sent = {"sent_requests", "sent_span_s", "sent_output_mean", "duration"}
@@ -77,7 +78,7 @@ def test_non_streaming_and_fields_drive_load(sim_server: LaunchSpec, tmp_path: P
     conc = parse_field({"name": "CONCURRENCY", "config_position": "env", "dtype": "int", "min": 1,
                         "max": 64}, source="t", section="vllm", index=0)
     section = {"stream": False, "input_len": 16, "output_len": 4}
-    m = get_benchmark("builtin").run(sim_server, {"CONCURRENCY": 2}, [conc], section, num_prompts=4,
+    m = get_benchmark("builtin").run(sim_server, Candidate({"CONCURRENCY": 2}, [conc], section), num_prompts=4,
                                      load={}, result_dir=tmp_path, log_path=tmp_path / "b.log",
                                      timeout=60)
     assert m["success_rate"] == 1.0
@@ -86,7 +87,7 @@ def test_non_streaming_and_fields_drive_load(sim_server: LaunchSpec, tmp_path: P
 
 def test_unreachable_server_counts_failures(tmp_path: Path) -> None:
     spec = LaunchSpec(engine="vllm", argv=("x",), port=free_port(), served_model_name="m")
-    m = get_benchmark("builtin").run(spec, {}, [], {"input_len": 4, "output_len": 2}, num_prompts=3,
+    m = get_benchmark("builtin").run(spec, Candidate({}, [], {"input_len": 4, "output_len": 2}), num_prompts=3,
                                      load={}, result_dir=tmp_path, log_path=tmp_path / "b.log",
                                      timeout=30)
     assert m["success_rate"] == 0.0 and m["time_to_first_token"] is None
@@ -95,7 +96,7 @@ def test_unreachable_server_counts_failures(tmp_path: Path) -> None:
 
 def test_wrong_model_is_a_failed_request(sim_server: LaunchSpec, tmp_path: Path) -> None:
     spec = LaunchSpec(engine="vllm", argv=("x",), port=sim_server.port, served_model_name="other")
-    m = get_benchmark("builtin").run(spec, {}, [], {"input_len": 4, "output_len": 2}, num_prompts=2,
+    m = get_benchmark("builtin").run(spec, Candidate({}, [], {"input_len": 4, "output_len": 2}), num_prompts=2,
                                      load={}, result_dir=tmp_path, log_path=tmp_path / "b.log",
                                      timeout=30)
     assert m["success_rate"] == 0.0 and "HTTP 404" in (tmp_path / "b.log").read_text()
@@ -103,15 +104,15 @@ def test_wrong_model_is_a_failed_request(sim_server: LaunchSpec, tmp_path: Path)
 
 def test_timeout_is_an_evaluation_error(sim_server: LaunchSpec, tmp_path: Path) -> None:
     with pytest.raises(EvaluationError, match="within 0.2 s"):
-        get_benchmark("builtin").run(sim_server, {}, [], {"input_len": 8, "output_len": 500,
-                                                          "concurrency": 1},
+        get_benchmark("builtin").run(sim_server, Candidate({}, [], {"input_len": 8, "output_len": 500,
+                                                          "concurrency": 1}),
                                      num_prompts=50, load={}, result_dir=tmp_path,
                                      log_path=tmp_path / "b.log", timeout=0.2)
 
 
 def test_runs_inside_a_running_event_loop(sim_server: LaunchSpec, tmp_path: Path) -> None:
     async def actor_method() -> dict:
-        return get_benchmark("builtin").run(sim_server, {}, [], {"input_len": 4, "output_len": 2},
+        return get_benchmark("builtin").run(sim_server, Candidate({}, [], {"input_len": 4, "output_len": 2}),
                                             num_prompts=2, load={}, result_dir=tmp_path,
                                             log_path=tmp_path / "b.log", timeout=30)
 
@@ -119,8 +120,8 @@ def test_runs_inside_a_running_event_loop(sim_server: LaunchSpec, tmp_path: Path
 
 
 def test_child_process_form(sim_server: LaunchSpec, tmp_path: Path) -> None:
-    argv, _ = get_benchmark("builtin").render({}, [], {"input_len": 4, "output_len": 2,
-                                                         "request_rate": "inf"},
+    argv, _ = get_benchmark("builtin").render(Candidate({}, [], {"input_len": 4, "output_len": 2,
+                                                         "request_rate": "inf"}),
                                                 server=sim_server, num_prompts=3, load={},
                                                 result_dir=tmp_path)
     subprocess.run(list(argv), check=True, capture_output=True, timeout=60)
@@ -137,7 +138,7 @@ def test_child_process_form(sim_server: LaunchSpec, tmp_path: Path) -> None:
 ])
 def test_bad_sections(section: dict, match: str, sim_server: LaunchSpec, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=match):
-        get_benchmark("builtin").run(sim_server, {}, [], section, num_prompts=1, load={},
+        get_benchmark("builtin").run(sim_server, Candidate({}, [], section), num_prompts=1, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=5)
 
 
@@ -152,7 +153,7 @@ output_len = 2
 temperature = 0.5
 stop = ["x"]
 """))
-    m = get_benchmark("builtin").run(sim_server, {}, [], settings.section("builtin"), num_prompts=2,
+    m = get_benchmark("builtin").run(sim_server, Candidate({}, [], settings.section("builtin")), num_prompts=2,
                                      load={}, result_dir=tmp_path, log_path=tmp_path / "b.log",
                                      timeout=30)
     assert m["success_rate"] == 1.0

@@ -12,10 +12,11 @@ from msopt.benchmarks import get_benchmark
 from msopt.benchmarks.failures import HttpError, failure_cause
 from msopt.engines import LaunchSpec
 from msopt.launch.ports import free_port
+from msopt.launch.render import Candidate
 
 
 def run(spec: LaunchSpec, tmp_path: Path, section: dict, n: int) -> dict:
-    return get_benchmark("builtin").run(spec, {}, [], section, num_prompts=n, load={}, result_dir=tmp_path,
+    return get_benchmark("builtin").run(spec, Candidate({}, [], section), num_prompts=n, load={}, result_dir=tmp_path,
                                         log_path=tmp_path / "b.log", timeout=60)
 
 

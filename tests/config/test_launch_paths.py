@@ -11,6 +11,7 @@ from pathlib import Path
 
 from msopt.config import load_settings
 from msopt.engines import get_engine
+from msopt.launch.render import Candidate
 from tests.support.fields_toml import TP_PP_DP
 
 
@@ -18,7 +19,7 @@ def _render(settings, workdir: Path) -> tuple[str, ...]:
     values = {d.name: d.value for d in settings.fields}
     values.update({"tp": 1, "pp": 1, "dp": 8})
     adapter = get_engine("vllm")
-    return adapter.render(values, settings.fields, settings.data["vllm"], port=8000, workdir=workdir).argv
+    return adapter.render(Candidate(values, settings.fields, settings.data["vllm"]), port=8000, workdir=workdir).argv
 
 
 def test_relative_model_and_executable_resolved_against_the_config_file(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from msopt.engines import get_engine
 from msopt.engines.mindie.original import MINDIE_PD_UNSUPPORTED
 from msopt.errors import ConfigError
 from msopt.evaluate.health import HealthCheck
+from msopt.launch.render import Candidate
 from msopt.run.validate import load
 from tests.support.shared_data import ORIGINAL_CONFIG, shared
 
@@ -143,13 +144,13 @@ def test_vllm_env_fields_render_as_the_flags_the_original_passed():
     assert positions == {"MAX_NUM_BATCHED_TOKENS": "--max-num-batched-tokens", "MAX_NUM_SEQS": "--max-num-seqs",
                          "CONCURRENCY": "env", "REQUESTRATE": "env"}
     values = {"MAX_NUM_BATCHED_TOKENS": 16384, "MAX_NUM_SEQS": 128, "CONCURRENCY": 50, "REQUESTRATE": 0.0}
-    spec = get_engine("vllm").render(values, s.fields, s.section("vllm"), port=9000)
+    spec = get_engine("vllm").render(Candidate(values, s.fields, s.section("vllm")), port=9000)
     argv = list(spec.argv)
     assert argv[argv.index("--max-num-seqs") + 1] == "128"
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "16384"
     assert "MAX_NUM_SEQS" not in spec.env and spec.env["CONCURRENCY"] == "50"
     # REQUESTRATE 0: no --request-rate, as the original dropped it (custom_process.py); concurrency from its field
-    bench, _ = get_benchmark("vllm_benchmark").render(values, s.fields, s.section("vllm_benchmark"), server=spec,
+    bench, _ = get_benchmark("vllm_benchmark").render(Candidate(values, s.fields, s.section("vllm_benchmark")), server=spec,
                                                       num_prompts=10, load={}, result_dir=Path("/tmp/r"))
     assert "--request-rate" not in bench and bench[bench.index("--max-concurrency") + 1] == "50"
 
@@ -168,7 +169,7 @@ value = 64
 """)
     s = load_settings(str(path), "vllm", environ={})
     assert [f.config_position for f in s.fields] == ["env"]
-    argv = list(get_engine("vllm").render({"MAX_NUM_SEQS": 96}, s.fields, s.section("vllm"), port=9000).argv)
+    argv = list(get_engine("vllm").render(Candidate({"MAX_NUM_SEQS": 96}, s.fields, s.section("vllm")), port=9000).argv)
     assert argv.count("--max-num-seqs") == 1 and argv[argv.index("--max-num-seqs") + 1] == "96"
 
 

@@ -9,6 +9,7 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings, thaw
 from msopt.engines import LaunchSpec, get_engine
+from msopt.launch.render import Candidate
 from msopt.space import DecodeContext, SearchSpace
 
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -26,7 +27,7 @@ def test_config_renders_with_its_engine_and_benchmark(name: str, tmp_path: Path)
     low, high = space.bounds
     for i in range(5):
         decoded = space.decode(rng.uniform(low, high), DecodeContext(i, 5, 0))
-        spec = engine.render(decoded.values, settings.fields, section, port=9000 + i,
+        spec = engine.render(Candidate(decoded.values, settings.fields, section), port=9000 + i,
                              devices=[str(d) for d in range(8)], workdir=tmp_path)
         assert isinstance(spec, LaunchSpec) and spec.port == 9000 + i
         if settings.engine == "mindie":
@@ -35,7 +36,7 @@ def test_config_renders_with_its_engine_and_benchmark(name: str, tmp_path: Path)
             assert mc["tp"] * mc["pp"] * mc["dp"] == mc["worldSize"] == 8
             assert doc["BackendConfig"]["npuDeviceIds"] == [list(range(8))]
         bench = get_benchmark(settings.get("benchmark"))
-        argv, _ = bench.render(decoded.values, settings.fields, settings.section(bench.name),
+        argv, _ = bench.render(Candidate(decoded.values, settings.fields, settings.section(bench.name)),
                                  server=spec, num_prompts=16, load={}, result_dir=tmp_path)
         assert argv and all(isinstance(a, str) for a in argv)
 

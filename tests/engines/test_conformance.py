@@ -18,9 +18,9 @@ import pytest
 from msopt.benchmarks import get_benchmark
 from msopt.config import load_settings, thaw
 from msopt.engines import get_engine
-from msopt.engines.vllm import is_vllm_serve
+from msopt.engines.vllm.adapter import is_vllm_serve
 from msopt.errors import ConfigError
-from msopt.launch.render import flag_name
+from msopt.launch.render import Candidate, flag_name
 from msopt.space import DecodeContext, SearchSpace
 from msopt.space.fields import parse_field
 from tests.support.shared_data import MINDIE_SHIPPED, shared
@@ -76,7 +76,7 @@ def rendered(name: str, tmp_path: Path, n: int = 6):
     rng = __import__("numpy").random.default_rng(1)
     for i in range(n):
         decoded = space.decode(rng.uniform(low, high), DecodeContext(i, n, 0))
-        yield settings, engine.render(decoded.values, settings.fields, section, port=9000,
+        yield settings, engine.render(Candidate(decoded.values, settings.fields, section), port=9000,
                                       devices=[str(d) for d in range(8)], workdir=tmp_path)
 
 
@@ -105,7 +105,7 @@ def test_shipped_configs_set_no_obsolete_environment() -> None:
     (["python", "-m", "msopt.cli", "sim-serve"], ["--model", "/m/Q"]),
 ])
 def test_vllm_model_argument_for_each_entry_point(exe: list[str], model_args: list[str]) -> None:
-    spec = get_engine("vllm").render({}, [], {"command": {"executable": exe, "model": "/m/Q"}}, port=1)
+    spec = get_engine("vllm").render(Candidate({}, [], {"command": {"executable": exe, "model": "/m/Q"}}), port=1)
     assert list(spec.argv[len(exe):len(exe) + len(model_args)]) == model_args
     assert is_vllm_serve(exe) == (model_args == ["/m/Q"])
 
@@ -221,7 +221,7 @@ def test_mindie_launches_and_exports_a_consistent_config(tmp_path: Path) -> None
     launched = refused = 0
     for i in range(24):
         decoded = space.decode(rng.uniform(low, high), DecodeContext(i, 24, 0))
-        spec = engine.render(decoded.values, settings.fields, section, port=9000,
+        spec = engine.render(Candidate(decoded.values, settings.fields, section), port=9000,
                              devices=[str(d) for d in range(8)], workdir=tmp_path)
         (doc,) = spec.files.values()
         assert_mindie_accepts(doc)
@@ -230,7 +230,7 @@ def test_mindie_launches_and_exports_a_consistent_config(tmp_path: Path) -> None
             launched += 1
         except RefusedError:
             refused += 1
-        bare = engine.render(decoded.values, settings.fields, section, port=1025)  # the export's render
+        bare = engine.render(Candidate(decoded.values, settings.fields, section), port=1025)  # the export's render
         assert_mindie_accepts(next(iter(bare.files.values())))
     assert launched and not refused  # the shipped search keeps to MindIE's layouts
     best = space.decode([(lo + hi) / 2 for lo, hi in zip(low, high, strict=True)]).values
@@ -248,10 +248,10 @@ def test_mindie_layout_rules_on_the_shipped_file(tmp_path: Path) -> None:
                            "dtype": "int", "min": 1, "max": 8}, source="t.toml", section="mindie", index=0)
               for n in ("tp", "dp", "pp")]
     engine = get_engine("mindie")
-    spec = engine.render({"tp": 1, "dp": 4, "pp": 2}, fields, section, port=1, devices=list("01234567"))
+    spec = engine.render(Candidate({"tp": 1, "dp": 4, "pp": 2}, fields, section), port=1, devices=list("01234567"))
     with pytest.raises(RefusedError, match="data parallel and pipeline parallel"):
         check_rules(spec, {}, section, rules=engine.startup_rules, environ={"MASTER_IP": "1.2.3.4", "MASTER_PORT": "1"})
-    spec = engine.render({"tp": 4, "dp": 1, "pp": 2}, fields, section, port=1, devices=list("01234567"))
+    spec = engine.render(Candidate({"tp": 4, "dp": 1, "pp": 2}, fields, section), port=1, devices=list("01234567"))
     with pytest.raises(RefusedError, match="Please export MASTER_IP"):
         check_rules(spec, {}, section, rules=engine.startup_rules, environ={})
     check_rules(spec, {}, section, rules=engine.startup_rules, environ={"MASTER_IP": "1.2.3.4", "MASTER_PORT": "1"})
@@ -270,11 +270,11 @@ def test_mindie_integers_where_mindie_wants_them(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="integer"):
         engine.check([f("enum", dtype_param=[1, 2.5])], section)
     engine.check([f("int")], section)
-    spec = engine.render({"mbs": 64.0}, [f("int")], section, port=1)
+    spec = engine.render(Candidate({"mbs": 64.0}, [f("int")], section), port=1)
     value = next(iter(spec.files.values()))["BackendConfig"]["ScheduleConfig"]["maxBatchSize"]
     assert value == 64 and isinstance(value, int)
     with pytest.raises(ConfigError, match="integer"):
-        engine.render({"mbs": 64.5}, [f("int")], section, port=1)
+        engine.render(Candidate({"mbs": 64.5}, [f("int")], section), port=1)
 
 
 def test_msopt_validate_says_what_happens_to_https(tmp_path: Path) -> None:
@@ -282,6 +282,6 @@ def test_msopt_validate_says_what_happens_to_https(tmp_path: Path) -> None:
     out = msopt_cli("validate", "-c", "c.toml", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "ServerConfig.httpsEnabled: true in" in out.stdout and "sets it to false" in out.stdout
-    spec = get_engine("mindie").render({}, [], {"config_path": str(MINDIE_SHIPPED)}, port=5)
+    spec = get_engine("mindie").render(Candidate({}, [], {"config_path": str(MINDIE_SHIPPED)}), port=5)
     assert next(iter(spec.files.values()))["ServerConfig"]["httpsEnabled"] is False
     assert __import__("json").loads(MINDIE_SHIPPED.read_text())["ServerConfig"]["httpsEnabled"] is True

@@ -14,7 +14,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.engines import ENGINES, EngineAdapter, LaunchSpec, get_engine
 from msopt.engines.mindie.config_doc import CLEARED_ENV
 from msopt.errors import ConfigError, EvaluationError, RegistryError
-from msopt.launch.render import format_value, substitute
+from msopt.launch.render import Candidate, format_value, substitute
 from msopt.space.fields import FieldDecl, parse_field
 
 PRINT_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
@@ -48,7 +48,7 @@ def test_contract(engine: str, tmp_path: Path) -> None:
     fields = [decl("batch", position_for(engine, "--max-num-seqs",
                                          "BackendConfig.ScheduleConfig.maxBatchSize")),
               decl("MY_ENV", "env", "float")]
-    spec = adapter.render({"batch": 37, "MY_ENV": 0.25}, fields, section_for(engine), port=12345,
+    spec = adapter.render(Candidate({"batch": 37, "MY_ENV": 0.25}, fields, section_for(engine)), port=12345,
                           workdir=tmp_path)
     assert isinstance(spec, LaunchSpec) and spec.engine == engine
     assert isinstance(spec.argv, tuple) and all(isinstance(a, str) for a in spec.argv)
@@ -71,7 +71,7 @@ def test_contract(engine: str, tmp_path: Path) -> None:
 def test_missing_value_is_an_evaluation_error(engine: str) -> None:
     fields = [decl("batch", position_for(engine, "--x", "BackendConfig.ScheduleConfig.maxBatchSize"))]
     with pytest.raises(EvaluationError, match="batch"):
-        get_engine(engine).render({}, fields, section_for(engine), port=1)
+        get_engine(engine).render(Candidate({}, fields, section_for(engine)), port=1)
 
 
 @pytest.mark.parametrize("engine", ENGINES.names())
@@ -81,7 +81,7 @@ def test_values_stay_one_argv_item(engine: str, nasty: str, tmp_path: Path) -> N
               decl("T", position_for(engine, "--tag", "BackendConfig.ScheduleConfig.templateName"),
                    "enum", dtype_param=[nasty, "ok"])]
     section = section_for(engine, others="--a $S --b=${S} '--c $S' --d", served_model_name="m-$S")
-    spec = get_engine(engine).render({"S": nasty, "T": nasty}, fields, section, port=9,
+    spec = get_engine(engine).render(Candidate({"S": nasty, "T": nasty}, fields, section), port=9,
                                      workdir=tmp_path)
     got = run_argv(spec)
     tail = got[got.index("--a"):]
@@ -121,8 +121,8 @@ def test_vllm_argv_layout() -> None:
               decl("CONCURRENCY", "env"), decl("hidden", "none")]
     section = {"command": {"model": "/m/Qwen3", "served_model_name": "q", "host": "0.0.0.0",
                            "others": "--seed 1 --max-model-len ${hidden}"}}
-    spec = get_engine("vllm").render({"tp": 2, "gmu": 0.9, "CONCURRENCY": 8, "hidden": 4096},
-                                     fields, section, port=8123)
+    spec = get_engine("vllm").render(Candidate({"tp": 2, "gmu": 0.9, "CONCURRENCY": 8, "hidden": 4096},
+                                     fields, section), port=8123)
     assert spec.argv == ("vllm", "serve", "/m/Qwen3", "--host", "0.0.0.0", "--port", "8123",
                          "--served-model-name", "q", "--tensor-parallel-size", "2",
                          "--gpu-memory-utilization", "0.9", "--seed", "1", "--max-model-len", "4096")
@@ -139,13 +139,13 @@ def test_vllm_argv_layout() -> None:
 ])
 def test_bool_flags(engine: str, value: bool, expected: list[str]) -> None:
     fields = [decl("a", "--enable-chunked-prefill", "bool"), decl("b", "--enforce-eager", "bool")]
-    spec = get_engine(engine).render({"a": value, "b": value}, fields, {}, port=1)
+    spec = get_engine(engine).render(Candidate({"a": value, "b": value}, fields, {}), port=1)
     assert list(spec.argv[spec.argv.index("--served-model-name") + 2:]) == expected
 
 
 def test_sglang_argv_layout() -> None:
     fields = [decl("mrr", "--max-running-requests")]
-    spec = get_engine("sglang").render({"mrr": 64}, fields, {"command": {"model": "M"}}, port=3)
+    spec = get_engine("sglang").render(Candidate({"mrr": 64}, fields, {"command": {"model": "M"}}), port=3)
     assert spec.argv == ("python", "-m", "sglang.launch_server", "--model-path", "M", "--host",
                          "127.0.0.1", "--port", "3", "--served-model-name", "qwen3-8b",
                          "--max-running-requests", "64")
@@ -154,18 +154,18 @@ def test_sglang_argv_layout() -> None:
 def test_sglang_renders_dp_attention_in_its_current_spelling() -> None:
     # sglang 0.5.23 server_args.py:416-424: --enable-dp-attention is a deprecated alias of --attn-dp-size
     from msopt.engines.pd import instance_devices
-    from msopt.engines.sglang import current_dp_spelling
+    from msopt.engines.sglang.adapter import current_dp_spelling
 
     fields = [decl("tp", "--tp-size"), decl("dp", "--dp-size"), decl("attn", "--enable-dp-attention", "bool")]
     sg = get_engine("sglang")
-    spec = sg.render({"tp": 8, "dp": 4, "attn": True}, fields, {"command": {"model": "M"}}, port=3)
+    spec = sg.render(Candidate({"tp": 8, "dp": 4, "attn": True}, fields, {"command": {"model": "M"}}), port=3)
     tail = list(spec.argv[spec.argv.index("--served-model-name") + 2:])
     assert tail == ["--tp-size", "8", "--attn-dp-size", "4"] and instance_devices(spec.argv) == 8
-    off = sg.render({"tp": 8, "dp": 4, "attn": False}, fields, {"command": {"model": "M"}}, port=3)
+    off = sg.render(Candidate({"tp": 8, "dp": 4, "attn": False}, fields, {"command": {"model": "M"}}), port=3)
     assert list(off.argv[-4:]) == ["--tp-size", "8", "--dp-size", "4"] and instance_devices(off.argv) == 32
     # in 'others', with the alias spelling, or next to an explicit --attn-dp-size (then the flag adds nothing)
-    others = sg.render({"tp": 4}, [decl("tp", "--tp-size")],
-                       {"command": {"others": "--data-parallel-size=2 --enable-dp-attention --ep-size 4"}}, port=3)
+    others = sg.render(Candidate({"tp": 4}, [decl("tp", "--tp-size")],
+                       {"command": {"others": "--data-parallel-size=2 --enable-dp-attention --ep-size 4"}}), port=3)
     assert list(others.argv[-6:]) == ["--tp-size", "4", "--attn-dp-size", "2", "--ep-size", "4"]
     assert current_dp_spelling(["--tp-size", "8", "--attn-dp-size", "2", "--dp-size", "2", "--enable-dp-attention"]) \
         == ["--tp-size", "8", "--attn-dp-size", "2", "--dp-size", "2"]
@@ -173,37 +173,37 @@ def test_sglang_renders_dp_attention_in_its_current_spelling() -> None:
 
 
 def test_wait_start_time_and_health_path_from_section() -> None:
-    spec = get_engine("vllm").render({}, [], {"wait_start_time": 42, "health_path": "/ping"}, port=1)
+    spec = get_engine("vllm").render(Candidate({}, [], {"wait_start_time": 42, "health_path": "/ping"}), port=1)
     assert spec.ready_timeout == 42.0 and spec.health_path == "/ping"
     with pytest.raises(ConfigError, match="wait_start_time"):
-        get_engine("vllm").render({}, [], {"wait_start_time": -1}, port=1)
+        get_engine("vllm").render(Candidate({}, [], {"wait_start_time": -1}), port=1)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_command_line_engine_rejects_dotted_positions(engine: str) -> None:
     fields = [decl("x", "BackendConfig.ScheduleConfig.maxBatchSize")]
     with pytest.raises(ConfigError, match="'x'.*not usable"):
-        get_engine(engine).render({"x": 1}, fields, {}, port=1)
+        get_engine(engine).render(Candidate({"x": 1}, fields, {}), port=1)
 
 
 def test_bad_others_and_executable() -> None:
     with pytest.raises(ConfigError, match="quotes"):
-        get_engine("vllm").render({}, [], {"command": {"others": "--a 'unbalanced"}}, port=1)
+        get_engine("vllm").render(Candidate({}, [], {"command": {"others": "--a 'unbalanced"}}), port=1)
     with pytest.raises(ConfigError, match="executable"):
-        get_engine("vllm").render({}, [], {"command": {"executable": []}}, port=1)
-    spec = get_engine("vllm").render({}, [], {"command": {"executable": "my vllm",
-                                                          "others": ["--x", "a b"]}}, port=1)
+        get_engine("vllm").render(Candidate({}, [], {"command": {"executable": []}}), port=1)
+    spec = get_engine("vllm").render(Candidate({}, [], {"command": {"executable": "my vllm",
+                                                          "others": ["--x", "a b"]}}), port=1)
     assert spec.argv[0] == "my vllm" and spec.argv[-2:] == ("--x", "a b")
 
 
 def test_a_leading_tilde_in_executable_and_model_is_the_home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/home/u")
     section = {"command": {"executable": ["~/venv/bin/vllm", "serve"], "model": "~/m", "others": "--x ~/y"}}
-    spec = get_engine("vllm").render({}, [], section, port=1)
+    spec = get_engine("vllm").render(Candidate({}, [], section), port=1)
     assert spec.argv[:3] == ("/home/u/venv/bin/vllm", "serve", "/home/u/m") and spec.model == "/home/u/m"
     assert spec.argv[-2:] == ("--x", "~/y")  # others stay literal: no shell runs
     bench, _ = get_benchmark("vllm_benchmark").render(
-        {}, [], {"command": {"executable": ["~/venv/bin/vllm", "bench", "serve"]}}, server=spec, num_prompts=1,
+        Candidate({}, [], {"command": {"executable": ["~/venv/bin/vllm", "bench", "serve"]}}), server=spec, num_prompts=1,
         load={}, result_dir=Path("/tmp/r"))
     assert bench[0] == "/home/u/venv/bin/vllm" and bench[bench.index("--model") + 1] == "/home/u/m"
 
@@ -235,7 +235,7 @@ def test_mindie_dotted_paths_with_list_indices(tmp_path: Path) -> None:
     values = {"tp0": 4, "tp1": 2, "dev": 9, "sel": True, "mbs": 128.0,
               "MINDIE_LOG_LEVEL": "debug"}
     section = {"config_path": str(path), "command": {"others": "--x $tp0"}}
-    spec = get_engine("mindie").render(values, fields, section, port=4321, devices=["4", "5"])
+    spec = get_engine("mindie").render(Candidate(values, fields, section), port=4321, devices=["4", "5"])
     assert list(spec.files) == [str(path)]
     doc = spec.files[str(path)]
     mc = doc["BackendConfig"]["ModelDeployConfig"]["ModelConfig"]
@@ -265,29 +265,29 @@ def test_mindie_dotted_paths_with_list_indices(tmp_path: Path) -> None:
 def test_mindie_bad_paths_name_the_field(position: str, match: str) -> None:
     fields = [decl("bad_field", position)]
     with pytest.raises(ConfigError, match=f"'bad_field'.*{match}"):
-        get_engine("mindie").render({"bad_field": 1}, fields, {}, port=1)
+        get_engine("mindie").render(Candidate({"bad_field": 1}, fields, {}), port=1)
     with pytest.raises(ConfigError, match="bad_field"):
         get_engine("mindie").check(fields, {})
 
 
 def test_mindie_template_when_no_config_path(tmp_path: Path) -> None:
-    spec = get_engine("mindie").render({}, [], {}, port=7)
+    spec = get_engine("mindie").render(Candidate({}, [], {}), port=7)
     (key,) = spec.files
     assert key == "config.json"
     doc = spec.files[key]
     assert "ScheduleConfig" in doc["BackendConfig"] and doc["ServerConfig"]["port"] == 7
-    spec2 = get_engine("mindie").render({}, [], {}, port=7, workdir=tmp_path)
+    spec2 = get_engine("mindie").render(Candidate({}, [], {}), port=7, workdir=tmp_path)
     assert list(spec2.files) == [str(tmp_path / "config.json")]
     # every render starts from a fresh copy of the template
     spec.files[key]["ServerConfig"]["port"] = 1
-    assert get_engine("mindie").render({}, [], {}, port=8).files["config.json"]["ServerConfig"]["port"] == 8
+    assert get_engine("mindie").render(Candidate({}, [], {}), port=8).files["config.json"]["ServerConfig"]["port"] == 8
 
 
 def test_mindie_private_copy_via_config_env(tmp_path: Path) -> None:
     path = mindie_config(tmp_path)
     work = tmp_path / "w"
-    spec = get_engine("mindie").render({}, [], {"config_path": str(path),
-                                                "config_env": "MIES_CONFIG_JSON_PATH"},
+    spec = get_engine("mindie").render(Candidate({}, [], {"config_path": str(path),
+                                                "config_env": "MIES_CONFIG_JSON_PATH"}),
                                        port=7, workdir=work)
     assert list(spec.files) == [str(work / "config.json")]
     assert spec.env["MIES_CONFIG_JSON_PATH"] == str(work / "config.json")
@@ -295,11 +295,11 @@ def test_mindie_private_copy_via_config_env(tmp_path: Path) -> None:
 
 def test_mindie_config_path_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config_path"):
-        get_engine("mindie").render({}, [], {"config_path": str(tmp_path / "missing.json")}, port=1)
+        get_engine("mindie").render(Candidate({}, [], {"config_path": str(tmp_path / "missing.json")}), port=1)
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
     with pytest.raises(ConfigError, match="invalid JSON"):
-        get_engine("mindie").render({}, [], {"config_path": str(bad)}, port=1)
+        get_engine("mindie").render(Candidate({}, [], {"config_path": str(bad)}), port=1)
 
 
 def test_engines_from_settings(write_toml) -> None:
@@ -311,7 +311,7 @@ def test_engines_from_settings(write_toml) -> None:
 
     space = SearchSpace.from_settings(settings)
     decoded = space.decode(space.default_position())
-    spec = get_engine("vllm").render(decoded.values, settings.fields, settings.section("vllm"),
+    spec = get_engine("vllm").render(Candidate(decoded.values, settings.fields, settings.section("vllm")),
                                      port=8001)
     assert "--max-num-seqs" in spec.argv and "--enable-chunked-prefill" in spec.argv
 
@@ -328,8 +328,8 @@ from hypothesis import strategies as st
 def test_any_value_stays_one_item(value: str) -> None:
     fields = [decl("V", "env", "enum", dtype_param=[value or "x"]), decl("F", "--flag", "enum",
                                                                         dtype_param=[value or "x"])]
-    spec = get_engine("vllm").render({"V": value, "F": value}, fields,
-                                     {"command": {"others": "--a $V --b pre${V}post"}}, port=1)
+    spec = get_engine("vllm").render(Candidate({"V": value, "F": value}, fields,
+                                     {"command": {"others": "--a $V --b pre${V}post"}}), port=1)
     argv = list(spec.argv)
     assert argv[-4:] == ["--a", value, "--b", f"pre{value}post"]
     flag_items = argv[argv.index("--served-model-name") + 2:-4]
@@ -340,7 +340,7 @@ def test_any_value_stays_one_item(value: str) -> None:
 @pytest.mark.parametrize("engine", ENGINES.names())
 def test_none_values_are_left_out(engine: str) -> None:
     fields = [decl("E", "env"), decl("x", position_for(engine, "--x", "BackendConfig.ScheduleConfig.maxBatchSize"))]
-    spec = get_engine(engine).render({"E": None, "x": None}, fields, {}, port=1)
+    spec = get_engine(engine).render(Candidate({"E": None, "x": None}, fields, {}), port=1)
     assert "E" not in spec.env and "--x" not in spec.argv
     if engine == "mindie":
         (doc,) = spec.files.values()
@@ -364,7 +364,7 @@ def test_mindie_starts_from_the_backup_a_dead_run_left(tmp_path):
                                                                                 "maxPrefillTokens": 1}}}))
     field = parse_field(dict(name="mbs", config_position="BackendConfig.ScheduleConfig.maxBatchSize", min=1,
                              max=500, dtype="int"), source="t", section="mindie", index=0)
-    spec = get_engine("mindie").render({"mbs": 64}, [field], {"config_path": str(cfg)}, port=2000)
+    spec = get_engine("mindie").render(Candidate({"mbs": 64}, [field], {"config_path": str(cfg)}), port=2000)
     doc = spec.files[str(cfg)]
     assert doc["BackendConfig"]["ScheduleConfig"] == {"maxBatchSize": 64, "maxPrefillTokens": 8192}
     with staged_files(spec.files):

@@ -47,7 +47,7 @@ def test_an_engine_without_a_template_is_one_config_error() -> None:
 
 def test_sglang_on_npus_is_written_as_ascend() -> None:
     """Issue 51 item 5: ``msopt init -e sglang`` on an NPU machine writes ``[sglang] platform = "ascend"``, so each
-    trial gets its own HCCL port blocks (msopt/engines/sglang/__init__.py, on_ascend)."""
+    trial gets its own HCCL port blocks (msopt/engines/sglang/adapter.py, on_ascend)."""
     ctx = _context("sglang")
     ctx = InitContext(ctx.doc, ctx.choice, "sglang", ctx.spec, Machine("NPU", 8, 64.0, "atlas-800i-a2", "--devices 8"),
                       ctx.served, ctx.name, ctx.workload, ctx.context, ctx.has_weights)

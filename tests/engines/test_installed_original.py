@@ -22,8 +22,8 @@ from msopt.cli.main import main
 from msopt.config import load_settings
 from msopt.engines.installed import installed_changes
 from msopt.engines.mindie.rules import RULES
-from msopt.engines.rules import Candidate, broken_rule
-from msopt.launch.render import LaunchSpec
+from msopt.engines.rules import RenderedCandidate, broken_rule
+from msopt.launch.render import Candidate, LaunchSpec
 from tests.support.shared_data import MINDIE_SHIPPED, ORIGINAL_CONFIG, shared
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")
@@ -208,7 +208,7 @@ def test_a_simulated_run_of_the_originals_file_starts_its_baseline(tmp_path: Pat
         doc = json.loads(path.read_text())
         assert mindie_refusals(doc) == [], path
         spec = LaunchSpec(engine="mindie", argv=("mindieservice_daemon",), env={}, files={"config.json": doc}, port=1)
-        assert broken_rule(Candidate(spec, {}, {}), RULES) is None, path
+        assert broken_rule(RenderedCandidate(spec, {}, {}), RULES) is None, path
 
 
 def test_validate_says_what_the_run_takes_from_the_installation(tmp_path: Path,
@@ -243,14 +243,14 @@ def test_the_installed_world_size_is_the_trials_devices(tmp_path: Path) -> None:
     assert lines[-1] == (f"devices per trial = 4: ModelConfig[0].worldSize 4 x modelInstanceNumber 1 (npuDeviceIds "
                          f"[[0, 1, 2, 3]]) of {conf} (the installed deployment's; set [cluster] devices_per_trial "
                          "to change it)")
-    spec = mindie_mod.MindieAdapter().render({}, [], {"config_path": str(conf)}, port=1025, devices=list("4567"))
+    spec = mindie_mod.MindieAdapter().render(Candidate({}, [], {"config_path": str(conf)}), port=1025, devices=list("4567"))
     backend = spec.files[next(iter(spec.files))]["BackendConfig"]
     assert backend["npuDeviceIds"] == [[0, 1, 2, 3]] and backend["ModelDeployConfig"]["ModelConfig"][0]["worldSize"] == 4
     # two instances of 2: 4 devices, rendered as two subsets
     conf.write_text(json.dumps(_doc(2, instances=2)))
     settings, _ = apply_installed(load_settings(path))
     assert settings.config.cluster.trial.devices == 4
-    spec = mindie_mod.MindieAdapter().render({}, [], {"config_path": str(conf)}, port=1025, devices=list("0123"))
+    spec = mindie_mod.MindieAdapter().render(Candidate({}, [], {"config_path": str(conf)}), port=1025, devices=list("0123"))
     backend = spec.files[next(iter(spec.files))]["BackendConfig"]
     assert backend["npuDeviceIds"] == [[0, 1], [2, 3]] and backend["ModelDeployConfig"]["ModelConfig"][0]["worldSize"] == 2
     # the user's [cluster] devices_per_trial wins, and the line says so
@@ -292,13 +292,13 @@ def test_inherited_container_ip_and_rank_table_are_cleared_per_trial(tmp_path: P
     monkeypatch.setenv("MIES_CONTAINER_IP", "10.9.9.9")
     monkeypatch.setenv("RANK_TABLE_FILE", "/etc/old_rank_table.json")
     adapter = mindie_mod.MindieAdapter()
-    spec = adapter.render({}, [], {}, port=1025, devices=["0"])
+    spec = adapter.render(Candidate({}, [], {}), port=1025, devices=["0"])
     assert (spec.env["MIES_CONTAINER_IP"], spec.env["MIES_CONTAINER_MANAGEMENT_IP"], spec.env["RANK_TABLE_FILE"]) == \
         ("", "", "")
-    spec = adapter.render({}, [], {"env": {"RANK_TABLE_FILE": "/mine.json"}}, port=1025, devices=["0"])
+    spec = adapter.render(Candidate({}, [], {"env": {"RANK_TABLE_FILE": "/mine.json"}}), port=1025, devices=["0"])
     assert spec.env["RANK_TABLE_FILE"] == "/mine.json"
     nodes = (TrialNode(0, "10.0.0.1", ("0",)), TrialNode(1, "10.0.0.2", ("0",)))
-    specs = adapter.render_nodes({}, [], {}, port=1025, nodes=nodes, rendezvous_port=29500, workdir=tmp_path)
+    specs = adapter.render_nodes(Candidate({}, [], {}), port=1025, nodes=nodes, rendezvous_port=29500, workdir=tmp_path)
     assert [s.env["MIES_CONTAINER_IP"] for s in specs] == ["10.0.0.1", "10.0.0.2"]
     assert all(s.env["RANK_TABLE_FILE"].endswith("rank_table_file.json") for s in specs)
     path = _write(tmp_path, {"maxBatchSize": 200})

@@ -17,12 +17,13 @@ import pytest
 
 from msopt.engines import get_engine
 from msopt.engines import mindie as mindie_mod
+from msopt.engines.mindie import adapter as mindie_adapter
 from msopt.engines.mindie.install import find_install
 from msopt.errors import ConfigError, EvaluationError
 from msopt.evaluate.health import HealthCheck
 from msopt.launch.ports import free_port
 from msopt.launch.process import launched
-from msopt.launch.render import TrialNode
+from msopt.launch.render import Candidate, TrialNode
 from msopt.space.fields import parse_field
 from tests.support.shared_data import MINDIE_SHIPPED, shared
 
@@ -46,7 +47,7 @@ def section_for(tmp_path: Path) -> dict:
 
 
 def test_a_trial_serves_business_management_and_metrics_on_its_own_port() -> None:
-    spec = get_engine("mindie").render({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}, port=40111)
+    spec = get_engine("mindie").render(Candidate({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}), port=40111)
     server = server_config(spec)
     # single-port mode (http_server.cpp:411-414): one HTTP server, nothing fixed left to collide
     assert server["port"] == server["managementPort"] == server["metricsPort"] == 40111
@@ -56,7 +57,7 @@ def test_a_trial_serves_business_management_and_metrics_on_its_own_port() -> Non
 
 def test_port_equal_to_multi_nodes_infer_port_moves_that_one_aside() -> None:
     # config_manager_impl.cpp:312-315 refuses port == multiNodesInferPort (1120 in the shipped file)
-    spec = get_engine("mindie").render({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}, port=1120)
+    spec = get_engine("mindie").render(Candidate({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}), port=1120)
     doc = next(iter(spec.files.values()))
     assert doc["ServerConfig"]["port"] == 1120 and doc["BackendConfig"]["multiNodesInferPort"] != 1120
 
@@ -68,7 +69,7 @@ def test_two_trials_on_one_node_run_side_by_side_and_the_old_rendering_collides(
 
     def render(name: str):
         (tmp_path / name).mkdir(exist_ok=True)
-        return engine.render({}, [], section, port=free_port(), workdir=tmp_path / name)
+        return engine.render(Candidate({}, [], section), port=free_port(), workdir=tmp_path / name)
 
     a, b = render("a"), render("b")
     assert a.env["MIES_CONFIG_JSON_PATH"] != b.env["MIES_CONFIG_JSON_PATH"]  # private copies
@@ -82,7 +83,7 @@ def test_two_trials_on_one_node_run_side_by_side_and_the_old_rendering_collides(
 
     # The rendering before single-port mode: only ServerConfig.port per trial, the fixed
     # managementPort and metricsPort shared, so the second trial refuses to start.
-    monkeypatch.setattr(mindie_mod, "single_port", lambda doc, port: None)
+    monkeypatch.setattr(mindie_adapter, "single_port", lambda doc, port: None)
     old_a, old_b = render("c"), render("d")
     assert server_config(old_a)["managementPort"] == server_config(old_b)["managementPort"]
     with launched(old_a, tmp_path / "c.log", cwd=tmp_path / "c"):
@@ -97,7 +98,7 @@ def test_two_trials_on_one_node_run_side_by_side_and_the_old_rendering_collides(
 
 def test_multi_node_trial_listens_and_is_polled_on_the_nodes_address(tmp_path) -> None:
     nodes = (TrialNode(0, "10.0.0.1", tuple("0123")), TrialNode(1, "10.0.0.2", tuple("0123")))
-    specs = get_engine("mindie").render_nodes({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}, port=40200, nodes=nodes,
+    specs = get_engine("mindie").render_nodes(Candidate({}, [], {"config_path": str(shared(MINDIE_SHIPPED))}), port=40200, nodes=nodes,
                                               rendezvous_port=40201, workdir=tmp_path, leader_ports=[40202])
     for node, spec in zip(nodes, specs, strict=True):
         server = server_config(spec)
@@ -115,7 +116,7 @@ def test_stop_grace_outlasts_the_daemons_own_shutdown() -> None:
     # llm_daemon.cpp: 5 s for the endpoint (EP_STOP_WAIT_TIME) + 15 s for the children (SUB_PROCESS_WAIT_TIME)
     engine = get_engine("mindie")
     assert engine.stop_grace > 5 + 15
-    spec = engine.render({}, [], {}, port=40300)
+    spec = engine.render(Candidate({}, [], {}), port=40300)
     assert spec.stop_grace == engine.stop_grace
     assert get_engine("vllm").stop_grace == 10.0
 
@@ -134,7 +135,7 @@ def test_the_launch_is_stopped_with_its_specs_grace(tmp_path, grace) -> None:
             "signal.signal(signal.SIGTERM, term)\n"
             "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler)"
             ".serve_forever()\n")
-    spec = replace(get_engine("mindie").render({}, [], {}, port=port), argv=(sys.executable, "-c", code, str(port),
+    spec = replace(get_engine("mindie").render(Candidate({}, [], {}), port=port), argv=(sys.executable, "-c", code, str(port),
                                                                             str(marker)),
                    files={}, health_path="/", stop_grace=grace)
     with launched(spec, tmp_path / "s.log", cwd=tmp_path):
@@ -147,7 +148,7 @@ def test_npu_usage_threshold_is_read_under_health_check_config() -> None:
     good = parse_field({"name": "t", "config_position": "ServerConfig.HealthCheckConfig.npuUsageThreshold",
                                    "dtype": "int", "min": 0, "max": 100}, source="t.toml", section="mindie", index=0)
     engine.check([good], {"config_path": str(shared(MINDIE_SHIPPED))})
-    spec = engine.render({"t": 80}, [good], {"config_path": str(shared(MINDIE_SHIPPED))}, port=40400)
+    spec = engine.render(Candidate({"t": 80}, [good], {"config_path": str(shared(MINDIE_SHIPPED))}), port=40400)
     assert server_config(spec)["HealthCheckConfig"]["npuUsageThreshold"] == 80
     bad = parse_field({"name": "t", "config_position": "ServerConfig.npuUsageThreshold", "dtype": "int",
                                   "min": 0, "max": 100}, source="t.toml", section="mindie", index=0)
@@ -207,12 +208,12 @@ def test_the_launch_uses_the_installation_found(tmp_path, monkeypatch) -> None:
     run_pkg = tmp_path / "mindie-service"
     daemon = _executable(run_pkg / "bin" / "mindieservice_daemon")
     monkeypatch.setenv("MIES_INSTALL_PATH", str(run_pkg))
-    assert get_engine("mindie").render({}, [], {}, port=40500).argv == (str(daemon),)
+    assert get_engine("mindie").render(Candidate({}, [], {}), port=40500).argv == (str(daemon),)
     given = {"command": {"executable": ["/opt/x/mindieservice_daemon"]}}
-    assert get_engine("mindie").render({}, [], given, port=40500).argv == ("/opt/x/mindieservice_daemon",)
+    assert get_engine("mindie").render(Candidate({}, [], given), port=40500).argv == ("/opt/x/mindieservice_daemon",)
     monkeypatch.setenv("MIES_INSTALL_PATH", str(tmp_path / "none"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert get_engine("mindie").render({}, [], {}, port=40500).argv == ("mindieservice_daemon",)
+    assert get_engine("mindie").render(Candidate({}, [], {}), port=40500).argv == ("mindieservice_daemon",)
 
 
 def test_the_shipped_examples_trials_share_nothing_on_a_node(tmp_path) -> None:
@@ -228,7 +229,7 @@ def test_the_shipped_examples_trials_share_nothing_on_a_node(tmp_path) -> None:
     specs = []
     for name, port in (("a", 40601), ("b", 40602)):
         (tmp_path / name).mkdir()
-        specs.append(get_engine("mindie").render(values, settings.fields, section, port=port,
+        specs.append(get_engine("mindie").render(Candidate(values, settings.fields, section), port=port,
                                                  devices=list("01234567"), workdir=tmp_path / name))
     a, b = specs
     assert set(a.files).isdisjoint(b.files) and str(shared(MINDIE_SHIPPED)) not in a.files

@@ -12,6 +12,7 @@ import msopt.engines.mindie as mindie_mod
 from msopt.config import load_settings, split
 from msopt.engines import get_engine
 from msopt.errors import ConfigError
+from msopt.launch.render import Candidate
 from msopt.run.validate import validate
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
@@ -30,7 +31,7 @@ def test_two_trials_on_one_node_read_their_own_copies(tmp_path: Path) -> None:
     specs = []
     for devices in (("0", "1", "2", "3"), ("4", "5", "6", "7")):
         work = tmp_path / f"work{devices[0]}"
-        specs.append(get_engine("mindie").render({}, [], section, port=2000 + int(devices[0]), devices=devices,
+        specs.append(get_engine("mindie").render(Candidate({}, [], section), port=2000 + int(devices[0]), devices=devices,
                                                  workdir=work))
     targets = [next(iter(s.files)) for s in specs]
     assert targets == [str(tmp_path / "work0" / "config.json"), str(tmp_path / "work4" / "config.json")]
@@ -41,7 +42,7 @@ def test_two_trials_on_one_node_read_their_own_copies(tmp_path: Path) -> None:
 
 def test_config_env_false_edits_in_place(tmp_path: Path) -> None:
     conf = _conf(tmp_path)
-    spec = get_engine("mindie").render({}, [], {"config_path": str(conf), "config_env": False}, port=2000,
+    spec = get_engine("mindie").render(Candidate({}, [], {"config_path": str(conf), "config_env": False}), port=2000,
                                        devices=("0",), workdir=tmp_path / "w")
     assert list(spec.files) == [str(conf)] and "MIES_CONFIG_JSON_PATH" not in spec.env
 

@@ -33,9 +33,9 @@ def test_the_msopt_names_it_gives_exist() -> None:
     for helper in ("command_table", "executable", "flag_args", "env_fields", "split_others", "substitute"):
         assert f"`{helper}`" in section and callable(getattr(engine_launch, helper))
     render = inspect.signature(EngineAdapter.render).parameters
-    assert {"values", "fields", "section", "port", "devices", "workdir"} <= set(render)
+    assert {"candidate", "port", "devices", "workdir"} <= set(render)
     bench = inspect.signature(BenchmarkAdapter.render).parameters
-    assert {"values", "fields", "section", "server", "num_prompts", "load", "result_dir"} <= set(bench)
+    assert {"candidate", "server", "num_prompts", "load", "result_dir"} <= set(bench)
     assert set(inspect.signature(BenchmarkAdapter.parse).parameters) >= {"result_dir", "log_path"}
     for member in ("health_path", "stop_grace", "health_patterns", "startup_rules", "check"):
         assert f"`{member}`" in section and hasattr(EngineAdapter, member)

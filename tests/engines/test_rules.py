@@ -11,10 +11,11 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import ENGINES, LaunchSpec, get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule, check_rules, model_facts
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule, check_rules, model_facts
 from msopt.errors import RefusedError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.launch.render import Candidate
 from tests.support.shared_data import MINDIE_SHIPPED, shared
 
 
@@ -35,7 +36,7 @@ def mindie(world: int, tp: int, dp: int = 1, pp: int = 1, ids: Any = None) -> La
 
 
 def refusal(spec: LaunchSpec, model: ModelFacts | None = None, env: dict | None = None) -> str | None:
-    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), env or {}), get_engine(spec.engine).startup_rules)
+    hit = broken_rule(RenderedCandidate(spec, {}, {}, model or ModelFacts(), env or {}), get_engine(spec.engine).startup_rules)
     return None if hit is None else hit[0].id
 
 
@@ -279,13 +280,13 @@ def test_mindie_torch_backend_needs_master_port(tmp_path) -> None:
     conf.write_text(json.dumps(doc))
     ports = []
     for i, devices in enumerate((tuple("0123"), tuple("4567"))):
-        (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
+        (one,) = get_engine("mindie").render_nodes(Candidate({}, [], {"config_path": str(conf)}), port=1025 + i,
                                                    nodes=(TrialNode(0, "127.0.0.1", devices),),
                                                    rendezvous_port=29600 + i, workdir=tmp_path / str(i))
         check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
         ports.append(one.env["MASTER_PORT"])
     assert ports == ["29600", "29601"]
-    atb = get_engine("mindie").render_nodes({}, [], {}, port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
+    atb = get_engine("mindie").render_nodes(Candidate({}, [], {}), port=1, nodes=(TrialNode(0, "127.0.0.1", ("0",)),),
                                             rendezvous_port=29600)
     assert "MASTER_PORT" not in atb[0].env  # the atb backend starts no torch.distributed
 
@@ -321,7 +322,7 @@ def test_mindie_context_parallel_counts_in_the_world_size() -> None:
     assert refusal(mindie_cp(8, 4, 2)) is None
     assert refusal(mindie_cp(8, 8, 2)) == "mindie.world_size"
     assert refusal(mindie_cp(8, 2, 2, dp=2)) == "mindie.dp_and_pp"
-    hit = broken_rule(Candidate(mindie_cp(8, 8, 2), {}, {}, ModelFacts(), {}), get_engine("mindie").startup_rules)
+    hit = broken_rule(RenderedCandidate(mindie_cp(8, 8, 2), {}, {}, ModelFacts(), {}), get_engine("mindie").startup_rules)
     assert hit is not None and "Attention's cp_size is 2." in hit[1]
 
 
@@ -337,7 +338,7 @@ def test_mindie_atb_pipeline_parallel_leases_its_master_port(tmp_path) -> None:
     conf.write_text(json.dumps(doc))
     envs = []
     for i, devices in enumerate((tuple("0123"), tuple("4567"))):
-        (one,) = get_engine("mindie").render_nodes({}, [], {"config_path": str(conf)}, port=1025 + i,
+        (one,) = get_engine("mindie").render_nodes(Candidate({}, [], {"config_path": str(conf)}), port=1025 + i,
                                                    nodes=(TrialNode(0, "127.0.0.1", devices),),
                                                    rendezvous_port=29600 + i, workdir=tmp_path / str(i))
         check_rules(one, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})

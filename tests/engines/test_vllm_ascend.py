@@ -19,7 +19,7 @@ import pytest
 from msopt.config import load_settings, split
 from msopt.engines import get_engine
 from msopt.engines.rules import advisories
-from msopt.engines.vllm import (
+from msopt.engines.vllm.adapter import (
     additional_config_keys,
     flag_table,
     unknown_flags,
@@ -27,7 +27,7 @@ from msopt.engines.vllm import (
 from msopt.engines.vllm.rules import ADVISORIES as VLLM_ADVISORIES
 from msopt.errors import ConfigError
 from msopt.launch.hccl import block as hccl_block
-from msopt.launch.render import TrialNode
+from msopt.launch.render import Candidate, TrialNode
 from msopt.run.validate import validate
 from msopt.space.fields import FieldDecl, parse_field
 
@@ -75,7 +75,7 @@ def test_additional_config_is_one_json_argv_item() -> None:
               decl("nz", "additional_config.enable_kv_nz", "bool", min=0, max=1)]
     section = {**ASCEND, "additional_config": {"enable_cpu_binding": False,
                                                "weight_prefetch_config": {"prefetch_ratio": {"attn": 0.2}}}}
-    spec = get_engine("vllm").render({"seqs": 8, "prefetch": True, "fuse": False, "nz": None}, fields, section,
+    spec = get_engine("vllm").render(Candidate({"seqs": 8, "prefetch": True, "fuse": False, "nz": None}, fields, section),
                                      port=1, devices=["0", "1"])
     argv = list(spec.argv)
     assert argv.count("--additional-config") == 1 and argv[argv.index("--max-num-seqs") + 1] == "8"
@@ -121,24 +121,24 @@ def test_each_trial_on_a_node_gets_its_own_hccl_port_range() -> None:
     vllm = get_engine("vllm")
     ranges = []
     for devices in (["0"], ["1"], ["2", "3"], ["4", "5", "6", "7"]):
-        env = vllm.render({}, [], ASCEND, port=1, devices=devices).env
+        env = vllm.render(Candidate({}, [], ASCEND), port=1, devices=devices).env
         base = int(env["HCCL_IF_BASE_PORT"])
         assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == f"{base}-{base + 31}"
         ranges.append(set(range(base, base + 32)))  # CANN >= 8.2: 32 ports from the base
     assert all(a.isdisjoint(b) for i, a in enumerate(ranges) for b in ranges[i + 1:]) and min(ranges[0]) == 60000
-    assert vllm.render({}, [], {}, port=1, devices=["0"]).env == {}  # cuda: nothing
-    assert vllm.render({}, [], {**ASCEND, "env": {"HCCL_IF_BASE_PORT": "50000"}}, port=1,
+    assert vllm.render(Candidate({}, [], {}), port=1, devices=["0"]).env == {}  # cuda: nothing
+    assert vllm.render(Candidate({}, [], {**ASCEND, "env": {"HCCL_IF_BASE_PORT": "50000"}}), port=1,
                        devices=["3"]).env["HCCL_IF_BASE_PORT"] == "50000"
-    assert "HCCL_IF_BASE_PORT" not in vllm.render({}, [], {**ASCEND, "hccl_base_port": False}, port=1,
+    assert "HCCL_IF_BASE_PORT" not in vllm.render(Candidate({}, [], {**ASCEND, "hccl_base_port": False}), port=1,
                                                   devices=["3"]).env
     assert hccl_block(["15"], 60000) == (60480, 60511) and hccl_block(["x"], 60000) is None
     nodes = (TrialNode(0, "10.0.0.1", ("0", "1", "2", "3")), TrialNode(1, "10.0.0.2", ("4", "5", "6", "7")))
-    specs = vllm.render_nodes({"tp": 8}, [decl("tp", "--tensor-parallel-size")], ASCEND, port=1, nodes=nodes,
+    specs = vllm.render_nodes(Candidate({"tp": 8}, [decl("tp", "--tensor-parallel-size")], ASCEND), port=1, nodes=nodes,
                               rendezvous_port=2)
     assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60128"]
     assert [s.env["HCCL_NPU_SOCKET_PORT_RANGE"] for s in specs] == ["16666-16697", "16794-16825"]
     with pytest.raises(ConfigError, match="hccl_base_port"):
-        vllm.render({}, [], {**ASCEND, "hccl_base_port": 80}, port=1, devices=["0"])
+        vllm.render(Candidate({}, [], {**ASCEND, "hccl_base_port": 80}), port=1, devices=["0"])
 
 
 def block(**kw: Any) -> FieldDecl:

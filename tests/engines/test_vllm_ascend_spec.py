@@ -21,10 +21,11 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec, get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule
 from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
+from msopt.launch.render import Candidate
 from msopt.space.fields import parse_field
 
 ASCEND = {"platform": "ascend", "command": {"model": "/m"}}
@@ -34,7 +35,7 @@ TOKENS = parse_field({"name": "mtp_tokens", "config_position": "speculative_conf
 
 def refusal(section: dict[str, Any], *flags: str) -> tuple[str, str] | None:
     spec = LaunchSpec("vllm", ("vllm", "serve", "/m", "--port", "1", *flags))
-    hit = broken_rule(Candidate(spec, {}, section, ModelFacts(model_type="deepseek_v3", mtp_layers=1), {}),
+    hit = broken_rule(RenderedCandidate(spec, {}, section, ModelFacts(model_type="deepseek_v3", mtp_layers=1), {}),
                       get_engine("vllm").startup_rules)
     return None if hit is None else (hit[0].id, hit[1])
 
@@ -48,7 +49,7 @@ def test_the_mtp_field_renders_beside_the_additional_config_on_ascend() -> None:
                "additional_config": {"enable_shared_expert_dp": True}}
     vllm = get_engine("vllm")
     vllm.check([TOKENS], section)  # deepseek_mtp is in vLLM 0.23.0's SpeculativeMethod (vllm-ascend 0.23.0.post1's)
-    argv = list(vllm.render({"mtp_tokens": 2}, [TOKENS], section, port=1, devices=["0"]).argv)
+    argv = list(vllm.render(Candidate({"mtp_tokens": 2}, [TOKENS], section), port=1, devices=["0"]).argv)
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "deepseek_mtp",
                                                                        "num_speculative_tokens": 2}
     assert json.loads(argv[argv.index("--additional-config") + 1]) == {"enable_shared_expert_dp": True}

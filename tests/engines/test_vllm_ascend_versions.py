@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from msopt.engines import get_engine
-from msopt.engines.vllm import additional_config_keys, check_installed_additional_config, flag_table
+from msopt.engines.vllm.adapter import additional_config_keys, check_installed_additional_config, flag_table
 from msopt.engines.vllm.target import ASCEND_RELEASES, VLLM_VERSIONS, target
 from msopt.errors import ConfigError
 from msopt.space.fields import parse_field

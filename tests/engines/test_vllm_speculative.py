@@ -16,11 +16,12 @@ import pytest
 
 from msopt.config import load_settings
 from msopt.engines import LaunchSpec, get_engine
-from msopt.engines.rules import Candidate, ModelFacts, broken_rule
+from msopt.engines.rules import ModelFacts, RenderedCandidate, broken_rule
 from msopt.engines.vllm.knobs import knobs_vllm
 from msopt.errors import ConfigError
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest, EvaluationResult
+from msopt.launch.render import Candidate
 from msopt.space.fields import FieldDecl, parse_field
 
 
@@ -34,8 +35,8 @@ TOKENS = decl("spec_tokens", "speculative_config.num_speculative_tokens")
 
 def test_a_speculative_config_field_is_one_json_value_in_one_argv_item() -> None:
     section = {"command": {"model": "/m"}, "speculative_config": {"method": "eagle3", "model": "/draft"}}
-    spec = get_engine("vllm").render({"spec_tokens": 3, "seqs": 8}, [TOKENS, decl("seqs", "--max-num-seqs")],
-                                     section, port=1)
+    spec = get_engine("vllm").render(Candidate({"spec_tokens": 3, "seqs": 8}, [TOKENS, decl("seqs", "--max-num-seqs")],
+                                     section), port=1)
     argv = list(spec.argv)
     assert argv.count("--speculative-config") == 1 and argv[argv.index("--max-num-seqs") + 1] == "8"
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
@@ -43,14 +44,14 @@ def test_a_speculative_config_field_is_one_json_value_in_one_argv_item() -> None
     assert section["speculative_config"] == {"method": "eagle3", "model": "/draft"}  # untouched
     assert knobs_vllm(argv[2:]).spec_tokens == 3 and knobs_vllm(argv[2:]).spec_method == "eagle"
     # without the field or the table nothing is rendered
-    assert "--speculative-config" not in get_engine("vllm").render({}, [], {"command": {"model": "/m"}}, port=1).argv
+    assert "--speculative-config" not in get_engine("vllm").render(Candidate({}, [], {"command": {"model": "/m"}}), port=1).argv
 
 
 def test_the_shortcut_of_another_key_may_stay_in_others() -> None:
     section = {"command": {"model": "/m", "others": "--spec-method mtp"}}
     vllm = get_engine("vllm")
     vllm.check([TOKENS], section)
-    argv = list(vllm.render({"spec_tokens": 2}, [TOKENS], section, port=1).argv)
+    argv = list(vllm.render(Candidate({"spec_tokens": 2}, [TOKENS], section), port=1).argv)
     k = knobs_vllm(argv[2:])
     assert (k.spec_method, k.spec_tokens) == ("mtp", 2)
 
@@ -76,7 +77,7 @@ def vllm(*flags: str) -> LaunchSpec:
 
 
 def refusal(spec: LaunchSpec, model: ModelFacts | None = None) -> tuple[str, str] | None:
-    hit = broken_rule(Candidate(spec, {}, {}, model or ModelFacts(), {}), get_engine(spec.engine).startup_rules)
+    hit = broken_rule(RenderedCandidate(spec, {}, {}, model or ModelFacts(), {}), get_engine(spec.engine).startup_rules)
     return None if hit is None else (hit[0].id, hit[1])
 
 
@@ -201,7 +202,7 @@ def test_a_simulated_mtp_on_a_model_without_mtp_layers_is_refused(tmp_path: Path
 
 # -- the keys of --speculative-config: SpeculativeConfig's fields (pydantic, extra="forbid") -----------------------
 def test_the_key_tables_say_where_they_come_from() -> None:
-    from msopt.engines.vllm import FLAGS_DIR, SPECULATIVE_DEFAULT_VERSION, speculative_config_keys
+    from msopt.engines.vllm.adapter import FLAGS_DIR, SPECULATIVE_DEFAULT_VERSION, speculative_config_keys
     from msopt.engines.vllm.target import VLLM_VERSIONS
 
     for version in (*VLLM_VERSIONS, SPECULATIVE_DEFAULT_VERSION):
@@ -300,7 +301,7 @@ def test_msopt_validate_names_the_file_and_exits_2(tmp_path: Path, capsys: pytes
 
 
 def test_preflight_checks_the_keys_against_the_installed_vllm() -> None:
-    from msopt.engines.vllm import check_installed_speculative_config
+    from msopt.engines.vllm.adapter import check_installed_speculative_config
 
     argv = ["vllm", "serve", "M", "--speculative-config", '{"method": "medusa", "model": "/m"}']
     assert check_installed_speculative_config(argv, "0.32.0") == (

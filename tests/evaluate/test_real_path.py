@@ -19,6 +19,7 @@ from msopt.engines import get_engine
 from msopt.evaluate.results import METRICS
 from msopt.launch.ports import free_port
 from msopt.launch.process import _alive, group_members, start_process, wait_ready
+from msopt.launch.render import Candidate
 from msopt.metrics import PERCENTILES, SENT
 from msopt.sim.serve import ARGV_FILE_ENV
 from msopt.space import DecodeContext, SearchSpace
@@ -98,14 +99,14 @@ def test_real_path_end_to_end(tmp_path: Path, write_toml) -> None:
     decoded = space.decode(position, DecodeContext(0, 4, 0))
     assert decoded.values["max_num_seqs"] == 6
 
-    spec = get_engine("vllm").render(decoded.values, settings.fields, settings.section("vllm"),
+    spec = get_engine("vllm").render(Candidate(decoded.values, settings.fields, settings.section("vllm")),
                                      port=free_port(), workdir=tmp_path)
     argv_file = tmp_path / "argv.json"
     with start_process(spec.argv, {**spec.env, ARGV_FILE_ENV: str(argv_file)},
                        tmp_path / "server.log") as server:
         wait_ready(spec.host, spec.port, spec.health_path, spec.ready_timeout, server, interval=0.1)
         metrics = get_benchmark("builtin").run(
-            spec, decoded.values, settings.fields, settings.section("builtin"), num_prompts=32,
+            spec, Candidate(decoded.values, settings.fields, settings.section("builtin")), num_prompts=32,
             load={}, result_dir=tmp_path / "bench", log_path=tmp_path / "bench.log", timeout=120)
         assert server.running
     # builtin reports percentiles too (issue 40), and what it sent (no prompt lengths: synthetic)

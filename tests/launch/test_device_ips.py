@@ -13,7 +13,7 @@ from msopt.engines import get_engine
 from msopt.engines.mindie.rank_table import rank_table
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.hccn import parse_ip, read_device_ips
-from msopt.launch.render import TrialNode
+from msopt.launch.render import Candidate, TrialNode
 from msopt.run.validate import validate
 
 #: hccn_tool as Ascend documents its output (``ipaddr:`` and ``netmask:`` lines); NPU 9 is down.
@@ -64,7 +64,7 @@ def _nodes(hccn: dict[str, str], devices: tuple[str, ...]) -> tuple[TrialNode, .
 
 def test_rank_table_carries_the_addresses_each_node_read(hccn: dict[str, str], tmp_path: Path) -> None:
     nodes = _nodes(hccn, ("4", "5", "6", "7"))
-    specs = get_engine("mindie").render_nodes({}, [], {}, port=1025, nodes=nodes, rendezvous_port=29555,
+    specs = get_engine("mindie").render_nodes(Candidate({}, [], {}), port=1025, nodes=nodes, rendezvous_port=29555,
                                               workdir=tmp_path)
     table = specs[0].files[str(tmp_path / "rank_table_file.json")]
     for server in table["server_list"]:

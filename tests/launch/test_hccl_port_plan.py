@@ -30,6 +30,7 @@ from msopt.launch.hccl import (
     plan_unset,
     range_plan,
 )
+from msopt.launch.render import Candidate
 
 ROOT = Path(__file__).resolve().parents[2]
 HARDWARE = ROOT / "tests" / "data" / "hardware"
@@ -92,7 +93,7 @@ def test_the_deepseek_v3_atlas_a2_config_renders_no_range_variables() -> None:
 
     space = SearchSpace(config.engine.fields)
     values = dict(space.decode(space.default_position()).values)
-    specs = runner.engine.render_nodes(values, config.engine.fields, runner.engine_section, port=0, nodes=nodes,
+    specs = runner.engine.render_nodes(Candidate(values, config.engine.fields, runner.engine_section), port=0, nodes=nodes,
                                        rendezvous_port=0)
     assert all(HOST_RANGE in s.env for s in specs)  # what msopt rendered before the plan
     planned = runner.plan_ports(specs)
@@ -119,7 +120,7 @@ def test_an_inherited_range_is_unset_where_cann_forbids_it(tmp_path: Path, monke
     values = dict(space.decode(space.default_position()).values)
     nodes = (TrialNode(0, "10.0.0.1", tuple(str(i) for i in range(8))),
              TrialNode(1, "10.0.0.2", tuple(str(i) for i in range(8))))
-    specs = runner.plan_ports(runner.engine.render_nodes(values, config.engine.fields, runner.engine_section,
+    specs = runner.plan_ports(runner.engine.render_nodes(Candidate(values, config.engine.fields, runner.engine_section),
                                                          port=0, nodes=nodes, rendezvous_port=0))
     assert all(s.unset_env == (HOST_RANGE, NPU_RANGE) for s in specs)
     log = tmp_path / "server.log"

@@ -13,6 +13,7 @@ from msopt.engines import get_engine
 from msopt.errors import EvaluationError
 from msopt.launch.hccl import hccl_env, in_force, lease_blocks
 from msopt.launch.ports import PortLease
+from msopt.launch.render import Candidate
 
 TEMPLATE = Path(mindie_mod.__file__).with_name("config.json")  # msopt's built-in template
 
@@ -28,7 +29,7 @@ def _blocks(env: dict[str, str]) -> tuple[set[int], set[int]]:
 def test_two_mindie_trials_on_one_node_get_disjoint_blocks(tmp_path: Path) -> None:
     conf = tmp_path / "config.json"
     conf.write_bytes(TEMPLATE.read_bytes())
-    specs = [get_engine("mindie").render({}, [], {"config_path": str(conf)}, port=1025 + i, devices=devices,
+    specs = [get_engine("mindie").render(Candidate({}, [], {"config_path": str(conf)}), port=1025 + i, devices=devices,
                                          workdir=tmp_path / f"w{i}")
              for i, devices in enumerate((("0", "1", "2", "3"), ("4", "5", "6", "7")))]
     (host0, npu0), (host1, npu1) = (_blocks(s.env) for s in specs)
@@ -99,7 +100,7 @@ def test_two_trials_on_one_node_each_have_their_own_config_hccl_blocks_and_maste
     with PortLease() as a, PortLease() as b:
         for lease, devices in ((a, tuple("0123")), (b, tuple("4567"))):
             (spec,) = get_engine("mindie").render_nodes(
-                {}, [], {"config_path": str(conf)}, port=lease.take(), nodes=(TrialNode(0, "127.0.0.1", devices),),
+                Candidate({}, [], {"config_path": str(conf)}), port=lease.take(), nodes=(TrialNode(0, "127.0.0.1", devices),),
                 rendezvous_port=lease.take(), workdir=tmp_path / devices[0])
             check_rules(spec, {}, {}, rules=get_engine("mindie").startup_rules, model=ModelFacts(), environ={})
             lease_blocks(spec.env, lease)
@@ -117,14 +118,14 @@ def test_two_sglang_trials_on_ascend_get_disjoint_blocks() -> None:
     srt/hardware_backend/npu) talks over HCCL, so two trials on one node need their own blocks, as MindIE's
     and vllm-ascend's get; on CUDA nothing is added."""
     engine = get_engine("sglang")
-    specs = [engine.render({}, [], {"platform": "ascend"}, port=1025 + i, devices=devices)
+    specs = [engine.render(Candidate({}, [], {"platform": "ascend"}), port=1025 + i, devices=devices)
              for i, devices in enumerate((("0", "1"), ("2", "3")))]
     (host0, npu0), (host1, npu1) = (_blocks(s.env) for s in specs)
     assert host0.isdisjoint(host1) and npu0.isdisjoint(npu1)
     assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60064"]
-    by_flag = engine.render({}, [], {"command": {"others": "--device npu"}}, port=1025, devices=["4"])
+    by_flag = engine.render(Candidate({}, [], {"command": {"others": "--device npu"}}), port=1025, devices=["4"])
     assert by_flag.env["HCCL_NPU_SOCKET_PORT_RANGE"] == "16794-16825"
-    cuda = engine.render({}, [], {}, port=1025, devices=["0"])
+    cuda = engine.render(Candidate({}, [], {}), port=1025, devices=["0"])
     assert not any(v.startswith("HCCL") for v in cuda.env)
     assert any("HCCL ports" in n for n in engine.notes({"platform": "ascend"}))
 
@@ -136,11 +137,11 @@ def test_sglang_on_ascend_multi_node_and_pd_instances_follow_their_own_devices()
 
     engine = get_engine("sglang")
     nodes = [TrialNode(0, "10.0.0.1", ("0", "1")), TrialNode(1, "10.0.0.2", ("2", "3"))]
-    specs = engine.render_nodes({}, [], {"platform": "ascend", "command": {"others": "--tp-size 4"}}, port=1025,
+    specs = engine.render_nodes(Candidate({}, [], {"platform": "ascend", "command": {"others": "--tp-size 4"}}), port=1025,
                                 nodes=nodes, rendezvous_port=1026)
     assert [s.env["HCCL_IF_BASE_PORT"] for s in specs] == ["60000", "60064"]
     section = {"platform": "ascend", "pd": {"prefill_instances": 1, "decode_instances": 1,
                                             "visible_devices_env": "ASCEND_RT_VISIBLE_DEVICES"}}
-    launch = engine.render_pd({}, [], section, ports=list(range(2000, 2010)), devices=["0", "1"])
+    launch = engine.render_pd(Candidate({}, [], section), ports=list(range(2000, 2010)), devices=["0", "1"])
     bases = [s.env["HCCL_IF_BASE_PORT"] for s in (*launch.prefill, *launch.decode)]
     assert bases == ["60000", "60032"]

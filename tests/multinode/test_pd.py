@@ -15,7 +15,7 @@ import pytest
 from msopt.config import load_settings
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, EvaluationError
-from msopt.launch.render import LaunchSpec
+from msopt.launch.render import Candidate, LaunchSpec
 from msopt.sim.simulator import simulate_disaggregated
 from tests.support.procs import recorded, started, survivors
 
@@ -31,7 +31,7 @@ def _settings():
 
 def test_render_pd_gives_each_instance_its_own_devices_and_the_router_every_url():
     s = _settings()
-    launch = get_engine("sglang").render_pd(VALUES, s.fields, s.section("sglang"), ports=list(range(9000, 9010)),
+    launch = get_engine("sglang").render_pd(Candidate(VALUES, s.fields, s.section("sglang")), ports=list(range(9000, 9010)),
                                             devices=[str(d) for d in range(8)])
     assert launch.counts == (2, 1)
     p0, p1 = launch.prefill
@@ -46,7 +46,7 @@ def test_render_pd_gives_each_instance_its_own_devices_and_the_router_every_url(
     assert r[r.index("--prefill") + 1:r.index("--prefill") + 3] == [p0.base_url, boot]
     assert r[r.index("--decode") + 1] == d0.base_url and "--pd-disaggregation" in r
     with pytest.raises(EvaluationError, match="needs 10 devices"):
-        get_engine("sglang").render_pd(dict(VALUES, n_prefill=6), s.fields, s.section("sglang"),
+        get_engine("sglang").render_pd(Candidate(dict(VALUES, n_prefill=6), s.fields, s.section("sglang")),
                                        ports=list(range(9000, 9020)), devices=[str(d) for d in range(8)])
 
 
@@ -101,16 +101,16 @@ def test_pd_instances_never_span_nodes():
 
     s = _settings()
     nodes = tuple(TrialNode(r, f"10.0.0.{r + 1}", tuple(str(d) for d in range(8))) for r in range(2))
-    launch = get_engine("sglang").render_pd(dict(VALUES, n_prefill=6, prefill_tp=1, n_decode=2, decode_tp=4),
-                                            s.fields, s.section("sglang"), ports=list(range(9000, 9030)),
+    launch = get_engine("sglang").render_pd(Candidate(dict(VALUES, n_prefill=6, prefill_tp=1, n_decode=2, decode_tp=4),
+                                            s.fields, s.section("sglang")), ports=list(range(9000, 9030)),
                                             devices=[], nodes=nodes)
     assert launch.nodes == (0, 0, 0, 0, 0, 0, 1, 1)
     assert launch.decode[1].env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7" and launch.decode[1].host == "10.0.0.2"
     assert f"http://10.0.0.2:{launch.decode[0].port}" in launch.router.argv
     six = tuple(TrialNode(r, f"10.0.0.{r + 1}", tuple(str(d) for d in range(6))) for r in range(2))
     with pytest.raises(EvaluationError, match="fits on none of the trial's nodes"):  # 12 devices, none whole
-        get_engine("sglang").render_pd(dict(VALUES, n_prefill=2, prefill_tp=2, n_decode=2, decode_tp=4),
-                                       s.fields, s.section("sglang"), ports=list(range(9000, 9030)), nodes=six)
+        get_engine("sglang").render_pd(Candidate(dict(VALUES, n_prefill=2, prefill_tp=2, n_decode=2, decode_tp=4),
+                                       s.fields, s.section("sglang")), ports=list(range(9000, 9030)), nodes=six)
 
 
 REAL = """

@@ -14,7 +14,7 @@ from msopt.engines import get_engine
 from msopt.errors import EvaluationError
 from msopt.launch.ports import free_port
 from msopt.launch.process import start_process, wait_ready
-from msopt.launch.render import TrialNode
+from msopt.launch.render import Candidate, TrialNode
 from msopt.sim.rendezvous import instance_key, placement
 from msopt.space.fields import FieldDecl
 
@@ -26,7 +26,7 @@ def field(name: str, pos: str, value: object) -> FieldDecl:
 
 
 def render(engine: str, section: dict, values: dict[str, object], fields: list[FieldDecl], nodes=NODES):
-    return get_engine(engine).render_nodes(values, fields, section, port=8100, nodes=nodes, rendezvous_port=29555)
+    return get_engine(engine).render_nodes(Candidate(values, fields, section), port=8100, nodes=nodes, rendezvous_port=29555)
 
 
 def test_vllm_data_parallel_ranks_split_over_the_nodes():
@@ -66,7 +66,7 @@ def test_mindie_rank_table_and_per_node_config(tmp_path):
               field("DP", "BackendConfig.ModelDeployConfig.ModelConfig.0.dp", 4)]
     section = {"device_ips": {"10.0.0.1": [f"192.168.1.{i}" for i in range(8)],
                               "10.0.0.2": [f"192.168.2.{i}" for i in range(8)]}}
-    specs = get_engine("mindie").render_nodes({"TP": 4, "DP": 4}, fields, section, port=1025, nodes=NODES,
+    specs = get_engine("mindie").render_nodes(Candidate({"TP": 4, "DP": 4}, fields, section), port=1025, nodes=NODES,
                                               rendezvous_port=29555, workdir=tmp_path)
     table_path = str(tmp_path / "rank_table_file.json")
     for rank, spec in enumerate(specs):

@@ -20,6 +20,7 @@ from msopt.benchmarks import get_benchmark
 from msopt.engines import LaunchSpec
 from msopt.launch.ports import free_port
 from msopt.launch.process import start_process, wait_ready
+from msopt.launch.render import Candidate
 from msopt.workload.replay import open_window
 from tests.real_engine.conftest import VllmCpu
 
@@ -58,7 +59,7 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_and_others_do_not(tmp_path: Path
         builtin = get_benchmark("builtin")
         for name, tbl, seed in (("builtin shared", table, 0), ("builtin none", {"path": str(none)}, 1)):
             t0 = time.monotonic()
-            m = builtin.run(spec, {}, [], {"trace": tbl, "seed": seed}, num_prompts=N, load={},
+            m = builtin.run(spec, Candidate({}, [], {"trace": tbl, "seed": seed}), num_prompts=N, load={},
                             result_dir=tmp_path / name, log_path=tmp_path / f"{name}.log", timeout=300)
             summary = json.loads((tmp_path / name / "builtin_result.json").read_text())
             figures[name] = {"s": round(time.monotonic() - t0, 1), "hit_rate": m.get("prefix_cache_hit_rate"),
@@ -73,7 +74,7 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_and_others_do_not(tmp_path: Path
         t0 = time.monotonic()
         section = {"trace": table, "command": {"executable": [vllm_cpu.vllm, "bench", "serve"],
                                                "tokenizer": vllm_cpu.model_dir}}
-        m = get_benchmark("vllm_benchmark").run(spec, {}, [], section, num_prompts=N, load={},
+        m = get_benchmark("vllm_benchmark").run(spec, Candidate({}, [], section), num_prompts=N, load={},
                                                 result_dir=tmp_path / "vllm", log_path=tmp_path / "vllm.log",
                                                 timeout=300)
         figures["vllm bench serve timed_trace"] = {"s": round(time.monotonic() - t0, 1),

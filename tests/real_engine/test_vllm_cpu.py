@@ -27,6 +27,7 @@ from msopt.config import read_toml
 from msopt.engines import get_engine
 from msopt.engines.rules import check_rules
 from msopt.errors import RefusedError
+from msopt.launch.render import Candidate
 from msopt.space.fields import parse_field
 from tests.real_engine.conftest import VllmCpu
 
@@ -138,7 +139,7 @@ def test_the_chunked_prefill_rule_says_what_vllm_says(tmp_path: Path, vllm_cpu: 
     section = settings["vllm"]
     fields = [parse_field(f, source="cfg.toml", section="vllm", index=i) for i, f in enumerate(section["target_field"])]
     values = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "enable_chunked_prefill": False}
-    spec = get_engine("vllm").render(values, fields, section, port=free_port())
+    spec = get_engine("vllm").render(Candidate(values, fields, section), port=free_port())
     assert "--no-enable-chunked-prefill" in spec.argv
     with pytest.raises(RefusedError) as refused:
         check_rules(spec, values, section, rules=get_engine("vllm").startup_rules)

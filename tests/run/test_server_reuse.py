@@ -23,7 +23,7 @@ from msopt.engines import get_engine
 from msopt.evaluate import Evaluator
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import server_key
-from msopt.launch.render import LaunchSpec
+from msopt.launch.render import Candidate, LaunchSpec
 from msopt.run.pool import InProcessPool, route
 from msopt.space import SearchSpace
 from tests.support.procs import recorded, started, survivors
@@ -111,7 +111,7 @@ def test_a_reused_measurement_sends_other_prompts() -> None:
     vb = get_benchmark("vllm_benchmark")
     server = LaunchSpec("vllm", ("vllm",), port=1234, served_model_name="m", model="m")
     for offset, seed in ((0, None), (1, "1")):
-        argv, _ = vb.render({}, [], vb.with_seed({"command": {}}, offset), server=server, num_prompts=4, load={},
+        argv, _ = vb.render(Candidate({}, [], vb.with_seed({"command": {}}, offset)), server=server, num_prompts=4, load={},
                             result_dir=Path("/tmp/r"))
         assert (argv[argv.index("--seed") + 1] if "--seed" in argv else None) == seed
 

@@ -59,8 +59,7 @@ from msopt.engines.mindie.config_doc import (
 from msopt.engines.mindie.rank_table import device_ip_table
 from msopt.engines.pd import PdLaunch, count, pd_table, role_fields, without_pd
 from msopt.errors import ConfigError, EvaluationError
-from msopt.launch.render import LaunchSpec, TrialNode, command_str, executable
-from msopt.space.fields import FieldDecl
+from msopt.launch.render import Candidate, LaunchSpec, TrialNode, command_str, executable
 
 #: The one line a real MindIE PD run gets (the launch that needs hardware msopt cannot drive).
 REAL_LAUNCH_REFUSED = (
@@ -134,11 +133,10 @@ def rate_problem(n_p: int, n_d: int) -> str | None:
     return None
 
 
-def _world(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequence[FieldDecl],
-           section: Mapping[str, Any]) -> int:
+def _world(adapter: EngineAdapter, candidate: Candidate) -> int:
     """The NPUs one instance of a role takes: its config.json's ``ModelConfig[0].worldSize`` (a field's or
     the file's) x ``modelInstanceNumber``, rendered without devices."""
-    doc = next(iter(adapter.render(values, fields, section, port=SERVER_PORTS["mindie_server_port"]).files.values()))
+    doc = next(iter(adapter.render(candidate, port=SERVER_PORTS["mindie_server_port"]).files.values()))
     world = get_path(doc, (*MODEL_CONFIG, "worldSize"), 1)
     if not is_int(world) or world < 1:
         raise EvaluationError(f"ModelConfig[0].worldSize is {world!r}; a PD role's instance needs an integer >= 1")
@@ -210,8 +208,7 @@ def coordinator_config(host: str, port: int) -> dict[str, Any]:
             "digs_scheduler_config": {"deploy_mode": "pd_separate"}, "tls_config": tls}
 
 
-def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequence[FieldDecl],
-              section: Mapping[str, Any], *, ports: Sequence[int], devices: Sequence[str] = (),
+def render_pd(adapter: EngineAdapter, candidate: Candidate, *, ports: Sequence[int], devices: Sequence[str] = (),
               workdir: Path | None = None, nodes: Sequence[TrialNode] = ()) -> PdLaunch:
     """Every process of a MindIE PD trial: each instance's config.json (its role's fields, ``inferMode``
     "dmi", its own NPUs and HCCL blocks, the ports ms_controller.json gives every server), the coordinator
@@ -221,6 +218,7 @@ def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequenc
         EvaluationError: no ``[mindie.pd]``, the instances need more NPUs than the trial holds, or
             MindIE-MS refuses the instance counts.
     """
+    values, section = candidate.values, candidate.section
     pd = check_pd(section)
     if pd is None:
         raise EvaluationError("render_pd needs a [mindie.pd] table")
@@ -231,17 +229,18 @@ def render_pd(adapter: EngineAdapter, values: Mapping[str, Any], fields: Sequenc
     inner = dict(without_pd(section))
     if inner.get("config_env", True) is False:
         inner.pop("config_env")  # each instance reads its own copy (MIES_CONFIG_JSON_PATH)
-    roles = [(role, role_fields(fields, role)) for role, n in (("prefill", n_p), ("decode", n_d)) for _ in range(n)]
-    worlds = {role: _world(adapter, values, role_f, inner) for role, role_f in roles[:1] + roles[n_p:n_p + 1]}
+    roles = [(role, Candidate(values, role_fields(candidate.fields, role), inner))
+             for role, n in (("prefill", n_p), ("decode", n_d)) for _ in range(n)]
+    worlds = {role: _world(adapter, role_c) for role, role_c in roles[:1] + roles[n_p:n_p + 1]}
     where = _place([worlds[role] for role, _ in roles], devices, nodes)
     env_name = str(pd.get("visible_devices_env", "ASCEND_RT_VISIBLE_DEVICES"))
     base = Path(workdir) if workdir is not None else None
     specs, placed = [], []
     counters = {"prefill": 0, "decode": 0}
-    for (role, role_f), (rank, ids) in zip(roles, where, strict=True):
+    for (role, role_c), (rank, ids) in zip(roles, where, strict=True):
         i = counters[role]
         counters[role] += 1
-        spec = adapter.render(values, role_f, inner, port=SERVER_PORTS["mindie_server_port"], devices=ids,
+        spec = adapter.render(role_c, port=SERVER_PORTS["mindie_server_port"], devices=ids,
                               workdir=base / f"{role}{i}" if base is not None else None)
         address = nodes[rank].address if len(nodes) > 1 else spec.host
         target, doc = next(iter(spec.files.items()))

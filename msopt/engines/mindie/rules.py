@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from msopt.engines.rules import Candidate, Rule
+from msopt.engines.rules import RenderedCandidate, Rule
 
 # -- MindIE (MindIE-LLM master 8b4871a, 2026-04-23) -------------------------------------------
 MINDIE_VERSION = "MindIE-LLM 8b4871a (master, 2026-04-23)"
 _MAPPING = "examples/atb_models/atb_llm/utils/mapping.py"
 
 
-def mindie_config(c: Candidate) -> Mapping[str, Any]:
+def mindie_config(c: RenderedCandidate) -> Mapping[str, Any]:
     """The rendered config.json (the file of ``spec.files`` holding ``BackendConfig``), empty when none."""
     for doc in c.spec.files.values():
         if isinstance(doc, Mapping) and "BackendConfig" in doc:
@@ -23,7 +23,7 @@ def mindie_config(c: Candidate) -> Mapping[str, Any]:
     return {}
 
 
-def mindie_model(c: Candidate) -> Mapping[str, Any]:
+def mindie_model(c: RenderedCandidate) -> Mapping[str, Any]:
     """``BackendConfig.ModelDeployConfig.ModelConfig[0]`` of the rendered config.json."""
     doc = mindie_config(c)
     try:
@@ -38,7 +38,7 @@ def _mindie_int(model: Mapping[str, Any], key: str, default: int | None) -> int 
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
-def _mindie_nodes(c: Candidate) -> int:
+def _mindie_nodes(c: RenderedCandidate) -> int:
     """Nodes of a multi-node launch (``server_count`` of the rank table msopt rendered), else 1."""
     for doc in c.spec.files.values():
         if isinstance(doc, Mapping) and "server_list" in doc:
@@ -49,7 +49,7 @@ def _mindie_nodes(c: Candidate) -> int:
     return 1
 
 
-def _mindie_parallel(c: Candidate) -> tuple[int | None, int, int, int]:
+def _mindie_parallel(c: RenderedCandidate) -> tuple[int | None, int, int, int]:
     m = mindie_model(c)
     world = _mindie_int(m, "worldSize", None)
     if world is not None:
@@ -58,12 +58,12 @@ def _mindie_parallel(c: Candidate) -> tuple[int | None, int, int, int]:
     return world, tp, _mindie_int(m, "dp", 1) or 1, _mindie_int(m, "pp", 1) or 1
 
 
-def _mindie_cp(c: Candidate) -> int:
+def _mindie_cp(c: RenderedCandidate) -> int:
     """ModelConfig's ``cp`` (attention's context parallel, mapping.py:315-317), 1 when absent."""
     return _mindie_int(mindie_model(c), "cp", 1) or 1
 
 
-def _mindie_dp_pp(c: Candidate) -> str | None:
+def _mindie_dp_pp(c: RenderedCandidate) -> str | None:
     _, _, dp, pp = _mindie_parallel(c)
     if _mindie_cp(c) != 1 and dp != 1:  # mapping.py:354-358
         return ("The attention module cannot support context parallel and data parallel simultaneously. "
@@ -74,7 +74,7 @@ def _mindie_dp_pp(c: Candidate) -> str | None:
     return None
 
 
-def _mindie_world(c: Candidate) -> str | None:
+def _mindie_world(c: RenderedCandidate) -> str | None:
     world, tp, dp, pp = _mindie_parallel(c)
     cp = _mindie_cp(c)
     if world is None:
@@ -90,7 +90,7 @@ def _mindie_world(c: Candidate) -> str | None:
     return None
 
 
-def _mindie_master(c: Candidate) -> str | None:
+def _mindie_master(c: RenderedCandidate) -> str | None:
     _, _, _, pp = _mindie_parallel(c)
     if pp > 1 and not c.environ.get("MASTER_IP"):
         return "Master ip cannot be None when pipeline parallel is used. Please export MASTER_IP."
@@ -100,7 +100,7 @@ def _mindie_master(c: Candidate) -> str | None:
     return None
 
 
-def _mindie_device_ids(c: Candidate) -> str | None:
+def _mindie_device_ids(c: RenderedCandidate) -> str | None:
     backend = mindie_config(c).get("BackendConfig", {})
     ids = backend.get("npuDeviceIds") if isinstance(backend, Mapping) else None
     if not isinstance(ids, list):
@@ -116,14 +116,14 @@ def _mindie_device_ids(c: Candidate) -> str | None:
 _CONFIG_MANAGER = "src/config_manager/config_manager_impl.cpp"
 
 
-def _mindie_schedule(c: Candidate, key: str) -> int | None:
+def _mindie_schedule(c: RenderedCandidate, key: str) -> int | None:
     """``BackendConfig.ScheduleConfig.<key>`` as an integer, None when absent or not a number."""
     backend = mindie_config(c).get("BackendConfig", {})
     schedule = backend.get("ScheduleConfig", {}) if isinstance(backend, Mapping) else {}
     return _mindie_int(schedule, key, None) if isinstance(schedule, Mapping) else None
 
 
-def _mindie_models(c: Candidate) -> list[Mapping[str, Any]]:
+def _mindie_models(c: RenderedCandidate) -> list[Mapping[str, Any]]:
     """Every element of ``ModelConfig`` (MindIE checks each, config_manager_impl.cpp:320)."""
     try:
         models = mindie_config(c)["BackendConfig"]["ModelDeployConfig"]["ModelConfig"]
@@ -132,7 +132,7 @@ def _mindie_models(c: Candidate) -> list[Mapping[str, Any]]:
     return [m for m in models if isinstance(m, Mapping)] if isinstance(models, list) else []
 
 
-def _mindie_prefill_tokens(c: Candidate) -> str | None:
+def _mindie_prefill_tokens(c: RenderedCandidate) -> str | None:
     # config_manager_impl.cpp:318-332 (8b4871a): maxPrefillTokens < ModelDeployConfig.maxInputTokenLen is
     # refused unless ScheduleConfig.templateType is "Mix".
     backend = mindie_config(c).get("BackendConfig", {})
@@ -148,14 +148,14 @@ def _mindie_prefill_tokens(c: Candidate) -> str | None:
     return None
 
 
-def _mindie_iter_times(c: Candidate) -> str | None:
+def _mindie_iter_times(c: RenderedCandidate) -> str | None:
     # config_manager_impl.cpp:321-324 (8b4871a)
     if _mindie_schedule(c, "maxIterTimes") == 0 and _mindie_models(c):
         return "The value of ScheduleParam.maxIterTimes can not be 0."
     return None
 
 
-def _mindie_preempt_cpu_mem(c: Candidate) -> str | None:
+def _mindie_preempt_cpu_mem(c: RenderedCandidate) -> str | None:
     # config_manager_impl.cpp:325-328 (8b4871a): swapping preempted sequences out needs host memory
     preempt = _mindie_schedule(c, "maxPreemptCount")
     if preempt is None or preempt == 0:
@@ -165,7 +165,7 @@ def _mindie_preempt_cpu_mem(c: Candidate) -> str | None:
     return None
 
 
-def _not_above_batch(c: Candidate, key: str, batch_name: str) -> str | None:
+def _not_above_batch(c: RenderedCandidate, key: str, batch_name: str) -> str | None:
     """MindIE's refusal of a ``scheduleParam`` ``key`` above maxBatchSize (``batch_name``: how its message spells
     maxBatchSize)."""
     value, batch = _mindie_schedule(c, key), _mindie_schedule(c, "maxBatchSize")
@@ -175,7 +175,7 @@ def _not_above_batch(c: Candidate, key: str, batch_name: str) -> str | None:
     return None
 
 
-def _mindie_preempt_batch(c: Candidate) -> str | None:
+def _mindie_preempt_batch(c: RenderedCandidate) -> str | None:
     # src/config_manager/schedule_config.cpp:276-281 (8b4871a)
     return _not_above_batch(c, "maxPreemptCount", "maxBatchsize")
 
@@ -211,7 +211,7 @@ SCHEDULE_POLICIES: Mapping[str, tuple[tuple[int, ...], str]] = {
 }
 
 
-def _mindie_schedule_ranges(c: Candidate) -> str | None:
+def _mindie_schedule_ranges(c: RenderedCandidate) -> str | None:
     # ParamChecker::CheckMaxMinValue's messages (src/include/config/param_checker.h:79-90, 8b4871a)
     for key, (lo, hi) in SCHEDULE_RANGES.items():
         value = _mindie_schedule(c, key)
@@ -233,12 +233,12 @@ def _mindie_schedule_ranges(c: Candidate) -> str | None:
     return None
 
 
-def _mindie_max_n(c: Candidate) -> str | None:
+def _mindie_max_n(c: RenderedCandidate) -> str | None:
     # schedule_config.cpp:256-261 (CheckBeamSearchParam, 8b4871a)
     return _not_above_batch(c, "maxN", "maxBatchSize")
 
 
-def _mindie_torch_master_port(c: Candidate) -> str | None:
+def _mindie_torch_master_port(c: RenderedCandidate) -> str | None:
     # mindie_llm/runtime/utils/distributed/__init__.py:59-61 (init_distributed, 8b4871a): the torch backend
     # starts torch.distributed over tcp://MASTER_IP:MASTER_PORT even on one node; MASTER_IP defaults to
     # 127.0.0.1 (mindie_llm/runtime/utils/helpers/env.py:37), MASTER_PORT to nothing (:38).

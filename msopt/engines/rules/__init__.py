@@ -1,6 +1,6 @@
 """Start-up rules: configurations an engine refuses before it serves, checked before any launch.
 
-The generic machinery lives here (:class:`Candidate`, :class:`Rule`, :func:`check_rules`,
+The generic machinery lives here (:class:`RenderedCandidate`, :class:`Rule`, :func:`check_rules`,
 :class:`Advisory`); each engine declares its own rules on its adapter
 (:attr:`~msopt.engines.base.EngineAdapter.startup_rules`, built-in ones in each engine's folder:
 :mod:`msopt.engines.vllm.rules`, :mod:`msopt.engines.sglang.rules`, :mod:`msopt.engines.mindie.rules`, each
@@ -94,7 +94,7 @@ def parse_flags(argv: Sequence[str]) -> dict[str, str | None]:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class RenderedCandidate:
     """One rendered candidate, as the rules see it.
 
     Attributes:
@@ -155,12 +155,12 @@ class Rule:
 
     id: str
     engine: str
-    refuses: Callable[[Candidate], str | None]
+    refuses: Callable[[RenderedCandidate], str | None]
     source: str
     version: str
 
 
-def broken_rule(candidate: Candidate, rules: Sequence[Rule]) -> tuple[Rule, str] | None:
+def broken_rule(candidate: RenderedCandidate, rules: Sequence[Rule]) -> tuple[Rule, str] | None:
     """The first of ``rules`` (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`)
     the candidate breaks, with the engine's message, or None."""
     for rule in rules:
@@ -184,7 +184,7 @@ def check_rules(spec: LaunchSpec, values: Mapping[str, Any], section: Mapping[st
         rules: the rules to check (the adapter's :attr:`~msopt.engines.base.EngineAdapter.startup_rules`).
     """
     env = {**(os.environ if environ is None else environ), **spec.env}
-    cand = Candidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
+    cand = RenderedCandidate(spec, values, section, model if model is not None else model_facts(spec.model), env)
     hit = broken_rule(cand, rules)
     if hit is not None:
         rule, message = hit

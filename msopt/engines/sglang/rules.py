@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from msopt.engines.rules import Candidate, Rule
+from msopt.engines.rules import RenderedCandidate, Rule
 
 # -- SGLang 0.5.23 ----------------------------------------------------------------------------
 SGLANG_VERSION = "sglang 0.5.23"
 
 
-def _sglang_tp_heads(c: Candidate) -> str | None:
+def _sglang_tp_heads(c: RenderedCandidate) -> str | None:
     tp = c.int_flag("--tp-size", "--tensor-parallel-size")
     heads = c.model.attention_heads
     if tp and heads and heads % tp:
@@ -16,7 +16,7 @@ def _sglang_tp_heads(c: Candidate) -> str | None:
     return None
 
 
-def _sglang_chunk_page(c: Candidate) -> str | None:
+def _sglang_chunk_page(c: RenderedCandidate) -> str | None:
     chunk = c.int_flag("--chunked-prefill-size")
     page = c.int_flag("--page-size")
     if chunk is not None and page and chunk > 0 and chunk % page:
@@ -24,7 +24,7 @@ def _sglang_chunk_page(c: Candidate) -> str | None:
     return None
 
 
-def _sglang_dp_with_attn_dp(c: Candidate) -> str | None:
+def _sglang_dp_with_attn_dp(c: RenderedCandidate) -> str | None:
     # sglang/srt/arg_groups/parallel_hook.py:287-292 (handle_data_parallelism); the deprecated
     # `--dp-size N --enable-dp-attention` with no --attn-dp-size becomes attn_dp_size N, dp_size 1 first
     # (_handle_deprecated_dp_attention, parallel_hook.py:40-60)
@@ -38,7 +38,7 @@ def _sglang_dp_with_attn_dp(c: Candidate) -> str | None:
     return None
 
 
-def _sglang_mem_fraction_positive(c: Candidate) -> str | None:
+def _sglang_mem_fraction_positive(c: RenderedCandidate) -> str | None:
     # sglang 0.5.23 srt/mem_cache/kv_cache_configurator.py:3007 and 3043-3058 (_profile_available_bytes): the
     # KV budget is the free memory less pre_model_load_memory x (1 - mem_fraction_static); at 0 or below that is
     # at most free - pre, never above 0, whatever the model, and SGLang stops with this ValueError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.engines.rules import Advisory, Candidate, Rule
+from msopt.engines.rules import Advisory, RenderedCandidate, Rule
 from msopt.engines.vllm.target import target
 from msopt.launch.render import command_table, split_others
 from msopt.space.fields import FieldDecl
@@ -15,11 +15,11 @@ from msopt.space.fields import FieldDecl
 VLLM_VERSION = "vllm 0.33.0 and 0.23.0"
 
 
-def _vllm_max_model_len(c: Candidate) -> int | None:
+def _vllm_max_model_len(c: RenderedCandidate) -> int | None:
     return c.int_flag("--max-model-len") or c.model.max_position
 
 
-def _vllm_batched_vs_model_len(c: Candidate) -> str | None:
+def _vllm_batched_vs_model_len(c: RenderedCandidate) -> str | None:
     mnbt = c.int_flag("--max-num-batched-tokens")
     mml = _vllm_max_model_len(c)
     if c.bool_flag("--enable-chunked-prefill") is False and mnbt is not None and mml is not None and mnbt < mml:
@@ -29,7 +29,7 @@ def _vllm_batched_vs_model_len(c: Candidate) -> str | None:
     return None
 
 
-def _vllm_batched_vs_seqs(c: Candidate) -> str | None:
+def _vllm_batched_vs_seqs(c: RenderedCandidate) -> str | None:
     mnbt = c.int_flag("--max-num-batched-tokens")
     mns = c.int_flag("--max-num-seqs")
     if mnbt is not None and mns is not None and mnbt < mns:
@@ -37,7 +37,7 @@ def _vllm_batched_vs_seqs(c: Candidate) -> str | None:
     return None
 
 
-def _vllm_tp_heads(c: Candidate) -> str | None:
+def _vllm_tp_heads(c: RenderedCandidate) -> str | None:
     tp = c.int_flag("--tensor-parallel-size", "-tp")
     heads = c.model.attention_heads
     if tp and heads and heads % tp:
@@ -56,7 +56,7 @@ _NO_DRAFT_MODEL = frozenset({"mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "
                              "custom_class"})
 
 
-def speculative_config(c: Candidate) -> dict[str, Any] | None:
+def speculative_config(c: RenderedCandidate) -> dict[str, Any] | None:
     """The launch's speculative config as vLLM assembles it (None: none, or not a JSON object)."""
     import json
 
@@ -77,7 +77,7 @@ def speculative_config(c: Candidate) -> dict[str, Any] | None:
     return {k.replace("-", "_"): v for k, v in conf.items()} or None
 
 
-def _spec_tokens_positive(c: Candidate) -> str | None:
+def _spec_tokens_positive(c: RenderedCandidate) -> str | None:
     conf = speculative_config(c)
     n = conf.get("num_speculative_tokens") if conf else None
     if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
@@ -87,7 +87,7 @@ def _spec_tokens_positive(c: Candidate) -> str | None:
     return None
 
 
-def _spec_needs_draft_model(c: Candidate) -> str | None:
+def _spec_needs_draft_model(c: RenderedCandidate) -> str | None:
     conf = speculative_config(c)
     if not conf or conf.get("model") is not None or conf.get("num_speculative_tokens") is None:
         return None
@@ -106,7 +106,7 @@ _MTP_FROM_NEXTN = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "qwen
 _NO_MTP = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
 
 
-def _mtp(c: Candidate) -> tuple[dict[str, Any], str] | None:
+def _mtp(c: RenderedCandidate) -> tuple[dict[str, Any], str] | None:
     """The speculative config and the model type when the launch drafts with the target's own MTP layers."""
     conf = speculative_config(c)
     if not conf or conf.get("model") is not None or c.model.model_type is None:
@@ -120,7 +120,7 @@ def _mtp(c: Candidate) -> tuple[dict[str, Any], str] | None:
     return conf, c.model.model_type
 
 
-def _mtp_needs_mtp_layers(c: Candidate) -> str | None:
+def _mtp_needs_mtp_layers(c: RenderedCandidate) -> str | None:
     found = _mtp(c)
     if found is None or found[1] not in _NO_MTP:
         return None
@@ -128,7 +128,7 @@ def _mtp_needs_mtp_layers(c: Candidate) -> str | None:
     return "NotImplementedError: Unsupported speculative method: 'mtp'"
 
 
-def _mtp_tokens_divisible(c: Candidate) -> str | None:
+def _mtp_tokens_divisible(c: RenderedCandidate) -> str | None:
     found = _mtp(c)
     n, layers = (found[0].get("num_speculative_tokens"), c.model.mtp_layers) if found else (None, None)
     if found is None or found[1] not in _MTP_FROM_NEXTN or not isinstance(n, int) or not layers:
@@ -146,7 +146,7 @@ ASCEND_SPEC_VERSION = "vllm-ascend 0.23.0, 0.25.1rc1, 0.26.0rc (cf0baa38) and ma
 _ASCEND_DECODE_LIMIT = 16
 
 
-def _ascend_spec(c: Candidate) -> dict[str, Any] | None:
+def _ascend_spec(c: RenderedCandidate) -> dict[str, Any] | None:
     """The speculative config of a vllm-ascend launch (None: not ascend, or none)."""
     return speculative_config(c) if target(c.section)[0] == "ascend" else None
 
@@ -156,7 +156,7 @@ def _spec_tokens(conf: Mapping[str, Any] | None) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def _json_flag(c: Candidate, flag: str) -> dict[str, Any]:
+def _json_flag(c: RenderedCandidate, flag: str) -> dict[str, Any]:
     import json
 
     raw = c.flags.get(flag)
@@ -167,7 +167,7 @@ def _json_flag(c: Candidate, flag: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _ascend_decode_threshold(c: Candidate) -> str | None:
+def _ascend_decode_threshold(c: RenderedCandidate) -> str | None:
     n = _spec_tokens(_ascend_spec(c))
     if n is None or n + 1 <= _ASCEND_DECODE_LIMIT:
         return None
@@ -177,7 +177,7 @@ def _ascend_decode_threshold(c: Candidate) -> str | None:
             f"16, {pad}got {n + 1}")
 
 
-def _ascend_xlite_one_token(c: Candidate) -> str | None:
+def _ascend_xlite_one_token(c: RenderedCandidate) -> str | None:
     n = _spec_tokens(_ascend_spec(c))
     xlite = _json_flag(c, "--additional-config").get("xlite_graph_config")
     if n is None or n == 1 or not isinstance(xlite, dict) or not xlite.get("enabled", False):
@@ -185,7 +185,7 @@ def _ascend_xlite_one_token(c: Candidate) -> str | None:
     return "RuntimeError: Xlite graph mode only support speculative decoding with num_speculative_tokens=1."
 
 
-def _ascend_pp_mtp(c: Candidate) -> str | None:
+def _ascend_pp_mtp(c: RenderedCandidate) -> str | None:
     conf = _ascend_spec(c)
     if not conf or target(c.section)[1] != "0.23.0" or "mtp" not in str(conf.get("method") or "").lower():
         return None

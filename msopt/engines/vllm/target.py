@@ -1,5 +1,5 @@
 """The vLLM versions and platforms msopt knows (``[vllm] platform`` and ``version``), below the vLLM
-adapter (:mod:`msopt.engines.vllm`) and its rules (:mod:`msopt.engines.vllm.rules`), which both read them."""
+adapter (:mod:`msopt.engines.vllm.adapter`) and its rules (:mod:`msopt.engines.vllm.rules`), which both read them."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from msopt.engines import EngineAdapter, LaunchSpec
-from msopt.engines.rules import Candidate, Rule
+from msopt.engines import Candidate, EngineAdapter, LaunchSpec
+from msopt.engines.rules import RenderedCandidate, Rule
 from msopt.launch.render import (
     check_flag_positions,
     command_str,
@@ -40,7 +40,7 @@ TGI_VERSION = "text-generation-inference 009c4e0b"
 MAX_DEFAULT = 4096
 
 
-def _max_total(c: Candidate) -> int | None:
+def _max_total(c: RenderedCandidate) -> int | None:
     """``--max-total-tokens``, else its default min(max_position_embeddings, 4096) when the model is known."""
     given = c.int_flag("--max-total-tokens")
     if given is not None:
@@ -48,7 +48,7 @@ def _max_total(c: Candidate) -> int | None:
     return min(c.model.max_position, MAX_DEFAULT) if c.model.max_position else None
 
 
-def _max_input(c: Candidate) -> int | None:
+def _max_input(c: RenderedCandidate) -> int | None:
     """``--max-input-tokens`` (or the legacy ``--max-input-length``), else its default
     min(max_position_embeddings, 4096) - 1 when the model is known."""
     given = c.int_flag("--max-input-tokens", "--max-input-length")
@@ -57,7 +57,7 @@ def _max_input(c: Candidate) -> int | None:
     return min(c.model.max_position, MAX_DEFAULT) - 1 if c.model.max_position else None
 
 
-def _input_vs_total(c: Candidate) -> str | None:
+def _input_vs_total(c: RenderedCandidate) -> str | None:
     # main.rs main(): "Validate args", if max_input_tokens >= max_total_tokens
     total, given = _max_total(c), _max_input(c)
     if total is None or given is None or given < total:
@@ -65,7 +65,7 @@ def _input_vs_total(c: Candidate) -> str | None:
     return "Invalid argument: `max_input_tokens must be < `max_total_tokens`"
 
 
-def _total_vs_batch_total(c: Candidate) -> str | None:
+def _total_vs_batch_total(c: RenderedCandidate) -> str | None:
     # main.rs main(): if let Some(max_batch_total_tokens) ... max_total_tokens > max_batch_total_tokens
     batch_total, total = c.int_flag("--max-batch-total-tokens"), _max_total(c)
     if batch_total is None or total is None or total <= batch_total:
@@ -110,15 +110,16 @@ class TgiAdapter(EngineAdapter):
         command_table(section, self.name)
         wait_start_time(section, self.name)
 
-    def render(self, values: Mapping[str, Any], fields: Sequence[FieldDecl], section: Mapping[str, Any], *,
-               port: int, devices: Sequence[str] = (), workdir: Path | None = None) -> LaunchSpec:
+    def render(self, candidate: Candidate, *, port: int, devices: Sequence[str] = (),
+               workdir: Path | None = None) -> LaunchSpec:
+        values, section = candidate.values, candidate.section
         cmd = command_table(section, self.name)
         model = substitute(command_str(cmd, "model", "Qwen/Qwen3-8B", self.name), values)
         host = command_str(cmd, "host", "127.0.0.1", self.name)
         argv = executable(cmd, self.default_executable, self.name, values)
         argv += ["--model-id", model, "--hostname", host, "--port", str(int(port))]
-        argv += flag_args(values, fields, negate_enable=False)
+        argv += flag_args(values, candidate.fields, negate_enable=False)
         argv += split_others(cmd.get("others", ""), values, f"[{self.name}.command]")
-        return LaunchSpec(engine=self.name, argv=tuple(argv), env=env_fields(values, fields, section, self.name),
+        return LaunchSpec(engine=self.name, argv=tuple(argv), env=env_fields(candidate, self.name),
                           port=int(port), health_path=self.health_path, host=host, served_model_name=model,
                           model=model, ready_timeout=wait_start_time(section, self.name))
