@@ -2,7 +2,7 @@
 
 Loading (:func:`msopt.config.load_settings`) checks the schema: top-level keys, scalars, field
 declarations; :func:`msopt.config.split` makes the typed :class:`~msopt.config.Config` of the settings
-(``-e`` checked against the files' search space, ``[workload] trace`` read). :func:`validate` then
+(``-e`` checked against the files' search space, ``[workload]`` resolved: a trace read once). :func:`validate` then
 asks each component to check its own part of the Config, in the order a run uses them, and returns
 what it built so the caller does not build it again:
 
@@ -43,6 +43,8 @@ from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.sim.simulator import context_limit
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
+from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import workload_settings
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ class Validated:
         health: the ``[health_check]`` patterns, compiled with the engine's.
         produces: the metrics the run's measurements report.
         workload: the prompts and load of an evaluation (:mod:`msopt.evaluate.workload`).
-        trace: the ``[workload] trace``'s summary (every row checked), or None without one.
+        resolved: the ``[workload]`` table resolved once (:class:`~msopt.workload.resolved.ResolvedWorkload`:
+            a trace's window, every row checked, and its summary), which the run's parts take.
         notes: what validate says of the run besides the components (the server's context limit
             against the trace's lengths).
     """
@@ -77,13 +80,18 @@ class Validated:
     health: HealthCheck
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
-    trace: TraceSummary | None = None
+    resolved: ResolvedWorkload | None = None
     notes: tuple[str, ...] = ()
+
+    @property
+    def trace(self) -> TraceSummary | None:
+        """The ``[workload] trace``'s summary (every row checked), or None without one."""
+        return self.resolved.summary if self.resolved is not None else None
 
     @property
     def parsed(self) -> Parsed:
         """What every evaluator of the run reads, parsed here once (:class:`msopt.evaluate.Parsed`)."""
-        return Parsed(self.simulator, self.health)
+        return Parsed(self.simulator, self.health, self.resolved)
 
 
 def registered_sections() -> tuple[str, ...]:
@@ -108,12 +116,12 @@ def load(config_path: str | os.PathLike[str] | None = None, engine: str | None =
     return validate(*split(settings), search=search)
 
 
-def validate(config: Config, trace: TraceSummary | None = None, *, search: bool = True) -> Validated:
+def validate(config: Config, workload: ResolvedWorkload | None = None, *, search: bool = True) -> Validated:
     """Check every component's part of ``config``; see the module docstring for the order.
 
     Args:
         config: the typed configuration (:func:`msopt.config.split` makes it of the settings).
-        trace: the ``[workload] trace``'s summary, every row read (``split`` returns it), or None.
+        workload: its ``[workload]`` resolved (``split`` returns it; None: resolved here, the trace read).
         search: the command searches (optimize, validate, decode), so at least one field must
             be a dimension; ``simulate`` evaluates the values and passes False.
 
@@ -121,6 +129,9 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         ConfigError: one line naming the file, the key and the fix.
     """
     name, fields, top = config.engine.name, config.engine.fields, config.scalars
+    if workload is None:
+        workload = ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
+    trace = workload.summary
     if trace is not None:
         _refuse_unreplayable(config)
     if name in ENGINES:  # an unknown engine is named below, where the adapter is needed
@@ -203,7 +214,7 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
     objective_metrics()
     notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
     return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, health, produces,
-                     workload_config(config), trace, tuple(n for n in notes if n))
+                     workload_config(config), workload, tuple(n for n in notes if n))
 
 
 def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, trace: TraceSummary) -> str | None:
