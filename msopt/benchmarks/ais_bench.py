@@ -91,6 +91,7 @@ from msopt.launch.render import (
 )
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
+from msopt.workload.resolved import ResolvedWorkload
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")
 _SCALE_TO_SECONDS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # AISBench latencies are ms
@@ -219,7 +220,8 @@ class AisBench(BenchmarkAdapter):
         return (f"its model_template {template} does not stream, so AISBench measures no TTFT or TPOT; use "
                 "model_template vllm_api_stream_chat or vllm_api_general_stream")
 
-    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+              workload: ResolvedWorkload | None = None) -> None:
         """Known keys only; no stock model or synthetic config by name; ``others`` must not repeat
         a flag msopt renders; the generated configs must render. The original tool's keys are read as
         :func:`mapped_section` says."""
@@ -306,8 +308,10 @@ class AisBench(BenchmarkAdapter):
         num_prompts: int | None,
         load: Mapping[str, float],
         result_dir: Path,
+        workload: ResolvedWorkload | None = None,
     ) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The ``ais_bench`` command line; writes the evaluation's model and dataset configs under
+        """The ``ais_bench`` command line (it replays no trace: ``workload`` is not read); writes the
+        evaluation's model and dataset configs under
         ``result_dir/ais_bench_configs``; the server address and load also go into the environment."""
         section = mapped_section(section)
         where = f"[{self.name}.command]"

@@ -66,8 +66,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, args.engine, sections=registered_sections())
     checked = validate(*split(settings))
     got = installed_changes(checked.config)  # what a run takes from the installed configuration
-    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices), checked.resolved)) if got.changes \
-        else checked
+    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices), checked.resolved)) \
+        if got.changes else checked
     config, space = checked.config, checked.space
     lines: list[str] = [f"configuration OK: {' < '.join(config.scalars.layers)}",
                         f"engine: {config.engine.name}; {len(space.dimensions)} dimension(s), "

@@ -159,12 +159,12 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
         # with a [<engine>.pd] table the file is disaggregated already; without one, say how to make it so
         raise ConfigError(f"--pd disaggregation: {MINDIE_PD_UNSUPPORTED}")
     got = installed_changes(checked.config)
-    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices), checked.resolved)) if got.changes \
-        else checked
+    checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices), checked.resolved)) \
+        if got.changes else checked
     # every field's origin once one comes from the installation; else only where the trial's devices come from
     lines += got.lines if got.changes else [line for line in got.lines if line.startswith("devices per trial")]
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
-    lines += replay_lines(checked.config)
+    lines += replay_lines(checked.config, checked.resolved)
     for line in lines:
         print(line, flush=True)
     return checked, None

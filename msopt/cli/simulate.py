@@ -111,7 +111,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     checked = validate(*split(settings), search=False)
     got = installed_changes(checked.config)  # the baseline a run takes from the installed config.json
     if got.changes:
-        checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices), checked.resolved), search=False)
+        installed = settings.with_installed(got.values, got.constants, got.devices)
+        checked = validate(*split(installed, checked.resolved), search=False)
     config, space = checked.config, checked.space
     overrides = {name: check_set(space, name, v) for name, v in parse_set(args.set).items()}
     position = space.encode(overrides)

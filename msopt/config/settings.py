@@ -376,7 +376,7 @@ def with_trace(settings: Settings, workload: ResolvedWorkload | None = None) -> 
         workload = ResolvedWorkload.resolve(wl)
     if not workload.is_trace:
         return settings, workload
-    return settings.replace(**with_load(settings.data, workload.load(), workload.replay_table())), workload
+    return settings.replace(**with_load(settings.data, workload.load(), replaying=True)), workload
 
 
 def split(settings: Settings, workload: ResolvedWorkload | None = None) -> tuple[Config, ResolvedWorkload]:

@@ -106,8 +106,10 @@ class Evaluator:
                                             tuple(nodes) if len(nodes) > 1 else (), launcher,
                                             processes)
         self.runner: Runner = (
-            SimRunner(config, self.engine, self.runner_context, parsed.simulator if parsed else None) if self.simulate
-            else RealRunner(config, self.engine, self.runner_context, parsed.health if parsed else None))
+            SimRunner(config, self.engine, self.runner_context, parsed.simulator if parsed else None,
+                      parsed.workload if parsed else None) if self.simulate
+            else RealRunner(config, self.engine, self.runner_context, parsed.health if parsed else None,
+                            parsed.workload if parsed else None))
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:

@@ -32,6 +32,7 @@ from msopt.evaluate.simulated import (
     metrics_of,
     simulated_devices_per_node,
 )
+from msopt.evaluate.workload import resolved_workload
 from msopt.launch.placement import virtual_nodes
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.prior.accept import MeasuredAccepts
@@ -45,6 +46,7 @@ from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
 from msopt.space import SearchSpace
 from msopt.space.derived import TernaryFactoriesType
+from msopt.workload.resolved import ResolvedWorkload
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
@@ -111,6 +113,8 @@ class SimulatorPrior:
         screen: the start-up rules (refused candidates are predicted as failures).
         simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
         setup: the run's ``[simulator]`` as validate parsed it, for ``simulator`` None (None: parsed here).
+        workload: the run's ``[workload]`` as split resolved it, whose trace window is replayed (None: resolved
+            here, a trace read).
         options: the ``[search]`` options (default: read from ``config``).
         memo: simulations shared between priors of the same config and simulator (repeated
             runs of one problem, as in scripts/benchmarks/bench_search): a configuration found there is not
@@ -119,8 +123,10 @@ class SimulatorPrior:
 
     def __init__(self, config: Config, space: SearchSpace, screen: CandidateScreen | None = None,
                  simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None,
-                 memo: dict[str, Prediction] | None = None, setup: SimulatorSetup | None = None) -> None:
+                 memo: dict[str, Prediction] | None = None, setup: SimulatorSetup | None = None,
+                 workload: ResolvedWorkload | None = None) -> None:
         self.config = config
+        replayed = workload if workload is not None else resolved_workload(config)
         self.options = options if options is not None else config.prior
         self.searched = False
         self.space = space
@@ -144,11 +150,11 @@ class SimulatorPrior:
         #: every correction tried (:meth:`correct`), as prior.json's ``corrections`` lists them
         self.corrections: list[dict[str, Any]] = []
         self.model_spec = load_model(table["model"], self.dirs)
-        workload = dict(table.get("workload", {}))
+        sent = dict(table.get("workload", {}))
         if self.num_prompts is not None:
-            workload["num_prompts"] = int(self.num_prompts)
-        self.workload_table = workload
-        self.workload = workload_from_mapping(workload)
+            sent["num_prompts"] = int(self.num_prompts)
+        self.workload_table = sent
+        self.workload = workload_from_mapping(sent).replaying(replayed.window)
         self.refits = 0
         #: refits skipped because the predictions of the rows to fit were already close enough
         self.kept = 0
@@ -565,7 +571,7 @@ class SimulatorPrior:
 
 
 def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapping[str, Any] | None = None,
-               setup: SimulatorSetup | None = None) -> SimulatorPrior | None:
+               setup: SimulatorSetup | None = None, workload: ResolvedWorkload | None = None) -> SimulatorPrior | None:
     """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
 
     Args:
@@ -574,6 +580,7 @@ def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapp
         simulator: the ``[simulator]`` table the prior models (a real run's, found by
             :func:`msopt.prior.source.prior_source`); None: the run's own table.
         setup: the run's own table as :func:`msopt.run.validate.validate` parsed it (None: parsed again).
+        workload: the run's ``[workload]`` as :func:`msopt.config.split` resolved it (None: resolved again).
 
     Raises:
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
@@ -584,7 +591,7 @@ def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapp
         return None
     try:
         return SimulatorPrior(config, space if space is not None else SearchSpace(config.engine.fields),
-                              simulator=simulator, options=options, setup=setup)
+                              simulator=simulator, options=options, setup=setup, workload=workload)
     except ConfigError:
         if options.mode == "simulator":
             raise

@@ -32,9 +32,10 @@ from msopt.benchmarks.base import LOAD_KEYS
 from msopt.checks import is_finite, is_int
 from msopt.config import Config
 from msopt.errors import ConfigError
-from msopt.evaluate.workload import configured_load
+from msopt.evaluate.workload import configured_load, resolved_workload
 from msopt.slo import Slos, slo_checks
 from msopt.space import SearchSpace
+from msopt.workload.resolved import ResolvedWorkload
 
 #: The keys of ``[capacity]``.
 CAPACITY_KEYS = ("enabled", "percentile", "tolerance", "max_probes", "repeats", "load", "start_load",
@@ -130,8 +131,9 @@ class CapacityOptions:
         return 1.0 if self.integer else start / 64.0
 
 
-def capacity_options(config: Config) -> CapacityOptions:
-    """Read and validate ``[capacity]``; raise ConfigError naming the key.
+def capacity_options(config: Config, resolved: ResolvedWorkload | None = None) -> CapacityOptions:
+    """Read and validate ``[capacity]``; raise ConfigError naming the key. ``resolved``: the run's workload, whose
+    trace's own rate a ``target_rate`` of ``"3x"`` multiplies (None: resolved here, a trace read).
 
     Default: enabled when the configuration varies a field the benchmark reads as its load
     (its adapter's ``load_field_keys``: the original tool's load fields, ``config_position =
@@ -147,7 +149,7 @@ def capacity_options(config: Config) -> CapacityOptions:
     if unknown:
         raise ConfigError(f"{section.where()}: [capacity] unknown key(s) {unknown}; "
                           f"valid keys: {', '.join(CAPACITY_KEYS)}")
-    trace_rate = _trace_rate(config)
+    trace_rate = (resolved if resolved is not None else resolved_workload(config)).trace_rate
     target, multiple = _target(table.get("target_rate"), trace_rate, where("target_rate"))
     enabled = table.get("enabled")
     if enabled is None:
@@ -223,18 +225,6 @@ def capacity_options(config: Config) -> CapacityOptions:
                            repeats=repeats, load=load, field=fields.get(load), start_load=start,
                            min_load=min_load, max_load=max_load, trace_rate=trace_rate, target_rate=target,
                            target_multiple=multiple)
-
-
-def _trace_rate(config: Config) -> float | None:
-    """The trace window's own mean rate (req/s at time scale 1): the rate its replay is written with
-    (:func:`msopt.workload.table.trace_load`: ``time_scale`` times the window's own) over the
-    ``time_scale``; None without a trace or for a window whose requests all arrive at once."""
-    wl = config.workload
-    if not wl.get("trace"):
-        return None
-    rate = configured_load(config).get("request_rate")
-    scale = wl.get("time_scale", 1.0)
-    return float(rate) / float(scale) if is_finite(rate) and rate > 0 and is_finite(scale) and scale > 0 else None
 
 
 def _target(value: Any, trace_rate: float | None, where: str) -> tuple[float | None, float | None]:

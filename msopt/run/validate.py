@@ -155,7 +155,7 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
         objective = run_objective(config)
     except ConfigError as exc:
         raise ConfigError(f"{top.where('objective')}: 'objective': {exc}") from None
-    capacity = capacity_options(config)
+    capacity = capacity_options(config, workload)
     try:
         engine = get_engine(name)
     except ConfigError as exc:
@@ -193,10 +193,10 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
         produced_by = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], produced_by)
         # checked too: dropping `simulate` must not break it
-        _check_benchmark(config, benchmark_adapter)
+        _check_benchmark(config, benchmark_adapter, workload)
     else:
         benchmark = benchmark_adapter
-        _check_benchmark(config, benchmark)
+        _check_benchmark(config, benchmark, workload)
         bench_section = config.benchmark.table
         produces = frozenset(benchmark.produced(bench_section))
         note = benchmark.produced_note(bench_section)
@@ -289,10 +289,11 @@ def _check_slo_statistics(config: Config, produces: frozenset[str], source: str)
                           f"one of those")
 
 
-def _check_benchmark(config: Config, benchmark: BenchmarkAdapter) -> None:
+def _check_benchmark(config: Config, benchmark: BenchmarkAdapter, workload: ResolvedWorkload) -> None:
     section, name = config.benchmark, config.run.benchmark
+    replay = {"workload": workload} if workload.is_trace and benchmark.replays_trace else {}
     try:
-        benchmark.check(config.engine.fields, section.table)
+        benchmark.check(config.engine.fields, section.table, **replay)
     except ConfigError as exc:
         text = str(exc)
         where = section.source

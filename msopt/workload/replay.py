@@ -82,6 +82,14 @@ class TraceWindow:
         return bool(self.block_tokens) and any(r.hash_ids for r in self.requests)
 
     @cached_property
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(input tokens, output tokens) of every request, int64 arrays (read-only: computed once per window)."""
+        ins = np.asarray([r.input_tokens for r in self.requests], np.int64)
+        outs = np.asarray([r.output_tokens for r in self.requests], np.int64)
+        ins.flags.writeable = outs.flags.writeable = False
+        return ins, outs
+
+    @cached_property
     def conversations(self) -> tuple[str | None, ...]:
         """Each request's conversation (:func:`conversation_keys`)."""
         return tuple(conversation_keys(self.requests))

@@ -239,11 +239,6 @@ def _drop_default_load(data: dict[str, Any], origin: dict[str, str], defaults: s
 
 
 
-#: the sections (of :data:`SPELLINGS`) whose benchmark replays a trace: :func:`with_load` writes the
-#: trace table into the benchmark's own table (``[builtin] trace``, ``[vllm_benchmark] trace``)
-REPLAYING: tuple[str, ...] = ("builtin", "vllm_benchmark.command")
-
-
 def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
     """The load of a trace, by ``[workload]`` name: its requests, its mean rate (where a capacity
     search starts; a replay sends at the trace's own times) and its mean lengths (what a benchmark
@@ -268,7 +263,8 @@ def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
 
 
 def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
-    """``[simulator.workload] trace``: the table the simulator replays the trace from."""
+    """The trace as a replay table (``path`` and :class:`~msopt.workload.trace.Trace`'s options): what a
+    benchmark in a process of its own reopens (``ResolvedWorkload.replay_table``)."""
     out: dict[str, Any] = {"path": wl.trace}
     for key in TRACE_KEYS[1:]:
         value = getattr(wl, key)
@@ -277,12 +273,12 @@ def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
     return out
 
 
-def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
-              trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def with_load(data: Mapping[str, Any], load: Mapping[str, Any], *, replaying: bool = False) -> dict[str, Any]:
     """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
     each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
-    decides it). With ``trace``, ``[simulator.workload]`` and the benchmarks of :data:`REPLAYING`
-    replay it (its own lengths and arrivals)."""
+    decides it). ``replaying``: a trace is replayed, with its own lengths and arrivals; the simulator
+    and the benchmarks take its window from :class:`msopt.workload.resolved.ResolvedWorkload`, never
+    from a key of their sections."""
     out: dict[str, Any] = {}
     for section, spelling in SPELLINGS.items():
         top, _, sub = section.partition(".")
@@ -293,15 +289,12 @@ def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
                 node[name] = load[key]
             elif key in ("concurrency", "request_rate"):
                 node.pop(name, None)
-        if trace is not None and section == "simulator.workload":
-            node["trace"] = dict(trace)
+        if replaying and section == "simulator.workload":
             node.pop("input_len", None)
             node.pop("output_len", None)
             # the builtin benchmark pins each session to one data-parallel rank (X-Data-Parallel-Rank)
             if data.get("benchmark") == "builtin":
                 node["pin_sessions"] = True
-        if trace is not None and section in REPLAYING:
-            table["trace"] = dict(trace)  # the benchmark's own table, beside its command
         out[top] = table
     return out
 
@@ -314,5 +307,5 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-__all__ = ["KEY_DOCS", "REPLAYING", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
+__all__ = ["KEY_DOCS", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
            "sim_trace", "trace_load", "with_load", "workload_settings"]

@@ -14,10 +14,14 @@ import pytest
 
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.simulated import SimulatorSetup
+from msopt.evaluate.workload import replay_lines
+from msopt.report.outputs import write_outputs
+from msopt.report.workload import WORKLOAD_PNG
 from msopt.run.pool import InProcessPool
 from msopt.run.session import RunSession, Threads
 from msopt.run.validate import load
 from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.trace import Trace
 from tests.run.test_session import small_quickstart
 from tests.support.fields_toml import TP_PP_DP
 
@@ -51,7 +55,16 @@ def test_a_simulated_run_parses_simulator_and_health_check_once(tmp_path: Path, 
     assert builds == ONCE
 
 
-def test_a_run_on_a_trace_resolves_its_workload_once_and_pickles_it(tmp_path: Path, builds: Counter[str]) -> None:
+def test_a_run_on_a_trace_resolves_its_workload_once_and_pickles_it(tmp_path: Path, builds: Counter[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    passes: Counter[str] = Counter()  # whole reads of each trace file (Trace.requests: one pass over its rows)
+    original = Trace.requests
+
+    def counted(self: Trace, *args: Any, **kwargs: Any) -> Any:
+        passes[str(self.path)] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trace, "requests", counted)
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i * 0.5},{100 + i},{20 + i}\n"
                                                                         for i in range(40)))
@@ -63,9 +76,13 @@ def test_a_run_on_a_trace_resolves_its_workload_once_and_pickles_it(tmp_path: Pa
     assert resolved is checked.resolved and resolved is not None and resolved.window is not None
     assert len(resolved.window.requests) == 40 and resolved.summary is checked.trace
     assert pickle.loads(pickle.dumps(checked.parsed)) == checked.parsed  # what a Ray actor receives
-    result = RunSession(checked, pools=Threads(2), say=lambda _line: None).run()
+    # the prior, two evaluators, the replay's first lines and the report: the one window, never the file again
+    assert replay_lines(checked.config, checked.resolved)
+    result = RunSession(checked, pools=Threads(2), say=lambda _line: None, outputs=[write_outputs]).run()
     assert result.outcome is not None and result.outcome.evaluations > 2
+    assert (result.run_dir / WORKLOAD_PNG).is_file()  # the report drew the trace's panel
     assert builds == ONCE
+    assert passes == {str(trace): 1}
 
 
 def test_real_evaluators_take_the_health_check_validate_built(tmp_path: Path, write_toml: Any,
@@ -85,7 +102,8 @@ def test_an_evaluator_without_the_parsed_sections_parses_its_own(tmp_path: Path,
     checked = load(str(small_quickstart(tmp_path)), None, overrides={"output": str(tmp_path / "out")})
     pool = InProcessPool(checked.config, size=2, run_dir=str(tmp_path))
     pool.close()
-    assert builds == {**ONCE, "SimulatorSetup": 1 + 2}  # validate's, then each evaluator's own
+    # validate's, then each evaluator's own
+    assert builds == {"SimulatorSetup": 1 + 2, "HealthCheck": 1, "ResolvedWorkload": 1 + 2}
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
