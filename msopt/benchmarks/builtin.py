@@ -509,8 +509,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
         result_dir: Path,
         workload: ResolvedWorkload | None = None,
     ) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``; a trace replayed
-        is named by its table there, which the child reads)."""
+        """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``: a trace by its table)."""
         p = params_from_section(section, server, values, fields, num_prompts, load, workload)
         params = asdict(p)
         params["request_rate"] = p.request_rate if math.isfinite(p.request_rate) else "inf"

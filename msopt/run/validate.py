@@ -129,8 +129,7 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
         ConfigError: one line naming the file, the key and the fix.
     """
     name, fields, top = config.engine.name, config.engine.fields, config.scalars
-    if workload is None:
-        workload = ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
+    workload = _resolved(config, workload)
     trace = workload.summary
     if trace is not None:
         _refuse_unreplayable(config)
@@ -215,6 +214,13 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
     notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
     return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, health, produces,
                      workload_config(config), workload, tuple(n for n in notes if n))
+
+
+def _resolved(config: Config, workload: ResolvedWorkload | None) -> ResolvedWorkload:
+    """``workload``, else ``config``'s ``[workload]`` resolved here (the trace read)."""
+    if workload is not None:
+        return workload
+    return ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
 
 
 def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, trace: TraceSummary) -> str | None:
