@@ -410,7 +410,7 @@ class SimulatorPrior:
                 output_len=wl.output_len if isinstance(wl.output_len, int) else 0,
                 concurrency=int(wl.concurrency or 0), ttft_s=ttft, tpot_s=tpot, tokens_per_s=speed,
                 weight_dtype=str(self.table.get("weight_dtype", "bf16")), kv_dtype=self.table.get("kv_dtype"),
-                num_prompts=wl.num_prompts, workload=wl.as_mapping()))
+                num_prompts=wl.num_prompts, workload=wl.as_mapping(), window=wl.window))
         return out
 
     def correct(self, max_rows: int = CORRECT_ROWS) -> Correction | None:
