@@ -92,6 +92,7 @@ from msopt.launch.render import (
 )
 from msopt.registry import close_matches
 from msopt.space.fields import FieldDecl
+from msopt.workload.resolved import ResolvedWorkload
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%]*)")
 _SCALE_TO_SECONDS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # AISBench latencies are ms
@@ -230,7 +231,8 @@ class AisBench(BenchmarkAdapter):
         return (f"its model_template {template} does not stream, so AISBench measures no TTFT or TPOT; use "
                 "model_template vllm_api_stream_chat or vllm_api_general_stream")
 
-    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+              workload: ResolvedWorkload | None = None) -> None:
         """Known keys only; no stock model or synthetic config by name; ``others`` must not repeat
         a flag msopt renders; the generated configs must render. The original tool's keys are read as
         :func:`mapped_section` says."""
@@ -300,8 +302,9 @@ class AisBench(BenchmarkAdapter):
                 f"{set_here}; to measure your own template file, set model_file"]
 
     def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
-               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The ``ais_bench`` command line; writes the evaluation's model and dataset configs under
+               result_dir: Path, workload: ResolvedWorkload | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The ``ais_bench`` command line (it replays no trace: ``workload`` is not read); writes the
+        evaluation's model and dataset configs under
         ``result_dir/ais_bench_configs``; the server address and load also go into the environment."""
         values, fields = candidate.values, candidate.fields
         section = mapped_section(candidate.section)

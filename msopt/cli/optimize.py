@@ -162,7 +162,7 @@ def _load(args: argparse.Namespace) -> tuple[Validated, RunStore | None]:
     # every field's origin once one comes from the installation; else only where the trial's devices come from
     lines += got.lines if got.changes else [line for line in got.lines if line.startswith("devices per trial")]
     lines += [f"warning: {w}" for w in metrics_warnings(checked)]
-    lines += replay_lines(checked.config)
+    lines += replay_lines(checked.config, checked.resolved)
     for line in lines:
         print(line, flush=True)
     return checked, None

@@ -41,8 +41,8 @@ from msopt.errors import ConfigError
 from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
-from msopt.workload.summary import TraceSummary, trace_summary
-from msopt.workload.table import apply_workload, sim_trace, trace_load, with_load, workload_settings
+from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import apply_workload, with_load, workload_settings
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
 #: The most ``target_field`` entries an engine section may declare.
@@ -355,37 +355,42 @@ def check_engine_section(settings: Settings) -> None:
                           f"use -e {declared[0]}")
 
 
-def with_trace(settings: Settings) -> tuple[Settings, TraceSummary | None]:
-    """With ``[workload] trace``: read every row (a bad one is one line, before anything launches);
-    the simulator and the benchmarks that replay it get it (``[simulator.workload] trace``, ``[builtin] trace``,
-    ``[vllm_benchmark] trace``; :func:`msopt.workload.table.trace_load`); msopt.run.validate refuses a real
-    run of a benchmark that cannot replay.
-    Returns the settings so changed and the trace's summary (the settings unchanged and None
-    without a trace).
+def with_trace(settings: Settings, workload: ResolvedWorkload | None = None) -> tuple[Settings, ResolvedWorkload]:
+    """Resolve ``[workload]`` (:meth:`msopt.workload.resolved.ResolvedWorkload.resolve`): with a ``trace``, read every
+    row once (a bad one is one line, before anything launches), and write the trace's load (its requests,
+    rate and mean lengths: :func:`msopt.workload.table.trace_load`) into each benchmark's and the simulator's
+    spelling; msopt.run.validate refuses a real run of a benchmark that cannot replay. The simulator and the
+    benchmarks that replay the trace take its window from the returned object, not from the settings.
+    Returns the settings so changed (unchanged without a trace) and the resolved workload.
+
+    Args:
+        settings: the settings.
+        workload: the workload resolved already for these settings' ``[workload]`` table (a second split of
+            the same settings, e.g. with the installed configuration): not read again.
 
     Raises:
         ConfigError: a bad row or ``[workload]`` key, naming the file, the row and the fix.
     """
     wl = workload_settings(settings.config.workload.table, settings.config.workload.where())
-    trace = wl.open_trace()
-    if trace is None:
-        return settings, None
-    summary = trace_summary(trace)
-    return settings.replace(**with_load(settings.data, trace_load(wl, summary), sim_trace(wl))), summary
+    if workload is None or workload.settings != wl:
+        workload = ResolvedWorkload.resolve(wl)
+    if not workload.is_trace:
+        return settings, workload
+    return settings.replace(**with_load(settings.data, workload.load(), replaying=True)), workload
 
 
-def split(settings: Settings) -> tuple[Config, TraceSummary | None]:
+def split(settings: Settings, workload: ResolvedWorkload | None = None) -> tuple[Config, ResolvedWorkload]:
     """The boundary where the whole settings become the typed :class:`Config` that every part outside
     msopt/config takes (:func:`msopt.run.validate.validate` checks each component's part of it): ``-e``
-    checked against the files' search space (:func:`check_engine_section`), ``[workload] trace`` read
-    (:func:`with_trace`), then the Config, with the trace's summary (None without one).
+    checked against the files' search space (:func:`check_engine_section`), ``[workload]`` resolved
+    (:func:`with_trace`; ``workload``: resolved already, as there), then the Config, with the resolved workload.
 
     Raises:
         ConfigError: one line naming the file, the key and the fix.
     """
     check_engine_section(settings)
-    settings, trace = with_trace(settings)
-    return settings.config, trace
+    settings, resolved = with_trace(settings, workload)
+    return settings.config, resolved
 
 
 _SLO_KEYS = {"ttft": "ttft_slo", "tpot": "tpot_slo", "success": "success_rate_slo"}

@@ -35,6 +35,7 @@ from msopt.evaluate.workload import configured_num_prompts, search_num_prompts  
 from msopt.launch.process import ProcessRegistry
 from msopt.launch.render import TrialNode
 from msopt.space import SearchSpace
+from msopt.workload.resolved import ResolvedWorkload
 
 #: Launches of one evaluation, every retrying layer together (:data:`RETRY`).
 MAX_ATTEMPTS = RETRY.attempts
@@ -49,10 +50,12 @@ class Parsed:
     Attributes:
         simulator: ``[simulator]`` (None: a real run, which does not read it).
         health: ``[health_check]``, with the engine's own patterns.
+        workload: ``[workload]`` resolved, a trace's window read once (None: resolved by whoever needs it).
     """
 
     simulator: SimulatorSetup | None
     health: HealthCheck
+    workload: ResolvedWorkload | None = None
 
 
 class Evaluator:
@@ -103,8 +106,10 @@ class Evaluator:
                                             tuple(nodes) if len(nodes) > 1 else (), launcher,
                                             processes)
         self.runner: Runner = (
-            SimRunner(config, self.engine, self.runner_context, parsed.simulator if parsed else None) if self.simulate
-            else RealRunner(config, self.engine, self.runner_context, parsed.health if parsed else None))
+            SimRunner(config, self.engine, self.runner_context, parsed.simulator if parsed else None,
+                      parsed.workload if parsed else None) if self.simulate
+            else RealRunner(config, self.engine, self.runner_context, parsed.health if parsed else None,
+                            parsed.workload if parsed else None))
 
     # ------------------------------------------------------------------------------------
     def evaluate(self, req: EvalRequest) -> EvaluationResult:

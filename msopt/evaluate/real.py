@@ -35,12 +35,14 @@ from msopt.errors import EngineCrashError, EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
+from msopt.evaluate.workload import resolved_workload
 from msopt.launch.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.launch.logs import tail_text
 from msopt.launch.ports import PortLease
 from msopt.launch.process import ManagedProcess, launched, wait_ready
 from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
+from msopt.workload.resolved import ResolvedWorkload
 
 
 @dataclass
@@ -76,13 +78,20 @@ class RealRunner(EngineRunner):
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
         health: ``[health_check]`` as the run parsed it once (None: parsed here, from ``config``).
+        workload: ``[workload]`` as the run resolved it once (None: resolved here, a trace read); a benchmark
+            that replays a trace takes it.
     """
 
     def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext,
-                 health: HealthCheck | None = None) -> None:
+                 health: HealthCheck | None = None, workload: ResolvedWorkload | None = None) -> None:
         super().__init__(config, engine, ctx)
         self.benchmark_name = config.run.benchmark
         self.benchmark = get_benchmark(self.benchmark_name)
+        workload = workload if workload is not None else resolved_workload(config)
+        #: what the benchmark takes besides its section: the trace it replays (a benchmark that replays none
+        #: is not handed one)
+        self.replay: dict[str, Any] = ({"workload": workload} if workload.is_trace and self.benchmark.replays_trace
+                                       else {})
         self.health = health if health is not None else HealthCheck.from_config(config.health_check,
                                                                                  config.engine.name)
         self.kept: _Kept | None = None
@@ -162,7 +171,7 @@ class RealRunner(EngineRunner):
                 metrics = self.benchmark.run(
                     kept.spec, Candidate(values, self.config.engine.fields, section), num_prompts=req.num_prompts,
                     load=req.load, result_dir=workdir / "result", log_path=bench_log,
-                    timeout=self.config.run.particles_time_out)
+                    timeout=self.config.run.particles_time_out, **self.replay)
             finally:
                 self._raise_crash(kept.proc, kept.server_log, workdir / "result")
             self._check_alive(kept.spec, kept.proc, metrics, kept.server_log)
@@ -254,7 +263,7 @@ class RealRunner(EngineRunner):
                 metrics = self.benchmark.run(
                     spec, Candidate(values, config.engine.fields, config.benchmark.table),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
-                    log_path=bench_log, timeout=timeout)
+                    log_path=bench_log, timeout=timeout, **self.replay)
             finally:
                 self._raise_crash(proc, server_log, workdir / "result")
             self._check_alive(spec, proc, metrics, server_log)
@@ -314,7 +323,7 @@ class RealRunner(EngineRunner):
                 metrics = self.benchmark.run(
                     launch.router, Candidate(values, config.engine.fields, config.benchmark.table),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
-                    log_path=bench_log, timeout=timeout)
+                    log_path=bench_log, timeout=timeout, **self.replay)
                 # the benchmark read the router's /metrics, which has no draft counters: the decode servers do
                 accept = spec_report(before, decode_counters(launch.decode))
                 if accept is not None and metrics.get(SPEC_ACCEPT_LEN) is None:

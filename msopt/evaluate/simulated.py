@@ -32,6 +32,7 @@ from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, MsoptError, SimulationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
+from msopt.evaluate.workload import resolved_workload
 from msopt.launch.hccl import NodeFacts
 from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import Candidate, LaunchSpec, TrialNode
@@ -53,6 +54,8 @@ from msopt.sim.catalog_parts import catalog_part
 from msopt.sim.catalog_types import DTYPE_BYTES, Hardware
 from msopt.sim.simulator import simulate_disaggregated
 from msopt.space.fields import FieldDecl
+from msopt.workload.replay import TraceWindow
+from msopt.workload.resolved import ResolvedWorkload
 
 #: ``[simulator]``'s keys besides its ``workload`` table, each declared once in :mod:`msopt.config.keys`.
 SIMULATOR_KEYS = SECTION_TABLES["simulator"]
@@ -201,17 +204,17 @@ class SimulatorSetup:
     def run(self, spec: LaunchSpec, *, values: Mapping[str, Any], fields: Sequence[FieldDecl],
             num_prompts: int | None = None, load: Mapping[str, float] | None = None,
             seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
-            field_load: Mapping[str, Any] | None = None) -> Any:
+            field_load: Mapping[str, Any] | None = None, trace: TraceWindow | None = None) -> Any:
         """Simulate one evaluation; ``bench_argv`` is a benchmark command line whose load flags
         override the workload, ``field_load`` the load the configuration's own fields set
-        (:func:`field_load_of`).
+        (:func:`field_load_of`), ``trace`` the run's trace window (``ResolvedWorkload.window``) replayed.
 
         The simulator's seed is ``[simulator] seed`` + ``seed_offset`` (the eval id) + the run's
         top-level ``seed`` (``--seed``) shifted past any eval id, so two runs that differ only in
         ``--seed`` draw different workloads and noise, and seed 0 keeps the seeds of earlier runs.
         """
         return simulate_launch(spec, self._table(num_prompts, load, seed_offset), bench_argv, field_load,
-                               personality=sim_personality_of(spec.engine))
+                               personality=sim_personality_of(spec.engine), trace=trace)
 
     @cached_property
     def hardware(self) -> Hardware:
@@ -224,11 +227,13 @@ class SimulatorSetup:
 
     def run_pd(self, launch: PdLaunch, *, num_prompts: int | None = None, load: Mapping[str, float] | None = None,
                seed_offset: int = 0, bench_argv: Sequence[str] | None = None,
-               field_load: Mapping[str, Any] | None = None) -> Any:
-        """Simulate one evaluation of a disaggregated trial (``bench_argv``, ``field_load``: as :meth:`run`)."""
+               field_load: Mapping[str, Any] | None = None, trace: TraceWindow | None = None) -> Any:
+        """Simulate one evaluation of a disaggregated trial (``bench_argv``, ``field_load``, ``trace``: as
+        :meth:`run`)."""
         table = self._table(num_prompts, load, seed_offset)
         return simulate_disaggregated(launch.prefill[0], launch.decode[0], launch.counts, table, bench_argv,
-                                      field_load, personality=sim_personality_of(launch.prefill[0].engine))
+                                      field_load, personality=sim_personality_of(launch.prefill[0].engine),
+                                      trace=trace)
 
     def _table(self, num_prompts: int | None, load: Mapping[str, float] | None, seed_offset: int) -> dict[str, Any]:
         """The ``[simulator]`` table of one evaluation: its load over the workload, and its seed."""
@@ -277,6 +282,7 @@ class SimRunner(EngineRunner):
         engine: the engine adapter that renders the launch.
         ctx: the evaluator's run directory and devices.
         sim: ``[simulator]`` as the run parsed it once (None: parsed here, from ``config``).
+        workload: ``[workload]`` as the run resolved it once (None: resolved here, a trace read).
 
     Like the real runner it keeps its (simulated) server for the next evaluation with the same
     server key: that one is journaled ``reused``, the others ``started`` with the simulated
@@ -284,10 +290,11 @@ class SimRunner(EngineRunner):
     """
 
     def __init__(self, config: Config, engine: EngineAdapter, ctx: RunnerContext,
-                 sim: SimulatorSetup | None = None) -> None:
+                 sim: SimulatorSetup | None = None, workload: ResolvedWorkload | None = None) -> None:
         super().__init__(config, engine, ctx)
         self.engine_section = engine.simulation_section(self.engine_section)  # no installed engine needed
         self.sim = sim if sim is not None else SimulatorSetup.from_config(config.simulator, config.run.seed)
+        self.workload = workload if workload is not None else resolved_workload(config)
         self.benchmark = get_benchmark(config.run.benchmark)
         self.model_facts = self._model_facts()
         self._kept: str | None = None
@@ -349,7 +356,7 @@ class SimRunner(EngineRunner):
         t0 = time.monotonic()
         res = self.sim.run(spec, values=values, fields=self.config.engine.fields, num_prompts=req.num_prompts,
                            load=req.load, seed_offset=req.eval_id,
-                           field_load=field_load_of(self.benchmark, values, req))
+                           field_load=field_load_of(self.benchmark, values, req), trace=self.workload.window)
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
             cmds = ["$ " + " ".join(spec.argv)] if len(specs) == 1 else [
@@ -379,7 +386,7 @@ class SimRunner(EngineRunner):
                                    *([("controller", launch.controller)] if launch.controller else [])])
         t0 = time.monotonic()
         res = self.sim.run_pd(launch, num_prompts=req.num_prompts, load=req.load, seed_offset=req.eval_id,
-                              field_load=field_load_of(self.benchmark, values, req))
+                              field_load=field_load_of(self.benchmark, values, req), trace=self.workload.window)
         log = self.ctx.log_path(req, attempt, "server")
         if log is not None:
             roles = [(f"prefill {i}", s) for i, s in enumerate(launch.prefill)]

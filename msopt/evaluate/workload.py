@@ -12,11 +12,12 @@ from msopt.benchmarks import BENCHMARKS, get_benchmark
 from msopt.benchmarks.base import LOAD_KEYS
 from msopt.config import Config
 from msopt.sim.workload import workload_from_mapping
-from msopt.workload.replay import describe_replay, open_window
-from msopt.workload.table import sim_trace, workload_settings
+from msopt.workload.replay import describe_replay
+from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import workload_settings
 
-__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "replay_lines", "search_num_prompts",
-           "workload_config"]
+__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "replay_lines", "resolved_workload",
+           "search_num_prompts", "workload_config"]
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,15 @@ def configured_load(config: Config) -> dict[str, Any]:
     return get_benchmark(name).configured_load(config.benchmark.table)
 
 
-def replay_lines(config: Config) -> list[str]:
+def replay_lines(config: Config, workload: ResolvedWorkload | None = None) -> list[str]:
     """With ``[workload] trace``: what the run replays, for its first lines. The search (``sample_size``
     requests: windows across the whole trace, :func:`msopt.workload.replay.describe_replay`), then the
     re-measurements and the capacity probes (the whole window the user gave); a real run whose window
     lasts longer than ``particles_time_out`` is told that its re-measurements would time out. [] without a
-    trace."""
-    wl = workload_settings(config.workload.table, config.workload.where())
-    if wl.trace is None:
+    trace. ``workload``: the run's, resolved once (None: resolved here)."""
+    window = (workload if workload is not None else resolved_workload(config)).window
+    if window is None:
         return []
-    window = open_window(sim_trace(wl), f"{config.workload.where('trace')}: [workload] trace")
     full, search = configured_num_prompts(config), search_num_prompts(config)
     m = len(window.requests)
     lines = ["replay: " + line for line in describe_replay(window, search or m)]
@@ -92,6 +92,12 @@ def replay_lines(config: Config) -> list[str]:
                      "its re-measurements would time out; set [workload] window to the largest part that fits, or "
                      "raise particles_time_out")
     return lines
+
+
+def resolved_workload(config: Config) -> ResolvedWorkload:
+    """``config``'s ``[workload]`` resolved here (a trace read once), for a part the run did not hand the one
+    it resolved (:attr:`msopt.evaluate.Parsed.workload`, ``Validated.resolved``)."""
+    return ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
 
 
 def workload_config(config: Config) -> WorkloadConfig:

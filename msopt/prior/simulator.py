@@ -32,6 +32,7 @@ from msopt.evaluate.simulated import (
     metrics_of,
     simulated_devices_per_node,
 )
+from msopt.evaluate.workload import resolved_workload
 from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
@@ -46,6 +47,7 @@ from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
 from msopt.space import SearchSpace
 from msopt.space.derived import TernaryFactoriesType
+from msopt.workload.resolved import ResolvedWorkload
 
 if TYPE_CHECKING:
     from msopt.sim.calibrate import Simulations
@@ -112,6 +114,8 @@ class SimulatorPrior:
         screen: the start-up rules (refused candidates are predicted as failures).
         simulator: a ``[simulator]`` table overriding the run's (a refitted hardware, say).
         setup: the run's ``[simulator]`` as validate parsed it, for ``simulator`` None (None: parsed here).
+        workload: the run's ``[workload]`` as split resolved it, whose trace window is replayed (None: resolved
+            here, a trace read).
         options: the ``[search]`` options (default: read from ``config``).
         memo: simulations shared between priors of the same config and simulator (repeated
             runs of one problem, as in scripts/benchmarks/bench_search): a configuration found there is not
@@ -120,8 +124,10 @@ class SimulatorPrior:
 
     def __init__(self, config: Config, space: SearchSpace, screen: CandidateScreen | None = None,
                  simulator: Mapping[str, Any] | None = None, options: PriorOptions | None = None,
-                 memo: dict[str, Prediction] | None = None, setup: SimulatorSetup | None = None) -> None:
+                 memo: dict[str, Prediction] | None = None, setup: SimulatorSetup | None = None,
+                 workload: ResolvedWorkload | None = None) -> None:
         self.config = config
+        replayed = workload if workload is not None else resolved_workload(config)
         self.options = options if options is not None else config.prior
         self.searched = False
         self.space = space
@@ -147,11 +153,11 @@ class SimulatorPrior:
         #: every correction tried (:meth:`correct`), as prior.json's ``corrections`` lists them
         self.corrections: list[dict[str, Any]] = []
         self.model_spec = load_model(table["model"], self.dirs)
-        workload = dict(table.get("workload", {}))
+        sent = dict(table.get("workload", {}))
         if self.num_prompts is not None:
-            workload["num_prompts"] = int(self.num_prompts)
-        self.workload_table = workload
-        self.workload = workload_from_mapping(workload)
+            sent["num_prompts"] = int(self.num_prompts)
+        self.workload_table = sent
+        self.workload = workload_from_mapping(sent).replaying(replayed.window)
         self.refits = 0
         #: refits skipped because the predictions of the rows to fit were already close enough
         self.kept = 0
@@ -407,7 +413,7 @@ class SimulatorPrior:
                 output_len=wl.output_len if isinstance(wl.output_len, int) else 0,
                 concurrency=int(wl.concurrency or 0), ttft_s=ttft, tpot_s=tpot, tokens_per_s=speed,
                 weight_dtype=str(self.table.get("weight_dtype", "bf16")), kv_dtype=self.table.get("kv_dtype"),
-                num_prompts=wl.num_prompts, workload=wl.as_mapping()))
+                num_prompts=wl.num_prompts, workload=wl.as_mapping(), window=wl.window))
         return out
 
     def correct(self, max_rows: int = CORRECT_ROWS) -> Correction | None:
@@ -568,7 +574,7 @@ class SimulatorPrior:
 
 
 def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapping[str, Any] | None = None,
-               setup: SimulatorSetup | None = None) -> SimulatorPrior | None:
+               setup: SimulatorSetup | None = None, workload: ResolvedWorkload | None = None) -> SimulatorPrior | None:
     """The run's simulator prior when ``[search] prior`` asks for one (see :func:`prior_applies`), else None.
 
     Args:
@@ -577,6 +583,7 @@ def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapp
         simulator: the ``[simulator]`` table the prior models (a real run's, found by
             :func:`msopt.prior.source.prior_source`); None: the run's own table.
         setup: the run's own table as :func:`msopt.run.validate.validate` parsed it (None: parsed again).
+        workload: the run's ``[workload]`` as :func:`msopt.config.split` resolved it (None: resolved again).
 
     Raises:
         ConfigError: a bad ``[search]`` key, or ``prior = "simulator"`` where ``[simulator]``
@@ -587,7 +594,7 @@ def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapp
         return None
     try:
         return SimulatorPrior(config, space if space is not None else SearchSpace(config.engine.fields),
-                              simulator=simulator, options=options, setup=setup)
+                              simulator=simulator, options=options, setup=setup, workload=workload)
     except ConfigError:
         if options.mode == "simulator":
             raise

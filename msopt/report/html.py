@@ -46,6 +46,7 @@ from msopt.run.records import ServerStarts
 from msopt.run.store import atomic_write
 from msopt.run.verdict import BROKEN, MET, make_verdict
 from msopt.space.fields import show_value
+from msopt.workload.resolved import ResolvedWorkload
 
 #: Rows of the top-configurations table.
 TOP_ROWS = 10
@@ -383,7 +384,8 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     return "\n".join(p for p in parts if p) + "\n"
 
 
-def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bool = True) -> Path:
+def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bool = True,
+                 workload: ResolvedWorkload | None = None) -> Path:
     """Write report.html and its PNG files into the run directory and return the HTML path.
 
     With ``export`` the best configuration's launch files are (re)written too (see
@@ -403,7 +405,7 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
     prior_png = plot_prior(data)
     if prior_png is not None:
         images[PRIOR_PNG] = prior_png
-    panel = workload_panel(data)
+    panel = workload_panel(data, workload)
     if isinstance(panel, WorkloadPanel):
         images[WORKLOAD_PNG] = plot_workload(panel)
     for name, png in images.items():

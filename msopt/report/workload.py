@@ -22,9 +22,10 @@ from typing import Any
 from msopt.errors import ConfigError
 from msopt.metrics import PREFIX_CACHE_HIT_RATE
 from msopt.report.data import RunData
-from msopt.workload import TraceSummary, trace_summary
-from msopt.workload.replay import TraceWindow, open_window
-from msopt.workload.table import sim_trace, workload_settings
+from msopt.workload import TraceSummary
+from msopt.workload.replay import TraceWindow
+from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import workload_settings
 
 #: The workload panel's figure.
 WORKLOAD_PNG = "report_workload.png"
@@ -54,19 +55,19 @@ class WorkloadPanel:
     predicted: tuple[float, ...]
 
 
-def workload_panel(data: RunData) -> WorkloadPanel | str | None:
+def workload_panel(data: RunData, workload: ResolvedWorkload | None = None) -> WorkloadPanel | str | None:
     """The panel of a run on a trace; a line saying why not when its trace cannot be read any more;
-    None for a run without one."""
+    None for a run without one. ``workload``: the run's, resolved once (None: resolved here from the run's
+    configuration, the trace read once)."""
     section = data.config.workload
     try:
-        wl = workload_settings(section.table, section.where())
-        trace = wl.open_trace()
-        if trace is None:
-            return None
-        summary = trace_summary(trace)
-        window = open_window(sim_trace(wl), f"{section.where()}: [workload] trace")
+        resolved = workload if workload is not None else ResolvedWorkload.resolve(
+            workload_settings(section.table, section.where()))
     except ConfigError as exc:
         return f"the workload panel is left out: {exc}"
+    window, summary = resolved.window, resolved.summary
+    if window is None or summary is None:
+        return None
     measured: list[float] = []
     predicted: list[float] = []
     simulated = data.config.run.simulate
@@ -79,7 +80,7 @@ def workload_panel(data: RunData) -> WorkloadPanel | str | None:
         p = (r.predicted or {}).get(PREFIX_CACHE_HIT_RATE)
         if not simulated and isinstance(p, (int, float)) and math.isfinite(p):
             predicted.append(float(p))
-    return WorkloadPanel(str(wl.trace), window, summary, tuple(measured), tuple(predicted))
+    return WorkloadPanel(str(resolved.path), window, summary, tuple(measured), tuple(predicted))
 
 
 def panel_text(panel: WorkloadPanel) -> list[str]:

@@ -33,9 +33,10 @@ from msopt.checks import is_finite
 from msopt.config import Config
 from msopt.config.keys import SECTION_TABLES, checked, percentile
 from msopt.errors import ConfigError
-from msopt.evaluate.workload import configured_load
+from msopt.evaluate.workload import configured_load, resolved_workload
 from msopt.slo import Slos, slo_checks
 from msopt.space import SearchSpace
+from msopt.workload.resolved import ResolvedWorkload
 
 #: The keys of ``[capacity]``, each declared once (rule, default, doc) in :mod:`msopt.config.keys`.
 _DECLARED = SECTION_TABLES["capacity"]
@@ -128,9 +129,10 @@ class CapacityOptions:
         return 1.0 if self.integer else start / 64.0
 
 
-def capacity_options(config: Config) -> CapacityOptions:
+def capacity_options(config: Config, resolved: ResolvedWorkload | None = None) -> CapacityOptions:
     """Read and validate ``[capacity]`` once per run (each key as :mod:`msopt.config.keys` declares it); raise
-    ConfigError naming the file, the key and the fix.
+    ConfigError naming the file, the key and the fix. ``resolved``: the run's workload, whose trace's own rate a
+    ``target_rate`` of ``"3x"`` multiplies (None: resolved here, a trace read).
 
     Default: enabled when the configuration varies a field the benchmark reads as its load
     (its adapter's ``load_field_keys``: the original tool's load fields, ``config_position =
@@ -150,7 +152,7 @@ def capacity_options(config: Config) -> CapacityOptions:
         v = section.table.get(key, default)
         return None if v is None else checked(section.where(key), "capacity", key, v, _DECLARED[key])
 
-    trace_rate = _trace_rate(config)
+    trace_rate = (resolved if resolved is not None else resolved_workload(config)).trace_rate
     target, multiple = _target(section.table.get("target_rate"), trace_rate, where("target_rate"))
     enabled = value("enabled")
     if enabled is None:
@@ -196,18 +198,6 @@ def _load(load: str, fields: Mapping[str, str], varied: Sequence[str], workload:
         by_var = [k for k in LOAD_KEYS if fields.get(k) in varied]
         return (by_var or [k for k in LOAD_KEYS if k in fields])[0]
     return "request_rate" if "request_rate" in workload else "concurrency"
-
-
-def _trace_rate(config: Config) -> float | None:
-    """The trace window's own mean rate (req/s at time scale 1): the rate its replay is written with
-    (:func:`msopt.workload.table.trace_load`: ``time_scale`` times the window's own) over the
-    ``time_scale``; None without a trace or for a window whose requests all arrive at once."""
-    wl = config.workload
-    if not wl.get("trace"):
-        return None
-    rate = configured_load(config).get("request_rate")
-    scale = wl.get("time_scale", 1.0)
-    return float(rate) / float(scale) if is_finite(rate) and rate > 0 and is_finite(scale) and scale > 0 else None
 
 
 def _target(value: Any, trace_rate: float | None, where: str) -> tuple[float | None, float | None]:

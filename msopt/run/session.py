@@ -41,14 +41,16 @@ from msopt.run.preflight import hardware_probe
 from msopt.run.store import RunStore, StoreError, atomic_write
 from msopt.run.validate import Validated, load
 from msopt.run.verdict import Verdict, make_verdict
+from msopt.workload.resolved import ResolvedWorkload
 
 __all__ = ["Display", "Outputs", "PoolLauncher", "RunSession", "SessionResult", "Terminated", "Threads",
            "resume_store"]
 
 #: Hardware probes of the nodes: (node name, what :func:`msopt.run.preflight.hardware_probe` found).
 Probes = list[tuple[str, dict[str, str]]]
-#: Writes what a finished run leaves beside its journal (launch files, the report) from its best result.
-Outputs = Callable[[Config, Path, EvaluationResult | None], None]
+#: Writes what a finished run leaves beside its journal (launch files, the report) from its best result and
+#: its resolved workload (the report's trace panel: not read again).
+Outputs = Callable[[Config, Path, EvaluationResult | None, ResolvedWorkload | None], None]
 
 
 class PoolLauncher(Protocol):
@@ -244,7 +246,8 @@ class RunSession:
         term_before = signal.signal(signal.SIGTERM, on_term) if main else None
         try:
             simulated = config.run.simulate
-            prior = make_prior(config, checked.space, setup=checked.simulator) if simulated else None
+            prior = (make_prior(config, checked.space, setup=checked.simulator, workload=checked.resolved)
+                     if simulated else None)
             if prior is not None:  # its search takes a while before the first launch: say how far it is
                 prior.report = self.say
             self.pools.announce(self.say)
@@ -267,7 +270,7 @@ class RunSession:
             if not simulated:
                 table = real_prior_table(config, lambda: self.pools.hardware(self.say), store.run_dir, self.say,
                                          write=atomic_write)
-                prior = make_prior(config, checked.space, simulator=table)
+                prior = make_prior(config, checked.space, simulator=table, workload=checked.resolved)
                 if prior is not None:
                     prior.report = self.say
             outcome = optimize(checked, pool, callbacks=callbacks, store=store, previous=previous,
@@ -306,7 +309,7 @@ class RunSession:
 
     def _write_outputs(self, run_dir: Path, best: EvaluationResult | None) -> None:
         for write in self.outputs:
-            write(self.config, run_dir, best)
+            write(self.config, run_dir, best, self.validated.resolved)
 
     def _verdict(self, run_dir: Path, outcome: RunOutcome) -> Verdict:
         """The run's verdict; a resumed run that never asked again for some journaled results (what

@@ -2,7 +2,7 @@
 
 Loading (:func:`msopt.config.load_settings`) checks the schema: top-level keys, scalars, field
 declarations; :func:`msopt.config.split` makes the typed :class:`~msopt.config.Config` of the settings
-(``-e`` checked against the files' search space, ``[workload] trace`` read). :func:`validate` then
+(``-e`` checked against the files' search space, ``[workload]`` resolved: a trace read once). :func:`validate` then
 asks each component to check its own part of the Config, in the order a run uses them, and returns
 what it built so the caller does not build it again:
 
@@ -44,6 +44,8 @@ from msopt.search import SEARCHERS, SwarmOptions, check_searcher, swarm_options
 from msopt.sim.simulator import context_limit
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
+from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import workload_settings
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,8 @@ class Validated:
         health: the ``[health_check]`` patterns, compiled with the engine's.
         produces: the metrics the run's measurements report.
         workload: the prompts and load of an evaluation (:mod:`msopt.evaluate.workload`).
-        trace: the ``[workload] trace``'s summary (every row checked), or None without one.
+        resolved: the ``[workload]`` table resolved once (:class:`~msopt.workload.resolved.ResolvedWorkload`:
+            a trace's window, every row checked, and its summary), which the run's parts take.
         notes: what validate says of the run besides the components (the server's context limit
             against the trace's lengths).
     """
@@ -78,13 +81,18 @@ class Validated:
     health: HealthCheck
     produces: frozenset[str]
     workload: WorkloadConfig | None = None
-    trace: TraceSummary | None = None
+    resolved: ResolvedWorkload | None = None
     notes: tuple[str, ...] = ()
+
+    @property
+    def trace(self) -> TraceSummary | None:
+        """The ``[workload] trace``'s summary (every row checked), or None without one."""
+        return self.resolved.summary if self.resolved is not None else None
 
     @property
     def parsed(self) -> Parsed:
         """What every evaluator of the run reads, parsed here once (:class:`msopt.evaluate.Parsed`)."""
-        return Parsed(self.simulator, self.health)
+        return Parsed(self.simulator, self.health, self.resolved)
 
 
 @dataclass(frozen=True)
@@ -128,7 +136,8 @@ def load_installed(config_path: str | os.PathLike[str] | None = None, engine: st
                    overrides: Mapping[str, Any] | None = None, search: bool = True, devices_only: bool = False,
                    check: Callable[[Validated], None] | None = None) -> Loaded:
     """:func:`load`, then, when a run takes anything from the installed configuration
-    (:func:`msopt.engines.installed.installed_changes`), validate the settings again with it applied.
+    (:func:`msopt.engines.installed.installed_changes`), validate the settings again with it applied (the
+    workload resolved by the first validation is reused: a trace is read once).
 
     Args:
         config_path, engine, overrides, search: as :func:`load`'s.
@@ -150,16 +159,17 @@ def load_installed(config_path: str | os.PathLike[str] | None = None, engine: st
         check(checked)
     got = installed_changes(checked.config)
     if got.devices is not None if devices_only else got.changes:
-        checked = validate(*split(settings.with_installed(got.values, got.constants, got.devices)), search=search)
+        installed = settings.with_installed(got.values, got.constants, got.devices)
+        checked = validate(*split(installed, checked.resolved), search=search)
     return Loaded(checked, got, settings.notes)
 
 
-def validate(config: Config, trace: TraceSummary | None = None, *, search: bool = True) -> Validated:
+def validate(config: Config, workload: ResolvedWorkload | None = None, *, search: bool = True) -> Validated:
     """Check every component's part of ``config``; see the module docstring for the order.
 
     Args:
         config: the typed configuration (:func:`msopt.config.split` makes it of the settings).
-        trace: the ``[workload] trace``'s summary, every row read (``split`` returns it), or None.
+        workload: its ``[workload]`` resolved (``split`` returns it; None: resolved here, the trace read).
         search: the command searches (optimize, validate, decode), so at least one field must
             be a dimension; ``simulate`` evaluates the values and passes False.
 
@@ -167,6 +177,8 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         ConfigError: one line naming the file, the key and the fix.
     """
     name, fields, top = config.engine.name, config.engine.fields, config.scalars
+    workload = _resolved(config, workload)
+    trace = workload.summary
     if trace is not None:
         _refuse_unreplayable(config)
     if name in ENGINES:  # an unknown engine is named below, where the adapter is needed
@@ -190,7 +202,7 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         objective = run_objective(config)
     except ConfigError as exc:
         raise ConfigError(f"{top.where('objective')}: 'objective': {exc}") from None
-    capacity = capacity_options(config)
+    capacity = capacity_options(config, workload)
     try:
         engine = get_engine(name)
     except ConfigError as exc:
@@ -229,10 +241,10 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], produced_by,
                                config.capacity.where("percentile"))
         # checked too: dropping `simulate` must not break it
-        _check_benchmark(config, benchmark_adapter)
+        _check_benchmark(config, benchmark_adapter, workload)
     else:
         benchmark = benchmark_adapter
-        _check_benchmark(config, benchmark)
+        _check_benchmark(config, benchmark, workload)
         bench_section = config.benchmark.table
         produces = frozenset(benchmark.produced(bench_section))
         note = benchmark.produced_note(bench_section)
@@ -250,7 +262,14 @@ def validate(config: Config, trace: TraceSummary | None = None, *, search: bool 
     objective_metrics()
     notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
     return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, health, produces,
-                     workload_config(config), trace, tuple(n for n in notes if n))
+                     workload_config(config), workload, tuple(n for n in notes if n))
+
+
+def _resolved(config: Config, workload: ResolvedWorkload | None) -> ResolvedWorkload:
+    """``workload``, else ``config``'s ``[workload]`` resolved here (the trace read)."""
+    if workload is not None:
+        return workload
+    return ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
 
 
 def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, trace: TraceSummary) -> str | None:
@@ -326,10 +345,11 @@ def _check_slo_statistics(config: Config, produces: frozenset[str], source: str)
                           f"one of those")
 
 
-def _check_benchmark(config: Config, benchmark: BenchmarkAdapter) -> None:
+def _check_benchmark(config: Config, benchmark: BenchmarkAdapter, workload: ResolvedWorkload) -> None:
     section, name = config.benchmark, config.run.benchmark
+    replay = {"workload": workload} if workload.is_trace and benchmark.replays_trace else {}
     try:
-        benchmark.check(config.engine.fields, section.table)
+        benchmark.check(config.engine.fields, section.table, **replay)
     except ConfigError as exc:
         text = str(exc)
         where = section.source

@@ -29,6 +29,7 @@ from msopt.sim.personality import PERSONALITIES, known
 from msopt.sim.result import SimResult
 from msopt.sim.simulator import simulate
 from msopt.sim.workload import Workload, workload_from_mapping
+from msopt.workload.replay import TraceWindow
 
 METRICS = ("ttft", "tpot", "tokens_per_s")
 #: requests simulated per row = this x concurrency, for rows that do not give their count: the
@@ -81,6 +82,8 @@ class Measurement:
         group: the rows measured together (one source's engine, model and hardware), for
             per-group errors ("": none).
         assumed: what reading the row assumed (a layout rule, mean lengths as fixed ones, ...).
+        window: the trace window the run replayed, read once (the run's ``ResolvedWorkload.window``: the
+            in-run refit's rows), or None.
 
     ``ttft_s``, ``tpot_s`` or ``tokens_per_s`` is NaN where the source does not publish it; the
     errors then leave that metric of the row out.
@@ -102,6 +105,17 @@ class Measurement:
     hardware: str = ""
     group: str = ""
     assumed: tuple[str, ...] = ()
+    window: TraceWindow | None = field(default=None, compare=False, repr=False)
+
+    def sim_workload(self, prompts_per_slot: int = PROMPTS_PER_SLOT) -> Workload:
+        """The :class:`Workload` to simulate this run with (:meth:`workload_table`, replaying :attr:`window`),
+        built once per ``prompts_per_slot`` and kept with the row: a fit simulates each row many times."""
+        cache: dict[int, Workload] = self.__dict__.setdefault("_workloads", {})
+        got = cache.get(prompts_per_slot)
+        if got is None:
+            got = cache[prompts_per_slot] = workload_from_mapping(self.workload_table(prompts_per_slot)).replaying(
+                self.window)
+        return got
 
     def workload_table(self, prompts_per_slot: int = PROMPTS_PER_SLOT) -> dict[str, Any]:
         """The ``[simulator.workload]`` table to simulate this run with."""
@@ -277,7 +291,7 @@ def simulate_measurements(measurements: Sequence[Measurement], hw: Hardware,
             if m.hardware not in devices:
                 devices[m.hardware] = load_hardware(m.hardware)
             row_hw = on_hardware(hw, devices[m.hardware])
-        load = loads[j] if loads is not None else workload_from_mapping(m.workload_table(prompts_per_slot))
+        load = loads[j] if loads is not None else m.sim_workload(prompts_per_slot)
         res = simulate_memo(memo, m.knobs, row_hw, cache[m.model], load, weight_dtype=m.weight_dtype,
                             kv_dtype=m.kv_dtype, seed=seed)
         if res.error is None:

@@ -25,7 +25,7 @@ from msopt.sim.calibrate import (
 )
 from msopt.sim.catalog_load import load_model
 from msopt.sim.catalog_types import Hardware, ModelSpec
-from msopt.sim.workload import Workload, workload_from_mapping
+from msopt.sim.workload import Workload
 
 #: :func:`correct_hardware`'s multiplicative time scales: (name, the factors it multiplies, the factors it
 #: divides (at most 1), its bounds in lattice steps). ``frontend``: the serial API server's costs (a
@@ -170,7 +170,7 @@ def correct_hardware(
         if m.model not in specs:
             specs[m.model] = load_model(m.model)
     # one Workload per row: a trace is read once, not once per simulation
-    loads = [workload_from_mapping(m.workload_table(prompts_per_slot)) for m in measurements]
+    loads = [m.sim_workload(prompts_per_slot) for m in measurements]
     meas = np.array([m.measured() for m in measurements])
     lattice = _Lattice(measurements, hardware, specs, loads, seed, simulations)
 

@@ -22,7 +22,7 @@ from msopt.sim.personality import PERSONALITIES, Personality, get_personality, k
 from msopt.sim.result import SimResult, failed, summarize
 from msopt.sim.speculative import SpecStepCost, draft_log, draft_refusal, speculation_of
 from msopt.sim.workload import Workload, workload_from_mapping
-from msopt.workload.replay import session_rank
+from msopt.workload.replay import TraceWindow, session_rank
 
 #: The keys of ``[simulator]`` that :func:`simulate_launch` reads.
 SIM_KEYS = frozenset({"hardware", "model", "weight_dtype", "kv_dtype", "seed", "noise", "workload", "catalog_dirs",
@@ -422,7 +422,7 @@ def simulate(
 
 def simulate_launch(spec: Launch, sim_table: Mapping[str, Any],
                     bench_argv: Sequence[str] | None = None, load: Mapping[str, Any] | None = None,
-                    personality: str | None = None) -> SimResult:
+                    personality: str | None = None, trace: TraceWindow | None = None) -> SimResult:
     """Simulate what an engine adapter rendered, with the ``[simulator]`` configuration table.
 
     Args:
@@ -433,6 +433,7 @@ def simulate_launch(spec: Launch, sim_table: Mapping[str, Any],
         load: ``concurrency`` / ``request_rate`` overriding the workload (a benchmark's load).
         personality: the simulator personality that reads the launch (the engine adapter's
             ``sim_personality``; default: the one named as the launch's engine).
+        trace: the trace window the workload replays (a run's ``[workload] trace``, read once), or None.
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -450,7 +451,7 @@ def simulate_launch(spec: Launch, sim_table: Mapping[str, Any],
     table = sim_table.get("workload", {})
     if not isinstance(table, Mapping):
         raise ConfigError("simulator.workload must be a table (input_len, output_len, num_prompts, ...)")
-    wl = workload_from_mapping(table)
+    wl = workload_from_mapping(table).replaying(trace)
     if bench_argv:
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
     if load:
@@ -475,10 +476,11 @@ def simulate_launch(spec: Launch, sim_table: Mapping[str, Any],
 
 def simulate_disaggregated(prefill: Launch, decode: Launch, counts: tuple[int, int],
                            sim_table: Mapping[str, Any], bench_argv: Sequence[str] | None = None,
-                           load: Mapping[str, Any] | None = None, personality: str | None = None) -> SimResult:
+                           load: Mapping[str, Any] | None = None, personality: str | None = None,
+                           trace: TraceWindow | None = None) -> SimResult:
     """Simulate a prefill/decode-disaggregated deployment: ``counts[0]`` instances launched as
     ``prefill`` and ``counts[1]`` as ``decode`` (see :mod:`msopt.sim.pd`), with ``[simulator]``;
-    ``bench_argv``, ``load`` and ``personality`` as for :func:`simulate_launch`.
+    ``bench_argv``, ``load``, ``personality`` and ``trace`` as for :func:`simulate_launch`.
 
     Raises:
         ConfigError: a missing or invalid ``[simulator]`` key.
@@ -490,7 +492,7 @@ def simulate_disaggregated(prefill: Launch, decode: Launch, counts: tuple[int, i
     dirs = catalog_dirs(sim_table)
     hw = load_hardware(sim_table["hardware"], dirs)
     spec = load_model(sim_table["model"], dirs)
-    wl = workload_from_mapping(sim_table.get("workload", {}))
+    wl = workload_from_mapping(sim_table.get("workload", {})).replaying(trace)
     if bench_argv:
         wl = wl.with_overrides(benchmark_overrides(bench_argv))
     if load:

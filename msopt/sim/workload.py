@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 import numpy as np
 
 from msopt.checks import is_number
 from msopt.errors import ConfigError
-from msopt.workload.replay import conversation_keys, open_window, replay_arrivals, replay_indices
+from msopt.workload.replay import TraceWindow, open_window
 from msopt.workload.trace import MAX_REQUESTS
 
 #: an int, or a table {dist = "uniform", low, high} / {dist = "lognormal", mean, sigma} /
@@ -52,6 +52,8 @@ class Workload:
             (:func:`msopt.workload.replay.session_rank`), as msopt's builtin benchmark does; an engine
             whose personality takes the header keeps the session on that replica. ``[workload] trace``
             sets it for the builtin benchmark.
+        window: the trace window replayed, read once per run (``ResolvedWorkload.window``: a run's
+            ``[workload] trace``), instead of a ``trace`` table read here; replayed as ``trace`` is.
     """
 
     input_len: LengthSpec = 1024
@@ -62,13 +64,21 @@ class Workload:
     warmup: int = 0
     trace: Mapping[str, Any] | None = None
     pin_sessions: bool = False
+    window: TraceWindow | None = field(default=None, compare=False, repr=False)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Workload:
-        """A copy with keys replaced (as :func:`msopt.sim.benchmark_overrides` returns them)."""
-        return workload_from_mapping({**self.as_mapping(), **dict(overrides)})
+        """A copy with keys replaced (as :func:`msopt.sim.benchmark_overrides` returns them); the trace
+        window it replays stays the same object (not read again)."""
+        out = workload_from_mapping({**self.as_mapping(), **dict(overrides)})
+        return replace(out, window=self._window()) if self.replays else out
+
+    def replaying(self, window: TraceWindow | None) -> Workload:
+        """This workload replaying ``window`` (a run's trace, read once: ``ResolvedWorkload.window``);
+        itself for None."""
+        return self if window is None else replace(self, window=window)
 
     def as_mapping(self) -> dict[str, Any]:
-        """The workload as a ``[simulator.workload]`` table."""
+        """The workload as a ``[simulator.workload]`` table (a window given as an object is not in it)."""
         out: dict[str, Any] = {
             "input_len": self.input_len,
             "output_len": self.output_len,
@@ -86,79 +96,64 @@ class Workload:
             out["pin_sessions"] = True
         return out
 
-    def _trace_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, list[tuple[int, ...]], int]:
-        """(input lengths, output lengths, arrivals, mean rate, hash ids, tokens per hash id) of the
-        whole trace, read once per workload (kept on the instance: with_overrides builds a new one)."""
-        cached = self.__dict__.get("_trace_cache")
+    @property
+    def replays(self) -> bool:
+        """True when the workload replays a trace (:attr:`window` or :attr:`trace`)."""
+        return self.window is not None or self.trace is not None
+
+    def _window(self) -> TraceWindow:
+        """The window replayed: :attr:`window`, else :attr:`trace` read once per workload."""
+        if self.window is not None:
+            return self.window
+        cached = self.__dict__.get("_opened")
         if cached is None:
             assert self.trace is not None
-            window = open_window(self.trace, "[simulator.workload] trace")
-            reqs = window.requests
-            cached = (np.asarray([r.input_tokens for r in reqs], np.int64),
-                      np.asarray([r.output_tokens for r in reqs], np.int64),
-                      np.asarray([r.arrival_s for r in reqs], np.float64), window.rate,
-                      [r.hash_ids for r in reqs], window.block_tokens)
-            object.__setattr__(self, "_trace_cache", cached)
-            object.__setattr__(self, "_session_cache", conversation_keys(reqs))  # the same read
+            cached = open_window(self.trace, "[simulator.workload] trace")
+            object.__setattr__(self, "_opened", cached)
         return cached
 
     def sample_lengths(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Draw (input lengths, output lengths), int64 arrays of ``num_prompts``, each >= 1."""
         n = self.num_prompts
-        if self.trace is not None:
-            ins, outs, *_ = self._trace_arrays()
-            idx = self._replay_index()
+        if self.replays:
+            window = self._window()
+            ins, outs = window.lengths
+            idx = window.replay(n)[0]
             return ins[idx], outs[idx]
         return _draw(self.input_len, n, rng), _draw(self.output_len, n, rng)
 
     def sample_arrivals(self, rng: np.random.Generator) -> np.ndarray:
         """Open-loop send times in seconds (zeros when there is no request_rate)."""
         rate = self.request_rate
-        if self.trace is not None:
-            return self._trace_arrivals()
+        if self.replays:
+            return self._window().arrivals(self.num_prompts, self.request_rate)
         if rate is None or math.isinf(rate):
             return np.zeros(self.num_prompts)
         gaps = rng.exponential(1.0 / rate, size=self.num_prompts)
         gaps[0] = 0.0
         return np.cumsum(gaps)
 
-
     def sample_prefixes(self) -> tuple[list[tuple[int, ...]], int] | None:
         """Each request's prompt block ids (equal ids: equal token blocks) and the tokens per id, or
         None: a trace without hash ids, or no trace (never credited with prefix-cache hits)."""
-        if self.trace is None:
+        if not self.replays:
             return None
-        _, _, _, _, hashes, block = self._trace_arrays()
-        if not block or not any(hashes):
+        window = self._window()
+        if not window.block_tokens or not any(r.hash_ids for r in window.requests):
             return None
-        return [hashes[i] for i in self._replay_index().tolist()], block
+        reqs = window.requests
+        return [reqs[i].hash_ids for i in window.replay(self.num_prompts)[0].tolist()], window.block_tokens
 
     def sample_sessions(self) -> list[str | None] | None:
         """Each replayed request's conversation (:func:`msopt.workload.replay.conversation_keys`), or
         None: no trace, or a trace without sessions."""
-        if self.trace is None:
+        if not self.replays:
             return None
-        self._trace_arrays()  # reads the window once, its conversations with it
-        keys = self.__dict__["_session_cache"]
+        window = self._window()
+        keys = window.conversations
         if not any(k is not None for k in keys):
             return None
-        return [keys[i] for i in self._replay_index().tolist()]
-
-    def _replay_index(self) -> np.ndarray:
-        """The trace index of each request replayed (:func:`msopt.workload.replay.replay_indices`:
-        the whole window, or a sample of windows across it), computed once per workload."""
-        idx = self.__dict__.get("_replay_cache")
-        if idx is None:
-            _, _, arr, _, _, _ = self._trace_arrays()
-            idx, _ = replay_indices(arr, self.num_prompts)
-            object.__setattr__(self, "_replay_cache", idx)
-        return idx
-
-    def _trace_arrivals(self) -> np.ndarray:
-        """The trace's arrivals for ``num_prompts`` requests, at ``request_rate`` where one is set."""
-
-        _, _, arr, _, _, _ = self._trace_arrays()
-        return replay_arrivals(arr, self.num_prompts, self.request_rate)
+        return [keys[i] for i in window.replay(self.num_prompts)[0].tolist()]
 
 
 def _draw(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -30,6 +30,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -55,6 +56,10 @@ REPLAY_KEYS: tuple[str, ...] = ("path", "format", "window", "time_scale", "block
 class TraceWindow:
     """A trace window, read once: its requests in order, and the tokens each hash id stands for.
 
+    What is derived from the requests (their arrivals, conversations, and each replay's indices and
+    send times) is computed once per window and kept with it, so that every evaluation of a run
+    replays the one window without reading or deriving it again.
+
     Attributes:
         requests: the window's requests (arrivals from 0, already divided by ``time_scale``).
         block_tokens: tokens per hash id after the length policy (0 when the trace records none).
@@ -76,18 +81,47 @@ class TraceWindow:
         """True when some request carries hash ids (a prefix cache can hit)."""
         return bool(self.block_tokens) and any(r.hash_ids for r in self.requests)
 
+    @cached_property
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(input tokens, output tokens) of every request, int64 arrays (read-only: computed once per window)."""
+        ins = np.asarray([r.input_tokens for r in self.requests], np.int64)
+        outs = np.asarray([r.output_tokens for r in self.requests], np.int64)
+        ins.flags.writeable = outs.flags.writeable = False
+        return ins, outs
+
+    @cached_property
+    def conversations(self) -> tuple[str | None, ...]:
+        """Each request's conversation (:func:`conversation_keys`)."""
+        return tuple(conversation_keys(self.requests))
+
     def pick(self, n: int) -> list[TraceRequest]:
         """The requests of a replay of ``n`` (see :func:`replay_indices`)."""
-        idx, _ = replay_indices(self.arrival_array(), n)
-        return [self.requests[i] for i in idx.tolist()]
+        return [self.requests[i] for i in self.replay(n)[0].tolist()]
+
+    @cached_property
+    def _arrivals(self) -> np.ndarray:
+        out = np.asarray([r.arrival_s for r in self.requests], np.float64)
+        out.flags.writeable = False  # shared by every replay of the window
+        return out
 
     def arrival_array(self) -> np.ndarray:
-        """The window's arrivals (s) as an array."""
-        return np.asarray([r.arrival_s for r in self.requests], np.float64)
+        """The window's arrivals (s) as an array (read-only: computed once per window)."""
+        return self._arrivals
+
+    def replay(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`replay_indices` of a replay of ``n``, computed once per ``n`` and window (read-only arrays)."""
+        cache: dict[int, tuple[np.ndarray, np.ndarray]] = self.__dict__.setdefault("_replays", {})
+        got = cache.get(n)
+        if got is None:
+            idx, times = replay_indices(self._arrivals, n)
+            idx.flags.writeable = False
+            times.flags.writeable = False
+            got = cache[n] = (idx, times)
+        return got
 
     def arrivals(self, n: int, request_rate: float | None = None) -> np.ndarray:
         """Send times (s, the first at 0) of a replay of ``n`` requests; see :func:`replay_arrivals`."""
-        return replay_arrivals(self.arrival_array(), n, request_rate)
+        return rescale_replay(self._arrivals, n, self.replay(n)[1], request_rate)
 
 
 def open_window(table: Mapping[str, object], where: str) -> TraceWindow:
@@ -217,8 +251,14 @@ def replay_arrivals(arrivals: np.ndarray, n: int, request_rate: float | None = N
     A finite ``request_rate`` rescales the times to that mean rate (a capacity probe; a sample's
     own mean rate is rescaled), an infinite one sends everything at once.
     """
+    return rescale_replay(arrivals, n, replay_indices(arrivals, n)[1], request_rate)
+
+
+def rescale_replay(arrivals: np.ndarray, n: int, times: np.ndarray, request_rate: float | None) -> np.ndarray:
+    """The send times ``times`` of a replay of ``n`` (:func:`replay_indices`) at ``request_rate``, as
+    :func:`replay_arrivals` gives them (a new array)."""
     m = len(arrivals)
-    _, out = replay_indices(arrivals, n)
+    out = times.copy()
     if n >= m:
         span = float(arrivals[-1] - arrivals[0]) if m else 0.0
         rate = (m - 1) / span if span > 0 else None
@@ -267,7 +307,7 @@ def describe_replay(window: TraceWindow, n: int, who: str = "the search") -> lis
     if n >= m:
         more = f", the trace repeated to {n:,}" if n > m else ""
         return [f"{who} replays the whole window: {m:,} requests over {span:,.0f} s{more}"]
-    idx, times = replay_indices(arr, n)
+    idx, times = window.replay(n)
     wins = sample_windows(arr, n)
     ins = np.asarray([r.input_tokens for r in window.requests], np.float64)
 
@@ -331,5 +371,5 @@ def block_prompt(hash_ids: Sequence[int], block_tokens: int, input_tokens: int, 
 
 
 __all__ = ["BLOCK_WORDS", "MAX_WINDOWS", "REPLAY_KEYS", "WINDOW_REQUESTS", "TraceWindow", "block_prompt",
-           "conversation_keys", "describe_replay", "open_window", "replay_arrivals", "replay_indices",
+           "conversation_keys", "describe_replay", "open_window", "replay_arrivals", "replay_indices", "rescale_replay",
            "sample_windows", "session_rank"]

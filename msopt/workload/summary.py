@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from msopt.workload import trace as _trace
-from msopt.workload.trace import Trace, TraceCounts
+from msopt.workload.trace import Trace, TraceCounts, TraceRequest
 
 #: a rate or a span that looks like timestamps read in the wrong unit
 _UNIT_WARN_RATE = 1000.0
@@ -153,9 +153,17 @@ def _percentiles(xs: Sequence[float]) -> dict[str, float]:
     return out
 
 
-def trace_summary(trace: Trace) -> TraceSummary:
-    """``trace``'s requests, span, rate, burstiness, length percentiles and prefix-reuse ceiling, in one pass."""
-    counts = TraceCounts()
+def trace_summary(trace: Trace, requests: Iterable[TraceRequest] | None = None,
+                  counts: TraceCounts | None = None) -> TraceSummary:
+    """``trace``'s requests, span, rate, burstiness, length percentiles and prefix-reuse ceiling, in one pass.
+
+    Args:
+        trace: the trace.
+        requests: its requests, read with ``counts`` (None: read here, ``trace.requests(counts)``): a
+            caller that keeps the requests too passes the one pass it reads them in.
+        counts: what the pass counts (None: a new one).
+    """
+    counts = counts if counts is not None else TraceCounts()
     ins: list[int] = []
     outs: list[int] = []
     first = prev = None
@@ -164,7 +172,7 @@ def trace_summary(trace: Trace) -> TraceSummary:
     seen: set[int] = set()
     blocks = repeats = unhashed = 0
     cap_arrival = None
-    for r in trace.requests(counts):
+    for r in (trace.requests(counts) if requests is None else requests):
         if len(ins) == _trace.MAX_REQUESTS - 1:
             cap_arrival = r.arrival_s
         ins.append(r.input_tokens)

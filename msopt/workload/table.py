@@ -14,8 +14,8 @@ under both spellings with different values is refused in one line naming both.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,39 +49,59 @@ SPELLINGS: Mapping[str, Mapping[str, str]] = {
 }
 
 
+def _key(default: Any, ok: Callable[[Any], bool], rule: str, doc: str) -> Any:
+    """A ``[workload]`` key as a field: its default, its check, the rule a message states and one line of doc
+    (as :class:`msopt.config.keys.Key` declares a top-level key)."""
+    return field(default=default, metadata={"ok": ok, "rule": rule, "doc": doc})
+
+
 @dataclass(frozen=True)
 class WorkloadSettings:
-    """The ``[workload]`` table, checked (None: not set there).
+    """The ``[workload]`` table, checked (None: not set there); each field declares its key once: its
+    type, its default, its check and rule (``metadata``: ``ok``, ``rule``) and one line of doc
+    (``metadata["doc"]``). ``where``: the file that set the table."""
 
-    Attributes:
-        input_len, output_len, num_prompts, concurrency, request_rate, warmup: the synthetic load.
-        trace: the request trace's path (resolved against the file that set it), or None.
-        format: the trace's format (None: detected).
-        window: (start_s, end_s) of the trace replayed, or None for all of it.
-        time_scale: replay speed (2: twice the trace's rate).
-        block_size: tokens per hash id (None: the format's).
-        max_model_len: the server's context limit the length policy applies (None: no limit).
-        length_policy: ``clip``, ``scale`` or ``drop``.
-        time_unit: the timestamps' unit (``s``, ``ms``, ``us``; None: the format's).
-        columns: the file's column of each field msopt reads (a CSV or JSON lines file of any layout), or None.
-        where: the file that set the table.
-    """
-
-    input_len: int | None = None
-    output_len: int | None = None
-    num_prompts: int | None = None
-    concurrency: int | None = None
-    request_rate: Any = None
-    warmup: int | None = None
-    trace: str | None = None
-    format: str | None = None
-    window: tuple[float, float] | None = None
-    time_scale: float = 1.0
-    block_size: int | None = None
-    max_model_len: int | None = None
-    length_policy: str = "clip"
-    time_unit: str | None = None
-    columns: Mapping[str, str] | None = None
+    # a distribution of lengths is the simulator's alone: [simulator.workload] input_len = { dist = ... }
+    input_len: int | None = _key(None, lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1",
+                                 "prompt tokens")
+    output_len: int | None = _key(None, lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1",
+                                  "output tokens")
+    num_prompts: int | None = _key(None, lambda v: is_int(v) and v >= 1, "a whole number >= 1",
+                                   "requests of one uncapped run")
+    concurrency: int | None = _key(None, lambda v: is_int(v) and v >= 1, "a whole number >= 1",
+                                   "requests in flight at most (closed loop)")
+    request_rate: Any = _key(None, lambda v: v == "inf" or (is_finite(v) and v > 0)
+                             or (isinstance(v, float) and math.isinf(v)),
+                             "a number of requests/s above 0, or \"inf\" (all at once)", "requests/s (open loop)")
+    warmup: int | None = _key(None, lambda v: is_int(v) and v >= 0, "a whole number >= 0",
+                              "requests sent and waited out before the measured ones")
+    trace: str | None = _key(None, lambda v: isinstance(v, str) and v != "", "the path of a request trace",
+                             "the request trace's path (resolved against the file that set it)")
+    format: str | None = _key(None, lambda v: v in FORMATS,
+                              f"one of {', '.join(FORMATS)} (omit it to detect the format)",
+                              "the trace's format (None: detected)")
+    window: tuple[float, float] | None = _key(
+        None, lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(is_finite(x) for x in v)
+        and 0 <= v[0] < v[1], "[start_s, end_s] with 0 <= start_s < end_s",
+        "(start_s, end_s) of the trace replayed (None: all of it)")
+    time_scale: float = _key(1.0, lambda v: is_finite(v) and v > 0, "a number above 0 (2: twice the trace's rate)",
+                             "replay speed (2: twice the trace's rate)")
+    block_size: int | None = _key(None, lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1",
+                                  "tokens per hash id (None: the format's)")
+    max_model_len: int | None = _key(None, lambda v: is_int(v) and v >= 2, "a whole number of tokens >= 2",
+                                     "the server's context limit the length policy applies (None: no limit)")
+    length_policy: str = _key("clip", lambda v: v in LENGTH_POLICIES, f"one of {', '.join(LENGTH_POLICIES)}",
+                              "what a request longer than max_model_len becomes: clip, scale or drop")
+    time_unit: str | None = _key(None, lambda v: v in TIME_UNITS,
+                                 f"one of {', '.join(TIME_UNITS)} (the timestamps' unit)",
+                                 "the timestamps' unit (None: the format's)")
+    columns: Mapping[str, str] | None = _key(
+        None, lambda v: isinstance(v, Mapping) and set(v) <= set(COLUMN_FIELDS)
+        and set(COLUMN_FIELDS[:3]) <= set(v) and all(isinstance(x, str) and x for x in v.values()),
+        f"a table mapping {', '.join(COLUMN_FIELDS[:3])} (and optionally {', '.join(COLUMN_FIELDS[3:])}) "
+        "to the file's column names, e.g. { arrival_s = \"ts\", input_tokens = \"prompt\", "
+        "output_tokens = \"completion\" }",
+        "the file's column of each field msopt reads (a CSV or JSON lines file of any layout)")
     where: str = "[workload]"
 
     def synthetic(self) -> dict[str, Any]:
@@ -102,30 +122,11 @@ class WorkloadSettings:
                      where=f"{self.where}: [workload] trace")
 
 
-_CHECKS: Mapping[str, tuple[Any, str]] = {
-    # a distribution of lengths is the simulator's alone: [simulator.workload] input_len = { dist = ... }
-    "input_len": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
-    "output_len": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
-    "num_prompts": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
-    "concurrency": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
-    "request_rate": (lambda v: v == "inf" or (is_finite(v) and v > 0) or (isinstance(v, float) and math.isinf(v)),
-                     "a number of requests/s above 0, or \"inf\" (all at once)"),
-    "warmup": (lambda v: is_int(v) and v >= 0, "a whole number >= 0"),
-    "trace": (lambda v: isinstance(v, str) and v != "", "the path of a request trace"),
-    "format": (lambda v: v in FORMATS, f"one of {', '.join(FORMATS)} (omit it to detect the format)"),
-    "window": (lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(is_finite(x) for x in v)
-               and 0 <= v[0] < v[1], "[start_s, end_s] with 0 <= start_s < end_s"),
-    "time_scale": (lambda v: is_finite(v) and v > 0, "a number above 0 (2: twice the trace's rate)"),
-    "block_size": (lambda v: is_int(v) and v >= 1, "a whole number of tokens >= 1"),
-    "max_model_len": (lambda v: is_int(v) and v >= 2, "a whole number of tokens >= 2"),
-    "length_policy": (lambda v: v in LENGTH_POLICIES, f"one of {', '.join(LENGTH_POLICIES)}"),
-    "time_unit": (lambda v: v in TIME_UNITS, f"one of {', '.join(TIME_UNITS)} (the timestamps' unit)"),
-    "columns": (lambda v: isinstance(v, Mapping) and set(v) <= set(COLUMN_FIELDS)
-                and set(COLUMN_FIELDS[:3]) <= set(v) and all(isinstance(x, str) and x for x in v.values()),
-                f"a table mapping {', '.join(COLUMN_FIELDS[:3])} (and optionally {', '.join(COLUMN_FIELDS[3:])}) "
-                "to the file's column names, e.g. { arrival_s = \"ts\", input_tokens = \"prompt\", "
-                "output_tokens = \"completion\" }"),
-}
+#: each ``[workload]`` key's (check, rule), from :class:`WorkloadSettings`' fields
+_CHECKS: Mapping[str, tuple[Any, str]] = {f.name: (f.metadata["ok"], f.metadata["rule"])
+                                          for f in fields(WorkloadSettings) if "ok" in f.metadata}
+#: each ``[workload]`` key's one line of doc, from :class:`WorkloadSettings`' fields
+KEY_DOCS: Mapping[str, str] = {f.name: f.metadata["doc"] for f in fields(WorkloadSettings) if "doc" in f.metadata}
 
 
 def workload_settings(table: Mapping[str, Any] | None, where: str = "<defaults>",
@@ -238,11 +239,6 @@ def _drop_default_load(data: dict[str, Any], origin: dict[str, str], defaults: s
 
 
 
-#: the sections (of :data:`SPELLINGS`) whose benchmark replays a trace: :func:`with_load` writes the
-#: trace table into the benchmark's own table (``[builtin] trace``, ``[vllm_benchmark] trace``)
-REPLAYING: tuple[str, ...] = ("builtin", "vllm_benchmark.command")
-
-
 def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
     """The load of a trace, by ``[workload]`` name: its requests, its mean rate (where a capacity
     search starts; a replay sends at the trace's own times) and its mean lengths (what a benchmark
@@ -267,7 +263,8 @@ def trace_load(wl: WorkloadSettings, summary: TraceSummary) -> dict[str, Any]:
 
 
 def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
-    """``[simulator.workload] trace``: the table the simulator replays the trace from."""
+    """The trace as a replay table (``path`` and :class:`~msopt.workload.trace.Trace`'s options): what a
+    benchmark in a process of its own reopens (``ResolvedWorkload.replay_table``)."""
     out: dict[str, Any] = {"path": wl.trace}
     for key in TRACE_KEYS[1:]:
         value = getattr(wl, key)
@@ -276,12 +273,12 @@ def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
     return out
 
 
-def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
-              trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def with_load(data: Mapping[str, Any], load: Mapping[str, Any], *, replaying: bool = False) -> dict[str, Any]:
     """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
     each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
-    decides it). With ``trace``, ``[simulator.workload]`` and the benchmarks of :data:`REPLAYING`
-    replay it (its own lengths and arrivals)."""
+    decides it). ``replaying``: a trace is replayed, with its own lengths and arrivals; the simulator
+    and the benchmarks take its window from :class:`msopt.workload.resolved.ResolvedWorkload`, never
+    from a key of their sections."""
     out: dict[str, Any] = {}
     for section, spelling in SPELLINGS.items():
         top, _, sub = section.partition(".")
@@ -292,15 +289,12 @@ def with_load(data: Mapping[str, Any], load: Mapping[str, Any],
                 node[name] = load[key]
             elif key in ("concurrency", "request_rate"):
                 node.pop(name, None)
-        if trace is not None and section == "simulator.workload":
-            node["trace"] = dict(trace)
+        if replaying and section == "simulator.workload":
             node.pop("input_len", None)
             node.pop("output_len", None)
             # the builtin benchmark pins each session to one data-parallel rank (X-Data-Parallel-Rank)
             if data.get("benchmark") == "builtin":
                 node["pin_sessions"] = True
-        if trace is not None and section in REPLAYING:
-            table["trace"] = dict(trace)  # the benchmark's own table, beside its command
         out[top] = table
     return out
 
@@ -313,5 +307,5 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-__all__ = ["REPLAYING", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
+__all__ = ["KEY_DOCS", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
            "sim_trace", "trace_load", "with_load", "workload_settings"]

@@ -146,9 +146,10 @@ class Workload:
             return ["--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "32",
                     "--num-prompts", "100", "--max-concurrency", "16", "--ignore-eos", "--seed", "0"]
         from msopt.benchmarks.vllm_benchmark import write_timed_trace
+        from msopt.workload.replay import open_window
         n = self.requests()
         path = work / "timed_trace.jsonl"
-        chunk = write_timed_trace(self.trace, n, None, 0, path)
+        chunk = write_timed_trace(open_window(self.trace, "bench_real --trace"), n, None, 0, path)
         return ["--dataset-name", "timed_trace", "--dataset-path", str(path),
                 "--timed-trace-chunk-hash-size", str(chunk), "--num-prompts", str(n), "--seed", "0"]
 

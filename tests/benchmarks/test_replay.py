@@ -260,8 +260,11 @@ def config(tmp_path: Path, bench: str, extra: str = "") -> Path:
 def test_validate_hands_the_trace_to_the_replaying_benchmarks(tmp_path: Path, bench: str) -> None:
     from msopt.run.validate import load
 
-    table = dict(load(config(tmp_path, bench)).config.benchmark.table["trace"])
-    assert table == {"path": str(tmp_path / "t.jsonl"), "time_scale": 2, "length_policy": "clip"}
+    checked = load(config(tmp_path, bench))
+    assert "trace" not in checked.config.benchmark.table  # no key copied: the run hands the resolved workload
+    assert checked.resolved is not None and checked.resolved.replay_table() == {
+        "path": str(tmp_path / "t.jsonl"), "time_scale": 2, "length_policy": "clip"}
+    assert checked.parsed.workload is checked.resolved
 
 
 def test_a_benchmark_that_cannot_replay_is_refused_naming_builtin(tmp_path: Path) -> None:
@@ -278,9 +281,11 @@ def test_a_benchmark_that_cannot_replay_is_refused_naming_builtin(tmp_path: Path
 def test_vllm_bench_serve_replays_through_timed_trace(tmp_path: Path) -> None:
     from msopt.run.validate import load
 
-    section = load(config(tmp_path, "vllm_benchmark")).config.benchmark.table
+    checked = load(config(tmp_path, "vllm_benchmark"))
+    section, workload = checked.config.benchmark.table, checked.resolved
     bench = get_benchmark("vllm_benchmark")
-    argv, _ = bench.render(Candidate({}, [], section), server=spec(8000), num_prompts=4, load={}, result_dir=tmp_path / "r")
+    argv, _ = bench.render(Candidate({}, [], section), server=spec(8000), num_prompts=4, load={},
+                           result_dir=tmp_path / "r", workload=workload)
     a = list(argv)
     assert a[a.index("--dataset-name") + 1] == "timed_trace" and "--request-rate" not in a
     assert "--max-concurrency" not in a and "--random-input-len" not in a       # open loop, the trace's lengths
@@ -292,7 +297,7 @@ def test_vllm_bench_serve_replays_through_timed_trace(tmp_path: Path) -> None:
     assert len(rows[2]["hash_ids"]) == 1 and rows[2]["hash_ids"][0] < 0       # no hash ids: one of its own
     assert rows[3]["hash_ids"] == [1, 2] and rows[0]["input_length"] == 600
     probe, _ = bench.render(Candidate({}, [], section), server=spec(8000), num_prompts=3, load={"request_rate": 8.0},
-                            result_dir=tmp_path / "p")
+                            result_dir=tmp_path / "p", workload=workload)
     rows = [json.loads(x) for x in (tmp_path / "p" / "timed_trace.jsonl").read_text().splitlines()]
     assert [r["timestamp"] for r in rows] == [0.0, 0.083333, 0.25]  # 2.67 req/s (2 gaps in 0.75 s) to 8: a third
 

@@ -57,10 +57,11 @@ def test_validate_hands_the_trace_to_the_simulator(tmp_path):
     cfg.write_text('simulate = true\n[workload]\ntrace = "t.csv"\nwindow = [0, 2]\n', encoding="utf-8")
     checked = load(cfg)
     sim = checked.config.simulator.table["workload"]
-    assert dict(sim["trace"]) == {"path": str(tmp_path / "t.csv"), "window": (0.0, 2.0), "time_scale": 1.0,
-                                  "length_policy": "clip"}
+    assert "trace" not in sim  # no key copied: the window travels as the resolved object
+    assert checked.resolved is not None and checked.resolved.replay_table() == {
+        "path": str(tmp_path / "t.csv"), "window": [0.0, 2.0], "time_scale": 1.0, "length_policy": "clip"}
     assert "input_len" not in sim and sim["num_prompts"] == 4 and sim["request_rate"] == 1.5
-    wl = workload_from_mapping(sim)
+    wl = workload_from_mapping(sim).replaying(checked.parsed.workload.window)  # as SimRunner hands it on
     assert wl.sample_lengths(np.random.default_rng(0))[0].tolist() == [500, 900, 300, 1200]
 
 
@@ -90,7 +91,7 @@ def test_a_simulated_run_tunes_on_the_trace(tmp_path):
     assert records and {r["num_prompts"] for r in records} == {60}       # the trace's requests, all of them
     assert all(r["metrics"]["success_rate"] == 1.0 for r in records)
     saved = (run / "config.toml").read_text()
-    assert f'path = "{tmp_path / "t.jsonl"}"' in saved      # the simulator replayed the trace itself
+    assert f'trace = "{tmp_path / "t.jsonl"}"' in saved and "path =" not in saved  # [workload] alone names it
 
 
 def test_the_journal_keeps_what_the_simulated_client_sent(tmp_path):

@@ -112,8 +112,8 @@ def test_a_trace_sets_the_load_and_is_summarised(tmp_path):
     assert tr is not None and (tr.format, tr.requests, tr.span_s, tr.rate) == ("mooncake", 9, 2.0, 4.0)
     assert tr.prefix_ceiling == pytest.approx(8 / 18)
     sim = dict(checked.config.simulator.table["workload"])
-    assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6,    # the simulator replays it
-                   "trace": {"path": str(tmp_path / "t.jsonl"), "time_scale": 2.0, "length_policy": "clip"}}
+    assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6}    # the simulator replays the window
+    assert checked.resolved is not None and len(checked.resolved.window.requests) == 9  # handed on, not a key
     effective = tomllib.loads(checked.config.text)    # every benchmark's table, as the run saves them
     v = effective["vllm_benchmark"]["command"]
     assert (v["random_input_len"], v["num_prompts"], v["request_rate"], v["max_concurrency"]) == (1400, 9, 4.0, 6)

@@ -139,8 +139,8 @@ def test_time_unit_and_columns_reach_the_simulator(tmp_path):
     (tmp_path / "c.toml").write_text(text, encoding="utf-8")
     checked = load(tmp_path / "c.toml")
     assert checked.trace is not None and checked.trace.span_s == 4.0 and checked.trace.rate == 2.0
-    sim = checked.config.simulator.table["workload"]["trace"]
-    assert sim["time_unit"] == "ms" and sim["columns"]["arrival_s"] == "ts"
+    table = checked.resolved.replay_table() if checked.resolved is not None else {}
+    assert table["time_unit"] == "ms" and table["columns"]["arrival_s"] == "ts"
     from msopt.sim.workload import workload_from_mapping
-    wl = workload_from_mapping(checked.config.simulator.table["workload"])
+    wl = workload_from_mapping(checked.config.simulator.table["workload"]).replaying(checked.resolved.window)
     assert wl.sample_arrivals(None)[-1] == pytest.approx(4.0)   # type: ignore[arg-type]
