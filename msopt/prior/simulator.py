@@ -153,9 +153,8 @@ class SimulatorPrior:
         #: every correction tried (:meth:`correct`), as prior.json's ``corrections`` lists them
         self.corrections: list[dict[str, Any]] = []
         self.model_spec = load_model(table["model"], self.dirs)
-        sent = dict(table.get("workload", {}))
-        if self.num_prompts is not None:
-            sent["num_prompts"] = int(self.num_prompts)
+        prompts = {} if self.num_prompts is None else {"num_prompts": int(self.num_prompts)}
+        sent = {**table.get("workload", {}), **prompts}
         self.workload_table = sent
         self.workload = workload_from_mapping(sent).replaying(replayed.window)
         self.refits = 0

@@ -116,9 +116,9 @@ def test_capacity_and_swarm_options_are_parsed_once_per_run(tmp_path: Path, monk
         for name in ("capacity_options", "swarm_options"):
             original = getattr(module, name)
 
-            def counted(config: Any, _original: Any = original, _name: str = name) -> Any:
+            def counted(config: Any, *args: Any, _original: Any = original, _name: str = name) -> Any:
                 calls[_name] += 1
-                return _original(config)
+                return _original(config, *args)
 
             monkeypatch.setattr(module, name, counted)
     checked = load(str(small_quickstart(tmp_path)), None,
