@@ -49,9 +49,9 @@ from msopt.evaluate.runner import server_key
 from msopt.evaluate.screen import CandidateScreen
 from msopt.evaluate.workload import workload_config
 from msopt.run import stages
+from msopt.run.budget import plan_budget
 from msopt.run.callbacks import RunRecord, StoreCallback
 from msopt.run.capacity import CapacityOptions, capacity_options
-from msopt.run.budget import plan_budget
 from msopt.run.capacity_stage import Capacity
 from msopt.run.crashes import CrashWatch
 from msopt.run.dispatcher import Dispatcher, was_launched

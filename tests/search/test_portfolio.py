@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from msopt.search import Constraint, PortfolioSearcher, Screen, SearcherSetup, resolve_searcher, search_dimensions
-from msopt.search.portfolio import explore_lanes
 from msopt.search.options import SwarmOptions
+from msopt.search.portfolio import explore_lanes
 from msopt.space import DecodeContext, SearchSpace
 from tests.search.test_tpe import _settings
 
