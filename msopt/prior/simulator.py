@@ -195,7 +195,9 @@ class SimulatorPrior:
             {n: values[n] for n in self.space.names if n in values}), dtype=float)
         self.evaluations += 1
         pred = self._memo.get(key) if self._memo is not None else None
-        if pred is None:
+        if pred is not None:  # another prior's: this run's own values and position, as if simulated here
+            pred = replace(pred, values=dict(values), position=pos)
+        else:
             refusal = self.screen.refusal(values)
             if refusal is not None:
                 pred = Prediction(dict(values), pos, math.inf, {}, refusal)

@@ -8,18 +8,20 @@ probes), the noise measured so far and how far apart the contenders are; the sta
 
 Two plans:
 
-- **large** (the budget pays a whole first generation, the baseline and the prior's picks, and
-  then the ``pso_top_k`` re-measurements): the ``pso_top_k`` best are each re-measured once, the
-  baseline beside them, then the best by mean and its closest challenger again while they are
-  within the noise (:func:`race`) with a quarter of the budget less one
-  (and the baseline as often as the recommendation). docs/benchmarks.md measured this split at
-  20 and 50 launches.
-- **small** (fewer launches than that, e.g. 6 or 10 at 10 particles): cutting the large plan short
-  left the search one to four launches, so the prior's picks were mostly never launched. Here
-  the search gets every launch but a reserve of :func:`small_reserve` (two re-measurements and
-  the baseline's matching one), and after it a configuration is re-measured only while it is
-  within the noise of the best by mean (:func:`contenders`): two contenders told apart by one
-  measurement each cost no re-measurement, and the launches kept for them are not spent.
+- **large** (from :data:`LARGE_PLAN_FROM` launches, where the budget pays a whole first
+  generation, the baseline and the prior's picks, and then the ``pso_top_k`` re-measurements):
+  the ``pso_top_k`` best are each re-measured once, the baseline beside them, then the best by
+  mean and its closest challenger again while they are within the noise (:func:`race`) with a
+  quarter of the budget less one (and the baseline as often as the recommendation).
+- **small** (fewer launches than that, e.g. 6, 10, 20 or 50 at 10 particles): cutting the large
+  plan short left the search one to four launches at 6 and 10, and at 20 the first generation and
+  one launch more; at 50 its 15 re-measurements cost the search more than the noise took from the
+  pick. Here the search gets every launch but a reserve of :func:`small_reserve` (two
+  re-measurements and the baseline's matching one; none below 9 launches), and after it a
+  configuration is re-measured only while it is within the noise of the best by mean
+  (:func:`contenders`): two contenders told apart by one measurement each cost no
+  re-measurement, and the launches kept for them are not spent. docs/searchers.md has the
+  figures that chose the plan at 20 and 50 launches and the reserve at 6 (issue 49).
 
 Where TPE runs without a guide (no prior: ``[search] searcher = "auto"`` then) the plan is the
 **unguided** one at every budget: TPE's model of the measurements is then its only source of
@@ -46,6 +48,11 @@ ASSUMED_NOISE = 0.03
 
 #: The smallest budget at which the unguided plan (no prior) keeps launches for re-measurement.
 UNGUIDED_RESERVE_FROM = 30
+
+#: The smallest budget of the large plan (with a prior): below it the small plan, whose reserve of
+#: three leaves the search 17 of 20 launches and 47 of 50 at 10 particles, where the large plan
+#: left it 12 and 35 (issue 49; docs/searchers.md has the figures).
+LARGE_PLAN_FROM = 60
 
 #: Two means closer than ``Z`` standard errors of their difference are within noise.
 Z = 2.0
@@ -106,6 +113,8 @@ class BudgetPlan:
             out.append(f"  no prior: {kept} launch(es) kept to re-measure the best and its closest contender only "
                        "while they are within the noise" if kept else "  no prior: no launch kept for re-measurement, "
                        "the recommendation is the best measured")
+        elif self.small and not self.picks + self.baseline:
+            out.append("  small budget: no launch kept for re-measurement, the recommendation is the best measured")
         elif self.small:
             kept = self.picks + self.baseline
             out.append(f"  small budget: {kept} launch(es) kept to re-measure the best and its closest contender "
@@ -153,8 +162,8 @@ def plan_budget(budget: int, *, top_k: int, n_particles: int, capacity_probes: i
         reserve = unguided_reserve(budget)
         keep_base = 1 if reserve and not baseline_on_board else 0
         return BudgetPlan(budget, True, reserve - keep_base, 0, keep_base, capacity, generation, unguided=True)
-    if large.search >= generation or top_k < 2 or capacity:  # the capacity stage needs re-measured picks
-        return large
+    if (budget >= LARGE_PLAN_FROM and large.search >= generation) or top_k < 2 or capacity:
+        return large  # the capacity stage needs re-measured picks
     reserve = small_reserve(budget - capacity)
     keep_base = 1 if reserve and not baseline_on_board else 0
     return BudgetPlan(budget, True, reserve - keep_base, 0, keep_base, capacity, generation)
@@ -163,13 +172,9 @@ def plan_budget(budget: int, *, top_k: int, n_particles: int, capacity_probes: i
 def small_reserve(budget: int) -> int:
     """The small plan's launches kept after the search: two re-measurements (the best and its
     closest contender) and the baseline's matching one, 3, once the budget leaves the search at
-    least twice as many (from 9 launches); 2 (one re-measurement and the baseline's) from 6; none
-    below."""
-    if budget >= 9:
-        return 3
-    if budget >= 6:
-        return 2
-    return 0
+    least twice as many (from 9 launches); none below, where a launch is worth more to the search
+    (the pick is then the best measured)."""
+    return 3 if budget >= 9 else 0
 
 
 def unguided_reserve(budget: int) -> int:

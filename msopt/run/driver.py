@@ -49,6 +49,7 @@ from msopt.evaluate.runner import server_key
 from msopt.evaluate.screen import CandidateScreen
 from msopt.evaluate.workload import workload_config
 from msopt.run import stages
+from msopt.run.budget import plan_budget
 from msopt.run.callbacks import RunRecord, StoreCallback
 from msopt.run.capacity import CapacityOptions, capacity_options
 from msopt.run.capacity_stage import Capacity
@@ -160,10 +161,15 @@ class Driver:
             # without a prior TPE's model of the measurements is the only guide: one trial per worker,
             # each proposed from every result told before it (not n_particles from one model)
             lanes = max(1, min(lanes, pool.size))
+        opts = self.capacity_options
+        plan = plan_budget(self.max_launches, top_k=self.top_k, n_particles=self.n,
+                           capacity_probes=opts.max_probes * max(self.top_k, 1) if opts.enabled else 0,
+                           unguided=guide is None and name == "tpe")  # as stages.budget_lines plans it
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=lanes,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
-            context=lambda i, c: DecodeContext(i, self.n, c), constraint=self.constraint, options=options))
+            context=lambda i, c: DecodeContext(i, self.n, c), constraint=self.constraint, options=options,
+            launches=plan.search if self.max_launches > 0 else None))
         used = 1 + max((r.particle for r in previous if r.phase == "search" and r.particle is not None), default=-1)
         if used > self.searcher.lanes:
             raise ConfigError(f"--resume: the journal's search ran {used} lanes, this run has {self.searcher.lanes} "

@@ -41,7 +41,7 @@ from msopt.search.searcher import SEARCHERS, SearcherSetup, Trial
 from msopt.search.swarm import Swarm
 from msopt.search.tpe import STARTUP_TRIALS, OptunaFactory, TPESearcher
 
-__all__ = ["TPE_SHARE", "TRUST_FULL", "PortfolioSearcher"]
+__all__ = ["EXPLORE_EVERY", "TPE_SHARE", "TRUST_FULL", "PortfolioSearcher", "explore_lanes"]
 
 #: At this trust or above the swarm takes every lane; below, TPE's share grows linearly to
 #: :data:`TPE_SHARE` at trust 0.
@@ -49,6 +49,19 @@ TRUST_FULL = 0.5
 #: The share of the lanes TPE takes once the prior has no trust left; the released swarm
 #: (``Swarm._release``) keeps the rest.
 TPE_SHARE = 0.5
+#: Where a launch budget pays only part of the first generation, every ``EXPLORE_EVERY``-th lane of
+#: that part (3, 6, ...) is TPE's draw instead of a prior pick (:func:`explore_lanes`).
+EXPLORE_EVERY = 3
+
+
+def explore_lanes(lanes: int, launches: int | None) -> tuple[int, ...]:
+    """The lanes of the first generation TPE draws for instead of the prior: none where the
+    budget pays the whole generation (or there is no budget), else every :data:`EXPLORE_EVERY`-th
+    of the ``launches`` lanes it pays (lane 0 is the baseline). The prior's agreement cannot be
+    judged before these launches, and the budget ends before its later picks would launch."""
+    if launches is None or launches >= lanes:
+        return ()
+    return tuple(range(EXPLORE_EVERY, launches, EXPLORE_EVERY))
 
 
 @dataclass
@@ -73,7 +86,9 @@ class PortfolioSearcher:
                              f"{setup.concurrency}")
         self.mode = setup.mode
         self._setup = setup
-        self.swarm = Swarm(setup.low, setup.high, options, steps=setup.steps, init_positions=setup.init_positions,
+        self.explore = explore_lanes(setup.concurrency, setup.launches)
+        self.swarm = Swarm(setup.low, setup.high, options, steps=setup.steps,
+                           init_positions=_around(setup.init_positions, self.explore, setup.concurrency),
                            constraint=setup.constraint)
         # the starts are the swarm's first lanes (told to TPE, not enqueued); TPE's lanes of a generation
         # are asked together, so it lies about those in flight; its own first STARTUP_TRIALS are drawn at
@@ -137,7 +152,9 @@ class PortfolioSearcher:
             lanes = [i for i in range(self.lanes) if i not in busy]
         if not lanes:
             return []
-        by_tpe = self._tpe_lanes(lanes)
+        by_tpe = self._tpe_lanes(lanes)  # none of a lane's first evaluation
+        if all(self._counts[i] == 0 for i in lanes):
+            by_tpe |= set(self.explore).intersection(lanes)
         return [self._ask(i, i in by_tpe) for i in lanes]
 
     def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:  # noqa: D102
@@ -175,8 +192,26 @@ class PortfolioSearcher:
         return self.swarm.best_fitness
 
     def to_state(self) -> dict[str, Any]:  # noqa: D102
-        return {"searcher": self.name, "mode": self.mode, "split": [[t, list(lanes)] for t, lanes in self.split],
+        return {"searcher": self.name, "mode": self.mode, "explore": list(self.explore),
+                "split": [[t, list(lanes)] for t, lanes in self.split],
                 "swarm": self.swarm.to_state(), "tpe": self.tpe.to_state()}
+
+
+def _around(rows: np.ndarray | None, explore: Sequence[int], lanes: int) -> np.ndarray | None:
+    """The starts with the prior's picks moved past the ``explore`` lanes, in order (lane 0, the
+    baseline, stays): the picks the explore lanes displace go to the later lanes, where the budget
+    does not reach, or are left out past the last of the ``lanes``."""
+    if rows is None or not explore:
+        return rows
+    rows = np.asarray(rows, dtype=float)
+    free = [k for k in range(1, len(rows) + len(explore)) if k not in explore]
+    out: dict[int, np.ndarray] = {0: rows[0]}
+    for k, row in zip(free, rows[1:]):
+        if k < lanes:
+            out[k] = row
+    for k in explore:  # the swarm's particle of an explore lane starts where TPE's draw is written back
+        out.setdefault(k, rows[0])
+    return np.array([out[k] for k in range(max(out) + 1)])
 
 
 SEARCHERS.register("portfolio", OptunaFactory(PortfolioSearcher))  # the swarm and TPE split by the trust

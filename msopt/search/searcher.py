@@ -119,6 +119,8 @@ class SearcherSetup:
             driver: a searcher does not propose what it refuses (see :mod:`msopt.search.constraint`).
         options: the swarm's options (``[pso_options]``, ``[pso_strategy]``; their
             ``n_particles`` and ``seed`` are ``concurrency`` and ``seed``).
+        launches: the launches a launch budget leaves the baseline and the search together
+            (:attr:`msopt.run.budget.BudgetPlan.search`), or None without a budget.
     """
 
     dimensions: tuple[SearchDimension, ...]
@@ -129,6 +131,7 @@ class SearcherSetup:
     context: Callable[[int, int], DecodeContext | None]
     constraint: Constraint = NO_CONSTRAINT
     options: SwarmOptions | None = None
+    launches: int | None = None
 
     @property
     def low(self) -> np.ndarray:

@@ -120,6 +120,27 @@ def test_memo_is_shared_and_results_are_the_same(write_toml):
     assert [p.fitness for p in first] == [p.fitness for p in second]
 
 
+def test_memo_gives_each_prior_its_own_position(write_toml):
+    """A shared simulation is this prior's prediction: its position, not the one of the prior that
+    simulated it first (the swarm starts at a pick's position; the bench's results depended on
+    which runs its process had made before)."""
+    settings = settings_of(write_toml)
+    space = SearchSpace.from_settings(settings)
+    memo: dict = {}
+    a = SimulatorPrior(settings.config, space, memo=memo)
+    b = SimulatorPrior(settings.config, space, memo=memo)
+    x = space.default_position()
+    values = space.decode(x, None).values
+    y = x + 0.2 * (space.bounds[1] - x)  # another point of the same configuration, if it decodes the same
+    while space.decode(y, None).values != values:
+        y = (x + y) / 2
+    assert not np.array_equal(x, y)
+    first = a.predict(values, x)
+    second = b.predict(values, y)
+    assert second.fitness == first.fitness and len(memo) == 1
+    assert np.array_equal(second.position, y) and np.array_equal(a.predict(values, x).position, x)
+
+
 def test_prior_applies(write_toml):
     sim = settings_of(write_toml)
     assert prior_applies(sim.config, sim.config.prior)
@@ -323,8 +344,10 @@ def test_a_budget_remeasures_the_top_and_races_only_within_the_noise(write_toml)
         return (sum(r.phase == "refine" for r in out.results), out.launched,
                 sum(r.phase == "baseline" for r in out.results))
 
-    refined, launched, baseline = refine_count(max_launches=30)
-    assert refined > 3 and baseline >= 2 and launched <= 30
+    from msopt.run.budget import LARGE_PLAN_FROM
+
+    refined, launched, baseline = refine_count(max_launches=LARGE_PLAN_FROM)  # the large plan
+    assert refined > 3 and baseline >= 2 and launched <= LARGE_PLAN_FROM
     assert refine_count()[0] == 3
 
 

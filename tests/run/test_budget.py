@@ -8,6 +8,7 @@ import pytest
 
 from msopt.run.budget import (
     ASSUMED_NOISE,
+    LARGE_PLAN_FROM,
     UNGUIDED_RESERVE_FROM,
     contenders,
     plan_budget,
@@ -32,26 +33,32 @@ def test_the_plan_never_spends_more_than_the_budget(budget, top_k, on_board, ung
 
 
 def test_large_budgets_keep_the_measured_split():
-    """20 and 50 launches at 10 particles: the split docs/benchmarks.md measured (top 3 once, the
-    baseline beside them, a quarter of the budget less one for the two best again)."""
-    for budget, extra in ((20, 4), (50, 11)):
+    """From LARGE_PLAN_FROM launches at 10 particles: the split docs/benchmarks.md measured (top 3
+    once, the baseline beside them, a quarter of the budget less one for the two best again)."""
+    for budget, extra in ((LARGE_PLAN_FROM, 14), (80, 19)):
         plan = plan_budget(budget, top_k=3, n_particles=10)
         assert not plan.small and (plan.picks, plan.extra, plan.baseline) == (3, extra, 1)
         assert plan.search == budget - 3 - extra - 1
-    assert plan_budget(50, top_k=3, n_particles=10, baseline_on_board=True).baseline == 0
+    assert plan_budget(80, top_k=3, n_particles=10, baseline_on_board=True).baseline == 0
+    # many particles: the large plan also needs to pay the first generation
+    assert plan_budget(LARGE_PLAN_FROM, top_k=3, n_particles=50).small
 
 
 def test_small_budgets_give_the_search_the_first_generation():
-    """6 and 10 launches: cutting the large plan short left the search 2 and 5 launches; the small
-    plan keeps only what two contenders and the baseline's matching measurement need."""
-    six, ten = (plan_budget(b, top_k=3, n_particles=10) for b in (6, 10))
-    assert six.small and ten.small
-    assert (six.search, six.picks, six.baseline) == (4, 1, 1)
+    """6, 10, 20 and 50 launches: cutting the large plan short left the search 2, 5, 12 and 35
+    launches (at 20 the first generation and one launch past it); the small plan keeps only what
+    two contenders and the baseline's matching measurement need, and nothing at 6, where the pick
+    is the best measured (issue 49: the search needs those launches more than the pick does)."""
+    six, ten, twenty, fifty = (plan_budget(b, top_k=3, n_particles=10) for b in (6, 10, 20, 50))
+    assert six.small and ten.small and twenty.small and fifty.small and fifty.search == 47
+    assert (six.search, six.picks, six.baseline) == (6, 0, 0)
     assert (ten.search, ten.picks, ten.baseline) == (7, 2, 1)
+    assert (twenty.search, twenty.picks, twenty.baseline) == (17, 2, 1)
     assert "small budget" in "\n".join(ten.lines())
+    assert "the recommendation is the best measured" in "\n".join(six.lines())
     # the baseline on the board: it may be owed measurements all the same (unless it is one of the two)
     assert plan_budget(10, top_k=3, n_particles=10, baseline_on_board=True).search == 7
-    assert [small_reserve(b) for b in (3, 5, 6, 8, 9, 12)] == [0, 0, 2, 2, 3, 3]
+    assert [small_reserve(b) for b in (3, 5, 6, 8, 9, 12)] == [0, 0, 0, 0, 3, 3]
 
 
 def test_without_a_prior_the_search_gets_the_budget():

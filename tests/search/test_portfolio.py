@@ -8,6 +8,7 @@ import pytest
 
 from msopt.search import Constraint, PortfolioSearcher, Screen, SearcherSetup, resolve_searcher, search_dimensions
 from msopt.search.options import SwarmOptions
+from msopt.search.portfolio import explore_lanes
 from msopt.space import DecodeContext, SearchSpace
 from tests.search.test_tpe import _settings
 
@@ -26,11 +27,12 @@ class _Trust:
         return self.value
 
 
-def _searcher(write_toml, trust, seed=0, mode="sync"):
+def _searcher(write_toml, trust, seed=0, mode="sync", starts=None, launches=None):
     space = SearchSpace.from_settings(_settings(write_toml))
     screen = Screen(2, 0.25, lambda xs: np.zeros(len(xs)), trust=trust)
-    setup = SearcherSetup(search_dimensions(space), seed, N, mode, None, lambda i, c: DecodeContext(i, N, c),
-                          constraint=Constraint(screen=screen), options=SwarmOptions(N, 1, seed=seed))
+    setup = SearcherSetup(search_dimensions(space), seed, N, mode, starts, lambda i, c: DecodeContext(i, N, c),
+                          constraint=Constraint(screen=screen), options=SwarmOptions(N, 1, seed=seed),
+                          launches=launches)
     return PortfolioSearcher(setup)
 
 
@@ -81,6 +83,38 @@ def test_the_first_generation_is_the_swarm_s_and_lost_trust_is_not_won_back(writ
     t.value = 0.9  # the prior ranks the poor configurations the search measured next rightly
     _generation(s)
     assert s.split[-1][0] == 0.0 and len(s.split[-1][1]) == N // 2
+
+
+def test_explore_lanes_only_where_the_budget_cuts_the_first_generation():
+    """Every third lane of the part of the first generation a budget pays (6 launches at 10 lanes:
+    lane 3; 7: lanes 3 and 6); none when it pays the whole generation or there is no budget."""
+    assert explore_lanes(10, 6) == (3,) and explore_lanes(10, 7) == (3, 6) and explore_lanes(10, 9) == (3, 6)
+    assert explore_lanes(10, 3) == () and explore_lanes(10, 10) == () and explore_lanes(10, None) == ()
+
+
+@pytest.mark.parametrize(("launches", "explore"), [(7, (3, 6)), (None, ()), (17, ())])
+def test_a_cut_first_generation_is_part_picks_part_exploration(write_toml, launches, explore):
+    """Where the budget pays 7 of the 10 lanes: the baseline, picks 1-2, a TPE draw, picks 3-4, a
+    TPE draw; the picks keep their order past the explore lanes. Else the starts in their lanes."""
+    t = _Trust()
+    space = SearchSpace.from_settings(_settings(write_toml))
+    low, high = space.bounds
+    starts = np.array([low + (high - low) * (0.05 + 0.09 * k) for k in range(N)])
+    s = _searcher(write_toml, t, starts=starts, launches=launches)
+    assert s.explore == explore
+    trials = s.ask()
+    assert s.split == [(1.0, ())]  # the explore lanes are not the trust's split
+    picks = [tr for tr in trials if tr.lane not in explore]
+    for k, tr in enumerate(picks):  # lane 0 the baseline, then the picks in order
+        assert np.array_equal(tr.position, starts[k]), (tr.lane, k)
+    for tr in trials:
+        if tr.lane in explore:
+            assert not any(np.array_equal(tr.position, row) for row in starts)
+    assert sum(s.tpe.lane_count(i) for i in range(N)) == 0  # not told yet
+    for tr in trials:
+        s.tell(tr.id, _fitness(tr.position), tr.position)
+    assert [s.tpe.lane_count(i) for i in explore] == [1] * len(explore)
+    assert sum(s.tpe.lane_count(i) for i in range(N)) == len(explore)
 
 
 def test_tpe_takes_the_particles_of_the_worst_personal_bests(write_toml):
@@ -161,6 +195,29 @@ def test_a_resumed_portfolio_run_gives_the_uninterrupted_result(write_toml, cut)
     split = full_driver.searcher.split
     assert split[0][1] == () and any(len(lanes) == full_driver.searcher.lanes // 2 for _, lanes in split[1:])
     driver, resumed = _driver_run(write_toml, previous=full.results[:cut])
+    key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, str(sorted(r.values.items())), r.fitness)  # noqa: E731
+    assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
+    assert driver.searcher.to_state() == full_driver.searcher.to_state()
+
+
+def test_the_driver_tells_the_portfolio_what_the_budget_pays(write_toml):
+    """SearcherSetup.launches is the budget plan's search share: at 10 launches and 8 particles the
+    search gets 7 (3 kept to re-measure), so lanes 3 and 6 of the first generation explore; at 40
+    the first generation is paid whole and is the prior's."""
+    driver, out = _driver_run(write_toml, budget=10)
+    assert driver.searcher.explore == (3, 6)
+    search = [r for r in out.results if r.phase == "search"]
+    # lane 0 is the baseline again (reused, free): the baseline and lanes 1-6 are the 7 launches
+    assert sorted(r.particle for r in search if r.iteration == 0) == list(range(7))
+    state = driver.searcher.to_state()
+    assert state["explore"] == [3, 6] and state["tpe"]
+    assert _driver_run(write_toml, budget=40)[0].searcher.explore == ()
+
+
+@pytest.mark.parametrize("cut", [2, 5])
+def test_a_resumed_run_with_explore_lanes_gives_the_uninterrupted_result(write_toml, cut):
+    full_driver, full = _driver_run(write_toml, budget=10)
+    driver, resumed = _driver_run(write_toml, previous=full.results[:cut], budget=10)
     key = lambda r: (r.eval_id, r.phase, r.particle, r.iteration, str(sorted(r.values.items())), r.fitness)  # noqa: E731
     assert sorted(map(key, resumed.results)) == sorted(map(key, full.results))
     assert driver.searcher.to_state() == full_driver.searcher.to_state()
