@@ -25,6 +25,7 @@ from msopt.checks import is_finite
 from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, MsoptError
+from msopt.evaluate.workload import simulator_workload
 from msopt.launch.render import Candidate
 from msopt.prior.source import user_set
 from msopt.run.store import CONFIG, JOURNAL, RunStore, atomic_write
@@ -114,7 +115,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     adapter = get_engine(config.engine.name)
     bench_name = config.run.benchmark
     bench = get_benchmark(bench_name)
-    base = dict(config.simulator.table.get("workload", {}) or {})
+    base = simulator_workload(config, resolved)
     replay = resolved.replay_table() if resolved is not None else None
     if replay is not None:  # a measurement records the trace it replayed, as a table (it is simulated later)
         base["trace"] = replay

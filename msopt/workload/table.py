@@ -49,6 +49,11 @@ SPELLINGS: Mapping[str, Mapping[str, str]] = {
 }
 
 
+#: the simulator's section of :data:`SPELLINGS`: never written; the simulator reads ``[workload]`` from the
+#: resolved workload (:meth:`msopt.workload.resolved.ResolvedWorkload.simulator_workload`)
+SIMULATOR_SECTION = "simulator.workload"
+
+
 def _key(default: Any, ok: Callable[[Any], bool], rule: str, doc: str) -> Any:
     """A ``[workload]`` key as a field: its default, its check, the rule a message states and one line of doc
     (as :class:`msopt.config.keys.Key` declares a top-level key)."""
@@ -210,6 +215,12 @@ def apply_workload(data: dict[str, Any], origin: dict[str, str], defaults: str) 
                 raise ConfigError(f"{set_by}: [{section}] {name} = {node[name]!r} and {key_where}: [workload] "
                                   f"{key} = {value!r} both set {key}; keep one ([workload] {key} sets it for "
                                   "every benchmark and the simulator)")
+            if section == SIMULATOR_SECTION:  # read over the section (ResolvedWorkload.simulator_workload)
+                # a packaged default it replaces is dropped, so that a run's saved config.toml loads again
+                if node is not None and name in node and set_by in (None, defaults):
+                    del node[name]  # type: ignore[attr-defined]
+                    origin.pop(dotted, None)
+                continue
             parts = section.split(".")
             target = data
             for part in parts:
@@ -274,29 +285,45 @@ def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
 
 
 def with_load(data: Mapping[str, Any], load: Mapping[str, Any], *, replaying: bool = False) -> dict[str, Any]:
-    """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
-    each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
-    decides it). ``replaying``: a trace is replayed, with its own lengths and arrivals; the simulator
-    and the benchmarks take its window from :class:`msopt.workload.resolved.ResolvedWorkload`, never
-    from a key of their sections."""
+    """The benchmarks' top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
+    each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace decides
+    it). ``[simulator.workload]`` is not written: the simulator takes the load from the resolved workload
+    (:meth:`msopt.workload.resolved.ResolvedWorkload.simulator_workload`). ``replaying``: a trace is
+    replayed; the benchmarks take its window from the resolved workload, never from a key of their sections."""
     out: dict[str, Any] = {}
-    for section, spelling in SPELLINGS.items():
+    for section in SPELLINGS:
+        if section == SIMULATOR_SECTION:
+            continue
         top, _, sub = section.partition(".")
         table = _thaw(data.get(top, {}))
-        node = table.setdefault(sub, {}) if sub else table
-        for key, name in spelling.items():
-            if key in load:
-                node[name] = load[key]
-            elif key in ("concurrency", "request_rate"):
-                node.pop(name, None)
-        if replaying and section == "simulator.workload":
-            node.pop("input_len", None)
-            node.pop("output_len", None)
-            # the builtin benchmark pins each session to one data-parallel rank (X-Data-Parallel-Rank)
-            if data.get("benchmark") == "builtin":
-                node["pin_sessions"] = True
+        if sub:
+            table[sub] = spelled(section, table.get(sub, {}), load, trace=True)
+        else:
+            table = spelled(section, table, load, trace=True)
         out[top] = table
     return out
+
+
+def spelled(section: str, table: Mapping[str, Any], load: Mapping[str, Any], *, trace: bool,
+            replaying: bool = False, pin_sessions: bool = False) -> dict[str, Any]:
+    """``table`` (the ``[section]`` table of :data:`SPELLINGS`, as written) with ``load`` (by ``[workload]``
+    name) over it in that section's spelling: the view a consumer reads, never written back. ``trace``: the
+    load is a trace's (:func:`trace_load`), which decides the rate, so a ``concurrency`` or ``request_rate``
+    it lacks is removed. ``replaying`` (the simulator): the trace's own lengths replace ``input_len`` and
+    ``output_len``; ``pin_sessions``: each session pinned to one data-parallel rank, as the builtin
+    benchmark does (X-Data-Parallel-Rank). Applying it twice gives the same table."""
+    node = _thaw(table)
+    for key, name in SPELLINGS[section].items():
+        if key in load:
+            node[name] = load[key]
+        elif trace and key in ("concurrency", "request_rate"):
+            node.pop(name, None)
+    if replaying:
+        node.pop("input_len", None)
+        node.pop("output_len", None)
+        if pin_sessions:
+            node["pin_sessions"] = True
+    return node
 
 
 def _thaw(value: Any) -> Any:
@@ -308,4 +335,4 @@ def _thaw(value: Any) -> Any:
 
 
 __all__ = ["KEY_DOCS", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
-           "sim_trace", "trace_load", "with_load", "workload_settings"]
+           "SIMULATOR_SECTION", "sim_trace", "spelled", "trace_load", "with_load", "workload_settings"]

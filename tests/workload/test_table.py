@@ -32,11 +32,19 @@ def trace(tmp_path: Path, name: str = "t.jsonl") -> Path:
     return p
 
 
+def sim_view(s):
+    """``[simulator.workload]`` as the simulator runs it: the resolved workload over the section."""
+    config, resolved = split(s)
+    return resolved.simulator_workload(config.simulator.sub("workload"), config.run.benchmark)
+
+
 def test_synthetic_keys_reach_every_spelling(tmp_path):
     s = load_settings(cfg(tmp_path, "[workload]\ninput_len = 300\noutput_len = 30\nnum_prompts = 40\n"
                                     "concurrency = 5\nwarmup = 2\n"))
-    assert dict(s.section("simulator")["workload"]) == {"input_len": 300, "output_len": 30, "num_prompts": 40,
-                                                       "concurrency": 5, "warmup": 2}
+    # no key copied into [simulator.workload]: the packaged defaults [workload] replaces are dropped, and the
+    # simulator takes the load from the resolved workload
+    assert dict(s.section("simulator")["workload"]) == {}
+    assert sim_view(s) == {"input_len": 300, "output_len": 30, "num_prompts": 40, "concurrency": 5, "warmup": 2}
     b = s.section("builtin")
     assert (b["input_len"], b["output_len"], b["num_prompts"], b["concurrency"]) == (300, 30, 40, 5)
     v = s.section("vllm_benchmark")["command"]
@@ -50,11 +58,33 @@ def test_synthetic_keys_reach_every_spelling(tmp_path):
 
 def test_a_rate_alone_is_not_capped_by_a_packaged_concurrency(tmp_path):
     s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\nrequest_rate = 4.0\n"))
-    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "num_prompts": 200,
-                                                       "request_rate": 4.0}
+    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "num_prompts": 200}
+    assert sim_view(s) == {"input_len": 1024, "output_len": 256, "num_prompts": 200, "request_rate": 4.0}
     assert "concurrency" not in s.section("builtin") and s.section("builtin")["request_rate"] == 4.0
     mine = load_settings(cfg(tmp_path, "[workload]\nrequest_rate = 4.0\n[builtin]\nconcurrency = 3\n"))
     assert mine.section("builtin")["concurrency"] == 3    # a user's cap stays
+
+
+def test_the_simulators_own_keys_keep_their_precedence(tmp_path):
+    # docs/configuration.md [workload]: a value from your own file stays (a rate capped by a concurrency);
+    # equal spellings load; the simulator reads [workload] over its section, never a copy in it
+    s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\nrequest_rate = 4.0\nnum_prompts = 50\n"
+                                    "[simulator.workload]\nconcurrency = 3\nnum_prompts = 50\n"))
+    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "concurrency": 3,
+                                                       "num_prompts": 50}
+    view = sim_view(s)
+    assert (view["request_rate"], view["concurrency"], view["num_prompts"]) == (4.0, 3, 50)
+    again = load_settings(cfg(tmp_path, s.to_toml(), "saved.toml"))    # a run's config.toml loads again
+    assert sim_view(again) == view
+    checked = validate(*split(s))
+    assert checked.workload is not None and checked.workload.full_prompts == 50
+    assert dict(checked.workload.load) == {"request_rate": 4.0, "concurrency": 3}
+
+
+def test_a_saved_configuration_of_a_synthetic_run_loads_again(tmp_path):
+    s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\ninput_len = 300\n"))
+    again = load_settings(cfg(tmp_path, s.to_toml(), "saved.toml"))    # the packaged 1024 is not saved beside it
+    assert sim_view(again)["input_len"] == 300 and "input_len" not in again.section("simulator")["workload"]
 
 
 def test_the_old_spellings_keep_working(tmp_path):
@@ -111,7 +141,9 @@ def test_a_trace_sets_the_load_and_is_summarised(tmp_path):
     tr = checked.trace
     assert tr is not None and (tr.format, tr.requests, tr.span_s, tr.rate) == ("mooncake", 9, 2.0, 4.0)
     assert tr.prefix_ceiling == pytest.approx(8 / 18)
-    sim = dict(checked.config.simulator.table["workload"])
+    assert "request_rate" not in checked.config.simulator.table["workload"]     # no key copied
+    assert checked.simulator is not None
+    sim = dict(checked.simulator.table["workload"])     # the simulator's setup reads the resolved workload
     assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6}    # the simulator replays the window
     assert checked.resolved is not None and len(checked.resolved.window.requests) == 9  # handed on, not a key
     effective = tomllib.loads(checked.config.text)    # every benchmark's table, as the run saves them
