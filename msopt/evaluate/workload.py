@@ -16,8 +16,8 @@ from msopt.workload.replay import describe_replay
 from msopt.workload.resolved import ResolvedWorkload
 from msopt.workload.table import workload_settings
 
-__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "replay_lines", "resolved_workload",
-           "search_num_prompts", "simulator_workload", "workload_config"]
+__all__ = ["WorkloadConfig", "benchmark_table", "configured_load", "configured_num_prompts", "replay_lines",
+           "resolved_workload", "search_num_prompts", "simulator_workload", "workload_config"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,14 @@ def simulator_workload(config: Config, workload: ResolvedWorkload | None = None)
     return wl.simulator_workload(config.simulator.sub("workload"), config.run.benchmark)
 
 
+def benchmark_table(config: Config, workload: ResolvedWorkload | None = None) -> Mapping[str, Any]:
+    """The run's ``[<benchmark>]`` section as its adapter reads it: the run's ``[workload]`` (``workload``, resolved
+    once; None: resolved here) over the section as written
+    (:meth:`~msopt.workload.resolved.ResolvedWorkload.benchmark_section`)."""
+    wl = workload if workload is not None else resolved_workload(config)
+    return wl.benchmark_section(config.run.benchmark, config.benchmark.table)
+
+
 def configured_num_prompts(config: Config, workload: ResolvedWorkload | None = None) -> int | None:
     """The full workload's num_prompts, the one definition the driver, the leaderboard, the
     records and the report use: simulated, the simulator's (:func:`simulator_workload`; ``workload``: the
@@ -52,7 +60,7 @@ def configured_num_prompts(config: Config, workload: ResolvedWorkload | None = N
     ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
     if config.run.simulate:
         return workload_from_mapping(simulator_workload(config, workload)).num_prompts
-    return get_benchmark(config.run.benchmark).num_prompts(config.benchmark.table)
+    return get_benchmark(config.run.benchmark).num_prompts(benchmark_table(config, workload))
 
 
 def search_num_prompts(config: Config, workload: ResolvedWorkload | None = None) -> int | None:
@@ -76,7 +84,7 @@ def configured_load(config: Config, workload: ResolvedWorkload | None = None) ->
     name = config.run.benchmark
     if name not in BENCHMARKS:
         return {}
-    return get_benchmark(name).configured_load(config.benchmark.table)
+    return get_benchmark(name).configured_load(benchmark_table(config, workload))
 
 
 def replay_lines(config: Config, workload: ResolvedWorkload | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 from msopt.workload import trace as _trace
 from msopt.workload.replay import TraceWindow
 from msopt.workload.summary import TraceSummary, trace_summary
-from msopt.workload.table import SIMULATOR_SECTION, WorkloadSettings, sim_trace, spelled, trace_load
+from msopt.workload.table import SIMULATOR_SECTION, WorkloadSettings, benchmark_view, sim_trace, spelled, trace_load
 from msopt.workload.trace import TraceCounts, TraceRequest
 
 
@@ -97,6 +97,19 @@ class ResolvedWorkload:
             return spelled(SIMULATOR_SECTION, table, self.settings.synthetic(), trace=False)
         return spelled(SIMULATOR_SECTION, table, self.load(), trace=True, replaying=True,
                        pin_sessions=benchmark == "builtin")
+
+    def benchmark_section(self, name: str, table: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The ``[name]`` benchmark section (``table``, as written) as its adapter reads it: this workload's
+        load over it in that benchmark's spelling (:func:`msopt.workload.table.benchmark_view`): the synthetic
+        keys of ``[workload]``, or a trace's requests, mean rate and mean lengths (what a benchmark that cannot
+        replay would send; one that replays takes the window itself). The section itself is never written.
+
+        Raises:
+            ConfigError: a trace of more requests than one run replays.
+        """
+        if self.is_trace:
+            return benchmark_view(name, table, self.load(), trace=True)
+        return benchmark_view(name, table, self.settings.synthetic(), trace=False)
 
     def replay_table(self) -> dict[str, Any] | None:
         """The trace as a replay table (``path`` and the trace's options,
