@@ -34,7 +34,8 @@ TRACE_KEYS: tuple[str, ...] = ("trace", "format", "window", "time_scale", "block
 #: what a trace decides, so ``[workload]`` may not also set it
 TRACE_SETS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "request_rate")
 
-#: each built-in section's spelling of the synthetic keys (a key it lacks is not written there):
+#: each built-in section's spelling of the synthetic keys, read over the section, never written into it (a key it lacks
+#: is not read there):
 #: ``[simulator.workload]`` (msopt/sim/workload.py), ``[builtin]`` (msopt/benchmarks/builtin.py),
 #: ``[vllm_benchmark.command]`` (``vllm bench serve --random-input-len`` ..., msopt/benchmarks/
 #: vllm_benchmark.py), ``[ais_bench.command]`` (msopt/benchmarks/ais_bench.py)
