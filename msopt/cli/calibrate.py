@@ -25,6 +25,7 @@ from msopt.checks import is_finite
 from msopt.config import Config
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, MsoptError
+from msopt.evaluate.workload import benchmark_table, simulator_workload
 from msopt.launch.render import Candidate
 from msopt.prior.source import user_set
 from msopt.run.store import CONFIG, JOURNAL, RunStore, atomic_write
@@ -114,7 +115,8 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
     adapter = get_engine(config.engine.name)
     bench_name = config.run.benchmark
     bench = get_benchmark(bench_name)
-    base = dict(config.simulator.table.get("workload", {}) or {})
+    base = simulator_workload(config, resolved)
+    bench_table = benchmark_table(config, resolved)
     replay = resolved.replay_table() if resolved is not None else None
     if replay is not None:  # a measurement records the trace it replayed, as a table (it is simulated later)
         base["trace"] = replay
@@ -134,7 +136,7 @@ def measurements_from_run(run_dir: Path, engine: str | None) -> tuple[list[Any],
             knobs = knobs_from_launch(spec, adapter.sim_personality)
             if engine is not None and knobs.engine != engine:
                 continue
-            argv, _ = bench.render(Candidate(r.values, config.engine.fields, config.benchmark.table), server=spec,
+            argv, _ = bench.render(Candidate(r.values, config.engine.fields, bench_table), server=spec,
                                    num_prompts=r.num_prompts, load=r.load, result_dir=Path(tmp), **replaying)
             # what the run sent, as the simulated path simulates it (msopt.evaluate.simulated): the
             # evaluation's own request count and load (a capacity probe's rate), whatever the benchmark's

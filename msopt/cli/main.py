@@ -19,6 +19,7 @@ from msopt._version import __version__
 from msopt.cli import calibrate, init, optimize, preflight, report, serve, simulate
 from msopt.engines.rules import advisories
 from msopt.errors import ConfigError, DecodeError, MsoptError
+from msopt.evaluate.workload import benchmark_table
 from msopt.run.validate import load, load_installed
 from msopt.slo import slo_checks
 from msopt.space import DecodeContext
@@ -106,7 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if const:
         lines.append(f"  constant: {', '.join(const)}")
     engine_notes = list(checked.engine.notes(config.engine.section.table))
-    bench_notes = (list(checked.benchmark.notes(config.benchmark.table))
+    bench_notes = (list(checked.benchmark.notes(benchmark_table(config, checked.resolved)))
                    if not config.run.simulate and checked.benchmark is not None else [])
     original = list(loaded.notes)
     devices = [line for line in got.lines if line.startswith("devices per trial")]

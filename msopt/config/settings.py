@@ -42,7 +42,7 @@ from msopt.slo import parse_slo_table
 from msopt.space import SearchSpace
 from msopt.space.fields import FieldDecl, parse_field
 from msopt.workload.resolved import ResolvedWorkload
-from msopt.workload.table import apply_workload, with_load, workload_settings
+from msopt.workload.table import apply_workload, workload_settings
 
 ENV_CONFIG = "MODEL_EVAL_STATE_CONFIG_PATH"
 #: The most ``target_field`` entries an engine section may declare.
@@ -357,11 +357,11 @@ def check_engine_section(settings: Settings) -> None:
 
 def with_trace(settings: Settings, workload: ResolvedWorkload | None = None) -> tuple[Settings, ResolvedWorkload]:
     """Resolve ``[workload]`` (:meth:`msopt.workload.resolved.ResolvedWorkload.resolve`): with a ``trace``, read every
-    row once (a bad one is one line, before anything launches), and write the trace's load (its requests,
-    rate and mean lengths: :func:`msopt.workload.table.trace_load`) into each benchmark's and the simulator's
-    spelling; msopt.run.validate refuses a real run of a benchmark that cannot replay. The simulator and the
-    benchmarks that replay the trace take its window from the returned object, not from the settings.
-    Returns the settings so changed (unchanged without a trace) and the resolved workload.
+    row once (a bad one is one line, before anything launches) and check its load (its requests, rate and
+    mean lengths: :func:`msopt.workload.table.trace_load`); msopt.run.validate refuses a real run of a
+    benchmark that cannot replay. Nothing is written into the settings: the simulator and the benchmarks take
+    the load (and the window) from the returned object. Returns the settings, unchanged, and the resolved
+    workload.
 
     Args:
         settings: the settings.
@@ -369,14 +369,14 @@ def with_trace(settings: Settings, workload: ResolvedWorkload | None = None) -> 
             the same settings, e.g. with the installed configuration): not read again.
 
     Raises:
-        ConfigError: a bad row or ``[workload]`` key, naming the file, the row and the fix.
+        ConfigError: a bad row or ``[workload]`` key, or more requests than one run replays, naming the file,
+            the row and the fix.
     """
     wl = workload_settings(settings.config.workload.table, settings.config.workload.where())
     if workload is None or workload.settings != wl:
         workload = ResolvedWorkload.resolve(wl)
-    if not workload.is_trace:
-        return settings, workload
-    return settings.replace(**with_load(settings.data, workload.load(), replaying=True)), workload
+    workload.load()  # a trace of more requests than one run replays is refused here, before anything reads it
+    return settings, workload
 
 
 def split(settings: Settings, workload: ResolvedWorkload | None = None) -> tuple[Config, ResolvedWorkload]:

@@ -35,7 +35,7 @@ from msopt.errors import EngineCrashError, EvaluationError, RetryableError
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, NodeLauncher, RunnerContext, server_key
-from msopt.evaluate.workload import resolved_workload
+from msopt.evaluate.workload import benchmark_table, resolved_workload
 from msopt.launch.hccl import NodeFacts, lease_blocks, node_facts
 from msopt.launch.logs import tail_text
 from msopt.launch.ports import PortLease
@@ -92,6 +92,9 @@ class RealRunner(EngineRunner):
         #: is not handed one)
         self.replay: dict[str, Any] = ({"workload": workload} if workload.is_trace and self.benchmark.replays_trace
                                        else {})
+        #: the benchmark's section as it reads it: [workload]'s load over the section as written, from the resolved
+        #: workload (no key of it is copied into the section)
+        self.bench_table = benchmark_table(config, workload)
         self.health = health if health is not None else HealthCheck.from_config(config.health_check,
                                                                                  config.engine.name)
         self.kept: _Kept | None = None
@@ -163,7 +166,7 @@ class RealRunner(EngineRunner):
         measurement on it, so its prefix cache cannot flatter a repeat."""
         workdir = Path(tempfile.mkdtemp(prefix=f"eval-{req.eval_id:05d}-a{attempt}-", dir=kept.workdir.parent))
         bench_log = self.ctx.log_path(req, attempt, "benchmark") or workdir / "benchmark.log"
-        section = self.benchmark.with_seed(self.config.benchmark.table, kept.served)
+        section = self.benchmark.with_seed(self.bench_table, kept.served)
         self.last_server = {"start": "reused", "start_s": 0.0, "key": kept.key, "kept": True,
                             "started_by": kept.started_by, "seed_offset": kept.served}
         try:
@@ -261,7 +264,7 @@ class RealRunner(EngineRunner):
             self._followers_ok(launcher)
             try:
                 metrics = self.benchmark.run(
-                    spec, Candidate(values, config.engine.fields, config.benchmark.table),
+                    spec, Candidate(values, config.engine.fields, self.bench_table),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout, **self.replay)
             finally:
@@ -321,7 +324,7 @@ class RealRunner(EngineRunner):
                 router = stack.enter_context(launched(launch.router, server_log, cwd=workdir, registry=reg))
                 before = decode_counters(launch.decode)
                 metrics = self.benchmark.run(
-                    launch.router, Candidate(values, config.engine.fields, config.benchmark.table),
+                    launch.router, Candidate(values, config.engine.fields, self.bench_table),
                     num_prompts=req.num_prompts, load=req.load, result_dir=workdir / "result",
                     log_path=bench_log, timeout=timeout, **self.replay)
                 # the benchmark read the router's /metrics, which has no draft counters: the decode servers do

@@ -32,7 +32,7 @@ from msopt.engines.rules import ModelFacts, check_rules
 from msopt.errors import ConfigError, EvaluationError, MsoptError, SimulationError
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.runner import EngineRunner, RunnerContext, server_key
-from msopt.evaluate.workload import resolved_workload
+from msopt.evaluate.workload import resolved_workload, simulator_workload
 from msopt.launch.hccl import NodeFacts
 from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import Candidate, LaunchSpec, TrialNode
@@ -150,15 +150,21 @@ class SimulatorSetup:
     catalog_dirs: tuple[str, ...] = ()
 
     @classmethod
-    def from_config(cls, section: Section, run_seed: int = 0) -> SimulatorSetup:
+    def from_config(cls, section: Section, run_seed: int = 0,
+                    workload: Mapping[str, Any] | None = None) -> SimulatorSetup:
         """Read and check ``[simulator]`` (``section``) once, at start-up: every key, the catalog
         entries and the workload, so that a bad value fails the run before it starts, not every
-        evaluation; ``run_seed``: the run's top-level ``seed``.
+        evaluation; ``run_seed``: the run's top-level ``seed``; ``workload``: ``[simulator.workload]`` as the
+        simulator runs it, the run's resolved ``[workload]`` over it
+        (:func:`msopt.evaluate.workload.simulator_workload`; None: the section as written).
 
         Raises:
             ConfigError: naming the file that set the key, the key and the fix.
         """
         table = thaw(section.table)
+        written = table.get("workload", {})
+        if workload is not None and isinstance(written, Mapping) and (written or workload):
+            table["workload"] = thaw(workload)
         where = section.where
         for key in table:
             if key not in SIMULATOR_KEYS and key != "workload":
@@ -293,8 +299,9 @@ class SimRunner(EngineRunner):
                  sim: SimulatorSetup | None = None, workload: ResolvedWorkload | None = None) -> None:
         super().__init__(config, engine, ctx)
         self.engine_section = engine.simulation_section(self.engine_section)  # no installed engine needed
-        self.sim = sim if sim is not None else SimulatorSetup.from_config(config.simulator, config.run.seed)
         self.workload = workload if workload is not None else resolved_workload(config)
+        self.sim = sim if sim is not None else SimulatorSetup.from_config(
+            config.simulator, config.run.seed, simulator_workload(config, self.workload))
         self.benchmark = get_benchmark(config.run.benchmark)
         self.model_facts = self._model_facts()
         self._kept: str | None = None

@@ -16,8 +16,8 @@ from msopt.workload.replay import describe_replay
 from msopt.workload.resolved import ResolvedWorkload
 from msopt.workload.table import workload_settings
 
-__all__ = ["WorkloadConfig", "configured_load", "configured_num_prompts", "replay_lines", "resolved_workload",
-           "search_num_prompts", "workload_config"]
+__all__ = ["WorkloadConfig", "benchmark_table", "configured_load", "configured_num_prompts", "replay_lines",
+           "resolved_workload", "search_num_prompts", "simulator_workload", "workload_config"]
 
 
 @dataclass(frozen=True)
@@ -36,19 +36,36 @@ class WorkloadConfig:
     load: Mapping[str, Any] = field(default_factory=dict)
 
 
-def configured_num_prompts(config: Config) -> int | None:
+def simulator_workload(config: Config, workload: ResolvedWorkload | None = None) -> dict[str, Any]:
+    """``[simulator.workload]`` as the simulator runs it: the run's ``[workload]`` (``workload``, resolved once;
+    None: resolved here) over the section as written
+    (:meth:`~msopt.workload.resolved.ResolvedWorkload.simulator_workload`)."""
+    wl = workload if workload is not None else resolved_workload(config)
+    return wl.simulator_workload(config.simulator.sub("workload"), config.run.benchmark)
+
+
+def benchmark_table(config: Config, workload: ResolvedWorkload | None = None) -> Mapping[str, Any]:
+    """The run's ``[<benchmark>]`` section as its adapter reads it: the run's ``[workload]`` (``workload``, resolved
+    once; None: resolved here) over the section as written
+    (:meth:`~msopt.workload.resolved.ResolvedWorkload.benchmark_section`)."""
+    wl = workload if workload is not None else resolved_workload(config)
+    return wl.benchmark_section(config.run.benchmark, config.benchmark.table)
+
+
+def configured_num_prompts(config: Config, workload: ResolvedWorkload | None = None) -> int | None:
     """The full workload's num_prompts, the one definition the driver, the leaderboard, the
-    records and the report use: simulated, the simulator's ``[simulator.workload]``; else what the
+    records and the report use: simulated, the simulator's (:func:`simulator_workload`; ``workload``: the
+    run's, resolved once); else what the
     benchmark adapter says its own section sends (:meth:`BenchmarkAdapter.num_prompts`: builtin's
     ``[builtin]``, vllm_benchmark's and ais_bench's ``[<benchmark>.command]``). None: unknown."""
     if config.run.simulate:
-        return workload_from_mapping(config.simulator.sub("workload")).num_prompts
-    return get_benchmark(config.run.benchmark).num_prompts(config.benchmark.table)
+        return workload_from_mapping(simulator_workload(config, workload)).num_prompts
+    return get_benchmark(config.run.benchmark).num_prompts(benchmark_table(config, workload))
 
 
-def search_num_prompts(config: Config) -> int | None:
+def search_num_prompts(config: Config, workload: ResolvedWorkload | None = None) -> int | None:
     """num_prompts during the search: the full workload's, capped by ``sample_size``."""
-    return _capped(configured_num_prompts(config), config.run.sample_size)
+    return _capped(configured_num_prompts(config, workload), config.run.sample_size)
 
 
 def _capped(full: int | None, cap: int) -> int | None:
@@ -57,17 +74,17 @@ def _capped(full: int | None, cap: int) -> int | None:
     return min(full, int(cap)) if cap else full
 
 
-def configured_load(config: Config) -> dict[str, Any]:
-    """The configured workload's load: the simulator's workload, else what the benchmark reports
-    of its own section (:meth:`BenchmarkAdapter.configured_load`); empty for a benchmark name not
-    registered (validation names it)."""
+def configured_load(config: Config, workload: ResolvedWorkload | None = None) -> dict[str, Any]:
+    """The configured workload's load: the simulator's workload (:func:`simulator_workload`), else what the
+    benchmark reports of its own section (:meth:`BenchmarkAdapter.configured_load`); empty for a benchmark
+    name not registered (validation names it)."""
     if config.run.simulate:
-        wl = config.simulator.sub("workload")
+        wl = simulator_workload(config, workload)
         return {k: wl[k] for k in LOAD_KEYS if k in wl}
     name = config.run.benchmark
     if name not in BENCHMARKS:
         return {}
-    return get_benchmark(name).configured_load(config.benchmark.table)
+    return get_benchmark(name).configured_load(benchmark_table(config, workload))
 
 
 def replay_lines(config: Config, workload: ResolvedWorkload | None = None) -> list[str]:
@@ -76,10 +93,11 @@ def replay_lines(config: Config, workload: ResolvedWorkload | None = None) -> li
     re-measurements and the capacity probes (the whole window the user gave); a real run whose window
     lasts longer than ``particles_time_out`` is told that its re-measurements would time out. [] without a
     trace. ``workload``: the run's, resolved once (None: resolved here)."""
-    window = (workload if workload is not None else resolved_workload(config)).window
+    workload = workload if workload is not None else resolved_workload(config)
+    window = workload.window
     if window is None:
         return []
-    full, search = configured_num_prompts(config), search_num_prompts(config)
+    full, search = configured_num_prompts(config, workload), search_num_prompts(config, workload)
     m = len(window.requests)
     lines = ["replay: " + line for line in describe_replay(window, search or m)]
     arr = window.arrival_array()
@@ -100,7 +118,8 @@ def resolved_workload(config: Config) -> ResolvedWorkload:
     return ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
 
 
-def workload_config(config: Config) -> WorkloadConfig:
-    """The run's :class:`WorkloadConfig` (after validation: the benchmark is a registered one)."""
-    full = configured_num_prompts(config)
-    return WorkloadConfig(full, _capped(full, config.run.sample_size), configured_load(config))
+def workload_config(config: Config, workload: ResolvedWorkload | None = None) -> WorkloadConfig:
+    """The run's :class:`WorkloadConfig` (after validation: the benchmark is a registered one; ``workload``: the
+    run's, resolved once)."""
+    full = configured_num_prompts(config, workload)
+    return WorkloadConfig(full, _capped(full, config.run.sample_size), configured_load(config, workload))

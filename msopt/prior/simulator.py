@@ -20,7 +20,6 @@ from msopt.benchmarks import get_benchmark
 from msopt.config import Config, PriorConfig, thaw
 from msopt.engines import get_engine
 from msopt.errors import ConfigError, DecodeError, MsoptError
-from msopt.evaluate.evaluator import search_num_prompts
 from msopt.evaluate.objective import run_objective
 from msopt.evaluate.results import EvalRequest
 from msopt.evaluate.results import values_key as _key
@@ -32,7 +31,8 @@ from msopt.evaluate.simulated import (
     metrics_of,
     simulated_devices_per_node,
 )
-from msopt.evaluate.workload import resolved_workload
+from msopt.evaluate.workload import resolved_workload, search_num_prompts
+from msopt.evaluate.workload import simulator_workload as sim_workload
 from msopt.launch.placement import virtual_nodes
 from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
@@ -135,14 +135,14 @@ class SimulatorPrior:
         self.section = self.engine.simulation_section(config.engine.section.table)
         own = None  # [simulator] as the run parsed it, where the prior simulates with it
         if simulator is None:
-            own = setup or SimulatorSetup.from_config(config.simulator, config.run.seed)
+            own = setup or SimulatorSetup.from_config(config.simulator, config.run.seed, sim_workload(config, replayed))
             simulator = own.table
         table = thaw(simulator)
         self.screen = screen if screen is not None else CandidateScreen(config, simulate=True, simulator=table,
                                                                         setup=own)
         self.table = table
         self.objective = run_objective(config)
-        self.num_prompts = search_num_prompts(config)
+        self.num_prompts = search_num_prompts(config, replayed)
         self.benchmark = get_benchmark(config.run.benchmark)
         self.dirs: tuple[str, ...] = config.catalog_dirs
         self.catalog_hardware = own.hardware if own is not None else load_hardware(table["hardware"], self.dirs)
@@ -154,7 +154,7 @@ class SimulatorPrior:
         self.corrections: list[dict[str, Any]] = []
         self.model_spec = load_model(table["model"], self.dirs)
         prompts = {} if self.num_prompts is None else {"num_prompts": int(self.num_prompts)}
-        sent = {**table.get("workload", {}), **prompts}
+        sent = {**replayed.simulator_workload(table.get("workload", {}), config.run.benchmark), **prompts}
         self.workload_table = sent
         self.workload = workload_from_mapping(sent).replaying(replayed.window)
         self.refits = 0

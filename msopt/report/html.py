@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from msopt.errors import MsoptError
+from msopt.errors import ConfigError, MsoptError
 from msopt.evaluate import configured_num_prompts
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.results import values_key as _key
@@ -47,6 +47,7 @@ from msopt.run.store import atomic_write
 from msopt.run.verdict import BROKEN, MET, make_verdict
 from msopt.space.fields import show_value
 from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import WorkloadSettings, workload_settings
 
 #: Rows of the top-configurations table.
 TOP_ROWS = 10
@@ -76,7 +77,7 @@ def _e(x: Any) -> str:
 
 
 
-def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:
+def _top(data: RunData, k: int, workload: ResolvedWorkload | None = None) -> list[tuple[EvaluationResult, float, int]]:
     """One row per distinct configuration: (its representative evaluation, its mean fitness over
     its successful measurements, how many). The recommended configuration comes first (its row is
     the recommended evaluation); the others follow by mean fitness; ``k`` rows in all."""
@@ -85,7 +86,7 @@ def _top(data: RunData, k: int) -> list[tuple[EvaluationResult, float, int]]:
         if is_measurement(r):  # not a reuse (no new measurement), not a probe at another load
             groups.setdefault(_key(r.values), []).append(r)
     bid = best_id(data)
-    full = configured_num_prompts(data.config)
+    full = configured_num_prompts(data.config, workload)
     rows = []
     first = None
     for rs in groups.values():
@@ -177,7 +178,7 @@ def _errors(data: RunData, k: int = 8) -> str:
             "<table><tr><th>count</th><th>kind</th><th>example</th></tr>" + "".join(rows) + "</table>" + tail)
 
 
-def _verdict(data: RunData) -> str:
+def _verdict(data: RunData, workload: ResolvedWorkload | None = None) -> str:
     """The verdict section: the SLOs met or broken by the recommendation and by the baseline."""
     bid = best_id(data)
     best = next((r for r in data.results if r.eval_id == bid and not r.failed), None)
@@ -185,7 +186,7 @@ def _verdict(data: RunData) -> str:
     n = data.best.get("measurements") if data.best else None
     v = make_verdict(data.config, data.results, best,
                      mean_fitness=mean if isinstance(mean, (int, float)) else None,
-                     measurements=n if isinstance(n, int) else 1)
+                     measurements=n if isinstance(n, int) else 1, workload=workload)
     cls = "verdict ok" if v.met else "verdict bad"
     parts = ["<h2>Verdict</h2>", f'<p class="{cls}"><b>{_e(v.headline())}</b></p>']
     failures = f"<p>{_e(v.failures[0].upper() + v.failures[1:])}.</p>" if v.failures else ""
@@ -311,9 +312,10 @@ def _predicted_table(data: RunData) -> str:
 
 
 def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str, Any] | None,
-                panel: WorkloadPanel | str | None = None) -> str:
+                panel: WorkloadPanel | str | None = None, workload: ResolvedWorkload | None = None) -> str:
     """The report page; ``images`` (file name -> PNG bytes) are embedded as data URIs; ``panel``: the
-    run's trace (:func:`msopt.report.workload.workload_panel`)."""
+    run's trace (:func:`msopt.report.workload.workload_panel`); ``workload``: the run's ``[workload]``,
+    resolved once (None: resolved where the full workload's count needs it)."""
     n, ok = len(data.results), len(data.ok)
     failed = n - ok
     reused = sum(r.reused for r in data.results)
@@ -323,7 +325,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>msopt report {_e(data.run_id)}</title><style>{_CSS}</style></head><body>",
         f"<h1>msopt report: run {_e(data.run_id)}</h1>",
-        _verdict(data),
+        _verdict(data, workload),
         "<h2>Run</h2>",
         f"<p>engine <b>{_e(run.engine)}</b>; {'simulated' if run.simulate else 'measured'}; "
         f"{n} evaluation(s), {ok} succeeded, {failed} failed, {reused} reused; "
@@ -370,7 +372,7 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
         parts.append(_img(name, png))
     parts.append(_predicted_table(data))
     parts.append("<h2>Top configurations</h2>")
-    top = _top(data, TOP_ROWS)
+    top = _top(data, TOP_ROWS, workload)
     if top:
         parts.append("<p>One row per distinct configuration: &#9733; the recommended one first (when the run "
                      "re-measured its top configurations: the one with the best mean fitness over its "
@@ -382,6 +384,20 @@ def render_html(data: RunData, images: Mapping[str, bytes], command: Mapping[str
     parts.append(_errors(data))
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p) + "\n"
+
+
+def _settings(data: RunData) -> WorkloadSettings:
+    section = data.config.workload
+    return workload_settings(section.table, section.where())
+
+
+def _resolved(data: RunData) -> ResolvedWorkload | None:
+    """The run's ``[workload]`` resolved once for the whole report; None when its trace cannot be read any more
+    (the workload panel says why; the counts then take the simulator's section as written)."""
+    try:
+        return ResolvedWorkload.resolve(_settings(data))
+    except ConfigError:
+        return None
 
 
 def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bool = True,
@@ -405,6 +421,7 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
     prior_png = plot_prior(data)
     if prior_png is not None:
         images[PRIOR_PNG] = prior_png
+    workload = workload if workload is not None else _resolved(data)
     panel = workload_panel(data, workload)
     if isinstance(panel, WorkloadPanel):
         images[WORKLOAD_PNG] = plot_workload(panel)
@@ -422,5 +439,6 @@ def write_report(run_dir: str | Path, *, data: RunData | None = None, export: bo
         except MsoptError as exc:
             data.warnings.append(f"the best configuration could not be rendered as a launch command: {exc}")
     path = data.run_dir / REPORT_HTML
-    atomic_write(path, render_html(data, images, command, panel).encode("utf-8"))
+    counted = workload if workload is not None else ResolvedWorkload(_settings(data))
+    atomic_write(path, render_html(data, images, command, panel, counted).encode("utf-8"))
     return path

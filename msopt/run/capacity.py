@@ -152,7 +152,8 @@ def capacity_options(config: Config, resolved: ResolvedWorkload | None = None) -
         v = section.table.get(key, default)
         return None if v is None else checked(section.where(key), "capacity", key, v, _DECLARED[key])
 
-    trace_rate = (resolved if resolved is not None else resolved_workload(config)).trace_rate
+    resolved = resolved if resolved is not None else resolved_workload(config)
+    trace_rate = resolved.trace_rate
     target, multiple = _target(section.table.get("target_rate"), trace_rate, where("target_rate"))
     enabled = value("enabled")
     if enabled is None:
@@ -166,7 +167,7 @@ def capacity_options(config: Config, resolved: ResolvedWorkload | None = None) -
     if repeats > probes:
         raise ConfigError(f"{where('repeats')} = {repeats} exceeds max_probes = {probes}; "
                           "raise max_probes or lower repeats")
-    fields, workload = _load_fields(config), configured_load(config)
+    fields, workload = _load_fields(config), configured_load(config, resolved)
     load = _load(value("load", "auto"), fields, _varied_load_fields(config), workload)
     if target is not None and load != "request_rate":
         raise ConfigError(f"{where('target_rate')} is a request rate, and the capacity search varies {load}; "

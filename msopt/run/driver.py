@@ -136,7 +136,8 @@ class Driver:
         self.seed = config.run.seed
         self.reuse = config.run.reuse_duplicates
         self.top_k = config.run.pso_top_k
-        workload = validated.workload if validated is not None and validated.workload else workload_config(config)
+        workload = validated.workload if validated is not None and validated.workload else workload_config(
+            config, validated.resolved if validated is not None else None)
         self.search_prompts = workload.search_prompts
         self.full_prompts = workload.full_prompts
         self.capacity_options: CapacityOptions = (validated.capacity if validated is not None
@@ -181,7 +182,8 @@ class Driver:
         self.failures = 0
         self.reused = 0
         self.leaderboard = Leaderboard(self.top_k, self.full_prompts)
-        self.tally = VerdictTally(config)  # what the verdict needs of every result, counted as they come
+        # what the verdict needs of every result, counted as they come
+        self.tally = VerdictTally(config, validated.resolved if validated is not None else None)
         self.crashes = CrashWatch.for_budget(self.max_launches)
         self.stage = "baseline"  # msopt.run.servers.STAGES: what the rest of the run may measure
         self._expected: list[EvaluationResult] | None = None

@@ -318,7 +318,8 @@ class RunSession:
         if outcome.verdict is not None and not outcome.unreplayed:
             return outcome.verdict
         return make_verdict(self.config, RunStore.open(run_dir).load_journal(), outcome.best,
-                            mean_fitness=outcome.mean_fitness, measurements=outcome.measurements)
+                            mean_fitness=outcome.mean_fitness, measurements=outcome.measurements,
+                            workload=self.validated.resolved)
 
 
 def _discard_if_empty(store: RunStore, previous: list[EvaluationResult]) -> None:

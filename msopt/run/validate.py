@@ -35,7 +35,7 @@ from msopt.evaluate.evaluator import Parsed
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
-from msopt.evaluate.workload import WorkloadConfig, workload_config
+from msopt.evaluate.workload import WorkloadConfig, benchmark_table, simulator_workload, workload_config
 from msopt.launch.render import Candidate, check_launch
 from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
@@ -235,7 +235,7 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
     except ConfigError as exc:
         raise ConfigError(f"{top.where('benchmark')}: 'benchmark': {exc}") from None
     if config.run.simulate:
-        simulator = SimulatorSetup.from_config(config.simulator, config.run.seed)
+        simulator = SimulatorSetup.from_config(config.simulator, config.run.seed, simulator_workload(config, workload))
         produces = frozenset(SIMULATED)
         produced_by = "simulator"
         check_capacity_metrics(capacity, [*SIMULATED[:5], *PERCENTILES], produced_by,
@@ -245,7 +245,7 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
     else:
         benchmark = benchmark_adapter
         _check_benchmark(config, benchmark, workload)
-        bench_section = config.benchmark.table
+        bench_section = benchmark_table(config, workload)
         produces = frozenset(benchmark.produced(bench_section))
         note = benchmark.produced_note(bench_section)
         produced_by = f"{bench_name} ({note})" if note else bench_name
@@ -262,7 +262,7 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
     objective_metrics()
     notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
     return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, health, produces,
-                     workload_config(config), workload, tuple(n for n in notes if n))
+                     workload_config(config, workload), workload, tuple(n for n in notes if n))
 
 
 def _resolved(config: Config, workload: ResolvedWorkload | None) -> ResolvedWorkload:
@@ -349,7 +349,7 @@ def _check_benchmark(config: Config, benchmark: BenchmarkAdapter, workload: Reso
     section, name = config.benchmark, config.run.benchmark
     replay = {"workload": workload} if workload.is_trace and benchmark.replays_trace else {}
     try:
-        benchmark.check(config.engine.fields, section.table, **replay)
+        benchmark.check(config.engine.fields, workload.benchmark_section(name, section.table), **replay)
     except ConfigError as exc:
         text = str(exc)
         where = section.source

@@ -40,6 +40,7 @@ from msopt.slo import BROKEN, SloCheck
 from msopt.slo import MET as MET  # re-exported: report.html shows it
 from msopt.slo import slo_checks as _slo_checks
 from msopt.space.fields import show_value
+from msopt.workload.resolved import ResolvedWorkload
 
 
 def slo_checks(config: Config, metrics: Mapping[str, Any]) -> list[SloCheck]:
@@ -295,11 +296,12 @@ class VerdictTally:
 
     Args:
         config: the run's config (the SLOs, the full workload).
+        workload: the run's ``[workload]``, resolved once (None: resolved here where the full workload needs it).
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, workload: ResolvedWorkload | None = None) -> None:
         self.config = config
-        self.full = configured_num_prompts(config)
+        self.full = configured_num_prompts(config, workload)
         self.evaluations = 0
         self.met_count = 0
         self.baseline: EvaluationResult | None = None
@@ -499,9 +501,11 @@ class VerdictTally:
 
 
 def make_verdict(config: Config, results: Sequence[EvaluationResult], best: EvaluationResult | None, *,
-                 mean_fitness: float | None = None, measurements: int = 1) -> Verdict:
-    """Judge a run from its evaluations (e.g. its journal) and its recommended one."""
-    tally = VerdictTally(config)
+                 mean_fitness: float | None = None, measurements: int = 1,
+                 workload: ResolvedWorkload | None = None) -> Verdict:
+    """Judge a run from its evaluations (e.g. its journal) and its recommended one (``workload``: the run's
+    ``[workload]``, resolved once)."""
+    tally = VerdictTally(config, workload)
     for r in results:
         tally.add(r)
     return tally.verdict(best, mean_fitness=mean_fitness, measurements=measurements)

@@ -9,14 +9,14 @@ and the Ray actors receive it pickled (``Validated.parsed``), so no part of a ru
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from msopt.workload import trace as _trace
 from msopt.workload.replay import TraceWindow
 from msopt.workload.summary import TraceSummary, trace_summary
-from msopt.workload.table import WorkloadSettings, sim_trace, trace_load
+from msopt.workload.table import SIMULATOR_SECTION, WorkloadSettings, benchmark_view, sim_trace, spelled, trace_load
 from msopt.workload.trace import TraceCounts, TraceRequest
 
 
@@ -82,6 +82,34 @@ class ResolvedWorkload:
         """The trace window's own mean rate (req/s at time scale 1): :attr:`replay_rate` over ``time_scale``."""
         rate = self.replay_rate
         return rate / self.settings.time_scale if rate is not None and math.isfinite(rate) else None
+
+    def simulator_workload(self, table: Mapping[str, Any], benchmark: str | None = None) -> dict[str, Any]:
+        """``[simulator.workload]`` (``table``, as written) as the simulator runs it: this workload's load over
+        it (:func:`msopt.workload.table.spelled`), the synthetic keys of ``[workload]``, or a trace's
+        requests, rate and mean lengths with its own lengths replayed (``benchmark`` ``builtin``: each
+        session pinned to one data-parallel rank, as that benchmark sends it). The section itself is never
+        written: this is the one place the simulator takes ``[workload]`` from.
+
+        Raises:
+            ConfigError: a trace of more requests than one run replays.
+        """
+        if not self.is_trace:
+            return spelled(SIMULATOR_SECTION, table, self.settings.synthetic(), trace=False)
+        return spelled(SIMULATOR_SECTION, table, self.load(), trace=True, replaying=True,
+                       pin_sessions=benchmark == "builtin")
+
+    def benchmark_section(self, name: str, table: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The ``[name]`` benchmark section (``table``, as written) as its adapter reads it: this workload's
+        load over it in that benchmark's spelling (:func:`msopt.workload.table.benchmark_view`): the synthetic
+        keys of ``[workload]``, or a trace's requests, mean rate and mean lengths (what a benchmark that cannot
+        replay would send; one that replays takes the window itself). The section itself is never written.
+
+        Raises:
+            ConfigError: a trace of more requests than one run replays.
+        """
+        if self.is_trace:
+            return benchmark_view(name, table, self.load(), trace=True)
+        return benchmark_view(name, table, self.settings.synthetic(), trace=False)
 
     def replay_table(self) -> dict[str, Any] | None:
         """The trace as a replay table (``path`` and the trace's options,

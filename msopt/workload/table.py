@@ -5,10 +5,11 @@
 ``window``, ``time_scale``, ``block_size``, ``max_model_len``, ``length_policy``).
 
 :func:`workload_settings` reads the table into a typed :class:`WorkloadSettings`;
-:func:`apply_workload` (run by :func:`msopt.config.load_settings`) writes its synthetic keys into
-each built-in benchmark's own spelling (:data:`SPELLINGS`), so that the per-benchmark keys keep
-working and every reader of a benchmark's section sees one load. A key set in a user's file
-under both spellings with different values is refused in one line naming both.
+:func:`apply_workload` (run by :func:`msopt.config.load_settings`) checks it against each built-in
+benchmark's and the simulator's own spelling (:data:`SPELLINGS`): a key set in a user's file under both
+spellings with different values is refused in one line naming both. No key is copied: the simulator and
+each benchmark read the load over their own section from the resolved workload (:func:`spelled`,
+:meth:`msopt.workload.resolved.ResolvedWorkload.benchmark_section`), so the per-benchmark keys keep working.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ TRACE_KEYS: tuple[str, ...] = ("trace", "format", "window", "time_scale", "block
 #: what a trace decides, so ``[workload]`` may not also set it
 TRACE_SETS: tuple[str, ...] = ("input_len", "output_len", "num_prompts", "request_rate")
 
-#: each built-in section's spelling of the synthetic keys (a key it lacks is not written there):
+#: each built-in section's spelling of the synthetic keys, read over the section, never written into it (a key it lacks
+#: is not read there):
 #: ``[simulator.workload]`` (msopt/sim/workload.py), ``[builtin]`` (msopt/benchmarks/builtin.py),
 #: ``[vllm_benchmark.command]`` (``vllm bench serve --random-input-len`` ..., msopt/benchmarks/
 #: vllm_benchmark.py), ``[ais_bench.command]`` (msopt/benchmarks/ais_bench.py)
@@ -47,6 +49,11 @@ SPELLINGS: Mapping[str, Mapping[str, str]] = {
     "ais_bench.command": {"input_len": "input_len", "output_len": "output_len", "num_prompts": "num_prompts",
                           "concurrency": "max_concurrency", "request_rate": "request_rate"},
 }
+
+
+#: the simulator's section of :data:`SPELLINGS`: never written; the simulator reads ``[workload]`` from the
+#: resolved workload (:meth:`msopt.workload.resolved.ResolvedWorkload.simulator_workload`)
+SIMULATOR_SECTION = "simulator.workload"
 
 
 def _key(default: Any, ok: Callable[[Any], bool], rule: str, doc: str) -> Any:
@@ -180,11 +187,14 @@ def _get(data: Mapping[str, Any], dotted: str) -> Mapping[str, Any] | None:
 
 
 def apply_workload(data: dict[str, Any], origin: dict[str, str], defaults: str) -> WorkloadSettings:
-    """Check ``[workload]`` and write its synthetic keys into every built-in section's spelling.
+    """Check ``[workload]`` against every built-in section's spelling of its synthetic keys (:data:`SPELLINGS`),
+    writing none of them there: each consumer reads ``[workload]`` over its own section from the resolved
+    workload (:class:`msopt.workload.resolved.ResolvedWorkload`). A packaged default it replaces is removed.
 
     Args:
-        data: the merged configuration (changed in place).
-        origin: dotted key -> the file that set it (updated for the keys written).
+        data: the merged configuration (changed in place: the trace's path made absolute, the packaged
+            defaults ``[workload]`` replaces removed).
+        origin: dotted key -> the file that set it (updated for the keys removed).
         defaults: the packaged defaults' path: a key set only there never conflicts.
 
     Raises:
@@ -210,12 +220,12 @@ def apply_workload(data: dict[str, Any], origin: dict[str, str], defaults: str) 
                 raise ConfigError(f"{set_by}: [{section}] {name} = {node[name]!r} and {key_where}: [workload] "
                                   f"{key} = {value!r} both set {key}; keep one ([workload] {key} sets it for "
                                   "every benchmark and the simulator)")
-            parts = section.split(".")
-            target = data
-            for part in parts:
-                target = target.setdefault(part, {})
-            target[name] = value
-            origin[dotted] = key_where
+            # never written: the simulator and each benchmark read [workload] over their section
+            # (ResolvedWorkload.simulator_workload, .benchmark_section); a packaged default it replaces is
+            # dropped, so that a run's saved config.toml loads again
+            if node is not None and name in node and set_by in (None, defaults):
+                del node[name]  # type: ignore[attr-defined]
+                origin.pop(dotted, None)
     _drop_default_load(data, origin, defaults, wl)
     return wl
 
@@ -273,30 +283,45 @@ def sim_trace(wl: WorkloadSettings) -> dict[str, Any]:
     return out
 
 
-def with_load(data: Mapping[str, Any], load: Mapping[str, Any], *, replaying: bool = False) -> dict[str, Any]:
-    """The top-level tables of :data:`SPELLINGS` with ``load`` (by ``[workload]`` name) written in
-    each one's spelling, for ``Settings.replace``; a load key ``load`` lacks is removed (the trace
-    decides it). ``replaying``: a trace is replayed, with its own lengths and arrivals; the simulator
-    and the benchmarks take its window from :class:`msopt.workload.resolved.ResolvedWorkload`, never
-    from a key of their sections."""
-    out: dict[str, Any] = {}
-    for section, spelling in SPELLINGS.items():
+def benchmark_view(name: str, table: Mapping[str, Any], load: Mapping[str, Any], *, trace: bool) -> Mapping[str, Any]:
+    """The ``[name]`` benchmark section (as written) with ``load`` (by ``[workload]`` name) over it in that
+    benchmark's spelling (:data:`SPELLINGS`): what its adapter reads, never written back. ``trace``: as
+    :func:`spelled`. A benchmark without a spelling (a plugin), or a ``load`` of nothing to write, is read as
+    written."""
+    out = table
+    for section in SPELLINGS:
         top, _, sub = section.partition(".")
-        table = _thaw(data.get(top, {}))
-        node = table.setdefault(sub, {}) if sub else table
-        for key, name in spelling.items():
-            if key in load:
-                node[name] = load[key]
-            elif key in ("concurrency", "request_rate"):
-                node.pop(name, None)
-        if replaying and section == "simulator.workload":
-            node.pop("input_len", None)
-            node.pop("output_len", None)
-            # the builtin benchmark pins each session to one data-parallel rank (X-Data-Parallel-Rank)
-            if data.get("benchmark") == "builtin":
-                node["pin_sessions"] = True
-        out[top] = table
+        if top != name or section == SIMULATOR_SECTION or not (load or trace):
+            continue
+        if not sub:
+            out = spelled(section, out, load, trace=trace)
+            continue
+        node = out.get(sub, {})
+        if isinstance(node, Mapping):
+            out = {**_thaw(out), sub: spelled(section, node, load, trace=trace)}
     return out
+
+
+def spelled(section: str, table: Mapping[str, Any], load: Mapping[str, Any], *, trace: bool,
+            replaying: bool = False, pin_sessions: bool = False) -> dict[str, Any]:
+    """``table`` (the ``[section]`` table of :data:`SPELLINGS`, as written) with ``load`` (by ``[workload]``
+    name) over it in that section's spelling: the view a consumer reads, never written back. ``trace``: the
+    load is a trace's (:func:`trace_load`), which decides the rate, so a ``concurrency`` or ``request_rate``
+    it lacks is removed. ``replaying`` (the simulator): the trace's own lengths replace ``input_len`` and
+    ``output_len``; ``pin_sessions``: each session pinned to one data-parallel rank, as the builtin
+    benchmark does (X-Data-Parallel-Rank). Applying it twice gives the same table."""
+    node = _thaw(table)
+    for key, name in SPELLINGS[section].items():
+        if key in load:
+            node[name] = load[key]
+        elif trace and key in ("concurrency", "request_rate"):
+            node.pop(name, None)
+    if replaying:
+        node.pop("input_len", None)
+        node.pop("output_len", None)
+        if pin_sessions:
+            node["pin_sessions"] = True
+    return node
 
 
 def _thaw(value: Any) -> Any:
@@ -308,4 +333,4 @@ def _thaw(value: Any) -> Any:
 
 
 __all__ = ["KEY_DOCS", "SPELLINGS", "SYNTHETIC_KEYS", "TRACE_KEYS", "TRACE_SETS", "WorkloadSettings", "apply_workload",
-           "sim_trace", "trace_load", "with_load", "workload_settings"]
+           "SIMULATOR_SECTION", "benchmark_view", "sim_trace", "spelled", "trace_load", "workload_settings"]

@@ -76,7 +76,10 @@ def test_the_builtin_benchmark_pins_sessions_in_the_simulation(tmp_path):
     for bench, pinned in (("builtin", True), ("vllm_benchmark", False)):
         cfg = tmp_path / f"{bench}.toml"
         cfg.write_text(f'simulate = true\nbenchmark = "{bench}"\n[workload]\ntrace = "chats.jsonl"\n', encoding="utf-8")
-        assert load(cfg).config.simulator.table["workload"].get("pin_sessions", False) is pinned
+        checked = load(cfg)
+        assert "pin_sessions" not in checked.config.simulator.table["workload"]    # not written into the section
+        assert checked.simulator is not None    # the simulator's setup: the resolved workload over the section
+        assert checked.simulator.table["workload"].get("pin_sessions", False) is pinned
 
 
 def test_mindie_spreads_sessions_in_turn(tmp_path):

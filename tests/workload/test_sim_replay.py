@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from msopt.config import load_settings
 from msopt.errors import ConfigError
 from msopt.run.validate import load
 from msopt.sim import EngineKnobs, simulate, workload_from_mapping
@@ -56,8 +57,12 @@ def test_validate_hands_the_trace_to_the_simulator(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('simulate = true\n[workload]\ntrace = "t.csv"\nwindow = [0, 2]\n', encoding="utf-8")
     checked = load(cfg)
-    sim = checked.config.simulator.table["workload"]
-    assert "trace" not in sim  # no key copied: the window travels as the resolved object
+    # no key copied: [simulator.workload] holds what the files wrote, and the simulator reads the
+    # trace's load from the resolved object (its setup, parsed once)
+    assert checked.config.simulator.table["workload"] == load_settings(None).config.simulator.table["workload"]
+    assert checked.simulator is not None
+    sim = checked.simulator.table["workload"]
+    assert "trace" not in sim
     assert checked.resolved is not None and checked.resolved.replay_table() == {
         "path": str(tmp_path / "t.csv"), "window": [0.0, 2.0], "time_scale": 1.0, "length_policy": "clip"}
     assert "input_len" not in sim and sim["num_prompts"] == 4 and sim["request_rate"] == 1.5

@@ -32,29 +32,73 @@ def trace(tmp_path: Path, name: str = "t.jsonl") -> Path:
     return p
 
 
+def sim_view(s):
+    """``[simulator.workload]`` as the simulator runs it: the resolved workload over the section."""
+    config, resolved = split(s)
+    return resolved.simulator_workload(config.simulator.sub("workload"), config.run.benchmark)
+
+
+def bench_view(s, name):
+    """``[name]`` as its adapter reads it (msopt.evaluate.real.RealRunner.bench_table)."""
+    _, resolved = split(s)
+    return resolved.benchmark_section(name, s.section(name))
+
+
+#: each section's spelling of input_len, output_len, num_prompts and concurrency
+_SPELT = {"builtin": ("input_len", "output_len", "num_prompts", "concurrency"),
+          "vllm_benchmark": ("random_input_len", "random_output_len", "num_prompts", "max_concurrency"),
+          "ais_bench": ("input_len", "output_len", "num_prompts", "max_concurrency")}
+
+
 def test_synthetic_keys_reach_every_spelling(tmp_path):
     s = load_settings(cfg(tmp_path, "[workload]\ninput_len = 300\noutput_len = 30\nnum_prompts = 40\n"
                                     "concurrency = 5\nwarmup = 2\n"))
-    assert dict(s.section("simulator")["workload"]) == {"input_len": 300, "output_len": 30, "num_prompts": 40,
-                                                       "concurrency": 5, "warmup": 2}
-    b = s.section("builtin")
-    assert (b["input_len"], b["output_len"], b["num_prompts"], b["concurrency"]) == (300, 30, 40, 5)
-    v = s.section("vllm_benchmark")["command"]
-    assert (v["random_input_len"], v["random_output_len"], v["num_prompts"], v["max_concurrency"]) == (300, 30, 40, 5)
-    a = s.section("ais_bench")["command"]
-    assert (a["input_len"], a["output_len"], a["num_prompts"], a["max_concurrency"]) == (300, 30, 40, 5)
-    assert "request_rate" not in s.section("builtin")     # the packaged "inf" would not pace a concurrency anyway
+    # no key copied into any section: the packaged defaults [workload] replaces are dropped, and the simulator
+    # and each benchmark take the load from the resolved workload
+    assert dict(s.section("simulator")["workload"]) == {}
+    assert sim_view(s) == {"input_len": 300, "output_len": 30, "num_prompts": 40, "concurrency": 5, "warmup": 2}
+    for name, keys in _SPELT.items():
+        table = s.section(name)
+        written = table if name == "builtin" else table.get("command", {})
+        assert not set(keys) & set(written), name
+        view = bench_view(s, name)
+        seen = view if name == "builtin" else view["command"]
+        assert tuple(seen[k] for k in keys) == (300, 30, 40, 5), name
+    assert "request_rate" not in bench_view(s, "builtin")   # the packaged "inf" would not pace a concurrency anyway
     checked = validate(*split(s))
     assert checked.workload is not None and checked.workload.full_prompts == 1000 // 25   # vllm_benchmark's
 
 
 def test_a_rate_alone_is_not_capped_by_a_packaged_concurrency(tmp_path):
     s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\nrequest_rate = 4.0\n"))
-    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "num_prompts": 200,
-                                                       "request_rate": 4.0}
-    assert "concurrency" not in s.section("builtin") and s.section("builtin")["request_rate"] == 4.0
+    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "num_prompts": 200}
+    assert sim_view(s) == {"input_len": 1024, "output_len": 256, "num_prompts": 200, "request_rate": 4.0}
+    b = bench_view(s, "builtin")
+    assert "concurrency" not in b and b["request_rate"] == 4.0 and "request_rate" not in s.section("builtin")
     mine = load_settings(cfg(tmp_path, "[workload]\nrequest_rate = 4.0\n[builtin]\nconcurrency = 3\n"))
-    assert mine.section("builtin")["concurrency"] == 3    # a user's cap stays
+    assert bench_view(mine, "builtin")["concurrency"] == 3    # a user's cap stays
+
+
+def test_the_simulators_own_keys_keep_their_precedence(tmp_path):
+    # docs/configuration.md [workload]: a value from your own file stays (a rate capped by a concurrency);
+    # equal spellings load; the simulator reads [workload] over its section, never a copy in it
+    s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\nrequest_rate = 4.0\nnum_prompts = 50\n"
+                                    "[simulator.workload]\nconcurrency = 3\nnum_prompts = 50\n"))
+    assert dict(s.section("simulator")["workload"]) == {"input_len": 1024, "output_len": 256, "concurrency": 3,
+                                                       "num_prompts": 50}
+    view = sim_view(s)
+    assert (view["request_rate"], view["concurrency"], view["num_prompts"]) == (4.0, 3, 50)
+    again = load_settings(cfg(tmp_path, s.to_toml(), "saved.toml"))    # a run's config.toml loads again
+    assert sim_view(again) == view
+    checked = validate(*split(s))
+    assert checked.workload is not None and checked.workload.full_prompts == 50
+    assert dict(checked.workload.load) == {"request_rate": 4.0, "concurrency": 3}
+
+
+def test_a_saved_configuration_of_a_synthetic_run_loads_again(tmp_path):
+    s = load_settings(cfg(tmp_path, "simulate = true\n[workload]\ninput_len = 300\n"))
+    again = load_settings(cfg(tmp_path, s.to_toml(), "saved.toml"))    # the packaged 1024 is not saved beside it
+    assert sim_view(again)["input_len"] == 300 and "input_len" not in again.section("simulator")["workload"]
 
 
 def test_the_old_spellings_keep_working(tmp_path):
@@ -111,14 +155,18 @@ def test_a_trace_sets_the_load_and_is_summarised(tmp_path):
     tr = checked.trace
     assert tr is not None and (tr.format, tr.requests, tr.span_s, tr.rate) == ("mooncake", 9, 2.0, 4.0)
     assert tr.prefix_ceiling == pytest.approx(8 / 18)
-    sim = dict(checked.config.simulator.table["workload"])
+    assert "request_rate" not in checked.config.simulator.table["workload"]     # no key copied
+    assert checked.simulator is not None
+    sim = dict(checked.simulator.table["workload"])     # the simulator's setup reads the resolved workload
     assert sim == {"num_prompts": 9, "request_rate": 4.0, "concurrency": 6}    # the simulator replays the window
     assert checked.resolved is not None and len(checked.resolved.window.requests) == 9  # handed on, not a key
-    effective = tomllib.loads(checked.config.text)    # every benchmark's table, as the run saves them
-    v = effective["vllm_benchmark"]["command"]
+    saved = tomllib.loads(checked.config.text)    # every benchmark's table, as the run saves them: no key copied
+    assert "request_rate" not in saved["vllm_benchmark"]["command"] and "request_rate" not in saved["builtin"]
+    resolved = checked.resolved
+    v = resolved.benchmark_section("vllm_benchmark", checked.config.benchmark.table)["command"]
     assert (v["random_input_len"], v["num_prompts"], v["request_rate"], v["max_concurrency"]) == (1400, 9, 4.0, 6)
     assert checked.workload is not None and checked.workload.full_prompts == 9
-    b = effective["builtin"]      # the real benchmarks: the means at the mean rate
+    b = resolved.benchmark_section("builtin", saved["builtin"])      # the real benchmarks: the means at the mean rate
     assert (b["input_len"], b["output_len"], b["num_prompts"], b["request_rate"]) == (1400, 50, 9, 4.0)
 
 
@@ -146,3 +194,32 @@ def test_msopt_validate_prints_the_workload(tmp_path):
     assert data["workload"]["requests"] == 9 and data["workload"]["prefix_ceiling"] == pytest.approx(8 / 18)
     bad = _msopt("validate", "-c", str(cfg(tmp_path, '[workload]\ntrace = "absent.csv"\n', "bad.toml")))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no such file" in bad.stderr
+
+
+def test_a_benchmarks_own_keys_keep_their_precedence(tmp_path):
+    # docs/configuration.md [workload]: [workload] sets what your section does not; a key of your own section
+    # [workload] does not set stays (a rate capped by a concurrency); a load (a capacity probe) overrides both
+    from msopt.benchmarks import get_benchmark
+    from msopt.evaluate.workload import benchmark_table
+    from msopt.launch.render import Candidate, LaunchSpec
+
+    text = ("[workload]\nrequest_rate = 4.0\nnum_prompts = 50\n"
+            "[vllm_benchmark.command]\nmax_concurrency = 3\nrandom_input_len = 77\nnum_prompts = 50\n")
+    s = load_settings(cfg(tmp_path, text))
+    assert "request_rate" not in s.section("vllm_benchmark")["command"]    # not copied
+    server = LaunchSpec(engine="vllm", argv=("x",), port=9000, served_model_name="m")
+    bench = get_benchmark("vllm_benchmark")
+
+    def argv(settings, load):
+        config, resolved = split(settings)
+        got, _ = bench.render(Candidate({}, (), benchmark_table(config, resolved)), server=server, num_prompts=None,
+                              load=load, result_dir=tmp_path / "r")
+        return got
+
+    a = argv(s, {})
+    assert a[a.index("--num-prompts") + 1] == "50" and a[a.index("--max-concurrency") + 1] == "3"
+    assert a[a.index("--request-rate") + 1] == "4.0" and a[a.index("--random-input-len") + 1] == "77"
+    probe = argv(s, {"request_rate": 9.0})
+    assert probe[probe.index("--request-rate") + 1] == "9.0"
+    again = load_settings(cfg(tmp_path, s.to_toml(), "saved.toml"))    # a run's config.toml: the same command
+    assert argv(again, {}) == a

@@ -142,5 +142,6 @@ def test_time_unit_and_columns_reach_the_simulator(tmp_path):
     table = checked.resolved.replay_table() if checked.resolved is not None else {}
     assert table["time_unit"] == "ms" and table["columns"]["arrival_s"] == "ts"
     from msopt.sim.workload import workload_from_mapping
-    wl = workload_from_mapping(checked.config.simulator.table["workload"]).replaying(checked.resolved.window)
+    assert checked.simulator is not None    # the setup reads the trace's load from the resolved workload
+    wl = workload_from_mapping(checked.simulator.table["workload"]).replaying(checked.resolved.window)
     assert wl.sample_arrivals(None)[-1] == pytest.approx(4.0)   # type: ignore[arg-type]
