@@ -199,10 +199,8 @@ class SimulatorPrior:
             pred = replace(pred, values=dict(values), position=pos)
         else:
             refusal = self.screen.refusal(values)
-            if refusal is not None:
-                pred = Prediction(dict(values), pos, math.inf, {}, refusal)
-            else:
-                pred = self._simulate(values, pos)
+            pred = (Prediction(dict(values), pos, math.inf, {}, refusal) if refusal is not None
+                    else self._simulate(values, pos))
             if self._memo is not None:
                 self._memo[key] = pred
         self._cache[key] = pred
