@@ -22,6 +22,8 @@ from msopt.launch.ports import free_port
 from msopt.launch.process import start_process, wait_ready
 from msopt.launch.render import Candidate
 from msopt.workload.replay import open_window
+from msopt.workload.resolved import ResolvedWorkload
+from msopt.workload.table import workload_settings
 from tests.real_engine.conftest import VllmCpu
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
@@ -72,11 +74,12 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_and_others_do_not(tmp_path: Path
         assert figures["builtin shared"]["hit_rate"] == pytest.approx(expected, abs=0.03)
         assert figures["builtin none"]["hit_rate"] == 0.0
         t0 = time.monotonic()
-        section = {"trace": table, "command": {"executable": [vllm_cpu.vllm, "bench", "serve"],
-                                               "tokenizer": vllm_cpu.model_dir}}
+        # the run's [workload] trace, resolved once, as validate hands it to the benchmark
+        workload = ResolvedWorkload.resolve(workload_settings({"trace": str(shared), "block_size": 128}))
+        section = {"command": {"executable": [vllm_cpu.vllm, "bench", "serve"], "tokenizer": vllm_cpu.model_dir}}
         m = get_benchmark("vllm_benchmark").run(spec, Candidate({}, [], section), num_prompts=N, load={},
                                                 result_dir=tmp_path / "vllm", log_path=tmp_path / "vllm.log",
-                                                timeout=300)
+                                                timeout=300, workload=workload)
         figures["vllm bench serve timed_trace"] = {"s": round(time.monotonic() - t0, 1),
                                                    "hit_rate": m.get("prefix_cache_hit_rate"),
                                                    "success_rate": m["success_rate"]}
