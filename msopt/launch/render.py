@@ -407,6 +407,25 @@ def flag_value(argv: Sequence[str], *names: str) -> str | None:
     return found
 
 
+def drop_flags(argv: Sequence[str], names: Sequence[str], bare: Sequence[str] = ()) -> tuple[list[str], int | None]:
+    """``argv`` without the ``names`` flags and their values (``--flag v`` or ``--flag=v``; the ``bare`` ones take
+    no value), and the index in the result where the last of them stood (None: none was there)."""
+    out: list[str] = []
+    at = None
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        name = item.split("=", 1)[0]
+        if name in names:
+            at = len(out)
+            skip = "=" not in item and name not in bare
+            continue
+        out.append(item)
+    return out, at
+
+
 def int_flag(argv: Sequence[str], default: int, *names: str) -> int:
     """An integer flag of ``argv`` (its default when absent)."""
     text = flag_value(argv, *names)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from msopt.errors import EvaluationError
-from msopt.launch.render import flag_value, int_flag
+from msopt.launch.render import drop_flags, flag_value, int_flag
 
 #: Flags that differ between the nodes of one instance (with a value unless listed in _BARE).
 PER_NODE = ("--node-rank", "-r", "--headless", "--data-parallel-start-rank", "-dpr")
@@ -81,18 +81,7 @@ def placement(argv: Sequence[str]) -> Placement | None:
 
 def instance_key(argv: Sequence[str]) -> list[str]:
     """The command line without its per-node flags: equal on every node of one instance."""
-    out: list[str] = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-            continue
-        name = item.split("=", 1)[0]
-        if name in PER_NODE:
-            skip = "=" not in item and name not in _BARE
-            continue
-        out.append(item)
-    return out
+    return drop_flags(argv, PER_NODE, _BARE)[0]
 
 
 def _differs(a: Sequence[str], b: Sequence[str]) -> str:

@@ -36,7 +36,16 @@ from msopt.engines.sglang.template import write_init as write_sglang_init
 from msopt.errors import ConfigError, EvaluationError
 from msopt.launch.hccl import check_section as check_hccl
 from msopt.launch.hccl import hccl_env, inherited_note
-from msopt.launch.render import Candidate, LaunchSpec, TrialNode, command_table, flag_name, int_flag, split_others
+from msopt.launch.render import (
+    Candidate,
+    LaunchSpec,
+    TrialNode,
+    command_table,
+    drop_flags,
+    flag_name,
+    int_flag,
+    split_others,
+)
 from msopt.space.fields import FieldDecl
 
 #: ``[sglang] platform``: "cuda" (default) or "ascend" (SGLang's NPU backend)
@@ -49,24 +58,6 @@ ATTN_DP_FLAGS = ("--attn-dp-size", "--attention-data-parallel-size")
 #: sglang/srt/server_args.py:416-424 (0.5.23): a deprecated store-true alias, "Use --attn-dp-size <dp-size>
 #: instead of --dp-size <dp-size> --enable-dp-attention"
 DEPRECATED_DP_ATTENTION = "--enable-dp-attention"
-
-
-def _drop(items: Sequence[str], names: Sequence[str]) -> tuple[list[str], int | None]:
-    """``items`` without the ``names`` flags and their values; where the last of them stood."""
-    out: list[str] = []
-    at = None
-    skip = False
-    for item in items:
-        if skip:
-            skip = False
-            continue
-        name = item.split("=", 1)[0]
-        if name in names:
-            at = len(out)
-            skip = "=" not in item
-            continue
-        out.append(item)
-    return out, at
 
 
 def on_ascend(section: Mapping[str, Any], argv: Sequence[str] = ()) -> bool:
@@ -100,7 +91,7 @@ def current_dp_spelling(argv: Sequence[str]) -> list[str]:
     if int_flag(items, 1, *ATTN_DP_FLAGS) != 1:
         return items
     dp = int_flag(items, 1, *DP_FLAGS)
-    items, at = _drop(items, (*DP_FLAGS, *ATTN_DP_FLAGS))
+    items, at = drop_flags(items, (*DP_FLAGS, *ATTN_DP_FLAGS))
     if dp > 1:
         at = len(items) if at is None else at
         items[at:at] = ["--attn-dp-size", str(dp)]
