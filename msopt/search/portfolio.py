@@ -211,7 +211,11 @@ def _around(rows: np.ndarray | None, explore: Sequence[int], lanes: int) -> np.n
             out[k] = row
     for k in explore:  # the swarm's particle of an explore lane starts where TPE's draw is written back
         out.setdefault(k, rows[0])
-    return np.array([out[k] for k in range(max(out) + 1)])
+    # rows for lanes 0..k-1 only: an explore lane past the last pick starts at random, as any lane without a row
+    starts: list[np.ndarray] = []
+    while len(starts) in out:
+        starts.append(out[len(starts)])
+    return np.array(starts)
 
 
 SEARCHERS.register("portfolio", OptunaFactory(PortfolioSearcher))  # the swarm and TPE split by the trust

@@ -117,6 +117,19 @@ def test_a_cut_first_generation_is_part_picks_part_exploration(write_toml, launc
     assert sum(s.tpe.lane_count(i) for i in range(N)) == len(explore)
 
 
+def test_a_cut_first_generation_with_fewer_picks_than_its_explore_lanes_starts(write_toml):
+    """The baseline and one pick, 7 of 10 lanes paid: the pick keeps lane 1, lanes 3 and 6 are TPE's
+    draws and the lanes without a start begin at random (a start list with a gap was a KeyError)."""
+    space = SearchSpace.from_settings(_settings(write_toml))
+    low, high = space.bounds
+    starts = np.array([low + (high - low) * 0.05, low + (high - low) * 0.14])
+    s = _searcher(write_toml, _Trust(), starts=starts, launches=7)
+    assert s.explore == (3, 6)
+    trials = {tr.lane: tr for tr in s.ask()}
+    assert np.array_equal(trials[0].position, starts[0]) and np.array_equal(trials[1].position, starts[1])
+    assert len(trials) == N
+
+
 def test_tpe_takes_the_particles_of_the_worst_personal_bests(write_toml):
     t = _Trust()
     s = _searcher(write_toml, t)
