@@ -121,5 +121,6 @@ def resolved_workload(config: Config) -> ResolvedWorkload:
 def workload_config(config: Config, workload: ResolvedWorkload | None = None) -> WorkloadConfig:
     """The run's :class:`WorkloadConfig` (after validation: the benchmark is a registered one; ``workload``: the
     run's, resolved once)."""
+    workload = workload if workload is not None else resolved_workload(config)  # once for both below
     full = configured_num_prompts(config, workload)
     return WorkloadConfig(full, _capped(full, config.run.sample_size), configured_load(config, workload))
