@@ -35,7 +35,13 @@ from msopt.evaluate.evaluator import Parsed
 from msopt.evaluate.health import HealthCheck
 from msopt.evaluate.objective import Objective, check_metrics_available, run_objective
 from msopt.evaluate.simulated import SimulatorSetup
-from msopt.evaluate.workload import WorkloadConfig, benchmark_table, simulator_workload, workload_config
+from msopt.evaluate.workload import (
+    WorkloadConfig,
+    benchmark_table,
+    resolved_workload,
+    simulator_workload,
+    workload_config,
+)
 from msopt.launch.render import Candidate, check_launch
 from msopt.metrics import MEASURED_COLUMNS, METRICS, PERCENTILES, SIMULATED
 from msopt.run.capacity import CapacityOptions, capacity_options, check_capacity_metrics
@@ -45,7 +51,6 @@ from msopt.sim.simulator import context_limit
 from msopt.space import SearchSpace
 from msopt.workload import TraceSummary
 from msopt.workload.resolved import ResolvedWorkload
-from msopt.workload.table import workload_settings
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
         ConfigError: one line naming the file, the key and the fix.
     """
     name, fields, top = config.engine.name, config.engine.fields, config.scalars
-    workload = _resolved(config, workload)
+    workload = workload if workload is not None else resolved_workload(config)  # the trace read here
     trace = workload.summary
     if trace is not None:
         _refuse_unreplayable(config)
@@ -263,13 +268,6 @@ def validate(config: Config, workload: ResolvedWorkload | None = None, *, search
     notes = (_check_context(config, engine, space, trace),) if trace is not None else ()
     return Validated(config, space, swarm, objective, capacity, engine, benchmark, simulator, health, produces,
                      workload_config(config, workload), workload, tuple(n for n in notes if n))
-
-
-def _resolved(config: Config, workload: ResolvedWorkload | None) -> ResolvedWorkload:
-    """``workload``, else ``config``'s ``[workload]`` resolved here (the trace read)."""
-    if workload is not None:
-        return workload
-    return ResolvedWorkload.resolve(workload_settings(config.workload.table, config.workload.where()))
 
 
 def _check_context(config: Config, engine: EngineAdapter, space: SearchSpace, trace: TraceSummary) -> str | None:
