@@ -80,6 +80,7 @@ from msopt.search.searcher import (
     Searcher,
     SearcherSetup,
     Trial,
+    layout_names,
     make_searcher,
     resolve_searcher,
     search_dimensions,
@@ -170,7 +171,7 @@ class Driver:
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=lanes,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
             context=lambda i, c: DecodeContext(i, self.n, c), constraint=self.constraint, options=options,
-            launches=plan.search if self.max_launches > 0 else None))
+            launches=plan.search if self.max_launches > 0 else None, layout=layout_names(self.space)))
         used = 1 + max((r.particle for r in previous if r.phase == "search" and r.particle is not None), default=-1)
         if used > self.searcher.lanes:
             raise ConfigError(f"--resume: the journal's search ran {used} lanes, this run has {self.searcher.lanes} "

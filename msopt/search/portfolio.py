@@ -1,25 +1,28 @@
-"""The swarm and TPE as one searcher, its lanes split by the trust in the prior
-(``[search] searcher = "auto"`` with a prior, or ``"portfolio"``; issue 49 part 2 item 2).
+"""The prior-led swarm and the simulator corrected by the measurements, over the same lanes, split by
+the trust in the prior (``[search] searcher = "auto"`` with a prior, or ``"portfolio"``; issue 49 part 2).
 
 The swarm is led by the prior (it starts at its picks and its moves are screened by its
-predictions); Optuna's TPE (:class:`~msopt.search.tpe.TPESearcher`) knows only the measurements.
-Both are told every result, whichever proposed it: the swarm each lane's evaluated position
-(write-back: a lane TPE proposed moves the swarm's particle there), TPE the others' results as
-finished trials (``Study.add_trial``). Each generation's lanes are split between them by the
-prior's trust (the screen's ``trust``, :meth:`~msopt.prior.PriorGuide.trust`), the lowest the run
-has judged so far: TPE takes ``lanes × TPE_SHARE × (1 - trust / TRUST_FULL)`` of them (none at
-:data:`TRUST_FULL` or above, :data:`TPE_SHARE` of them at trust 0), the fraction rounded up with
-that probability by the searcher's own seeded RNG, and takes the particles of the worst personal
-bests, so the best particles keep following the prior. Where the prior earns its trust the run is
-the swarm's; where it has none, half of each generation is TPE's, fed with every measurement so
-far, the prior's first generation included, and half the swarm's, released from the prior's
-starts. The first generation (the baseline and the prior's picks) is always the swarm's. TPE's
-own first :data:`~msopt.search.tpe.STARTUP_TRIALS` proposals are drawn at random (the first
-generation's measurements sit where the prior pointed), and it lies about its trials in flight
-(Optuna's ``constant_liar``), since a generation's are asked together. Without a screen
-(``[search] screen`` <= 1) there is no trust to read: the swarm takes every lane.
+predictions). The surrogate (:class:`~msopt.search.surrogate.ResidualSurrogate`) is the prior
+corrected by every measurement of the run: a Gaussian process whose mean is the prior scaled by a
+fitted slope, with a doubt shared by each parallel layout, proposing by expected improvement. Each
+generation's lanes are split by the prior's trust (the screen's ``trust``,
+:meth:`~msopt.prior.PriorGuide.trust`), the lowest the run has judged so far: the surrogate takes
+``lanes × MODEL_SHARE × (1 - trust / TRUST_FULL)`` of them (none at :data:`TRUST_FULL` or above,
+:data:`MODEL_SHARE` of them at trust 0), the fraction rounded up with that probability by the
+searcher's own seeded RNG, and takes the particles of the worst personal bests, so the best
+particles keep following the prior. The swarm gets each lane's evaluated position (write-back: a
+lane the surrogate proposed moves that particle there).
 
-Async: the lanes free at an ask are split the same way (one free lane: TPE's with that
+Optuna's TPE (:class:`~msopt.search.tpe.TPESearcher`), which knows only the measurements, is told
+every result too. It draws the explore lanes of a first generation the budget cuts
+(:func:`explore_lanes`; its first :data:`~msopt.search.tpe.STARTUP_TRIALS` proposals are random),
+and it takes the surrogate's lanes where the constraint gives the surrogate nothing to model (no
+screen or no decoder: a searcher built outside the driver). The first generation (the baseline
+and the prior's picks) is otherwise the swarm's. TPE lies about its trials in flight (Optuna's
+``constant_liar``), since a generation's are asked together. Without a screen (``[search] screen``
+<= 1) there is no trust to read: the swarm takes every lane.
+
+Async: the lanes free at an ask are split the same way (one free lane: the surrogate's with that
 probability).
 
 Deterministic for a seed and a sequence of asks, tells and constraint answers (the trust is
@@ -38,17 +41,18 @@ import numpy as np
 from msopt.errors import ConfigError
 from msopt.search.options import SwarmOptions
 from msopt.search.searcher import SEARCHERS, SearcherSetup, Trial
+from msopt.search.surrogate import ResidualSurrogate
 from msopt.search.swarm import Swarm
 from msopt.search.tpe import STARTUP_TRIALS, OptunaFactory, TPESearcher
 
-__all__ = ["EXPLORE_EVERY", "TPE_SHARE", "TRUST_FULL", "PortfolioSearcher", "explore_lanes"]
+__all__ = ["EXPLORE_EVERY", "MODEL_SHARE", "TRUST_FULL", "PortfolioSearcher", "explore_lanes"]
 
 #: At this trust or above the swarm takes every lane; below, TPE's share grows linearly to
-#: :data:`TPE_SHARE` at trust 0.
+#: :data:`MODEL_SHARE` at trust 0.
 TRUST_FULL = 0.5
-#: The share of the lanes TPE takes once the prior has no trust left; the released swarm
-#: (``Swarm._release``) keeps the rest.
-TPE_SHARE = 0.5
+#: The share of the lanes the surrogate (or TPE, :func:`PortfolioSearcher._tpe_lanes`) takes once the prior
+#: has no trust left; the released swarm (``Swarm._release``) keeps the rest.
+MODEL_SHARE = 0.5
 #: Where a launch budget pays only part of the first generation, every ``EXPLORE_EVERY``-th lane of
 #: that part (3, 6, ...) is TPE's draw instead of a prior pick (:func:`explore_lanes`).
 EXPLORE_EVERY = 3
@@ -70,6 +74,7 @@ class _Asked:
     count: int
     tpe: int | None  # TPE's trial number where TPE proposed it
     position: np.ndarray
+    model: bool = False  # the surrogate proposed it
 
 
 class PortfolioSearcher:
@@ -100,6 +105,7 @@ class PortfolioSearcher:
         self._pending: dict[int, _Asked] = {}
         self._told: dict[int, tuple[float, _Asked]] = {}  # sync: lane -> told, this generation
         self._lowest = 1.0
+        self.model = ResidualSurrogate(setup.dimensions, setup.constraint, setup.seed, setup.layout)
         self.split: list[tuple[float, tuple[int, ...]]] = []  # per ask round: (trust, the lanes TPE took)
 
     @property
@@ -120,21 +126,24 @@ class PortfolioSearcher:
         return self._lowest
 
     def _tpe_lanes(self, lanes: list[int]) -> set[int]:
-        """Which of ``lanes`` TPE proposes for now: ``len(lanes) × (1 - trust)``, rounded with the
-        RNG, the particles of the worst personal bests first (a lane's first evaluation: the swarm's)."""
+        """Which of ``lanes`` the trust takes from the swarm now (the surrogate's, or TPE's where it cannot
+        model): ``len(lanes) × MODEL_SHARE × (1 - trust / TRUST_FULL)``, rounded with the RNG, the
+        particles of the worst personal bests first (a lane's first evaluation: the swarm's)."""
         trust = self.trust()
         free = [i for i in lanes if self._counts[i] > 0]
-        share = len(free) * TPE_SHARE * max(0.0, 1.0 - trust / TRUST_FULL)
+        share = len(free) * MODEL_SHARE * max(0.0, 1.0 - trust / TRUST_FULL)
         k = min(len(free), math.floor(share) + int(self._rng.random() < share - math.floor(share)))
         pbest = self.swarm.personal_best_fitness
         worst_first = sorted(free, key=lambda i: (-pbest[i], i))
         self.split.append((trust, tuple(sorted(worst_first[:k]))))
         return set(worst_first[:k])
 
-    def _ask(self, lane: int, by_tpe: bool) -> Trial:
+    def _ask(self, lane: int, by_tpe: bool, at: np.ndarray | None = None) -> Trial:
         count = self._counts[lane]
         tid = count * self.lanes + lane
-        if by_tpe:
+        if at is not None:
+            asked = _Asked(lane, count, None, at, model=True)
+        elif by_tpe:
             t = self.tpe.ask_one(lane)
             asked = _Asked(lane, count, t.id, t.position)
         else:
@@ -155,7 +164,18 @@ class PortfolioSearcher:
         by_tpe = self._tpe_lanes(lanes)  # none of a lane's first evaluation
         if all(self._counts[i] == 0 for i in lanes):
             by_tpe |= set(self.explore).intersection(lanes)
-        return [self._ask(i, i in by_tpe) for i in lanes]
+        # the lanes the trust takes from the swarm are the surrogate's where it can model the prior
+        # (a screen and a decoder), else TPE's; a cut first generation's explore lanes stay TPE's draws
+        by_model = {i for i in by_tpe if self._counts[i] > 0} if self.model.usable else set()
+        by_tpe -= by_model
+        trials = [self._ask(i, i in by_tpe) for i in lanes if i not in by_model]
+        if by_model:
+            pending = [a.position for a in self._pending.values()]
+            rows = self.model.propose(len(by_model), pending)
+            for k, i in enumerate(sorted(by_model)):
+                trials.append(self._ask(i, False, rows[k] if k < len(rows) else None))
+            trials.sort(key=lambda t: t.lane)
+        return trials
 
     def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:  # noqa: D102
         if trial_id not in self._pending:
@@ -181,6 +201,7 @@ class PortfolioSearcher:
         self.swarm.tell([f for f, _ in told], np.array([a.position for _, a in told], dtype=float),
                         rows=None if self.mode == "sync" else rows)
         for f, a in told:
+            self.model.observe(a.position, f)
             if a.tpe is not None:
                 self.tpe.tell(a.tpe, f)
             else:
@@ -194,7 +215,8 @@ class PortfolioSearcher:
     def to_state(self) -> dict[str, Any]:  # noqa: D102
         return {"searcher": self.name, "mode": self.mode, "explore": list(self.explore),
                 "split": [[t, list(lanes)] for t, lanes in self.split],
-                "swarm": self.swarm.to_state(), "tpe": self.tpe.to_state()}
+                "swarm": self.swarm.to_state(), "tpe": self.tpe.to_state(),
+                "model": {"slopes": [round(b, 4) for b in self.model.slopes]}}
 
 
 def _around(rows: np.ndarray | None, explore: Sequence[int], lanes: int) -> np.ndarray | None:

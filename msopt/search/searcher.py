@@ -40,9 +40,10 @@ from msopt.search.constraint import NO_CONSTRAINT, Constraint, SearchDimension
 from msopt.search.options import SwarmOptions
 from msopt.search.swarm import Swarm
 from msopt.space import DecodeContext, SearchSpace
+from msopt.space.derived import FactoriesType, TernaryFactoriesType
 
 __all__ = ["SEARCHERS", "Searcher", "SearcherSetup", "SwarmSearcher", "Trial", "check_searcher", "make_searcher",
-           "resolve_searcher", "search_dimensions"]
+           "layout_names", "resolve_searcher", "search_dimensions"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,19 @@ def search_dimensions(space: SearchSpace) -> tuple[SearchDimension, ...]:
     return tuple(out)
 
 
+def layout_names(space: SearchSpace) -> tuple[str, ...]:
+    """The fields of ``space``'s parallel layout: every field derived as a factor of a product
+    (``factories``, ``ternary_factories``, such as ``dp = world / (tp × pp)``) and its sources."""
+    names: list[str] = []
+    for n in space.field_names:
+        t = space.field_type(n)
+        if isinstance(t, TernaryFactoriesType):
+            names += [*t.targets, n]
+        elif isinstance(t, FactoriesType):
+            names += [t.target, n]
+    return tuple(dict.fromkeys(names))
+
+
 @dataclass(frozen=True)
 class SearcherSetup:
     """What a searcher factory gets.
@@ -121,6 +135,8 @@ class SearcherSetup:
             ``n_particles`` and ``seed`` are ``concurrency`` and ``seed``).
         launches: the launches a launch budget leaves the baseline and the search together
             (:attr:`msopt.run.budget.BudgetPlan.search`), or None without a budget.
+        layout: the fields of the parallel layout (:func:`layout_names`): configurations that share
+            their values share a layout (a model may expect its errors to follow the layout).
     """
 
     dimensions: tuple[SearchDimension, ...]
@@ -132,6 +148,7 @@ class SearcherSetup:
     constraint: Constraint = NO_CONSTRAINT
     options: SwarmOptions | None = None
     launches: int | None = None
+    layout: tuple[str, ...] = ()
 
     @property
     def low(self) -> np.ndarray:

@@ -57,7 +57,7 @@ def test_auto_with_a_prior_is_the_portfolio():
 @pytest.mark.parametrize(("trust", "tpe_lanes"), [(1.0, {0}), (0.5, {0}), (0.0, {N // 2}), (0.25, {2, 3}),
                                                   (0.35, {1, 2})])
 def test_the_split_follows_the_trust(write_toml, trust, tpe_lanes):
-    """TPE takes lanes × TPE_SHARE × (1 - trust / TRUST_FULL) of each generation, rounded by the RNG."""
+    """TPE takes lanes × MODEL_SHARE × (1 - trust / TRUST_FULL) of each generation, rounded by the RNG."""
     t = _Trust()
     s = _searcher(write_toml, t)
     _generation(s)  # the starts: the swarm's
