@@ -162,20 +162,23 @@ class PortfolioSearcher:
         if not lanes:
             return []
         by_tpe = self._tpe_lanes(lanes)  # none of a lane's first evaluation
+        explore: list[int] = []
         if all(self._counts[i] == 0 for i in lanes):
-            by_tpe |= set(self.explore).intersection(lanes)
+            explore = sorted(set(self.explore).intersection(lanes))
         # the lanes the trust takes from the swarm are the surrogate's where it can model the prior
-        # (a screen and a decoder), else TPE's; a cut first generation's explore lanes stay TPE's draws
+        # (a screen and a decoder), else TPE's
         by_model = {i for i in by_tpe if self._counts[i] > 0} if self.model.usable else set()
         by_tpe -= by_model
-        trials = [self._ask(i, i in by_tpe) for i in lanes if i not in by_model]
+        trials = [self._ask(i, i in by_tpe) for i in lanes if i not in by_model and i not in explore]
+        if explore:  # a cut first generation: draws from the layouts the launched picks leave out, else TPE's
+            paid = self._setup.launches if self._setup.launches is not None else self.lanes
+            rows = self.model.explore(len(explore), [t.position for t in trials if t.lane < paid])
+            trials += [self._ask(i, k >= len(rows), rows[k] if k < len(rows) else None) for k, i in enumerate(explore)]
         if by_model:
             pending = [a.position for a in self._pending.values()]
             rows = self.model.propose(len(by_model), pending)
-            for k, i in enumerate(sorted(by_model)):
-                trials.append(self._ask(i, False, rows[k] if k < len(rows) else None))
-            trials.sort(key=lambda t: t.lane)
-        return trials
+            trials += [self._ask(i, False, rows[k] if k < len(rows) else None) for k, i in enumerate(sorted(by_model))]
+        return sorted(trials, key=lambda t: t.lane)
 
     def tell(self, trial_id: int, fitness: float, position: Sequence[float] | None = None) -> None:  # noqa: D102
         if trial_id not in self._pending:

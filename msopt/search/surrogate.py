@@ -217,6 +217,28 @@ class ResidualSurrogate:
         self._grid = (pos[ok], [k for k, o in zip(keys, ok) if o], pred[ok], np.array(lays)[ok])
         return self._grid
 
+    def explore(self, n: int, known: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``n`` configurations drawn at random from the parallel layouts none of ``known`` (positions
+        measured or in flight) has, a layout drawn first and then a configuration of it, each in a
+        layout of its own while some are left, none refused or predicted to fail; fewer where the
+        space has none (or no layout is declared)."""
+        if n <= 0 or not self.usable or not self.layout:
+            return []
+        pos, keys, _, lays = self._candidates()
+        seen = {self._describe(self._snap(np.asarray(q, dtype=float)))[1] for q in known}
+        out: list[np.ndarray] = []
+        for _ in range(n):
+            free = [j for j in range(len(keys)) if lays[j] not in seen and not self.constraint.refused(pos[j])]
+            if not free:
+                break
+            layouts = sorted({int(lays[j]) for j in free})
+            lay = layouts[int(self._rng.integers(len(layouts)))]
+            inside = [j for j in free if lays[j] == lay]
+            j = inside[int(self._rng.integers(len(inside)))]
+            out.append(pos[j].copy())
+            seen.add(lay)
+        return out
+
     def propose(self, n: int, pending: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
         """``n`` positions to measure next (fewer where the space runs out), by expected improvement
         with the kriging believer; ``pending``: positions in flight, believed at their mean too."""

@@ -138,3 +138,31 @@ def test_the_portfolio_gives_the_lanes_the_trust_takes_to_the_surrogate():
     assert [len(lanes) for _, lanes in s.split] == [0, n // 2, n // 2]
     assert all(s.tpe.lane_count(i) == 0 for i in range(n))  # TPE proposed none of them
     assert len(s.model.slopes) == 2 and s.to_state()["model"]["slopes"] == [round(b, 4) for b in s.model.slopes]
+
+
+def test_exploration_draws_from_the_layouts_the_picks_leave_out():
+    """A cut first generation's explore lanes (issue 49 item 3): each from a layout none of the known
+    positions has, a layout of its own while some are left; none where every layout is known."""
+    dims = _dims((0, 1, 2, 3))
+    model = ResidualSurrogate(dims, _constraint(dims, _truth), seed=0, layout=("b",))
+    known = [_at({"a": a, "b": 1}, dims) for a in (0, 5)]
+    drawn = [_values(x, dims)["b"] for x in model.explore(5, known)]
+    assert sorted(drawn) == [0, 2, 3]  # three layouts left, one draw each
+    assert model.explore(2, [_at({"a": 0, "b": b}, dims) for b in (0, 1, 2, 3)]) == []
+    assert ResidualSurrogate(dims, _constraint(dims, _truth), seed=0).explore(2, known) == []  # no layout declared
+
+
+def test_a_cut_first_generation_explores_the_layouts_the_picks_leave_out():
+    """At a budget that pays 4 of 6 lanes, lane 3 explores; with a surrogate it draws a layout none of
+    the launched lanes has (the baseline's and the picks' on lanes 0-2; not TPE's draw)."""
+    dims, n = _dims((0, 1, 2, 3)), 6
+    base = _constraint(dims, _truth)
+    assert base.screen is not None
+    starts = np.array([_at({"a": a, "b": b}, dims) for a, b in ((0, 0), (6, 1), (5, 1), (4, 0), (3, 1))])
+    s = PortfolioSearcher(SearcherSetup(dims, 0, n, "sync", starts, lambda i, k: DecodeContext(i, n, k),
+                                        constraint=base, options=SwarmOptions(n, 1, seed=0), launches=4,
+                                        layout=("b",)))
+    trials = {t.lane: t for t in s.ask()}
+    assert s.explore == (3,)
+    assert _values(trials[3].position, dims)["b"] in (2, 3)
+    assert s.tpe.lane_count(3) == 0 and _values(trials[1].position, dims) == {"a": 6, "b": 1}
