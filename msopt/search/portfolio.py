@@ -13,12 +13,17 @@ searcher's own seeded RNG, and takes the particles of the worst personal bests, 
 particles keep following the prior. The swarm gets each lane's evaluated position (write-back: a
 lane the surrogate proposed moves that particle there).
 
+Where the launch budget pays fewer than :data:`EXPLORE_BELOW` generations, lanes 3, 6 and 9 of the
+first generation explore (:func:`explore_lanes`): each draws at random from a parallel layout none of
+the launched picks has (:meth:`~msopt.search.surrogate.ResidualSurrogate.explore`), so the one
+generation left has measurements off the prior to correct it with. The first generation is
+otherwise the baseline and the prior's picks, the swarm's starts.
+
 Optuna's TPE (:class:`~msopt.search.tpe.TPESearcher`), which knows only the measurements, is told
-every result too. It draws the explore lanes of a first generation the budget cuts
-(:func:`explore_lanes`; its first :data:`~msopt.search.tpe.STARTUP_TRIALS` proposals are random),
-and it takes the surrogate's lanes where the constraint gives the surrogate nothing to model (no
-screen or no decoder: a searcher built outside the driver). The first generation (the baseline
-and the prior's picks) is otherwise the swarm's. TPE lies about its trials in flight (Optuna's
+every result too. It draws an explore lane where no layout is declared (its first
+:data:`~msopt.search.tpe.STARTUP_TRIALS` proposals are random), and it takes the surrogate's lanes
+where the constraint gives the surrogate nothing to model (no screen or no decoder: a searcher
+built outside the driver). TPE lies about its trials in flight (Optuna's
 ``constant_liar``), since a generation's are asked together. Without a screen (``[search] screen``
 <= 1) there is no trust to read: the swarm takes every lane.
 
@@ -45,27 +50,31 @@ from msopt.search.surrogate import ResidualSurrogate
 from msopt.search.swarm import Swarm
 from msopt.search.tpe import STARTUP_TRIALS, OptunaFactory, TPESearcher
 
-__all__ = ["EXPLORE_EVERY", "MODEL_SHARE", "TRUST_FULL", "PortfolioSearcher", "explore_lanes"]
+__all__ = ["EXPLORE_BELOW", "EXPLORE_EVERY", "MODEL_SHARE", "TRUST_FULL", "PortfolioSearcher", "explore_lanes"]
 
-#: At this trust or above the swarm takes every lane; below, TPE's share grows linearly to
+#: At this trust or above the swarm takes every lane; below, the surrogate's share grows linearly to
 #: :data:`MODEL_SHARE` at trust 0.
 TRUST_FULL = 0.5
 #: The share of the lanes the surrogate (or TPE, :func:`PortfolioSearcher._tpe_lanes`) takes once the prior
 #: has no trust left; the released swarm (``Swarm._release``) keeps the rest.
 MODEL_SHARE = 0.5
-#: Where a launch budget pays only part of the first generation, every ``EXPLORE_EVERY``-th lane of
-#: that part (3, 6, ...) is TPE's draw instead of a prior pick (:func:`explore_lanes`).
+#: Where a launch budget pays less than :data:`EXPLORE_BELOW` generations, every ``EXPLORE_EVERY``-th lane
+#: of the first generation's part it pays (3, 6, ...) explores instead of a prior pick (:func:`explore_lanes`).
 EXPLORE_EVERY = 3
+#: The generations a budget must pay for the first one to be the prior's picks alone: below it, one
+#: generation at most follows the first, and it can only correct the prior with what the first measured.
+EXPLORE_BELOW = 2
 
 
 def explore_lanes(lanes: int, launches: int | None) -> tuple[int, ...]:
-    """The lanes of the first generation TPE draws for instead of the prior: none where the
-    budget pays the whole generation (or there is no budget), else every :data:`EXPLORE_EVERY`-th
-    of the ``launches`` lanes it pays (lane 0 is the baseline). The prior's agreement cannot be
-    judged before these launches, and the budget ends before its later picks would launch."""
-    if launches is None or launches >= lanes:
+    """The lanes of the first generation that explore instead of taking a prior pick: every
+    :data:`EXPLORE_EVERY`-th of the lanes the budget pays (lane 0 is the baseline) where the budget
+    pays fewer than :data:`EXPLORE_BELOW` generations (``launches < EXPLORE_BELOW × lanes``); none
+    with more, or without a budget. The prior's agreement cannot be judged before these launches, and at
+    most one generation follows them: it can leave the prior only for what the first one measured off it."""
+    if launches is None or launches >= EXPLORE_BELOW * lanes:
         return ()
-    return tuple(range(EXPLORE_EVERY, launches, EXPLORE_EVERY))
+    return tuple(range(EXPLORE_EVERY, min(launches, lanes), EXPLORE_EVERY))
 
 
 @dataclass
@@ -170,7 +179,7 @@ class PortfolioSearcher:
         by_model = {i for i in by_tpe if self._counts[i] > 0} if self.model.usable else set()
         by_tpe -= by_model
         trials = [self._ask(i, i in by_tpe) for i in lanes if i not in by_model and i not in explore]
-        if explore:  # a cut first generation: draws from the layouts the launched picks leave out, else TPE's
+        if explore:  # draws from the layouts the launched picks leave out, else TPE's
             paid = self._setup.launches if self._setup.launches is not None else self.lanes
             rows = self.model.explore(len(explore), [t.position for t in trials if t.lane < paid])
             trials += [self._ask(i, k >= len(rows), rows[k] if k < len(rows) else None) for k, i in enumerate(explore)]

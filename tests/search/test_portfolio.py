@@ -85,17 +85,19 @@ def test_the_first_generation_is_the_swarm_s_and_lost_trust_is_not_won_back(writ
     assert s.split[-1][0] == 0.0 and len(s.split[-1][1]) == N // 2
 
 
-def test_explore_lanes_only_where_the_budget_cuts_the_first_generation():
+def test_explore_lanes_only_where_the_budget_pays_fewer_than_two_generations():
     """Every third lane of the part of the first generation a budget pays (6 launches at 10 lanes:
-    lane 3; 7: lanes 3 and 6); none when it pays the whole generation or there is no budget."""
+    lane 3; 7: lanes 3 and 6; 17: lanes 3, 6 and 9); none from two generations or without a budget."""
     assert explore_lanes(10, 6) == (3,) and explore_lanes(10, 7) == (3, 6) and explore_lanes(10, 9) == (3, 6)
-    assert explore_lanes(10, 3) == () and explore_lanes(10, 10) == () and explore_lanes(10, None) == ()
+    assert explore_lanes(10, 10) == (3, 6, 9) and explore_lanes(10, 19) == (3, 6, 9)
+    assert explore_lanes(10, 3) == () and explore_lanes(10, 20) == () and explore_lanes(10, None) == ()
 
 
-@pytest.mark.parametrize(("launches", "explore"), [(7, (3, 6)), (None, ()), (17, ())])
+@pytest.mark.parametrize(("launches", "explore"), [(7, (3, 6)), (None, ()), (17, (3, 6, 9)), (20, ())])
 def test_a_cut_first_generation_is_part_picks_part_exploration(write_toml, launches, explore):
     """Where the budget pays 7 of the 10 lanes: the baseline, picks 1-2, a TPE draw, picks 3-4, a
-    TPE draw; the picks keep their order past the explore lanes. Else the starts in their lanes."""
+    TPE draw (17 of a generation and a half: lane 9 too); the picks keep their order past the explore
+    lanes. From two generations, or without a budget, the starts in their lanes."""
     t = _Trust()
     space = SearchSpace.from_settings(_settings(write_toml))
     low, high = space.bounds
