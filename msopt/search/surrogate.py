@@ -4,14 +4,15 @@ item 2; "a cheap model as the mean function" of Bayesian optimisation, after πB
 that a prior belief should fade as measurements disagree with it).
 
 Both the prediction and the measurement are read on a log scale (:func:`log_scale`): relative
-errors, the same whatever the throughput. The
-model is ``y(x) = a + b · p(x) + g(x)``: ``p`` the prior's prediction on that scale, ``a`` and ``b``
-with Gaussian priors (``a`` around 0, the prior unbiased; ``b`` around 1, the prior right,
-:data:`SLOPE_SD`) and ``g`` a Matérn-5/2 process over the position coordinates (the configuration's
-layout, limits and flags), its length scale and variance those of the highest marginal likelihood
-on a small grid. Where the prior ranks rightly ``b`` stays near 1 and ``g`` small; where it ranks
-wrongly ``b`` falls toward 0 or below and ``g`` carries what was measured, so proposals come from
-the measurements alone, as a plain Bayesian optimisation would make them.
+errors, the same whatever the throughput. The model is ``y(x) = a + b · p(x) + c · x + g(x)``: ``p``
+the prior's prediction on that scale, ``a``, ``b`` and ``c`` with Gaussian priors (``a`` around 0,
+the prior unbiased; ``b`` around 1, the prior right, :data:`SLOPE_SD`; ``c`` a linear trend of the
+error along each coordinate around 0, :data:`TREND_SD`), and ``g`` a Matérn-5/2 process over the
+position coordinates (the configuration's layout, limits and flags) plus a term shared by each
+parallel layout (:data:`LAYOUT_SD`), its length scale and variance those of the highest marginal
+likelihood on a small grid. Where the prior ranks rightly ``b`` stays near 1 and ``c`` and ``g``
+small; where it ranks wrongly ``b`` falls and ``c`` and ``g`` carry what was measured, so proposals
+come from the measurements, as a plain Bayesian optimisation would make them.
 
 Proposals maximise expected improvement over every configuration of the space (all of the grid
 where it has at most :data:`GRID_MAX` points, else a seeded sample of that many), not measured yet,
@@ -48,6 +49,10 @@ SIGNALS = (0.05, 0.15, 0.4)
 #: the simulator gets wrong for a whole layout (its scheduling, host time, communication), so a
 #: layout not measured yet keeps that much doubt however near its neighbours were measured.
 LAYOUT_SD = 0.1
+#: The prior standard deviation of a linear trend of the error along each position coordinate (log units
+#: over the box, 0..1): what the simulator gets wrong about a limit (fewer batched tokens better, where it
+#: predicts more), learnt from one generation that varied it and carried to values not measured yet.
+TREND_SD = 0.2
 
 
 def log_scale(fitness: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -82,8 +87,9 @@ class _Posterior:
 
     def __init__(self, x: np.ndarray, p: np.ndarray, y: np.ndarray, lay: np.ndarray) -> None:
         self.x, self.p, self.y, self.lay = x, p, y, lay
-        self.prior_mean = np.array([0.0, 1.0])
-        self.prior_cov = np.diag([INTERCEPT_SD ** 2, SLOPE_SD ** 2])
+        d = x.shape[1]
+        self.prior_mean = np.array([0.0, 1.0] + [0.0] * d)
+        self.prior_cov = np.diag([INTERCEPT_SD ** 2, SLOPE_SD ** 2] + [TREND_SD ** 2] * d)
         best = None
         for length in LENGTHS:
             for signal in SIGNALS:
@@ -94,14 +100,14 @@ class _Posterior:
             raise np.linalg.LinAlgError("no length scale gives a positive definite covariance")
         _, self.length, self.signal, self.chol, self.alpha = best
 
-    def _h(self, p: np.ndarray) -> np.ndarray:
-        return np.column_stack([np.ones(len(p)), p])
+    def _h(self, p: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return np.column_stack([np.ones(len(p)), p, x - 0.5])
 
     def _cov(self, xa: np.ndarray, pa: np.ndarray, la: np.ndarray, xb: np.ndarray, pb: np.ndarray,
              lb: np.ndarray, length: float, signal: float) -> np.ndarray:
         same = (la[:, None] == lb[None, :]).astype(float)
         return (signal ** 2 * _matern(xa, xb, length) + LAYOUT_SD ** 2 * same
-                + self._h(pa) @ self.prior_cov @ self._h(pb).T)
+                + self._h(pa, xa) @ self.prior_cov @ self._h(pb, xb).T)
 
     def _fit(self, length: float, signal: float) -> tuple[float, float, float, np.ndarray, np.ndarray] | None:
         k = (self._cov(self.x, self.p, self.lay, self.x, self.p, self.lay, length, signal)
@@ -110,7 +116,7 @@ class _Posterior:
             chol = np.linalg.cholesky(k)
         except np.linalg.LinAlgError:
             return None
-        r = self.y - self._h(self.p) @ self.prior_mean
+        r = self.y - self._h(self.p, self.x) @ self.prior_mean
         alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
         loglik = -0.5 * float(r @ alpha) - float(np.log(np.diag(chol)).sum())
         return loglik, length, signal, chol, alpha
@@ -118,15 +124,15 @@ class _Posterior:
     def predict(self, x: np.ndarray, p: np.ndarray, lay: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The mean and standard deviation of ``y`` at rows ``x`` with prior predictions ``p`` and layouts ``lay``."""
         ks = self._cov(x, p, lay, self.x, self.p, self.lay, self.length, self.signal)
-        mean = self._h(p) @ self.prior_mean + ks @ self.alpha
+        mean = self._h(p, x) @ self.prior_mean + ks @ self.alpha
         v = np.linalg.solve(self.chol, ks.T)
-        hp = self._h(p)
+        hp = self._h(p, x)
         var = self.signal ** 2 + LAYOUT_SD ** 2 + np.einsum("ij,jk,ik->i", hp, self.prior_cov, hp) - (v * v).sum(0)
         return mean, np.sqrt(np.maximum(var, 1e-12))
 
     def slope(self) -> float:
         """The posterior mean of the prior's slope ``b``."""
-        hk = self._h(self.p).T @ self.alpha
+        hk = self._h(self.p, self.x).T @ self.alpha
         return float(self.prior_mean[1] + (self.prior_cov @ hk)[1])
 
 
