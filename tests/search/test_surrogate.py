@@ -166,3 +166,21 @@ def test_a_cut_first_generation_explores_the_layouts_the_picks_leave_out():
     assert s.explore == (3,)
     assert _values(trials[3].position, dims)["b"] in (2, 3)
     assert s.tpe.lane_count(3) == 0 and _values(trials[1].position, dims) == {"a": 6, "b": 1}
+
+
+def test_a_trend_the_prior_gets_backwards_is_carried_past_the_measurements():
+    """The prior ranks ``b`` rightly (its best at b = 2) and ``a`` backwards (it predicts a larger ``a``
+    better; the truth is the other way). Measured at a = 6 and 7 only, the surrogate's linear trend
+    (TREND_SD) carries the measured direction to values not measured: its first proposal is at a <= 1
+    in the best ``b`` (without the trend, at a = 2)."""
+    dims = _dims()
+    shape = lambda v: 1.0 - 0.04 * abs(v["b"] - 2)  # noqa: E731
+    truth = lambda v: -1000.0 * shape(v) * (1.0 - 0.03 * v["a"])  # noqa: E731
+    prior = lambda v: -1000.0 * shape(v) * (1.0 + 0.03 * v["a"])  # noqa: E731
+    model = ResidualSurrogate(dims, _constraint(dims, prior), seed=0)
+    for b in B:
+        for a in (6, 7):
+            v = {"a": a, "b": b}
+            model.observe(_at(v, dims), truth(v))
+    (x,) = model.propose(1)
+    assert _values(x, dims)["a"] <= 1 and _values(x, dims)["b"] == 2
