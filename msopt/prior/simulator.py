@@ -38,6 +38,7 @@ from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.prior.accept import MeasuredAccepts
 from msopt.prior.correction import CORRECT_ROWS, correction_record
+from msopt.search.searcher import layout_names
 from msopt.sim import load_hardware, load_model, workload_from_mapping
 from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
 from msopt.sim.catalog_load import entry_path
@@ -46,7 +47,6 @@ from msopt.sim.knobs import load_overrides
 from msopt.sim.personality import knobs_from_launch
 from msopt.sim.simulator import assumed_inputs, simulate_pools
 from msopt.space import SearchSpace
-from msopt.space.derived import TernaryFactoriesType
 from msopt.workload.resolved import ResolvedWorkload
 
 if TYPE_CHECKING:
@@ -531,13 +531,10 @@ class SimulatorPrior:
         return sorted(self._cache.values(), key=lambda p: p.fitness)
 
     def layout_names(self) -> tuple[str, ...]:
-        """The fields of the parallel layout: every ternary_factories field and its sources."""
-        names: list[str] = []
-        for n in self.space.field_names:
-            t = self.space.field_type(n)
-            if isinstance(t, TernaryFactoriesType):
-                names += [*t.targets, n]
-        return tuple(dict.fromkeys(names))
+        """The fields of the parallel layout its picks spread over: every ternary_factories field and
+        its sources, not the ``factories`` ones (counting SGLang's ``dp`` among them was tried and
+        dropped: SGLang's picks, docs/searchers.md)."""
+        return layout_names(self.space, binary=False)
 
     def picks(self, k: int, exclude: Sequence[Mapping[str, Any]] = ()) -> list[Prediction]:
         """Up to ``k`` diverse top predictions, best first: for half of them the best of each

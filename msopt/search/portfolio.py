@@ -55,7 +55,7 @@ __all__ = ["EXPLORE_BELOW", "EXPLORE_EVERY", "MODEL_SHARE", "TRUST_FULL", "Portf
 #: At this trust or above the swarm takes every lane; below, the surrogate's share grows linearly to
 #: :data:`MODEL_SHARE` at trust 0.
 TRUST_FULL = 0.5
-#: The share of the lanes the surrogate (or TPE, :func:`PortfolioSearcher._tpe_lanes`) takes once the prior
+#: The share of the lanes the surrogate (or TPE, :func:`PortfolioSearcher._taken_lanes`) takes once the prior
 #: has no trust left; the released swarm (``Swarm._release``) keeps the rest.
 MODEL_SHARE = 0.5
 #: Where a launch budget pays less than :data:`EXPLORE_BELOW` generations, every ``EXPLORE_EVERY``-th lane
@@ -83,7 +83,6 @@ class _Asked:
     count: int
     tpe: int | None  # TPE's trial number where TPE proposed it
     position: np.ndarray
-    model: bool = False  # the surrogate proposed it
 
 
 class PortfolioSearcher:
@@ -134,7 +133,7 @@ class PortfolioSearcher:
         self._lowest = min(self._lowest, max(0.0, float(screen.trust())))
         return self._lowest
 
-    def _tpe_lanes(self, lanes: list[int]) -> set[int]:
+    def _taken_lanes(self, lanes: list[int]) -> set[int]:
         """Which of ``lanes`` the trust takes from the swarm now (the surrogate's, or TPE's where it cannot
         model): ``len(lanes) × MODEL_SHARE × (1 - trust / TRUST_FULL)``, rounded with the RNG, the
         particles of the worst personal bests first (a lane's first evaluation: the swarm's)."""
@@ -151,7 +150,7 @@ class PortfolioSearcher:
         count = self._counts[lane]
         tid = count * self.lanes + lane
         if at is not None:
-            asked = _Asked(lane, count, None, at, model=True)
+            asked = _Asked(lane, count, None, at)
         elif by_tpe:
             t = self.tpe.ask_one(lane)
             asked = _Asked(lane, count, t.id, t.position)
@@ -170,7 +169,7 @@ class PortfolioSearcher:
             lanes = [i for i in range(self.lanes) if i not in busy]
         if not lanes:
             return []
-        by_tpe = self._tpe_lanes(lanes)  # none of a lane's first evaluation
+        by_tpe = self._taken_lanes(lanes)  # none of a lane's first evaluation
         explore: list[int] = []
         if all(self._counts[i] == 0 for i in lanes):
             explore = sorted(set(self.explore).intersection(lanes))

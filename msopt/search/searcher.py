@@ -103,15 +103,16 @@ def search_dimensions(space: SearchSpace) -> tuple[SearchDimension, ...]:
     return tuple(out)
 
 
-def layout_names(space: SearchSpace) -> tuple[str, ...]:
+def layout_names(space: SearchSpace, *, binary: bool = True) -> tuple[str, ...]:
     """The fields of ``space``'s parallel layout: every field derived as a factor of a product
-    (``factories``, ``ternary_factories``, such as ``dp = world / (tp × pp)``) and its sources."""
+    (``ternary_factories``, such as ``dp = world / (tp × pp)``, and with ``binary`` the
+    ``factories`` too) and its sources."""
     names: list[str] = []
     for n in space.field_names:
         t = space.field_type(n)
         if isinstance(t, TernaryFactoriesType):
             names += [*t.targets, n]
-        elif isinstance(t, FactoriesType):
+        elif binary and isinstance(t, FactoriesType):
             names += [t.target, n]
     return tuple(dict.fromkeys(names))
 

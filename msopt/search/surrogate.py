@@ -155,6 +155,7 @@ class ResidualSurrogate:
         self._rng = np.random.default_rng(np.random.SeedSequence([int(seed or 0), 0x5A6]))
         self._x: list[np.ndarray] = []
         self._f: list[float] = []
+        self._p: list[float] = []  # the prior's prediction of each measured configuration
         self._lay: list[int] = []
         self._keys: set[str] = set()
         self._layouts: dict[tuple[object, ...], int] = {}
@@ -183,6 +184,8 @@ class ResidualSurrogate:
         key, lay = self._describe(x)
         self._x.append(x)
         self._f.append(float(fitness))
+        screen = self.constraint.screen
+        self._p.append(float(screen.score(x[None, :])[0]) if screen is not None else math.nan)
         self._lay.append(lay)
         if key is not None:
             self._keys.add(key)
@@ -252,7 +255,7 @@ class ResidualSurrogate:
             return []
         pos, keys, pred, lays = self._candidates()
         score: Callable[[np.ndarray], np.ndarray] = self.constraint.screen.score  # type: ignore[union-attr]
-        pm = log_scale(np.concatenate([pred, np.asarray(score(np.array(self._x)), dtype=float) if self._x else []]))
+        pm = log_scale(np.concatenate([pred, np.asarray(self._p, dtype=float)]))
         fill = float(np.nanmax(pm)) + INFEASIBLE_STEP if np.isfinite(pm).any() else 0.0
         pm = np.where(np.isnan(pm), fill, pm)
         p_grid, p_obs = pm[:len(pred)], pm[len(pred):]
