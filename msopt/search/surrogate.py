@@ -227,25 +227,27 @@ class ResidualSurrogate:
         return self._grid
 
     def explore(self, n: int, known: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """``n`` configurations drawn at random from the parallel layouts none of ``known`` (positions
-        measured or in flight) has, a layout drawn first and then a configuration of it, each in a
-        layout of its own while some are left, none refused or predicted to fail; fewer where the
-        space has none (or no layout is declared)."""
+        """``n`` configurations, drawn at random, from the parallel layout that none of ``known`` (positions
+        measured or in flight) has and whose best prediction is nearest the prior's best: under the
+        layout doubt this model gives every layout (:data:`LAYOUT_SD`), the one likeliest to hold
+        something better than the prior's choice. The next nearest once it has none left; none refused or
+        predicted to fail; fewer where the space has none (or no layout is declared)."""
         if n <= 0 or not self.usable or not self.layout:
             return []
-        pos, keys, _, lays = self._candidates()
+        pos, keys, pred, lays = self._candidates()
         seen = {self._describe(self._snap(np.asarray(q, dtype=float)))[1] for q in known}
+        lp = log_scale(pred)
+        nearest: dict[int, float] = {}  # layout -> its best prediction on the log scale
+        for j in np.flatnonzero(~np.isnan(lp)):
+            la = int(lays[j])
+            nearest[la] = min(nearest.get(la, math.inf), float(lp[j]))
         out: list[np.ndarray] = []
-        for _ in range(n):
-            free = [j for j in range(len(keys)) if lays[j] not in seen and not self.constraint.refused(pos[j])]
-            if not free:
+        for lay in sorted((la for la in nearest if la not in seen), key=lambda la: (nearest[la], la)):
+            inside = [j for j in range(len(keys)) if lays[j] == lay and not self.constraint.refused(pos[j])]
+            while inside and len(out) < n:
+                out.append(pos[inside.pop(int(self._rng.integers(len(inside))))].copy())
+            if len(out) >= n:
                 break
-            layouts = sorted({int(lays[j]) for j in free})
-            lay = layouts[int(self._rng.integers(len(layouts)))]
-            inside = [j for j in free if lays[j] == lay]
-            j = inside[int(self._rng.integers(len(inside)))]
-            out.append(pos[j].copy())
-            seen.add(lay)
         return out
 
     def propose(self, n: int, pending: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
