@@ -14,8 +14,8 @@ particles keep following the prior. The swarm gets each lane's evaluated positio
 lane the surrogate proposed moves that particle there).
 
 Where the launch budget pays fewer than :data:`EXPLORE_BELOW` generations, lanes 3, 6 and 9 of the
-first generation explore (:func:`explore_lanes`): they draw at random from the parallel layout none of
-the launched picks has whose best prediction is nearest the prior's best
+first generation explore (:func:`explore_lanes`): they draw at random from the prior's runner-up
+parallel layout, configurations the launched picks leave out
 (:meth:`~msopt.search.surrogate.ResidualSurrogate.explore`), so the one generation left has measurements
 off the prior to correct it with. The first generation is
 otherwise the baseline and the prior's picks, the swarm's starts.

@@ -227,23 +227,26 @@ class ResidualSurrogate:
         return self._grid
 
     def explore(self, n: int, known: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """``n`` configurations, drawn at random, from the parallel layout that none of ``known`` (positions
-        measured or in flight) has and whose best prediction is nearest the prior's best: under the
-        layout doubt this model gives every layout (:data:`LAYOUT_SD`), the one likeliest to hold
-        something better than the prior's choice. The next nearest once it has none left; none refused or
-        predicted to fail; fewer where the space has none (or no layout is declared)."""
+        """``n`` configurations drawn at random from the prior's runner-up parallel layout: of the layouts
+        other than that of the prior's best prediction, the one whose best prediction is nearest it (under
+        the layout doubt this model gives every layout, :data:`LAYOUT_SD`, the likeliest to hold something
+        better than the prior's choice). A pick there tests only the prior's limits in it; these draws
+        test the layout. The next nearest once it has none left; none of ``known`` (positions measured or
+        in flight), none refused or predicted to fail; fewer where the space has none (or no layout is
+        declared)."""
         if n <= 0 or not self.usable or not self.layout:
             return []
         pos, keys, pred, lays = self._candidates()
-        seen = {self._describe(self._snap(np.asarray(q, dtype=float)))[1] for q in known}
+        taken = {self._describe(self._snap(np.asarray(q, dtype=float)))[0] for q in known}
         lp = log_scale(pred)
         nearest: dict[int, float] = {}  # layout -> its best prediction on the log scale
         for j in np.flatnonzero(~np.isnan(lp)):
             la = int(lays[j])
             nearest[la] = min(nearest.get(la, math.inf), float(lp[j]))
         out: list[np.ndarray] = []
-        for lay in sorted((la for la in nearest if la not in seen), key=lambda la: (nearest[la], la)):
-            inside = [j for j in range(len(keys)) if lays[j] == lay and not self.constraint.refused(pos[j])]
+        for lay in sorted(nearest, key=lambda la: (nearest[la], la))[1:]:
+            inside = [j for j in range(len(keys)) if lays[j] == lay and keys[j] not in taken
+                      and not self.constraint.refused(pos[j])]
             while inside and len(out) < n:
                 out.append(pos[inside.pop(int(self._rng.integers(len(inside))))].copy())
             if len(out) >= n:
