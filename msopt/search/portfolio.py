@@ -179,7 +179,7 @@ class PortfolioSearcher:
         by_model = {i for i in by_tpe if self._counts[i] > 0} if self.model.usable else set()
         by_tpe -= by_model
         trials = [self._ask(i, i in by_tpe) for i in lanes if i not in by_model and i not in explore]
-        if explore:  # draws from the layouts the launched picks leave out, else TPE's
+        if explore:  # draws from the prior's runner-up layout, off the launched picks, else TPE's
             paid = self._setup.launches if self._setup.launches is not None else self.lanes
             rows = self.model.explore(len(explore), [t.position for t in trials if t.lane < paid])
             trials += [self._ask(i, k >= len(rows), rows[k] if k < len(rows) else None) for k, i in enumerate(explore)]
