@@ -17,8 +17,8 @@ Where the launch budget pays fewer than :data:`EXPLORE_BELOW` generations, lanes
 first generation explore (:func:`explore_lanes`): they draw at random from the prior's runner-up
 parallel layout, configurations the launched picks leave out
 (:meth:`~msopt.search.surrogate.ResidualSurrogate.explore`), so the one generation left has measurements
-off the prior to correct it with. The first generation is
-otherwise the baseline and the prior's picks, the swarm's starts.
+off the prior to correct it with. The first generation is otherwise the baseline and the prior's picks,
+the swarm's starts.
 
 Optuna's TPE (:class:`~msopt.search.tpe.TPESearcher`), which knows only the measurements, is told
 every result too. It draws an explore lane where no layout is declared (its first

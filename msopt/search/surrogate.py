@@ -24,7 +24,7 @@ Pure numpy; deterministic for the measurements it was told and its seed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from itertools import product
 
 import numpy as np
@@ -124,9 +124,9 @@ class _Posterior:
     def predict(self, x: np.ndarray, p: np.ndarray, lay: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The mean and standard deviation of ``y`` at rows ``x`` with prior predictions ``p`` and layouts ``lay``."""
         ks = self._cov(x, p, lay, self.x, self.p, self.lay, self.length, self.signal)
-        mean = self._h(p, x) @ self.prior_mean + ks @ self.alpha
-        v = np.linalg.solve(self.chol, ks.T)
         hp = self._h(p, x)
+        mean = hp @ self.prior_mean + ks @ self.alpha
+        v = np.linalg.solve(self.chol, ks.T)
         var = self.signal ** 2 + LAYOUT_SD ** 2 + np.einsum("ij,jk,ik->i", hp, self.prior_cov, hp) - (v * v).sum(0)
         return mean, np.sqrt(np.maximum(var, 1e-12))
 
@@ -226,6 +226,13 @@ class ResidualSurrogate:
         self._grid = (pos[ok], [k for k, o in zip(keys, ok) if o], pred[ok], np.array(lays)[ok])
         return self._grid
 
+    def _open(self, taken: Container[str | None]) -> np.ndarray:
+        """Which candidates (:meth:`_candidates`) may still be proposed: not in ``taken`` (keys measured,
+        in flight or known) and not refused."""
+        pos, keys, _, _ = self._candidates()
+        return np.array([k not in taken and not self.constraint.refused(pos[j]) for j, k in enumerate(keys)],
+                        dtype=bool)
+
     def explore(self, n: int, known: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``n`` configurations drawn at random from the prior's runner-up parallel layout: of the layouts
         other than that of the prior's best prediction, the one whose best prediction is nearest it (under
@@ -236,17 +243,17 @@ class ResidualSurrogate:
         declared)."""
         if n <= 0 or not self.usable or not self.layout:
             return []
-        pos, keys, pred, lays = self._candidates()
+        pos, _, pred, lays = self._candidates()
         taken = {self._describe(self._snap(np.asarray(q, dtype=float)))[0] for q in known}
         lp = log_scale(pred)
         nearest: dict[int, float] = {}  # layout -> its best prediction on the log scale
         for j in np.flatnonzero(~np.isnan(lp)):
             la = int(lays[j])
             nearest[la] = min(nearest.get(la, math.inf), float(lp[j]))
+        open_ = self._open(taken)
         out: list[np.ndarray] = []
         for lay in sorted(nearest, key=lambda la: (nearest[la], la))[1:]:
-            inside = [j for j in range(len(keys)) if lays[j] == lay and keys[j] not in taken
-                      and not self.constraint.refused(pos[j])]
+            inside = list(np.flatnonzero(open_ & (lays == lay)))
             while inside and len(out) < n:
                 out.append(pos[inside.pop(int(self._rng.integers(len(inside))))].copy())
             if len(out) >= n:
@@ -258,7 +265,7 @@ class ResidualSurrogate:
         with the kriging believer; ``pending``: positions in flight, believed at their mean too."""
         if n <= 0 or not self.usable:
             return []
-        pos, keys, pred, lays = self._candidates()
+        pos, _, pred, lays = self._candidates()
         score: Callable[[np.ndarray], np.ndarray] = self.constraint.screen.score  # type: ignore[union-attr]
         pm = log_scale(np.concatenate([pred, np.asarray(self._p, dtype=float)]))
         fill = float(np.nanmax(pm)) + INFEASIBLE_STEP if np.isfinite(pm).any() else 0.0
@@ -277,7 +284,7 @@ class ResidualSurrogate:
                 taken.add(key)
             bx.append(xq)
             bl.append(lay)
-        free = np.array([k not in taken and not self.constraint.refused(pos[j]) for j, k in enumerate(keys)])
+        free = self._open(taken)
         if len(yo) == 0:  # nothing measured: the prior's order
             order = [j for j in np.argsort(p_grid, kind="stable") if free[j]]
             return [pos[j].copy() for j in order[:n]]
