@@ -21,6 +21,7 @@ import numpy as np
 from msopt.evaluate.results import EvaluationResult, values_key
 from msopt.prior.simulator import SimulatorPrior
 from msopt.search import Screen
+from msopt.search.portfolio import explore_lanes
 from msopt.space import SearchSpace
 
 __all__ = ["TRUST_FROM", "TRUST_Z", "Agreement", "PriorGuide", "PriorSearch", "agreement"]
@@ -32,6 +33,11 @@ TRUST_FROM = 8
 #: agreement with the measurements (Fisher's z of Spearman's rho, standard error
 #: ``sqrt(1.06 / (n - 3))``, Fieller et al. 1957): on few points a high rho earns little.
 TRUST_Z = 1.0
+#: The largest grid the prior predicts whole before its picks, where the budget pays fewer than two
+#: generations (:meth:`PriorGuide.starts`): twice the surrogate's sample of the grid
+#: (:data:`~msopt.search.surrogate.GRID_MAX`), which its explore lanes score at their first ask.
+#: Each distinct configuration is simulated once; 2 ms each on the bench's 4,608-point grids.
+WHOLE_GRID_MAX = 8192
 
 
 @dataclass(frozen=True)
@@ -124,11 +130,19 @@ class PriorGuide:
         rank agreement with the measurements so far (:func:`agreement`), 1 before it was judged."""
         return self.judged.trust if self.judged is not None else 1.0
 
-    def starts(self, space: SearchSpace, default: np.ndarray, n: int, seed: int | None) -> list[np.ndarray]:
+    def starts(self, space: SearchSpace, default: np.ndarray, n: int, seed: int | None,
+               launches: int | None = None) -> list[np.ndarray]:
         """Positions for lanes 1..k beside the baseline's (``default``, lane 0): the prior's diverse
-        top predictions, ``k`` at most ``n - 1`` (``[search] prior_picks`` caps it)."""
+        top predictions, ``k`` at most ``n - 1`` (``[search] prior_picks`` caps it). Where the
+        ``launches`` pay fewer than two generations of ``n`` lanes, the prior first predicts every
+        configuration of the grid (at most :data:`WHOLE_GRID_MAX`): the run's explore lanes score
+        the grid at their first ask anyway (:meth:`~msopt.search.surrogate.ResidualSurrogate.explore`),
+        and the one generation the budget pays must start at the prior's true best, not at the best
+        of its sample."""
         prior = self.prior
         prior.search_for_run(seed)
+        if explore_lanes(n, launches):
+            prior.predict_grid(WHOLE_GRID_MAX)
         want = prior.options.picks
         k = n - 1 if want is None else min(int(want), n - 1)
         base = space.decode(default, None).values

@@ -202,7 +202,7 @@ def relative_noise(groups: Sequence[Sequence[float]]) -> float | None:
     return math.sqrt(num / dof) if dof else None
 
 
-def within_noise(a: tuple[float, int], b: tuple[float, int], noise: float, z: float = Z) -> bool:
+def within_noise(a: tuple[float, float], b: tuple[float, float], noise: float, z: float = Z) -> bool:
     """Whether two means, each ``(mean, measurements)``, differ by less than ``z`` standard errors
     of their difference at the relative ``noise`` of one measurement."""
     (ma, na), (mb, nb) = a, b

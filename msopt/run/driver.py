@@ -146,7 +146,6 @@ class Driver:
         self.capacity: list[dict[str, Any]] = []
         options = validated.swarm if validated is not None else swarm_options(config)
         self.guide = guide
-        init = self._initial_positions(options.n_particles, options.seed)
         checker = CandidateScreen(config, setup=validated.simulator if validated is not None else None) \
             if screen else None
         self.checker = checker
@@ -167,11 +166,13 @@ class Driver:
         plan = plan_budget(self.max_launches, top_k=self.top_k, n_particles=self.n,
                            capacity_probes=opts.max_probes * max(self.top_k, 1) if opts.enabled else 0,
                            unguided=guide is None and name == "tpe")  # as stages.budget_lines plans it
+        launches = plan.search if self.max_launches > 0 else None
+        init = self._initial_positions(options.n_particles, options.seed, launches)
         self.searcher: Searcher = make_searcher(name, SearcherSetup(
             dimensions=search_dimensions(self.space), seed=options.seed, concurrency=lanes,
             mode=self.mode if self.mode in ("sync", "async") else "sync", init_positions=init,
             context=lambda i, c: DecodeContext(i, self.n, c), constraint=self.constraint, options=options,
-            launches=plan.search if self.max_launches > 0 else None, layout=layout_names(self.space)))
+            launches=launches, layout=layout_names(self.space)))
         used = 1 + max((r.particle for r in previous if r.phase == "search" and r.particle is not None), default=-1)
         if used > self.searcher.lanes:
             raise ConfigError(f"--resume: the journal's search ran {used} lanes, this run has {self.searcher.lanes} "
@@ -226,12 +227,13 @@ class Driver:
         self.dispatcher.retain()
 
     # -- the guide --------------------------------------------------------------------------
-    def _initial_positions(self, n: int, seed: int | None) -> np.ndarray:
-        """Lane 0 at the default configuration; with a guide, lanes 1..k at its starting positions."""
+    def _initial_positions(self, n: int, seed: int | None, launches: int | None) -> np.ndarray:
+        """Lane 0 at the default configuration; with a guide, lanes 1..k at its starting positions
+        (``launches``: the search's launch budget, None without one)."""
         default = self.space.default_position()
         rows = [default]
         if self.guide is not None:
-            rows.extend(self.guide.starts(self.space, default, n, seed))
+            rows.extend(self.guide.starts(self.space, default, n, seed, launches))
         return np.array(rows, dtype=float)
 
     def learn(self) -> None:

@@ -20,8 +20,10 @@ __all__ = ["Guide"]
 class Guide(Protocol):
     """A model of the run around the searcher (Optuna: the sampler's surrogate)."""
 
-    def starts(self, space: SearchSpace, default: np.ndarray, n: int, seed: int | None) -> list[np.ndarray]:
-        """Starting positions for lanes 1.. (at most ``n - 1``) beside the baseline's ``default``."""
+    def starts(self, space: SearchSpace, default: np.ndarray, n: int, seed: int | None,
+               launches: int | None = None) -> list[np.ndarray]:
+        """Starting positions for lanes 1.. (at most ``n - 1``) beside the baseline's ``default``;
+        ``launches``: the search's launch budget (None: none)."""
 
     def intro(self) -> tuple[str, str] | None:
         """(phase, text) of the run's first line about the guide, or None."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from msopt.evaluate.results import EvaluationResult
 from msopt.evaluate.results import values_key as values_key  # re-exported: its home is results
-from msopt.run.budget import ASSUMED_NOISE, pick, race, relative_noise
+from msopt.run.budget import ASSUMED_NOISE, Z, pick, race, relative_noise, within_noise
 
 
 def is_measurement(r: EvaluationResult) -> bool:
@@ -48,8 +48,22 @@ def weighted_mean(results: Sequence[EvaluationResult], full_prompts: int | None)
 #: draw a challenger from: the best by mean of every configuration the run measured.
 POOL_SIZE = 24
 
+#: A plateau (:meth:`Leaderboard.contenders`) measured this many full workloads' worth competes for the
+#: pick beside the re-measured configurations: it was measured more than once, as they were.
+REPEATED = 1.5
+
 #: The weight, in repeats, of the assumed noise in :meth:`Leaderboard.noise`.
 NOISE_PRIOR_DOF = 2
+
+
+def prediction_level(r: EvaluationResult) -> str | None:
+    """The simulator prior's predicted fitness for ``r``'s configuration, to 9 significant digits
+    (the level of a plateau: configurations the prior predicts the same, such as every
+    ``max_num_seqs`` above the load it serves), or None where no finite prediction was journaled."""
+    f = r.predicted.get("fitness") if r.predicted is not None else None
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f):
+        return None
+    return f"{float(f):.9g}"
 
 
 def rank(r: EvaluationResult) -> tuple[float, int]:
@@ -171,13 +185,42 @@ class Leaderboard:
     def contenders(self) -> list[tuple[EvaluationResult, float, float]]:
         """The pool's configurations as (latest result, weighted mean fitness, effective number of
         measurements), best mean first. A measurement counts as ``weight / full workload``: one
-        capped by ``sample_size`` is noisier than a re-measurement with the full workload."""
+        capped by ``sample_size`` is noisier than a re-measurement with the full workload.
+
+        Configurations the prior predicted the same (:func:`prediction_level`) are one contender,
+        their measurements pooled, while each one's mean is within the noise (:data:`Z` standard
+        errors) of the pooled mean: the plateau's measurements are repeats of one thing, so a lucky
+        one of them does not stand for it. The contender is the member re-measured, else the most
+        measured, then the best by its own mean."""
         full = float(self.full_prompts) if self.full_prompts else None
+
+        def effective(vals: list[tuple[float, float]]) -> float:
+            return sum(w for w, _ in vals) / full if full else float(len(vals))
+
+        def mean(vals: list[tuple[float, float]]) -> float:
+            return sum(w * f for w, f in vals) / sum(w for w, _ in vals)
+
+        levels: dict[str, list[str]] = {}
+        for key, (_, r) in self.pool.items():
+            level = prediction_level(r)
+            if level is not None:
+                levels.setdefault(level, []).append(key)
+        sigma = self.noise() or ASSUMED_NOISE
+        groups: list[list[str]] = []
+        for keys in levels.values():
+            vals = [v for k in keys for v in self.pool[k][0]]
+            whole = (mean(vals), effective(vals))
+            if len(keys) > 1 and all(within_noise((mean(self.pool[k][0]), effective(self.pool[k][0])), whole, sigma, Z)
+                                     for k in keys):
+                groups.append(keys)
+        pooled = {k for g in groups for k in g}
+        groups += [[k] for k in self.pool if k not in pooled]
         out = []
-        for key, (vals, r) in self.pool.items():
-            weight = sum(w for w, _ in vals)
-            n = weight / full if full else float(len(vals))
-            out.append((r, self._pool_mean(key), n))
+        for keys in groups:
+            vals = [v for k in keys for v in self.pool[k][0]]
+            rep = min(keys, key=lambda k: (self.pool[k][1].phase != "refine", -len(self.pool[k][0]),
+                                           self._pool_mean(k), self.pool[k][1].eval_id))
+            out.append((self.pool[rep][1], mean(vals), effective(vals)))
         return sorted(out, key=lambda t: (t[1], t[0].eval_id))
 
     def noise(self) -> float | None:
@@ -233,10 +276,11 @@ class Leaderboard:
 
         When the capacity stage ran (``capacity``: its per-configuration results) and a
         configuration sustains some load: the edge probe of the configuration with the highest
-        goodput. Otherwise, when refinement ran, the configuration of the lowest upper confidence
-        bound on its mean fitness over all of its measurements (:func:`msopt.run.budget.pick`: one
-        lucky measurement does not decide, and the better measured of two near-equal means wins),
-        among the re-measured configurations, as its latest re-measurement; else the best of all.
+        goodput. Otherwise the configuration of the lowest upper confidence bound on its mean
+        fitness (:func:`msopt.run.budget.pick`: one lucky measurement does not decide, and the
+        better measured of two near-equal means wins), over its measurements or its plateau's
+        (:meth:`contenders`): when refinement ran, among the re-measured configurations and the
+        plateaus measured twice or more, as its latest measurement; else among all.
         """
         sustained = [c for c in capacity if c["edge_eval_id"] is not None and c["goodput"] > 0]
         if sustained:
@@ -245,8 +289,11 @@ class Leaderboard:
             if edge is not None:
                 return edge
         if self.refined:
-            ranked = [c for c in self.contenders() if c[0].phase == "refine"]
+            ranked = [c for c in self.contenders() if c[0].phase == "refine" or c[2] >= REPEATED]
             if ranked:
                 return ranked[pick([(m, n) for _, m, n in ranked], self.noise())][0]
             return self.by_mean(self.refined)[0]
+        ranked = self.contenders()
+        if ranked:
+            return ranked[pick([(m, n) for _, m, n in ranked], self.noise())][0]
         return self.search_best

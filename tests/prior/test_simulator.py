@@ -379,3 +379,65 @@ def test_a_disaggregated_trial_is_predicted_as_its_evaluation_simulates_it(write
     refusal = prior.screen.refusal(too_big)
     assert refusal is not None and refusal.startswith("the disaggregated layout does not fit the trial: ")
     assert "needs 28 devices" in refusal and math.isinf(prior.predict(too_big).fitness)
+
+
+class _Ranked(SimulatorPrior):
+    """A prior whose predictions are given (its picks' rule alone, without the simulator)."""
+
+    def __init__(self, names, preds):  # noqa: D107 - no simulator behind it
+        from types import SimpleNamespace
+
+        from msopt.prior.simulator import Prediction
+
+        self.space = SimpleNamespace(names=names)
+        self._preds = [Prediction(dict(zip(names, v)), np.zeros(len(names)), f, {}) for v, f in preds]
+
+    def layout_names(self):
+        return ("tp",)
+
+    def ranked(self):
+        return sorted(self._preds, key=lambda p: p.fitness)
+
+
+NAMES = ("tp", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
+
+
+def test_picks_measure_each_level_the_prior_cannot_rank_apart_before_a_second_of_any():
+    """qwen3-32b on the bench: 16 configurations of one plateau predicted 1.0 (every max_num_seqs and
+    memory share with 4,096 batched tokens), the next plateau 0.04 % behind (2,048 tokens; in truth
+    2 % better). The picks test the second plateau before a second configuration of the first."""
+    preds = [((4, s, 4096, g), 1.0) for s in (64, 128, 256, 512) for g in (0.7, 0.8, 0.9, 0.95)]
+    preds += [((4, s, 2048, g), 1.0004) for s in (64, 128, 256, 512) for g in (0.7, 0.8, 0.9, 0.95)]
+    preds += [((2, 32, 2048, 0.7), 1.0045), ((1, 32, 2048, 0.7), 1.04)]
+    picks = _Ranked(NAMES, preds).picks(4)
+    assert [(p.values["tp"], p.values["max_num_batched_tokens"], p.fitness) for p in picks[:3]] == [
+        (4, 4096, 1.0), (4, 2048, 1.0004), (2, 2048, 1.0045)]  # one of each level within PICK_TIE, best first
+    assert len(picks) == 4
+
+
+def test_picks_repeat_a_level_that_stands_out():
+    """llama-3.1-8b with long prompts: the prior's best plateau stands 0.75 % ahead of its next level,
+    beyond PICK_TIE: its other configurations come before any other level (one of them is as good as
+    another, so the pick can pool them)."""
+    preds = [((2, s, 2048, g), 1.0) for s in (64, 128, 256, 512) for g in (0.7, 0.8, 0.9, 0.95)]
+    preds += [((2, s, 4096, g), 1.0075) for s in (64, 128) for g in (0.7, 0.9)]
+    preds += [((4, 256, 4096, 0.9), 1.028)]
+    picks = _Ranked(NAMES, preds).picks(4)
+    assert [p.fitness for p in picks] == [1.0, 1.0, 1.0, 1.028]
+
+
+@pytest.mark.parametrize("launches, whole", [(6, True), (None, False), (10, False)])
+def test_a_budget_of_one_generation_starts_at_the_whole_grid_s_best(write_toml, launches, whole):
+    """Where the launches pay fewer than two generations of the 5 lanes (the explore lanes' budgets),
+    the prior predicts every configuration of the grid (4 × 2 × 3 × 3 points; 63 decode, tp 8 · pp 2
+    needs 16 devices of 8) before its picks, so the one generation starts at its true best; with more
+    launches or none, only its sampled search (16 simulations here)."""
+    settings = settings_of(write_toml, extra="[search]\nprior_evaluations = 16")
+    space = SearchSpace.from_settings(settings)
+    prior = make_prior(settings.config, space)
+    assert prior is not None
+    said: list[str] = []
+    prior.report = said.append
+    PriorGuide(prior).starts(space, space.default_position(), 5, 0, launches)
+    assert (len(prior.ranked()) == 63) is whole
+    assert any("whole grid (72 configurations)" in s for s in said) is whole

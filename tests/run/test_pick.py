@@ -111,3 +111,63 @@ def test_a_noisy_near_tie_keeps_the_true_best_as_the_budget_grows(write_toml, bu
              and not r.reused}
     assert sorted(first, key=first.__getitem__).index((2, 1)) == 3  # the search ranked it fourth
     assert out.best is not None and (out.best.values["tp"], out.best.values["pp"]) == (2, 1)
+
+
+# -- a plateau of the prior's: configurations it predicts the same -----------------------------
+
+
+def _measured(eval_id: int, mns: int, fitness: float, predicted: float | None, phase: str = "search", tp: int = 4):
+    from msopt.evaluate.results import EvaluationResult
+
+    return EvaluationResult(eval_id=eval_id, phase=phase, particle=0 if phase == "search" else None, iteration=0,
+                            position_in=[], position=[], values={"tp": tp, "max_num_seqs": mns},
+                            fitness=fitness, metrics={},
+                            predicted=None if predicted is None else {"fitness": predicted, "prior_trust": 1.0})
+
+
+def test_a_plateau_s_measurements_are_pooled_so_a_lucky_one_does_not_stand_for_it():
+    """Three configurations the prior predicts the same (every max_num_seqs of one plateau), measured
+    once each, and one of another level: the plateau's luckiest measurement (0.97) is not its value,
+    its mean (1.0) is; the other level's single 0.99 beats neither a lucky draw nor, measured once
+    against three, the plateau's mean by more than the noise. The pick is a plateau member."""
+    from msopt.run.leaderboard import Leaderboard
+
+    lb = Leaderboard(top_k=3, full_prompts=None)
+    for r in (_measured(1, 64, 1.01, 1.0), _measured(2, 128, 0.97, 1.0), _measured(3, 256, 1.02, 1.0),
+              _measured(4, 64, 0.99, 1.0004, tp=2)):
+        lb.add(r)
+    other, (plateau, mean, n) = lb.contenders()
+    assert other[1:] == (0.99, 1.0) and math.isclose(mean, 1.0) and n == 3
+    assert plateau.values["tp"] == 4 and lb.best() is plateau
+    # the same measurements without a prediction: each configuration alone, the luckiest picked
+    bare = Leaderboard(top_k=3, full_prompts=None)
+    for r in (_measured(1, 64, 1.01, None), _measured(2, 128, 0.97, None), _measured(3, 256, 1.02, None),
+              _measured(4, 64, 0.99, None, tp=2)):
+        bare.add(r)
+    assert len(bare.contenders()) == 4 and bare.best().eval_id == 2
+
+
+def test_a_plateau_the_measurements_contradict_is_not_pooled():
+    """The prior predicts two configurations the same, but they measure 30 % apart, far beyond the
+    noise: each stands alone."""
+    from msopt.run.leaderboard import Leaderboard
+
+    lb = Leaderboard(top_k=3, full_prompts=None)
+    for r in (_measured(1, 64, 1.0, 1.0), _measured(2, 128, 1.3, 1.0)):
+        lb.add(r)
+    assert [(c[1], c[2]) for c in lb.contenders()] == [(1.0, 1.0), (1.3, 1.0)]
+
+
+def test_a_plateau_measured_twice_competes_with_the_re_measured():
+    """After refinement the pick is among the re-measured configurations and the plateaus measured
+    more than once: a configuration re-measured once (two measurements, mean 1.0) does not beat a
+    plateau of four measurements of the same mean, which the run knows better."""
+    from msopt.run.leaderboard import Leaderboard
+
+    lb = Leaderboard(top_k=3, full_prompts=None)
+    for r in (_measured(1, 64, 0.98, 1.0), _measured(2, 128, 1.02, 1.0), _measured(3, 256, 0.99, 1.0),
+              _measured(4, 512, 1.01, 1.0), _measured(5, 64, 1.0, 1.0004, tp=2),
+              _measured(6, 64, 1.0, 1.0004, phase="refine", tp=2)):
+        lb.add(r)
+    best = lb.best()
+    assert best is not None and best.values["tp"] == 4 and best.phase == "search"
