@@ -39,6 +39,7 @@ from msopt.launch.render import Candidate
 from msopt.metrics import SPEC_ACCEPT_LEN
 from msopt.prior.accept import MeasuredAccepts
 from msopt.prior.correction import CORRECT_ROWS, correction_record
+from msopt.prior.picks import diverse_picks
 from msopt.search.searcher import layout_names, search_dimensions
 from msopt.sim import load_hardware, load_model, workload_from_mapping
 from msopt.sim.calibrate import Measurement, fit_hardware, simulate_memo
@@ -64,11 +65,6 @@ PRIOR_MODES = ("auto", "simulator", "none")
 #: this (the mean of the TTFT, TPOT and tok/s errors): a few per cent is what repeats of one
 #: configuration differ by, which a refit could only fit as noise, at a few dozen simulations each
 REFIT_TOLERANCE = 0.05
-#: Prediction levels within this fraction of the prior's best are ones it cannot rank apart: its
-#: picks (:meth:`SimulatorPrior.picks`) measure each of them once before a second configuration of
-#: any. Far below the simulator's error, and below one measurement's noise (2-3 %), so such gaps are
-#: ties; chosen on the bench's visible problems (docs/searchers.md, issue 49, fifth session).
-PICK_TIE = 0.005
 #: the measured metrics a refit fits, in the order of its rows (ttft, tpot, tok/s)
 _FITTED = ("time_to_first_token", "time_per_output_token", "generate_speed")
 
@@ -564,66 +560,9 @@ class SimulatorPrior:
         return layout_names(self.space, binary=False)
 
     def picks(self, k: int, exclude: Sequence[Mapping[str, Any]] = ()) -> list[Prediction]:
-        """Up to ``k`` diverse top predictions: for half of them the best of each distinct parallel
-        layout (:meth:`layout_names`), layouts in the order of their best; then one of each further
-        prediction level within :data:`PICK_TIE` of the best (configurations predicted the same are
-        one level: a plateau); then further top predictions that differ from every pick (and from
-        ``exclude``, the baseline) in at least ``max(2, dimensions // 3)`` searched values (every one
-        in a smaller space): starts in several basins, not around one optimum.
-
-        Order: the first pick of each level within :data:`PICK_TIE` of the best, best first, then
-        the others, best first. Where the prior cannot rank its top levels apart, each is measured
-        before any level twice; where one level stands out, its other configurations come next."""
-        names = self.space.names
-        layout = self.layout_names()
-        need = min(len(names), max(2, len(names) // 3))
-        ranked = [p for p in self.ranked() if math.isfinite(p.fitness)]
-        chosen: list[Prediction] = []
-        taken = [tuple(v.get(n) for n in names) for v in exclude]
-        if not ranked:
-            return []
-        tie = ranked[0].fitness + PICK_TIE * abs(ranked[0].fitness)
-        if layout:
-            seen_layouts: set[tuple[Any, ...]] = set()
-            for p in ranked:
-                lay = tuple(p.values.get(n) for n in layout)
-                if lay in seen_layouts:
-                    continue
-                seen_layouts.add(lay)
-                t = tuple(p.values.get(n) for n in names)
-                if len(chosen) < (k + 1) // 2 and t not in taken:
-                    chosen.append(p)
-                    taken.append(t)
-        levels = {_level(p) for p in chosen}
-        for p in ranked:
-            if len(chosen) >= k or p.fitness > tie:
-                break
-            t = tuple(p.values.get(n) for n in names)
-            if _level(p) not in levels and t not in taken:
-                chosen.append(p)
-                taken.append(t)
-                levels.add(_level(p))
-        for p in ranked:
-            if len(chosen) >= k:
-                break
-            t = tuple(p.values.get(n) for n in names)
-            if all(sum(a != b for a, b in zip(t, u)) >= need for u in taken):
-                chosen.append(p)
-                taken.append(t)
-        first: set[str] = set()
-
-        def order(p: Prediction) -> tuple[int, float]:
-            new = _level(p) not in first and p.fitness <= tie
-            first.add(_level(p))
-            return (0 if new else 1, p.fitness)
-
-        return sorted(sorted(chosen, key=lambda p: p.fitness), key=order)
-
-
-def _level(p: Prediction) -> str:
-    """A prediction's level: its fitness to 9 significant digits (as the run's pick reads it,
-    :func:`msopt.run.leaderboard.prediction_level`)."""
-    return f"{p.fitness:.9g}"
+        """Up to ``k`` diverse top predictions, levels the prior cannot rank apart first
+        (:func:`msopt.prior.picks.diverse_picks`; ``exclude``: the baseline's values)."""
+        return diverse_picks(self.ranked(), self.space.names, self.layout_names(), k, exclude)
 
 
 def make_prior(config: Config, space: SearchSpace | None = None, simulator: Mapping[str, Any] | None = None,
