@@ -525,15 +525,16 @@ class SimulatorPrior:
         """Predict every configuration of the space's grid (each searched field's candidates) where it
         has at most ``limit`` points and every field has candidates; how many configurations that
         predicted anew (0 where it did not apply). Each distinct configuration is simulated once."""
-        axes = [d.coordinates for d in search_dimensions(self.space)]
-        if not axes or any(a is None for a in axes) or math.prod(len(a) for a in axes if a is not None) > limit:
+        dims = search_dimensions(self.space)
+        axes = [d.coordinates for d in dims if d.coordinates is not None]
+        size = math.prod(len(a) for a in axes)
+        if not dims or len(axes) < len(dims) or size > limit:
             return 0
         start = self.evaluations
         began = time.monotonic()
         if self.report is not None:
-            self.report(f"simulator prior: predicting the whole grid ({math.prod(len(a) for a in axes if a)} "
-                        "configurations) ...")
-        for x in product(*[a for a in axes if a is not None]):
+            self.report(f"simulator prior: predicting the whole grid ({size} configurations) ...")
+        for x in product(*axes):
             self.predict_position(np.array(x, dtype=float))
         done = self.evaluations - start
         self.search_evaluations += done
