@@ -13,7 +13,7 @@ from msopt.metrics import METRICS
 from msopt.space.context import DecodeContext
 
 __all__ = ["METRICS", "PHASES", "RETRY", "EvalRequest", "EvaluationResult", "RetryPolicy", "describe_fault",
-           "failed_result", "fault_result", "values_key"]
+           "failed_result", "fault_result", "fitness_level", "values_key"]
 
 #: Stages of a run; every evaluation is journaled with one of these.
 PHASES = ("baseline", "search", "refine", "capacity")
@@ -79,6 +79,12 @@ class EvalRequest:
 def values_key(values: Mapping[str, Any]) -> str:
     """One configuration's identity: its decoded values as canonical JSON."""
     return json.dumps(values, sort_keys=True, default=str)
+
+
+def fitness_level(fitness: float) -> str:
+    """A predicted fitness to 9 significant digits: the level that configurations the simulator prior
+    predicts the same share (a plateau), as its picks and the run's pick read it."""
+    return f"{float(fitness):.9g}"
 
 
 def _finite_or_none(x: Any) -> Any:

@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from msopt.evaluate.results import fitness_level
+
 
 class _Predicted(Protocol):
     """A prediction as the picks read it (:class:`msopt.prior.simulator.Prediction`)."""
@@ -85,7 +87,5 @@ def diverse_picks(ranked_all: Sequence[Prediction], names: Sequence[str], layout
     return sorted(sorted(chosen, key=lambda p: p.fitness), key=order)
 
 
-def _level(p: Prediction) -> str:
-    """A prediction's level: its fitness to 9 significant digits (as the run's pick reads it,
-    :func:`msopt.run.leaderboard.prediction_level`)."""
-    return f"{p.fitness:.9g}"
+def _level(p: _Predicted) -> str:
+    return fitness_level(p.fitness)

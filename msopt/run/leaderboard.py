@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from msopt.evaluate.results import EvaluationResult
+from msopt.evaluate.results import EvaluationResult, fitness_level
 from msopt.evaluate.results import values_key as values_key  # re-exported: its home is results
 from msopt.run.budget import ASSUMED_NOISE, Z, pick, race, relative_noise, within_noise
 
@@ -57,13 +57,18 @@ NOISE_PRIOR_DOF = 2
 
 
 def prediction_level(r: EvaluationResult) -> str | None:
-    """The simulator prior's predicted fitness for ``r``'s configuration, to 9 significant digits
-    (the level of a plateau: configurations the prior predicts the same, such as every
-    ``max_num_seqs`` above the load it serves), or None where no finite prediction was journaled."""
+    """The level of the simulator prior's prediction for ``r``'s configuration
+    (:func:`~msopt.evaluate.results.fitness_level`: configurations the prior predicts the same, such
+    as every ``max_num_seqs`` above the load it serves), or None where no finite prediction was journaled."""
     f = r.predicted.get("fitness") if r.predicted is not None else None
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f):
         return None
-    return f"{float(f):.9g}"
+    return fitness_level(f)
+
+
+def _mean(vals: Sequence[tuple[float, float]]) -> float:
+    """The weighted mean of ``(weight, fitness)`` measurements."""
+    return sum(w * f for w, f in vals) / sum(w for w, _ in vals)
 
 
 def rank(r: EvaluationResult) -> tuple[float, int]:
@@ -179,8 +184,7 @@ class Leaderboard:
             del self.pool[worst]
 
     def _pool_mean(self, key: str) -> float:
-        vals = self.pool[key][0]
-        return sum(w * f for w, f in vals) / sum(w for w, _ in vals)
+        return _mean(self.pool[key][0])
 
     def contenders(self) -> list[tuple[EvaluationResult, float, float]]:
         """The pool's configurations as (latest result, weighted mean fitness, effective number of
@@ -194,33 +198,33 @@ class Leaderboard:
         measured, then the best by its own mean."""
         full = float(self.full_prompts) if self.full_prompts else None
 
-        def effective(vals: list[tuple[float, float]]) -> float:
+        def effective(vals: Sequence[tuple[float, float]]) -> float:
             return sum(w for w, _ in vals) / full if full else float(len(vals))
 
-        def mean(vals: list[tuple[float, float]]) -> float:
-            return sum(w * f for w, f in vals) / sum(w for w, _ in vals)
+        def joined(keys: list[str]) -> list[tuple[float, float]]:
+            return [v for k in keys for v in self.pool[k][0]]
+
+        own = {k: (_mean(vals), effective(vals)) for k, (vals, _) in self.pool.items()}
+        sigma = self.noise() or ASSUMED_NOISE
+
+        def agree(keys: list[str]) -> bool:
+            whole = joined(keys)
+            return all(within_noise(own[k], (_mean(whole), effective(whole)), sigma, Z) for k in keys)
 
         levels: dict[str, list[str]] = {}
         for key, (_, r) in self.pool.items():
             level = prediction_level(r)
             if level is not None:
                 levels.setdefault(level, []).append(key)
-        sigma = self.noise() or ASSUMED_NOISE
-        groups: list[list[str]] = []
-        for keys in levels.values():
-            vals = [v for k in keys for v in self.pool[k][0]]
-            whole = (mean(vals), effective(vals))
-            if len(keys) > 1 and all(within_noise((mean(self.pool[k][0]), effective(self.pool[k][0])), whole, sigma, Z)
-                                     for k in keys):
-                groups.append(keys)
-        pooled = {k for g in groups for k in g}
-        groups += [[k] for k in self.pool if k not in pooled]
+        groups = [keys for keys in levels.values() if len(keys) > 1 and agree(keys)]
+        grouped = {k for g in groups for k in g}
+        groups += [[k] for k in self.pool if k not in grouped]
         out = []
         for keys in groups:
-            vals = [v for k in keys for v in self.pool[k][0]]
-            rep = min(keys, key=lambda k: (self.pool[k][1].phase != "refine", -len(self.pool[k][0]),
-                                           self._pool_mean(k), self.pool[k][1].eval_id))
-            out.append((self.pool[rep][1], mean(vals), effective(vals)))
+            vals = joined(keys)
+            rep = min(keys, key=lambda k: (self.pool[k][1].phase != "refine", -len(self.pool[k][0]), own[k][0],
+                                           self.pool[k][1].eval_id))
+            out.append((self.pool[rep][1], _mean(vals), effective(vals)))
         return sorted(out, key=lambda t: (t[1], t[0].eval_id))
 
     def noise(self) -> float | None:
@@ -288,12 +292,11 @@ class Leaderboard:
             edge = self.probes.get(top["edge_eval_id"])
             if edge is not None:
                 return edge
-        if self.refined:
-            ranked = [c for c in self.contenders() if c[0].phase == "refine" or c[2] >= REPEATED]
-            if ranked:
-                return ranked[pick([(m, n) for _, m, n in ranked], self.noise())][0]
-            return self.by_mean(self.refined)[0]
         ranked = self.contenders()
+        if self.refined:
+            ranked = [c for c in ranked if c[0].phase == "refine" or c[2] >= REPEATED]
+            if not ranked:
+                return self.by_mean(self.refined)[0]
         if ranked:
             return ranked[pick([(m, n) for _, m, n in ranked], self.noise())][0]
         return self.search_best

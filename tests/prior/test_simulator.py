@@ -384,7 +384,7 @@ def test_a_disaggregated_trial_is_predicted_as_its_evaluation_simulates_it(write
 class _Ranked(SimulatorPrior):
     """A prior whose predictions are given (its picks' rule alone, without the simulator)."""
 
-    def __init__(self, names, preds):  # noqa: D107 - no simulator behind it
+    def __init__(self, names, preds):  # no simulator behind it
         from types import SimpleNamespace
 
         from msopt.prior.simulator import Prediction
