@@ -6,6 +6,11 @@ FIRST..FIRST+SEEDS-1, the share of runs whose pick is within 1 % of the optimum 
 ``<=1%``, floored here) and the share that launched such a configuration at all ("found"). ``found -
 picked`` is what the pick lost to the noise.
 
+``--seed-offset K`` runs msopt with seed ``s + K`` against the oracle of seed ``s``: the same measurement
+noise, another draw of msopt's own randomness (its prior search, explore lanes, swarm and TPE). The spread
+between offsets is the run-to-run variance a change of the search must beat before its figures mean
+anything (docs/searchers.md, "Tried in the sixth session").
+
 Run from the repository root after ``pip install -e '.[bench]'``::
 
     python scripts/research/found_picked.py --problems 4,5,6,7,8,9 --budgets 20,50 --seeds 24
@@ -30,16 +35,16 @@ from bench_search.runs import table  # noqa: E402
 NOISE = 0.03
 
 
-def _one(task: tuple[int, int, int, str]) -> tuple[int, int, bool, bool]:
-    """(problem, budget, found, picked) of one run."""
-    problem, budget, seed, cache = task
+def _one(task: tuple[int, int, int, str, int]) -> tuple[int, int, bool, bool]:
+    """(problem, budget, found, picked) of one run: (problem, budget, seed, cache, msopt's seed offset)."""
+    problem, budget, seed, cache, offset = task
     t = table(problem, cache)
     best = min(r["fitness"] for r in t.rows if r["fitness"] is not None)
 
     def within(row: int) -> bool:
         return row >= 0 and t.rows[row]["fitness"] is not None and t.rows[row]["fitness"] <= 1.01 * best
 
-    launches, pick = run_msopt(t, Oracle(t, seed, NOISE), budget, seed, variant=FIXED_PRIOR)
+    launches, pick = run_msopt(t, Oracle(t, seed, NOISE), budget, seed + offset, variant=FIXED_PRIOR)
     return problem, budget, any(within(row) for row, _ in launches), within(pick)
 
 
@@ -52,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--cache", default=str(ROOT / ".bench_cache"))
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="msopt runs with seed + this against the same oracle noise (0: the bench's pairing)")
     args = ap.parse_args(argv)
     problems = [int(p) for p in args.problems.split(",")]
     budgets = [int(b) for b in args.budgets.split(",")]
-    tasks = [(p, b, s, args.cache) for p in problems for b in budgets
+    tasks = [(p, b, s, args.cache, args.seed_offset) for p in problems for b in budgets
              for s in range(args.first_seed, args.first_seed + args.seeds)]
     with Pool(args.jobs) as pool:
         runs = pool.map(_one, tasks, chunksize=4)

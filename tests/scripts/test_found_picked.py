@@ -14,9 +14,33 @@ from tests.support.scripts_load import load_script
 def test_one_seed_of_a_self_referential_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A run that picked a configuration within 1 % launched one; the table has a row per problem."""
     script = load_script("research/found_picked")
-    problem, budget, found, picked = script._one((0, 6, 0, str(tmp_path)))
+    problem, budget, found, picked = script._one((0, 6, 0, str(tmp_path), 0))
     assert (problem, budget) == (0, 6) and (found or not picked)
     assert script.main(["--problems", "0", "--budgets", "6", "--seeds", "1", "--cache", str(tmp_path),
                         "--jobs", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "problem | picked / found @6" and len(out) == 2 and out[1].endswith("%")
+
+
+def test_seed_offset_draws_msopt_anew_against_the_same_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--seed-offset``: the oracle keeps the bench's seed (the same measurement noise), msopt runs with the
+    seed plus the offset, and the run's found and picked are reported as they came."""
+    script = load_script("research/found_picked")
+    seen: dict[str, int] = {}
+
+    class _Table:
+        rows = [{"fitness": 1.0}, {"fitness": 2.0}]
+
+    def oracle(t: object, seed: int, noise: float) -> str:
+        seen["oracle"] = seed
+        return "oracle"
+
+    def run(t: object, o: str, budget: int, seed: int, variant: object) -> tuple[list[tuple[int, float]], int]:
+        seen["msopt"] = seed
+        return [(1, 2.0), (0, 1.0)], 1
+
+    monkeypatch.setattr(script, "table", lambda problem, cache: _Table())
+    monkeypatch.setattr(script, "Oracle", oracle)
+    monkeypatch.setattr(script, "run_msopt", run)
+    assert script._one((3, 20, 7, "unused", 1000)) == (3, 20, True, False)
+    assert seen == {"oracle": 7, "msopt": 1007}
