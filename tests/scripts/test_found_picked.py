@@ -44,3 +44,20 @@ def test_seed_offset_draws_msopt_anew_against_the_same_noise(monkeypatch: pytest
     monkeypatch.setattr(script, "run_msopt", run)
     assert script._one((3, 20, 7, "unused", 1000)) == (3, 20, True, False)
     assert seen == {"oracle": 7, "msopt": 1007}
+
+
+def test_pick_floor_races_the_optimum_against_its_nearest_rivals() -> None:
+    """scripts/research/pick_floor.py: the contestants are the optimum and its nearest rivals outside 1 %;
+    noiseless measurements let the race pick the optimum, and a lucky rival that stays lucky wins."""
+    script = load_script("research/pick_floor")
+    fitness = [1.05, None, 1.0, 1.005, 1.02, 1.3]
+    assert script.contestants(fitness, 2) == [2, 4, 0]
+    assert script.picks_the_optimum([2, 4, 0], lambda i: fitness[i], 50)
+    counts: dict[int, int] = {}
+
+    def luck(i: int) -> float:
+        counts[i] = counts.get(i, 0) + 1
+        return fitness[i] * (0.95 if i == 4 else 1.0 + 0.01 * (-1) ** counts[i])
+
+    assert not script.picks_the_optimum([2, 4, 0], luck, 50)
+    assert sum(counts.values()) <= 50
