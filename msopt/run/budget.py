@@ -22,6 +22,9 @@ Two plans:
   (:func:`contenders`): two contenders told apart by one measurement each cost no
   re-measurement, and the launches kept for them are not spent. docs/searchers.md has the
   figures that chose the plan at 20 and 50 launches and the reserve at 6 (issue 49).
+  Where the budget pays several generations, the search may end one early (:func:`ends_search`):
+  when the best has a contender within the noise, the last generation found nothing better and the
+  prior has not been judged wrong, its last launches go to the same re-measurements.
 
 Where TPE runs without a guide (no prior: ``[search] searcher = "auto"`` then) the plan is the
 **unguided** one at every budget: TPE's model of the measurements is then its only source of
@@ -64,6 +67,15 @@ RACE_Z = 1.5
 #: The difference the race does not try to resolve: it stops once the challenger cannot be better
 #: than the best by more than this share of its fitness (an epsilon-good pick, as in LUCB's).
 RACE_EPSILON = 0.005
+
+#: The small plan's search may end early (:func:`ends_search`) once it has told this many generations.
+END_AFTER = 3
+
+#: ... and when the launches left to it pay no more than this many generations.
+END_SPAN = 1.5
+
+#: ... and only while the run trusts the prior at least this much (:meth:`~msopt.prior.PriorGuide.trust`).
+END_TRUST = 0.1
 
 #: The recommendation's pessimism, in standard errors (:func:`pick`): the lowest upper bound
 #: ``mean + PICK_Z · noise · mean / sqrt(n)`` wins.
@@ -183,6 +195,22 @@ def unguided_reserve(budget: int) -> int:
     :data:`UNGUIDED_RESERVE_FROM` launches, where every launch is worth more to the search, then
     the small plan's 3."""
     return 0 if budget < UNGUIDED_RESERVE_FROM else small_reserve(budget)
+
+
+def ends_search(search: int, left: int, lanes: int, generations: int, racing: bool, improved: bool,
+                trust: float = 1.0) -> bool:
+    """Whether the small plan's search of ``search`` launches ends before its next generation, the
+    ``left`` launches left to it going to the re-measurements of the best and its contender
+    (:func:`race`). Only a search that pays more than :data:`END_AFTER` generations of ``lanes`` can:
+    once it has told that many, when ``left`` pays at most :data:`END_SPAN` generations, the best has
+    a contender within the noise (``racing``), the last generation did not improve the best mean
+    (``improved`` False), and the run has not judged the prior wrong (``trust``, the prior's now, at
+    least :data:`END_TRUST`). The search then has found what the prior led it to, and the pick loses
+    more to the noise than one more generation finds. Where the prior is wrong the last generation
+    still finds optima, and the search goes on. At 10 lanes a budget of 20 never ends early
+    (docs/searchers.md has the figures, issue 49)."""
+    return (search > END_AFTER * lanes and generations >= END_AFTER and left <= END_SPAN * lanes and racing
+            and not improved and trust >= END_TRUST)
 
 
 def relative_noise(groups: Sequence[Sequence[float]]) -> float | None:

@@ -200,6 +200,10 @@ class Driver:
         budget plan is the unguided one (:mod:`msopt.run.budget`); the swarm keeps its plan."""
         return self.guide is None and self.searcher.name == "tpe"
 
+    def trust(self) -> float:
+        """How far the run trusts the prior's ranking now (:meth:`~msopt.prior.PriorGuide.trust`; 1 without one)."""
+        return self.guide.trust() if self.guide is not None else 1.0
+
     def server_key(self, values: Mapping[str, Any]) -> str | None:
         """The server key a pool routes ``values`` by (:func:`msopt.evaluate.runner.server_key`)."""
         return server_key(self.config, get_engine(self.config.engine.name), values)

@@ -42,3 +42,6 @@ class Guide(Protocol):
 
     def records(self) -> dict[str, Any]:
         """The run's records the guide adds, by file name (e.g. prior.json)."""
+
+    def trust(self) -> float:
+        """How far the run trusts the guide's ranking now, 0..1 (1 before it was judged)."""

@@ -35,15 +35,16 @@ together never exceed it. Reuse and start-up refusals cost nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from msopt.config import Config
 from msopt.evaluate.results import EvalRequest, EvaluationResult
-from msopt.run.budget import BudgetPlan, plan_budget
+from msopt.run.budget import BudgetPlan, ends_search, plan_budget
 from msopt.run.capacity import CapacityOptions
 from msopt.run.dispatcher import Dispatcher
-from msopt.run.events import PhaseStarted, RunCallback, TotalChanged
+from msopt.run.events import Note, PhaseStarted, RunCallback, TotalChanged
 from msopt.run.leaderboard import Leaderboard, values_key
 from msopt.search.searcher import Searcher, Trial
 from msopt.space import SearchSpace
@@ -112,6 +113,9 @@ class Loop(RunContext, Protocol):
 
     def tell(self, told: Sequence[tuple[Trial, EvaluationResult]], generation: int | None = None) -> None:
         """Tell the searcher these results in order; then learn and checkpoint (see the driver)."""
+
+    def trust(self) -> float:
+        """How far the run trusts the prior's ranking now, 0..1 (1 without a prior)."""
 
 
 def budget_plan(ctx: RunContext) -> BudgetPlan:
@@ -241,9 +245,11 @@ class SyncSearch:
         """Ask, dispatch and tell generation after generation, within ``iters`` and the budget."""
         rounds = max_rounds(loop)
         budget = search_budget(loop)
+        before = _best_mean(loop)
         for it in range(rounds):
-            if not _budget_left(loop):
+            if not _budget_left(loop) or _ends_early(loop, it, before):
                 break
+            before = _best_mean(loop)
             text = (f"iteration {it + 1}/{loop.iters}" if budget is None
                     else f"iteration {it + 1}, {loop.dispatcher.spent}/{budget} launches before the re-measurement")
             loop.events.on_event(PhaseStarted("search", text))
@@ -266,6 +272,29 @@ class SyncSearch:
             if len(sent) < len(reqs):
                 break
             loop.tell([(t, got[req.eval_id]) for t, req in zip(trials, reqs)], generation=it + 1)
+
+
+def _best_mean(ctx: RunContext) -> float:
+    ranked = ctx.leaderboard.contenders()
+    return ranked[0][1] if ranked else math.inf
+
+
+def _ends_early(loop: Loop, told: int, before: float) -> bool:
+    """Whether the guided small plan's search ends before generation ``told`` + 1
+    (:func:`~msopt.run.budget.ends_search`; ``before``: the best mean before the last generation); it says
+    so in a line, and the refine stage gets the launches left."""
+    budget = search_budget(loop)
+    plan = budget_plan(loop)
+    if budget is None or not plan.small or plan.unguided:
+        return False
+    left = budget - loop.dispatcher.spent
+    if not ends_search(budget, left, loop.searcher.lanes, told, bool(loop.leaderboard.race()),
+                       _best_mean(loop) < before, loop.trust()):
+        return False
+    loop.events.on_event(Note(f"the search ends with {left} launch(es) left: the best has a contender within the "
+                              "noise, the last generation found none better and the prior is trusted; they go to the "
+                              "re-measurements"))
+    return True
 
 
 class AsyncSearch:

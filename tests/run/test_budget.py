@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from msopt.run.budget import (
     LARGE_PLAN_FROM,
     UNGUIDED_RESERVE_FROM,
     contenders,
+    ends_search,
     plan_budget,
     relative_noise,
     small_reserve,
@@ -153,6 +155,7 @@ class _Noisy:
     def __init__(self, space, score, seen):
         self.space, self.score, self.seen = space, score, seen
         self.devices = ["w"]
+        self.counts: dict = {}
 
     def evaluate(self, req):
         import random
@@ -172,7 +175,49 @@ class _Noisy:
                                 metrics={m: None for m in METRICS} | {"generate_speed": 1.0 / f}, **base)
 
 
-def _small_run(write_toml, budget, score, mode="sync"):
+class _Alternating(_Noisy):
+    """The formula measured 1 % better than it is at a configuration's first measurement, 1 % worse at
+    its second, and so on: a search finds a better mean only where the formula is better."""
+
+    def evaluate(self, req):
+        r = super().evaluate(req)
+        if r.failed:
+            return r
+        key = tuple(sorted(r.values.items()))
+        k = self.counts[key] = self.counts.get(key, -1) + 1
+        f = float(self.score(r.values)) * (0.99 if k % 2 == 0 else 1.01)
+        return replace(r, fitness=f, metrics=dict(r.metrics) | {"generate_speed": 1.0 / f})
+
+
+class _Distrusted:
+    """A guide the run has judged wrong (trust 0) that adds nothing else to the run."""
+
+    def starts(self, space, default, n, seed, launches=None):
+        return []
+
+    def intro(self):
+        return None
+
+    def screen(self):
+        return None
+
+    def predict(self, values, position):
+        return None
+
+    def observe(self, result):
+        pass
+
+    def learn(self, say):
+        pass
+
+    def records(self):
+        return {}
+
+    def trust(self):
+        return 0.0
+
+
+def _small_run(write_toml, budget, score, mode="sync", evaluator=_Noisy, guide=None):
     from msopt.config import load_settings
     from msopt.run.driver import Driver
     from msopt.run.pool import InProcessPool
@@ -188,8 +233,8 @@ def _small_run(write_toml, budget, score, mode="sync"):
         def on_event(self, ev):
             events.append(ev)
 
-    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: _Noisy(space, score, seen))
-    driver = Driver(settings.config, pool, keep_results=True, callbacks=[Sink()])
+    pool = InProcessPool(settings.config, size=1, evaluator_factory=lambda k: evaluator(space, score, seen))
+    driver = Driver(settings.config, pool, keep_results=True, callbacks=[Sink()], guide=guide)
     try:
         out = driver.run()
     finally:
@@ -253,3 +298,49 @@ def test_the_capacity_line_says_what_the_stage_gets():
                                 "spend all theirs, more when they do not")
     # no search launch, the baseline the only pick: 6 - 1 - 1 = 4 probes, which the line allows
     assert not any("up to" in line and "probes" in line for line in plan.lines())
+
+
+def test_the_search_ends_early_only_when_the_pick_needs_the_launches():
+    # 47 search launches at 10 lanes, 3 generations told, 12 left: the best has a contender, nothing improved
+    assert ends_search(47, 12, 10, 3, racing=True, improved=False)
+    assert not ends_search(47, 12, 10, 3, racing=False, improved=False)  # the best stands out
+    assert not ends_search(47, 12, 10, 3, racing=True, improved=True)    # the last generation found better
+    assert not ends_search(47, 16, 10, 3, racing=True, improved=False)   # more than 1.5 generations left
+    assert not ends_search(47, 12, 10, 2, racing=True, improved=False)   # too early
+    assert not ends_search(47, 12, 10, 3, racing=True, improved=False, trust=0.0)  # the prior judged wrong
+    assert ends_search(47, 12, 10, 3, racing=True, improved=False, trust=0.5)
+    # a search of 17 launches (20 at 10 lanes) never ends early, however many generations reuse let it tell
+    assert not any(ends_search(17, left, 10, g, True, False) for left in range(18) for g in range(10))
+
+
+def test_a_search_whose_best_has_a_contender_ends_early_for_the_re_measurements(write_toml):
+    """50 launches, the layouts with pp 1 within 0.2 % of each other (whatever their limits), the
+    others far behind, measured 1 % off by turns: once a generation finds no better mean the search
+    ends before its last, says so, and its launches go to re-measuring the best and its contender."""
+    from msopt.run.events import Note
+
+    def tie(v):
+        return 1.0 + 0.001 * v["tp"] if v["pp"] == 1 else 2.0
+
+    driver, out, seen, events = _small_run(write_toml, 50, tie, evaluator=_Alternating)
+    notes = [e.text for e in events if isinstance(e, Note) and e.text.startswith("the search ends with")]
+    assert len(notes) == 1, notes
+    left = int(notes[0].split()[4])
+    phases = [q.phase for q in seen]
+    # more re-measurements than the 3 launches the plan keeps for them
+    assert left > 0 and phases.count("refine") + phases.count("baseline") - 1 > 3
+    assert len(seen) <= 50
+    # the same run, with a prior the run has judged wrong: the search goes on to its budget
+    _, _, _, events = _small_run(write_toml, 50, tie, evaluator=_Alternating, guide=_Distrusted())
+    assert not any(isinstance(e, Note) and e.text.startswith("the search ends with") for e in events)
+
+
+def test_a_search_whose_best_stands_out_runs_to_its_budget(write_toml):
+    """50 launches, contenders far apart: the search spends all its launches, none ends early."""
+    from msopt.run.events import Note
+
+    def steep(v):
+        return 10.0 ** (abs(v["tp"] - 2) + abs(v["pp"] - 1)) * (1 + abs(v["seqs"] - 200) / 20)
+
+    driver, out, seen, events = _small_run(write_toml, 50, steep)
+    assert not any(isinstance(e, Note) and e.text.startswith("the search ends with") for e in events)
