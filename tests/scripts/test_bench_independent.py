@@ -218,3 +218,46 @@ def test_wall_clock_keeps_servers_and_honours_barriers(pkg):
     one = pkg.hours.start_seconds(8.0, 1, 1)
     assert math.isclose(pkg.hours.start_seconds(8.0, 2, 1) - pkg.hours.COMPILE_S - pkg.hours.CAPTURE_S,
                         (one - pkg.hours.COMPILE_S - pkg.hours.CAPTURE_S) / 2)
+
+
+def test_the_hours_bench_lays_msopt_out_by_what_its_driver_dispatched_together(pkg, cache):
+    """msopt's launches are laid out by dispatch batch (the requests submitted between two waits): each
+    search iteration is one batch, and a round of re-measurements is one batch, not one per launch."""
+    methods = importlib.import_module("bench_search.methods")
+    oracle_mod = importlib.import_module("bench_search.oracle")
+    runs = importlib.import_module("bench_search.runs")
+
+    class _Pool:
+        size = 1
+
+        def __init__(self):
+            self.sent = []
+
+        def submit(self, req):
+            self.sent.append(req)
+
+        def wait(self, timeout=None):
+            return []
+
+    table = runs.table(_smallest(pkg), str(cache))
+    oracle = oracle_mod.Oracle(table, 0, 0.03)
+    pool = methods._Batches(_Pool(), oracle)
+    for eval_id in (0, 1, 2):
+        if eval_id == 1:
+            pool.wait()
+        pool.submit(SimpleNamespace(eval_id=eval_id))
+    pool.wait()
+    pool.wait()
+    pool.submit(SimpleNamespace(eval_id=3))
+    assert oracle.batch_of == {0: 0, 1: 1, 2: 1, 3: 2} and pool.size == 1 and len(pool.sent) == 4
+
+    oracle = oracle_mod.Oracle(table, 0, 0.03)
+    launches, _ = methods.run_msopt(table, oracle, 20, 0, variant=methods.FIXED_PRIOR)
+    batches = oracle_mod.batches(oracle)
+    assert len(batches) == len(launches) and batches == sorted(batches) and batches[:2] == [0, 1]
+    by_stage: dict = {}
+    for stage, batch in zip(oracle.stages, batches):
+        by_stage.setdefault(stage, set()).add(batch)
+    assert all(len(b) == 1 for stage, b in by_stage.items() if stage[0] == "search")
+    iterations = {stage for stage in by_stage if stage[0] == "search"}
+    assert len(set(batches)) < len(batches) and len(iterations) >= 2

@@ -12,10 +12,10 @@ Methods:
 
 - **msopt**: as shipped (prior, screened moves, re-measurements, launch budget) but with the
   prior fixed (``[search] refit = false``, the search bench's "msopt (fixed prior)": several
-  times cheaper to benchmark), its launches in its own order: an iteration's launches at once
-  on the free trial slots (sync mode: the next iteration after the last result), a
-  re-measurement served by the worker that keeps its configuration's server when that is no
-  later than a fresh start elsewhere.
+  times cheaper to benchmark), its launches in its own order: the launches the driver dispatches
+  together (a search iteration, a round of re-measurements) at once on the free trial slots, the
+  next batch after the last result (sync mode; :func:`.oracle.batches`), a re-measurement served by
+  the worker that keeps its configuration's server when that is no later than a fresh start elsewhere.
 - **msopt serial**: the same launches one at a time; a server is kept only for a launch of the
   same configuration right after.
 - **the original tool**: serial PSO, 10 particles × 5 iterations with its constants
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .methods import FIXED_PRIOR, run_msopt, run_pyswarms, run_tpe
-from .oracle import Oracle
+from .oracle import Oracle, batches
 from .problems import Table
 from .score import score
 
@@ -175,7 +175,7 @@ def measure(table: Table, seed: int, noise: float) -> dict[str, list[tuple[int, 
         launches, pick = run_msopt(table, oracle, b, seed, variant=FIXED_PRIOR)
         rows = [r for r, _ in launches]
         hit = score(table, launches, b, pick)["within1"]
-        for name, slots, groups, keep in (("msopt", costs.slots, oracle.stages, True),
+        for name, slots, groups, keep in (("msopt", costs.slots, batches(oracle), True),
                                           ("msopt serial", 1, None, True)):
             secs, starts = wall_clock(costs, rows, slots, groups, keep)
             out.setdefault(name, []).append((b, secs / 3600, starts, hit))

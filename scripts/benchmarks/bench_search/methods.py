@@ -155,8 +155,8 @@ def run_msopt(table: Table, oracle: Oracle, budget: int, seed: int, mode: str = 
     is the run's recommendation (``RunOutcome.best``). Async results come back one at a time in
     dispatch order (:class:`_InOrderPool`), as from evaluations of equal duration."""
     settings = _msopt_settings(table, budget, seed, mode, variant)
-    pool: Any = (InProcessPool(settings.config, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
-                 if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)))
+    pool: Any = _Batches(InProcessPool(settings.config, size=1, evaluator_factory=lambda k: OracleEvaluator(oracle))
+                         if mode == "sync" else _InOrderPool(OracleEvaluator(oracle)), oracle)
     prior = _prior(table, settings.config)
     try:  # the searcher as `msopt optimize` resolves it (run.driver.optimize)
         out = Driver(settings.config, pool, guide=PriorGuide(prior) if prior is not None else None,
@@ -180,6 +180,43 @@ def run_prior_alone(table: Table, oracle: Oracle, budget: int, seed: int) -> tup
     best = next((p for p in prior.ranked() if math.isfinite(p.fitness)), None)
     pick = -1 if best is None else table.index.get(table_key(table.space, best.values), -1)
     return [], pick
+
+
+class _Batches:
+    """An EvaluatorPool around another that records each request's dispatch batch in
+    ``oracle.batch_of``: the requests the driver submits between two waits, which a pool of as many
+    workers runs together (a search iteration; a round of re-measurements; the baseline's beside
+    them when the driver sends it with them). The hours bench lays the launches out by it."""
+
+    def __init__(self, pool: Any, oracle: Oracle) -> None:
+        self._pool = pool
+        self._oracle = oracle
+        self._batch = 0
+        self._waited = False
+
+    @property
+    def size(self) -> int:
+        return int(self._pool.size)
+
+    def submit(self, req: EvalRequest) -> None:
+        if self._waited:
+            self._batch += 1
+            self._waited = False
+        self._oracle.batch_of[req.eval_id] = self._batch
+        self._pool.submit(req)
+
+    def wait(self, timeout: float | None = None) -> list[EvaluationResult]:
+        self._waited = True
+        return list(self._pool.wait(timeout))
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        return list(self._pool.running())
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __getattr__(self, name: str) -> Any:  # the pool's optional parts (retain, kept_keys), as the driver asks
+        return getattr(self._pool, name)
 
 
 class _InOrderPool:

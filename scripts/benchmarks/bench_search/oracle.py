@@ -22,6 +22,8 @@ class Oracle:
         self.noise = noise
         self.launches: list[tuple[int, float]] = []   # (table row or -1 when undecodable, observed fitness)
         self.stages: list[tuple[str, int]] = []       # msopt's launches: (phase, iteration) of each, in order
+        self.eval_ids: list[int] = []                 # msopt's launches: the eval id of each, in order
+        self.batch_of: dict[int, int] = {}            # msopt's eval id -> its dispatch batch (methods._Batches)
         self._count: dict[int, int] = {}
 
     def launch(self, values: Mapping[str, Any] | None) -> tuple[float, dict[str, Any], str | None]:
@@ -46,6 +48,12 @@ class Oracle:
         return f, metrics, None
 
 
+def batches(oracle: Oracle) -> list[int]:
+    """Each of msopt's launches' dispatch batch, in order (:class:`.methods._Batches`): the launches that
+    ran together on a pool of as many workers."""
+    return [oracle.batch_of[e] for e in oracle.eval_ids]
+
+
 class OracleEvaluator:
     """Decodes like the real Evaluator (with the request's context) and asks the oracle."""
 
@@ -59,6 +67,7 @@ class OracleEvaluator:
                     position_in=list(req.position), devices=[], actor="oracle",
                     num_prompts=req.num_prompts, real_evaluation=False)
         self.oracle.stages.append((req.phase, req.iteration))
+        self.oracle.eval_ids.append(req.eval_id)
         try:
             d = self.space.decode(req.position, req.context)
         except DecodeError as exc:
