@@ -272,13 +272,12 @@ class RealRunner(EngineRunner):
             self._check_alive(spec, proc, metrics, server_log)
             self._followers_ok(launcher)
             keep = key is not None and launcher is None
-        except EngineCrashError:
-            raise
         except EvaluationError as exc:
-            if launcher is not None:
-                why = launcher.failure()
-                if why:  # a follower's end explains the leader's failure better than the leader
-                    exc = EvaluationError(f"{why} (leader: {exc})")
+            why = launcher.failure() if launcher is not None else None
+            if isinstance(exc, EngineCrashError) and not why:
+                raise
+            if why:  # a follower's end explains the leader's failure (its exit too: no request killed it) better
+                exc = EvaluationError(f"{why} (leader: {exc})")
             raise self._classify(server_log, bench_log, exc) from None
         finally:
             if launcher is not None:
